@@ -1,0 +1,32 @@
+# gpu-admission: every entry point creates .venv itself, so a fresh clone needs only `make run` or `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint bench soak clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gpu-webhook serve --dev --policies policies
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/gpu-webhook policy lint policies
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -m soak tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis certs/dev

@@ -1,0 +1,3 @@
+from webhook.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `gpu-webhook` command line: thin shells over `webhook.admission`."""
