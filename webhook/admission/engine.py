@@ -1,7 +1,8 @@
 """The one entry point of the admission decision: `evaluate(obj, namespace, policies)`.
 
 The server's /mutate and /validate, the CLI's check and audit, and the tests all call this, so every rule
-lives once: mutate (mutate.py), then validate the result (validate.py), then diff into a JSON Patch (patch.py).
+lives once: mutate (mutate.py, which also builds the JSON Patch through patch.py), then validate the result
+(validate.py), then turn the policy's enforcement into a verdict.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.policy import PolicySet
+from webhook.admission.mutate import mutate, warning
+from webhook.admission.podspec import pod_spec_path
+from webhook.admission.policy import Enforcement, PolicySet
+from webhook.admission.validate import validate
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,5 +41,32 @@ class Decision:
 
 
 def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet) -> Decision:
-    """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy."""
-    raise NotImplementedError  # filled in by the engine work
+    """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
+
+    Templates are validated on the mutation result too: their pods will be mutated when created.
+    """
+    policy = policies.for_namespace(namespace)
+    if pod_spec_path(obj) is None:
+        return Decision(True, "allow", policy.name, mutated=obj, skipped=True)
+    result = mutate(obj, policy)
+    violations = validate(result.obj, policy)
+    warnings = result.warnings
+    if not violations:
+        verdict = "allow"
+    elif policy.enforcement is Enforcement.ENFORCE:
+        verdict = "deny"
+    elif policy.enforcement is Enforcement.WARN:
+        verdict = "warn"
+        warnings = warnings + [warning(line) for line in violations]
+    else:
+        verdict = "audit"
+    return Decision(
+        allowed=verdict != "deny",
+        decision=verdict,
+        policy=policy.name,
+        patch=result.patch,
+        warnings=warnings,
+        violations=violations,
+        mutated=result.obj,
+        mutation_kinds=result.kinds,
+    )

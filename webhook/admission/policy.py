@@ -78,6 +78,8 @@ class Policy:
     framework_env: tuple[str, ...] = DEFAULT_FRAMEWORK_ENV
     block_visible_devices_override: bool = True
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
+    # Derived values that the hot path reuses (e.g. env hints per fraction); not part of the policy's identity.
+    memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def max_per_container(self) -> int:

@@ -1,0 +1,98 @@
+"""The environment variables that make frameworks stay inside their share of a GPU.
+
+Frameworks grab most of a GPU by default (JAX preallocates 75%, TensorFlow maps nearly all of it), so
+containers sharing one GPU crash each other. Each framework honours its own variable:
+
+- jax: `XLA_PYTHON_CLIENT_MEM_FRACTION` caps XLA's allocator at that fraction of the GPU's memory, and
+  `XLA_PYTHON_CLIENT_PREALLOCATE=false` makes it grow on demand instead of grabbing the cap up front.
+  The fraction is lowered by `JAX_CONTEXT_HEADROOM_MIB` of the GPU (2% when the memory is unknown): the CUDA
+  context, cuBLAS/cuDNN handles and module images live outside XLA's allocator but inside the share.
+  JAX refuses to start when both `XLA_PYTHON_CLIENT_MEM_FRACTION` and `XLA_CLIENT_MEM_FRACTION` are set, so
+  the jax hint is skipped whole when the user set either.
+- tensorflow: `TF_FORCE_GPU_ALLOW_GROWTH=true` (TensorFlow has no fraction variable; growth avoids the grab).
+- cupy: `CUPY_GPU_MEMORY_LIMIT=<percent>%` caps CuPy's memory pool.
+- tgi: `CUDA_MEMORY_FRACTION` is Text Generation Inference's cap.
+- generic: `GPU_MEMORY_FRACTION`, for any application to read.
+- pytorch (opt-in): `per_process_memory_fraction:<f>` in `PYTORCH_CUDA_ALLOC_CONF`; opt-in because PyTorch up
+  to 2.9 rejects the unknown key at start-up.
+- MPS mode, always: `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<MiB>M` and `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, which
+  the MPS server enforces for the client's device 0 (the one device a shared container sees).
+
+Values are rounded down so a container never gets more than its share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from webhook.admission.policy import Mode, Policy
+from webhook.admission.quantity import format_fraction
+
+JAX_CONTEXT_HEADROOM_MIB = 512
+JAX_DEFAULT_HEADROOM = Fraction(2, 100)
+JAX_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
+PYTORCH_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+PYTORCH_FRACTION_KEY = "per_process_memory_fraction"
+VISIBLE_DEVICES_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")  # never set by this webhook
+
+
+@dataclass(frozen=True, slots=True)
+class EnvHint:
+    framework: str
+    name: str
+    value: str
+
+
+def jax_fraction(fraction: Fraction, gpu_memory_mib: int | None) -> Fraction:
+    headroom = Fraction(JAX_CONTEXT_HEADROOM_MIB, gpu_memory_mib) if gpu_memory_mib else JAX_DEFAULT_HEADROOM
+    lowered = fraction - headroom
+    return lowered if lowered > 0 else fraction / 2
+
+
+def whole_percent(fraction: Fraction) -> int:
+    return max(1, int(fraction * 100))
+
+
+def hints_for(policy: Policy, fraction: int | Fraction) -> tuple[EnvHint, ...]:
+    """Every variable this policy injects into a container that may use `fraction` of a GPU (memoized)."""
+    key = ("env-hints", fraction.numerator, fraction.denominator)
+    hints = policy.memo.get(key)
+    if hints is None:
+        if len(policy.memo) > 1024:  # fractions come from user input: bound the memo
+            policy.memo.clear()
+        hints = policy.memo[key] = _hints(policy, Fraction(fraction))
+    return hints
+
+
+def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
+    f = format_fraction(fraction)
+    memory = policy.gpu_memory_mib
+    hints: list[EnvHint] = []
+    for framework in policy.framework_env:
+        if framework == "jax":
+            hints.append(EnvHint("jax", JAX_FRACTION_VARS[0], format_fraction(jax_fraction(fraction, memory))))
+            hints.append(EnvHint("jax", "XLA_PYTHON_CLIENT_PREALLOCATE", "false"))
+        elif framework == "tensorflow":
+            hints.append(EnvHint("tensorflow", "TF_FORCE_GPU_ALLOW_GROWTH", "true"))
+        elif framework == "cupy":
+            hints.append(EnvHint("cupy", "CUPY_GPU_MEMORY_LIMIT", f"{whole_percent(fraction)}%"))
+        elif framework == "tgi":
+            hints.append(EnvHint("tgi", "CUDA_MEMORY_FRACTION", f))
+        elif framework == "generic":
+            hints.append(EnvHint("generic", "GPU_MEMORY_FRACTION", f))
+        elif framework == "pytorch":
+            hints.append(EnvHint("pytorch", PYTORCH_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
+    if policy.sharing.mode is Mode.MPS and memory:
+        limit_mib = int(fraction * memory)
+        hints.append(EnvHint("mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", f"0={limit_mib}M"))
+        hints.append(EnvHint("mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(whole_percent(fraction))))
+    return tuple(hints)
+
+
+def merge_alloc_conf(existing: str, hint_value: str) -> str | None:
+    """`PYTORCH_CUDA_ALLOC_CONF` with our key added to the user's, or None when the user already chose one."""
+    keys = [item.split(":", 1)[0].strip() for item in existing.split(",") if item.strip()]
+    if PYTORCH_FRACTION_KEY in keys:
+        return None
+    return f"{existing.rstrip(',')},{hint_value}" if existing.strip() else hint_value

@@ -1,0 +1,141 @@
+"""Where the pod spec lives in each kind, and the containers in it.
+
+Workload templates matter as much as Pods: the API server validates a Deployment's template with the same
+extended-resource rules, so a requests-only Deployment is rejected before any Pod exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.admission.resources import is_managed
+
+# kind -> the keys from the object's root to its pod spec
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+    "PodTemplate": ("template", "spec"),
+}
+
+# Sections whose containers may hold resources, in the order messages list them.
+RESOURCE_SECTIONS = ("initContainers", "containers")
+
+
+def pod_spec_path(obj: Any) -> tuple[str, ...] | None:
+    """The path to `obj`'s pod spec, or None when the object has none (wrong kind, or not there)."""
+    if not isinstance(obj, dict):
+        return None
+    path = POD_SPEC_PATHS.get(obj.get("kind"))  # type: ignore[arg-type]
+    if path is None:
+        return None
+    node: Any = obj
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            return None
+    return path if isinstance(node, dict) else None
+
+
+def get_path(obj: Any, path: tuple[str | int, ...]) -> Any:
+    node = obj
+    for key in path:
+        if isinstance(node, dict) and isinstance(key, str):
+            node = node.get(key)
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            return None
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """One container of a pod spec, with where it lives (for patches) and how to name it (for people)."""
+
+    section: str  # "containers" | "initContainers" | "ephemeralContainers"
+    index: int
+    path: tuple[str | int, ...]  # from the object's root
+    body: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        name = self.body.get("name")
+        return name if isinstance(name, str) and name else f"{self.section}[{self.index}]"
+
+    @property
+    def label(self) -> str:
+        """`container "train"` or `init container "setup"`, for messages."""
+        kind = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}
+        shown = self.name if len(self.name) <= 63 else self.name[:60] + "..."
+        return f'{kind.get(self.section, "container")} "{shown}"'
+
+    @property
+    def is_sidecar(self) -> bool:
+        """A restartable init container (KEP-753): it keeps running beside the app containers."""
+        return self.section == "initContainers" and self.body.get("restartPolicy") == "Always"
+
+    def resource_map(self, which: str) -> dict[str, Any]:
+        """`resources.requests` or `resources.limits`; empty when absent or malformed."""
+        resources = self.body.get("resources")
+        value = resources.get(which) if isinstance(resources, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    def managed(self, which: str) -> dict[str, Any]:
+        return {k: v for k, v in self.resource_map(which).items() if isinstance(k, str) and is_managed(k)}
+
+    def env(self) -> list[Any]:
+        env = self.body.get("env")
+        return env if isinstance(env, list) else []
+
+    def env_names(self) -> set[str]:
+        return {e["name"] for e in self.env() if isinstance(e, dict) and isinstance(e.get("name"), str)}
+
+
+def iter_containers(
+    obj: dict[str, Any], spec_path: tuple[str, ...], sections: tuple[str, ...] = ("containers", "initContainers")
+) -> Iterator[ContainerRef]:
+    spec = get_path(obj, spec_path)
+    if not isinstance(spec, dict):
+        return
+    for section in sections:
+        containers = spec.get(section)
+        if not isinstance(containers, list):
+            continue
+        for index, body in enumerate(containers):
+            if isinstance(body, dict):
+                yield ContainerRef(section, index, (*spec_path, section, index), body)
+
+
+def default_requests_from_limits(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the API server does before any webhook: a managed limit without a request becomes the request.
+
+    Returns a new object (the input is not changed); the CLI calls this so offline checks see what the
+    webhook would see.
+    """
+    import copy
+
+    path = pod_spec_path(obj)
+    if path is None:
+        return obj
+    result = copy.deepcopy(obj)
+    for ref in iter_containers(result, path):
+        limits = ref.managed("limits")
+        if not limits:
+            continue
+        resources = ref.body["resources"]
+        requests = resources.get("requests")
+        if not isinstance(requests, dict):
+            if requests is not None:
+                continue  # malformed; validation reports it
+            requests = resources["requests"] = {}
+        for name, value in limits.items():
+            requests.setdefault(name, value)
+    return result

@@ -1,0 +1,114 @@
+"""Kubernetes `resource.Quantity` parsing, exact (no floats).
+
+Grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go):
+    <quantity>     ::= <signedNumber><suffix>
+    <number>       ::= <digits> | <digits>.<digits> | <digits>. | .<digits>
+    <suffix>       ::= <binarySI> | <decimalExponent> | <decimalSI>
+    <binarySI>     ::= Ki | Mi | Gi | Ti | Pi | Ei
+    <decimalSI>    ::= n | u | m | "" | k | M | G | T | P | E
+    <decimalExponent> ::= "e" <signedNumber> | "E" <signedNumber>
+A JSON number is read from its text the same way. Values past int64 are refused: the API server cannot
+represent them as whole device counts, and refusing early keeps hostile exponents (`1e999999999`) cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from fractions import Fraction
+from functools import lru_cache
+
+INT64_MAX = 2**63 - 1
+MAX_TEXT = 64  # longer than any quantity a person writes; bounds the cost of hostile input
+MAX_EXPONENT = 40  # past int64 even for the smallest mantissa that matters
+
+_PATTERN = re.compile(
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
+)
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+class QuantityError(ValueError):
+    """A value that is not a usable Kubernetes quantity; the message says why, for people."""
+
+
+def quantity_text(value: object) -> str:
+    """The value as the user wrote it, for messages (`"500m"`, `0.5`)."""
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return '"' + shown.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+    if isinstance(value, bool) or value is None:
+        return "true" if value is True else "false" if value is False else "null"
+    if isinstance(value, int | float | Decimal):
+        text = str(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return f"a {type(value).__name__}"
+
+
+def parse_quantity(value: object) -> int | Fraction:
+    """The exact value of a quantity given as a string or a JSON number; QuantityError if unusable.
+
+    Whole values come back as `int` (cheap to compare on the hot path), others as an exact `Fraction`.
+    """
+    if type(value) is str:  # the common case, first
+        return _parse_text(value)
+    if isinstance(value, bool):  # bool is an int subclass; `true` is not a quantity
+        raise QuantityError("is not a quantity (true/false)")
+    if isinstance(value, int):
+        if abs(value) > INT64_MAX:
+            raise QuantityError("is too large (past int64)")
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError("is not a finite number")
+        value = repr(value)  # the shortest text that round-trips, e.g. 0.5 -> "0.5"
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise QuantityError("is not a finite number")
+        value = str(value)
+    if not isinstance(value, str):
+        raise QuantityError(f"is not a quantity (expected a string or number, got {type(value).__name__})")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(text: str) -> int | Fraction:
+    if len(text) > MAX_TEXT:
+        raise QuantityError(f"is not a quantity (longer than {MAX_TEXT} characters)")
+    match = _PATTERN.fullmatch(text)
+    if match is None:
+        raise QuantityError("is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki)")
+    number = Fraction(match["number"] + ("0" if match["number"].endswith(".") else ""))
+    suffix, exponent = match["suffix"], match["exponent"]
+    if suffix in _BINARY:
+        number *= _BINARY[suffix]
+    elif suffix:
+        number *= Fraction(10) ** _DECIMAL[suffix]
+    elif exponent is not None:
+        power = int(exponent)
+        if abs(power) > MAX_EXPONENT:
+            if number == 0 or power < 0:
+                number = Fraction(0) if number == 0 else Fraction(1, 10**MAX_EXPONENT)
+            else:
+                raise QuantityError("is too large (past int64)")
+        else:
+            number *= Fraction(10) ** power
+    if match["sign"] == "-":
+        number = -number
+    if abs(number) > INT64_MAX:
+        raise QuantityError("is too large (past int64)")
+    return number.numerator if number.denominator == 1 else number
+
+
+def is_whole(value: int | Fraction) -> bool:
+    return value.denominator == 1
+
+
+def format_fraction(value: Fraction, places: int = 4) -> str:
+    """A decimal for env vars and messages, rounded down so a limit is never exceeded: 1/3 -> "0.3333"."""
+    scaled = value.numerator * 10**places // value.denominator
+    whole, frac = divmod(scaled, 10**places)
+    text = f"{whole}.{frac:0{places}d}".rstrip("0").rstrip(".")
+    return text or "0"

@@ -1,0 +1,204 @@
+"""Validation: every reason the object (as it stands after mutation) cannot be admitted, one line each.
+
+Each line names the container, the resource, the value, the rule and what to do instead. All problems are
+listed, not just the first, so a user fixes a manifest in one round.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from fractions import Fraction
+from typing import Any
+
+from webhook.admission.podspec import ContainerRef, iter_containers, pod_spec_path
+from webhook.admission.policy import Mode, Policy
+from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
+from webhook.admission.resources import (
+    GPU_MODELS,
+    NVIDIA_GPU,
+    is_shared,
+    mig_profile_of,
+    mig_resource,
+)
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ALL_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def offer(policy: Policy) -> str:
+    """What this namespace gives instead of a fraction, as advice."""
+    mode = policy.sharing.mode
+    where = f'policy "{policy.name}"'
+    if mode.is_shared:
+        share = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
+        return f"request {NVIDIA_GPU}: 1, which {where} turns into {share} of a GPU ({policy.sharing.resource_name})"
+    if mode is Mode.MIG and policy.sharing.mig_profile:
+        return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
+    return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
+
+
+def validate(obj: dict[str, Any], policy: Policy) -> list[str]:
+    spec_path = pod_spec_path(obj)
+    if spec_path is None:
+        return []
+    problems: list[str] = []
+    counts: list[tuple[ContainerRef, dict[str, Fraction]]] = []
+    for ref in iter_containers(obj, spec_path, ALL_SECTIONS):
+        if ref.section == "ephemeralContainers":
+            problems += _visible_devices(ref, {}, policy)
+            continue
+        container_counts = _container(ref, policy, problems)
+        counts.append((ref, container_counts))
+        problems += _visible_devices(ref, container_counts, policy)
+    problems += _pod_total(counts, policy)
+    return problems
+
+
+def _container(ref: ContainerRef, policy: Policy, problems: list[str]) -> dict[str, Fraction]:
+    """Check one container's managed resources; return its GPU counts (the limits, which the pod holds)."""
+    resources = ref.body.get("resources")
+    if resources is not None and not isinstance(resources, dict):
+        problems.append(f"{ref.label}: resources must be a map, not {type(resources).__name__}; fix the manifest")
+        return {}
+    for which in ("requests", "limits"):
+        value = resources.get(which) if resources else None
+        if value is not None and not isinstance(value, dict):
+            problems.append(
+                f"{ref.label}: resources.{which} must be a map, not {type(value).__name__}; fix the manifest"
+            )
+            return {}
+    requests, limits = ref.managed("requests"), ref.managed("limits")
+    counts: dict[str, Fraction] = {}
+    for name in dict.fromkeys([*limits, *requests]):
+        count = _resource(ref, name, requests.get(name), limits.get(name), policy, problems)
+        if count is not None:
+            counts[name] = count
+    return counts
+
+
+def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: list[str]) -> Fraction | None:
+    try:
+        value = parse_quantity(raw)
+    except QuantityError as error:
+        problems.append(
+            f'{ref.label}: {name} {which} {quantity_text(raw)} {error}; set a whole number of devices such as "1"'
+        )
+        return None
+    if value < 0:
+        problems.append(
+            f"{ref.label}: {name} {which} {quantity_text(raw)} is negative; set a whole number of devices >= 0"
+        )
+        return None
+    return value
+
+
+def _resource(
+    ref: ContainerRef, name: str, request_raw: Any, limit_raw: Any, policy: Policy, problems: list[str]
+) -> int | Fraction | None:
+    """Check one managed resource of a container; return its count when it is valid."""
+    if limit_raw is None:  # only before mutation (which copies requests into limits)
+        if _parsed(ref, name, "request", request_raw, problems) is not None:
+            problems.append(
+                f"{ref.label}: {name} request {quantity_text(request_raw)} has no limit; GPUs cannot be "
+                f"overcommitted: set limits.{name} to the same value"
+            )
+        return None
+    limit = _parsed(ref, name, "limit", limit_raw, problems)
+    if request_raw is None or request_raw == limit_raw:
+        request = limit  # the same text: judged (and reported) once
+    else:
+        request = _parsed(ref, name, "request", request_raw, problems)
+    if limit is None or request is None:
+        return None
+    if request != limit:
+        problems.append(
+            f"{ref.label}: {name} request {quantity_text(request_raw)} differs from limit {quantity_text(limit_raw)};"
+            f" GPUs cannot be overcommitted: set request and limit to the same whole number"
+        )
+        return None
+    value = limit
+    if value.denominator != 1:
+        advice = offer(policy) if name == NVIDIA_GPU else "request a whole number"
+        problems.append(
+            f"{ref.label}: {name} {quantity_text(limit_raw)} is fractional, but GPUs are whole devices; {advice}"
+        )
+        return None
+    if value:
+        _served(ref, name, value, limit_raw, policy, problems)
+    maximum = policy.max_per_container
+    if value > maximum:
+        shown = quantity_text(limit_raw)
+        if policy.sharing.mode.is_shared and maximum == 1 and policy.limits.max_per_container is None:
+            problems.append(
+                f"{ref.label}: {name} {shown} exceeds 1 per container under {policy.sharing.mode} "
+                f'(policy "{policy.name}"): {value} shared replicas are not {value} GPUs, and the device plugin '
+                f"refuses them; request 1, or use a namespace with whole GPUs"
+            )
+        else:
+            problems.append(
+                f"{ref.label}: {name} {shown} exceeds the per-container maximum of {maximum} "
+                f'(policy "{policy.name}"); request at most {maximum}'
+            )
+    return value
+
+
+def _served(ref: ContainerRef, name: str, value: int, raw: Any, policy: Policy, problems: list[str]) -> None:
+    """Resources that the namespace's sharing mode does not hand out."""
+    mode = policy.sharing.mode
+    if mode is Mode.EXCLUSIVE and is_shared(name):
+        problems.append(
+            f'{ref.label}: {name} {quantity_text(raw)} is a shared GPU, but policy "{policy.name}" gives this '
+            f"namespace whole GPUs (mode exclusive); request {NVIDIA_GPU} instead"
+        )
+    elif mode is Mode.MIG and policy.gpu.model in GPU_MODELS:
+        profile = mig_profile_of(name)
+        model = GPU_MODELS[policy.gpu.model]
+        if profile is not None and model.profile(profile) is None:
+            problems.append(
+                f"{ref.label}: {name} {quantity_text(raw)} asks for MIG profile {profile}, which {model.name} "
+                f'does not have (policy "{policy.name}"); use one of {", ".join(model.profile_names())}'
+            )
+
+
+def _visible_devices(ref: ContainerRef, counts: dict[str, Fraction], policy: Policy) -> list[str]:
+    if not policy.block_visible_devices_override or any(v > 0 for v in counts.values()):
+        return []
+    if VISIBLE_DEVICES not in ref.env_names():
+        return []
+    return [
+        f"{ref.label}: sets {VISIBLE_DEVICES} but requests no GPU; the NVIDIA container toolkit would expose "
+        f'GPUs without allocating them (policy "{policy.name}"): remove the variable or request {NVIDIA_GPU}'
+    ]
+
+
+def _pod_total(counts: list[tuple[ContainerRef, dict[str, Fraction]]], policy: Policy) -> list[str]:
+    """The pod's effective request, as the scheduler computes it with sidecars (KEP-753).
+
+    max(app containers + all sidecars, each regular init container + the sidecars started before it)
+    """
+    app: dict[str, int | Fraction] = defaultdict(int)
+    sidecars: dict[str, int | Fraction] = defaultdict(int)
+    init_peak: dict[str, int | Fraction] = defaultdict(int)
+    holders: dict[str, list[str]] = defaultdict(list)
+    for ref, container_counts in counts:
+        for name, value in container_counts.items():
+            if value > 0:
+                holders[name].append(f'"{ref.name}"={value}')
+            if ref.section == "containers":
+                app[name] += value
+            elif ref.is_sidecar:
+                sidecars[name] += value
+            else:
+                init_peak[name] = max(init_peak[name], value + sidecars[name])
+    problems = []
+    for name in holders:
+        total = max(app[name] + sidecars[name], init_peak[name])
+        if total > policy.limits.max_per_pod:
+            problems.append(
+                f"pod: {name} effective total {total} (containers {', '.join(holders[name])}) exceeds the per-pod "
+                f'maximum of {policy.limits.max_per_pod} (policy "{policy.name}"); request fewer or split the pod'
+            )
+    return problems
+
+
+__all__ = ["format_fraction", "offer", "validate"]
