@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.mutate import mutate, warning
+from webhook.admission.mutate import WARNING_PREFIX, mutate
 from webhook.admission.podspec import pod_spec_path
 from webhook.admission.policy import Enforcement, PolicySet
 from webhook.admission.validate import validate
@@ -57,7 +57,8 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet) -> Decisi
         verdict = "deny"
     elif policy.enforcement is Enforcement.WARN:
         verdict = "warn"
-        warnings = warnings + [warning(line) for line in violations]
+        # Whole lines, so the fix stays visible (the API server passes warnings of up to 256 characters).
+        warnings = warnings + [WARNING_PREFIX + line for line in violations]
     else:
         verdict = "audit"
     return Decision(

@@ -134,7 +134,7 @@ class _ContainerMutation:
 
     # 1
     def requests_into_limits(self) -> None:
-        missing = [name for name in self.requests if is_managed(name) and name not in self.limits]
+        missing = [name for name in self.requests if is_managed(name) and self.limits.get(name) is None]
         for name in missing:
             self.limits[name] = self.requests[name]
         if missing:

@@ -1,0 +1,510 @@
+"""The admission engine, rule by rule: each case states the object sent, the policy, and the exact result.
+
+`run` (engine_support) also checks on every case that the patch applies with the API server's semantics to
+give the mutated object, that the input is untouched, and that a second pass changes nothing.
+"""
+
+import pytest
+
+from tests.engine_support import (
+    EXCLUSIVE,
+    GPU,
+    MIG,
+    MIG_FRACTIONAL,
+    MPS,
+    TIME_SLICING,
+    TIME_SLICING_FRACTIONAL,
+    Enforcement,
+    Fraction,
+    Fractional,
+    Limits,
+    Mode,
+    Sharing,
+    container,
+    env_of,
+    pod,
+    policy,
+    run,
+)
+
+ANNOTATION = {"gpu-admission.io/policy": "team"}
+
+
+def annotated(obj: dict) -> dict:
+    obj["metadata"]["annotations"] = dict(ANNOTATION)
+    return obj
+
+
+# --- requests into limits -----------------------------------------------------------------------------
+
+
+def test_requests_only_gets_the_limit():
+    decision = run(pod(container(requests={"nvidia.com/gpu": "1", "cpu": "2"})))
+    assert decision.decision == "allow"
+    assert decision.mutated == annotated(
+        pod(container(requests={"nvidia.com/gpu": "1", "cpu": "2"}, limits={"nvidia.com/gpu": "1"}))
+    )
+    assert decision.patch == [
+        {"op": "add", "path": "/metadata/annotations", "value": ANNOTATION},
+        {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"nvidia.com/gpu": "1"}},
+    ]
+    assert decision.warnings == [
+        'gpu-admission: container "app": set limits nvidia.com/gpu from requests (GPUs need request = limit)'
+    ]
+    assert decision.mutation_kinds == ["requests-into-limits"]
+
+
+def test_limit_added_into_existing_limits_map_escapes_the_slash():
+    decision = run(pod(container(requests={"nvidia.com/gpu": 2}, limits={"cpu": "1"})))
+    assert {"op": "add", "path": "/spec/containers/0/resources/limits/nvidia.com~1gpu", "value": 2} in decision.patch
+    assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1", "nvidia.com/gpu": 2}
+
+
+def test_null_limits_map_is_replaced_by_a_map():
+    decision = run(pod(container(requests={"amd.com/gpu": "1"}, limits=None)))
+    decision = run(pod({"name": "app", "resources": {"requests": {"amd.com/gpu": "1"}, "limits": None}}))
+    assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "1"}
+
+
+@pytest.mark.parametrize("resource", ["amd.com/gpu", "gpu.intel.com/i915", "nvidia.com/mig-1g.10gb"])
+def test_every_managed_resource_gets_its_limit(resource):
+    decision = run(pod(container(requests={resource: "1"})))
+    assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {resource: "1"}
+
+
+def test_limits_only_is_left_alone():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"})))
+    assert (decision.decision, decision.patch, decision.warnings) == ("allow", [], [])
+
+
+@pytest.mark.parametrize("value", ["1000m", "1e0", "1.0", "1", 1])
+def test_whole_values_in_any_spelling_are_allowed_as_written(value):
+    decision = run(pod(container(requests={"nvidia.com/gpu": value}, limits={"nvidia.com/gpu": value})))
+    assert (decision.decision, decision.patch) == ("allow", [])
+
+
+def test_init_containers_are_mutated_too():
+    decision = run(pod(container(), init=(container("setup", requests={"nvidia.com/gpu": "1"}),)))
+    assert decision.mutated["spec"]["initContainers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert decision.warnings[0].startswith('gpu-admission: init container "setup": set limits')
+
+
+def test_containers_without_gpus_are_untouched():
+    decision = run(pod(container(requests={"cpu": "1"}), container("b", requests={"memory": "1Gi"})))
+    assert (decision.decision, decision.patch, decision.warnings) == ("allow", [], [])
+
+
+# --- fractional -----------------------------------------------------------------------------------------
+
+
+def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
+    decision = run(pod(container("train", requests={"nvidia.com/gpu": "500m"})))
+    assert decision.decision == "deny"
+    assert decision.violations == [
+        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices; request a whole '
+        'number of GPUs (policy "team" gives whole GPUs only; ask for a namespace with sharing)'
+    ]
+
+
+def test_fractional_in_a_time_slicing_namespace_points_at_the_replica():
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING)
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request nvidia.com/gpu: 1,'
+        ' which policy "team" turns into one of 4 time-slicing shares of a GPU (nvidia.com/gpu.shared)'
+    ]
+
+
+def test_fractional_becomes_a_shared_replica_with_its_memory_fraction():
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING_FRACTIONAL)
+    assert decision.decision == "allow"
+    resources = decision.mutated["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
+    assert env_of(decision) == {
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.48",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "CUPY_GPU_MEMORY_LIMIT": "50%",
+        "CUDA_MEMORY_FRACTION": "0.5",
+        "GPU_MEMORY_FRACTION": "0.5",
+    }
+    assert decision.mutation_kinds == ["requests-into-limits", "fractional", "env"]
+
+
+@pytest.mark.parametrize(
+    ("value", "profile"),
+    [("0.25", "1g.20gb"), ("0.5", "3g.40gb"), ("100m", "1g.10gb"), ("0.75", "7g.80gb"), ("0.125", "1g.10gb")],
+)
+def test_fractional_becomes_the_smallest_mig_slice_that_fits(value, profile):
+    decision = run(pod(container(requests={"nvidia.com/gpu": value})), MIG_FRACTIONAL)
+    resources = decision.mutated["spec"]["containers"][0]["resources"]
+    resource = f"nvidia.com/mig-{profile}"
+    assert resources == {"requests": {resource: "1"}, "limits": {resource: "1"}}
+    assert "env" not in decision.mutated["spec"]["containers"][0]  # a MIG slice has its own memory
+    assert decision.decision == "allow"
+
+
+def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
+    obj = pod(container(requests={"nvidia.com/gpu": "0.5"}, limits={"nvidia.com/gpu": "1"}))
+    decision = run(obj, TIME_SLICING_FRACTIONAL)
+    assert decision.patch == []
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu request "0.5" differs from limit "1"; GPUs cannot be overcommitted: '
+        "set request and limit to the same whole number"
+    ]
+
+
+# --- mapping --------------------------------------------------------------------------------------------
+
+
+def test_time_slicing_maps_whole_gpus_to_the_shared_resource():
+    decision = run(pod(container(requests={"nvidia.com/gpu": "1"})), TIME_SLICING)
+    assert decision.mutated == annotated(
+        pod(
+            container(
+                requests={"nvidia.com/gpu.shared": "1"},
+                limits={"nvidia.com/gpu.shared": "1"},
+                env=[
+                    {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0.23"},
+                    {"name": "XLA_PYTHON_CLIENT_PREALLOCATE", "value": "false"},
+                    {"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": "true"},
+                    {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "25%"},
+                    {"name": "CUDA_MEMORY_FRACTION", "value": "0.25"},
+                    {"name": "GPU_MEMORY_FRACTION", "value": "0.25"},
+                ],
+            )
+        )
+    )
+    assert decision.warnings == [
+        'gpu-admission: container "app": set limits nvidia.com/gpu from requests (GPUs need request = limit)',
+        'gpu-admission: container "app": nvidia.com/gpu 1 became nvidia.com/gpu.shared 1 (time-slicing policy)',
+        'gpu-admission: container "app": set 6 memory env vars for GPU fraction 0.25',
+    ]
+
+
+def test_mapping_uses_the_policys_resource_name():
+    custom = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=2, resource_name="example.com/gpu-slice"))
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"})), custom)
+    assert decision.mutated["spec"]["containers"][0]["resources"] == {"limits": {"example.com/gpu-slice": "1"}}
+
+
+def test_mps_injects_the_mps_limits_from_the_gpu_memory():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"})), MPS)
+    env = env_of(decision)
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"  # a quarter of 80 GiB
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.2437"  # 0.25 less 512 MiB of 80 GiB
+
+
+def test_memory_fraction_overrides_one_over_replicas():
+    custom = policy(
+        sharing=Sharing(mode=Mode.MPS, replicas=4), gpu=GPU(memory_mib=40960), memory_fraction=Fraction(1, 10)
+    )
+    env = env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), custom))
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+    assert env["GPU_MEMORY_FRACTION"] == "0.1"
+    assert env["CUPY_GPU_MEMORY_LIMIT"] == "10%"
+
+
+def test_mig_maps_whole_gpus_to_the_policys_profile():
+    decision = run(pod(container(requests={"nvidia.com/gpu": "2"})), MIG)
+    resources = decision.mutated["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"nvidia.com/mig-1g.10gb": "2"}, "limits": {"nvidia.com/mig-1g.10gb": "2"}}
+    assert decision.mutation_kinds == ["requests-into-limits", "mapping"]
+
+
+def test_a_container_that_already_holds_the_target_is_not_renamed():
+    obj = pod(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpu.shared": "1"}))
+    decision = run(obj, TIME_SLICING)
+    assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpu.shared": "1",
+    }
+
+
+# --- env ------------------------------------------------------------------------------------------------
+
+
+def test_user_set_variables_are_kept_with_a_warning():
+    env = [
+        {"name": "GPU_MEMORY_FRACTION", "value": "0.9"},
+        {"name": "CUDA_MEMORY_FRACTION", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
+    ]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
+    result = decision.mutated["spec"]["containers"][0]["env"]
+    assert result[:2] == env
+    assert [e["name"] for e in result[2:]] == [
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "CUPY_GPU_MEMORY_LIMIT",
+    ]
+    assert (
+        'gpu-admission: container "app": kept CUDA_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
+    )
+    assert 'gpu-admission: container "app": kept GPU_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
+    assert {"op": "add", "path": "/spec/containers/0/env/2", "value": result[2]} in decision.patch
+
+
+@pytest.mark.parametrize("variable", ["XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"])
+def test_jax_hints_are_skipped_when_the_user_set_a_jax_fraction(variable):
+    env = [{"name": variable, "value": ".5"}]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
+    names = [e["name"] for e in decision.mutated["spec"]["containers"][0]["env"]]
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in names
+    assert names.count(variable) == 1 and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in names[1:]
+    assert f'gpu-admission: container "app": kept {variable} as set; jax hints skipped' in decision.warnings
+
+
+def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf():
+    torch = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), framework_env=("pytorch",))
+    env = [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
+    assert decision.mutated["spec"]["containers"][0]["env"] == [
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True,per_process_memory_fraction:0.25"}
+    ]
+    assert decision.patch[-1] == {
+        "op": "replace",
+        "path": "/spec/containers/0/env/0/value",
+        "value": "expandable_segments:True,per_process_memory_fraction:0.25",
+    }
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING))
+
+
+def test_visible_devices_variables_are_never_set():
+    for pol in (TIME_SLICING, TIME_SLICING_FRACTIONAL, MPS, MIG, EXCLUSIVE):
+        env = env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), pol))
+        assert "NVIDIA_VISIBLE_DEVICES" not in env and "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_exclusive_gpus_get_no_env():
+    assert env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})))) == {}
+
+
+# --- validation -----------------------------------------------------------------------------------------
+
+
+def test_request_and_limit_must_agree():
+    decision = run(pod(container("x", requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"})))
+    assert decision.violations == [
+        'container "x": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be overcommitted: '
+        "set request and limit to the same whole number"
+    ]
+
+
+def test_per_container_maximum():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "9"})))
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
+    ]
+
+
+def test_two_shared_replicas_are_not_two_gpus():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "2"})), TIME_SLICING)
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu.shared "2" exceeds 1 per container under time-slicing (policy "team"): '
+        "2 shared replicas are not 2 GPUs, and the device plugin refuses them; request 1, or use a namespace "
+        "with whole GPUs"
+    ]
+
+
+def test_an_explicit_per_container_maximum_applies_under_sharing():
+    custom = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), limits=Limits(max_per_container=2))
+    assert run(pod(container(limits={"nvidia.com/gpu": "2"})), custom).decision == "allow"
+
+
+@pytest.mark.parametrize(
+    ("containers", "init", "allowed"),
+    [
+        ([4, 4], [], True),
+        ([5, 4], [], False),
+        ([4], [8], True),  # init containers run before the app: the peak is 8
+        ([4], [(1, "sidecar"), 7], True),  # sidecar 1 + regular init 7 = 8
+        ([4], [(1, "sidecar"), 8], False),  # 1 + 8 = 9
+        ([7], [(2, "sidecar")], False),  # app 7 + sidecar 2 = 9
+        ([6], [(2, "sidecar")], True),
+        ([4], [8, (1, "sidecar")], True),  # the sidecar starts after the 8-GPU init container ends
+    ],
+)
+def test_pod_total_is_computed_as_the_scheduler_does(containers, init, allowed):
+    def gpu_container(index, spec, prefix):
+        count, kind = spec if isinstance(spec, tuple) else (spec, None)
+        extra = {"restartPolicy": "Always"} if kind == "sidecar" else {}
+        return container(f"{prefix}{index}", limits={"nvidia.com/gpu": str(count)}, **extra)
+
+    obj = pod(
+        *[gpu_container(i, c, "app") for i, c in enumerate(containers)],
+        init=tuple(gpu_container(i, c, "init") for i, c in enumerate(init)),
+    )
+    decision = run(obj)
+    assert decision.allowed is allowed
+    if not allowed:
+        assert decision.violations[0].startswith("pod: nvidia.com/gpu effective total 9 (containers ")
+        assert decision.violations[0].endswith(
+            'exceeds the per-pod maximum of 8 (policy "team"); request fewer or split the pod'
+        )
+
+
+def test_visible_devices_without_a_gpu_is_denied():
+    env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    decision = run(pod(container("sneaky", env=env)))
+    assert decision.violations == [
+        'container "sneaky": sets NVIDIA_VISIBLE_DEVICES but requests no GPU; the NVIDIA container toolkit would '
+        'expose GPUs without allocating them (policy "team"): remove the variable or request nvidia.com/gpu'
+    ]
+    assert run(pod(container(env=env, limits={"nvidia.com/gpu": "1"}))).decision == "allow"
+    assert run(pod(container(env=env)), policy(block_visible_devices_override=False)).decision == "allow"
+
+
+def test_visible_devices_from_a_secret_in_an_ephemeral_container_is_denied():
+    env = [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    obj = pod(container(), ephemeralContainers=[{"name": "debug", "image": "busybox", "env": env}])
+    assert run(obj).violations[0].startswith('ephemeral container "debug": sets NVIDIA_VISIBLE_DEVICES')
+
+
+def test_a_mig_profile_that_the_model_lacks_is_denied():
+    decision = run(pod(container(limits={"nvidia.com/mig-1g.5gb": "1"})), MIG)
+    assert decision.violations == [
+        'container "app": nvidia.com/mig-1g.5gb "1" asks for MIG profile 1g.5gb, which A100-80GB does not have '
+        '(policy "team"); use one of 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb'
+    ]
+    assert run(pod(container(limits={"nvidia.com/mig-2g.20gb": "1"})), MIG).decision == "allow"
+
+
+def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
+    decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"})))
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this namespace whole '
+        "GPUs (mode exclusive); request nvidia.com/gpu instead"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("-1", 'nvidia.com/gpu limit "-1" is negative; set a whole number of devices >= 0'),
+        ("lots", 'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki); set'),
+        ("1e309", 'nvidia.com/gpu limit "1e309" is too large (past int64); set a whole number'),
+        ("9223372036854775808", 'limit "9223372036854775808" is too large (past int64)'),
+        (True, "nvidia.com/gpu limit true is not a quantity (true/false)"),
+        ([1], "nvidia.com/gpu limit a list is not a quantity (expected a string or number, got list)"),
+    ],
+)
+def test_bad_quantities_are_denied_with_the_text_quoted(value, message):
+    decision = run(pod(container(limits={"nvidia.com/gpu": value})))
+    assert decision.decision == "deny"
+    assert len(decision.violations) == 1
+    assert message in decision.violations[0]
+    assert decision.violations[0].startswith('container "app": ')
+
+
+def test_every_problem_is_listed_not_just_the_first():
+    obj = pod(
+        container("a", limits={"nvidia.com/gpu": "0.5"}),
+        container("b", requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "3"}),
+        container("c", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]),
+    )
+    assert [line.split(":")[0] for line in run(obj).violations] == ['container "a"', 'container "b"', 'container "c"']
+
+
+def test_malformed_resources_are_explained_not_crashed_on():
+    decision = run(pod({"name": "app", "resources": {"limits": ["nvidia.com/gpu"]}}))
+    assert decision.violations == ['container "app": resources.limits must be a map, not list; fix the manifest']
+
+
+# --- enforcement ----------------------------------------------------------------------------------------
+
+
+def test_warn_admits_and_tells_the_user():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.WARN))
+    assert (decision.allowed, decision.decision, decision.denials) == (True, "warn", [])
+    assert decision.warnings == [
+        'gpu-admission: container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); '
+        "request at most 8"
+    ]
+
+
+def test_audit_admits_silently_but_records_the_lines():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.AUDIT))
+    assert (decision.allowed, decision.decision, decision.warnings, decision.denials) == (True, "audit", [], [])
+    assert len(decision.violations) == 1
+
+
+def test_enforce_denies():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "9"})))
+    assert (decision.allowed, decision.decision) == (False, "deny")
+    assert decision.denials == decision.violations
+
+
+# --- kinds ----------------------------------------------------------------------------------------------
+
+TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [container(requests={"nvidia.com/gpu": "1"})]}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "wrap", "path"),
+    [
+        ("Deployment", lambda t: {"spec": {"replicas": 2, "template": t}}, "/spec/template/spec"),
+        ("StatefulSet", lambda t: {"spec": {"template": t}}, "/spec/template/spec"),
+        ("DaemonSet", lambda t: {"spec": {"template": t}}, "/spec/template/spec"),
+        ("ReplicaSet", lambda t: {"spec": {"template": t}}, "/spec/template/spec"),
+        ("ReplicationController", lambda t: {"spec": {"template": t}}, "/spec/template/spec"),
+        ("Job", lambda t: {"spec": {"template": t}}, "/spec/template/spec"),
+        (
+            "CronJob",
+            lambda t: {"spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": t}}}},
+            "/spec/jobTemplate/spec/template/spec",
+        ),
+        ("PodTemplate", lambda t: {"template": t}, "/template/spec"),
+    ],
+)
+def test_workload_templates_are_mutated_where_their_pod_spec_lives(kind, wrap, path):
+    obj = {"apiVersion": "x/v1", "kind": kind, "metadata": {"name": "w", "namespace": "team"}, **wrap(TEMPLATE)}
+    decision = run(obj, TIME_SLICING)
+    assert decision.decision == "allow"
+    assert {"op": "remove", "path": f"{path}/containers/0/resources/requests/nvidia.com~1gpu"} in decision.patch
+    assert decision.mutated["metadata"]["annotations"] == ANNOTATION
+
+
+def test_objects_without_a_pod_spec_are_skipped_untouched():
+    for obj in (
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}},
+    ):
+        decision = run(obj)
+        assert (decision.skipped, decision.allowed, decision.patch) == (True, True, [])
+
+
+def test_ephemeral_containers_are_not_mutated():
+    obj = pod(container(), ephemeralContainers=[{"name": "debug", "resources": {"requests": {"nvidia.com/gpu": "1"}}}])
+    assert run(obj).patch == []
+
+
+def test_the_annotation_names_the_policy_and_is_not_duplicated():
+    obj = pod(container(requests={"nvidia.com/gpu": "1"}))
+    obj["metadata"]["annotations"] = {"other": "x", "gpu-admission.io/policy": "old"}
+    decision = run(obj)
+    assert decision.mutated["metadata"]["annotations"] == {"other": "x", "gpu-admission.io/policy": "team"}
+    assert {
+        "op": "replace",
+        "path": "/metadata/annotations/gpu-admission.io~1policy",
+        "value": "team",
+    } in decision.patch
+
+
+def test_built_in_defaults_apply_without_a_matching_policy():
+    decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), namespace="elsewhere")
+    assert decision.policy == "built-in-default"
+    assert decision.decision == "deny"
+
+
+def test_fractional_mig_works_in_an_exclusive_namespace_too():
+    a30 = policy(gpu=GPU(model="A30-24GB"), fractional=Fractional.MIG)
+    decision = run(pod(container(limits={"nvidia.com/gpu": "0.9"})), a30)
+    assert decision.mutated["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/mig-4g.24gb": "1"}}
+
+
+def test_mutation_warnings_are_at_most_120_characters():
+    long_name = "x" * 63
+    decision = run(pod(container(long_name, requests={"nvidia.com/gpu": "1", "amd.com/gpu": "1"})), TIME_SLICING)
+    assert decision.warnings and all(len(w) <= 120 for w in decision.warnings)

@@ -1,0 +1,104 @@
+"""Quantities follow Kubernetes' resource.Quantity grammar, exactly (examples from the Kubernetes docs)."""
+
+from fractions import Fraction
+
+import pytest
+
+from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", 1),
+        ("1000m", 1),
+        ("1e0", 1),
+        ("1E0", 1),
+        ("1.0", 1),
+        ("1.", 1),
+        ("+1", 1),
+        ("2Ki", 2048),
+        ("1Mi", 2**20),
+        ("1Gi", 2**30),
+        ("1Ei", 2**60),
+        ("1k", 1000),
+        ("129M", 129_000_000),
+        ("1E", 10**18),  # a bare E is the exa suffix
+        ("1E3", 1000),  # E followed by digits is an exponent
+        ("12e6", 12_000_000),
+        ("123Mi", 123 * 2**20),
+        ("0", 0),
+        ("0.0", 0),
+        ("500m", Fraction(1, 2)),
+        ("0.5", Fraction(1, 2)),
+        (".5", Fraction(1, 2)),
+        ("250u", Fraction(1, 4000)),
+        ("5n", Fraction(1, 200_000_000)),
+        ("1e-3", Fraction(1, 1000)),
+        ("-1", -1),
+        ("9223372036854775807", 2**63 - 1),
+        (1, 1),
+        (0.5, Fraction(1, 2)),
+        (1.0, 1),
+    ],
+)
+def test_parses_exactly(text, value):
+    assert parse_quantity(text) == value
+
+
+def test_whole_values_are_ints_and_fractions_are_exact():
+    assert type(parse_quantity("1000m")) is int
+    assert parse_quantity("0.1") == Fraction(1, 10)  # not 0.1000000000000000055...
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("", "is not a Kubernetes quantity"),
+        ("one", "is not a Kubernetes quantity"),
+        ("1 ", "is not a Kubernetes quantity"),
+        ("1.2.3", "is not a Kubernetes quantity"),
+        ("1Kb", "is not a Kubernetes quantity"),
+        ("1ki", "is not a Kubernetes quantity"),
+        ("0x10", "is not a Kubernetes quantity"),
+        ("1e", "is not a Kubernetes quantity"),
+        ("--1", "is not a Kubernetes quantity"),
+        ("1e309", "past int64"),
+        ("1e999999999", "past int64"),
+        ("9223372036854775808", "past int64"),
+        ("10E", "past int64"),
+        ("9" * 65, "longer than 64 characters"),
+        (2**63, "past int64"),
+        (float("inf"), "not a finite number"),
+        (float("nan"), "not a finite number"),
+        (True, "true/false"),
+        (None, "expected a string or number, got NoneType"),
+        ([1], "expected a string or number, got list"),
+        ({"a": 1}, "expected a string or number, got dict"),
+    ],
+)
+def test_refuses_with_a_reason(value, reason):
+    with pytest.raises(QuantityError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        parse_quantity(value)
+
+
+def test_hostile_exponent_is_cheap():
+    # 10**999999999 would take minutes; the exponent is bounded before any arithmetic.
+    with pytest.raises(QuantityError):
+        parse_quantity("1e999999999")
+    assert parse_quantity("0e999999999") == 0
+
+
+def test_quantity_text_quotes_strings_and_escapes_control_characters():
+    assert quantity_text("500m") == '"500m"'
+    assert quantity_text(0.5) == "0.5"
+    assert quantity_text("a\x00b") == '"a\\x00b"'
+    assert quantity_text("x" * 100) == '"' + "x" * 37 + '..."'
+
+
+@pytest.mark.parametrize(
+    ("fraction", "text"),
+    [(Fraction(1, 4), "0.25"), (Fraction(1, 3), "0.3333"), (Fraction(2, 3), "0.6666"), (Fraction(1), "1")],
+)
+def test_format_fraction_rounds_down(fraction, text):
+    assert format_fraction(fraction) == text
