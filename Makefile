@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench soak clean
+.PHONY: run test lint bench soak manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ bench: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m soak tests
+
+# kustomize reads only files under manifests/: copy the shipped policies into the ConfigMap generator.
+manifests:
+	sh manifests/sync-policies.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis certs/dev

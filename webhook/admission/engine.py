@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.mutate import WARNING_PREFIX, mutate
-from webhook.admission.podspec import pod_spec_path
+from webhook.admission.podspec import mentions_gpu, pod_spec_path
 from webhook.admission.policy import Enforcement, PolicySet
 from webhook.admission.validate import validate
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
-    """What the webhook decides for one object."""
+    """What the webhook decides for one object (built once per review; treat it as read-only)."""
 
     allowed: bool
     decision: str  # "allow" | "deny" | "warn" | "audit": the metric and log label
@@ -46,10 +46,13 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet) -> Decisi
     Templates are validated on the mutation result too: their pods will be mutated when created.
     """
     policy = policies.for_namespace(namespace)
-    if pod_spec_path(obj) is None:
+    spec_path = pod_spec_path(obj)
+    if spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True)
-    result = mutate(obj, policy)
-    violations = validate(result.obj, policy)
+    if not mentions_gpu(obj, spec_path):
+        return Decision(True, "allow", policy.name, mutated=obj)
+    result = mutate(obj, policy, spec_path)
+    violations = validate(result.obj, policy, spec_path)
     warnings = result.warnings
     if not violations:
         verdict = "allow"

@@ -50,8 +50,8 @@ class MutationResult:
     kinds: list[str] = field(default_factory=list)  # one per change: for metrics and counts
 
 
-def mutate(obj: dict[str, Any], policy: Policy) -> MutationResult:
-    spec_path = pod_spec_path(obj)
+def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> MutationResult:
+    spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return MutationResult(obj)
     editor = ObjectEditor(obj)

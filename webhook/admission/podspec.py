@@ -25,6 +25,8 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "PodTemplate": ("template", "spec"),
 }
 
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+
 # Sections whose containers may hold resources, in the order messages list them.
 RESOURCE_SECTIONS = ("initContainers", "containers")
 
@@ -56,7 +58,7 @@ def get_path(obj: Any, path: tuple[str | int, ...]) -> Any:
     return node
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ContainerRef:
     """One container of a pod spec, with where it lives (for patches) and how to name it (for people)."""
 
@@ -112,6 +114,40 @@ def iter_containers(
         for index, body in enumerate(containers):
             if isinstance(body, dict):
                 yield ContainerRef(section, index, (*spec_path, section, index), body)
+
+
+def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
+    """Whether any rule could apply: a managed resource, resources that are not maps, or NVIDIA_VISIBLE_DEVICES.
+
+    A pre-filter, the engine's twin of the manifests' matchConditions: most pods hold no GPU, and for them
+    the answer is "allow, untouched" without running mutation and validation. It may say True needlessly,
+    never False wrongly.
+    """
+    spec = get_path(obj, spec_path)
+    for section in ("containers", "initContainers", "ephemeralContainers"):
+        containers = spec.get(section)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            return True
+        for body in containers:
+            if not isinstance(body, dict):
+                return True
+            resources = body.get("resources")
+            if resources is not None:
+                if not isinstance(resources, dict):
+                    return True
+                for which in ("requests", "limits"):
+                    names = resources.get(which)
+                    if names is not None and (not isinstance(names, dict) or any(map(is_managed, names))):
+                        return True
+            env = body.get("env")
+            if env is not None and (
+                not isinstance(env, list)
+                or any(not isinstance(e, dict) or e.get("name") == VISIBLE_DEVICES for e in env)
+            ):
+                return True
+    return False
 
 
 def default_requests_from_limits(obj: dict[str, Any]) -> dict[str, Any]:

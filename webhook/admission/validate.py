@@ -10,7 +10,7 @@ from collections import defaultdict
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.podspec import ContainerRef, iter_containers, pod_spec_path
+from webhook.admission.podspec import VISIBLE_DEVICES, ContainerRef, iter_containers, pod_spec_path
 from webhook.admission.policy import Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
 from webhook.admission.resources import (
@@ -21,7 +21,6 @@ from webhook.admission.resources import (
     mig_resource,
 )
 
-VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ALL_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
 
 
@@ -37,8 +36,8 @@ def offer(policy: Policy) -> str:
     return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
 
 
-def validate(obj: dict[str, Any], policy: Policy) -> list[str]:
-    spec_path = pod_spec_path(obj)
+def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> list[str]:
+    spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return []
     problems: list[str] = []

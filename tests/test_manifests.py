@@ -1,0 +1,641 @@
+"""manifests/: what `kubectl apply -k manifests/` (and each overlay) would apply, checked property by property.
+
+There is no kustomize binary on the test machines, so `render` below resolves the few kustomize features the
+manifests use (resources, components, configMapGenerator, JSON patches, replacements, local-config) and fails
+on any other; where kubectl is installed, its built-in kustomize renders the same directories and must agree.
+Every rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field
+the API does not know (a typo) would be dropped on the way and fail the round trip.
+
+No CEL library is installed, so the webhooks' matchConditions are checked for structure: each must be the
+documented expression (below) for its kinds' pod-spec path, which is the engine's own `POD_SPEC_PATHS`, and its
+resource names must pick exactly what the engine's `is_managed` picks.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+
+from webhook import certs
+from webhook.admission.podspec import POD_SPEC_PATHS
+from webhook.admission.resources import is_managed
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS = ROOT / "manifests"
+POLICY_COPY = MANIFESTS / "base" / "policies"
+NAMESPACE = "gpu-admission"
+KUBECTL = shutil.which("kubectl")
+LOCAL_CONFIG = "config.kubernetes.io/local-config"
+APP_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "webhook"}
+EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "gpu-admission"]
+
+# (API group, resource) -> kind, for every kind the webhooks receive.
+RESOURCE_KINDS = {
+    ("", "pods"): "Pod",
+    ("apps", "deployments"): "Deployment",
+    ("apps", "statefulsets"): "StatefulSet",
+    ("apps", "daemonsets"): "DaemonSet",
+    ("apps", "replicasets"): "ReplicaSet",
+    ("", "replicationcontrollers"): "ReplicationController",
+    ("batch", "jobs"): "Job",
+    ("batch", "cronjobs"): "CronJob",
+    ("", "podtemplates"): "PodTemplate",
+}
+
+# The documented match condition, with SPEC standing for the pod spec's path under `object`. Every step is
+# guarded (has(), `in`, != null), because an expression that errors under failurePolicy Fail rejects the
+# request; CEL's && and || also absorb an error when the other side decides the result.
+MATCH_CONDITION = """\
+GUARDS &&
+['containers', 'initContainers'].exists(section,
+  section in SPEC && SPEC[section] != null &&
+  SPEC[section].exists(c,
+    (has(c.resources) && ['limits', 'requests'].exists(amounts,
+      amounts in c.resources && c.resources[amounts] != null &&
+      c.resources[amounts].exists(r,
+        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu'] ||
+        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
+    (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))))"""
+
+
+def documented_condition(path: tuple[str, ...]) -> str:
+    spec = ".".join(("object", *path))
+    guards = " && ".join(f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path)))
+    return MATCH_CONDITION.replace("GUARDS", guards).replace("SPEC", spec)
+
+
+# ------------------------------------------------------------------------------------ a small kustomize
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def _kustomization(directory: Path) -> dict[str, Any]:
+    data = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    supported = {"apiVersion", "kind", "resources", "components", "configMapGenerator", "patches", "replacements"}
+    unknown = set(data) - supported
+    assert not unknown, f"{directory}/kustomization.yaml uses {sorted(unknown)}: teach render() or avoid them"
+    return data
+
+
+def _generate_configmap(directory: Path, generator: dict[str, Any]) -> dict[str, Any]:
+    assert generator.get("options", {}).get("disableNameSuffixHash") is True, "a fixed name lets the server reload"
+    assert set(generator) <= {"name", "namespace", "options", "files"}, generator
+    configmap: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": generator["name"]}}
+    if "namespace" in generator:
+        configmap["metadata"]["namespace"] = generator["namespace"]
+    data = {}
+    for entry in generator.get("files", []):
+        assert "=" not in entry and "/" not in entry, f"{entry}: only plain file names are supported here"
+        data[entry] = (directory / entry).read_text()
+    if data:
+        configmap["data"] = data
+    return configmap
+
+
+def _selected(obj: dict[str, Any], selector: dict[str, Any]) -> bool:
+    assert set(selector) <= {"kind", "name"}, selector
+    actual = {"kind": obj["kind"], "name": obj["metadata"]["name"]}
+    return all(actual[key] == value for key, value in selector.items())
+
+
+def _apply_patches(objects: list[dict[str, Any]], directory: Path, patches: list[dict[str, Any]]) -> None:
+    for entry in patches:
+        text = (directory / entry["path"]).read_text() if "path" in entry else entry["patch"]
+        operations = yaml.safe_load(text)
+        assert isinstance(operations, list), "only JSON patches (a list of operations) are supported here"
+        matched = [i for i, obj in enumerate(objects) if _selected(obj, entry["target"])]
+        assert matched, f"patch {entry} matches nothing"
+        for index in matched:
+            objects[index] = jsonpatch.apply_patch(objects[index], operations)
+
+
+def _field_nodes(node: Any, parts: list[str], create: bool) -> Iterator[tuple[dict[str, Any], str]]:
+    """(parent, key) pairs that a dotted field path with `*` list wildcards names."""
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        assert isinstance(node, list)
+        for item in node:
+            yield from _field_nodes(item, rest, create)
+        return
+    if not rest:
+        if head in node or create:
+            yield node, head
+        return
+    if head not in node and create:
+        node[head] = {}
+    if head in node:
+        yield from _field_nodes(node[head], rest, create)
+
+
+def _apply_replacements(objects: list[dict[str, Any]], replacements: list[dict[str, Any]]) -> None:
+    for replacement in replacements:
+        source = replacement["source"]
+        (origin,) = [o for o in objects if _selected(o, {k: source[k] for k in ("kind", "name")})]
+        value: Any = origin
+        for part in source["fieldPath"].split("."):
+            value = value[part]
+        for target in replacement["targets"]:
+            create = target.get("options", {}).get("create", False)
+            matched = [o for o in objects if _selected(o, target["select"])]
+            assert matched, f"replacement target {target['select']} matches nothing"
+            for obj in matched:
+                for field_path in target["fieldPaths"]:
+                    for parent, key in _field_nodes(obj, field_path.split("."), create):
+                        parent[key] = copy.deepcopy(value)
+
+
+def _accumulate(directory: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for entry in data.get("resources", []):
+        path = directory / entry
+        if path.is_dir():
+            assert _kustomization(path).get("kind") != "Component", f"{entry}: a Component under resources"
+            objects += render(path, drop_local=False)
+        else:
+            objects += load_documents(path)
+    objects += [_generate_configmap(directory, g) for g in data.get("configMapGenerator", [])]
+    return objects
+
+
+def render(directory: Path, *, drop_local: bool = True) -> list[dict[str, Any]]:
+    """What `kubectl kustomize directory` prints, for the features these manifests use."""
+    data = _kustomization(directory)
+    objects = _accumulate(directory, data)
+    for entry in data.get("components", []):
+        component_dir = directory / entry
+        component = _kustomization(component_dir)
+        assert component.get("kind") == "Component", f"{entry}: not a Component"
+        objects += _accumulate(component_dir, component)
+        _apply_patches(objects, component_dir, component.get("patches", []))
+        _apply_replacements(objects, component.get("replacements", []))
+    _apply_patches(objects, directory, data.get("patches", []))
+    _apply_replacements(objects, data.get("replacements", []))
+    if drop_local:
+        objects = [o for o in objects if o["metadata"].get("annotations", {}).get(LOCAL_CONFIG) != "true"]
+    return objects
+
+
+def kubectl_kustomize(directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run([KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def by_kind(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        grouped.setdefault(obj["kind"], []).append(obj)
+    return grouped
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (obj,) = by_kind(objects)[kind]
+    return obj
+
+
+VARIANTS = {
+    "default": MANIFESTS,
+    "no-match-conditions": MANIFESTS / "overlays" / "no-match-conditions",
+    "cert-manager": MANIFESTS / "overlays" / "cert-manager",
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: render(path) for name, path in VARIANTS.items()}
+
+
+@pytest.fixture(scope="module")
+def default(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return rendered["default"]
+
+
+def webhook_configurations(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    grouped = by_kind(objects)
+    return grouped["MutatingWebhookConfiguration"] + grouped["ValidatingWebhookConfiguration"]
+
+
+def with_ca_bundle(objects: list[dict[str, Any]], bundle: str) -> list[dict[str, Any]]:
+    """A copy with every caBundle that is there set to `bundle` (as the documented one-liner does)."""
+    filled = copy.deepcopy(objects)
+    for configuration in webhook_configurations(filled):
+        for hook in configuration["webhooks"]:
+            if "caBundle" in hook["clientConfig"]:
+                hook["clientConfig"]["caBundle"] = bundle
+    return filled
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def test_every_manifest_file_parses() -> None:
+    files = sorted(MANIFESTS.rglob("*.yaml"))
+    assert len(files) >= 15
+    for path in files:
+        documents = load_documents(path)
+        assert documents, f"{path} is empty"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict[str, Any]]], variant: str) -> None:
+    kinds = sorted(_key(o)[0] for o in rendered[variant])
+    expected = [
+        "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Service",
+        "ServiceAccount", "ValidatingWebhookConfiguration",
+    ]  # fmt: skip
+    if variant == "cert-manager":
+        expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
+    assert kinds == expected
+    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    for obj in rendered[variant]:
+        assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kubectl_kustomize_renders_the_same(rendered: dict[str, list[dict[str, Any]]], variant: str) -> None:
+    assert sorted(kubectl_kustomize(VARIANTS[variant]), key=_key) == sorted(rendered[variant], key=_key)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_objects_round_trip_through_the_kubernetes_client_models(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    """Deserialize into V1Deployment & co. and back: an unknown (misspelt) field would not survive."""
+    client = ApiClient()
+    # The method behind ApiClient.deserialize, whose public signature changed across client releases.
+    deserialize = client._ApiClient__deserialize  # type: ignore[attr-defined]
+    checked = 0
+    for obj in with_ca_bundle(rendered[variant], base64.b64encode(b"a CA").decode()):
+        if obj["apiVersion"].startswith("cert-manager.io/"):
+            continue  # a CRD: the client has no model for it
+        model = deserialize(json.loads(json.dumps(obj)), f"V1{obj['kind']}")
+        assert type(model).__name__ == f"V1{obj['kind']}"
+        assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
+        checked += 1
+    assert checked == 8
+
+
+# ------------------------------------------------------------------------------------ the policy ConfigMap
+
+
+def _policy_files(directory: Path) -> dict[str, str]:
+    return {
+        p.name: p.read_text()
+        for p in sorted(directory.iterdir())
+        if p.suffix in (".yaml", ".yml") and p.name != "kustomization.yaml"
+    }
+
+
+def test_the_policy_copy_matches_policies_dir() -> None:
+    """kustomize reads only files under its root, so manifests/ carries a copy of policies/: keep it exact."""
+    source, copy_ = _policy_files(ROOT / "policies"), _policy_files(POLICY_COPY)
+    differing = sorted(name for name in source.keys() | copy_.keys() if source.get(name) != copy_.get(name))
+    assert not differing, f"manifests/base/policies/ differs from policies/ in {differing}: run `make manifests`"
+    (generator,) = _kustomization(POLICY_COPY)["configMapGenerator"]
+    assert generator.get("files", []) == sorted(source), "run `make manifests` to list the policy files"
+
+
+def test_the_policy_configmap_holds_every_policy_file_under_a_fixed_name(default: list[dict[str, Any]]) -> None:
+    configmap = one(default, "ConfigMap")
+    assert configmap["metadata"]["name"] == "gpu-admission-policies"  # no hash suffix: updated in place
+    assert configmap.get("data", {}) == _policy_files(ROOT / "policies")
+
+
+def test_the_policies_in_the_configmap_load(default: list[dict[str, Any]]) -> None:
+    """What the pods will read is a valid policy set (the loader's own check, not a copy of it)."""
+    from webhook.admission.loader import parse_policy_sources
+
+    parse_policy_sources(one(default, "ConfigMap").get("data", {}))  # raises PolicyLoadError, file#doc per line
+
+
+def test_the_sync_script_copies_and_lists_policy_files(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(MANIFESTS, root / "manifests")
+    (root / "policies").mkdir()
+    (root / "policies" / "b-team.yaml").write_text("name: b-team\nnamespaces: [b-*]\n")
+    (root / "policies" / "a.yml").write_text("name: a\n")
+    (root / "policies" / "README.md").write_text("not a policy\n")
+    (root / "manifests" / "base" / "policies" / "stale.yaml").write_text("name: gone\n")
+    result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "synced 2 policy file(s)" in result.stdout
+    (generator,) = _kustomization(root / "manifests" / "base" / "policies")["configMapGenerator"]
+    assert generator["files"] == ["a.yml", "b-team.yaml"]
+    assert not (root / "manifests" / "base" / "policies" / "stale.yaml").exists()
+    configmap = one(render(root / "manifests"), "ConfigMap")
+    assert configmap["data"] == {"b-team.yaml": "name: b-team\nnamespaces: [b-*]\n", "a.yml": "name: a\n"}
+    if KUBECTL:
+        assert one(kubectl_kustomize(root / "manifests"), "ConfigMap") == configmap
+
+
+# ---------------------------------------------------------------------------------------- the Deployment
+
+
+def test_the_deployment_runs_three_spread_replicas(default: list[dict[str, Any]]) -> None:
+    deployment = one(default, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 3
+    assert spec["selector"]["matchLabels"] == APP_LABELS == spec["template"]["metadata"]["labels"]
+    assert spec["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    (term,) = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == APP_LABELS
+
+
+def test_the_pod_is_locked_down_to_the_restricted_pod_security_standard(default: list[dict[str, Any]]) -> None:
+    namespace = one(default, "Namespace")
+    assert namespace["metadata"]["name"] == NAMESPACE
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    pod = one(default, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == one(default, "ServiceAccount")["metadata"]["name"]
+    assert not any(pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
+    assert {next(k for k in v if k != "name") for v in pod["volumes"]} <= {"secret", "configMap", "emptyDir"}
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context.get("privileged") is not True
+
+
+def test_the_container_has_a_cpu_request_but_no_cpu_limit(default: list[dict[str, Any]]) -> None:
+    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    resources = container["resources"]
+    assert "cpu" in resources["requests"] and "cpu" not in resources.get("limits", {})
+    assert "memory" in resources["requests"] and "memory" in resources["limits"]
+    assert container["image"] == "ghcr.io/gpu-admission/gpu-admission:0.1.0"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+
+
+def _flags(command: list[str]) -> dict[str, str]:
+    assert command[:2] == ["gpu-webhook", "serve"]
+    rest = command[2:]
+    assert all(flag.startswith("--") for flag in rest[::2]), rest
+    return dict(zip(rest[::2], rest[1::2], strict=True))
+
+
+def test_the_server_command_points_at_the_mounted_certificate_and_policies(default: list[dict[str, Any]]) -> None:
+    pod = one(default, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    flags = _flags(container["command"])
+    assert flags["--port"] == "8443" and flags["--metrics-port"] == "9090"
+    assert flags["--host"] == "0.0.0.0" and int(flags["--workers"]) >= 1
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    tls_dir, policy_dir = mounts["tls"]["mountPath"], mounts["policies"]["mountPath"]
+    assert (tls_dir, policy_dir) == ("/etc/gpu-admission/tls", "/etc/gpu-admission/policies")
+    assert flags["--cert-file"] == f"{tls_dir}/tls.crt" and flags["--key-file"] == f"{tls_dir}/tls.key"
+    assert flags["--policies"] == policy_dir
+    assert all(m["readOnly"] for m in (mounts["tls"], mounts["policies"]))
+    assert all("subPath" not in m for m in mounts.values()), "subPath mounts never see Secret/ConfigMap updates"
+    assert volumes["tls"]["secret"]["secretName"] == "gpu-admission-tls"
+    assert volumes["policies"]["configMap"]["name"] == one(default, "ConfigMap")["metadata"]["name"]
+    assert mounts["tmp"]["mountPath"] == "/tmp" and "emptyDir" in volumes["tmp"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"https": 8443, "metrics": 9090}
+
+
+def test_the_server_command_is_one_the_cli_accepts(default: list[dict[str, Any]]) -> None:
+    from webhook.cli import serve_cmd
+    from webhook.cli.main import build_parser
+
+    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["command"][1:])
+    assert args.handler is serve_cmd.run
+    assert (args.port, args.metrics_port, args.workers, args.dev) == (8443, 9090, 2, False)
+    assert args.cert_file == "/etc/gpu-admission/tls/tls.crt" and args.policies == "/etc/gpu-admission/policies"
+
+
+def test_probes_use_readyz_and_healthz_over_https(default: list[dict[str, Any]]) -> None:
+    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8443, "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8443, "scheme": "HTTPS"}
+
+
+def test_the_disruption_budget_and_service(default: list[dict[str, Any]]) -> None:
+    budget = one(default, "PodDisruptionBudget")
+    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": APP_LABELS}}
+    service = one(default, "Service")
+    assert service["metadata"]["name"] == "gpu-admission"
+    assert service["spec"]["selector"] == APP_LABELS
+    ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert ports == {"https": (443, 8443), "metrics": (9090, 9090)}
+
+
+# -------------------------------------------------------------------------------------------- the webhooks
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[str, Any]], kind: str) -> None:
+    configuration = one(default, kind)
+    service = one(default, "Service")
+    mutating = kind.startswith("Mutating")
+    assert len(configuration["webhooks"]) == 4
+    for hook in configuration["webhooks"]:
+        assert hook["name"].endswith(".gpu-admission.io")
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["timeoutSeconds"] == 5
+        assert hook["failurePolicy"] == "Fail"
+        assert hook.get("reinvocationPolicy") == ("IfNeeded" if mutating else None)
+        assert hook["clientConfig"]["service"] == {
+            "name": service["metadata"]["name"],
+            "namespace": service["metadata"]["namespace"],
+            "path": "/mutate" if mutating else "/validate",
+            "port": 443,
+        }
+        assert hook["namespaceSelector"] == {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXCLUDED_NAMESPACES},
+                {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]},
+            ]
+        }
+
+
+def _kinds_of(hook: dict[str, Any]) -> dict[str, list[str]]:
+    """kind -> operations, from a webhook's rules."""
+    kinds: dict[str, list[str]] = {}
+    for rule in hook["rules"]:
+        assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                kinds[RESOURCE_KINDS[(group, resource)]] = rule["operations"]
+    return kinds
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
+    default: list[dict[str, Any]], kind: str
+) -> None:
+    covered: dict[str, list[str]] = {}
+    for hook in one(default, kind)["webhooks"]:
+        kinds = _kinds_of(hook)
+        assert not set(kinds) & set(covered), f"{hook['name']} repeats {set(kinds) & set(covered)}"
+        covered.update(kinds)
+    assert set(covered) == set(POD_SPEC_PATHS)
+    for name, operations in covered.items():
+        assert operations == (["CREATE"] if name == "Pod" else ["CREATE", "UPDATE"]), name
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_each_match_condition_is_the_documented_one_for_its_kinds_pod_spec_path(
+    default: list[dict[str, Any]], kind: str
+) -> None:
+    for hook in one(default, kind)["webhooks"]:
+        (condition,) = hook["matchConditions"]  # conditions are ANDed: one per webhook
+        assert condition["name"] == "mentions-managed-gpu"
+        paths = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
+        assert len(paths) == 1, f"{hook['name']} mixes kinds whose pod specs live at {paths}"
+        assert condition["expression"] == documented_condition(paths.pop()), hook["name"]
+
+
+def test_the_documented_condition_is_well_formed_and_guards_every_step() -> None:
+    expression = documented_condition(("spec", "template", "spec"))
+    depth = 0
+    for char in re.sub(r"'[^']*'", "''", expression):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        assert depth >= 0
+    assert depth == 0
+    assert expression.startswith("has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) &&\n")
+    assert "oldObject" not in expression  # absent on CREATE; the new object is what gets admitted
+    # Every indexed or iterated value is tested first.
+    for guarded, use in [
+        ("section in object.spec.template.spec && object.spec.template.spec[section] != null",
+         "object.spec.template.spec[section].exists("),
+        ("amounts in c.resources && c.resources[amounts] != null", "c.resources[amounts].exists("),
+        ("has(c.env) && c.env != null", "c.env.exists("),
+    ]:  # fmt: skip
+        assert expression.index(guarded) < expression.index(use)
+
+
+def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> None:
+    expression = documented_condition(("spec",))
+    names = re.findall(r"'([^']+)'", re.search(r"r in \[([^\]]*)\]", expression).group(1))
+    prefixes = re.findall(r"r\.startsWith\('([^']+)'\)", expression)
+    env_names = re.findall(r"e\.name == '([^']+)'", expression)
+    assert env_names == ["NVIDIA_VISIBLE_DEVICES"]
+    samples = [
+        "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb.shared",
+        "nvidia.com/mig-1g.10gb.me", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
+        "cpu", "memory", "ephemeral-storage", "nvidia.com/gpux", "nvidia.com/mig", "amd.com/cpu",
+        "intel.com/gpu", "hugepages-2Mi", "example.com/nvidia.com/gpu", "nvidia.com/gpu.shared.extra",
+    ]  # fmt: skip
+    for resource in samples:
+        selected = resource in names or any(resource.startswith(p) for p in prefixes)
+        assert selected == is_managed(resource), resource
+
+
+def test_mutating_and_validating_webhooks_see_the_same_objects(default: list[dict[str, Any]]) -> None:
+    mutating = one(default, "MutatingWebhookConfiguration")["webhooks"]
+    validating = one(default, "ValidatingWebhookConfiguration")["webhooks"]
+    shared = ("name", "rules", "namespaceSelector", "matchConditions", "failurePolicy", "timeoutSeconds")
+    assert [{k: h[k] for k in shared} for h in mutating] == [{k: h[k] for k in shared} for h in validating]
+
+
+# ------------------------------------------------------------------------------------ caBundle and overlays
+
+
+def test_ca_bundle_is_an_obvious_placeholder_until_filled(default: list[dict[str, Any]]) -> None:
+    for configuration in webhook_configurations(default):
+        for hook in configuration["webhooks"]:
+            bundle = hook["clientConfig"]["caBundle"]
+            assert bundle == "REPLACE-WITH-OUTPUT-OF-gpu-webhook-certs-ca-bundle"
+            with pytest.raises(ValueError):  # so the API server refuses it rather than trust nothing
+                base64.b64decode(bundle, validate=True)
+
+
+def _sed_is_gnu() -> bool:
+    sed = shutil.which("sed")
+    return bool(sed) and subprocess.run([sed, "--version"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _sed_is_gnu(), reason="the documented one-liner uses GNU sed -i")
+def test_the_documented_one_liner_fills_every_ca_bundle(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(MANIFESTS, root / "manifests")
+    out = certs.generate_certs(tmp_path / "certs", service="gpu-admission", namespace=NAMESPACE)
+    bundle_file = root / "manifests" / "ca-bundle" / "ca-bundle.yaml"
+    (line,) = [x for x in bundle_file.read_text().splitlines() if x.startswith("#   sed -i")]
+    command = line.removeprefix("#   ").replace("DIR", str(out.directory))
+    bin_dir = Path(sys.executable).parent
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=root, capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    )
+    assert result.returncode == 0, result.stderr
+    outputs = [render(root / "manifests"), render(root / "manifests" / "overlays" / "no-match-conditions")]
+    if KUBECTL:
+        outputs.append(kubectl_kustomize(root / "manifests"))
+    for objects in outputs:
+        bundles = [h["clientConfig"]["caBundle"] for c in webhook_configurations(objects) for h in c["webhooks"]]
+        assert len(bundles) == 8
+        assert {base64.b64decode(b, validate=True) for b in bundles} == {out.ca_cert.read_bytes()}
+
+
+def test_the_no_match_conditions_overlay_differs_only_in_match_conditions(
+    rendered: dict[str, list[dict[str, Any]]], default: list[dict[str, Any]]
+) -> None:
+    overlay = sorted(rendered["no-match-conditions"], key=_key)
+    expected = sorted(copy.deepcopy(default), key=_key)
+    for configuration in webhook_configurations(expected):
+        for hook in configuration["webhooks"]:
+            del hook["matchConditions"]
+    assert overlay == expected
+
+
+def test_the_cert_manager_overlay_issues_the_mounted_secret_and_injects_the_ca(
+    rendered: dict[str, list[dict[str, Any]]], default: list[dict[str, Any]]
+) -> None:
+    objects = rendered["cert-manager"]
+    certificates = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects)["Certificate"]}
+    issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(objects)["Issuer"]}
+    serving, ca = certificates["gpu-admission-tls"], certificates["gpu-admission-ca"]
+    secret = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+    assert serving["secretName"] == secret == "gpu-admission-tls"
+    assert serving["dnsNames"] == certs.service_dns_names("gpu-admission", NAMESPACE)
+    assert "server auth" in serving["usages"]
+    assert serving["privateKey"] == {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"}
+    assert ca["isCA"] is True and issuers[ca["issuerRef"]["name"]] == {"selfSigned": {}}
+    assert issuers[serving["issuerRef"]["name"]] == {"ca": {"secretName": ca["secretName"]}}
+    for configuration in webhook_configurations(objects):
+        annotations = configuration["metadata"]["annotations"]
+        assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpu-admission-tls"}
+        assert all("caBundle" not in hook["clientConfig"] for hook in configuration["webhooks"])
+    # Everything else is the default's.
+    others = sorted((o for o in objects if not o["apiVersion"].startswith("cert-manager.io/")), key=_key)
+    expected = sorted(copy.deepcopy(default), key=_key)
+    for configuration in webhook_configurations(expected):
+        configuration["metadata"]["annotations"] = {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpu-admission-tls"}
+        for hook in configuration["webhooks"]:
+            del hook["clientConfig"]["caBundle"]
+    assert others == expected
+
+
+def test_the_service_name_matches_what_certs_generate_covers(default: list[dict[str, Any]]) -> None:
+    """The API server dials NAME.NS.svc: `certs generate --service gpu-admission --namespace gpu-admission`."""
+    service = one(default, "Service")["metadata"]
+    expected = f"{service['name']}.{service['namespace']}.svc"
+    assert expected in certs.service_dns_names("gpu-admission", NAMESPACE)
