@@ -7,6 +7,7 @@ consistent set. Parsing YAML into these classes lives in `loader`.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -178,11 +179,20 @@ class PolicySet:
                 )
         return Selection(DEFAULT_POLICY, None, "no policy matches; built-in defaults apply")
 
+    def selection_order(self) -> list[tuple[str, Policy, int | None]]:
+        """Every namespaces entry in the order `select` tries them, with its literal count: exact names
+        (None) first, then globs, most literal characters first, file order on ties (for `policy lint`)."""
+        exact: list[tuple[str, Policy, int | None]] = [
+            (name, policy, None) for name, policy in sorted(self._exact.items())
+        ]
+        return exact + [(pattern, policy, -negative) for negative, _, pattern, policy in self._globs]
+
     def for_namespace(self, namespace: str) -> Policy:
         return self.select(namespace).policy
 
     def ties(self, namespace: str) -> list[tuple[str, Policy]]:
-        """Other globs that match `namespace` exactly as specifically as the winner (for `policy lint`)."""
+        """The globs that match `namespace` exactly as specifically as the winner, the winner first (for
+        `policy lint` and `policy explain`): more than one means file order decided. Empty for exact names."""
         if namespace in self._exact:
             return []
         matching = [g for g in self._globs if fnmatch.fnmatchcase(namespace, g[2])]
@@ -190,3 +200,170 @@ class PolicySet:
             return []
         best = matching[0][0]
         return [(g[2], g[3]) for g in matching if g[0] == best]
+
+
+# --- Namespace globs: validation and static tie analysis (for the loader and `policy lint`) ---------------
+
+NAMESPACE_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-"  # letters first: examples read like words
+NAMESPACE_MAX_LENGTH = 63  # a DNS-1123 label
+_ALNUM = frozenset(NAMESPACE_ALPHABET[:-1])
+
+
+def is_namespace_name(name: str) -> bool:
+    """A valid namespace name: a DNS-1123 label (1-63 lowercase letters, digits, '-'; alphanumeric ends)."""
+    return (
+        0 < len(name) <= NAMESPACE_MAX_LENGTH
+        and all(c in NAMESPACE_ALPHABET for c in name)
+        and name[0] in _ALNUM
+        and name[-1] in _ALNUM
+    )
+
+
+# A glob as tokens: "*", "?", or the set of namespace characters that one position matches.
+GlobToken = str | frozenset[str]
+
+
+def parse_glob(pattern: str) -> tuple[GlobToken, ...]:
+    """`pattern` as tokens, or ValueError saying (for people) why no namespace could ever match it.
+
+    Character classes are resolved by `fnmatch` itself, so the tokens mean exactly what selection does.
+    """
+    tokens: list[GlobToken] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch in "*?":
+            if not (ch == "*" and tokens and tokens[-1] == "*"):  # "**" is "*"
+                tokens.append(ch)
+            i += 1
+        elif ch == "[":
+            start = i + 2 if pattern[i + 1 : i + 2] == "!" else i + 1
+            end = pattern.find("]", start)
+            if end == start:
+                raise ValueError('has an empty character class "[]"')
+            if end == -1:
+                raise ValueError('has a "[" without a closing "]"')
+            body = pattern[start:end]
+            bad = next((c for c in body if c not in NAMESPACE_ALPHABET), None)
+            if bad is not None:
+                raise ValueError(f'has "{bad}" in a character class, which no namespace name can contain')
+            chars = frozenset(c for c in NAMESPACE_ALPHABET if fnmatch.fnmatchcase(c, pattern[i : end + 1]))
+            if not chars:
+                raise ValueError(f'has a character class "{pattern[i : end + 1]}" that matches no character')
+            tokens.append(chars)
+            i = end + 1
+        elif ch in NAMESPACE_ALPHABET:
+            tokens.append(frozenset(ch))
+            i += 1
+        else:
+            raise ValueError(f'contains "{ch}", which no namespace name can contain')
+    if common_namespace((tokens,)) is None:
+        raise ValueError(
+            "matches no valid namespace name (names are 1-63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    return tuple(tokens)
+
+
+def _step_table(tokens: Sequence[GlobToken]) -> tuple[dict[tuple[str, int], int], int, int]:
+    """A glob as a bitmask NFA (bit i: `i` tokens matched): per-character step masks, start and accept bits."""
+    n = len(tokens)
+
+    def closure(mask: int) -> int:
+        for i in range(n):  # a "*" may match nothing: being before it is being after it
+            if mask >> i & 1 and tokens[i] == "*":
+                mask |= 1 << (i + 1)
+        return mask
+
+    table: dict[tuple[str, int], int] = {}
+    for c in NAMESPACE_ALPHABET:
+        for i, token in enumerate(tokens):
+            if token == "*":
+                table[c, i] = closure(1 << i)
+            elif token == "?" or c in token:
+                table[c, i] = closure(1 << (i + 1))
+    return table, closure(1), 1 << n
+
+
+def common_namespace(
+    required: Sequence[Sequence[GlobToken]], avoided: Sequence[Sequence[GlobToken]] = ()
+) -> str | None:
+    """The shortest (then alphabetically first) valid namespace name that every `required` glob matches
+    and no `avoided` glob matches, or None if there is none.
+
+    A breadth-first search over the product of the globs' automata, bounded by the 63-character limit:
+    exact, and fast for the handful of short globs a policy directory holds.
+    """
+    machines = [_step_table(tokens) for tokens in (*required, *avoided)]
+    n_required = len(required)
+    start = tuple(m[1] for m in machines)
+    # State: each glob's set of positions, and whether the last character was "-" (a name cannot end so).
+    frontier: list[tuple[tuple[int, ...], bool, str]] = [(start, False, "")]
+    seen: set[tuple[tuple[int, ...], bool]] = set()  # not the start: "" may not begin with "-", "a" may
+    for _ in range(NAMESPACE_MAX_LENGTH):
+        next_frontier = []
+        for masks, _dash, name in frontier:
+            for c in NAMESPACE_ALPHABET:
+                if not name and c == "-":
+                    continue
+                stepped = []
+                for (table, _, _), mask in zip(machines, masks, strict=True):
+                    new = 0
+                    while mask:
+                        low = mask & -mask
+                        new |= table.get((c, low.bit_length() - 1), 0)
+                        mask ^= low
+                    stepped.append(new)
+                if any(stepped[k] == 0 for k in range(n_required)):
+                    continue  # a required glob can no longer match
+                state = (tuple(stepped), c == "-")
+                if state in seen:
+                    continue
+                seen.add(state)
+                candidate = name + c
+                accepted = [bool(mask & machine[2]) for mask, machine in zip(stepped, machines, strict=True)]
+                if c != "-" and all(accepted[:n_required]) and not any(accepted[n_required:]):
+                    return candidate
+                next_frontier.append((state[0], state[1], candidate))
+        frontier = next_frontier
+        if not frontier:
+            break
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class GlobTie:
+    """Globs of different policies that match some namespace equally specifically: file order decides."""
+
+    example: str  # a namespace they tie for
+    globs: tuple[tuple[str, Policy], ...]  # winner (earliest in file order) first
+
+
+def glob_ties(policy_set: PolicySet) -> list[GlobTie]:
+    """Every tie between globs of different policies, each with an example namespace.
+
+    For each pair of globs with equal literal counts, search for a valid namespace name that both match
+    while no exact name and no more specific glob claims it (`common_namespace`), then confirm it with
+    `PolicySet.ties`, the selection itself. Exact where `common_namespace` is: no tie is missed or invented.
+    """
+    globs = policy_set._globs
+    parsed = {pattern: parse_glob(pattern) for _, _, pattern, _ in globs}
+    found: dict[frozenset[str], GlobTie] = {}
+    for a_index, (a_key, _, a_pattern, a_policy) in enumerate(globs):
+        for b_key, _, b_pattern, b_policy in globs[a_index + 1 :]:
+            if b_key != a_key or b_policy is a_policy:
+                continue
+            shadows = [parsed[pattern] for key, _, pattern, _ in globs if key < a_key]
+            shadows += [
+                tuple(frozenset(c) for c in name)
+                for name in policy_set._exact
+                if fnmatch.fnmatchcase(name, a_pattern) and fnmatch.fnmatchcase(name, b_pattern)
+            ]
+            example = common_namespace((parsed[a_pattern], parsed[b_pattern]), shadows)
+            if example is None:
+                continue
+            tied = tuple(policy_set.ties(example))
+            if len({id(policy) for _, policy in tied}) < 2:
+                continue
+            found.setdefault(frozenset(pattern for pattern, _ in tied), GlobTie(example, tied))
+    return list(found.values())

@@ -1,8 +1,17 @@
 """Which extended resources the webhook manages, and the MIG profile tables.
 
-MIG tables follow NVIDIA's MIG user guide ("Supported MIG Profiles") and mig-parted's default config.
-A profile name is `<compute slices>g.<nominal memory GB>gb`; `+me` variants (with media extensions) are
-advertised by the device plugin's mixed strategy as `nvidia.com/mig-<slices>g.<mem>gb.me`.
+A profile name is `<compute slices>g.<nominal memory GB>gb`, optionally `+me` (with media extensions: the
+GPU's decoders, at most one such instance per GPU). Sources, checked profile by profile:
+- NVIDIA's MIG user guide, "Supported MIG Profiles" (A30, A100 40/80 GB, H100 80/94/96 GB, H200, B200): names,
+  compute slices (the number before `g`) and which profiles carry `+me`.
+- mig-parted's default config (NVIDIA/mig-parted, deployments/systemd/config-default.yaml): the same profile
+  names per device, e.g. `all-1g.10gb` (A100-80GB, H100-80GB; 4 per A100-40GB), `all-1g.12gb` (H100 NVL, GH200),
+  `all-1g.18gb` (H200-141GB), `all-1g.23gb` (B200), and the `all-balanced` layouts per device ID.
+- The NVIDIA device plugin (NVIDIA/k8s-device-plugin, internal/rm/rm.go, AddDefaultResourcesToConfig): under
+  the mixed strategy each profile is advertised as `"mig-" + profile` with `+` replaced by `.`, so `1g.10gb+me`
+  becomes `nvidia.com/mig-1g.10gb.me`. Profiles whose compute instance is smaller than the GPU instance are not
+  advertised at all.
+Newer suffixes (`-me`, `+me.all`, `+gfx`, RTX PRO Blackwell only) are not in these tables.
 """
 
 from __future__ import annotations
@@ -17,15 +26,19 @@ MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)(\.shared)?$")
+_MIG_PROFILE = re.compile(r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$")
+
+
+def is_mig_profile_name(name: str) -> bool:
+    """`1g.10gb` and `1g.10gb+me` are well-formed profile names; whether a GPU has them is `GPUModel.profile`."""
+    return _MIG_PROFILE.match(name) is not None
 
 
 def is_managed(resource: str) -> bool:
     """GPU resources whose whole-number and request=limit rules the webhook enforces."""
     return (
-        resource == NVIDIA_GPU
-        or resource == NVIDIA_GPU_SHARED
+        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
         or resource.startswith(MIG_PREFIX)
-        or resource == "amd.com/gpu"
         or resource.startswith("gpu.intel.com/")
     )
 

@@ -1,14 +1,266 @@
-"""`gpu-webhook policy`."""
+"""`gpu-webhook policy lint|explain`: check a policy directory; show which policy a namespace gets and why.
+
+Both are views of the core: `loader.load_policies` finds every problem, `PolicySet.select` says which pattern
+won, `policy.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
+decides anything. Heavy modules are imported inside the handlers so `gpu-webhook` starts fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+    from webhook.admission.engine import Decision
+    from webhook.admission.policy import Policy, PolicySet
+
+POLICIES_ENV = "GPU_ADMISSION_POLICIES"
+DEFAULT_DIRECTORY = "policies"
+EXPLAIN_QUANTITIES = ("1", "0.5")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("policy", help="(not yet implemented)")
-    parser.set_defaults(handler=run)
+    parser = subparsers.add_parser(
+        "policy",
+        help="lint the policy files; explain which policy a namespace gets and what it does",
+        description="Check namespace policy files, and explain what they do to a namespace's GPU requests.",
+    )
+    commands = parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
+    lint = commands.add_parser(
+        "lint",
+        help="report every problem in a policy directory, or what each policy covers",
+        description=(
+            "Load every policy file in DIR. On errors, print each (file#document field: message) and exit 1; "
+            "otherwise print which namespaces and globs each policy covers, the selection order and any "
+            "glob ties (warnings), and exit 0."
+        ),
+    )
+    lint.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        help=f"policy directory (default: ${POLICIES_ENV}, else ./{DEFAULT_DIRECTORY})",
+    )
+    explain = commands.add_parser(
+        "explain",
+        help="which policy a namespace gets, why, and what it does to nvidia.com/gpu: 1 and 0.5",
+        description=(
+            "For each NAMESPACE: the policy that applies, the pattern that won, and the webhook's decision for "
+            "a container requesting nvidia.com/gpu: 1 and nvidia.com/gpu: 0.5. Exit 2 on invalid policies."
+        ),
+    )
+    explain.add_argument("namespaces", nargs="+", metavar="NAMESPACE")
+    explain.add_argument(
+        "--policies",
+        metavar="DIR",
+        help=f"policy directory (default: ${POLICIES_ENV}, else ./{DEFAULT_DIRECTORY})",
+    )
+    parser.set_defaults(handler=run, policy_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("gpu-webhook policy: not implemented yet")
+    if args.policy_command == "lint":
+        return lint(args.directory, sys.stdout)
+    if args.policy_command == "explain":
+        return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
+    args.policy_parser.print_help(sys.stderr)
+    return 2
+
+
+def _directory(given: str | None) -> str:
+    return given or os.environ.get(POLICIES_ENV) or DEFAULT_DIRECTORY
+
+
+# --- lint --------------------------------------------------------------------------------------------------
+
+
+def lint(directory: str | None, out: TextIO) -> int:
+    from webhook.admission.loader import PolicyLoadError, load_policies
+    from webhook.admission.policy import glob_ties
+
+    chosen = _directory(directory)
+    try:
+        policies = load_policies(chosen)
+    except PolicyLoadError as exc:
+        for problem in exc.problems:
+            print(problem, file=out)
+        count = len(exc.problems)
+        print(f"{count} problem{'s' if count != 1 else ''} in {chosen}: nothing was loaded", file=out)
+        return 1
+    if not policies.policies:
+        print(f"{chosen}: no policy files (*.yaml, *.yml): every namespace gets the built-in defaults", file=out)
+        print(f"  {describe_policy(policies.for_namespace('default'))}", file=out)
+        return 0
+
+    for policy in policies.policies:
+        print(f"{policy.name}  ({policy.source})", file=out)
+        print(f"  {describe_policy(policy)}", file=out)
+        exact = [p for p in policy.namespaces if not _is_glob(p)]
+        globs = [p for p in policy.namespaces if _is_glob(p)]
+        if exact:
+            print(f"  namespaces: {', '.join(exact)}", file=out)
+        if globs:
+            print(f"  globs:      {', '.join(globs)}", file=out)
+
+    print("selection order (the first match wins):", file=out)
+    for pattern, policy, literals in policies.selection_order():
+        kind = "exact name" if literals is None else f"glob, {literals} literal characters"
+        print(f"  {pattern:<24} -> {policy.name}  ({kind})", file=out)
+
+    ties = glob_ties(policies)
+    for tie in ties:
+        (winner_glob, winner), *others = tie.globs
+        rivals = ", ".join(f'"{glob}" (policy {policy.name}, {policy.source})' for glob, policy in others)
+        print(
+            f'warning: glob "{winner_glob}" (policy {winner.name}, {winner.source}) ties with {rivals} for '
+            f'namespaces such as "{tie.example}": equally specific, so file order picks {winner.name}; '
+            "make one glob more specific or list those namespaces by name",
+            file=out,
+        )
+    files = len({policy.source.rsplit("#", 1)[0] for policy in policies.policies})
+    count = len(policies.policies)
+    summary = f"{len(ties)} glob tie warning{'s' if len(ties) != 1 else ''}" if ties else "no glob ties"
+    print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
+          f"no errors, {summary}", file=out)
+    return 0
+
+
+def _is_glob(pattern: str) -> bool:
+    from webhook.admission.policy import is_glob
+
+    return is_glob(pattern)
+
+
+def _fraction_text(value: Fraction) -> str:
+    """0.25 for 1/4; 1/3 stays 1/3 (exact, like the policy)."""
+    from decimal import Decimal
+
+    denominator = value.denominator
+    for factor in (2, 5):
+        while denominator % factor == 0:
+            denominator //= factor
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    return format((Decimal(value.numerator) / Decimal(value.denominator)).normalize(), "f")
+
+
+def describe_policy(policy: Policy) -> str:
+    """One line: what the policy's settings are (the engine decides what they do)."""
+    sharing = policy.sharing
+    if sharing.mode.value == "mig":
+        mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
+    elif sharing.mode.is_shared:
+        mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
+    else:
+        mode = "exclusive: whole GPUs"
+    parts = [mode]
+    if policy.gpu.model or policy.gpu.memory_mib:
+        memory = policy.gpu_memory_mib
+        parts.append(f"GPU {policy.gpu.model or 'memory'} ({memory} MiB)" if memory else f"GPU {policy.gpu.model}")
+    parts.append(f"enforcement {policy.enforcement}")
+    parts.append(f"fractional {policy.fractional}")
+    if policy.shared_fraction is not None:
+        implied = " (1/replicas)" if policy.memory_fraction is None else ""
+        parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
+    parts.append(f"max {policy.max_per_container} per container, {policy.limits.max_per_pod} per pod")
+    return "; ".join(parts)
+
+
+# --- explain -----------------------------------------------------------------------------------------------
+
+
+def explain(namespaces: list[str], directory: str | None, out: TextIO, err: TextIO) -> int:
+    from webhook.admission.loader import PolicyLoadError, load_policies
+    from webhook.admission.policy import is_namespace_name
+
+    bad = [name for name in namespaces if not is_namespace_name(name)]
+    for name in bad:
+        print(
+            f'gpu-webhook policy explain: "{name}" is not a valid namespace name; namespace names are 1-63 '
+            "lowercase letters, digits and '-', starting and ending with a letter or digit",
+            file=err,
+        )
+    if bad:
+        return 2
+    chosen = _directory(directory)
+    try:
+        policies = load_policies(chosen)
+    except PolicyLoadError as exc:
+        print(f"gpu-webhook policy explain: invalid policies in {chosen}:", file=err)
+        for problem in exc.problems:
+            print(f"  {problem}", file=err)
+        return 2
+    for index, namespace in enumerate(namespaces):
+        if index:
+            print(file=out)
+        _explain_one(namespace, policies, out)
+    return 0
+
+
+def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
+    from webhook.admission.engine import evaluate
+
+    selection = policies.select(namespace)
+    policy = selection.policy
+    print(f"namespace {namespace}", file=out)
+    print(f"  policy    {policy.name} ({policy.source})", file=out)
+    print(f"  why       {selection.reason}", file=out)
+    tied = [(glob, other) for glob, other in policies.ties(namespace) if other is not policy]
+    for glob, other in tied:
+        print(
+            f'  tie       glob "{glob}" of policy {other.name} ({other.source}) matches as specifically; '
+            f"file order picked {policy.name}",
+            file=out,
+        )
+    print(f"  settings  {describe_policy(policy)}", file=out)
+    for quantity in EXPLAIN_QUANTITIES:
+        decision = evaluate(_example_pod(namespace, quantity), namespace, policies)
+        _print_decision(f"nvidia.com/gpu: {quantity}", decision, out)
+
+
+def _example_pod(namespace: str, quantity: str) -> dict[str, Any]:
+    """A Pod as the webhook sees it: one container, requests defaulted from limits by the API server."""
+    resources = {"nvidia.com/gpu": quantity}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "explain", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "example",
+                    "resources": {"limits": dict(resources), "requests": dict(resources)},
+                }
+            ]
+        },
+    }
+
+
+def _print_decision(label: str, decision: Decision, out: TextIO) -> None:
+    print(f"  {label}", file=out)
+    print(f"    verdict    {decision.decision}" + (" (mutated)" if decision.mutated_any else ""), file=out)
+    containers = decision.mutated.get("spec", {}).get("containers", [])
+    container = containers[0] if containers else {}
+    resources = container.get("resources", {})
+    limits, requests = resources.get("limits", {}), resources.get("requests", {})
+    shown = ", ".join(f"{name}: {value}" for name, value in limits.items())
+    if requests == limits:
+        print(f"    resources  {shown} (requests = limits)", file=out)
+    else:
+        print(f"    limits     {shown}", file=out)
+        print(f"    requests   {', '.join(f'{name}: {value}' for name, value in requests.items())}", file=out)
+    env = container.get("env", [])
+    for position, variable in enumerate(env):
+        value = variable.get("value") if "value" in variable else "(from valueFrom)"
+        print(f"    {'env' if position == 0 else '':<10} {variable.get('name')}={value}", file=out)
+    for warning in decision.warnings:
+        print(f"    warning    {warning}", file=out)
+    label = {"deny": "denied", "audit": "audited"}.get(decision.decision)
+    if label:
+        for line in decision.violations:
+            print(f"    {label:<10} {line}", file=out)

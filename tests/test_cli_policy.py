@@ -1,0 +1,254 @@
+"""`gpu-webhook policy lint` and `policy explain`: the installed console script, its output and exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"
+
+
+def gpu_webhook(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
+    environ.update(env or {})
+    return subprocess.run(
+        [str(GPU_WEBHOOK), *args], capture_output=True, text=True, cwd=cwd, env=environ, timeout=60
+    )
+
+
+def policy(name: str, spec: str) -> str:
+    spec = textwrap.indent(textwrap.dedent(spec).strip("\n"), "  ")
+    return f"apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata: {{name: {name}}}\nspec:\n{spec}\n"
+
+
+@pytest.fixture
+def tied(tmp_path: Path) -> Path:
+    """`pol/`: a.yaml holds "teams" (team-*, ml) and "everyone" (*, audit); b.yaml holds "prod" (*-prod)."""
+    directory = tmp_path / "pol"
+    directory.mkdir()
+    (directory / "a.yaml").write_text(
+        policy("teams", 'namespaces: ["team-*", "ml"]')
+        + "---\n"
+        + policy("everyone", 'namespaces: ["*"]\nenforcement: audit')
+    )
+    (directory / "b.yaml").write_text(
+        policy("prod", 'namespaces: ["*-prod"]\nsharing: {mode: time-slicing, replicas: 2}\nfractional: shared')
+    )
+    return tmp_path
+
+
+# --- lint --------------------------------------------------------------------------------------------------
+
+TIED_LINT = """\
+teams  (pol/a.yaml#0)
+  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod
+  namespaces: ml
+  globs:      team-*
+everyone  (pol/a.yaml#1)
+  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod
+  globs:      *
+prod  (pol/b.yaml#0)
+  time-slicing: 2 replicas per GPU as nvidia.com/gpu.shared; enforcement enforce; fractional shared; \
+memory fraction 0.5 (1/replicas); max 1 per container, 8 per pod
+  globs:      *-prod
+selection order (the first match wins):
+  ml                       -> teams  (exact name)
+  team-*                   -> teams  (glob, 5 literal characters)
+  *-prod                   -> prod  (glob, 5 literal characters)
+  *                        -> everyone  (glob, 0 literal characters)
+warning: glob "team-*" (policy teams, pol/a.yaml#0) ties with "*-prod" (policy prod, pol/b.yaml#0) for \
+namespaces such as "team-prod": equally specific, so file order picks teams; make one glob more specific or \
+list those namespaces by name
+3 policies in 2 files: no errors, 1 glob tie warning
+"""
+
+
+def test_lint_prints_what_each_policy_covers_the_selection_order_and_tie_warnings(tied: Path) -> None:
+    run = gpu_webhook("policy", "lint", "pol", cwd=tied)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout == TIED_LINT
+
+
+def test_lint_reads_the_environment_variable_then_policies(tied: Path) -> None:
+    assert gpu_webhook("policy", "lint", cwd=tied, env={"GPU_ADMISSION_POLICIES": "pol"}).stdout == TIED_LINT
+    (tied / "pol").rename(tied / "policies")
+    run = gpu_webhook("policy", "lint", cwd=tied)
+    assert run.returncode == 0
+    assert run.stdout == TIED_LINT.replace("pol/", "policies/")
+
+
+def test_lint_lists_every_error_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "mig.yaml").write_text(
+        policy("m", "namespaces: [m]\nsharing: {mode: mig, migProfile: 1g.11gb, replica: 2}\ngpu: {model: A100-80GB}")
+    )
+    (tmp_path / "pol" / "x.yaml").write_text("a: *b\n")
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (1, "")
+    assert run.stdout == (
+        'pol/mig.yaml#0 spec.sharing.replica: unknown field (did you mean "replicas"?)\n'
+        'pol/mig.yaml#0 spec.sharing.migProfile: "1g.11gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, '
+        "1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)\n"
+        "pol/x.yaml#0: YAML alias *b at line 1, column 4 is not allowed in policy files (aliases can expand "
+        "exponentially); write the value out\n"
+        "3 problems in pol: nothing was loaded\n"
+    )
+
+
+def test_lint_of_a_missing_directory_exits_1(tmp_path: Path) -> None:
+    run = gpu_webhook("policy", "lint", "nope", cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stdout == (
+        "nope: no such policy directory; create it or point --policies at one\n1 problem in nope: nothing was loaded\n"
+    )
+
+
+def test_lint_of_an_empty_directory_says_the_built_in_defaults_apply(tmp_path: Path) -> None:
+    (tmp_path / "policies").mkdir()
+    run = gpu_webhook("policy", "lint", cwd=tmp_path)
+    assert run.returncode == 0
+    assert run.stdout == (
+        "policies: no policy files (*.yaml, *.yml): every namespace gets the built-in defaults\n"
+        "  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
+    )
+
+
+def test_lint_of_the_shipped_policies() -> None:
+    run = gpu_webhook("policy", "lint", cwd=ROOT)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.endswith("4 policies in 4 files: no errors, no glob ties\n")
+    assert "  *                        -> default  (glob, 0 literal characters)\n" in run.stdout
+    assert "warning" not in run.stdout
+
+
+def test_policy_without_a_subcommand_prints_help_and_exits_2(tmp_path: Path) -> None:
+    run = gpu_webhook("policy", cwd=tmp_path)
+    assert run.returncode == 2
+    assert "lint" in run.stderr and "explain" in run.stderr
+
+
+# --- explain -----------------------------------------------------------------------------------------------
+
+
+def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "team-prod", "other", cwd=tied)
+    assert (run.returncode, run.stderr) == (0, "")
+    fractional = (
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request a whole number of '
+        'GPUs (policy "{}" gives whole GPUs only; ask for a namespace with sharing)'
+    )
+    assert run.stdout == (
+        "namespace team-prod\n"
+        "  policy    teams (pol/a.yaml#0)\n"
+        "  why       glob 'team-*' (5 literal characters) in pol/a.yaml#0\n"
+        '  tie       glob "*-prod" of policy prod (pol/b.yaml#0) matches as specifically; file order picked teams\n'
+        "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
+        "  nvidia.com/gpu: 1\n"
+        "    verdict    allow\n"
+        "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
+        "  nvidia.com/gpu: 0.5\n"
+        "    verdict    deny\n"
+        "    resources  nvidia.com/gpu: 0.5 (requests = limits)\n"
+        f"    denied     {fractional.format('teams')}\n"
+        "\n"
+        "namespace other\n"
+        "  policy    everyone (pol/a.yaml#1)\n"
+        "  why       glob '*' (0 literal characters) in pol/a.yaml#1\n"
+        "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
+        "  nvidia.com/gpu: 1\n"
+        "    verdict    allow\n"
+        "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
+        "  nvidia.com/gpu: 0.5\n"
+        "    verdict    audit\n"
+        "    resources  nvidia.com/gpu: 0.5 (requests = limits)\n"
+        f"    audited    {fractional.format('everyone')}\n"
+    )
+
+
+def test_explain_a_time_slicing_namespace_shows_the_mapping_and_env(tied: Path) -> None:
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "x-prod", cwd=tied)
+    assert run.returncode == 0
+    lines = run.stdout.splitlines()
+    assert lines[:4] == [
+        "namespace x-prod",
+        "  policy    prod (pol/b.yaml#0)",
+        "  why       glob '*-prod' (5 literal characters) in pol/b.yaml#0",
+        "  settings  time-slicing: 2 replicas per GPU as nvidia.com/gpu.shared; enforcement enforce; fractional "
+        "shared; memory fraction 0.5 (1/replicas); max 1 per container, 8 per pod",
+    ]
+    one, half = run.stdout.split("  nvidia.com/gpu: 0.5\n")
+    assert "    verdict    allow (mutated)\n    resources  nvidia.com/gpu.shared: 1 (requests = limits)\n" in one
+    assert "GPU_MEMORY_FRACTION=0.5\n" in one
+    assert "    verdict    allow (mutated)\n    resources  nvidia.com/gpu.shared: 1 (requests = limits)\n" in half
+    assert "GPU_MEMORY_FRACTION=0.5\n" in half  # the requested fraction
+    assert "warning    gpu-admission: " in half
+
+
+def test_explain_an_exact_name_and_the_built_in_defaults(tmp_path: Path) -> None:
+    (tmp_path / "pol").mkdir()
+    spec = "namespaces: [batch]\nsharing: {mode: mig, migProfile: 1g.10gb}\ngpu: {model: A100-80GB}\nfractional: mig"
+    (tmp_path / "pol" / "p.yaml").write_text(policy("batch", spec))
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "batch", "unlisted", cwd=tmp_path)
+    assert run.returncode == 0
+    batch, unlisted = run.stdout.split("\n\n")
+    assert batch.splitlines()[1:3] == [
+        "  policy    batch (pol/p.yaml#0)",
+        "  why       exact name 'batch' in pol/p.yaml#0",
+    ]
+    assert "    resources  nvidia.com/mig-1g.10gb: 1 (requests = limits)" in batch
+    assert "    resources  nvidia.com/mig-3g.40gb: 1 (requests = limits)" in batch  # 0.5 of an A100-80GB
+    assert unlisted.splitlines()[1:3] == [
+        "  policy    built-in-default (<built-in defaults>)",
+        "  why       no policy matches; built-in defaults apply",
+    ]
+
+
+def test_explain_the_shipped_examples() -> None:
+    run = gpu_webhook("policy", "explain", "notebook-alice", "inference", "batch", "team-a", cwd=ROOT)
+    assert (run.returncode, run.stderr) == (0, "")
+    notebook, inference, batch, team = run.stdout.split("\n\n")
+    assert "  policy    notebooks-time-slicing (policies/time-slicing.yaml#0)" in notebook
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M" in inference  # 1/4 of an H100-80GB
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M" in inference  # 0.5 of it
+    assert "nvidia.com/mig-3g.40gb: 1" in batch
+    assert "    verdict    deny" in team
+
+
+def test_explain_an_invalid_namespace_exits_2(tmp_path: Path) -> None:
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "Team_A", cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        'gpu-webhook policy explain: "Team_A" is not a valid namespace name; namespace names are 1-63 lowercase '
+        "letters, digits and '-', starting and ending with a letter or digit\n"
+    )
+
+
+def test_explain_with_invalid_policies_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "p.yaml").write_text(policy("p", "namespaces: [a]\nenforcement: strict"))
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "a", cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        "gpu-webhook policy explain: invalid policies in pol:\n"
+        '  pol/p.yaml#0 spec.enforcement: "strict" is not one of enforce, warn, audit\n'
+    )
+
+
+def test_describe_policy_shows_an_explicit_fraction_exactly() -> None:
+    from webhook.admission.loader import parse_policy_sources
+    from webhook.cli.policy_cmd import describe_policy
+
+    spec = "namespaces: [a]\nsharing: {mode: mps, replicas: 3}\ngpu: {memoryMiB: 24576}\nmemoryFraction: 0.125"
+    (shared,) = parse_policy_sources({"p.yaml": policy("p", spec)}).policies
+    assert describe_policy(shared) == (
+        "mps: 3 replicas per GPU as nvidia.com/gpu.shared; GPU memory (24576 MiB); enforcement enforce; "
+        "fractional reject; memory fraction 0.125; max 1 per container, 8 per pod"
+    )
+    (thirds,) = parse_policy_sources({"p.yaml": policy("p", spec.replace("memoryFraction: 0.125", ""))}).policies
+    assert "memory fraction 1/3 (1/replicas)" in describe_policy(thirds)

@@ -1,0 +1,794 @@
+"""Namespace policy files -> an immutable, validated `PolicySet`, or one error listing every problem.
+
+Each problem is one line, `<file>#<document> <field.path>: <message>`, naming the value, the rule and the fix.
+Unknown fields are errors at every level: a typo must never silently turn a rule off. Hostile input fails
+fast: files over 1 MiB are refused before parsing; YAML aliases (the "billion laughs" bomb) and deep nesting
+are refused while parsing, at the first offending event.
+
+`memoryFraction` is exact: the YAML number's text becomes a `Fraction` (0.1 is 1/10, not a float).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import yaml
+from yaml import events
+from yaml.constructor import SafeConstructor
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+from webhook.admission.policy import (
+    DEFAULT_FRAMEWORK_ENV,
+    DEFAULT_MAX_PER_POD,
+    DEFAULT_SHARED_RESOURCE,
+    FRAMEWORKS,
+    GPU,
+    Enforcement,
+    Fractional,
+    Limits,
+    Mode,
+    Policy,
+    PolicySet,
+    Sharing,
+    is_glob,
+    is_namespace_name,
+    parse_glob,
+)
+from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_mig_profile_name
+
+API_VERSION = "gpu-admission.io/v1"
+KIND = "GPUPolicy"
+MAX_FILE_BYTES = 1024 * 1024  # the most a ConfigMap holds; real policy files are a few KiB
+MAX_DEPTH = 16  # a policy document nests 4 levels deep
+MAX_EVENTS = 50_000  # YAML events per file (values, collections, documents): ample, and read in well under 1 s
+MAX_PROBLEMS_PER_FILE = 100
+MAX_GLOB_LENGTH = 253
+POLICY_SUFFIXES = (".yaml", ".yml")
+
+# libyaml when present: about ten times faster than pure Python on a hostile 1 MiB file.
+_Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_RESOURCE_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DECIMAL = re.compile(r"^[-+]?(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?$")
+
+_TAG = "tag:yaml.org,2002:"
+_NAMESPACE_RULE = (
+    "namespace names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+)
+
+
+class PolicyLoadError(Exception):
+    """Every problem in a policy directory, one line each (`str()` joins them)."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: list[str] = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+# --- Public entry points -----------------------------------------------------------------------------------
+
+
+def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
+    """The policies in `*.yaml`/`*.yml` files directly in `directory`, in file-name then document order.
+
+    Symlinks are followed (a Kubernetes ConfigMap volume is a set of them); hidden entries such as the
+    ConfigMap's `..data` are skipped. Files are named in messages as `directory` was given, joined with
+    the file name (`policies/mig.yaml#1`).
+    """
+    label = os.fspath(directory)
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        raise PolicyLoadError([f"{label}: no such policy directory; create it or point --policies at one"]) from None
+    except NotADirectoryError:
+        raise PolicyLoadError([f"{label}: not a directory; policies are *.yaml files in a directory"]) from None
+    except OSError as exc:
+        raise PolicyLoadError([f"{label}: cannot read the policy directory: {exc.strerror}"]) from None
+    sources: list[tuple[str, str | _Unreadable]] = []
+    for name in names:
+        if name.startswith(".") or not name.endswith(POLICY_SUFFIXES):
+            continue
+        sources.append((os.path.join(label, name), _read_file(os.path.join(directory, name))))
+    return _build(sources)
+
+
+def parse_policy_sources(sources: Mapping[str, str]) -> PolicySet:
+    """The policies in `sources` (file name -> YAML text), in file-name then document order. Pure."""
+    return _build(sorted(sources.items()))
+
+
+# --- Reading files -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Unreadable:
+    message: str
+
+
+def _too_large(size: int) -> _Unreadable:
+    return _Unreadable(
+        f"{size} bytes is larger than the 1 MiB limit for a policy file; "
+        "policy files are small: split or trim it"
+    )
+
+
+def _read_file(path: str) -> str | _Unreadable:
+    try:
+        info = os.stat(path)  # follows symlinks; checked before open() so a FIFO cannot block us
+        if not stat.S_ISREG(info.st_mode):
+            return _Unreadable("not a regular file; a policy file must be a plain YAML file")
+        if info.st_size > MAX_FILE_BYTES:
+            return _too_large(info.st_size)
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return _Unreadable("cannot read: no such file (a broken symlink?)")
+    except OSError as exc:
+        return _Unreadable(f"cannot read: {exc.strerror}")
+    if len(data) > MAX_FILE_BYTES:
+        return _too_large(len(data))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _Unreadable(
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the file as UTF-8"
+        )
+
+
+# --- YAML: events -> plain values, refusing what a policy file never needs ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Scalar:
+    """A YAML scalar that is not a string, whole number, boolean or null (a decimal, a date...): its text."""
+
+    tag: str
+    text: str
+
+
+class _Refused(Exception):
+    """The document cannot be read further (syntax error, alias, nesting): its message says why."""
+
+
+@dataclass
+class _Container:
+    value: dict[str, Any] | list[Any]
+    path: str
+    key: Any = None  # a mapping's pending key; _NO_KEY while a key is expected
+    skip: bool = False  # the pending key was bad: drop its value
+
+
+_NO_KEY = object()
+_NOT_UNICODE = "not valid Unicode text (a lone surrogate?); save the file as UTF-8"
+_RESOLVER = Resolver()
+_CONSTRUCTOR = SafeConstructor()
+_COLLECTION_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
+_SCALAR_TAGS = {_TAG + name for name in ("int", "float", "timestamp", "binary")}  # kept as text
+
+
+@dataclass
+class _Document:
+    value: Any
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (field path, message)
+
+
+def _where(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _join(path: str, key: str) -> str:
+    key = _shorten(key)
+    return f"{path}.{key}" if path else key
+
+
+def _child_path(container: _Container) -> str:
+    if isinstance(container.value, list):
+        return f"{container.path}[{len(container.value)}]"
+    if container.key is _NO_KEY:
+        return container.path
+    return _join(container.path, str(container.key))
+
+
+def _scalar(event: events.ScalarEvent) -> Any:
+    tag = event.tag
+    if tag is None or tag == "!":
+        tag = _RESOLVER.resolve(ScalarNode, event.value, event.implicit)
+    node = ScalarNode(tag, event.value)
+    if tag in (_TAG + "str", _TAG + "merge"):  # "<<" (a merge needs an alias anyway): an unknown field
+        return event.value
+    if tag == _TAG + "null":
+        return None
+    if tag == _TAG + "bool":
+        return _CONSTRUCTOR.construct_yaml_bool(node)
+    if tag == _TAG + "int" and len(event.value) <= 32:  # longer: refused by range checks, kept as text
+        return _CONSTRUCTOR.construct_yaml_int(node)
+    if tag in _SCALAR_TAGS:
+        return _Scalar(tag, event.value)
+    raise _Refused(f"unsupported YAML tag {tag} at {_where(event.start_mark)}; remove the tag")
+
+
+def _read_documents(text: str) -> tuple[list[_Document], str | None]:
+    """The documents of `text` (None for empty ones), and why reading stopped early, if it did."""
+    documents: list[_Document] = []
+    try:
+        parser = _Parser(text)
+    except UnicodeError:
+        return documents, _NOT_UNICODE
+    stack: list[_Container] = []
+    current = _Document(None)
+
+    def add(value: Any) -> None:
+        if not stack:
+            current.value = value
+            return
+        top = stack[-1]
+        if isinstance(top.value, list):
+            top.value.append(value)
+        elif top.key is _NO_KEY:
+            top.skip = not isinstance(value, str)
+            if top.skip:
+                current.problems.append((top.path, f"keys must be strings, got {_describe(value)}"))
+            elif value in top.value:
+                current.problems.append((_join(top.path, value), "duplicate key; remove one of them"))
+            top.key = value
+        else:
+            if not top.skip:
+                top.value[top.key] = value
+            top.key, top.skip = _NO_KEY, False
+
+    try:
+        try:
+            for count in range(MAX_EVENTS + 1):
+                event = parser.get_event()
+                if isinstance(event, events.StreamEndEvent):
+                    break
+                if count == MAX_EVENTS:
+                    raise _Refused(
+                        f"has more than {MAX_EVENTS} YAML values (at {_where(event.start_mark)}); "
+                        "policy files are small: split or trim it"
+                    )
+                if isinstance(event, events.DocumentStartEvent):
+                    current = _Document(None)
+                elif isinstance(event, events.DocumentEndEvent):
+                    documents.append(current)
+                elif isinstance(event, events.AliasEvent):
+                    raise _Refused(
+                        f"YAML alias *{event.anchor} at {_where(event.start_mark)} is not allowed in policy "
+                        "files (aliases can expand exponentially); write the value out"
+                    )
+                elif isinstance(event, events.ScalarEvent):
+                    add(_scalar(event))
+                elif isinstance(event, events.CollectionStartEvent):
+                    if len(stack) >= MAX_DEPTH:
+                        raise _Refused(
+                            f"nesting deeper than {MAX_DEPTH} levels at {_where(event.start_mark)}; "
+                            "a policy document nests 4 levels deep"
+                        )
+                    if event.tag not in _COLLECTION_TAGS:
+                        where = _where(event.start_mark)
+                        raise _Refused(f"unsupported YAML tag {event.tag} at {where}; remove the tag")
+                    path = _child_path(stack[-1]) if stack else ""
+                    if isinstance(event, events.MappingStartEvent):
+                        stack.append(_Container({}, path, _NO_KEY))
+                    else:
+                        stack.append(_Container([], path))
+                elif isinstance(event, events.CollectionEndEvent):
+                    done = stack.pop()
+                    add(done.value)
+        finally:
+            parser.dispose()
+    except _Refused as exc:
+        return documents, str(exc)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at {_where(mark)}" if mark is not None else ""
+        context = f" ({exc.context})" if exc.context and exc.problem else ""
+        return documents, f"invalid YAML{where}: {exc.problem or exc.context}{context}"
+    except yaml.reader.ReaderError as exc:  # a character YAML forbids, e.g. NUL; libyaml counts bytes
+        line = text.encode("utf-8", "replace")[: exc.position].count(b"\n") + 1
+        return documents, f"invalid YAML at line {line}: {exc.reason} (character #x{exc.character:04x})"
+    except yaml.YAMLError as exc:
+        return documents, f"invalid YAML: {str(exc).splitlines()[0]}"
+    except UnicodeError:
+        return documents, _NOT_UNICODE
+    return documents, None
+
+
+# --- Messages ----------------------------------------------------------------------------------------------
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _quote(value: str) -> str:
+    return '"' + _shorten(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _describe(value: Any) -> str:
+    """A value as the user wrote it, and what YAML made of it."""
+    if value is None:
+        return "an empty value (null)"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean; YAML also reads yes/no/on/off as booleans)"
+    if isinstance(value, int):
+        return f"{value} (a whole number)"
+    if isinstance(value, str):
+        return f"{_quote(value)} (a string)"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    kind = {"float": "a decimal number", "int": "a whole number", "timestamp": "a date"}
+    return f"{_shorten(value.text, 30)} ({kind.get(value.tag.removeprefix(_TAG), value.tag.removeprefix(_TAG))})"
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    folded = {choice.lower(): choice for choice in choices}
+    match = folded.get(word.lower()) or next(iter(difflib.get_close_matches(word, choices, 1, 0.6)), None)
+    return f'did you mean "{match}"?' if match else ""
+
+
+def _one_of(value: str, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    hint = _suggest(value, choices)
+    return f"{_quote(value)} is not one of {', '.join(choices)}" + (f" ({hint})" if hint else "")
+
+
+# --- Validation: one document -> a Policy -------------------------------------------------------------------
+
+_ABSENT = object()
+_BAD = object()  # present but invalid: already reported
+
+_TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
+_METADATA_FIELDS = ("name",)
+_SPEC_FIELDS = (
+    "namespaces",
+    "enforcement",
+    "sharing",
+    "gpu",
+    "limits",
+    "fractional",
+    "memoryFraction",
+    "frameworkEnv",
+    "blockVisibleDevicesOverride",
+)
+_SHARING_FIELDS = ("mode", "replicas", "resourceName", "migProfile")
+_GPU_FIELDS = ("model", "memoryMiB")
+_LIMITS_FIELDS = ("maxPerContainer", "maxPerPod")
+
+
+@dataclass
+class _Parsed:
+    """What one document yielded: its policy if valid, and its name and namespaces for set-wide checks."""
+
+    source: str
+    name: str | None = None
+    namespaces: list[tuple[int, str]] = field(default_factory=list)
+    policy: Policy | None = None
+
+
+class _DocumentChecker:
+    """Validates one document, collecting `(path, message)` problems."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append((path, message))
+
+    def mapping(self, value: Any, path: str, known: tuple[str, ...]) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.problem(path, f"expected a mapping of {', '.join(known)}; got {_describe(value)}")
+            return None
+        for key in value:
+            if key not in known:
+                hint = _suggest(key, known) or "known fields: " + ", ".join(known)
+                self.problem(_join(path, key), f"unknown field ({hint})")
+        return value
+
+    def section(self, parent: dict[str, Any], key: str, path: str, known: tuple[str, ...]) -> dict[str, Any]:
+        """An optional sub-mapping; {} when absent or invalid (its problems are reported)."""
+        if key not in parent:
+            return {}
+        return self.mapping(parent[key], _join(path, key), known) or {}
+
+    def string(self, value: Any, path: str, what: str = "a string") -> Any:
+        if isinstance(value, str):
+            return value
+        self.problem(path, f"expected {what}, got {_describe(value)}")
+        return _BAD
+
+    def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[Any], default: Any) -> Any:
+        if key not in parent:
+            return default
+        path = _join(path, key)
+        choices = [member.value for member in kind]
+        value = self.string(parent[key], path, "one of " + ", ".join(choices))
+        if value is _BAD:
+            return _BAD
+        if value not in choices:
+            self.problem(path, _one_of(value, choices))
+            return _BAD
+        return kind(value)
+
+    def integer(self, parent: dict[str, Any], key: str, path: str, minimum: int, rule: str) -> Any:
+        if key not in parent:
+            return _ABSENT
+        path, value = _join(path, key), parent[key]
+        if isinstance(value, bool) or not isinstance(value, int | _Scalar):
+            self.problem(path, f"expected a whole number, got {_describe(value)}")
+            return _BAD
+        if isinstance(value, _Scalar):
+            if value.tag == _TAG + "int":
+                self.problem(path, f"{_shorten(value.text, 30)} is too large; {rule}")
+            else:
+                self.problem(path, f"expected a whole number, got {_describe(value)}")
+            return _BAD
+        if value < minimum:
+            self.problem(path, f"{value} is too small; {rule}")
+            return _BAD
+        return value
+
+    def boolean(self, parent: dict[str, Any], key: str, path: str, default: bool) -> Any:
+        if key not in parent:
+            return default
+        if isinstance(parent[key], bool):
+            return parent[key]
+        self.problem(_join(path, key), f"expected true or false, got {_describe(parent[key])}")
+        return _BAD
+
+    def fraction(self, parent: dict[str, Any], key: str, path: str) -> Any:
+        """A number in (0, 1], exactly as written."""
+        if key not in parent:
+            return None
+        path, value = _join(path, key), parent[key]
+        rule = "a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"
+        exact = _exact_number(value)
+        if exact is None:
+            self.problem(path, f"expected a number, got {_describe(value)}; {rule}")
+            return _BAD
+        if not 0 < exact <= 1:
+            shown = value.text if isinstance(value, _Scalar) else str(value)
+            self.problem(path, f"{_shorten(shown, 30)} is out of range; {rule}")
+            return _BAD
+        return exact
+
+
+def _exact_number(value: Any) -> Fraction | None:
+    """An int, or a YAML decimal's text as an exact Fraction (None for anything else, .inf and .nan)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Fraction(value)
+    if not isinstance(value, _Scalar) or value.tag not in (_TAG + "float", _TAG + "int"):
+        return None
+    text = value.text.replace("_", "")
+    match = _DECIMAL.match(text)
+    if match is None or not (match[1] or match[2]):
+        return None
+    if len(text) > 64 or (match[3] is not None and len(match[3].lstrip("+-")) > 3):
+        return Fraction(2)  # absurd (1e999999999 would take forever exactly): out of range, quoted as written
+    return Fraction(text)
+
+
+def _check_resource_name(name: str) -> str | None:
+    """Why `name` is not a Kubernetes extended resource name, or None."""
+    prefix, slash, rest = name.partition("/")
+    rule = "use <domain>/<name>, e.g. nvidia.com/gpu.shared"
+    if not slash or not _DNS_SUBDOMAIN.match(prefix) or len(prefix) > 253:
+        return f"{_quote(name)} is not an extended resource name; {rule}"
+    if not _RESOURCE_NAME_PART.match(rest) or len(rest) > 63:
+        return f"{_quote(name)} is not an extended resource name; {rule}"
+    if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
+        return f"{_quote(name)} is in the kubernetes.io domain, which extended resources may not use; {rule}"
+    if name == NVIDIA_GPU:
+        return f"{_quote(name)} would map the GPU to itself; use the shared resource's name, e.g. nvidia.com/gpu.shared"
+    return None
+
+
+def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) -> _Parsed:
+    """Validate one document; a Policy only when it has no problems."""
+    parsed = _Parsed(source)
+    check = _DocumentChecker(problems)
+    if not isinstance(value, dict):
+        check.problem(
+            "", f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {_describe(value)}"
+        )
+        return parsed
+    check.mapping(value, "", _TOP_FIELDS)
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if key not in value:
+            check.problem(key, f"required; set it to {expected}")
+        elif check.string(value[key], key) is not _BAD and value[key] != expected:
+            check.problem(key, f"{_quote(value[key])} is not supported; use {expected}")
+
+    if "metadata" not in value:
+        check.problem("metadata.name", "required; give the policy a unique name")
+    elif (metadata := check.mapping(value["metadata"], "metadata", _METADATA_FIELDS)) is not None:
+        if "name" not in metadata:
+            check.problem("metadata.name", "required; give the policy a unique name")
+        elif (name := check.string(metadata["name"], "metadata.name")) is not _BAD:
+            if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+                check.problem(
+                    "metadata.name",
+                    f"{_quote(name)} is not a valid name; use lowercase letters, digits, '-' and '.', "
+                    "starting and ending with a letter or digit",
+                )
+            else:
+                parsed.name = name
+
+    if "spec" not in value:
+        check.problem("spec", "required; a policy needs at least spec.namespaces")
+        return parsed
+    spec = check.mapping(value["spec"], "spec", _SPEC_FIELDS)
+    if spec is None:
+        return parsed
+    parsed.namespaces = _parse_namespaces(spec, check)
+    enforcement = check.enum(spec, "enforcement", "spec", Enforcement, Enforcement.ENFORCE)
+    fractional = check.enum(spec, "fractional", "spec", Fractional, Fractional.REJECT)
+    sharing_map = check.section(spec, "sharing", "spec", _SHARING_FIELDS)
+    gpu_map = check.section(spec, "gpu", "spec", _GPU_FIELDS)
+    limits_map = check.section(spec, "limits", "spec", _LIMITS_FIELDS)
+
+    model = _ABSENT
+    if "model" in gpu_map:
+        model = check.string(gpu_map["model"], "spec.gpu.model")
+        if model is not _BAD and model not in GPU_MODELS:
+            hint = _suggest(model, GPU_MODELS)
+            check.problem(
+                "spec.gpu.model",
+                f"{_quote(model)} is not a known GPU model (known: {', '.join(GPU_MODELS)})"
+                + (f"; {hint}" if hint else "; or leave it out and give gpu.memoryMiB"),
+            )
+            model = _BAD
+    memory_mib = check.integer(gpu_map, "memoryMiB", "spec.gpu", 1, "the GPU's memory in MiB is at least 1")
+
+    mode, sharing = _parse_sharing(sharing_map, model, check)
+    if mode is Mode.MPS and model is _ABSENT and memory_mib is _ABSENT:
+        check.problem(
+            "spec.gpu",
+            "mps mode needs gpu.model or gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the "
+            "GPU's memory; add one",
+        )
+    if fractional is Fractional.MIG and model is _ABSENT:
+        check.problem(
+            "spec.fractional",
+            "mig needs spec.gpu.model to pick the smallest MIG profile that holds the fraction; set gpu.model",
+        )
+    if fractional is Fractional.SHARED and mode in (Mode.EXCLUSIVE, Mode.MIG):
+        check.problem(
+            "spec.fractional",
+            f"shared turns a fraction into 1 shared GPU, which needs sharing.mode time-slicing or mps (mode is "
+            f"{mode}); use reject or mig, or change the mode",
+        )
+
+    max_container = check.integer(
+        limits_map, "maxPerContainer", "spec.limits", 1, "a container may hold at least 1 GPU"
+    )
+    max_pod = check.integer(limits_map, "maxPerPod", "spec.limits", 1, "a pod may hold at least 1 GPU")
+    memory_fraction = check.fraction(spec, "memoryFraction", "spec")
+    framework_env = _parse_frameworks(spec, check)
+    block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
+
+    if problems or parsed.name is None or sharing is None:
+        return parsed
+    parsed.policy = Policy(
+        name=parsed.name,
+        namespaces=tuple(pattern for _, pattern in parsed.namespaces),
+        enforcement=enforcement,
+        sharing=sharing,
+        gpu=GPU(
+            model=None if model is _ABSENT else model,
+            memory_mib=None if memory_mib is _ABSENT else memory_mib,
+        ),
+        limits=Limits(
+            max_per_container=None if max_container is _ABSENT else max_container,
+            max_per_pod=DEFAULT_MAX_PER_POD if max_pod is _ABSENT else max_pod,
+        ),
+        fractional=fractional,
+        memory_fraction=memory_fraction,
+        framework_env=framework_env,
+        block_visible_devices_override=block,
+        source=source,
+    )
+    return parsed
+
+
+def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tuple[int, str]]:
+    """The valid entries of spec.namespaces, with their index (for messages)."""
+    path = "spec.namespaces"
+    if "namespaces" not in spec:
+        check.problem(path, 'required; list the namespaces or globs this policy applies to, e.g. ["team-a", "ml-*"]')
+        return []
+    entries = spec["namespaces"]
+    if isinstance(entries, str):
+        got = _describe(entries)
+        check.problem(path, f"expected a list of namespaces or globs, got {got}; write [{_quote(entries)}]")
+        return []
+    if not isinstance(entries, list):
+        check.problem(path, f"expected a list of namespaces or globs, got {_describe(entries)}")
+        return []
+    if not entries:
+        check.problem(path, 'empty; list at least one namespace or glob ("*" for every namespace)')
+    valid: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        where = f"{path}[{index}]"
+        if check.string(entry, where, "a namespace name or glob") is _BAD:
+            continue
+        if entry in seen:
+            check.problem(where, f"{_quote(entry)} is listed twice in this policy; remove one")
+            continue
+        seen.add(entry)
+        if is_glob(entry):
+            try:
+                if len(entry) > MAX_GLOB_LENGTH:
+                    raise ValueError(f"is longer than {MAX_GLOB_LENGTH} characters")
+                parse_glob(entry)
+            except ValueError as exc:
+                check.problem(where, f"{_quote(entry)} is not a valid glob: it {exc}")
+                continue
+        elif not is_namespace_name(entry):
+            check.problem(where, f"{_quote(entry)} is not a valid namespace name; {_NAMESPACE_RULE}")
+            continue
+        valid.append((index, entry))
+    return valid
+
+
+def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker) -> tuple[Any, Sharing | None]:
+    """spec.sharing's mode (or _BAD), and the whole section with the fields that mode needs and only those
+    (None when invalid: reported)."""
+    path = "spec.sharing"
+    mode = check.enum(sharing, "mode", path, Mode, Mode.EXCLUSIVE)
+    if mode is _BAD:
+        return mode, None
+    ok = True
+    replicas = check.integer(
+        sharing, "replicas", path, 2, "time-slicing and mps share each GPU as at least 2 replicas"
+    )
+    ok &= replicas is not _BAD
+    if mode.is_shared and replicas is _ABSENT:
+        check.problem(
+            f"{path}.replicas", f"required when mode is {mode}; set the device plugin's replicas per GPU (>= 2)"
+        )
+        ok = False
+    for key, modes in (("replicas", "time-slicing or mps"), ("resourceName", "time-slicing or mps")):
+        if key in sharing and not mode.is_shared:
+            check.problem(f"{path}.{key}", f"only applies when mode is {modes} (mode is {mode}); remove it")
+            ok = False
+    resource_name = DEFAULT_SHARED_RESOURCE
+    if "resourceName" in sharing and mode.is_shared:
+        resource_name = check.string(sharing["resourceName"], f"{path}.resourceName")
+        if resource_name is not _BAD and (why := _check_resource_name(resource_name)):
+            check.problem(f"{path}.resourceName", why)
+            resource_name = _BAD
+        ok &= resource_name is not _BAD
+
+    profile = None
+    if "migProfile" in sharing and mode is not Mode.MIG:
+        check.problem(f"{path}.migProfile", f"only applies when mode is mig (mode is {mode}); remove it")
+        ok = False
+    elif mode is Mode.MIG:
+        gpu = GPU_MODELS.get(model) if isinstance(model, str) else None
+        example = f"one of {', '.join(gpu.profile_names())}" if gpu else "e.g. 1g.10gb"
+        if "migProfile" not in sharing:
+            check.problem(
+                f"{path}.migProfile", f"required when mode is mig; name the profile one GPU becomes, {example}"
+            )
+            return mode, None
+        profile = check.string(sharing["migProfile"], f"{path}.migProfile")
+        if profile is _BAD:
+            return mode, None
+        if gpu is not None and gpu.profile(profile) is None:
+            check.problem(
+                f"{path}.migProfile",
+                f"{_quote(profile)} is not a MIG profile of {gpu.name} (valid: {', '.join(gpu.profile_names())})",
+            )
+            return mode, None
+        if not is_mig_profile_name(profile):
+            check.problem(
+                f"{path}.migProfile",
+                f"{_quote(profile)} is not a MIG profile name; use <slices>g.<memory>gb[+me], {example}",
+            )
+            return mode, None
+    if not ok:
+        return mode, None
+    return mode, Sharing(
+        mode=mode,
+        replicas=None if replicas is _ABSENT else replicas,
+        resource_name=resource_name,
+        mig_profile=profile,
+    )
+
+
+def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:
+    path = "spec.frameworkEnv"
+    if "frameworkEnv" not in spec:
+        return DEFAULT_FRAMEWORK_ENV
+    entries = spec["frameworkEnv"]
+    if not isinstance(entries, list):
+        check.problem(path, f"expected a list of frameworks ({', '.join(FRAMEWORKS)}), got {_describe(entries)}")
+        return ()
+    chosen: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{path}[{index}]"
+        if check.string(entry, where, "a framework name") is _BAD:
+            continue
+        if entry not in FRAMEWORKS:
+            check.problem(where, _one_of(entry, FRAMEWORKS))
+        elif entry in chosen:
+            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+        else:
+            chosen.append(entry)
+    return tuple(chosen)
+
+
+# --- The whole set -----------------------------------------------------------------------------------------
+
+
+def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
+    problems: list[str] = []
+    parsed: list[_Parsed] = []
+    for name, text in sources:
+        file_problems: list[str] = []
+        if isinstance(text, str) and len(text) * 4 > MAX_FILE_BYTES:  # maybe over: measure the UTF-8 bytes
+            size = len(text.encode("utf-8", "replace"))
+            text = _too_large(size) if size > MAX_FILE_BYTES else text
+        if isinstance(text, _Unreadable):
+            problems.append(f"{name}: {text.message}")
+            continue
+        documents, stopped = _read_documents(text)
+        for index, document in enumerate(documents):
+            if document.value is None and not document.problems:
+                continue  # an empty document ("---" with nothing after it)
+            source = f"{name}#{index}"
+            doc_problems = list(document.problems)
+            parsed.append(_parse_document(document.value, source, doc_problems))
+            file_problems += [f"{source} {path}: {message}" if path else f"{source}: {message}"
+                              for path, message in doc_problems]
+        if stopped is not None:
+            file_problems.append(f"{name}#{len(documents)}: {stopped}")
+        if len(file_problems) > MAX_PROBLEMS_PER_FILE:
+            hidden = len(file_problems) - MAX_PROBLEMS_PER_FILE
+            file_problems[MAX_PROBLEMS_PER_FILE:] = [f"{name}: {hidden} more problems in this file not shown"]
+        problems += file_problems
+    problems += _set_problems(parsed)
+    if problems:
+        raise PolicyLoadError(problems)
+    return PolicySet(tuple(p.policy for p in parsed if p.policy is not None))
+
+
+def _set_problems(parsed: list[_Parsed]) -> list[str]:
+    """Names unique across the set; each namespace or glob in one policy only."""
+    problems: list[str] = []
+    names: dict[str, _Parsed] = {}
+    patterns: dict[str, _Parsed] = {}
+    for entry in parsed:
+        if entry.name is not None:
+            first = names.setdefault(entry.name, entry)
+            if first is not entry:
+                problems.append(
+                    f"{entry.source} metadata.name: {_quote(entry.name)} is already the name of the policy in "
+                    f"{first.source}; give each policy a unique name"
+                )
+        for index, pattern in entry.namespaces:
+            first = patterns.setdefault(pattern, entry)
+            if first is not entry:
+                kind = "glob" if is_glob(pattern) else "namespace"
+                problems.append(
+                    f"{entry.source} spec.namespaces[{index}]: {kind} {_quote(pattern)} is listed by both "
+                    f'policy "{first.name}" ({first.source}) and policy "{entry.name}" ({entry.source}); '
+                    "keep it in one of them"
+                )
+    return problems
