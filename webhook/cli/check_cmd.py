@@ -1,14 +1,223 @@
-"""`gpu-webhook check`."""
+"""`gpu-webhook check`: the webhook's exact decisions for manifests, offline or from a running webhook.
+
+Platform teams run it in CI and GitOps repositories before turning the webhook on. Every decision comes from
+`engine.evaluate` (or, with `--server`, from the webhook itself): this module only reads, loops and reports.
+Heavy modules are imported inside `run` so `gpu-webhook` starts fast.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from webhook.admission.engine import Decision
+    from webhook.admission.policy import PolicySet
+    from webhook.cli.output import Result
+
+    Evaluator = Callable[[dict[str, Any], str], Decision]
+
+POLICIES_ENV = "GPU_ADMISSION_POLICIES"
+DEFAULT_NAMESPACE = "default"
+
+
+class CommandError(Exception):
+    """A usage, input, policy or connection problem: one line on stderr, exit 2."""
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options `check` and `audit` share: policies, output format, diff, warnings as failures."""
+    parser.add_argument(
+        "--policies",
+        metavar="DIR",
+        default=None,
+        help=f"policy directory (default: ${POLICIES_ENV}, else ./policies)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml", "json"),
+        default="table",
+        help="table (default), yaml (every object, mutated as the webhook would), or json",
+    )
+    parser.add_argument(
+        "--diff",
+        action="store_true",
+        help="print a unified diff (YAML) of each object the webhook would change",
+    )
+    parser.add_argument(
+        "--fail-on-warn", action="store_true", help="exit 1 on warnings too, not only on denials"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("check", help="(not yet implemented)")
+    parser = subparsers.add_parser(
+        "check",
+        help="check manifests against the policies (offline, or with --server against a running webhook)",
+        description=(
+            "Evaluate every Pod and workload in PATHs exactly as the webhook would: "
+            "exit 0 when all are admitted, 1 when any is denied, 2 on usage, parse or policy errors."
+        ),
+    )
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="manifest files, directories (searched for *.yaml, *.yml, *.json), or - for stdin",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help=f"namespace for objects without metadata.namespace (default: {DEFAULT_NAMESPACE})",
+    )
+    add_report_arguments(parser)
+    remote = parser.add_argument_group("against a running webhook")
+    remote.add_argument(
+        "--server", metavar="URL", help="send AdmissionReviews to this webhook (https://host:port)"
+    )
+    trust = remote.add_mutually_exclusive_group()
+    trust.add_argument("--ca-file", metavar="FILE", help="CA bundle that signed the webhook's certificate")
+    trust.add_argument("--insecure", action="store_true", help="do not verify the webhook's certificate")
+    remote.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per request (default: 10)"
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("gpu-webhook check: not implemented yet")
+    try:
+        return _check(args)
+    except CommandError as exc:
+        return fail("check", str(exc))
+
+
+def fail(command: str, message: str) -> int:
+    sys.stderr.write(f"gpu-webhook {command}: {message}\n")
+    return 2
+
+
+def _check(args: argparse.Namespace) -> int:
+    if not args.paths:
+        raise CommandError("no input: give manifest files, directories, or - to read stdin")
+    if args.diff and args.output != "table":
+        raise CommandError("--diff is an output format of its own; drop -o/--output")
+    if (args.ca_file or args.insecure) and not args.server:
+        raise CommandError("--ca-file and --insecure only apply with --server URL")
+    if not args.timeout > 0:
+        raise CommandError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+
+    from webhook.cli.manifests import load_items
+
+    documents, items, errors = load_items(args.paths)
+    if errors:
+        for error in errors:
+            fail("check", str(error))
+        return 2
+
+    if args.server:
+        from webhook.cli.remote import RemoteEvaluator  # its errors are CommandErrors
+
+        remote = RemoteEvaluator(
+            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout
+        )
+        evaluator: Evaluator = remote
+    else:
+        remote = None
+        evaluator = local_evaluator(load_policy_set(args.policies))
+
+    from webhook.cli.output import report
+
+    try:
+        results = [
+            evaluate_one(
+                evaluator,
+                item.obj,
+                source=item.document.source,
+                document=item.document.index,
+                item=item.item,
+                default_namespace=args.namespace,
+            )
+            for item in items
+        ]
+    finally:
+        if remote is not None:
+            remote.close()
+    return report(
+        results,
+        args.output,
+        sys.stdout,
+        sys.stderr,
+        diff=args.diff,
+        documents=documents,
+        fail_on_warn=args.fail_on_warn,
+    )
+
+
+def load_policy_set(directory: str | None) -> PolicySet:
+    """`--policies`, else $GPU_ADMISSION_POLICIES, else ./policies; a missing directory is an error, never a
+    silent fall-back to built-in defaults (a CI job must not pass because of a typo)."""
+    from webhook.admission.loader import PolicyLoadError, load_policies
+
+    chosen = directory or os.environ.get(POLICIES_ENV) or "policies"
+    if not os.path.isdir(chosen):
+        hint = "" if directory else f" (pass --policies DIR or set {POLICIES_ENV})"
+        raise CommandError(f"policy directory {chosen} not found{hint}")
+    try:
+        return load_policies(chosen)
+    except PolicyLoadError as exc:
+        problems = exc.problems or [str(exc)]
+        raise CommandError("invalid policies:\n  " + "\n  ".join(problems)) from None
+    except OSError as exc:
+        raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
+
+
+def local_evaluator(policies: PolicySet) -> Evaluator:
+    """The engine, after the API server's own defaulting (limits without requests get requests)."""
+    from webhook.admission.engine import evaluate
+    from webhook.admission.podspec import default_requests_from_limits
+
+    def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
+        return evaluate(default_requests_from_limits(obj), namespace, policies)
+
+    return evaluate_local
+
+
+def namespace_of(obj: dict[str, Any], default: str | None) -> str:
+    metadata = obj.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if isinstance(namespace, str) and namespace:
+        return namespace
+    return default or DEFAULT_NAMESPACE
+
+
+def evaluate_one(
+    evaluator: Evaluator,
+    obj: dict[str, Any],
+    *,
+    source: str,
+    document: int,
+    item: int | None = None,
+    owner: str | None = None,
+    default_namespace: str | None = None,
+) -> Result:
+    """One object through the evaluator into a `Result`; an engine failure is a one-line error, exit 2."""
+    from webhook.cli.output import make_result
+
+    namespace = namespace_of(obj, default_namespace)
+    try:
+        decision = evaluator(obj, namespace)
+    except CommandError:
+        raise
+    except Exception as exc:  # a bug in the engine must still be one line naming the object
+        where = f"{source}#{document}" + (f" items[{item}]" if item is not None else "")
+        raise CommandError(
+            f"{where}: the admission engine failed on this object ({type(exc).__name__}: {exc}); "
+            "please report it with the manifest"
+        ) from None
+    return make_result(
+        decision, obj, source=source, document=document, namespace=namespace, item=item, owner=owner
+    )

@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.cli import certs_cmd, check_cmd, policy_cmd, serve_cmd
+from webhook.cli import audit_cmd, certs_cmd, check_cmd, policy_cmd, serve_cmd
 
-COMMANDS = (serve_cmd, check_cmd, policy_cmd, certs_cmd)
+COMMANDS = (serve_cmd, check_cmd, audit_cmd, policy_cmd, certs_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

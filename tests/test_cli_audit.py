@@ -1,0 +1,235 @@
+"""`gpu-webhook audit` against tests/fake_kube_api.py, a local server speaking the Kubernetes list API.
+
+The cluster: namespace `ml` holds a requests-only Deployment with its ReplicaSet and Pod, a Pod of an
+operator's PyTorchJob, and CPU-only Pods; `research` holds a Pod asking for half a GPU (denied by the
+`default` policy); `batch` holds a requests-only CronJob with its Job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_kube_api import FakeKubeAPI
+from webhook.cli.main import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cli"
+POLICIES = str(FIXTURES / "policies")
+GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"
+
+
+def container(gpu: Any = None, *, requests_only: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if gpu is not None:
+        body["resources"] = {"requests" if requests_only else "limits": {"nvidia.com/gpu": gpu}}
+    return body
+
+
+def owned(kind: str, name: str) -> dict[str, Any]:
+    return {
+        "ownerReferences": [
+            {"apiVersion": "x/v1", "kind": kind, "name": name, "uid": "u", "controller": True}
+        ]
+    }
+
+
+def pod(
+    name: str, namespace: str, gpu: Any = None, *, owner: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    metadata = {"name": name, "namespace": namespace, **(owned(*owner) if owner else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container(gpu)]}}
+
+
+def template(gpu: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [container(gpu, requests_only=True)]},
+    }
+
+
+CLUSTER = [
+    {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ml"},
+        "spec": {"replicas": 1, "template": template(1)},
+    },
+    {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": "ml", **owned("Deployment", "web")},
+        "spec": {"replicas": 1, "template": template(1)},
+    },
+    pod("web-1-abc", "ml", 1, owner=("ReplicaSet", "web-1")),
+    pod("train-worker-0", "ml", "500m", owner=("PyTorchJob", "train")),
+    *[pod(f"cpu-{i}", "ml") for i in range(5)],
+    pod("half", "research", "0.5"),
+    {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "batch"},
+        "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": template(2)}}},
+    },
+    {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "nightly-1", "namespace": "batch", **owned("CronJob", "nightly")},
+        "spec": {"template": template(2)},
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    api = FakeKubeAPI()
+    api.add(*CLUSTER)
+    api.start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def kubeconfig(cluster, tmp_path):
+    cluster.requests.clear()
+    cluster.forbidden.clear()
+    return str(cluster.write_kubeconfig(tmp_path / "kubeconfig"))
+
+
+def gpu_webhook(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "GPU_ADMISSION_POLICIES")}
+    return subprocess.run([str(GPU_WEBHOOK), *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_audit_pages_through_the_cluster_and_reports_what_would_be_denied_or_changed(cluster, kubeconfig):
+    run = gpu_webhook(
+        "audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "--page-size", "2"
+    )
+    assert run.returncode == 1, run.stderr
+    assert run.stderr == "", "no progress output when stderr is not a terminal"
+    report = json.loads(run.stdout)
+    listed = [(r["kind"], r["namespace"], r["name"]) for r in report["results"]]
+    # Workloads first; objects owned by a listed workload (the ReplicaSet, its Pod, the CronJob's Job) are
+    # left to their owner; CPU-only Pods would be left alone, so they are counted, not listed.
+    assert listed == [
+        ("Deployment", "ml", "web"),
+        ("CronJob", "batch", "nightly"),
+        ("Pod", "ml", "train-worker-0"),
+        ("Pod", "research", "half"),
+    ]
+    assert report["summary"] == {"objects": 9, "allowed": 7, "denied": 2, "mutated": 2, "skipped": 0}
+    results = {r["name"]: r for r in report["results"]}
+    assert all(r["source"] == "fake" for r in report["results"]), "the source is the kubeconfig context"
+    web = results["web"]
+    assert web["mutated"] and web["allowed"]
+    assert web["object"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": 1
+    }
+    assert results["half"]["allowed"] is False and "fractional" in results["half"]["denials"][0]
+    assert results["train-worker-0"]["allowed"] is False, "an operator's Pod is judged like any other"
+
+    # Every collection was listed cluster-wide, 2 per page, following continue tokens to the end.
+    pods = list(cluster.list_requests("pods"))
+    assert pods[0] == "GET /api/v1/pods?limit=2"
+    assert len(pods) == 4 and all("continue=" in r for r in pods[1:]), "8 Pods, 2 per page"
+    for plural in ("deployments", "statefulsets", "daemonsets", "replicasets", "replicationcontrollers"):
+        assert cluster.list_requests(plural), plural
+    for plural in ("jobs", "cronjobs", "podtemplates"):
+        assert cluster.list_requests(plural), plural
+
+
+def test_audit_one_namespace_with_owned_objects_lists_everything_with_its_owner(cluster, kubeconfig):
+    run = gpu_webhook(
+        "audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-n", "ml", "--include-owned", "--all"
+    )
+    assert run.returncode == 1, run.stderr
+    rows = [line.split(" ml ")[0].split(maxsplit=1)[1].strip() for line in run.stdout.splitlines()[1:10]]
+    assert rows == [
+        "Deployment/web",
+        "ReplicaSet/web-1 (owner Deployment/web)",
+        *[f"Pod/cpu-{i}" for i in range(5)],
+        "Pod/train-worker-0 (owner PyTorchJob/train)",
+        "Pod/web-1-abc (owner ReplicaSet/web-1)",
+    ]
+    assert "research" not in run.stdout and "nightly" not in run.stdout
+    assert all("/namespaces/ml/" in r for r in cluster.requests), "namespaced list calls only"
+    assert run.stdout.splitlines()[-1].startswith("9 objects: 8 allowed, 1 denied, 2 mutated")
+
+
+# --- cluster errors: one line, exit 2 ---------------------------------------------------------------------
+
+
+def audit_error(capsys, *args: str) -> str:
+    assert main(["audit", "--policies", POLICIES, *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("gpu-webhook audit: ")
+    return lines[0].removeprefix("gpu-webhook audit: ")
+
+
+def test_wrong_credentials_are_one_line(cluster, tmp_path, capsys):
+    config = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="expired")
+    assert audit_error(capsys, "--kubeconfig", str(config)) == (
+        f"{cluster.url} rejected the credentials (401 Unauthorized): "
+        "log in again or fix the user of context fake"
+    )
+
+
+def test_forbidden_is_one_line_naming_the_resource_and_scope(cluster, kubeconfig, capsys):
+    cluster.forbidden.add("podtemplates")
+    message = audit_error(capsys, "--kubeconfig", kubeconfig, "-n", "ml")
+    assert message.startswith(
+        'forbidden (403) to list podtemplates in namespace "ml": podtemplates is forbidden: User "auditor" '
+        'cannot list resource "podtemplates" in API group "" in the namespace "ml"; '
+        "the audit needs get/list on"
+    )
+
+
+def test_an_unreachable_cluster_is_one_line(cluster, tmp_path, capsys):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = json.loads(Path(cluster.write_kubeconfig(tmp_path / "kubeconfig")).read_text())
+    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    message = audit_error(capsys, "--kubeconfig", str(tmp_path / "kubeconfig"))
+    assert message.startswith(f"cannot reach the cluster at http://127.0.0.1:{port}: ")
+
+
+def test_kubeconfig_problems_are_one_line(cluster, tmp_path, capsys):
+    assert audit_error(capsys, "--kubeconfig", str(tmp_path / "missing")) == (
+        f"--kubeconfig {tmp_path / 'missing'}: no such file"
+    )
+    garbage = tmp_path / "garbage"
+    garbage.write_text("this is not a kubeconfig\n")
+    assert audit_error(capsys, "--kubeconfig", str(garbage)).startswith(
+        f"kubeconfig {garbage}: not a valid kubeconfig ("
+    )
+    config = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    assert audit_error(capsys, "--kubeconfig", str(config), "--context", "nope").startswith(
+        "kubeconfig: Invalid kube-config file. Expected object with name nope in "
+    )
+
+
+def test_progress_is_shown_on_a_terminal_and_cleared(kubeconfig, monkeypatch, capsys):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["audit", "--policies", POLICIES, "--kubeconfig", kubeconfig, "-o", "json"]) == 1
+    progress = terminal.getvalue()
+    assert "\r\033[Klisting deployments.apps: 1" in progress
+    assert "\r\033[Klisting pods: 8" in progress
+    assert progress.endswith("\r\033[K"), "the progress line is cleared before the report"
+    assert json.loads(capsys.readouterr().out)["summary"]["objects"] == 9

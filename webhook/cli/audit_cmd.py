@@ -1,0 +1,141 @@
+"""`gpu-webhook audit`: what the current policies would deny or mutate in a running cluster.
+
+The report a platform team reads before turning enforcement on. Objects owned by a controller that the audit
+also lists (a Deployment's ReplicaSets, their Pods, a CronJob's Jobs) are left out by default: the owner's
+template is what gets fixed, and reporting every replica would bury it. Pods of other controllers (operators'
+custom resources) are reported with their owner. `--include-owned` reports everything. Objects the webhook
+would leave alone are counted, not listed, unless `--all`: a cluster has thousands of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from webhook.cli.check_cmd import (
+    CommandError,
+    add_report_arguments,
+    evaluate_one,
+    fail,
+    load_policy_set,
+    local_evaluator,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="report what the policies would deny or mutate among a cluster's Pods and workloads",
+        description=(
+            "List Pods and workloads with the kubeconfig (or in-cluster) credentials and evaluate each as "
+            "the webhook would: exit 0 when all would be admitted, 1 when any would be denied, 2 on errors."
+        ),
+    )
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context (default: the current context)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="audit one namespace (default: all namespaces)")
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="audit every namespace (the default)"
+    )
+    parser.add_argument(
+        "--include-owned",
+        action="store_true",
+        help="also report ReplicaSets, Jobs and Pods owned by a listed workload",
+    )
+    parser.add_argument(
+        "--all",
+        dest="show_all",
+        action="store_true",
+        help="list every object, not only those the policies would deny, change or warn about",
+    )
+    parser.add_argument(
+        "--page-size", type=int, default=500, metavar="N", help="objects per list request (default: 500)"
+    )
+    add_report_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _audit(args)
+    except CommandError as exc:
+        _progress_done()
+        return fail("audit", str(exc))
+
+
+def _audit(args: argparse.Namespace) -> int:
+    if args.diff and args.output != "table":
+        raise CommandError("--diff is an output format of its own; drop -o/--output")
+    if args.page_size < 1:
+        raise CommandError(f"--page-size {args.page_size}: must be at least 1")
+    from webhook.cli.output import report
+
+    evaluator = local_evaluator(load_policy_set(args.policies))
+
+    from webhook.cli.kube import KINDS, RESOURCES, Cluster
+
+    cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+    namespace = None if args.all_namespaces else args.namespace
+    results = []
+    try:
+        for resource in RESOURCES:
+            for obj in cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress):
+                owner = _controller(obj)
+                if owner is not None and owner[0] in KINDS and not args.include_owned:
+                    continue
+                results.append(
+                    evaluate_one(
+                        evaluator,
+                        obj,
+                        source=cluster.name,
+                        document=len(results),
+                        owner=f"{owner[0]}/{owner[1]}" if owner else None,
+                    )
+                )
+    finally:
+        cluster.close()
+        _progress_done()
+    return report(
+        results,
+        args.output,
+        sys.stdout,
+        sys.stderr,
+        diff=args.diff,
+        fail_on_warn=args.fail_on_warn,
+        only_affected=not args.show_all,
+    )
+
+
+def _controller(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """The (kind, name) of the owner reference marked `controller: true`, if any."""
+    metadata = obj.get("metadata")
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return str(ref.get("kind", "?")), str(ref.get("name", "?"))
+    return None
+
+
+_progress_shown = False
+
+
+def _progress(resource: Any, count: int) -> None:
+    """`listing pods: 1500` on one refreshed stderr line, on a terminal only."""
+    global _progress_shown
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write(f"\r\033[Klisting {resource.name}: {count}")
+    sys.stderr.flush()
+    _progress_shown = True
+
+
+def _progress_done() -> None:
+    global _progress_shown
+    if _progress_shown:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+        _progress_shown = False

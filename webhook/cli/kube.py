@@ -1,0 +1,269 @@
+"""Listing a cluster's Pods and workloads for `audit`, page by page, as plain API dicts.
+
+Objects come back as the API's JSON (camelCase field names), not as the client's model classes, because the
+engine reads manifests exactly as the API server sends them to a webhook. The `kubernetes` client is imported
+only when a `Cluster` is made: it alone takes longer to import than `check` may take to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from webhook.cli.check_cmd import CommandError
+
+PAGE_SIZE = 500
+REQUEST_TIMEOUT_S = 30
+
+
+class ClusterError(CommandError):
+    """The cluster could not be listed: one line saying what failed and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One listable kind: which client class lists it and under which method name."""
+
+    kind: str
+    api_version: str
+    name: str  # the resource as kubectl spells it (for messages and RBAC): "deployments.apps"
+    api: str  # the `kubernetes.client` class
+    method: str  # list_namespaced_<method> / list_<method>_for_all_namespaces
+
+    @property
+    def plural(self) -> str:
+        return self.name.split(".")[0]
+
+    def path(self, namespace: str | None) -> str:
+        """The collection's URL path: `/apis/apps/v1/namespaces/ml/deployments`."""
+        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        scope = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
+        return f"{root}{scope}/{self.plural}"
+
+
+# Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
+RESOURCES: tuple[Resource, ...] = (
+    Resource("Deployment", "apps/v1", "deployments.apps", "AppsV1Api", "deployment"),
+    Resource("StatefulSet", "apps/v1", "statefulsets.apps", "AppsV1Api", "stateful_set"),
+    Resource("DaemonSet", "apps/v1", "daemonsets.apps", "AppsV1Api", "daemon_set"),
+    Resource("ReplicaSet", "apps/v1", "replicasets.apps", "AppsV1Api", "replica_set"),
+    Resource("ReplicationController", "v1", "replicationcontrollers", "CoreV1Api", "replication_controller"),
+    Resource("CronJob", "batch/v1", "cronjobs.batch", "BatchV1Api", "cron_job"),
+    Resource("Job", "batch/v1", "jobs.batch", "BatchV1Api", "job"),
+    Resource("PodTemplate", "v1", "podtemplates", "CoreV1Api", "pod_template"),
+    Resource("Pod", "v1", "pods", "CoreV1Api", "pod"),
+)
+
+KINDS = frozenset(r.kind for r in RESOURCES)
+
+
+class Cluster:
+    """A connection to one cluster (kubeconfig context or in-cluster service account)."""
+
+    def __init__(self, *, kubeconfig: str | None = None, context: str | None = None):
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        configuration = client.Configuration()
+        try:
+            self.name = self._load(config, configuration, kubeconfig, context)
+        except ConfigException as exc:
+            raise ClusterError(f"kubeconfig: {_first_line(exc)}") from None
+        except OSError as exc:
+            raise ClusterError(f"kubeconfig: {exc.strerror or exc}") from None
+        except ClusterError:
+            raise
+        except Exception as exc:  # the client trips over malformed files with assorted exceptions
+            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise ClusterError(f"kubeconfig {where}: not a valid kubeconfig ({exc})") from None
+        configuration.retries = False  # an unreachable cluster is one clear error, not three slow ones
+        self.host = configuration.host
+        self._client = client.ApiClient(configuration)
+        self._apis: dict[str, Any] = {}
+        self._module = client
+
+    @staticmethod
+    def _load(config: Any, configuration: Any, kubeconfig: str | None, context: str | None) -> str:
+        """Load credentials into `configuration`; return the name to report (the context, or in-cluster)."""
+        if kubeconfig is not None and not os.path.exists(kubeconfig):
+            raise ClusterError(f"--kubeconfig {kubeconfig}: no such file")
+        default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
+        if kubeconfig is None and context is None and not os.path.exists(default):
+            if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                raise ClusterError(
+                    "no kubeconfig (~/.kube/config or $KUBECONFIG) and not running in a cluster; "
+                    "pass --kubeconfig FILE"
+                )
+            config.load_incluster_config(client_configuration=configuration)
+            return "in-cluster"
+        config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+        )
+        if context:
+            return context
+        _, active = config.list_kube_config_contexts(kubeconfig)
+        return str(active.get("name")) if isinstance(active, dict) else "kubeconfig"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def list_objects(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        page_size: int = PAGE_SIZE,
+        on_page: Callable[[Resource, int], None] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every object of `resource` (in `namespace`, or all), following `continue` tokens page by page.
+
+        A resource the cluster does not serve (404) lists as empty. A continue token that expired (410, a
+        listing slower than the API server's token lifetime) restarts that resource's listing once.
+        """
+        for attempt in (1, 2):
+            try:
+                return list(self._pages(resource, namespace, page_size, on_page))
+            except _Expired:
+                if attempt == 2:
+                    raise ClusterError(
+                        f"listing {resource.name} took longer than the API server keeps a continue token; "
+                        "try again, or audit one namespace at a time"
+                    ) from None
+        return []
+
+    def _pages(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        page_size: int,
+        on_page: Callable[[Resource, int], None] | None,
+    ) -> Iterator[dict[str, Any]]:
+        token: str | None = None
+        seen = 0
+        while True:
+            page = self._get(resource, namespace, page_size, token)
+            if page is None:
+                return
+            items = page.get("items") or []
+            for obj in items:
+                if isinstance(obj, dict):
+                    # List items carry no kind/apiVersion; the engine needs them.
+                    obj.setdefault("kind", resource.kind)
+                    obj.setdefault("apiVersion", resource.api_version)
+                    yield obj
+            seen += len(items)
+            if on_page is not None:
+                on_page(resource, seen)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if not token:
+                return
+
+    def _request(self, resource: Resource, namespace: str | None, page_size: int, token: str | None) -> Any:
+        """GET one page; returns an HTTP response with `.status`, `.reason` and `.data`.
+
+        Newer clients (the pydantic generator) build every model class the first time an API class is used:
+        seconds of start-up for objects we want raw anyway. There the request goes through the ApiClient
+        itself; older clients go through the typed list methods, which are cheap there.
+        """
+        if hasattr(self._client, "param_serialize"):
+            query: list[tuple[str, Any]] = [("limit", page_size)]
+            if token:
+                query.append(("continue", token))
+            request = self._client.param_serialize(
+                method="GET",
+                resource_path=resource.path(namespace),
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self._client.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
+            response.read()
+            return response
+        api = self._apis.get(resource.api)
+        if api is None:
+            api = self._apis[resource.api] = getattr(self._module, resource.api)(self._client)
+        kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        if namespace:
+            method = getattr(api, f"list_namespaced_{resource.method}")
+            return method(namespace, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
+        method = getattr(api, f"list_{resource.method}_for_all_namespaces")
+        return method(_request_timeout=REQUEST_TIMEOUT_S, **kwargs)
+
+    def _get(
+        self, resource: Resource, namespace: str | None, page_size: int, token: str | None
+    ) -> dict[str, Any] | None:
+        """One page as a dict; None when the cluster does not serve the resource."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError, SSLError
+
+        try:
+            response = self._request(resource, namespace, page_size, token)
+            status, reason, body = response.status, response.reason, response.data
+        except ApiException as exc:
+            status, reason, body = exc.status, exc.reason, exc.body
+        except SSLError as exc:
+            raise ClusterError(f"TLS with {self.host} failed: {_first_line(exc)}") from None
+        except (HTTPError, OSError) as exc:
+            cause = getattr(exc, "reason", None) or exc
+            raise ClusterError(f"cannot reach the cluster at {self.host}: {_first_line(cause)}") from None
+        if status == 404:
+            return None
+        if status == 410:
+            raise _Expired
+        if status != 200:
+            raise ClusterError(
+                self._refusal(status, _status_message(body) or reason or "", resource, namespace)
+            )
+        try:
+            page = json.loads(body)
+        except ValueError:
+            raise ClusterError(
+                f"{self.host} answered something that is not JSON listing {resource.name}"
+            ) from None
+        if not isinstance(page, dict):
+            raise ClusterError(
+                f"{self.host} answered a {type(page).__name__}, not a list, for {resource.name}"
+            )
+        return page
+
+    def _refusal(self, status: int, detail: str, resource: Resource, namespace: str | None) -> str:
+        if status == 401:
+            return (
+                f"{self.host} rejected the credentials (401 Unauthorized): log in again or fix the user "
+                f"of context {self.name}"
+            )
+        if status == 403:
+            where = f'in namespace "{namespace}"' if namespace else "at cluster scope"
+            return (
+                f"forbidden (403) to list {resource.name} {where}: {detail}; the audit needs get/list on "
+                "pods, podtemplates, replicationcontrollers, deployments, statefulsets, daemonsets, "
+                "replicasets, jobs and cronjobs"
+            )
+        return f"{self.host} answered HTTP {status} listing {resource.name}: {detail}"
+
+
+class _Expired(Exception):
+    """HTTP 410: the continue token is too old."""
+
+
+def _status_message(body: Any) -> str:
+    """The `message` of a Kubernetes Status body, when there is one."""
+    if not body:
+        return ""
+    try:
+        status = json.loads(body)
+    except (TypeError, ValueError):
+        return _first_line(body)
+    return str(status.get("message", "")) if isinstance(status, dict) else ""
+
+
+def _first_line(value: Any) -> str:
+    text = str(value).strip()
+    return text.splitlines()[0] if text else type(value).__name__

@@ -1,0 +1,223 @@
+"""Reading manifests for `check`: files, directories and stdin; multi-document YAML, JSON and `kind: List`.
+
+Parsing follows what `kubectl apply -f` accepts, so a file that works there works here. Every problem is a
+`ManifestError` naming the file, the document and the YAML line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+STDIN = "-"
+STDIN_LABEL = "<stdin>"
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """Safe loading, except that timestamps stay strings: Kubernetes converts YAML to JSON, and so do we."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One document of a YAML stream (or a whole JSON file)."""
+
+    source: str  # the path as given, or "<stdin>"
+    index: int  # position in the stream, counting from 0, empty documents included
+    content: Any  # what the document parsed to: a mapping for a Kubernetes object
+
+    @property
+    def label(self) -> str:
+        return f"{self.source}#{self.index}"
+
+    @property
+    def is_list(self) -> bool:
+        return is_list_object(self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One Kubernetes object to evaluate: a document, or one entry of a `kind: List`'s `items`."""
+
+    document: Document
+    item: int | None  # the index in `items`, or None for a document that is the object itself
+    obj: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        suffix = f" items[{self.item}]" if self.item is not None else ""
+        return self.document.label + suffix
+
+
+class ManifestError(Exception):
+    """Input that cannot be read as Kubernetes objects; `str()` is one line for people."""
+
+    def __init__(self, source: str, message: str, *, document: int | None = None, line: int | None = None):
+        self.source = source
+        self.message = message
+        self.document = document
+        self.line = line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.source if self.document is None else f"{self.source}#{self.document}"
+        if self.line is not None:
+            where += f" line {self.line}"
+        return f"{where}: {self.message}"
+
+
+def is_list_object(content: Any) -> bool:
+    """`kind: List` (kubectl's) or `kind: PodList` and friends (the API's), holding `items`."""
+    return (
+        isinstance(content, dict)
+        and isinstance(content.get("kind"), str)
+        and content["kind"].endswith("List")
+        and isinstance(content.get("items"), list)
+    )
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Files as given; directories searched recursively, in sorted order, hidden ones skipped."""
+    expanded: list[str] = []
+    for path in paths:
+        if path == STDIN:
+            expanded.append(path)
+            continue
+        p = Path(path)
+        if p.is_dir():
+            found = sorted(_walk(p))
+            if not found:
+                raise ManifestError(path, "no *.yaml, *.yml or *.json files in this directory")
+            expanded.extend(str(f) for f in found)
+        elif p.exists():
+            expanded.append(path)
+        else:
+            raise ManifestError(path, "no such file or directory")
+    return expanded
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if name.endswith(MANIFEST_SUFFIXES) and not name.startswith("."):
+                yield Path(dirpath) / name
+
+
+def read_documents(path: str) -> list[Document]:
+    """All documents of one file (`-` reads stdin); raises ManifestError at the first unreadable one."""
+    source = STDIN_LABEL if path == STDIN else path
+    try:
+        raw = sys.stdin.buffer.read() if path == STDIN else Path(path).read_bytes()
+    except OSError as exc:
+        raise ManifestError(source, exc.strerror or str(exc)) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(source, f"not UTF-8 text (byte {exc.start}): is this a manifest?") from None
+    if path.endswith(".json"):
+        return [Document(source, 0, _parse_json(source, text))]
+    return _parse_yaml(source, text)
+
+
+def _parse_json(source: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(
+            source, f"invalid JSON: {exc.msg} (column {exc.colno})", document=0, line=exc.lineno
+        ) from None
+
+
+def _parse_yaml(source: str, text: str) -> list[Document]:
+    documents: list[Document] = []
+    try:
+        for content in yaml.load_all(text, Loader=_Loader):
+            documents.append(Document(source, len(documents), content))
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
+        message = exc.problem or "invalid YAML"
+        if exc.context:
+            at = f" at line {exc.context_mark.line + 1}" if exc.context_mark is not None else ""
+            message += f" ({exc.context}{at})"
+        raise ManifestError(source, message, document=len(documents), line=line) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(source, f"invalid YAML: {exc}", document=len(documents)) from None
+    return documents
+
+
+def items_of(document: Document) -> list[Item]:
+    """The objects a document holds: none when empty, each of `items` for a List, else the document itself.
+
+    A document that is not a mapping (a bare string or list) cannot be a Kubernetes object: an error. A
+    mapping is the engine's to judge; one with no pod spec (a ConfigMap, a kustomization.yaml) comes back
+    skipped.
+    """
+    content = document.content
+    if content is None:
+        return []
+    if document.is_list:
+        items = []
+        for i, entry in enumerate(content["items"]):
+            if not isinstance(entry, dict):
+                raise ManifestError(
+                    document.source,
+                    f"items[{i}] is a {_type_name(entry)}, not a Kubernetes object (a mapping with a kind)",
+                    document=document.index,
+                )
+            items.append(Item(document, i, entry))
+        return items
+    if not isinstance(content, dict):
+        raise ManifestError(
+            document.source,
+            f"the document is a {_type_name(content)}, not a Kubernetes object (a mapping with a kind)",
+            document=document.index,
+        )
+    return [Item(document, None, content)]
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
+
+
+def load_items(paths: Sequence[str]) -> tuple[list[Document], list[Item], list[ManifestError]]:
+    """Every document and object under `paths`, with every file's error (one per file) collected."""
+    documents: list[Document] = []
+    items: list[Item] = []
+    errors: list[ManifestError] = []
+    files: list[str] = []
+    for path in paths:
+        try:
+            files.extend(expand_paths([path]))
+        except ManifestError as exc:
+            errors.append(exc)
+    for path in files:
+        try:
+            file_documents = read_documents(path)
+            file_items = [item for document in file_documents for item in items_of(document)]
+        except ManifestError as exc:
+            errors.append(exc)
+            continue
+        documents.extend(file_documents)
+        items.extend(file_items)
+    return documents, items, errors
