@@ -120,6 +120,7 @@ def test_fractional_becomes_a_shared_replica_with_its_memory_fraction():
     resources = decision.mutated["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
     assert env_of(decision) == {
+        "GPU_ADMISSION_MEMORY_FRACTION": "0.5",  # recorded: gpu.shared 1 alone no longer says 0.5
         "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.48",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
@@ -128,6 +129,13 @@ def test_fractional_becomes_a_shared_replica_with_its_memory_fraction():
         "GPU_MEMORY_FRACTION": "0.5",
     }
     assert decision.mutation_kinds == ["requests-into-limits", "fractional", "env"]
+
+
+def test_a_second_pass_over_a_converted_fraction_keeps_it_silently():
+    # The API server calls the webhook again (reinvocation, then /validate); a template's pods arrive mutated.
+    first = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING_FRACTIONAL)
+    again = run(first.mutated, TIME_SLICING_FRACTIONAL)
+    assert (again.patch, again.warnings, again.decision) == ([], [], "allow")
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.envhints import JAX_FRACTION_VARS, PYTORCH_ALLOC_CONF, hints_for, merge_alloc_conf
-from webhook.admission.patch import ObjectEditor, diff
+from webhook.admission.envhints import JAX_FRACTION_VARS, PYTORCH_ALLOC_CONF, EnvHint, hints_for, merge_alloc_conf
+from webhook.admission.patch import ObjectEditor, escape_token, pointer
 from webhook.admission.podspec import ContainerRef, iter_containers, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity
@@ -32,6 +32,9 @@ from webhook.admission.resources import (
 )
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
+# The fraction that a fractional request was converted to, kept in the container so that the API server's
+# second call, and the pods of a mutated template, inject the same hints.
+RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
 WARNING_PREFIX = "gpu-admission: "
 WARNING_LIMIT = 120
 
@@ -50,32 +53,87 @@ class MutationResult:
     kinds: list[str] = field(default_factory=list)  # one per change: for metrics and counts
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a policy means for mutation, worked out once per policy (this runs on every review)."""
+
+    policy: Policy
+    mapping_target: str | None  # where `nvidia.com/gpu: N` goes, if anywhere
+    fractional_shared: str | None  # the shared resource a fraction becomes (fractional: shared)
+    fractional_model: Any  # the GPUModel whose MIG slices fractions become (fractional: mig)
+    shared_resource: str | None  # the resource that counts as a shared GPU besides `*.shared`
+    default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
+    default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
+    default_text: str  # default_fraction for messages
+
+    @staticmethod
+    def of(policy: Policy) -> _Plan:
+        plan = policy.memo.get("mutation-plan")
+        if plan is None:
+            sharing = policy.sharing
+            mapping_target = None
+            if sharing.mode.is_shared:
+                mapping_target = sharing.resource_name
+            elif sharing.mode is Mode.MIG and sharing.mig_profile:
+                mapping_target = mig_resource(sharing.mig_profile)
+            plan = policy.memo["mutation-plan"] = _Plan(
+                policy=policy,
+                mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
+                fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
+                fractional_model=GPU_MODELS.get(policy.gpu.model or "")
+                if policy.fractional is Fractional.MIG
+                else None,
+                shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
+                default_fraction=policy.shared_fraction,
+                default_hints=hints_for(policy, policy.shared_fraction) if policy.shared_fraction else (),
+                default_text=format_fraction(policy.shared_fraction) if policy.shared_fraction else "",
+            )
+        return plan
+
+
 def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> MutationResult:
     spec_path = spec_path or pod_spec_path(obj)
-    if spec_path is None:
-        return MutationResult(obj)
-    editor = ObjectEditor(obj)
     result = MutationResult(obj)
+    if spec_path is None:
+        return result
+    plan = _Plan.of(policy)
+    editor = ObjectEditor(obj)
+    spec_at = pointer(spec_path)
     for ref in iter_containers(obj, spec_path):
-        changed = _ContainerMutation(ref, policy, result).run()
+        container = _ContainerMutation(ref, plan, result)
+        changed = container.run()
         if changed is not None:
-            editor.set(ref.path, changed)
+            editor.put(ref.path, changed)
+            container.patch(f"{spec_at}/{ref.section}/{ref.index}", result.patch)
     if result.kinds:
-        _annotate(editor, policy)
+        _annotate(editor, policy, result.patch)
         result.obj = editor.root
-        result.patch = diff(obj, editor.root)
     return result
 
 
-def _annotate(editor: ObjectEditor, policy: Policy) -> None:
+def _annotate(editor: ObjectEditor, policy: Policy, patch: list[dict[str, Any]]) -> None:
     metadata = editor.root.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if metadata is not None and not isinstance(metadata, dict):
+    if not isinstance(metadata, dict) or not isinstance(annotations, dict | None):
         return  # malformed metadata: the API server rejects the object anyway
-    if annotations is not None and not isinstance(annotations, dict):
+    if annotations is None:
+        value = {POLICY_ANNOTATION: policy.name}
+        patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": value})
+    elif annotations.get(POLICY_ANNOTATION) != policy.name:
+        op = "replace" if POLICY_ANNOTATION in annotations else "add"
+        patch.insert(0, {"op": op, "path": "/metadata/annotations/gpu-admission.io~1policy", "value": policy.name})
+    else:
         return
-    if annotations is None or annotations.get(POLICY_ANNOTATION) != policy.name:
-        editor.set(("metadata", "annotations", POLICY_ANNOTATION), policy.name)
+    editor.set(("metadata", "annotations", POLICY_ANNOTATION), policy.name)
+
+
+def _recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
+    value = entry.get("value")
+    try:
+        fraction = Fraction(value) if isinstance(value, str) and len(value) <= 16 else None
+    except ValueError:
+        return None
+    return fraction if fraction is not None and 0 < fraction <= 1 else None
 
 
 def _quantity(value: Any) -> int | Fraction | None:
@@ -88,13 +146,15 @@ def _quantity(value: Any) -> int | Fraction | None:
 class _ContainerMutation:
     """The four steps for one container, on private copies of its resource maps and env list."""
 
-    def __init__(self, ref: ContainerRef, policy: Policy, result: MutationResult) -> None:
-        self.ref, self.policy, self.result = ref, policy, result
+    def __init__(self, ref: ContainerRef, plan: _Plan, result: MutationResult) -> None:
+        self.ref, self.plan, self.policy, self.result = ref, plan, plan.policy, result
+        self._label: str | None = None
         self.requests: dict[str, Any] = {}
         self.limits: dict[str, Any] = {}
         self.env_list: list[Any] | None = None
         self.changed = False
         self.converted_fraction: Fraction | None = None
+        self.gpu: tuple[Any, int | Fraction] | None = None  # `nvidia.com/gpu` (text, value) while it is there
 
     def change(self, kind: str, text: str) -> None:
         self.changed = True
@@ -102,7 +162,9 @@ class _ContainerMutation:
         self.notice(text)
 
     def notice(self, text: str) -> None:
-        self.result.warnings.append(warning(f"{self.ref.label}: {text}"))
+        if self._label is None:
+            self._label = self.ref.label
+        self.result.warnings.append(warning(f"{self._label}: {text}"))
 
     def run(self) -> dict[str, Any] | None:
         """The changed container, or None when nothing changed (or it is too malformed to touch)."""
@@ -111,13 +173,14 @@ class _ContainerMutation:
         if not isinstance(resources, dict):
             return None  # no resources: no GPU; malformed: validation explains
         requests, limits = resources.get("requests"), resources.get("limits")
-        if not isinstance(requests, dict | None) or not isinstance(limits, dict | None):
+        if (requests is not None and type(requests) is not dict) or (limits is not None and type(limits) is not dict):
             return None
         requests, limits = requests or {}, limits or {}
         if not any(map(is_managed, requests)) and not any(map(is_managed, limits)):
             return None
         self.requests, self.limits = dict(requests), dict(limits)
         self.requests_into_limits()
+        self.gpu = self._gpu_value()
         self.fractional()
         self.mapping()
         self.env()
@@ -131,6 +194,39 @@ class _ContainerMutation:
         if self.env_list is not None:
             new_body["env"] = self.env_list
         return new_body
+
+    def patch(self, at: str, ops: list[dict[str, Any]]) -> None:
+        """The JSON Patch for this container's changes: only the paths that changed, parents first.
+
+        Mutation touches three places only: requests, limits and env. A map or list that was absent (or null)
+        is added whole; a map that exists gets per-key operations; env entries are appended, or a value replaced.
+        """
+        resources = self.ref.body["resources"]
+        for which, new in (("requests", self.requests), ("limits", self.limits)):
+            old, where = resources.get(which), f"{at}/resources/{which}"
+            if old is None:
+                if new:
+                    ops.append({"op": "add", "path": where, "value": new})
+                continue
+            for key in old:
+                if key not in new:
+                    ops.append({"op": "remove", "path": f"{where}/{escape_token(key)}"})
+                elif new[key] is not old[key]:
+                    ops.append({"op": "replace", "path": f"{where}/{escape_token(key)}", "value": new[key]})
+            for key, value in new.items():
+                if key not in old:
+                    ops.append({"op": "add", "path": f"{where}/{escape_token(key)}", "value": value})
+        if self.env_list is None:
+            return
+        old_env = self.ref.body.get("env")
+        if old_env is None:
+            ops.append({"op": "add", "path": f"{at}/env", "value": self.env_list})
+            return
+        for index, entry in enumerate(self.env_list):
+            if index >= len(old_env):
+                ops.append({"op": "add", "path": f"{at}/env/{index}", "value": entry})
+            elif entry is not old_env[index]:
+                ops.append({"op": "replace", "path": f"{at}/env/{index}/value", "value": entry["value"]})
 
     # 1
     def requests_into_limits(self) -> None:
@@ -162,39 +258,35 @@ class _ContainerMutation:
 
     # 2
     def fractional(self) -> None:
-        found = self._gpu_value()
+        found = self.gpu
         if found is None or not 0 < found[1] < 1:
             return
         q = found[1]
-        target = None
-        if self.policy.fractional is Fractional.SHARED:
-            target = self.policy.sharing.resource_name
-        elif self.policy.fractional is Fractional.MIG and self.policy.gpu.model in GPU_MODELS:
-            profile = smallest_profile_for(GPU_MODELS[self.policy.gpu.model], q)
+        target = self.plan.fractional_shared
+        if self.plan.fractional_model is not None:
+            profile = smallest_profile_for(self.plan.fractional_model, q)
             target = mig_resource(profile.name) if profile else None
         if target is None or not self._rename(target, "1"):
             return
-        if self.policy.fractional is Fractional.SHARED:
+        self.gpu = None
+        if self.plan.fractional_shared:
             self.converted_fraction = q
         self.change("fractional", f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
 
     # 3
     def mapping(self) -> None:
-        mode = self.policy.sharing.mode
-        if mode.is_shared:
-            target = self.policy.sharing.resource_name
-        elif mode is Mode.MIG and self.policy.sharing.mig_profile:
-            target = mig_resource(self.policy.sharing.mig_profile)
-        else:
+        target = self.plan.mapping_target
+        if target is None:
             return
-        found = self._gpu_value()
+        found = self.gpu
         if found is None or found[1] < 1 or found[1].denominator != 1:
             return
         if self._rename(target, found[0]):
+            mode = self.policy.sharing.mode
             self.change("mapping", f"{NVIDIA_GPU} {found[1]} became {target} {found[1]} ({mode} policy)")
 
     def _holds_shared_gpu(self) -> bool:
-        shared_name = self.policy.sharing.resource_name if self.policy.sharing.mode.is_shared else None
+        shared_name = self.plan.shared_resource
         for name, value in self.limits.items():
             if is_shared(name) or name == shared_name:
                 quantity = _quantity(value)
@@ -204,17 +296,26 @@ class _ContainerMutation:
 
     # 4
     def env(self) -> None:
-        if self.converted_fraction is None and not self._holds_shared_gpu():
-            return
-        fraction = self.policy.memory_fraction or self.converted_fraction or self.policy.shared_fraction
         env = self.ref.body.get("env")
-        if fraction is None or not isinstance(env, list | None):
+        if not isinstance(env, list | None) or (self.converted_fraction is None and not self._holds_shared_gpu()):
             return
         env = list(env or [])
         existing = {e["name"]: i for i, e in enumerate(env) if isinstance(e, dict) and isinstance(e.get("name"), str)}
         added = 0
+        if self.converted_fraction is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
+            env.append({"name": RECORDED_FRACTION, "value": format_fraction(self.converted_fraction)})
+            added += 1
+        elif RECORDED_FRACTION in existing:
+            self.converted_fraction = _recorded_fraction(env[existing[RECORDED_FRACTION]])
+        if self.policy.memory_fraction is None and self.converted_fraction is not None:
+            fraction, hints = self.converted_fraction, hints_for(self.policy, self.converted_fraction)
+            fraction_text = format_fraction(fraction)
+        else:
+            fraction, hints, fraction_text = self.plan.default_fraction, self.plan.default_hints, self.plan.default_text
+        if fraction is None:
+            return
         jax_set = [name for name in JAX_FRACTION_VARS if name in existing]
-        for hint in hints_for(self.policy, fraction):
+        for hint in hints:
             index = existing.get(hint.name)
             if hint.framework == "jax" and jax_set:
                 if hint.name == JAX_FRACTION_VARS[0] and (index is None or env[index].get("value") != hint.value):
@@ -234,4 +335,4 @@ class _ContainerMutation:
                 self.notice(f"kept {hint.name} as set (policy suggests {hint.value})")
         if added:
             self.env_list = env
-            self.change("env", f"set {added} memory env vars for GPU fraction {format_fraction(fraction)}")
+            self.change("env", f"set {added} memory env vars for GPU fraction {fraction_text}")

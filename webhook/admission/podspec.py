@@ -35,7 +35,8 @@ def pod_spec_path(obj: Any) -> tuple[str, ...] | None:
     """The path to `obj`'s pod spec, or None when the object has none (wrong kind, or not there)."""
     if not isinstance(obj, dict):
         return None
-    path = POD_SPEC_PATHS.get(obj.get("kind"))  # type: ignore[arg-type]
+    kind = obj.get("kind")
+    path = POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
     if path is None:
         return None
     node: Any = obj

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
@@ -34,9 +35,10 @@ def is_mig_profile_name(name: str) -> bool:
     return _MIG_PROFILE.match(name) is not None
 
 
-def is_managed(resource: str) -> bool:
+@lru_cache(maxsize=4096)  # asked for every resource key of every container of every review
+def is_managed(resource: object) -> bool:
     """GPU resources whose whole-number and request=limit rules the webhook enforces."""
-    return (
+    return type(resource) is str and (
         resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")

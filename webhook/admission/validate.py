@@ -16,6 +16,7 @@ from webhook.admission.quantity import QuantityError, format_fraction, parse_qua
 from webhook.admission.resources import (
     GPU_MODELS,
     NVIDIA_GPU,
+    is_managed,
     is_shared,
     mig_profile_of,
     mig_resource,
@@ -53,7 +54,7 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
     return problems
 
 
-def _container(ref: ContainerRef, policy: Policy, problems: list[str]) -> dict[str, Fraction]:
+def _container(ref: ContainerRef, policy: Policy, problems: list[str]) -> dict[str, int | Fraction]:
     """Check one container's managed resources; return its GPU counts (the limits, which the pod holds)."""
     resources = ref.body.get("resources")
     if resources is not None and not isinstance(resources, dict):
@@ -66,12 +67,16 @@ def _container(ref: ContainerRef, policy: Policy, problems: list[str]) -> dict[s
                 f"{ref.label}: resources.{which} must be a map, not {type(value).__name__}; fix the manifest"
             )
             return {}
-    requests, limits = ref.managed("requests"), ref.managed("limits")
-    counts: dict[str, Fraction] = {}
-    for name in dict.fromkeys([*limits, *requests]):
-        count = _resource(ref, name, requests.get(name), limits.get(name), policy, problems)
-        if count is not None:
-            counts[name] = count
+    requests, limits = (resources.get("requests") or {}, resources.get("limits") or {}) if resources else ({}, {})
+    counts: dict[str, int | Fraction] = {}
+    for name, limit in limits.items():
+        if is_managed(name):
+            count = _resource(ref, name, requests.get(name), limit, policy, problems)
+            if count is not None:
+                counts[name] = count
+    for name, request in requests.items():
+        if name not in limits and is_managed(name):
+            _resource(ref, name, request, None, policy, problems)  # no limit: never a count
     return counts
 
 
@@ -160,7 +165,7 @@ def _served(ref: ContainerRef, name: str, value: int, raw: Any, policy: Policy, 
 
 
 def _visible_devices(ref: ContainerRef, counts: dict[str, Fraction], policy: Policy) -> list[str]:
-    if not policy.block_visible_devices_override or any(v > 0 for v in counts.values()):
+    if not policy.block_visible_devices_override or (counts and any(counts.values())):
         return []
     if VISIBLE_DEVICES not in ref.env_names():
         return []
@@ -174,7 +179,10 @@ def _pod_total(counts: list[tuple[ContainerRef, dict[str, Fraction]]], policy: P
     """The pod's effective request, as the scheduler computes it with sidecars (KEP-753).
 
     max(app containers + all sidecars, each regular init container + the sidecars started before it)
+    One container alone is judged by its own line (the per-container maximum), so this needs two holders.
     """
+    if sum(1 for _, container_counts in counts if container_counts) < 2:
+        return []
     app: dict[str, int | Fraction] = defaultdict(int)
     sidecars: dict[str, int | Fraction] = defaultdict(int)
     init_peak: dict[str, int | Fraction] = defaultdict(int)

@@ -1,14 +1,211 @@
-"""`gpu-webhook serve`."""
+"""`gpu-webhook serve`: the admission webhook over HTTPS (gunicorn, in process).
+
+Everything that can be wrong before serving is checked first and said in one line, exit 2: a missing or
+broken policy directory (the loader's lines), a missing, mismatched or expired certificate. Heavy imports
+happen inside `run`, after PROMETHEUS_MULTIPROC_DIR is set: prometheus_client reads it at import time.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+POLICIES_ENV = "GPU_ADMISSION_POLICIES"
+DEV_CERTS_DIR = Path("certs/dev")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class ServeError(Exception):
+    """A reason not to start, in one line for people."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="(not yet implemented)")
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the webhook (HTTPS: /mutate, /validate, /healthz, /readyz; metrics on --metrics-port)",
+        description=(
+            "Serve /mutate and /validate to the Kubernetes API server over HTTPS, with hot reload of the "
+            "policy directory and the certificate files, and Prometheus metrics on a second port."
+        ),
+    )
+    parser.add_argument("--host", default=None, help="address to listen on (default 0.0.0.0; 127.0.0.1 with --dev)")
+    parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
+    parser.add_argument("--cert-file", metavar="FILE", help="serving certificate (PEM), e.g. tls.crt")
+    parser.add_argument("--key-file", metavar="FILE", help="its private key (PEM), e.g. tls.key")
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help=f"make (or reuse) a throw-away CA and certificate for localhost and 127.0.0.1 in {DEV_CERTS_DIR}/",
+    )
+    parser.add_argument(
+        "--policies", metavar="DIR", default=None, help=f"policy directory (default: ${POLICIES_ENV}, else ./policies)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=9090, help="plain-HTTP Prometheus metrics port (default 9090; 0: off)"
+    )
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    # For tests: how often the certificate files are looked at (the default keeps rotation under 60 s).
+    parser.add_argument("--cert-reload-interval", type=float, default=30.0, help=argparse.SUPPRESS)
+    parser.add_argument("--policy-reload-interval", type=float, default=1.0, help=argparse.SUPPRESS)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("gpu-webhook serve: not implemented yet")
+    try:
+        return _serve(args)
+    except ServeError as exc:
+        sys.stderr.write(f"gpu-webhook serve: {exc}\n")
+        return 2
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.dev and (args.cert_file or args.key_file):
+        raise ServeError("--dev makes its own certificate: drop --cert-file/--key-file, or drop --dev")
+    if not args.dev and not (args.cert_file and args.key_file):
+        raise ServeError(
+            "the webhook serves HTTPS only: pass --cert-file FILE --key-file FILE "
+            "(see `gpu-webhook certs generate`), or --dev for a local throw-away certificate"
+        )
+    for name in ("port", "metrics_port"):
+        value = getattr(args, name)
+        if not 0 <= value <= 65535 or (name == "port" and value == 0):
+            raise ServeError(f"--{name.replace('_', '-')} {value}: not a TCP port (1-65535)")
+    if args.workers < 1 or args.threads < 1:
+        raise ServeError("--workers and --threads must be at least 1")
+    if args.metrics_port and args.metrics_port == args.port:
+        raise ServeError(f"--metrics-port {args.metrics_port} is the HTTPS port too: pick another")
+
+
+def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
+    from webhook import certs
+
+    if args.dev:
+        try:
+            paths = certs.generate_dev_certs(DEV_CERTS_DIR)
+        except (certs.CertError, OSError) as exc:
+            raise ServeError(f"cannot make dev certificates in {DEV_CERTS_DIR}: {exc}") from None
+        return paths.tls_cert, paths.tls_key
+    cert_file, key_file = Path(args.cert_file), Path(args.key_file)
+    try:
+        certs.verify_key_pair(cert_file, key_file)
+        not_after = certs.certificate_not_after(cert_file)
+    except certs.CertError as exc:
+        raise ServeError(str(exc)) from None
+    if not_after <= certs.utcnow():
+        raise ServeError(
+            f"{cert_file} expired on {not_after:%Y-%m-%d %H:%M} UTC: the API server would refuse it; "
+            f"renew it with `gpu-webhook certs renew --dir {cert_file.parent}`"
+        )
+    return cert_file, key_file
+
+
+def _policy_dir(args: argparse.Namespace) -> Path:
+    chosen = args.policies or os.environ.get(POLICIES_ENV) or "policies"
+    if not os.path.isdir(chosen):
+        hint = "" if args.policies else f" (pass --policies DIR or set {POLICIES_ENV})"
+        raise ServeError(f"policy directory {chosen} not found{hint}")
+    return Path(chosen)
+
+
+def _multiproc_dir() -> str:
+    """A fresh directory for the workers' metric files, made before anything imports prometheus_client."""
+    parent = os.environ.get(MULTIPROC_ENV)
+    if not parent:
+        shm = Path("/dev/shm")
+        parent = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    directory = tempfile.mkdtemp(prefix="gpu-webhook-metrics-", dir=parent)
+    os.environ[MULTIPROC_ENV] = directory
+    return directory
+
+
+def _serve(args: argparse.Namespace) -> int:
+    _check_args(args)
+    policy_dir = _policy_dir(args)
+    cert_file, key_file = _certificate(args)
+    host = args.host or ("127.0.0.1" if args.dev else "0.0.0.0")
+
+    metrics_dir, arbiter = _multiproc_dir(), os.getpid()
+    try:
+        return _start(args, host, policy_dir, cert_file, key_file)
+    finally:
+        # Workers are forked from inside _start and leave through here too: only the arbiter cleans up.
+        if os.getpid() == arbiter:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Path, key_file: Path) -> int:
+    import logging
+
+    from webhook.admission.loader import PolicyLoadError
+    from webhook.server import logs
+
+    logs.configure(getattr(logging, args.log_level.upper()))
+
+    from webhook.server.app import create_app
+    from webhook.server.policies import PolicyStore
+    from webhook.server.runner import ServeOptions, WebhookServer
+    from webhook.server.state import ServerState
+    from webhook.server.tls import CertStore
+
+    try:
+        policies = PolicyStore.from_directory(policy_dir)
+    except PolicyLoadError as exc:
+        problems = getattr(exc, "problems", None) or [str(exc)]
+        raise ServeError(f"invalid policies in {policy_dir}:\n  " + "\n  ".join(problems)) from None
+    except OSError as exc:
+        raise ServeError(f"cannot read policies in {policy_dir}: {exc.strerror or exc}") from None
+    try:
+        certificate = CertStore(cert_file, key_file)
+    except Exception as exc:  # ssl.SSLError: a pair the TLS library refuses
+        raise ServeError(f"cannot use {cert_file} with {key_file}: {exc}") from None
+    state = ServerState(
+        policies=policies,
+        certificate=certificate,
+        policy_interval=args.policy_reload_interval,
+        cert_interval=args.cert_reload_interval,
+    )
+    problem = certificate.problem()
+    if problem:
+        logs.log(logging.getLogger(logs.LOGGER), logging.WARNING, f"not ready: {problem}", event="certificate-expiry")
+
+    if args.metrics_port:
+        _start_metrics(host, args.metrics_port)
+    _banner(args, host, policy_dir, len(policies.current.policies), cert_file)
+    options = ServeOptions(
+        host=host, port=args.port, workers=args.workers, threads=args.threads, log_level=args.log_level
+    )
+    WebhookServer(create_app(state), state, options).run()
+    return 0
+
+
+def _start_metrics(host: str, port: int) -> None:
+    """The metrics endpoint: a thread in this (the arbiter) process, summing every worker's files."""
+    from prometheus_client import start_http_server
+
+    from webhook.server.metrics import multiprocess_registry
+
+    try:
+        start_http_server(port, addr=host, registry=multiprocess_registry())
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}") from None
+
+
+def _banner(args: argparse.Namespace, host: str, policy_dir: Path, count: int, cert_file: Path) -> None:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    lines = [f"gpu-webhook: serving https://{shown}:{args.port} ({count} policies from {policy_dir})"]
+    if args.metrics_port:
+        lines.append(f"  metrics: http://{shown}:{args.metrics_port}/metrics")
+    if args.dev:
+        ca = DEV_CERTS_DIR / "ca.crt"
+        lines.append(f"  dev CA: {ca}")
+        lines.append(f"  try:    curl --cacert {ca} https://{shown}:{args.port}/healthz")
+    else:
+        lines.append(f"  certificate: {cert_file}")
+    print("\n".join(lines), flush=True)

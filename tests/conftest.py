@@ -1,0 +1,226 @@
+"""Fixtures that run the real webhook: `gpu-webhook serve` (gunicorn, TLS) on free loopback ports.
+
+- `dev_certs` (session): a CA and serving certificate for localhost and 127.0.0.1 in a temporary directory.
+- `start_server(policies_dir=..., cert=..., **opts)` (session): starts a server and waits for /readyz;
+  every server it started is stopped at the end of the session (SIGTERM, then SIGKILL).
+- `live_server` (module): one server per test module, on a copy of the shipped `policies/` that the
+  module's tests may edit.
+
+Tests talk HTTPS with `requests`, verifying the generated CA (`server.session()`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from webhook.certs import CertPaths, certificate_not_after, generate_dev_certs
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_POLICIES = ROOT / "policies"
+READY_TIMEOUT = 20.0  # seconds; a server is normally ready in well under 2
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def gpu_webhook_command() -> list[str]:
+    """The installed `gpu-webhook` script next to this interpreter, else `python -m webhook`."""
+    script = Path(sys.executable).with_name("gpu-webhook")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "webhook"]
+
+
+@dataclass
+class LiveServer:
+    """A running `gpu-webhook serve`."""
+
+    url: str
+    ca_file: Path
+    metrics_url: str
+    policies_dir: Path
+    cert: CertPaths
+    process: subprocess.Popen
+    log_file: Path
+    args: list[str] = field(default_factory=list)
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False  # else REQUESTS_CA_BUNDLE or a proxy from the environment wins over `verify`
+        session.verify = str(self.ca_file)
+        return session
+
+    def post(self, path: str, payload: Any, session: requests.Session | None = None, **kw: Any) -> requests.Response:
+        http = session or self.session()
+        kw.setdefault("timeout", 10)
+        return http.post(f"{self.url}{path}", json=payload, **kw)
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("timeout", 10)
+        return requests.get(f"{self.url}{path}", verify=str(self.ca_file), **kwargs)
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics endpoint's samples: `name{label="v",...}` (labels sorted) -> value."""
+        text = requests.get(self.metrics_url, timeout=10).text
+        return parse_metrics(text)
+
+    def cert_not_after(self) -> Any:
+        return certificate_not_after(self.cert.tls_cert)
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The JSON lines of the server's log (the banner's plain lines are skipped)."""
+        records = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    records.append(json.loads(line))
+        return records
+
+    def wait_for_log(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for record in self.log_records():
+                if predicate(record):
+                    return record
+            time.sleep(0.1)
+        raise AssertionError(f"no such log line within {timeout} s; log:\n{self.log()[-4000:]}")
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        if "{" in name:
+            base, _, labels = name.partition("{")
+            parts = sorted(p for p in labels.rstrip("}").split(",") if p)
+            name = f"{base}{{{','.join(parts)}}}"
+        samples[name] = float(value)
+    return samples
+
+
+@pytest.fixture(scope="session")
+def dev_certs(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
+    return generate_dev_certs(tmp_path_factory.mktemp("dev-certs"))
+
+
+def copy_policies(destination: Path, source: Path = SHIPPED_POLICIES) -> Path:
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.iterdir()):
+        if path.is_file():
+            shutil.copy(path, destination / path.name)
+    return destination
+
+
+@pytest.fixture(scope="session")
+def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., LiveServer]]:
+    started: list[LiveServer] = []
+
+    def start(
+        policies_dir: Path | str | None = None,
+        cert: CertPaths | None = None,
+        *,
+        workers: int = 1,
+        threads: int = 4,
+        cert_reload_interval: float | None = None,
+        extra_args: Sequence[str] = (),
+        wait: bool = True,
+        cwd: Path | None = None,
+    ) -> LiveServer:
+        """Start `gpu-webhook serve`; with `wait`, return once /readyz answers 200."""
+        cert = cert or dev_certs
+        work = tmp_path_factory.mktemp("server")
+        if policies_dir is None:
+            policies_dir = copy_policies(work / "policies")
+        port, metrics_port = free_port(), free_port()
+        args = [
+            *gpu_webhook_command(), "serve",
+            "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
+            "--cert-file", str(cert.tls_cert), "--key-file", str(cert.tls_key),
+            "--policies", str(policies_dir), "--workers", str(workers), "--threads", str(threads),
+        ]  # fmt: skip
+        if cert_reload_interval is not None:
+            args += ["--cert-reload-interval", str(cert_reload_interval)]
+        args += list(extra_args)
+        env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "GPU_ADMISSION_POLICIES")}
+        log_file = work / "server.log"
+        with log_file.open("wb") as sink:
+            process = subprocess.Popen(
+                args, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd or work
+            )
+        server = LiveServer(
+            url=f"https://127.0.0.1:{port}",
+            ca_file=cert.ca_cert,
+            metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+            policies_dir=Path(policies_dir),
+            cert=cert,
+            process=process,
+            log_file=log_file,
+            args=args,
+        )
+        started.append(server)
+        if wait:
+            wait_until_ready(server)
+        return server
+
+    yield start
+    for server in started:  # all at once: each may linger ~2 s over its kept-alive connections
+        if server.running:
+            server.process.send_signal(signal.SIGTERM)
+    for server in started:
+        server.stop()
+
+
+def wait_until_ready(server: LiveServer, timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise AssertionError(f"server exited with {server.process.returncode}:\n{server.log()}")
+        try:
+            if server.get("/readyz", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.05)
+    server.stop()
+    raise AssertionError(f"server not ready within {timeout} s:\n{server.log()}")
+
+
+@pytest.fixture(scope="module")
+def live_server(start_server: Callable[..., LiveServer]) -> LiveServer:
+    return start_server()

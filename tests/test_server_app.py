@@ -1,0 +1,286 @@
+"""The server's shell, in process: the Flask app with an injected engine, the policy and certificate stores.
+
+Everything here is also covered against the real server (test_server*.py); what only an in-process test can
+reach is the engine failing (no policy may serve as a backdoor to make it fail) and exact reload mechanics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from webhook import certs
+from webhook.admission.loader import load_policies
+from webhook.admission.policy import PolicySet
+from webhook.admission.review import make_review
+from webhook.server.app import MAX_BODY_BYTES, create_app
+from webhook.server.policies import PolicyStore
+from webhook.server.state import ServerState
+from webhook.server.tls import CertStore
+from webhook.server.worker import READ_AHEAD_BYTES, request_complete
+
+GPU_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "train", "namespace": "team-a"},
+    "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+}
+
+POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata:
+  name: {name}
+spec:
+  namespaces: ["{namespace}"]
+  enforcement: {enforcement}
+"""
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def client(evaluate: Any = None, **state: Any):
+    store = PolicyStore(PolicySet())
+    kwargs: dict[str, Any] = {"policies": store, **state}
+    if evaluate is not None:
+        kwargs["evaluate"] = evaluate
+    return create_app(ServerState(**kwargs)).test_client()
+
+
+# --- the Flask shell ---------------------------------------------------------------------------------------
+
+
+def test_an_engine_failure_is_a_500_with_the_uid_and_no_traceback(caplog):
+    def broken(obj, namespace, policies):
+        raise KeyError("spec")
+
+    before = sample("gpu_admission_reviews_total", webhook="validate", decision="error")
+    with caplog.at_level(logging.ERROR):
+        answer = client(broken).post("/validate", json=make_review(GPU_POD, namespace="team-a", uid="uid-42"))
+    assert answer.status_code == 500
+    assert answer.get_json() == {"error": "internal error evaluating review uid-42; see the webhook's log", "code": 500}
+    assert "Traceback" not in answer.get_data(as_text=True)
+    record = next(r for r in caplog.records if "engine failed" in r.getMessage())
+    assert "uid=uid-42" in record.getMessage() and record.exc_info is not None  # the traceback is in the log
+    assert sample("gpu_admission_reviews_total", webhook="validate", decision="error") == before + 1
+
+
+def test_an_engine_recursing_too_deep_is_a_400_not_a_500():
+    def deep(obj, namespace, policies):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    answer = client(deep).post("/mutate", json=make_review(GPU_POD, namespace="team-a"))
+    assert answer.status_code == 400
+    assert answer.get_json()["error"] == "request.object: nested too deeply to evaluate"
+
+
+def test_an_unexpected_error_outside_the_engine_is_a_json_500():
+    app = create_app(ServerState(PolicyStore(PolicySet())))
+
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("secret detail")
+
+    answer = app.test_client().get("/boom")
+    assert answer.status_code == 500
+    assert answer.get_json() == {"error": "internal error; see the webhook's log", "code": 500}
+
+
+def test_the_engine_gets_the_object_the_namespace_and_the_policies_of_the_moment():
+    seen = []
+    policies = PolicySet()
+
+    def spy(obj, namespace, given):
+        seen.append((obj, namespace, given))
+        from webhook.admission.engine import evaluate
+
+        return evaluate(obj, namespace, given)
+
+    store = PolicyStore(policies)
+    app = create_app(ServerState(store, evaluate=spy)).test_client()
+    review = make_review(GPU_POD, namespace="")
+    assert app.post("/validate", json=review).status_code == 200
+    assert seen == [(GPU_POD, "team-a", policies)]  # no request namespace: the object's
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "message"),
+    [
+        ({"data": b"{}", "content_type": "text/plain"}, 400, "Content-Type must be application/json, got 'text/plain'"),
+        ({"data": b"{}"}, 400, "Content-Type must be application/json, got 'none'"),
+        (
+            {"data": b"nope", "content_type": "application/json"},
+            400,
+            "body: not valid JSON: Expecting value at line 1 column 1",
+        ),
+        (
+            {"data": b"x" * (MAX_BODY_BYTES + 1), "content_type": "application/json"},
+            413,
+            f"body larger than {MAX_BODY_BYTES} bytes (3 MiB), the API server's own limit: "
+            "no Kubernetes object is that large",
+        ),
+    ],
+)
+def test_bad_requests_get_json_errors(kwargs, status, message):
+    answer = client().post("/mutate", **kwargs)
+    assert answer.status_code == status
+    assert answer.get_json() == {"error": message, "code": status}
+
+
+def test_wrong_methods_and_paths_get_json_errors():
+    app = client()
+    assert app.get("/mutate").get_json() == {
+        "error": "GET is not allowed on /mutate; the webhooks take POST",
+        "code": 405,
+    }
+    assert app.post("/nowhere").get_json()["error"] == (
+        "no such endpoint /nowhere; use /mutate, /validate, /healthz or /readyz"
+    )
+
+
+# --- readiness and the certificate store --------------------------------------------------------------------
+
+
+@pytest.fixture()
+def cert_dir(tmp_path: Path) -> Path:
+    certs.generate_dev_certs(tmp_path)
+    return tmp_path
+
+
+def test_ready_with_a_valid_certificate_and_unready_within_7_days_of_expiry(cert_dir: Path):
+    store = CertStore(cert_dir / "tls.crt", cert_dir / "tls.key")
+    app = client(certificate=store)
+    ready = app.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.get_json() == {"policies": 0, "certificateNotAfter": store.not_after.isoformat(), "ready": True}
+
+    certs.reissue_serving_certificate(cert_dir, valid_for=dt.timedelta(days=3))
+    assert store.check() is True  # the new pair is taken
+    unready = app.get("/readyz")
+    assert unready.status_code == 503
+    (reason,) = unready.get_json()["reasons"]
+    assert reason.startswith(f"certificate {cert_dir / 'tls.crt'} expires in 3.0 days (")
+    assert reason.endswith(f"UTC): renew it (`gpu-webhook certs renew --dir {cert_dir}`) or update its Secret")
+    assert app.get("/healthz").get_json() == {"alive": True}  # alive all the same
+
+
+def test_a_broken_certificate_change_keeps_the_last_good_context(cert_dir: Path, caplog):
+    store = CertStore(cert_dir / "tls.crt", cert_dir / "tls.key")
+    context = store.context
+    (cert_dir / "tls.key").write_text("not a key\n")
+    with caplog.at_level(logging.ERROR):
+        assert store.check() is False
+        assert store.check() is False  # said once, not at every look
+    assert store.context is context
+    assert [r.getMessage() for r in caplog.records if "certificate reload failed" in r.getMessage()] != []
+    assert len([r for r in caplog.records if "certificate reload failed" in r.getMessage()]) == 1
+
+
+# --- the policy store ---------------------------------------------------------------------------------------
+
+
+def write_policy(directory: Path, file: str, name: str, namespace: str, enforcement: str = "enforce") -> None:
+    (directory / file).write_text(POLICY.format(name=name, namespace=namespace, enforcement=enforcement))
+
+
+def test_a_good_change_is_swapped_in_whole_and_counted(tmp_path: Path):
+    write_policy(tmp_path, "a.yaml", "a", "team-a")
+    store = PolicyStore.from_directory(tmp_path)
+    first = store.current
+    assert store.check() is None  # nothing changed
+    before = sample("gpu_admission_policy_reloads_total", result="ok")
+    write_policy(tmp_path, "b.yml", "b", "team-b", "warn")
+    assert store.check() is True
+    assert [p.name for p in store.current.policies] == ["a", "b"]
+    assert first is not store.current and [p.name for p in first.policies] == ["a"]  # the old set is untouched
+    assert sample("gpu_admission_policy_reloads_total", result="ok") == before + 1
+    (tmp_path / "README.md").write_text("not a policy")
+    assert store.check() is None  # only what the loader reads counts
+
+
+def test_a_broken_change_is_rejected_whole_logged_with_file_and_field_and_counted(tmp_path: Path, caplog):
+    write_policy(tmp_path, "a.yaml", "a", "team-a")
+    store = PolicyStore.from_directory(tmp_path)
+    good = store.current
+    before = sample("gpu_admission_policy_reloads_total", result="error")
+    write_policy(tmp_path, "b.yaml", "b", "team-b")
+    (tmp_path / "c.yaml").write_text(POLICY.format(name="c", namespace="team-c", enforcement="enforce") + "  typo: 1\n")
+    with caplog.at_level(logging.ERROR):
+        assert store.check() is False
+        assert store.check() is None  # the same broken state is judged once
+    assert store.current is good  # b.yaml, although fine, is not taken either
+    assert sample("gpu_admission_policy_reloads_total", result="error") == before + 1
+    (record,) = [r for r in caplog.records if "policy reload rejected" in r.getMessage()]
+    problems = record.fields["problems"]  # type: ignore[attr-defined]
+    assert len(problems) == 1 and problems[0].startswith(f"{tmp_path / 'c.yaml'}#0 spec.typo")
+    assert store.last_error == problems
+    (tmp_path / "c.yaml").unlink()
+    assert store.check() is True and store.last_error is None
+    assert [p.name for p in store.current.policies] == ["a", "b"]
+
+
+def configmap_swap(directory: Path, files: dict[str, str], generation: int) -> None:
+    """What the kubelet does: a new `..<timestamp>` dir, `..data` swapped by rename, links to `..data/*`."""
+    data = directory / f"..2024_01_01_00_00_0{generation}.000000000"
+    data.mkdir()
+    for name, text in files.items():
+        (data / name).write_text(text)
+    tmp_link = directory / "..data_tmp"
+    tmp_link.symlink_to(data.name)
+    old = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    os.replace(tmp_link, directory / "..data")
+    for name in files:
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+    if old:
+        for child in (directory / old).iterdir():
+            child.unlink()
+        (directory / old).rmdir()
+
+
+def test_a_configmap_symlink_swap_is_seen(tmp_path: Path):
+    text = POLICY.format(name="a", namespace="team-a", enforcement="enforce")
+    configmap_swap(tmp_path, {"policy.yaml": text}, 1)
+    store = PolicyStore.from_directory(tmp_path)
+    assert [p.enforcement.value for p in store.current.policies] == ["enforce"]
+    # Same name, same size, maybe the same mtime: only the inode behind the links changes.
+    configmap_swap(tmp_path, {"policy.yaml": text.replace("enforcement: enforce", "enforcement: warn   ")}, 2)
+    assert store.check() is True
+    assert [p.enforcement.value for p in store.current.policies] == ["warn"]
+    assert store.current == load_policies(tmp_path)
+
+
+# --- the worker's request framing ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "complete"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n", False),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", True),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 5\r\n\r\n{}", False),
+        (b"POST /mutate HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}", True),
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n", False),
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", True),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n" + b"x" * READ_AHEAD_BYTES, True),
+    ],
+)
+def test_the_worker_hands_over_whole_requests(data, complete):
+    assert request_complete(data) is complete
+
+
+def test_review_bodies_log_no_env_values(caplog):
+    pod = json.loads(json.dumps(GPU_POD))
+    pod["spec"]["containers"][0]["env"] = [{"name": "TOKEN", "value": "hunter2-secret"}]
+    with caplog.at_level(logging.INFO, logger="gpu_admission"):
+        assert client().post("/validate", json=make_review(pod, namespace="team-a")).status_code == 200
+    assert "hunter2-secret" not in caplog.text and '"containers"' not in caplog.text

@@ -1,0 +1,204 @@
+"""Starting and stopping the real server: refusals in one line, `--dev`, SIGTERM, a killed worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+import requests
+
+from tests.conftest import ROOT, SHIPPED_POLICIES, LiveServer, free_port, gpu_webhook_command, wait_until_ready
+from tests.test_server import pod
+from webhook import certs
+from webhook.admission.review import make_review
+
+
+def serve(*args: str, cwd=None, timeout: float = 20) -> subprocess.CompletedProcess:
+    """`gpu-webhook serve ...` expected to exit by itself (a refusal)."""
+    env = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
+    return subprocess.run(
+        [*gpu_webhook_command(), "serve", "--port", str(free_port()), "--metrics-port", "0", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=env,
+    )  # fmt: skip
+
+
+# --- refusing to start --------------------------------------------------------------------------------------
+
+
+def test_a_broken_policy_directory_fails_with_the_loaders_lines_and_exit_2(dev_certs, tmp_path):
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata: {name: bad}\n"
+        "spec: {namespaces: [a], enforcement: maybe}\n"
+    )
+    cert, key = str(dev_certs.tls_cert), str(dev_certs.tls_key)
+    run = serve("--cert-file", cert, "--key-file", key, "--policies", str(tmp_path))
+    assert run.returncode == 2 and run.stdout == ""
+    lines = run.stderr.splitlines()
+    assert lines[0] == f"gpu-webhook serve: invalid policies in {tmp_path}:"
+    assert lines[1].startswith(f"  {tmp_path / 'bad.yaml'}#0 spec.enforcement: ")
+
+
+@pytest.mark.parametrize("case", ["missing-dir", "no-cert", "missing-cert", "mismatched-key", "expired"])
+def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, tmp_path, case):
+    cert, key, policies = str(dev_certs.tls_cert), str(dev_certs.tls_key), str(SHIPPED_POLICIES)
+    expected: str
+    if case == "missing-dir":
+        args = ["--cert-file", cert, "--key-file", key, "--policies", str(tmp_path / "nope")]
+        expected = f"policy directory {tmp_path / 'nope'} not found"
+    elif case == "no-cert":
+        args = ["--policies", policies]
+        expected = "the webhook serves HTTPS only: pass --cert-file FILE --key-file FILE"
+    elif case == "missing-cert":
+        args = ["--cert-file", str(tmp_path / "tls.crt"), "--key-file", key, "--policies", policies]
+        expected = f"{tmp_path / 'tls.crt'}: no such file (expected the certificate)"
+    elif case == "mismatched-key":
+        other = certs.generate_dev_certs(tmp_path / "other")
+        args = ["--cert-file", cert, "--key-file", str(other.tls_key), "--policies", policies]
+        expected = f"{other.tls_key} does not match {cert}"
+    else:
+        expired_dir = tmp_path / "expired"
+        expired_dir.mkdir()
+        past = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+        ca_key, ca_cert = certs.create_ca(now=past)
+        key, cert_obj = certs.issue_serving_certificate(
+            ca_key, ca_cert, ip_addresses=["127.0.0.1"], valid_for=dt.timedelta(days=2), now=past
+        )
+        certs.write_private_key(expired_dir / "tls.key", key)
+        certs.write_certificate(expired_dir / "tls.crt", cert_obj)
+        args = ["--cert-file", str(expired_dir / "tls.crt"), "--key-file", str(expired_dir / "tls.key")]
+        args += ["--policies", policies]
+        expected = f"{expired_dir / 'tls.crt'} expired on "
+    run = serve(*args)
+    assert run.returncode == 2, run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith(f"gpu-webhook serve: {expected}")
+    if case == "expired":
+        assert run.stderr.rstrip().endswith(f"renew it with `gpu-webhook certs renew --dir {expired_dir}`")
+
+
+# --- --dev --------------------------------------------------------------------------------------------------
+
+
+def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path):
+    shutil.copytree(SHIPPED_POLICIES, tmp_path / "policies")
+    port = free_port()
+    args = [*gpu_webhook_command(), "serve", "--dev", "--port", str(port), "--metrics-port", "0", "--workers", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
+    started = time.monotonic()
+    process = subprocess.Popen(
+        args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    try:
+        banner = [process.stdout.readline().rstrip() for _ in range(3)]  # type: ignore[union-attr]
+        assert banner == [
+            f"gpu-webhook: serving https://127.0.0.1:{port} (4 policies from policies)",
+            "  dev CA: certs/dev/ca.crt",
+            f"  try:    curl --cacert certs/dev/ca.crt https://127.0.0.1:{port}/healthz",
+        ]
+        ca = tmp_path / "certs" / "dev" / "ca.crt"
+        server = LiveServer(f"https://127.0.0.1:{port}", ca, "", tmp_path / "policies",
+                            certs.CertPaths.in_dir(ca.parent), process, tmp_path / "none")  # fmt: skip
+        wait_until_ready(server)
+        ready_after = time.monotonic() - started
+        assert ready_after < 5, f"ready after {ready_after:.2f} s"  # about 1 s; generous on a busy machine
+        if shutil.which("curl"):
+            curl = subprocess.run(
+                ["curl", "-sS", "--cacert", "certs/dev/ca.crt", f"https://127.0.0.1:{port}/healthz"],
+                cwd=tmp_path, capture_output=True, text=True, timeout=10,
+            )  # fmt: skip
+            assert json.loads(curl.stdout) == {"alive": True}, curl.stderr
+        else:
+            assert server.get("/healthz").json() == {"alive": True}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
+
+
+# --- stopping -----------------------------------------------------------------------------------------------
+
+
+def test_sigterm_finishes_the_reviews_in_flight_and_exits_within_10_s(start_server):
+    server = start_server()
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    body = json.dumps(make_review(pod("team-a", "0.5"), namespace="team-a")).encode()
+    head = (
+        f"POST /validate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    in_flight = []
+    for _ in range(3):  # reviews half sent when SIGTERM arrives
+        tls = context.wrap_socket(socket.create_connection((host, port)), server_hostname=host)
+        tls.sendall(head + body[:100])
+        in_flight.append(tls)
+    time.sleep(0.3)
+
+    signalled = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    for tls in in_flight:  # the rest of each review, after the signal
+        tls.sendall(body[100:])
+    for tls in in_flight:
+        tls.settimeout(10)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = tls.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        tls.close()
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+        review = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        assert review["response"]["allowed"] is False and review["response"]["status"]["code"] == 403
+    assert server.process.wait(10) == 0
+    assert time.monotonic() - signalled < 10
+    with pytest.raises(requests.ConnectionError):
+        server.get("/healthz", timeout=2)
+
+
+def test_a_killed_worker_is_replaced_and_serves_within_2_s(start_server):
+    server = start_server()
+    booted = [r["message"] for r in server.log_records() if r.get("message", "").startswith("Booting worker with pid")]
+    worker = int(booted[-1].rsplit(" ", 1)[1])
+    os.kill(worker, signal.SIGKILL)
+    killed = time.monotonic()
+    session = server.session()
+    while True:
+        try:
+            sent = make_review(pod("team-a", "1"), namespace="team-a")
+            if session.post(f"{server.url}/validate", json=sent, timeout=2).status_code == 200:
+                break
+        except requests.RequestException:
+            session = server.session()
+        assert time.monotonic() - killed < 2, server.log()[-2000:]
+        time.sleep(0.02)
+    assert server.running
+
+
+# --- several workers ----------------------------------------------------------------------------------------
+
+
+def test_metrics_add_up_across_workers(start_server):
+    server = start_server(workers=2)
+    name = 'gpu_admission_reviews_total{decision="deny",webhook="validate"}'
+    before = server.metrics().get(name, 0.0)
+    sent, pids = 0, set()
+    while len(pids) < 2 and sent < 300:  # new connections, until both workers have answered some
+        for _ in range(10):
+            review = make_review(pod("team-a", "0.5"), namespace="team-a")
+            answer = requests.post(f"{server.url}/validate", json=review, verify=str(server.ca_file), timeout=10)
+            assert answer.status_code == 200
+            sent += 1
+        time.sleep(0.1)
+        pids = {r["pid"] for r in server.log_records() if r.get("message") == "review"}
+    assert len(pids) == 2, "one worker took every connection"
+    assert server.metrics()[name] - before == sent
+    server.stop()

@@ -1,0 +1,188 @@
+"""The Flask app: `/mutate`, `/validate`, `/healthz`, `/readyz`. A thin shell over `webhook.admission`.
+
+Every answer is JSON, errors included. A review that is not one gets 400 saying what is wrong; an engine
+failure gets 500 with the uid, whose traceback goes to the log and never into the body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from webhook.admission.review import AdmissionRequest, ReviewError, build_response, parse_review
+from webhook.server import metrics
+from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
+from webhook.server.state import ServerState
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
+# An oversized body up to this size is read and discarded before the 413: closing a connection with unread
+# data makes TCP reset it, and the client may lose the answer. Larger ones are refused without reading.
+DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
+JSON_TYPES = ("application/json",)
+
+_log = logging.getLogger(f"{LOGGER}.app")
+_review_log = logging.getLogger(REVIEW_LOGGER)
+
+
+def _json(status: int, payload: dict[str, Any]) -> Response:
+    return Response(json.dumps(payload), status=status, mimetype="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return _json(status, {"error": message, "code": status})
+
+
+def create_app(state: ServerState) -> Flask:
+    """The WSGI app serving `state` (built once, before gunicorn forks its workers)."""
+    app = Flask("gpu_admission")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return _review(state, "mutate")
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return _review(state, "validate")
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json(200, {"alive": True})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ready, details = state.readiness()
+        return _json(200 if ready else 503, details)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        if status == 405:
+            message = f"{request.method} is not allowed on {request.path}; the webhooks take POST"
+        elif status == 404:
+            message = f"no such endpoint {request.path}; use /mutate, /validate, /healthz or /readyz"
+        else:
+            message = exc.description or exc.name
+        return _error(status, message)
+
+    @app.errorhandler(Exception)
+    def crash(exc: Exception) -> Response:
+        _log.exception("unhandled error on %s %s", request.method, request.path)
+        return _error(500, "internal error; see the webhook's log")
+
+    return app
+
+
+def _reject(webhook: str, status: int, message: str, started: float, uid: str = "") -> Response:
+    """A review answered without an AdmissionReview: counted as an error, logged, JSON body."""
+    metrics.observe_review(webhook, "error", time.perf_counter() - started)
+    log(_review_log, logging.WARNING, "review rejected", webhook=webhook, uid=uid, status=status, error=message)
+    return _error(status, message)
+
+
+def _read(stream: Any, limit: int) -> bytes:
+    parts, size = [], 0
+    while size < limit:
+        part = stream.read(limit - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _body() -> bytes:
+    """The request body, at most MAX_BODY_BYTES, from gunicorn's stream (which ends where the body ends).
+
+    Content-Length is checked before reading; a chunked body is read up to one byte past the limit.
+    (werkzeug's own limit cannot tell a body of exactly the limit from a longer one.)
+    """
+    stream = request.environ["wsgi.input"]
+    length = request.content_length
+    if length is not None:
+        if length > MAX_BODY_BYTES:
+            if length <= DRAIN_LIMIT_BYTES:  # read it away, so the client is not reset before it sees the 413
+                while length > 0 and (part := stream.read(min(length, 256 * 1024))):
+                    length -= len(part)
+            raise RequestEntityTooLarge()
+        return _read(stream, length)
+    if not request.environ.get("wsgi.input_terminated"):
+        return b""  # a server that cannot end a chunked body: read nothing rather than hang
+    body = _read(stream, MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge()
+    return body
+
+
+def _review(state: ServerState, webhook: str) -> Response:
+    started = time.perf_counter()
+    if request.mimetype not in JSON_TYPES:
+        got = request.content_type or "none"
+        return _reject(webhook, 400, f"Content-Type must be application/json, got {got[:100]!r}", started)
+    try:
+        body = _body()
+    except RequestEntityTooLarge:
+        return _reject(webhook, 413, f"body larger than {MAX_BODY_BYTES} bytes (3 MiB), the API server's "
+                       "own limit: no Kubernetes object is that large", started)
+    except OSError as exc:  # the client stopped sending (see tls.BoundedSSLSocket)
+        return _reject(webhook, 400, f"body not received completely: {exc}", started)
+    try:
+        review = parse_review(body)
+    except ReviewError as exc:
+        return _reject(webhook, 400, str(exc), started)
+
+    decision = None
+    if review.evaluates:
+        policies = state.policies.current  # read once: a reload mid-review cannot mix two sets
+        try:
+            decision = state.evaluate(review.object, review.engine_namespace, policies)  # type: ignore[arg-type]
+        except RecursionError:
+            return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
+        except Exception:
+            metrics.observe_review(webhook, "error", time.perf_counter() - started)
+            _log.exception("engine failed on review uid=%s (%s %s/%s)", review.uid, review.kind.get("kind"),
+                           review.engine_namespace, review.object_name,
+                           extra={"fields": {"uid": review.uid, "webhook": webhook}})
+            return _error(500, f"internal error evaluating review {review.uid}; see the webhook's log")
+
+    answer = build_response(review, decision, mode=webhook)
+    elapsed = time.perf_counter() - started
+    verdict = decision.decision if decision is not None else "allow"
+    kinds = decision.mutation_kinds if decision is not None and webhook == "mutate" else ()
+    metrics.observe_review(webhook, verdict, elapsed, kinds)
+    _log_review(webhook, review, decision, answer["response"], verdict, elapsed)
+    return _json(200, answer)
+
+
+def _log_review(
+    webhook: str, review: AdmissionRequest, decision: Any, response: dict[str, Any], verdict: str, elapsed: float
+) -> None:
+    """One line per review: who, what, which policy, what was decided. No specs, no env values."""
+    if not _review_log.isEnabledFor(logging.INFO):
+        return
+    fields: dict[str, Any] = {
+        "webhook": webhook,
+        "uid": review.uid,
+        "namespace": review.engine_namespace,
+        "name": review.object_name,
+        "kind": review.kind.get("kind", ""),
+        "operation": review.operation,
+        "policy": decision.policy if decision is not None else "",
+        "decision": verdict,
+        "allowed": response["allowed"],
+        "mutations": len(decision.mutation_kinds) if decision is not None and webhook == "mutate" else 0,
+        "duration_ms": round(elapsed * 1000, 3),
+    }
+    if review.dry_run:
+        fields["dry_run"] = True
+    if decision is not None:
+        if decision.violations and verdict in ("deny", "warn", "audit"):
+            fields["violations"] = decision.violations
+        if decision.warnings:
+            fields["warnings"] = decision.warnings
+    log(_review_log, logging.INFO, "review", **fields)

@@ -1,0 +1,121 @@
+"""gunicorn, in process: the settings that make it fit an admission webhook, and its hooks.
+
+- `WebhookWorker` (gthread, see worker.py): kept-alive connections wait in a poller, not a thread;
+- keepalive 120 s: longer than the API server's idle timeout (Go's 90 s), so the client always closes an
+  idle connection first and never sends a review on a connection the server is closing;
+- graceful_timeout 8 s: SIGTERM finishes the reviews in flight and exits within 10 s;
+- TLS from `state.certificate.context`, which each worker's watcher replaces when the files change;
+- the app is loaded before the fork (preload): workers share the loaded policies and start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from gunicorn import glogging
+from gunicorn.app.base import BaseApplication
+
+from webhook.server import metrics
+from webhook.server.logs import JsonFormatter
+from webhook.server.state import ServerState
+from webhook.server.tls import BoundedSSLSocket
+from webhook.server.worker import WebhookWorker
+
+KEEPALIVE_SECONDS = 120
+GRACEFUL_TIMEOUT_SECONDS = 8
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    host: str = "0.0.0.0"
+    port: int = 8443
+    workers: int = 2
+    threads: int = 8
+    keepalive: int = KEEPALIVE_SECONDS
+    graceful_timeout: int = GRACEFUL_TIMEOUT_SECONDS
+    request_timeout: float = REQUEST_TIMEOUT_SECONDS
+    log_level: str = "info"
+
+
+class JsonLogger(glogging.Logger):
+    """gunicorn's logger, writing the same JSON lines as the webhook."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in self.error_log.handlers:
+            handler.setFormatter(JsonFormatter())
+
+
+def _worker_tmp_dir() -> str | None:
+    """gunicorn's heartbeat files: /dev/shm (a tmpfs even with a read-only root filesystem) if usable."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class WebhookServer(BaseApplication):
+    """`gunicorn` for one preloaded Flask app and its state."""
+
+    def __init__(self, wsgi_app: Any, state: ServerState, options: ServeOptions) -> None:
+        self.wsgi_app = wsgi_app
+        self.state = state
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        state, o = self.state, self.options
+        if state.certificate is None:
+            raise ValueError("the webhook serves TLS only: the state needs a certificate")
+        BoundedSSLSocket.request_timeout = o.request_timeout
+
+        def ssl_context(_config: Any, _default_factory: Any) -> ssl.SSLContext:
+            assert state.certificate is not None
+            return state.certificate.context
+
+        def post_fork(_server: Any, _worker: Any) -> None:
+            state.refresh()  # a worker respawned after a crash starts from what is on disk now
+
+        def post_worker_init(_worker: Any) -> None:
+            assert state.certificate is not None
+            metrics.set_certificate_expiry(state.certificate.not_after.timestamp())
+            state.start_watcher()
+
+        def worker_exit(_server: Any, _worker: Any) -> None:
+            state.stop_watcher()
+
+        def child_exit(_server: Any, worker: Any) -> None:
+            metrics.mark_worker_dead(worker.pid)
+
+        settings: dict[str, Any] = {
+            "bind": [f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"],
+            "workers": o.workers,
+            "worker_class": WebhookWorker,
+            "threads": o.threads,
+            "worker_connections": 1000,
+            "keepalive": o.keepalive,
+            "timeout": 30,
+            "graceful_timeout": o.graceful_timeout,
+            "preload_app": True,
+            "certfile": str(state.certificate.cert_file),
+            "keyfile": str(state.certificate.key_file),
+            "ssl_context": ssl_context,
+            "post_fork": post_fork,
+            "post_worker_init": post_worker_init,
+            "worker_exit": worker_exit,
+            "child_exit": child_exit,
+            "logger_class": JsonLogger,
+            "loglevel": o.log_level,
+            "errorlog": "-",
+            "accesslog": None,  # the review log says more, once
+            "proc_name": "gpu-webhook",
+            "control_socket_disable": True,  # no socket file (read-only root filesystem, parallel servers)
+            "worker_tmp_dir": _worker_tmp_dir(),
+        }
+        for key, value in settings.items():
+            if value is not None:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.wsgi_app

@@ -1,0 +1,94 @@
+"""What a server process holds: the policies, the certificate, and the engine it calls.
+
+One object, built before gunicorn forks its workers, so every worker starts from the same loaded state;
+each worker then keeps it fresh with its own watcher thread (`watch.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission.engine import Decision, evaluate
+from webhook.admission.policy import PolicySet
+from webhook.server import metrics
+from webhook.server.logs import LOGGER, log
+from webhook.server.policies import PolicyStore
+from webhook.server.tls import CertStore
+
+_log = logging.getLogger(f"{LOGGER}.watch")
+
+EXPIRY_WARNING_EVERY = 3600.0  # seconds between log lines about a certificate close to expiry
+
+Evaluate = Callable[[dict[str, Any], str, PolicySet], Decision]
+
+
+@dataclass
+class ServerState:
+    policies: PolicyStore
+    certificate: CertStore | None = None  # None: TLS is someone else's (unit tests of the Flask app)
+    evaluate: Evaluate = evaluate  # injectable so the shell's failure handling can be tested
+    policy_interval: float = 1.0  # seconds between looks at the policy directory
+    cert_interval: float = 30.0  # seconds between looks at the certificate files
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, details): policies loaded, certificate valid and more than 7 days from expiry."""
+        details: dict[str, Any] = {"policies": len(self.policies.current.policies)}
+        problems: list[str] = []
+        if self.policies.last_error:
+            # Not a reason to be unready: the last good set is served. Said so that it is seen.
+            details["policyReloadRejected"] = self.policies.last_error
+        if self.certificate is not None:
+            details["certificateNotAfter"] = self.certificate.not_after.isoformat()
+            problem = self.certificate.problem()
+            if problem:
+                problems.append(problem)
+        details["ready"] = not problems
+        if problems:
+            details["reasons"] = problems
+        return not problems, details
+
+    # ---------------------------------------------------------------------------- refreshing, per worker
+
+    def refresh(self) -> None:
+        """Look at the policy directory and certificate files now (a worker's start, the watcher)."""
+        self.policies.check()
+        if self.certificate is not None:
+            self.refresh_certificate()
+
+    def refresh_certificate(self) -> None:
+        assert self.certificate is not None
+        self.certificate.check()
+        metrics.set_certificate_expiry(self.certificate.not_after.timestamp())
+        problem = self.certificate.problem()
+        if problem and time.monotonic() - self._expiry_warned >= EXPIRY_WARNING_EVERY:
+            self._expiry_warned = time.monotonic()
+            log(_log, logging.WARNING, problem, event="certificate-expiry",
+                not_after=self.certificate.not_after.isoformat())
+
+    def start_watcher(self) -> threading.Thread:
+        """A daemon thread in this process that polls for policy and certificate changes."""
+        self._stop.clear()
+        thread = threading.Thread(target=self._watch, name="gpu-admission-watcher", daemon=True)
+        thread.start()
+        return thread
+
+    def stop_watcher(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        next_cert = time.monotonic() + self.cert_interval
+        while not self._stop.wait(self.policy_interval):
+            try:
+                self.policies.check()
+                if self.certificate is not None and time.monotonic() >= next_cert:
+                    next_cert = time.monotonic() + self.cert_interval
+                    self.refresh_certificate()
+            except Exception:  # never let the watcher die: the next tick tries again
+                _log.exception("watcher: unexpected error")

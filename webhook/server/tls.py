@@ -1,0 +1,144 @@
+"""TLS for the webhook: the server's SSLContext, rebuilt when the certificate files change.
+
+The API server speaks TLS to the webhook and checks the certificate against caBundle. Kubernetes updates a
+mounted Secret by swapping a symlink, so the files are watched by fingerprint (what `stat` says of the
+files the paths resolve to) and a new context is built off the request path; new connections get it,
+connections already open keep theirs, so no review in flight is dropped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import ssl
+import time
+from pathlib import Path
+
+from webhook.server.logs import LOGGER, log
+
+# TLS 1.2 suites with forward secrecy and AEAD only (TLS 1.3's suites are all of that kind).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# Readiness fails this close to expiry, so that somebody renews before the API server starts failing.
+EXPIRY_MARGIN = dt.timedelta(days=7)
+
+_log = logging.getLogger(f"{LOGGER}.tls")
+
+Fingerprint = tuple[tuple[int, int, int, int] | None, ...]
+
+
+class BoundedSSLSocket(ssl.SSLSocket):
+    """An SSL socket whose "blocking" mode has a deadline.
+
+    gunicorn's threaded worker reads a request on a socket it puts in blocking mode with no timeout, so a
+    client that sends half a request and stops would hold a worker thread forever. Here blocking mode
+    means: the whole request must arrive within `request_timeout` seconds of the worker starting on it.
+    """
+
+    request_timeout: float = 10.0
+    _deadline: float | None = None
+
+    def setblocking(self, flag: bool) -> None:
+        if flag:
+            self._deadline = time.monotonic() + self.request_timeout
+            super().settimeout(self.request_timeout)
+        else:
+            self._deadline = None
+            super().setblocking(False)
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        deadline = self._deadline
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"request not received within {self.request_timeout:g} s")
+            current = self.gettimeout()
+            if current is None or current > remaining:
+                super().settimeout(remaining)
+        return super().recv(buflen, flags)
+
+
+def build_context(cert_file: Path | str, key_file: Path | str) -> ssl.SSLContext:
+    """A server context: TLS 1.2 minimum, forward-secret AEAD suites, the given key pair."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(TLS12_CIPHERS)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_NO_RENEGOTIATION
+    # The API server's client does not resume sessions: tickets would be work for nothing.
+    context.num_tickets = 0
+    context.load_cert_chain(str(cert_file), str(key_file))
+    context.sslsocket_class = BoundedSSLSocket
+    return context
+
+
+def _stat(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)  # follows symlinks: a Secret's files are links through `..data`
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _not_after(cert_file: Path) -> dt.datetime:
+    from webhook.certs import certificate_not_after
+
+    return certificate_not_after(cert_file)
+
+
+class CertStore:
+    """The certificate and key the server presents; `context` is replaced whole when they change."""
+
+    def __init__(self, cert_file: Path | str, key_file: Path | str) -> None:
+        self.cert_file = Path(cert_file)
+        self.key_file = Path(key_file)
+        self._fingerprint = self.fingerprint()
+        self.context = build_context(self.cert_file, self.key_file)
+        self.not_after = _not_after(self.cert_file)
+        self._failed: Fingerprint | None = None
+
+    def fingerprint(self) -> Fingerprint:
+        return (_stat(self.cert_file), _stat(self.key_file))
+
+    def check(self) -> bool:
+        """Rebuild the context if the files changed; True when a new certificate was taken.
+
+        A half-written pair (key replaced, certificate not yet) fails to load and is retried at the next
+        check; the last good context stays meanwhile.
+        """
+        fingerprint = self.fingerprint()
+        if fingerprint == self._fingerprint or fingerprint == self._failed:
+            return False
+        try:
+            context = build_context(self.cert_file, self.key_file)
+            not_after = _not_after(self.cert_file)
+        except Exception as exc:  # ssl.SSLError, CertError, OSError: the files are not a usable pair
+            if self.fingerprint() == fingerprint:  # stable, so really broken: say it once
+                self._failed = fingerprint
+                log(_log, logging.ERROR,
+                    f"certificate reload failed, still serving the previous one: {exc}",
+                    event="certificate-reload", result="error", cert_file=str(self.cert_file),
+                    key_file=str(self.key_file))
+            return False
+        if self.fingerprint() != fingerprint:  # changed while reading: take it next time
+            return False
+        self.context, self.not_after, self._fingerprint = context, not_after, fingerprint
+        self._failed = None
+        log(_log, logging.INFO, "certificate reloaded", event="certificate-reload", result="ok",
+            cert_file=str(self.cert_file), not_after=not_after.isoformat())
+        return True
+
+    def problem(self, now: dt.datetime | None = None) -> str | None:
+        """Why the certificate makes the server unready, or None."""
+        now = now or dt.datetime.now(dt.UTC)
+        if self.not_after <= now:
+            return (
+                f"certificate {self.cert_file} expired on {self.not_after:%Y-%m-%d %H:%M} UTC: renew it "
+                f"(`gpu-webhook certs renew --dir {self.cert_file.parent}`) or update its Secret"
+            )
+        if self.not_after - now <= EXPIRY_MARGIN:
+            days = (self.not_after - now) / dt.timedelta(days=1)
+            return (
+                f"certificate {self.cert_file} expires in {days:.1f} days ({self.not_after:%Y-%m-%d %H:%M} "
+                f"UTC): renew it (`gpu-webhook certs renew --dir {self.cert_file.parent}`) or update its Secret"
+            )
+        return None

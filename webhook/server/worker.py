@@ -1,0 +1,289 @@
+"""gunicorn's threaded worker, made safe against slow and stalled clients.
+
+The API server keeps connections alive, so the worker is gunicorn's `gthread`: kept-alive connections wait
+in a poller, not in a thread. Measured with gunicorn 27.0.1 (4 threads), it still lets a few clients starve
+everybody:
+- a new connection goes straight to a thread, which waits up to 5 s for a first byte, then does the TLS
+  handshake blocking, with no timeout: 32 clients that connect and send nothing kept a good request
+  waiting 40 s, and clients that send half a ClientHello hold their threads for ever;
+- a request is read blocking, with no timeout: half a request holds a thread for ever;
+- closing a connection "gracefully" lingers up to 2 s in the main loop, which then serves nobody.
+
+Here the main loop does the TLS handshake (non-blocking, with a deadline) and reads the request
+(non-blocking, with a deadline) before a thread sees the connection, so threads only ever run complete
+requests. Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSSLSocket`. A
+closing connection lingers in the poller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import re
+import selectors
+import socket
+import ssl
+import time
+from collections import deque
+from functools import partial
+from typing import Any
+
+from gunicorn import http, sock, util
+from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
+
+from webhook.server.tls import BoundedSSLSocket
+
+HANDSHAKE_TIMEOUT = 10.0  # seconds from accept to a finished TLS handshake, and then to a first byte
+READ_AHEAD_BYTES = 128 * 1024  # a request up to this size is read whole before a thread takes it
+LINGER_TIMEOUT = 2.0  # seconds a closing connection may take to send its FIN
+LINGER_MAX_BYTES = 64 * 1024
+MAX_LINGERING = 1024  # beyond this, connections are closed at once
+
+_HEADERS_END = re.compile(rb"\r?\n\r?\n")
+_CONTENT_LENGTH = re.compile(rb"\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?(?:\n|$)", re.IGNORECASE)
+_CHUNKED = re.compile(rb"\ntransfer-encoding[ \t]*:[^\n]*chunked", re.IGNORECASE)
+
+
+def request_complete(data: bytes | bytearray) -> bool:
+    """Whether `data` holds a whole HTTP/1.x request (headers, and the body they announce).
+
+    Only decides when to hand the connection to a thread: if it guesses wrong, the thread reads the rest
+    (bounded by the request timeout), so it errs towards "complete" for anything unusual.
+    """
+    end = _HEADERS_END.search(data)
+    if end is None:
+        return len(data) >= READ_AHEAD_BYTES
+    head = bytes(data[: end.start() + 1])
+    body = len(data) - end.end()
+    length = _CONTENT_LENGTH.search(head)
+    if length is not None:
+        return body >= int(length.group(1)) or len(data) >= READ_AHEAD_BYTES
+    if _CHUNKED.search(head):
+        return data.endswith(b"0\r\n\r\n") or len(data) >= READ_AHEAD_BYTES
+    return True
+
+
+class _Conn(TConn):
+    """A connection that remembers what the main loop read of its next request."""
+
+    worker: WebhookWorker
+    received: bytearray
+    deadline: float
+
+    def close(self, graceful: bool = False) -> None:
+        if graceful:
+            self.worker.linger(self.sock)
+        else:
+            util.close(self.sock)
+
+
+class WebhookWorker(ThreadWorker):
+    """gthread whose threads only ever see connections with a whole request waiting (see module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handshaking: deque[_Conn] = deque()  # sorted by deadline: all get the same timeout
+        self.reading: set[_Conn] = set()  # part of a request read: few, and each is looked at
+        self.lingering: deque[tuple[float, socket.socket]] = deque()
+        self._stop_deadline: float | None = None
+
+    # -------------------------------------------------------------------------- accept and handshake
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client, address = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = _Conn(self.cfg, client, address, listener.getsockname())  # non-blocking from here
+        conn.worker, conn.received = self, bytearray()
+        try:
+            conn.sock = sock.ssl_context(self.cfg).wrap_socket(
+                client,
+                server_side=True,
+                do_handshake_on_connect=False,
+                suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+            )
+        except (OSError, ValueError) as exc:
+            self.log.debug("TLS wrap failed for %s: %s", address, exc)
+            self.nr_conns -= 1
+            util.close(client)
+            return
+        conn.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        self.handshaking.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._handshake, conn))
+
+    def _handshake(self, conn: _Conn, _fileobj: Any = None) -> None:
+        """One non-blocking step of the TLS handshake."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._handshake, conn))
+            return
+        except ssl.SSLWantWriteError:
+            self.poller.modify(conn.sock, selectors.EVENT_WRITE, partial(self._handshake, conn))
+            return
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: a bad hello, a reset
+            self.log.debug("TLS handshake failed for %s: %s", conn.client, exc)
+            self._forget_handshake(conn)
+            self._drop(conn)
+            return
+        self.poller.unregister(conn.sock)
+        self._forget_handshake(conn)
+        # Parser on the TLS socket, so TConn.init() in the thread only switches to blocking mode.
+        conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+        if self._read(conn, idle_ok=True):
+            return
+        # Nothing yet: wait among gunicorn's pending connections (sorted: all get this same timeout).
+        conn.timeout = time.monotonic() + HANDSHAKE_TIMEOUT
+        if self._stop_deadline is not None:
+            conn.timeout = min(conn.timeout, self._stop_deadline)
+        self.pending_conns.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
+
+    def _forget_handshake(self, conn: _Conn) -> None:
+        with contextlib.suppress(ValueError):
+            self.handshaking.remove(conn)
+
+    # ------------------------------------------------------------------------------- reading requests
+
+    def on_client_socket_readable(self, conn: _Conn, client: Any) -> None:
+        """A kept-alive connection has bytes: read them here, not in a thread."""
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._read(conn)
+
+    def on_pending_socket_readable(self, conn: _Conn, client: Any) -> None:
+        self.poller.unregister(client)
+        self.pending_conns.remove(conn)
+        self._read(conn)
+
+    def _on_reading_readable(self, conn: _Conn, client: Any) -> None:
+        self.poller.unregister(client)
+        self.reading.discard(conn)
+        self._read(conn)
+
+    def _read(self, conn: _Conn, *, idle_ok: bool = False) -> bool:
+        """Read what the connection has; hand it to a thread once the request is whole.
+
+        With `idle_ok` (a handshake just finished), returns False when nothing was there yet, and the caller
+        decides where the connection waits. Otherwise the connection always ends up somewhere: in a thread,
+        waiting for the rest of its request (even if this wake-up brought no request bytes), or closed.
+        """
+        got = False
+        while len(conn.received) < READ_AHEAD_BYTES:
+            try:
+                data = conn.sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                break
+            except OSError:  # reset, or a TLS error
+                self._drop(conn)
+                return True
+            if not data:  # the client closed
+                self._drop(conn)
+                return True
+            if not conn.received:
+                conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
+            conn.received += data
+            got = True
+        if not conn.received:
+            if idle_ok:
+                return False
+            if not got:  # readable, but no request bytes (a TLS control record): a request must follow
+                conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
+        if conn.received and request_complete(conn.received):
+            self._dispatch(conn)
+        else:
+            self.reading.add(conn)
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_reading_readable, conn))
+        return True
+
+    def _dispatch(self, conn: _Conn) -> None:
+        """Give the bytes read to the parser and the connection to a thread."""
+        unreader = conn.parser.unreader
+        unreader.unread(unreader.take_buffered() + bytes(conn.received))
+        conn.received = bytearray()
+        conn.data_ready = True
+        self.enqueue_req(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        """Close a connection no thread has (it may still be in the poller)."""
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        util.close(conn.sock)
+
+    # ------------------------------------------------------------------------------------------ timeouts
+
+    def murder_pending(self) -> None:
+        """Also expire handshakes, half-read requests and lingering closes; stopping, stop waiting soon."""
+        now = time.monotonic()
+        if not self.alive:
+            if self._stop_deadline is None:
+                self._stop_deadline = now + STOP_KEEPALIVE_LINGER
+                for conn in self.pending_conns:
+                    conn.timeout = min(conn.timeout, self._stop_deadline)
+            while self.handshaking:  # nothing asked yet: nothing to finish
+                self._drop(self.handshaking.popleft())
+        while self.handshaking and self.handshaking[0].deadline <= now:
+            conn = self.handshaking.popleft()
+            self.log.debug("TLS handshake timed out for %s", conn.client)
+            self._drop(conn)
+        if self.reading:
+            for conn in [c for c in self.reading if c.deadline <= now]:
+                self.log.info("closed %s: request incomplete after %.0f s", conn.client,
+                              BoundedSSLSocket.request_timeout)
+                self.reading.discard(conn)
+                self._drop(conn)
+        while self.lingering and self.lingering[0][0] <= now:
+            self._close_lingering(self.lingering[0][1])
+        super().murder_pending()
+
+    # ------------------------------------------------------------------------------------------ closing
+
+    def linger(self, conn_sock: socket.socket) -> None:
+        """Half-close and let the peer finish sending, so our last response is not cut by a reset."""
+        try:
+            conn_sock.shutdown(socket.SHUT_WR)  # on a TLS socket: drops TLS, sends FIN
+            conn_sock.setblocking(False)
+        except OSError:
+            util.close(conn_sock)
+            return
+        if len(self.lingering) >= MAX_LINGERING:
+            util.close(conn_sock)
+            return
+        try:
+            self.poller.register(conn_sock, selectors.EVENT_READ, partial(self._drain, [0]))
+        except (KeyError, ValueError, OSError):
+            util.close(conn_sock)
+            return
+        self.lingering.append((time.monotonic() + LINGER_TIMEOUT, conn_sock))
+
+    def _drain(self, drained: list[int], conn_sock: socket.socket) -> None:
+        try:
+            data = socket.socket.recv(conn_sock, 65536)  # TLS is gone: the raw bytes
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        drained[0] += len(data)
+        if not data or drained[0] >= LINGER_MAX_BYTES:
+            self._close_lingering(conn_sock)
+
+    def _close_lingering(self, conn_sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn_sock)
+        for index, (_, item) in enumerate(self.lingering):
+            if item is conn_sock:
+                del self.lingering[index]
+                break
+        util.close(conn_sock)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            while self.lingering:
+                self._close_lingering(self.lingering[0][1])
