@@ -144,6 +144,9 @@ def is_glob(pattern: str) -> bool:
     return any(ch in pattern for ch in "*?[")
 
 
+SELECTION_MEMO_SIZE = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class PolicySet:
     """An immutable, validated set of policies, in file-name then document order."""
@@ -151,6 +154,7 @@ class PolicySet:
     policies: tuple[Policy, ...] = ()
     _exact: dict[str, Policy] = field(default_factory=dict, repr=False, compare=False)
     _globs: tuple[tuple[int, int, str, Policy], ...] = field(default=(), repr=False, compare=False)
+    _selections: dict[str, Selection] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         exact: dict[str, Policy] = {}
@@ -166,7 +170,19 @@ class PolicySet:
         object.__setattr__(self, "_globs", tuple(globs))
 
     def select(self, namespace: str) -> Selection:
-        """Exact name first, then the glob with the most literal characters (file order breaks ties)."""
+        """Exact name first, then the glob with the most literal characters (file order breaks ties).
+
+        Memoized per namespace: a cluster has few namespaces, and with many glob policies the first review
+        in a namespace pays for the search (a set is immutable, so the answer never changes).
+        """
+        selection = self._selections.get(namespace)
+        if selection is None:
+            if len(self._selections) >= SELECTION_MEMO_SIZE:
+                self._selections.clear()
+            selection = self._selections[namespace] = self._search(namespace)
+        return selection
+
+    def _search(self, namespace: str) -> Selection:
         policy = self._exact.get(namespace)
         if policy is not None:
             return Selection(policy, namespace, f"exact name {namespace!r} in {policy.source}")
