@@ -8,10 +8,11 @@ Heavy modules are imported inside `run` so `gpu-webhook` starts fast.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
     Evaluator = Callable[[dict[str, Any], str], Decision]
 
-POLICIES_ENV = "GPU_ADMISSION_POLICIES"
 DEFAULT_NAMESPACE = "default"
 
 
@@ -34,7 +34,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         "--policies",
         metavar="DIR",
         default=None,
-        help=f"policy directory (default: ${POLICIES_ENV}, else ./policies)",
+        help=POLICIES_HELP,
     )
     parser.add_argument(
         "-o",
@@ -158,14 +158,13 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def load_policy_set(directory: str | None) -> PolicySet:
-    """`--policies`, else $GPU_ADMISSION_POLICIES, else ./policies; a missing directory is an error, never a
-    silent fall-back to built-in defaults (a CI job must not pass because of a typo)."""
+    """The policy set that `--policies` (options.policy_directory) names, or a one-line CommandError."""
     from webhook.admission.loader import PolicyLoadError, load_policies
 
-    chosen = directory or os.environ.get(POLICIES_ENV) or "policies"
-    if not os.path.isdir(chosen):
-        hint = "" if directory else f" (pass --policies DIR or set {POLICIES_ENV})"
-        raise CommandError(f"policy directory {chosen} not found{hint}")
+    problem = missing_policy_directory(directory)
+    if problem:
+        raise CommandError(problem)
+    chosen = policy_directory(directory)
     try:
         return load_policies(chosen)
     except PolicyLoadError as exc:

@@ -8,9 +8,10 @@ decides anything. Heavy modules are imported inside the handlers so `gpu-webhook
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
+
+from webhook.cli.options import POLICIES_HELP, policy_directory
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -18,8 +19,6 @@ if TYPE_CHECKING:
     from webhook.admission.engine import Decision
     from webhook.admission.policy import Policy, PolicySet
 
-POLICIES_ENV = "GPU_ADMISSION_POLICIES"
-DEFAULT_DIRECTORY = "policies"
 EXPLAIN_QUANTITIES = ("1", "0.5")
 
 
@@ -43,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "directory",
         nargs="?",
         metavar="DIR",
-        help=f"policy directory (default: ${POLICIES_ENV}, else ./{DEFAULT_DIRECTORY})",
+        help=POLICIES_HELP,
     )
     explain = commands.add_parser(
         "explain",
@@ -57,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     explain.add_argument(
         "--policies",
         metavar="DIR",
-        help=f"policy directory (default: ${POLICIES_ENV}, else ./{DEFAULT_DIRECTORY})",
+        help=POLICIES_HELP,
     )
     parser.set_defaults(handler=run, policy_parser=parser)
 
@@ -71,10 +70,6 @@ def run(args: argparse.Namespace) -> int:
     return 2
 
 
-def _directory(given: str | None) -> str:
-    return given or os.environ.get(POLICIES_ENV) or DEFAULT_DIRECTORY
-
-
 # --- lint --------------------------------------------------------------------------------------------------
 
 
@@ -82,7 +77,7 @@ def lint(directory: str | None, out: TextIO) -> int:
     from webhook.admission.loader import PolicyLoadError, load_policies
     from webhook.admission.policy import glob_ties
 
-    chosen = _directory(directory)
+    chosen = policy_directory(directory)
     try:
         policies = load_policies(chosen)
     except PolicyLoadError as exc:
@@ -186,7 +181,7 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
         )
     if bad:
         return 2
-    chosen = _directory(directory)
+    chosen = policy_directory(directory)
     try:
         policies = load_policies(chosen)
     except PolicyLoadError as exc:

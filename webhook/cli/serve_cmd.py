@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-POLICIES_ENV = "GPU_ADMISSION_POLICIES"
+from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
+
 DEV_CERTS_DIR = Path("certs/dev")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"make (or reuse) a throw-away CA and certificate for localhost and 127.0.0.1 in {DEV_CERTS_DIR}/",
     )
     parser.add_argument(
-        "--policies", metavar="DIR", default=None, help=f"policy directory (default: ${POLICIES_ENV}, else ./policies)"
+        "--policies", metavar="DIR", default=None, help=POLICIES_HELP
     )
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
@@ -106,11 +107,10 @@ def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
 
 
 def _policy_dir(args: argparse.Namespace) -> Path:
-    chosen = args.policies or os.environ.get(POLICIES_ENV) or "policies"
-    if not os.path.isdir(chosen):
-        hint = "" if args.policies else f" (pass --policies DIR or set {POLICIES_ENV})"
-        raise ServeError(f"policy directory {chosen} not found{hint}")
-    return Path(chosen)
+    problem = missing_policy_directory(args.policies)
+    if problem:
+        raise ServeError(problem)
+    return Path(policy_directory(args.policies))
 
 
 def _multiproc_dir() -> str:
