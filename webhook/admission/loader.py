@@ -116,8 +116,7 @@ class _Unreadable:
 
 def _too_large(size: int) -> _Unreadable:
     return _Unreadable(
-        f"{size} bytes is larger than the 1 MiB limit for a policy file; "
-        "policy files are small: split or trim it"
+        f"{size} bytes is larger than the 1 MiB limit for a policy file; policy files are small: split or trim it"
     )
 
 
@@ -502,9 +501,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     parsed = _Parsed(source)
     check = _DocumentChecker(problems)
     if not isinstance(value, dict):
-        check.problem(
-            "", f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {_describe(value)}"
-        )
+        check.problem("", f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {_describe(value)}")
         return parsed
     check.mapping(value, "", _TOP_FIELDS)
     for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
@@ -654,9 +651,7 @@ def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker)
     if mode is _BAD:
         return mode, None
     ok = True
-    replicas = check.integer(
-        sharing, "replicas", path, 2, "time-slicing and mps share each GPU as at least 2 replicas"
-    )
+    replicas = check.integer(sharing, "replicas", path, 2, "time-slicing and mps share each GPU as at least 2 replicas")
     ok &= replicas is not _BAD
     if mode.is_shared and replicas is _ABSENT:
         check.problem(
@@ -755,8 +750,9 @@ def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
             source = f"{name}#{index}"
             doc_problems = list(document.problems)
             parsed.append(_parse_document(document.value, source, doc_problems))
-            file_problems += [f"{source} {path}: {message}" if path else f"{source}: {message}"
-                              for path, message in doc_problems]
+            file_problems += [
+                f"{source} {path}: {message}" if path else f"{source}: {message}" for path, message in doc_problems
+            ]
         if stopped is not None:
             file_problems.append(f"{name}#{len(documents)}: {stopped}")
         if len(file_problems) > MAX_PROBLEMS_PER_FILE:

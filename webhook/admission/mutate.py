@@ -152,6 +152,7 @@ class _ContainerMutation:
         self.requests: dict[str, Any] = {}
         self.limits: dict[str, Any] = {}
         self.env_list: list[Any] | None = None
+        self.replaced_env: int | None = None  # the env entry whose value was merged into (PYTORCH_CUDA_ALLOC_CONF)
         self.changed = False
         self.converted_fraction: Fraction | None = None
         self.gpu: tuple[Any, int | Fraction] | None = None  # `nvidia.com/gpu` (text, value) while it is there
@@ -222,11 +223,11 @@ class _ContainerMutation:
         if old_env is None:
             ops.append({"op": "add", "path": f"{at}/env", "value": self.env_list})
             return
-        for index, entry in enumerate(self.env_list):
-            if index >= len(old_env):
-                ops.append({"op": "add", "path": f"{at}/env/{index}", "value": entry})
-            elif entry is not old_env[index]:
-                ops.append({"op": "replace", "path": f"{at}/env/{index}/value", "value": entry["value"]})
+        if self.replaced_env is not None:
+            value = self.env_list[self.replaced_env]["value"]
+            ops.append({"op": "replace", "path": f"{at}/env/{self.replaced_env}/value", "value": value})
+        for index in range(len(old_env), len(self.env_list)):
+            ops.append({"op": "add", "path": f"{at}/env/{index}", "value": self.env_list[index]})
 
     # 1
     def requests_into_limits(self) -> None:
@@ -330,6 +331,7 @@ class _ContainerMutation:
                 merged = merge_alloc_conf(current, hint.value)
                 if merged is not None:
                     env[index] = dict(env[index], value=merged)
+                    self.replaced_env = index
                     added += 1
             elif current != hint.value:
                 self.notice(f"kept {hint.name} as set (policy suggests {hint.value})")

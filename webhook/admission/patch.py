@@ -9,11 +9,13 @@ what the change costs, not what the object costs (this runs on every admission r
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 Path = tuple[str | int, ...]
 
 
+@lru_cache(maxsize=4096)  # the same few resource names, in every review
 def escape_token(token: str | int) -> str:
     """JSON Pointer escaping (RFC 6901): `~` is `~0`, `/` is `~1`: `nvidia.com/gpu` is `nvidia.com~1gpu`."""
     return str(token).replace("~", "~0").replace("/", "~1")

@@ -120,6 +120,12 @@ def _no_constants(literal: str) -> Any:
     raise ReviewError(f"body: {literal} is not valid JSON (JSON has no NaN or Infinity): send a number")
 
 
+# Made once (json.loads and json.dumps with options build a decoder or encoder per call). Both are safe to
+# share between threads, as json's own default ones are.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constants)
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def _load_json(body: bytes) -> Any:
     if not body.strip():
         raise ReviewError("body: empty; POST an AdmissionReview (JSON) as the API server does")
@@ -128,11 +134,11 @@ def _load_json(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise ReviewError(f"body: not UTF-8 (invalid byte at offset {exc.start}); send UTF-8 JSON") from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constants)
+        if text.startswith("\ufeff"):  # what json.loads says (JSONDecoder.decode does not look)
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
-        raise ReviewError(
-            f"body: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        raise ReviewError(f"body: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise ReviewError(
             "body: JSON nested too deeply (over several hundred levels); no Kubernetes object is"
@@ -175,9 +181,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
         raise ReviewError(f"body: expected an AdmissionReview object, got {_type_name(doc)}")
     api_version = _field(doc, "apiVersion", "", str)
     if api_version not in SUPPORTED_VERSIONS:
-        raise ReviewError(
-            f"apiVersion: {api_version[:80]!r} is not supported; send {V1} (or {V1BETA1})"
-        )
+        raise ReviewError(f"apiVersion: {api_version[:80]!r} is not supported; send {V1} (or {V1BETA1})")
     kind = _field(doc, "kind", "", str)
     if kind != "AdmissionReview":
         raise ReviewError(f"kind: expected 'AdmissionReview', got {kind[:80]!r}")
@@ -295,7 +299,7 @@ def build_response(request: AdmissionRequest, decision: Decision | None, *, mode
             response["allowed"] = False
             response["status"] = {"code": 403, "reason": "Forbidden", "message": "\n".join(lines)}
         if mode == "mutate" and decision.patch:
-            patch = json.dumps(decision.patch, separators=(",", ":")).encode("utf-8")
+            patch = _COMPACT.encode(decision.patch).encode("utf-8")
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(patch).decode("ascii")
         warnings = limit_warnings(decision.warnings) if decision.warnings else []
@@ -311,6 +315,7 @@ def build_response(request: AdmissionRequest, decision: Decision | None, *, mode
 
 
 # ---------------------------------------------------------------------------------------------- requests
+
 
 def make_review(
     obj: dict[str, Any],

@@ -186,11 +186,8 @@ def _pod_total(counts: list[tuple[ContainerRef, dict[str, Fraction]]], policy: P
     app: dict[str, int | Fraction] = defaultdict(int)
     sidecars: dict[str, int | Fraction] = defaultdict(int)
     init_peak: dict[str, int | Fraction] = defaultdict(int)
-    holders: dict[str, list[str]] = defaultdict(list)
     for ref, container_counts in counts:
         for name, value in container_counts.items():
-            if value > 0:
-                holders[name].append(f'"{ref.name}"={value}')
             if ref.section == "containers":
                 app[name] += value
             elif ref.is_sidecar:
@@ -198,11 +195,14 @@ def _pod_total(counts: list[tuple[ContainerRef, dict[str, Fraction]]], policy: P
             else:
                 init_peak[name] = max(init_peak[name], value + sidecars[name])
     problems = []
-    for name in holders:
+    for name in {**app, **sidecars, **init_peak}:
         total = max(app[name] + sidecars[name], init_peak[name])
-        if total > policy.limits.max_per_pod and len(holders[name]) > 1:  # one container: its own line says it
+        if total <= policy.limits.max_per_pod:
+            continue
+        holders = [f'"{ref.name}"={c[name]}' for ref, c in counts if c.get(name)]
+        if len(holders) > 1:  # one container: its own line (the per-container maximum) says it
             problems.append(
-                f"pod: {name} effective total {total} (containers {', '.join(holders[name])}) exceeds the per-pod "
+                f"pod: {name} effective total {total} (containers {', '.join(holders)}) exceeds the per-pod "
                 f'maximum of {policy.limits.max_per_pod} (policy "{policy.name}"); request fewer or split the pod'
             )
     return problems
