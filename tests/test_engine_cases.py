@@ -131,6 +131,15 @@ def test_fractional_becomes_a_shared_replica_with_its_memory_fraction():
     assert decision.mutation_kinds == ["requests-into-limits", "fractional", "env"]
 
 
+def test_a_user_set_recorded_fraction_is_neither_duplicated_nor_replaced():
+    env = [{"name": "GPU_ADMISSION_MEMORY_FRACTION", "value": "0.9"}]
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"}, env=env)), TIME_SLICING_FRACTIONAL)
+    names = [e["name"] for e in decision.mutated["spec"]["containers"][0]["env"]]
+    assert names.count("GPU_ADMISSION_MEMORY_FRACTION") == 1
+    assert env_of(decision)["GPU_ADMISSION_MEMORY_FRACTION"] == "0.9"
+    assert env_of(decision)["GPU_MEMORY_FRACTION"] == "0.5"  # the conversion's own fraction
+
+
 def test_a_second_pass_over_a_converted_fraction_keeps_it_silently():
     # The API server calls the webhook again (reinvocation, then /validate); a template's pods arrive mutated.
     first = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING_FRACTIONAL)

@@ -304,8 +304,9 @@ class _ContainerMutation:
         existing = {e["name"]: i for i, e in enumerate(env) if isinstance(e, dict) and isinstance(e.get("name"), str)}
         added = 0
         if self.converted_fraction is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
-            env.append({"name": RECORDED_FRACTION, "value": format_fraction(self.converted_fraction)})
-            added += 1
+            if RECORDED_FRACTION not in existing:  # a name is never duplicated, a user's value never replaced
+                env.append({"name": RECORDED_FRACTION, "value": format_fraction(self.converted_fraction)})
+                added += 1
         elif RECORDED_FRACTION in existing:
             self.converted_fraction = _recorded_fraction(env[existing[RECORDED_FRACTION]])
         if self.policy.memory_fraction is None and self.converted_fraction is not None:
