@@ -224,3 +224,13 @@ def wait_until_ready(server: LiveServer, timeout: float = READY_TIMEOUT) -> None
 @pytest.fixture(scope="module")
 def live_server(start_server: Callable[..., LiveServer]) -> LiveServer:
     return start_server()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` leaves out the long `soak` tests; `make soak` (`-m soak`), or any `-m`, decides itself."""
+    if config.getoption("markexpr"):
+        return
+    soak = [item for item in items if item.get_closest_marker("soak")]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if not item.get_closest_marker("soak")]

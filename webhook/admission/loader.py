@@ -11,6 +11,7 @@ are refused while parsing, at the first offending event.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import stat
@@ -310,7 +311,8 @@ def _shorten(text: str, limit: int = 60) -> str:
 
 
 def _quote(value: str) -> str:
-    return '"' + _shorten(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """Quoted and escaped as JSON: a problem stays one line whatever the value holds (newlines, NUL)."""
+    return json.dumps(_shorten(value), ensure_ascii=False)
 
 
 def _describe(value: Any) -> str:

@@ -88,11 +88,14 @@ def _parse_text(text: str) -> int | Fraction:
         number *= Fraction(10) ** _DECIMAL[suffix]
     elif exponent is not None:
         power = int(exponent)
-        if abs(power) > MAX_EXPONENT:
-            if number == 0 or power < 0:
-                number = Fraction(0) if number == 0 else Fraction(1, 10**MAX_EXPONENT)
-            else:
-                raise QuantityError("is too large (past int64)")
+        # At most MAX_TEXT digits either side of the point: past this bound the value is beyond int64
+        # (power > 0) or below 10**-MAX_EXPONENT (power < 0) whatever they are, so no big power is computed.
+        if number == 0:
+            pass
+        elif power > MAX_EXPONENT + MAX_TEXT:
+            raise QuantityError("is too large (past int64)")
+        elif power < -(MAX_EXPONENT + MAX_TEXT):
+            number = Fraction(1, 10**MAX_EXPONENT)
         else:
             number *= Fraction(10) ** power
     if match["sign"] == "-":

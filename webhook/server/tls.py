@@ -12,8 +12,10 @@ import datetime as dt
 import logging
 import os
 import ssl
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from webhook.server.logs import LOGGER, log
 
@@ -28,15 +30,28 @@ Fingerprint = tuple[tuple[int, int, int, int] | None, ...]
 
 
 class BoundedSSLSocket(ssl.SSLSocket):
-    """An SSL socket whose "blocking" mode has a deadline.
+    """An SSL socket whose "blocking" mode has a deadline, and whose writes never wait for the client.
 
     gunicorn's threaded worker reads a request on a socket it puts in blocking mode with no timeout, so a
     client that sends half a request and stops would hold a worker thread forever. Here blocking mode
     means: the whole request must arrive within `request_timeout` seconds of the worker starting on it.
+
+    Writing is the mirror case: a client that reads nothing holds the thread writing it a response larger
+    than the socket buffers (measured: 8 such clients of a 5 MB answer kept a good review waiting 22 s).
+    So in a thread, `sendall` sends what the socket takes at once and keeps the rest in `unsent`; the worker's
+    main loop writes that out as the socket drains (`flush_unsent`), with a deadline, and the thread is free.
+    Above MAX_UNSENT_TOTAL bytes kept in the process, a thread waits as before, bounded by the deadline.
     """
 
     request_timeout: float = 10.0
     _deadline: float | None = None
+    unsent: bytearray | None = None  # what a thread's sendall left for the main loop to write
+    _attempt = 0  # length of a TLS write that would have blocked: OpenSSL wants it retried with the same bytes
+
+    SEND_CHUNK = 16 * 1024  # one TLS record
+    MAX_UNSENT_TOTAL = 64 * 1024 * 1024
+    _unsent_total = 0  # bytes in `unsent` buffers in this process (one worker)
+    _unsent_lock = threading.Lock()
 
     def setblocking(self, flag: bool) -> None:
         if flag:
@@ -56,6 +71,83 @@ class BoundedSSLSocket(ssl.SSLSocket):
             if current is None or current > remaining:
                 super().settimeout(remaining)
         return super().recv(buflen, flags)
+
+    # ------------------------------------------------------------------------------------------- writing
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        if self._deadline is None or flags:  # not a worker thread's write
+            super().sendall(data, flags)
+            return
+        with memoryview(data) as view, view.cast("B") as octets:
+            rest = octets if self.unsent else octets[self._send_now(octets) :]
+            if not rest:
+                return
+            if not self._reserve(len(rest)):  # too much kept already: wait here, bounded by the deadline
+                self._flush_blocking()
+                super().sendall(rest)  # starts with the bytes of any write that would have blocked
+                self._attempt = 0
+                return
+            if self.unsent is None:
+                self.unsent = bytearray()
+            self.unsent += rest
+
+    def _send_now(self, data: memoryview | bytearray) -> int:
+        """Send without waiting; returns how many bytes went."""
+        timeout = self.gettimeout()
+        super().settimeout(0.0)
+        try:
+            return self._send_available(data)
+        finally:
+            super().settimeout(timeout)
+
+    def _send_available(self, data: memoryview | bytearray) -> int:
+        sent = 0
+        while sent < len(data):
+            length = self._attempt or min(len(data) - sent, self.SEND_CHUNK)
+            try:
+                sent += super().send(bytes(data[sent : sent + length]))
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                self._attempt = length
+                break
+            self._attempt = 0
+        return sent
+
+    def _flush_blocking(self) -> None:
+        if self.unsent:
+            pending, self.unsent = self.unsent, None
+            self._release(len(pending))
+            super().sendall(pending)
+
+    def flush_unsent(self) -> bool:
+        """Write what the socket takes now (main loop, non-blocking); True once nothing is left."""
+        if not self.unsent:
+            return True
+        sent = 0
+        try:
+            sent = self._send_available(self.unsent)
+        finally:
+            del self.unsent[:sent]
+            self._release(sent)
+        return not self.unsent
+
+    def discard_unsent(self) -> None:
+        """Forget what was not written (the connection is being dropped)."""
+        if self.unsent:
+            self._release(len(self.unsent))
+        self.unsent = None
+
+    @classmethod
+    def _reserve(cls, size: int) -> bool:
+        with cls._unsent_lock:
+            if cls._unsent_total + size > cls.MAX_UNSENT_TOTAL:
+                return False
+            cls._unsent_total += size
+            return True
+
+    @classmethod
+    def _release(cls, size: int) -> None:
+        with cls._unsent_lock:
+            cls._unsent_total -= size
 
 
 def build_context(cert_file: Path | str, key_file: Path | str) -> ssl.SSLContext:

@@ -12,7 +12,8 @@ everybody:
 Here the main loop does the TLS handshake (non-blocking, with a deadline) and reads the request
 (non-blocking, with a deadline) before a thread sees the connection, so threads only ever run complete
 requests. Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSSLSocket`. A
-closing connection lingers in the poller.
+response the client does not read as fast as it is written is finished by the main loop too (with a
+deadline), so a client that stops reading holds no thread either. A closing connection lingers in the poller.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class WebhookWorker(ThreadWorker):
         self.handshaking: deque[_Conn] = deque()  # sorted by deadline: all get the same timeout
         self.reading: set[_Conn] = set()  # part of a request read: few, and each is looked at
         self.lingering: deque[tuple[float, socket.socket]] = deque()
+        self.writing: dict[_Conn, Any] = {}  # connection -> its thread's future, while the main loop writes
         self._stop_deadline: float | None = None
 
     # -------------------------------------------------------------------------- accept and handshake
@@ -215,6 +217,42 @@ class WebhookWorker(ThreadWorker):
         self.nr_conns -= 1
         util.close(conn.sock)
 
+    # ------------------------------------------------------------------------------- writing responses
+
+    def finish_request(self, conn: _Conn, fs: Any) -> None:
+        """A thread is done with `conn`; first write out what its response left unsent, if anything."""
+        unsent = getattr(conn.sock, "unsent", None)
+        if unsent and conn.sock.fileno() != -1:
+            conn.sock.setblocking(False)
+            conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
+            self.writing[conn] = fs
+            try:
+                self.poller.register(conn.sock, selectors.EVENT_WRITE, partial(self._on_writable, conn))
+            except (KeyError, ValueError, OSError):
+                self._drop_writing(conn)
+            return
+        if unsent is not None:
+            conn.sock.discard_unsent()
+        super().finish_request(conn, fs)
+
+    def _on_writable(self, conn: _Conn, _fileobj: Any = None) -> None:
+        before = len(conn.sock.unsent or b"")
+        try:
+            done = conn.sock.flush_unsent()
+        except OSError:  # reset, or a TLS error
+            self._drop_writing(conn)
+            return
+        if done:
+            self.poller.unregister(conn.sock)
+            super().finish_request(conn, self.writing.pop(conn))
+        elif len(conn.sock.unsent or b"") < before:  # the client reads: the deadline is for a stalled one
+            conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
+
+    def _drop_writing(self, conn: _Conn) -> None:
+        self.writing.pop(conn, None)
+        conn.sock.discard_unsent()
+        self._drop(conn)
+
     # ------------------------------------------------------------------------------------------ timeouts
 
     def murder_pending(self) -> None:
@@ -237,6 +275,11 @@ class WebhookWorker(ThreadWorker):
                               BoundedSSLSocket.request_timeout)
                 self.reading.discard(conn)
                 self._drop(conn)
+        if self.writing:
+            for conn in [c for c in self.writing if c.deadline <= now]:
+                self.log.info("closed %s: nothing of the response read for %.0f s", conn.client,
+                              BoundedSSLSocket.request_timeout)
+                self._drop_writing(conn)
         while self.lingering and self.lingering[0][0] <= now:
             self._close_lingering(self.lingering[0][1])
         super().murder_pending()

@@ -1,0 +1,564 @@
+"""Faults under load, against the real server: a killed worker, policy and certificate changes, stalled clients
+and clients that stop reading.
+
+Load is a few clients in this process, each on its own kept-alive HTTPS connection as the API server keeps
+them, sending `/mutate` reviews and checking every answer. Each review's uid names its client and
+connection, and the server's review log names the worker that answered it, so a test knows which worker
+held which connection.
+
+test_server*.py cover the single-fault cases (one worker killed with no load, a rotation with one worker,
+stalled clients on an idle server); these add load, a second worker, and what must not happen meanwhile.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import functools
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from tests.conftest import SHIPPED_POLICIES, LiveServer
+from tests.test_hostile import worker_pids
+from tests.test_server_app import configmap_swap
+from webhook import certs
+from webhook.admission.engine import evaluate
+from webhook.admission.loader import parse_policy_sources
+from webhook.admission.review import build_response, make_review, parse_review
+
+RESPAWN_DEADLINE = 2.0  # seconds from SIGKILL to a review answered by the new worker
+REVIEW_TIMEOUT = 10.0
+
+
+def gpu_pod(namespace: str, gpus: str = "1") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "load", "namespace": namespace},
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+    }
+
+
+def review_body(uid: str, namespace: str = "notebooks") -> bytes:
+    return json.dumps(make_review(gpu_pod(namespace), namespace=namespace, uid=uid)).encode()
+
+
+def shared_gpu_patch(response: dict[str, Any]) -> str:
+    """'' when `response` allows with a patch that maps to the shared GPU resource, else what is wrong."""
+    if not response.get("allowed") or response.get("patchType") != "JSONPatch":
+        return f"not an allowed answer with a patch: {str(response)[:300]}"
+    if "gpu.shared" not in base64.b64decode(response["patch"]).decode():  # in a path: nvidia.com~1gpu.shared
+        return "no nvidia.com/gpu.shared in the patch"
+    return ""
+
+
+def expected_response(sources: dict[str, str], namespace: str, body: Callable[..., bytes] = review_body) -> Any:
+    """The /mutate answer (less uid) to `body` under the policy files `sources`: from the engine itself."""
+    request = parse_review(body("expected", namespace=namespace))
+    decision = evaluate(request.object, request.engine_namespace, parse_policy_sources(sources))
+    response = build_response(request, decision, mode="mutate")["response"]
+    del response["uid"]
+    return response
+
+
+SHIPPED = {path.name: path.read_text() for path in sorted(SHIPPED_POLICIES.glob("*.yaml"))}
+
+
+def answered_as(expected: dict[str, Any]) -> Callable[[dict[str, Any]], str]:
+    """A check: '' when a response (less uid) is exactly `expected`."""
+
+    def check(response: dict[str, Any]) -> str:
+        got = {k: v for k, v in response.items() if k != "uid"}
+        return "" if got == expected else f"unexpected answer: {str(response)[:300]}"
+
+    return check
+
+
+@functools.cache
+def right_answer() -> Callable[[dict[str, Any]], str]:
+    """The check of the load's review: exactly what the engine answers under the shipped policies."""
+    return answered_as(expected_response(SHIPPED, "notebooks"))
+
+
+# --- load -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    client: int
+    connection: int  # the client's n-th connection
+    uid: str
+    sent: float  # time.monotonic()
+    done: float
+    error: str = ""  # "" when the review was answered right
+    response: dict[str, Any] | None = None
+    peer_serial: int | None = None  # with fresh connections: the serving certificate's serial number
+
+
+@dataclass
+class Client:
+    """One API-server-like client: a kept-alive connection (or a fresh one per review), reviews back to back."""
+
+    server: LiveServer
+    index: int
+    body: Callable[[str, int], bytes] = lambda uid, _seq: review_body(uid)
+    check: Callable[[dict[str, Any]], str] = field(default_factory=right_answer)
+    fresh_connections: bool = False
+    interval: float = 0.0  # seconds between reviews (0: back to back)
+    results: list[Result] = field(default_factory=list)
+    connection: int = 0
+    reconnect: bool = False  # set by a test: open a new connection before the next review
+    _conn: http.client.HTTPSConnection | None = None
+
+    def _open(self) -> http.client.HTTPSConnection:
+        host, port = "127.0.0.1", int(self.server.url.rsplit(":", 1)[1])
+        context = ssl.create_default_context(cafile=str(self.server.ca_file))
+        self.connection += 1
+        return http.client.HTTPSConnection(host, port, context=context, timeout=REVIEW_TIMEOUT)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def review(self, seq: int) -> Result:
+        if self._conn is None or self.reconnect or self.fresh_connections:
+            self._close()
+            self.reconnect = False
+            self._conn = self._open()
+        uid = f"c{self.index}-k{self.connection}-{seq}"
+        result = Result(self.index, self.connection, uid, time.monotonic(), 0.0)
+        try:
+            self._conn.request("POST", "/mutate", self.body(uid, seq), {"Content-Type": "application/json"})
+            answer = self._conn.getresponse()
+            payload = answer.read()
+            if self.fresh_connections and self._conn.sock is not None:
+                der = self._conn.sock.getpeercert(binary_form=True)
+                result.peer_serial = x509.load_der_x509_certificate(der).serial_number
+            if answer.status != 200:
+                result.error = f"HTTP {answer.status}: {payload[:200]!r}"
+            else:
+                review = json.loads(payload)
+                result.response = review["response"]
+                if result.response.get("uid") != uid:
+                    result.error = f"uid {result.response.get('uid')!r} answered for {uid!r}"
+                else:
+                    result.error = self.check(result.response)
+            if answer.will_close:
+                self._close()
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # reset, EOF, timeout, bad JSON
+            result.error = f"{type(exc).__name__}: {exc}"
+            self._close()
+        result.done = time.monotonic()
+        self.results.append(result)
+        return result
+
+    def run(self, stop: threading.Event) -> None:
+        seq = 0
+        while not stop.is_set():
+            seq += 1
+            self.review(seq)
+            if self.interval:
+                stop.wait(self.interval)
+        self._close()
+
+
+class Load:
+    """Clients in threads until `stop()`."""
+
+    def __init__(self, clients: list[Client]) -> None:
+        self.clients = clients
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=c.run, args=(self.stopping,), daemon=True) for c in clients]
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(REVIEW_TIMEOUT + 5)
+
+    @property
+    def results(self) -> list[Result]:
+        return [r for c in self.clients for r in c.results]
+
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if r.error]
+
+
+def answered_by(server: LiveServer) -> dict[str, int]:
+    """uid -> pid of the worker whose review log line has it."""
+    return {r["uid"]: r["pid"] for r in server.log_records() if r.get("message") == "review" and "uid" in r}
+
+
+def connection_workers(server: LiveServer, results: list[Result]) -> dict[tuple[int, int], int]:
+    """(client, connection) -> the worker that answered its reviews (each connection is on exactly one)."""
+    pids = answered_by(server)
+    workers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for result in results:
+        if not result.error and result.uid in pids:
+            workers[(result.client, result.connection)].add(pids[result.uid])
+    assert all(len(p) == 1 for p in workers.values()), workers
+    return {key: next(iter(p)) for key, p in workers.items()}
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+# --- a killed worker ----------------------------------------------------------------------------------------
+
+
+def sigkill_under_load(server: LiveServer) -> tuple[int, int, int, float]:
+    """SIGKILL one of 2 workers while 8 clients send reviews, and check what the issue asks of it.
+
+    Returns (reviews, connections on the killed worker, failed reviews, ms until the new worker answered).
+    """
+    before = worker_pids(server, 2)
+    clients = [Client(server, i) for i in range(8)]
+    with Load(clients) as load:
+        # Every client's current connection answered and logged, and both workers holding some.
+        def spread() -> bool:
+            if any(c.reconnect for c in clients):  # a new connection is still to be opened
+                return False
+            mapping = connection_workers(server, load.results)
+            current = {c.index: mapping.get((c.index, c.connection)) for c in clients}
+            if None in current.values():
+                return False
+            if len(set(current.values())) == 2:
+                return True
+            for client in clients[::2]:  # all on one worker: new connections, the other may accept them
+                client.reconnect = True
+            time.sleep(0.2)
+            return False
+
+        wait_until(spread, 10, "every connection answered, and both workers holding connections")
+        mapping = connection_workers(server, load.results)
+        current = {(c.index, c.connection): mapping[(c.index, c.connection)] for c in clients}
+        victim = max(before, key=lambda pid: sum(1 for w in current.values() if w == pid))
+        on_victim = {key for key, pid in current.items() if pid == victim}
+        on_other = set(current) - on_victim
+
+        killed = time.monotonic()  # before the signal: a client may see its connection fail at once
+        os.kill(victim, signal.SIGKILL)
+        probe = Client(server, 99, fresh_connections=True)  # what a new API server connection gets
+        while time.monotonic() - killed < RESPAWN_DEADLINE + 0.5:
+            probe.review(len(probe.results) + 1)
+            time.sleep(0.03)
+        time.sleep(0.3)  # the others go on a little longer
+    results, failures = load.results, load.failures()
+
+    after = worker_pids(server, 2)
+    (new_worker,) = after - before
+    assert after - {new_worker} == before - {victim}
+    pids = answered_by(server)
+    served = [r.done - killed for r in probe.results if not r.error and pids.get(r.uid) == new_worker]
+    assert served, f"the new worker {new_worker} answered no probe within {RESPAWN_DEADLINE + 0.5} s"
+    assert served[0] < RESPAWN_DEADLINE, f"the new worker answered first {served[0]:.2f} s after the kill"
+
+    # Only the killed worker's connections failed, each once at most; the other worker's never did.
+    failed_connections = {(r.client, r.connection) for r in failures}
+    assert failed_connections <= on_victim, (failures, on_victim, killed)
+    assert len(failures) <= len(on_victim)
+    assert all(r.done >= killed for r in failures), [(r.uid, r.error, r.done - killed) for r in failures]
+    for key in on_other:
+        after_kill = [r for r in results if (r.client, r.connection) == key and r.sent > killed]
+        assert after_kill and not any(r.error for r in after_kill), key
+    # ...and every client kept going: a failed connection is replaced by a new one that works.
+    for client in clients:
+        assert any(not r.error and r.sent > killed + 0.5 for r in client.results), client.index
+    assert [r for r in probe.results if r.error] == []
+    return len(results), len(on_victim), len(failures), served[0] * 1000
+
+
+def test_sigkill_of_a_worker_under_load_fails_only_its_connections_and_a_new_one_serves_within_2_s(start_server):
+    server = start_server(workers=2, threads=4)
+    reviews, on_victim, failed, respawn_ms = sigkill_under_load(server)
+    print(f"\nSIGKILL under load: {reviews} reviews on 8 connections, {on_victim} on the killed worker, "
+          f"{failed} failed; the new worker answered {respawn_ms:.0f} ms after the kill")  # fmt: skip
+
+
+@pytest.mark.soak
+def test_twenty_worker_kills_under_load_soak(start_server):
+    server = start_server(workers=2, threads=4)
+    rounds = [sigkill_under_load(server) for _ in range(20)]
+    assert server.running and "Traceback" not in server.log()
+    # The metrics survive 20 dead workers: the counters still add up, the expiry gauge is the live workers'.
+    metrics = server.metrics()
+    assert metrics["gpu_admission_certificate_expiry_timestamp_seconds"] == server.cert_not_after().timestamp()
+    answered = metrics['gpu_admission_reviews_total{decision="allow",webhook="mutate"}']
+    assert answered >= sum(r[0] - r[2] for r in rounds)
+    print(
+        f"\n20 kills under load: {sum(r[0] for r in rounds)} reviews, {sum(r[2] for r in rounds)} failed "
+        f"(at most {sum(r[1] for r in rounds)} allowed), respawn {max(r[3] for r in rounds):.0f} ms at worst"
+    )
+
+
+# --- policy reload and certificate rotation -----------------------------------------------------------------
+
+POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata:
+  name: {name}
+spec:
+  namespaces: {namespaces}
+  enforcement: enforce
+  sharing: {{mode: {mode}, replicas: {replicas}}}
+  gpu: {{model: H100-80GB}}
+  fractional: shared
+"""
+
+# Two files change together. Which policy a namespace gets depends on both (an exact name beats a glob), and
+# what it does on the file that wins: a server that mixed the sets (one set's selection with the other's
+# policies) would answer with a policy name from one and env values from the other, which is neither answer.
+# (A directory holding one file of each is not even a valid set: the loader refuses both mixes.)
+OLD_SET = {
+    "share.yaml": POLICY.format(name="mix-share", namespaces='["mix-*"]', mode="time-slicing", replicas=4),
+    "exact.yaml": POLICY.format(name="mix-exact", namespaces='["mix-a"]', mode="mps", replicas=2),
+}
+NEW_SET = {
+    "share.yaml": POLICY.format(name="mix-share", namespaces='["mix-a"]', mode="time-slicing", replicas=8),
+    "exact.yaml": POLICY.format(name="mix-exact", namespaces='["mix-*"]', mode="mps", replicas=4),
+}
+MIX_NAMESPACES = ("mix-a", "mix-b")
+
+
+def with_default(files: dict[str, str]) -> dict[str, str]:
+    return {"default.yaml": (SHIPPED_POLICIES / "default.yaml").read_text(), **files}
+
+
+def test_the_two_policy_sets_answer_differently_and_a_mix_is_not_a_set():
+    for namespace in MIX_NAMESPACES:
+        old = expected_response(with_default(OLD_SET), namespace)
+        new = expected_response(with_default(NEW_SET), namespace)
+        assert old["auditAnnotations"]["policy"] != new["auditAnnotations"]["policy"]
+        assert old["patch"] != new["patch"]
+    for mixed in ({**OLD_SET, "share.yaml": NEW_SET["share.yaml"]}, {**OLD_SET, "exact.yaml": NEW_SET["exact.yaml"]}):
+        with pytest.raises(Exception, match="is listed by both policy"):
+            parse_policy_sources(with_default(mixed))
+
+
+@pytest.fixture
+def configmap_policies(tmp_path: Path) -> Iterator[tuple[Path, Callable[[dict[str, str]], None]]]:
+    directory = tmp_path / "configmap"
+    directory.mkdir()
+    generation = [0]
+
+    def swap(files: dict[str, str]) -> None:  # what the kubelet does on a ConfigMap update
+        generation[0] += 1
+        configmap_swap(directory, with_default(files), generation[0])
+
+    swap(OLD_SET)
+    yield directory, swap
+
+
+def test_policy_swaps_and_a_certificate_rotation_under_load_fail_nothing_and_never_mix(
+    start_server, configmap_policies, tmp_path
+):
+    directory, swap = configmap_policies
+    cert = certs.generate_dev_certs(tmp_path / "certs")
+    server = start_server(policies_dir=directory, cert=cert, workers=2, threads=4, cert_reload_interval=1)
+    answers = {(name, ns): expected_response(with_default(files), ns)
+               for name, files in (("old", OLD_SET), ("new", NEW_SET)) for ns in MIX_NAMESPACES}  # fmt: skip
+    namespaces = {}
+
+    def body(uid: str, seq: int) -> bytes:
+        namespaces[uid] = MIX_NAMESPACES[seq % 2]
+        return review_body(uid, namespaces[uid])
+
+    def which(response: dict[str, Any], uid: str) -> str:
+        answer = {k: v for k, v in response.items() if k != "uid"}
+        for name in ("old", "new"):
+            if answer == answers[(name, namespaces[uid])]:
+                return name
+        return "mixed"
+
+    clients = [Client(server, i, body=body, check=lambda r: "") for i in range(4)]
+    clients.append(Client(server, 4, body=body, check=lambda r: "", fresh_connections=True, interval=0.02))
+    old_serial = certs.load_certificate(cert.tls_cert).serial_number
+    with Load(clients) as load:
+
+        def serving(name: str, since: float) -> bool:  # the last few answers on every client are `name`'s
+            return all(
+                len(recent := [r for r in c.results if r.sent > since][-3:]) == 3
+                and all(r.response and which(r.response, r.uid) == name for r in recent)
+                for c in clients
+            )
+
+        time.sleep(0.5)
+        for name, files in (("new", NEW_SET), ("old", OLD_SET), ("new", NEW_SET)):
+            swapped = time.monotonic()
+            swap(files)
+            wait_until(lambda: serving(name, swapped), 8, f"every client answered from the {name} set")  # noqa: B023
+            if name == "old":  # mid-way, the certificate too
+                rotated = certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=90))
+                new_serial = certs.load_certificate(rotated.tls_cert).serial_number
+                wait_until(lambda serial=new_serial: any(r.peer_serial == serial for r in clients[4].results), 8,
+                           "a new connection got the new certificate")  # fmt: skip
+        time.sleep(0.3)
+    results, failures = load.results, load.failures()
+
+    assert failures == [], failures[:5]
+    seen = defaultdict(int)
+    for result in results:
+        assert result.response is not None
+        seen[which(result.response, result.uid)] += 1
+    assert seen["mixed"] == 0, "a review was answered from neither the old nor the new policy set"
+    assert seen["old"] > 20 and seen["new"] > 20, seen
+    serials = {r.peer_serial for r in clients[4].results}
+    assert serials == {old_serial, new_serial}
+    assert server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"] == pytest.approx(
+        certs.certificate_not_after(rotated.tls_cert).timestamp()
+    )
+    print(f"\npolicy swaps and rotation under load: {len(results)} reviews, 0 failed, {dict(seen)}")
+
+
+# --- certificate expiry -------------------------------------------------------------------------------------
+
+
+def test_certificate_expiry_readiness_metric_and_log_then_renewal_without_a_restart(start_server, tmp_path):
+    cert = certs.generate_dev_certs(tmp_path / "certs")
+    certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=3))
+    not_after = certs.certificate_not_after(cert.tls_cert)
+    server = start_server(cert=cert, cert_reload_interval=1, wait=False)
+    wait_until(lambda: _status(server, "/healthz") == 200, 15, "alive")
+
+    ready = server.get("/readyz")  # 1. readiness fails, saying why and what to run
+    assert ready.status_code == 503
+    renew = f"gpu-webhook certs renew --dir {cert.directory}"
+    assert ready.json()["ready"] is False
+    assert ready.json()["reasons"] == [
+        f"certificate {cert.tls_cert} expires in 3.0 days ({not_after:%Y-%m-%d %H:%M} UTC): renew it (`{renew}`) "
+        "or update its Secret"
+    ]
+    # 2. the metric shows it: the expiry time itself, which an alert compares with time()
+    expiry = server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"]
+    assert expiry == not_after.timestamp() and expiry - time.time() < 7 * 86400
+    # 3. a warning log line says what to run
+    line = server.wait_for_log(lambda r: r.get("event") == "certificate-expiry")
+    assert line["level"] == "warning" and f"`{renew}`" in line["message"] and "expires in 3.0 days" in line["message"]
+
+    renewed = certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=90))
+    wait_until(lambda: _status(server, "/readyz") == 200, 8, "ready again after the renewal")
+    later = certs.certificate_not_after(renewed.tls_cert).timestamp()
+    assert server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"] == later
+
+
+def _status(server: LiveServer, path: str) -> int:
+    try:
+        return server.get(path, timeout=2).status_code
+    except Exception:
+        return 0
+
+
+# --- stalled clients, with load ----------------------------------------------------------------------------
+
+
+def test_stalled_clients_and_load_together_still_answer_a_good_review_within_1_s(start_server):
+    """32 idle connections, 32 stopped mid-handshake and 32 mid-request, on 2 workers under the load of 4 clients."""
+    server = start_server(workers=2, threads=4)
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    stalled: list[socket.socket] = []
+    with Load([Client(server, i) for i in range(4)]) as load:
+        try:
+            for _ in range(32):
+                stalled.append(socket.create_connection((host, port)))
+                half_hello = socket.create_connection((host, port))
+                half_hello.sendall(b"\x16\x03\x01\x00\xc8\x01\x00")
+                stalled.append(half_hello)
+                half_request = context.wrap_socket(socket.create_connection((host, port)), server_hostname=host)
+                half_request.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+                stalled.append(half_request)
+            time.sleep(0.2)
+            probe = Client(server, 99, fresh_connections=True)
+            for seq in range(10):
+                result = probe.review(seq)
+                assert result.error == "" and result.done - result.sent < 1.0, result
+        finally:
+            for conn in stalled:
+                conn.close()
+    assert load.failures() == [] and len(load.results) > 20
+
+
+def read_response(tls: ssl.SSLSocket) -> tuple[int, bytes]:
+    """One whole HTTP/1.1 response with a Content-Length, read from `tls`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = tls.recv(65536)
+        assert chunk, f"closed after {len(data)} bytes"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = int(next(line.split(b":")[1] for line in lines if line.startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = tls.recv(1024 * 1024)
+        assert chunk, f"closed after {len(body)} of {length} bytes"
+        body += chunk
+    return int(head.split(b" ")[1]), body
+
+
+def test_clients_that_stop_reading_a_large_answer_hold_no_thread(start_server):
+    """Each of these answers (a 7,000-container pod mapped to shared GPUs: 5 MB) outgrows the socket buffers.
+
+    With one thread, a client that reads nothing held it until the write timed out (10 s), and everybody
+    waited; now the main loop finishes the writes, and the answer arrives whole once the client reads.
+    """
+    from tests.test_hostile import many_containers
+
+    server = start_server(workers=1, threads=1)
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    body = many_containers(7000, "notebooks", "1")()
+    head = (f"POST /mutate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    readers = []
+    for _ in range(2):
+        tls = context.wrap_socket(socket.create_connection((host, port)), server_hostname=host)
+        tls.sendall(head + body)
+        readers.append(tls)
+    try:
+        # Both answered by the one thread: the first one's client reading nothing did not hold it.
+        wait_until(lambda: sum(1 for r in server.log_records() if r.get("message") == "review") >= 2, 8,
+                   "both large reviews answered by the one thread")  # fmt: skip
+        probe = Client(server, 99, fresh_connections=True)
+        for seq in range(3):
+            result = probe.review(seq)
+            assert result.error == "" and result.done - result.sent < 1.0, result
+        for tls in readers:  # and each answer arrives whole, in order, when its client reads at last
+            tls.settimeout(10)
+            status, payload = read_response(tls)
+            assert status == 200 and len(payload) > 4_000_000
+            response = json.loads(payload)["response"]
+            assert shared_gpu_patch(response) == "" and len(json.loads(base64.b64decode(response["patch"]))) > 7000
+    finally:
+        for tls in readers:
+            tls.close()
+    assert "Traceback" not in server.log()

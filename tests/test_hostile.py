@@ -1,0 +1,479 @@
+"""Hostile input against the real server: every case gets a 4xx or a correct AdmissionReview within 1 s.
+
+Never a 5xx, a hang or a dead worker, and a good review is answered right after each case. One server for the
+module (2 workers), on the shipped policies: `default` (whole GPUs, enforce) for `team-a`,
+`notebooks-time-slicing` for `notebooks`, `inference-mps` (warn) for `inference`.
+
+Each case is a body (bytes) and what must come back: a status and an error message, or a review whose
+`allowed` is known. Reviews are checked whole: version, kind, echoed uid, and a patch that applies.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import requests
+
+from tests.conftest import LiveServer
+from webhook.admission.review import make_review
+
+ANSWER_WITHIN = 1.0  # seconds, for every case
+# The suite runs on 2 shared cores next to other load tests (pytest -n 2): a case whose answer took longer
+# than ANSWER_WITHIN on the wall clock passes only if the workers spent less than ANSWER_WITHIN of CPU on it
+# (the rest of the time went to other processes), and never past BUSY_MACHINE_LIMIT.
+BUSY_MACHINE_LIMIT = 5.0
+UID = "hostile-0000-0000-0000-000000000000"
+MIB = 1024 * 1024
+
+
+def gpu_pod(namespace: str = "team-a", gpus: Any = "1", *, pod_name: str = "train", **container: Any) -> dict[str, Any]:
+    main = {"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    main.update(container)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": namespace},
+        "spec": {"containers": [main]},
+    }
+
+
+def review_of(obj: Any, namespace: str = "team-a", **request: Any) -> dict[str, Any]:
+    """A v1 review of `obj` with UID; `request` overrides fields (the value `...` deletes one)."""
+    sent = make_review(obj if isinstance(obj, dict) else {}, namespace=namespace, uid=UID)
+    sent["request"]["object"] = obj
+    for key, value in request.items():
+        if value is ...:
+            del sent["request"][key]
+        else:
+            sent["request"][key] = value
+    return sent
+
+
+def encode(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def with_object(edit: Callable[[dict[str, Any]], Any], namespace: str = "team-a") -> Callable[[], bytes]:
+    """A body: the GPU pod in `namespace`, changed by `edit` (which edits in place or returns a new object)."""
+
+    def build() -> bytes:
+        obj = gpu_pod(namespace)
+        changed = edit(obj)
+        obj = obj if changed is None else changed
+        return encode(review_of(obj, namespace))
+
+    return build
+
+
+def set_path(*path: Any, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(obj: dict[str, Any]) -> None:
+        target: Any = obj
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return edit
+
+
+def container(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(obj: dict[str, Any]) -> None:
+        obj["spec"]["containers"][0].update(fields)
+
+    return edit
+
+
+def gpus(value: Any, namespace: str = "team-a", *, requests: bool = True) -> Callable[[], bytes]:
+    """A pod asking for `value` of nvidia.com/gpu as limit (and request): a JSON value, or bytes put in raw."""
+
+    def build() -> bytes:
+        obj = gpu_pod(namespace, "__GPUS__")
+        if requests:
+            obj["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": "__GPUS__"}
+        text = json.dumps(review_of(obj, namespace))
+        raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+        return text.replace('"__GPUS__"', raw.decode()).encode()
+
+    return build
+
+
+def review_field(**request: Any) -> Callable[[], bytes]:
+    return lambda: encode(review_of(gpu_pod(), **request))
+
+
+def envelope(**fields: Any) -> Callable[[], bytes]:
+    def build() -> bytes:
+        doc = review_of(gpu_pod())
+        for key, value in fields.items():
+            if value is ...:
+                del doc[key]
+            else:
+                doc[key] = value
+        return encode(doc)
+
+    return build
+
+
+def deep(opening: bytes, closing: bytes, depth: int = 20_000) -> Callable[[], bytes]:
+    def build() -> bytes:
+        head = encode(review_of({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "d"}}))
+        head = head[: head.rindex(b"}") - 1]  # open the object again: ..."metadata": {"name": "d"}
+        return head + b', "deep": ' + opening * depth + closing * depth + b"}}}"
+
+    return build
+
+
+def many_containers(count: int, namespace: str, gpus_each: str) -> Callable[[], bytes]:
+    def build() -> bytes:
+        obj = gpu_pod(namespace)
+        obj["spec"]["containers"] = [
+            {"name": f"c{i}", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus_each}}}
+            for i in range(count)
+        ]
+        return encode(review_of(obj, namespace))
+
+    return build
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    body: Callable[[], bytes] | bytes
+    expect: int | str  # an HTTP status for errors, or "allow" / "deny" for a review
+    message: str = ""  # errors: the start of the message; denials: a part of status.message
+    endpoint: str = "validate"
+    content_type: str = "application/json"
+
+    def data(self) -> bytes:
+        return self.body() if callable(self.body) else self.body
+
+
+NOT_JSON = "body: not valid JSON: "
+NOT_QUANTITY = "nvidia.com/gpu limit %s is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki)"
+GOOD = encode(review_of(gpu_pod()))
+
+# fmt: off
+CASES = [
+    # --- not JSON, or not an AdmissionReview --------------------------------------------------------------
+    Case("empty-body", b"", 400, "body: empty"),
+    Case("whitespace-body", b" \r\n\t ", 400, "body: empty"),
+    Case("truncated-half", GOOD[: len(GOOD) // 2], 400, NOT_JSON),
+    Case("truncated-last-byte", GOOD[:-1], 400, NOT_JSON),
+    Case("one-brace", b"{", 400, NOT_JSON),
+    Case("trailing-garbage", GOOD + b" {}", 400, NOT_JSON + "Extra data"),
+    Case("not-utf8", GOOD.replace(b'"train"', b'"tr\xff\xfein"'), 400, "body: not UTF-8"),
+    Case("utf16", GOOD.decode().encode("utf-16"), 400, "body: not UTF-8"),
+    Case("utf8-bom", b"\xef\xbb\xbf" + GOOD, 400, NOT_JSON),
+    Case("single-quotes", GOOD.replace(b'"', b"'"), 400, NOT_JSON),
+    Case("raw-control-char-in-string", GOOD.replace(b'"train"', b'"tr\x01in"'), 400, NOT_JSON),
+    Case("top-level-list", b"[]", 400, "body: expected an AdmissionReview object, got list"),
+    Case("top-level-string", b'"AdmissionReview"', 400, "body: expected an AdmissionReview object, got string"),
+    Case("top-level-null", b"null", 400, "body: expected an AdmissionReview object, got null"),
+    Case("top-level-number", b"1e309", 400, "body: expected an AdmissionReview object, got number"),
+    Case("nan-literal", GOOD.replace(b'"dryRun": false', b'"dryRun": NaN'), 400, "body: NaN is not valid JSON"),
+    Case("infinity-literal", gpus(b"Infinity"), 400, "body: Infinity is not valid JSON"),
+    Case("minus-infinity-literal", gpus(b"-Infinity"), 400, "body: -Infinity is not valid JSON"),
+    Case("duplicate-key-top", GOOD[:-1] + b', "kind": "AdmissionReview"}', 400, "body: duplicate key 'kind'"),
+    Case("duplicate-gpu-key", gpus(b'"1", "nvidia.com/gpu": "0.5"'), 400, "body: duplicate key 'nvidia.com/gpu'"),
+    Case("nested-20000-lists", deep(b"[", b"]"), 400, "body: JSON nested too deeply"),
+    Case("nested-20000-objects", deep(b'{"a":', b"}"), 400, "body: JSON nested too deeply"),
+    Case("wrong-content-type", GOOD, 400, "Content-Type must be application/json", content_type="text/plain"),
+    Case("over-3-mib", lambda: b" " * (3 * MIB + 1), 413, "body larger than 3145728 bytes"),
+    # --- the envelope: wrong types and missing parts ------------------------------------------------------
+    Case("apiversion-number", envelope(apiVersion=1), 400, "apiVersion: expected a string, got number"),
+    Case("apiversion-unknown", envelope(apiVersion="admission.k8s.io/v2"), 400, "apiVersion: 'admission.k8s.io/v2'"),
+    Case("kind-missing", envelope(kind=...), 400, "kind: missing"),
+    Case("kind-other", envelope(kind="Pod"), 400, "kind: expected 'AdmissionReview', got 'Pod'"),
+    Case("request-missing", envelope(request=...), 400, "request: missing"),
+    Case("request-null", envelope(request=None), 400, "request: expected an object, got null"),
+    Case("request-string", envelope(request="CREATE"), 400, "request: expected an object, got string"),
+    Case("request-list", envelope(request=[]), 400, "request: expected an object, got list"),
+    Case("uid-missing", review_field(uid=...), 400, "request.uid: missing"),
+    Case("uid-number", review_field(uid=42), 400, "request.uid: expected a string, got number"),
+    Case("uid-empty", review_field(uid=""), 400, "request.uid: empty"),
+    Case("uid-2-mib", lambda: encode(review_of(gpu_pod(), uid="u" * (2 * MIB))), 400, "request.uid: 2097152 char"),
+    Case("uid-nul", review_field(uid="a\u0000b"), 400, "request.uid: contains control characters"),
+    Case("request-kind-string", review_field(kind="Pod"), 400, "request.kind: expected an object, got string"),
+    Case("request-kind-empty", review_field(kind={}), 400, "request.kind.kind: missing"),
+    Case("request-kind-number", review_field(kind={"kind": 1}), 400, "request.kind.kind: expected a string"),
+    Case("operation-lowercase", review_field(operation="create"), 400, "request.operation: 'create' is not one of"),
+    Case("operation-null", review_field(operation=None), 400, "request.operation: expected a string, got null"),
+    Case("namespace-list", review_field(namespace=["team-a"]), 400, "request.namespace: expected a string, got list"),
+    Case("dryrun-string", review_field(dryRun="false"), 400, "request.dryRun: expected a boolean, got string"),
+    Case("resource-list", review_field(resource=[]), 400, "request.resource: expected an object, got list"),
+    Case("object-missing", review_field(object=...), 400, "request.object: missing; CREATE reviews carry"),
+    Case("object-null-on-update", review_field(object=None, operation="UPDATE"), 400, "request.object: missing"),
+    Case("object-list", review_field(object=[1]), 400, "request.object: expected an object, got list"),
+    Case("object-string", review_field(object="Pod"), 400, "request.object: expected an object, got string"),
+    Case("object-number", review_field(object=0), 400, "request.object: expected an object, got number"),
+    Case("metadata-list", with_object(set_path("metadata", value=[])), 400,
+         "request.object.metadata: expected an object, got list"),
+    Case("metadata-name-number", with_object(set_path("metadata", "name", value=7)), 400,
+         "request.object.metadata.name: expected a string, got number"),
+    Case("object-kind-object", with_object(set_path("kind", value={"kind": "Pod"})), 400,
+         "request.object.kind: expected a string, got object"),
+    # --- the object: wrong types below metadata are judged by the engine (the API server would refuse them
+    # before calling, so any sane answer will do; what matters is that it is an answer)
+    Case("metadata-null", with_object(set_path("metadata", value=None)), "allow"),
+    Case("spec-list", with_object(set_path("spec", value=[])), "allow"),
+    Case("spec-string", with_object(set_path("spec", value="spec")), "allow"),
+    Case("spec-null", with_object(set_path("spec", value=None)), "allow"),
+    Case("containers-object", with_object(set_path("spec", "containers", value={"main": {}})), "allow"),
+    Case("containers-string", with_object(set_path("spec", "containers", value="main")), "allow"),
+    Case("containers-null", with_object(set_path("spec", "containers", value=None)), "allow"),
+    Case("container-entries-scalars", with_object(set_path("spec", "containers", value=[1, "x", None, []])), "allow"),
+    Case("init-containers-number", with_object(set_path("spec", "initContainers", value=5)), "allow"),
+    Case("container-name-number", with_object(container(name=12)), "allow"),
+    Case("resources-list", with_object(container(resources=[{"limits": {"nvidia.com/gpu": "1"}}])), "deny",
+         'container "main": resources must be a map, not list; fix the manifest'),
+    Case("resources-null", with_object(container(resources=None)), "allow"),
+    Case("limits-list", with_object(container(resources={"limits": ["nvidia.com/gpu"]})), "deny",
+         "resources.limits must be a map, not list"),
+    Case("limits-string", with_object(container(resources={"limits": "nvidia.com/gpu=1"})), "deny",
+         "resources.limits must be a map, not str"),
+    Case("requests-string", with_object(container(resources={"requests": "1", "limits": {"nvidia.com/gpu": "1"}})),
+         "deny", "resources.requests must be a map, not str"),
+    Case("env-object", with_object(container(env={"A": "1"}), "notebooks"), "allow", endpoint="mutate"),
+    Case("env-entries-scalars", with_object(container(env=[1, "A=1", None]), "notebooks"), "allow",
+         endpoint="mutate"),
+    Case("env-name-number", with_object(container(env=[{"name": 5, "value": "x"}]), "notebooks"), "allow",
+         endpoint="mutate"),
+    Case("env-value-object", with_object(container(env=[{"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": {}}]),
+         "notebooks"), "allow", endpoint="mutate"),
+    Case("env-valuefrom-list", with_object(container(env=[{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+         "valueFrom": []}]), "inference"), "allow", endpoint="mutate"),
+    # --- values of requests and limits: wrong types, and quantities at the grammar's edges ----------------
+    Case("gpus-true", gpus(True), "deny", "nvidia.com/gpu limit true is not a quantity (true/false)"),
+    Case("gpus-null", gpus(None), "deny", "nvidia.com/gpu request null is not a quantity"),
+    Case("gpus-list", gpus(["1"]), "deny", "nvidia.com/gpu limit a list is not a quantity"),
+    Case("gpus-object", gpus({"value": "1"}), "deny", "nvidia.com/gpu limit a dict is not a quantity"),
+    Case("gpus-number-1", gpus(1), "allow"),
+    Case("gpus-number-half", gpus(0.5), "deny", "nvidia.com/gpu 0.5 is fractional"),
+    Case("gpus-number-1e309", gpus(b"1e309"), "deny", "nvidia.com/gpu limit inf is not a finite number"),
+    Case("gpus-number-2-63", gpus(b"9223372036854775808"), "deny", "9223372036854775808 is too large (past int64)"),
+    Case("gpus-number-minus-0", gpus(b"-0"), "allow"),
+    Case("gpus-1e309", gpus("1e309"), "deny", 'nvidia.com/gpu limit "1e309" is too large (past int64)'),
+    Case("gpus-1e999999999999", gpus("1e999999999999"), "deny", '"1e999999999999" is too large (past int64)'),
+    Case("gpus-2-63", gpus("9223372036854775808"), "deny", '"9223372036854775808" is too large (past int64)'),
+    Case("gpus-int64-max", gpus("9223372036854775807"), "deny", "exceeds the per-container maximum of 8"),
+    Case("gpus-minus-0", gpus("-0"), "allow"),
+    Case("gpus-minus-1", gpus("-1"), "deny", 'nvidia.com/gpu limit "-1" is negative'),
+    Case("gpus-1e-10", gpus("0.0000000001"), "deny", 'nvidia.com/gpu "0.0000000001" is fractional'),
+    Case("gpus-1e-999999", gpus("1e-999999"), "deny", 'nvidia.com/gpu "1e-999999" is fractional'),
+    Case("gpus-1E-exa", gpus("1E"), "deny", 'nvidia.com/gpu "1E" exceeds the per-container maximum of 8'),
+    Case("gpus-1Ei", gpus("1Ei"), "deny", 'nvidia.com/gpu "1Ei" exceeds the per-container maximum of 8'),
+    Case("gpus-1ki-lowercase", gpus("1ki"), "deny", NOT_QUANTITY % '"1ki"'),
+    Case("gpus-dot", gpus("."), "deny", NOT_QUANTITY % '"."'),
+    Case("gpus-plus", gpus("+"), "deny", NOT_QUANTITY % '"+"'),
+    Case("gpus-empty", gpus(""), "deny", NOT_QUANTITY % '""'),
+    Case("gpus-65-chars", gpus("0" * 64 + "1"), "deny", "is not a quantity (longer than 64 characters)"),
+    Case("gpus-1-mib", lambda: gpus("1" * MIB, requests=False)(), "deny",
+         "is not a quantity (longer than 64 characters)"),
+    Case("gpus-arabic-digit", gpus("\u0661"), "deny", NOT_QUANTITY % '"\\u0661"'),
+    Case("gpus-full-width-digit", gpus("\uff11"), "deny", NOT_QUANTITY % '"\\uff11"'),
+    Case("gpus-nul", gpus("1\u0000"), "deny", NOT_QUANTITY % '"1\\x00"'),
+    Case("gpus-space", gpus(" 1"), "deny", NOT_QUANTITY % '" 1"'),
+    Case("gpus-nan-string", gpus("NaN"), "deny", NOT_QUANTITY % '"NaN"'),
+    Case("gpus-hex", gpus("0x1"), "deny", NOT_QUANTITY % '"0x1"'),
+    Case("gpus-lone-surrogate", gpus(b'"\\ud800"'), "deny", NOT_QUANTITY % '"\\ud800"'),
+    # --- big, many, strange characters --------------------------------------------------------------------
+    Case("name-2-mib", lambda: encode(review_of(gpu_pod(), name="n" * (2 * MIB))), "allow"),
+    Case("object-name-2-mib", lambda: encode(review_of(gpu_pod(pod_name="n" * (2 * MIB)), name="")), "allow"),
+    Case("container-name-2-mib", with_object(container(name="c" * (2 * MIB)), "notebooks"), "allow",
+         endpoint="mutate"),
+    Case("annotation-2-mib", with_object(set_path("metadata", "annotations", value={"a": "v" * (2 * MIB)})), "allow"),
+    Case("labels-50000", with_object(set_path("metadata", "labels", value={f"k{i}": "v" for i in range(50_000)})),
+         "allow"),
+    Case("env-50000", with_object(container(env=[{"name": f"E{i}", "value": "v"} for i in range(50_000)]),
+         "notebooks"), "allow", endpoint="mutate"),
+    Case("containers-5000-mutate", many_containers(5000, "notebooks", "1"), "allow", endpoint="mutate"),
+    Case("containers-5000-deny", many_containers(5000, "team-a", "0.5"), "deny", "fractional"),
+    Case("unicode-names", with_object(container(name="\u8a13\u7df4-\U0001f680-\u202e\u0627"), "notebooks"),
+         "allow", endpoint="mutate"),
+    Case("nul-in-names", lambda: encode(review_of(gpu_pod(gpus="0.5", pod_name="p\u0000", name="m\u0000n"),
+         name="a\u0000b")), "deny", 'nvidia.com/gpu "0.5" is fractional'),
+    Case("nul-in-label-key", with_object(set_path("metadata", "labels", value={"\u0000": "\u0000"})), "allow"),
+    Case("nul-in-resource-key", with_object(container(resources={"limits": {"nvidia.com/gpu\u0000": "0.5"}})),
+         "allow"),
+    Case("full-width-resource-key", with_object(container(resources={"limits": {"\uff4evidia.com/gpu": "0.5"}})),
+         "allow"),
+    Case("lone-surrogate-in-name", lambda: GOOD.replace(b'"name": "main"', b'"name": "\\udc00m"'), "allow"),
+    Case("nul-in-env-value", with_object(container(env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "\u0000"}])),
+         "allow"),
+    # --- operations and kinds that are not a Pod's CREATE -------------------------------------------------
+    Case("delete-with-old-object", lambda: encode(make_review(gpu_pod(gpus="0.5"), namespace="team-a", uid=UID,
+         operation="DELETE")), "allow"),
+    Case("delete-with-old-object-list", review_field(operation="DELETE", object=None, oldObject=[]), 400,
+         "request.oldObject: expected an object, got list"),
+    Case("delete-with-nothing", review_field(operation="DELETE", object=None, oldObject=None), "allow"),
+    Case("connect", review_field(operation="CONNECT", object=None), "allow"),
+    Case("update-without-old-object", review_field(operation="UPDATE", oldObject=...), "allow"),
+    Case("configmap", lambda: encode(review_of({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+         "data": {"nvidia.com/gpu": "0.5"}})), "allow"),
+    Case("namespace-kind", lambda: encode(review_of({"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": "team-a"}}, namespace="")), "allow"),
+    Case("unknown-kind-with-containers", with_object(set_path("kind", value="Frobnicator")), "allow"),
+    Case("deployment-fractional", lambda: encode(review_of({"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "d"}, "spec": {"template": {"spec": gpu_pod(gpus="0.5")["spec"]}}})), "deny",
+         "fractional"),
+    Case("deployment-template-list", lambda: encode(review_of({"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "d"}, "spec": {"template": []}})), "allow"),
+    Case("v1beta1-deny", lambda: encode(make_review(gpu_pod(gpus="0.5"), namespace="team-a", uid=UID,
+         version="admission.k8s.io/v1beta1")), "deny", "fractional"),
+]
+# fmt: on
+
+
+# --- the checks ---------------------------------------------------------------------------------------------
+
+
+def worker_pids(server: LiveServer, count: int = 0, timeout: float = 10.0) -> set[int]:
+    """The arbiter's children (its workers), from /proc; with `count`, once there are that many."""
+    pid = server.process.pid
+    deadline = time.monotonic() + timeout
+    while True:
+        children = {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+        if len(children) >= count or time.monotonic() > deadline:
+            return children
+        time.sleep(0.05)
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """User and system CPU time of these processes, all threads, from /proc (10 ms resolution)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture(scope="module")
+def hostile_server(start_server) -> Iterator[LiveServer]:
+    server = start_server(workers=2)
+    server.initial_workers = worker_pids(server, 2)  # type: ignore[attr-defined]
+    assert len(server.initial_workers) == 2  # type: ignore[attr-defined]
+    yield server
+    # Also here, for runs that split the cases between processes (pytest -n): each checks its own server.
+    assert worker_pids(server) == server.initial_workers, "a worker died and was replaced"  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def session(hostile_server: LiveServer) -> requests.Session:
+    return hostile_server.session()
+
+
+FRACTIONAL_DENIAL = (
+    'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request a whole number of '
+    'GPUs (policy "default" gives whole GPUs only; ask for a namespace with sharing)'
+)
+
+
+def assert_good_review_answered(server: LiveServer, session: requests.Session, case: str) -> None:
+    """A well-formed review right after a hostile one: the exact denial the policy gives."""
+    sent = make_review(gpu_pod(gpus="0.5"), namespace="team-a", uid=f"good-after-{case}"[:100])
+    answer = session.post(f"{server.url}/validate", json=sent, timeout=5)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": sent["request"]["uid"],
+            "allowed": False,
+            "status": {"code": 403, "reason": "Forbidden", "message": FRACTIONAL_DENIAL},
+            "auditAnnotations": {"policy": "default", "decision": "deny"},
+        },
+    }
+
+
+def assert_review(case: Case, data: bytes, answer: requests.Response) -> None:
+    assert answer.status_code == 200, f"{case.id}: expected a review, got {answer.status_code}: {answer.text[:300]}"
+    assert answer.headers["Content-Type"] == "application/json"
+    body = answer.json()
+    sent = json.loads(data)
+    assert body["apiVersion"] == sent["apiVersion"] and body["kind"] == "AdmissionReview"
+    response = body["response"]
+    assert response["uid"] == sent["request"]["uid"]
+    assert response["allowed"] is (case.expect == "allow"), response
+    if case.expect == "deny":
+        assert case.endpoint == "validate"
+        assert response["status"]["code"] == 403 and response["status"]["reason"] == "Forbidden"
+        assert case.message in response["status"]["message"]
+    else:
+        assert "status" not in response
+    for warning in response.get("warnings", []):
+        assert len(warning) <= 120 and warning.isprintable()
+    if "patch" in response:
+        assert case.endpoint == "mutate" and response["patchType"] == "JSONPatch"
+        patch = json.loads(base64.b64decode(response["patch"]))
+        jsonpatch.apply_patch(copy.deepcopy(sent["request"]["object"]), patch)  # it applies
+
+
+def assert_error(case: Case, answer: requests.Response) -> None:
+    assert answer.status_code == case.expect, f"{case.id}: {answer.status_code}: {answer.text[:300]}"
+    assert answer.headers["Content-Type"] == "application/json"
+    body = answer.json()
+    assert body["code"] == case.expect and body["error"].startswith(case.message), body
+    assert "Traceback" not in body["error"] and len(body["error"]) < 400
+
+
+def test_the_corpus_has_at_least_50_distinct_cases():
+    assert len(CASES) >= 50
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_hostile_input_gets_a_4xx_or_a_correct_review_within_1_s(hostile_server, session, case):
+    data = case.data()
+    workers = hostile_server.initial_workers
+    cpu_before, started = cpu_seconds(workers), time.monotonic()
+    answer = session.post(
+        f"{hostile_server.url}/{case.endpoint}",
+        data=data,
+        headers={"Content-Type": case.content_type},
+        timeout=10,
+    )
+    took, cpu = time.monotonic() - started, cpu_seconds(workers) - cpu_before
+    assert answer.status_code < 500, f"{case.id}: {answer.status_code}: {answer.text[:300]}"
+    if isinstance(case.expect, int):
+        assert_error(case, answer)
+    else:
+        assert_review(case, data, answer)
+    assert took < ANSWER_WITHIN or (cpu < ANSWER_WITHIN and took < BUSY_MACHINE_LIMIT), (
+        f"{case.id}: answered in {took:.3f} s, {cpu:.2f} s of the workers' CPU"
+    )
+    assert_good_review_answered(hostile_server, session, case.id)
+    assert hostile_server.running
+
+
+def test_no_worker_died_and_nothing_crashed_in_the_log(hostile_server):
+    """Runs after the corpus (file order): the same two workers, no traceback, no error logged."""
+    assert hostile_server.running
+    assert worker_pids(hostile_server) == hostile_server.initial_workers, "a worker died and was replaced"
+    log = hostile_server.log()
+    assert "Traceback" not in log and "WORKER TIMEOUT" not in log
+    assert [r for r in hostile_server.log_records() if r.get("level") in ("error", "critical")] == []
+
+
+LOG_LINE_LIMIT = 16 * 1024  # container runtimes split longer lines (CRI: 16 KiB), and log pipelines choke on them
+
+
+@pytest.mark.xfail(strict=True, reason="app._log_review logs names, warnings and violations unbounded (see report)")
+def test_a_review_log_line_stays_small_whatever_the_review(hostile_server, session):
+    """A 2 MiB name and 5,000 violations must not become a 3 MiB log line per review (log amplification)."""
+    obj = json.loads(many_containers(5000, "team-a", "0.5")())["request"]["object"]
+    sent = review_of(obj, name="n" * (2 * MIB))
+    sent["request"]["uid"] = "log-size-0000"
+    answer = session.post(f"{hostile_server.url}/validate", json=sent, timeout=10)
+    assert answer.status_code == 200 and answer.json()["response"]["allowed"] is False
+    hostile_server.wait_for_log(lambda r: r.get("uid") == "log-size-0000")
+    (line,) = [line for line in hostile_server.log().splitlines() if '"uid": "log-size-0000"' in line]
+    assert len(line) <= LOG_LINE_LIMIT, f"a review log line of {len(line)} characters"
