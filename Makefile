@@ -25,8 +25,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# Long runs: 10,000 fuzz examples each, a 5-minute soak, faults under load; then the engine's properties at length.
 soak: $(STAMP)
-	$(BIN)/python -m pytest -q -m soak tests
+	GPU_ADMISSION_EXAMPLES=10000 $(BIN)/python -m pytest -q -m soak tests
+	GPU_ADMISSION_EXAMPLES=2000 $(BIN)/python -m pytest -q -n 2 tests/test_engine_properties.py
 
 # kustomize reads only files under manifests/: copy the shipped policies into the ConfigMap generator.
 manifests:

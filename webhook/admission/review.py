@@ -121,9 +121,10 @@ def _no_constants(literal: str) -> Any:
 
 
 # Made once (json.loads and json.dumps with options build a decoder or encoder per call). Both are safe to
-# share between threads, as json's own default ones are.
+# share between threads, as json's own default ones are. The patch is the engine's lists and dicts, never
+# circular: the encoder skips that check (a fifth of its time).
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constants)
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 def _load_json(body: bytes) -> Any:

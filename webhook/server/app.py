@@ -2,6 +2,11 @@
 
 Every answer is JSON, errors included. A review that is not one gets 400 saying what is wrong; an engine
 failure gets 500 with the uid, whose traceback goes to the log and never into the body.
+
+`POST /mutate` and `POST /validate` are answered by a plain WSGI function in front of Flask (`ReviewRoutes`):
+Flask's routing, request and response objects and context cost about 0.1 ms a request, as much as the
+engine's decision on a typical pod (see bench/server.py). Everything else (the probes, wrong methods and
+paths, errors) is Flask's.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.http import parse_options_header
+from werkzeug.wsgi import get_content_length
 
 from webhook.admission.review import AdmissionRequest, ReviewError, build_response, parse_review
 from webhook.server import metrics
@@ -29,6 +36,14 @@ _log = logging.getLogger(f"{LOGGER}.app")
 _review_log = logging.getLogger(REVIEW_LOGGER)
 
 
+Answer = tuple[int, dict[str, Any]]  # (HTTP status, JSON body)
+WEBHOOK_PATHS = {"/mutate": "mutate", "/validate": "validate"}
+_STATUS_LINES = {200: "200 OK", 400: "400 Bad Request", 413: "413 Content Too Large", 500: "500 Internal Server Error"}
+_CRASH: Answer = (500, {"error": "internal error; see the webhook's log", "code": 500})
+# json.dumps's output, made by one encoder (not one per call); answers are built here, never circular.
+_ENCODER = json.JSONEncoder(check_circular=False)
+
+
 def _json(status: int, payload: dict[str, Any]) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
 
@@ -37,18 +52,47 @@ def _error(status: int, message: str) -> Response:
     return _json(status, {"error": message, "code": status})
 
 
+def _error_answer(status: int, message: str) -> Answer:
+    return status, {"error": message, "code": status}
+
+
+class ReviewRoutes:
+    """WSGI middleware: the two webhooks without Flask's per-request machinery; the rest goes to `app`."""
+
+    def __init__(self, app: Any, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        webhook = WEBHOOK_PATHS.get(environ.get("PATH_INFO", ""))
+        if webhook is None or environ.get("REQUEST_METHOD") != "POST":
+            return self.app(environ, start_response)
+        try:
+            status, payload = _review(self.state, webhook, environ)
+        except Exception:  # what Flask's crash handler does for the other routes
+            _log.exception("unhandled error on POST %s", environ.get("PATH_INFO"))
+            status, payload = _CRASH
+        body = _ENCODER.encode(payload).encode("utf-8")
+        start_response(
+            _STATUS_LINES.get(status) or f"{status} Error",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+
 def create_app(state: ServerState) -> Flask:
     """The WSGI app serving `state` (built once, before gunicorn forks its workers)."""
     app = Flask("gpu_admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
 
+    # Served by ReviewRoutes; declared here too so that Flask answers other methods on them with 405.
     @app.post("/mutate")
     def mutate() -> Response:
-        return _review(state, "mutate")
+        return _json(*_review(state, "mutate", request.environ))
 
     @app.post("/validate")
     def validate() -> Response:
-        return _review(state, "validate")
+        return _json(*_review(state, "validate", request.environ))
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -75,14 +119,15 @@ def create_app(state: ServerState) -> Flask:
         _log.exception("unhandled error on %s %s", request.method, request.path)
         return _error(500, "internal error; see the webhook's log")
 
+    app.wsgi_app = ReviewRoutes(app.wsgi_app, state)  # type: ignore[method-assign]
     return app
 
 
-def _reject(webhook: str, status: int, message: str, started: float, uid: str = "") -> Response:
+def _reject(webhook: str, status: int, message: str, started: float, uid: str = "") -> Answer:
     """A review answered without an AdmissionReview: counted as an error, logged, JSON body."""
     metrics.observe_review(webhook, "error", time.perf_counter() - started)
     log(_review_log, logging.WARNING, "review rejected", webhook=webhook, uid=uid, status=status, error=message)
-    return _error(status, message)
+    return _error_answer(status, message)
 
 
 def _read(stream: Any, limit: int) -> bytes:
@@ -96,14 +141,14 @@ def _read(stream: Any, limit: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _body() -> bytes:
+def _body(environ: dict[str, Any]) -> bytes:
     """The request body, at most MAX_BODY_BYTES, from gunicorn's stream (which ends where the body ends).
 
     Content-Length is checked before reading; a chunked body is read up to one byte past the limit.
     (werkzeug's own limit cannot tell a body of exactly the limit from a longer one.)
     """
-    stream = request.environ["wsgi.input"]
-    length = request.content_length
+    stream = environ["wsgi.input"]
+    length = get_content_length(environ)
     if length is not None:
         if length > MAX_BODY_BYTES:
             if length <= DRAIN_LIMIT_BYTES:  # read it away, so the client is not reset before it sees the 413
@@ -111,7 +156,7 @@ def _body() -> bytes:
                     length -= len(part)
             raise RequestEntityTooLarge()
         return _read(stream, length)
-    if not request.environ.get("wsgi.input_terminated"):
+    if not environ.get("wsgi.input_terminated"):
         return b""  # a server that cannot end a chunked body: read nothing rather than hang
     body = _read(stream, MAX_BODY_BYTES + 1)
     if len(body) > MAX_BODY_BYTES:
@@ -119,13 +164,21 @@ def _body() -> bytes:
     return body
 
 
-def _review(state: ServerState, webhook: str) -> Response:
+def _mimetype(content_type: str) -> str:
+    """What werkzeug's `request.mimetype` says: the type without parameters, lower case."""
+    if content_type == "application/json":
+        return content_type
+    return parse_options_header(content_type)[0].lower()
+
+
+def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer:
     started = time.perf_counter()
-    if request.mimetype not in JSON_TYPES:
-        got = request.content_type or "none"
+    content_type = environ.get("CONTENT_TYPE") or ""
+    if _mimetype(content_type) not in JSON_TYPES:
+        got = content_type or "none"
         return _reject(webhook, 400, f"Content-Type must be application/json, got {got[:100]!r}", started)
     try:
-        body = _body()
+        body = _body(environ)
     except RequestEntityTooLarge:
         return _reject(webhook, 413, f"body larger than {MAX_BODY_BYTES} bytes (3 MiB), the API server's "
                        "own limit: no Kubernetes object is that large", started)
@@ -148,7 +201,7 @@ def _review(state: ServerState, webhook: str) -> Response:
             _log.exception("engine failed on review uid=%s (%s %s/%s)", review.uid, review.kind.get("kind"),
                            review.engine_namespace, review.object_name,
                            extra={"fields": {"uid": review.uid, "webhook": webhook}})
-            return _error(500, f"internal error evaluating review {review.uid}; see the webhook's log")
+            return _error_answer(500, f"internal error evaluating review {review.uid}; see the webhook's log")
 
     answer = build_response(review, decision, mode=webhook)
     elapsed = time.perf_counter() - started
@@ -156,7 +209,7 @@ def _review(state: ServerState, webhook: str) -> Response:
     kinds = decision.mutation_kinds if decision is not None and webhook == "mutate" else ()
     metrics.observe_review(webhook, verdict, elapsed, kinds)
     _log_review(webhook, review, decision, answer["response"], verdict, elapsed)
-    return _json(200, answer)
+    return 200, answer
 
 
 def _log_review(

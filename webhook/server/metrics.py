@@ -49,14 +49,23 @@ for _result in ("ok", "error"):
 
 
 def observe_review(webhook: str, decision: str, seconds: float, mutation_kinds: Iterable[str] = ()) -> None:
-    """Count one answered review."""
+    """Count one answered review.
+
+    Each increment is a locked write to a memory-mapped file, so each kind is incremented once by its count
+    (a 2-container pod names 3 kinds twice).
+    """
     _REVIEW_CHILDREN[(webhook, decision)].inc()
     _DURATION_CHILDREN[webhook].observe(seconds)
+    if not mutation_kinds:
+        return
+    counts: dict[str, int] = {}
     for kind in mutation_kinds:
+        counts[kind] = counts.get(kind, 0) + 1
+    for kind, count in counts.items():
         child = _MUTATION_CHILDREN.get(kind)
         if child is None:
             child = _MUTATION_CHILDREN[kind] = MUTATIONS.labels(kind=kind)
-        child.inc()
+        child.inc(count)
 
 
 def count_reload(ok: bool) -> None:
