@@ -212,6 +212,23 @@ def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer
     return 200, answer
 
 
+# A review's log line stays small whatever the review holds (a 2 MiB name, 10,000 warnings).
+LOG_TEXT_MAX = 253  # a Kubernetes name's longest
+LOG_LINES_MAX = 20
+LOG_LINE_MAX = 300
+
+
+def _cut(text: str, limit: int = LOG_TEXT_MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _lines(lines: list[str]) -> list[str]:
+    kept = [_cut(line, LOG_LINE_MAX) for line in lines[:LOG_LINES_MAX]]
+    if len(lines) > LOG_LINES_MAX:
+        kept.append(f"... and {len(lines) - LOG_LINES_MAX} more")
+    return kept
+
+
 def _log_review(
     webhook: str, review: AdmissionRequest, decision: Any, response: dict[str, Any], verdict: str, elapsed: float
 ) -> None:
@@ -221,9 +238,9 @@ def _log_review(
     fields: dict[str, Any] = {
         "webhook": webhook,
         "uid": review.uid,
-        "namespace": review.engine_namespace,
-        "name": review.object_name,
-        "kind": review.kind.get("kind", ""),
+        "namespace": _cut(review.engine_namespace),
+        "name": _cut(review.object_name),
+        "kind": _cut(str(review.kind.get("kind", ""))),
         "operation": review.operation,
         "policy": decision.policy if decision is not None else "",
         "decision": verdict,
@@ -235,7 +252,7 @@ def _log_review(
         fields["dry_run"] = True
     if decision is not None:
         if decision.violations and verdict in ("deny", "warn", "audit"):
-            fields["violations"] = decision.violations
+            fields["violations"] = _lines(decision.violations)
         if decision.warnings:
-            fields["warnings"] = decision.warnings
+            fields["warnings"] = _lines(decision.warnings)
     log(_review_log, logging.INFO, "review", **fields)
