@@ -10,6 +10,7 @@ Targets (issue 5): (a) >= 20,000 reviews/s, (c) >= 50,000 reviews/s; 1,000 polic
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 from typing import Any
 
@@ -99,32 +100,41 @@ def measure(obj: dict[str, Any], policies, seconds: float) -> dict[str, float]:
     }
 
 
-def main(seconds: float = 2.0) -> bool:
+def main(seconds: float = 0.5, rounds: int = 5) -> bool:
+    """Each scenario runs in `rounds` paired rounds, 1 policy then 1,000, and the medians are reported: the
+    machine's speed drifts, and pairing keeps the 1,000-policy cost comparing like with like."""
     core = pin_to_one_core()
     sets = {1: parse_policy_sources(policy_sources(1)), 1000: parse_policy_sources(policy_sources(1000))}
     results: dict[str, dict[int, dict[str, float]]] = {}
+    costs: dict[str, float] = {}
     rows = []
     for name, obj in SCENARIOS.items():
-        results[name] = {}
-        for count, policies in sets.items():
-            assert policies.for_namespace(NAMESPACE).name == "inference"
-            stats = results[name][count] = measure(obj, policies, seconds)
-            rows.append((name, count, stats["reviews_per_s"], stats["p50_us"], stats["p99_us"]))
-    print(
-        table(
-            f"engine.evaluate, one core (core {core})", ["scenario", "policies", "reviews/s", "p50 µs", "p99 µs"], rows
+        runs: dict[int, list[dict[str, float]]] = {1: [], 1000: []}
+        for _ in range(rounds):
+            for count, policies in sets.items():
+                assert policies.for_namespace(NAMESPACE).name == "inference"
+                runs[count].append(measure(obj, policies, seconds))
+        costs[name] = statistics.median(
+            1 - many["reviews_per_s"] / one["reviews_per_s"] for one, many in zip(runs[1], runs[1000], strict=True)
         )
-    )
+        results[name] = {}
+        for count, samples in runs.items():
+            stats = results[name][count] = {
+                key: statistics.median(s[key] for s in samples) for key in ("reviews_per_s", "p50_us", "p99_us")
+            }
+            rows.append((name, count, stats["reviews_per_s"], stats["p50_us"], stats["p99_us"]))
+    title = f"engine.evaluate, one core (core {core}), medians of {rounds} paired rounds"
+    print(table(title, ["scenario", "policies", "reviews/s", "p50 µs", "p99 µs"], rows))
     a, c = results["a: 2 containers, mutate"], results["c: no GPU"]
-    cost = 1 - a[1000]["reviews_per_s"] / a[1]["reviews_per_s"]
+    cost = costs["a: 2 containers, mutate"]
     ok = check(
         [
             ("(a) >= 20,000 reviews/s", a[1]["reviews_per_s"] >= 20_000, f"{a[1]['reviews_per_s']:,.0f}/s"),
             ("(c) >= 50,000 reviews/s", c[1]["reviews_per_s"] >= 50_000, f"{c[1]['reviews_per_s']:,.0f}/s"),
-            ("1,000 policies cost (a) <= 10%", cost <= 0.10, f"{cost:+.1%}"),
+            ("1,000 policies cost (a) <= 10%", cost <= 0.10, f"{cost:+.1%} (median of paired rounds)"),
         ]
     )
-    write_results("engine", {"results": results, "targets_met": ok})
+    write_results("engine", {"results": results, "cost_of_1000_policies": costs, "targets_met": ok})
     return ok
 
 
