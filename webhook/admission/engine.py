@@ -60,7 +60,7 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet) -> Decisi
         verdict = "deny"
     elif policy.enforcement is Enforcement.WARN:
         verdict = "warn"
-        # Whole lines, so the fix stays visible (the API server passes warnings of up to 256 characters).
+        # Whole lines here (the CLI shows them whole); the server cuts each to 120 characters on the way out.
         warnings = warnings + [WARNING_PREFIX + line for line in violations]
     else:
         verdict = "audit"

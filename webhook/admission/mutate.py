@@ -36,7 +36,7 @@ POLICY_ANNOTATION = "gpu-admission.io/policy"
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
 WARNING_PREFIX = "gpu-admission: "
-WARNING_LIMIT = 120
+WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds every warning to it
 
 
 def warning(text: str) -> str:
@@ -121,7 +121,8 @@ def _annotate(editor: ObjectEditor, policy: Policy, patch: list[dict[str, Any]])
         patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": value})
     elif annotations.get(POLICY_ANNOTATION) != policy.name:
         op = "replace" if POLICY_ANNOTATION in annotations else "add"
-        patch.insert(0, {"op": op, "path": "/metadata/annotations/gpu-admission.io~1policy", "value": policy.name})
+        where = pointer(("metadata", "annotations", POLICY_ANNOTATION))
+        patch.insert(0, {"op": op, "path": where, "value": policy.name})
     else:
         return
     editor.set(("metadata", "annotations", POLICY_ANNOTATION), policy.name)

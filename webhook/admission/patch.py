@@ -29,7 +29,6 @@ class ObjectEditor:
     """A copy-on-write view of `original`: only the maps and lists on an edited path are copied."""
 
     def __init__(self, original: dict[str, Any]) -> None:
-        self.original = original
         self.root: dict[str, Any] = dict(original)
         self._owned: dict[Path, Any] = {(): self.root}  # path -> the copy that this editor owns
 

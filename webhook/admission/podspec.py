@@ -27,9 +27,6 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
-# Sections whose containers may hold resources, in the order messages list them.
-RESOURCE_SECTIONS = ("initContainers", "containers")
-
 
 def pod_spec_path(obj: Any) -> tuple[str, ...] | None:
     """The path to `obj`'s pod spec, or None when the object has none (wrong kind, or not there)."""

@@ -105,10 +105,6 @@ def _parse_text(text: str) -> int | Fraction:
     return number.numerator if number.denominator == 1 else number
 
 
-def is_whole(value: int | Fraction) -> bool:
-    return value.denominator == 1
-
-
 def format_fraction(value: Fraction, places: int = 4) -> str:
     """A decimal for env vars and messages, rounded down so a limit is never exceeded: 1/3 -> "0.3333"."""
     scaled = value.numerator * 10**places // value.denominator

@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from webhook.admission.mutate import WARNING_LIMIT
+
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
 
@@ -30,7 +32,7 @@ SUPPORTED_VERSIONS = (V1, V1BETA1)
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 # Kubernetes' advice for admission warnings ("limit warnings to 120 characters if possible"); the API
 # server truncates every warning to 256 characters once the warnings of one request pass 4096 in total.
-WARNING_MAX_CHARS = 120
+WARNING_MAX_CHARS = WARNING_LIMIT
 WARNINGS_MAX_TOTAL_CHARS = 4096
 # A Kubernetes UID is 36 characters; anything much longer is not from an API server.
 MAX_UID_CHARS = 128
