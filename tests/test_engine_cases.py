@@ -262,6 +262,26 @@ def test_user_set_variables_are_kept_with_a_warning():
     assert {"op": "add", "path": "/spec/containers/0/env/2", "value": result[2]} in decision.patch
 
 
+EVERY_FRAMEWORK = policy(
+    sharing=Sharing(mode=Mode.MPS, replicas=4),
+    gpu=GPU(memory_mib=81920),
+    framework_env=("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"),
+)
+
+
+EVERY_VARIABLE = sorted(env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), EVERY_FRAMEWORK)))
+
+
+@pytest.mark.parametrize("variable", EVERY_VARIABLE)
+def test_no_variable_a_policy_injects_is_ever_duplicated_or_overwritten(variable):
+    """Each variable is set by the user first (with valueFrom, so no value can be merged): it stays alone."""
+    env = [{"name": variable, "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), EVERY_FRAMEWORK)
+    result = decision.mutated["spec"]["containers"][0]["env"]
+    assert result[0] == env[0]
+    assert [e["name"] for e in result].count(variable) == 1
+
+
 @pytest.mark.parametrize("variable", ["XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"])
 def test_jax_hints_are_skipped_when_the_user_set_a_jax_fraction(variable):
     env = [{"name": variable, "value": ".5"}]

@@ -89,6 +89,20 @@ def test_hostile_exponent_is_cheap():
     assert parse_quantity("0e999999999") == 0
 
 
+def test_the_memo_of_quantity_texts_stays_bounded_and_remembers_refusals():
+    from webhook.admission import quantity
+
+    for i in range(10_000):  # a hostile review: thousands of distinct values
+        parse_quantity(f"{i}m")
+    assert len(quantity._TEXT_VALUES) <= quantity._TEXT_VALUES.limit
+    for _ in range(2):  # a refusal served from the memo is the same refusal
+        with pytest.raises(QuantityError, match="is not a Kubernetes quantity"):
+            parse_quantity("1.5.5")
+    with pytest.raises(QuantityError, match="longer than 64"):
+        parse_quantity("1" * 65)  # too long to be remembered
+    assert "1" * 65 not in quantity._TEXT_VALUES
+
+
 def test_quantity_text_quotes_strings_and_escapes_control_characters():
     assert quantity_text("500m") == '"500m"'
     assert quantity_text(0.5) == "0.5"

@@ -34,12 +34,28 @@ JAX_DEFAULT_HEADROOM = Fraction(2, 100)
 JAX_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
 PYTORCH_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 PYTORCH_FRACTION_KEY = "per_process_memory_fraction"
+MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+# Every name a hint can have (mutation looks only at these among a container's env entries).
+ENV_HINT_NAMES = frozenset(
+    {
+        *JAX_FRACTION_VARS,
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "CUPY_GPU_MEMORY_LIMIT",
+        "CUDA_MEMORY_FRACTION",
+        "GPU_MEMORY_FRACTION",
+        PYTORCH_ALLOC_CONF,
+        MPS_MEMORY_LIMIT,
+        MPS_THREAD_PERCENTAGE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
 class EnvHint:
     framework: str
-    name: str
+    name: str  # one of ENV_HINT_NAMES
     value: str
 
 
@@ -84,8 +100,8 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
             hints.append(EnvHint("pytorch", PYTORCH_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
     if policy.sharing.mode is Mode.MPS and memory:
         limit_mib = int(fraction * memory)
-        hints.append(EnvHint("mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", f"0={limit_mib}M"))
-        hints.append(EnvHint("mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(whole_percent(fraction))))
+        hints.append(EnvHint("mps", MPS_MEMORY_LIMIT, f"0={limit_mib}M"))
+        hints.append(EnvHint("mps", MPS_THREAD_PERCENTAGE, str(whole_percent(fraction))))
     return tuple(hints)
 
 

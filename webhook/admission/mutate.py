@@ -7,21 +7,32 @@ For each container and init container, in order (each change gives one warning):
  4. env: memory-fraction hints for containers that hold a shared GPU (envhints.py);
 and the object is annotated with the policy's name when anything changed. Values that are not valid are
 left alone for validation to explain. Running this on its own output changes nothing (the API server may
-call the webhook again). Each container is worked on as a private copy and put back only when it changed;
-`patch.diff` then turns the result into the smallest JSON Patch.
+call the webhook again). Each container is worked on as private copies of its resource maps and env list,
+put back only when it changed, and its JSON Patch is written from what changed: only those paths.
+
+Each step is a function of those copies that returns its notes (kind and text); the container's label is
+put in front of each note once, at the end. This runs on every admission review, so the steps do only
+what their rule needs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.envhints import JAX_FRACTION_VARS, PYTORCH_ALLOC_CONF, EnvHint, hints_for, merge_alloc_conf
-from webhook.admission.patch import ObjectEditor, escape_token, pointer
-from webhook.admission.podspec import ContainerRef, iter_containers, pod_spec_path
+from webhook.admission.envhints import (
+    ENV_HINT_NAMES,
+    JAX_FRACTION_VARS,
+    PYTORCH_ALLOC_CONF,
+    EnvHint,
+    hints_for,
+    merge_alloc_conf,
+)
+from webhook.admission.patch import escape_token, index_token, pointer
+from webhook.admission.podspec import MUTATED_SECTIONS, container_label, get_path, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy
-from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity
+from webhook.admission.quantity import format_fraction, quantity_or_none
 from webhook.admission.resources import (
     GPU_MODELS,
     NVIDIA_GPU,
@@ -32,6 +43,7 @@ from webhook.admission.resources import (
 )
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
+ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
 # The fraction that a fractional request was converted to, kept in the container so that the API server's
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
@@ -39,18 +51,27 @@ WARNING_PREFIX = "gpu-admission: "
 WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds every warning to it
 
 
-def warning(text: str) -> str:
-    """A user-facing admission warning: prefixed, and at most 120 characters (the API server's advice)."""
-    line = WARNING_PREFIX + text
+def warning(about: str, text: str) -> str:
+    """A user-facing admission warning: prefixed, and at most 120 characters (the API server's advice).
+
+    `about` is what it is about, with WARNING_PREFIX and ": " around it (see `warning_about`).
+    """
+    line = about + text
     return line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "..."
 
 
-@dataclass(slots=True)
+def warning_about(label: str) -> str:
+    return f"{WARNING_PREFIX}{label}: "
+
+
 class MutationResult:
-    obj: dict[str, Any]
-    patch: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)  # one per change: for metrics and counts
+    __slots__ = ("kinds", "obj", "patch", "warnings")
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj  # the mutated object: the original itself when nothing changed
+        self.patch: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.kinds: list[str] = []  # one per change: for metrics and counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +80,14 @@ class _Plan:
 
     policy: Policy
     mapping_target: str | None  # where `nvidia.com/gpu: N` goes, if anywhere
+    mode_text: str  # the sharing mode, for messages
     fractional_shared: str | None  # the shared resource a fraction becomes (fractional: shared)
     fractional_model: Any  # the GPUModel whose MIG slices fractions become (fractional: mig)
     shared_resource: str | None  # the resource that counts as a shared GPU besides `*.shared`
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
     default_text: str  # default_fraction for messages
+    watched_env: frozenset[str]  # env names that the env step reads: what it injects, JAX's pair, the record
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
@@ -79,6 +102,7 @@ class _Plan:
             plan = policy.memo["mutation-plan"] = _Plan(
                 policy=policy,
                 mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
+                mode_text=str(sharing.mode),
                 fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
                 fractional_model=GPU_MODELS.get(policy.gpu.model or "")
                 if policy.fractional is Fractional.MIG
@@ -87,6 +111,7 @@ class _Plan:
                 default_fraction=policy.shared_fraction,
                 default_hints=hints_for(policy, policy.shared_fraction) if policy.shared_fraction else (),
                 default_text=format_fraction(policy.shared_fraction) if policy.shared_fraction else "",
+                watched_env=frozenset((*ENV_HINT_NAMES, *JAX_FRACTION_VARS, RECORDED_FRACTION)),
             )
         return plan
 
@@ -97,35 +122,53 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
     if spec_path is None:
         return result
     plan = _Plan.of(policy)
-    editor = ObjectEditor(obj)
+    spec = get_path(obj, spec_path)
     spec_at = pointer(spec_path)
-    for ref in iter_containers(obj, spec_path):
-        container = _ContainerMutation(ref, plan, result)
-        changed = container.run()
-        if changed is not None:
-            editor.put(ref.path, changed)
-            container.patch(f"{spec_at}/{ref.section}/{ref.index}", result.patch)
-    if result.kinds:
-        _annotate(editor, policy, result.patch)
-        result.obj = editor.root
+    new_sections: dict[str, list[Any]] = {}
+    for section in MUTATED_SECTIONS:
+        containers = spec.get(section)
+        if type(containers) is not list:
+            continue
+        for index, body in enumerate(containers):
+            if type(body) is not dict or "resources" not in body:
+                continue  # no resources: no GPU
+            changed = _container(body, section, index, f"{spec_at}/{section}/{index_token(index)}", plan, result)
+            if changed is not None:
+                new_list = new_sections.get(section)
+                if new_list is None:
+                    new_list = new_sections[section] = list(containers)
+                new_list[index] = changed
+    if new_sections:
+        result.obj = _annotate(_with_sections(obj, spec_path, new_sections), policy, result.patch)
     return result
 
 
-def _annotate(editor: ObjectEditor, policy: Policy, patch: list[dict[str, Any]]) -> None:
-    metadata = editor.root.get("metadata")
+def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: dict[str, list[Any]]) -> dict[str, Any]:
+    """A copy of `obj` with the pod spec's container lists replaced; only the maps on the way are copied."""
+    root = node = dict(obj)
+    for key in spec_path:
+        child = dict(node[key])
+        node[key] = child
+        node = child
+    node.update(sections)
+    return root
+
+
+def _annotate(root: dict[str, Any], policy: Policy, patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """Record the policy's name on the object (the patch op goes first: it may create the annotations map)."""
+    metadata = root.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(metadata, dict) or not isinstance(annotations, dict | None):
-        return  # malformed metadata: the API server rejects the object anyway
+        return root  # malformed metadata: the API server rejects the object anyway
     if annotations is None:
-        value = {POLICY_ANNOTATION: policy.name}
-        patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": value})
+        patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {POLICY_ANNOTATION: policy.name}})
     elif annotations.get(POLICY_ANNOTATION) != policy.name:
         op = "replace" if POLICY_ANNOTATION in annotations else "add"
-        where = pointer(("metadata", "annotations", POLICY_ANNOTATION))
-        patch.insert(0, {"op": op, "path": where, "value": policy.name})
+        patch.insert(0, {"op": op, "path": ANNOTATION_POINTER, "value": policy.name})
     else:
-        return
-    editor.set(("metadata", "annotations", POLICY_ANNOTATION), policy.name)
+        return root
+    root["metadata"] = dict(metadata, annotations={**(annotations or {}), POLICY_ANNOTATION: policy.name})
+    return root
 
 
 def _recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
@@ -137,206 +180,240 @@ def _recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
     return fraction if fraction is not None and 0 < fraction <= 1 else None
 
 
-def _quantity(value: Any) -> int | Fraction | None:
-    try:
-        return parse_quantity(value)
-    except QuantityError:
+Notes = list[tuple[str | None, str]]  # (kind of change, or None for a notice; text)
+GPUValue = tuple[Any, int | Fraction] | None  # `nvidia.com/gpu` as (text, value), while it is there
+EnvChange = tuple[list[Any], int | None] | None
+
+
+def _container(
+    body: dict[str, Any], section: str, index: int, at: str, plan: _Plan, result: MutationResult
+) -> dict[str, Any] | None:
+    """The four steps for one container: its changed copy (its patch and warnings added to `result`), or None
+    when nothing changed or it is too malformed to touch (validation explains)."""
+    resources = body["resources"]
+    if type(resources) is not dict:
         return None
+    old_requests, old_limits = resources.get("requests"), resources.get("limits")
+    if (old_requests is not None and type(old_requests) is not dict) or (
+        old_limits is not None and type(old_limits) is not dict
+    ):
+        return None
+    if not (old_requests and any(map(is_managed, old_requests))) and not (
+        old_limits and any(map(is_managed, old_limits))
+    ):
+        return None
+    requests = dict(old_requests) if old_requests else {}
+    limits = dict(old_limits) if old_limits else {}
+    notes: Notes = []
+    _requests_into_limits(requests, limits, notes)
+    gpu, share = _fractional(requests, limits, _gpu_value(requests, limits), plan, notes)
+    _mapping(requests, limits, gpu, plan, notes)
+    old_env = body.get("env")
+    env_change = _env(old_env, limits, share, plan, notes)
+    if not notes:
+        return None
+    about = warning_about(container_label(section, index, body))
+    kinds, warnings = result.kinds, result.warnings
+    changed = False
+    for kind, text in notes:
+        if kind is not None:
+            kinds.append(kind)
+            changed = True
+        warnings.append(warning(about, text))
+    if not changed:  # notices only (a user's value kept)
+        return None
+    # The patch: requests, limits and env are the only places a step touches.
+    ops = result.patch
+    _map_patch(f"{at}/resources/requests", old_requests, requests, ops)
+    _map_patch(f"{at}/resources/limits", old_limits, limits, ops)
+    new_resources = dict(resources)
+    if requests or old_requests is not None:  # a null map stays null when nothing is in it
+        new_resources["requests"] = requests
+    if limits or old_limits is not None:
+        new_resources["limits"] = limits
+    new_body = dict(body, resources=new_resources)
+    if env_change is not None:
+        new_body["env"] = env_change[0]
+        _env_patch(f"{at}/env", old_env, *env_change, ops)
+    return new_body
 
 
-class _ContainerMutation:
-    """The four steps for one container, on private copies of its resource maps and env list."""
-
-    def __init__(self, ref: ContainerRef, plan: _Plan, result: MutationResult) -> None:
-        self.ref, self.plan, self.policy, self.result = ref, plan, plan.policy, result
-        self._label: str | None = None
-        self.requests: dict[str, Any] = {}
-        self.limits: dict[str, Any] = {}
-        self.env_list: list[Any] | None = None
-        self.replaced_env: int | None = None  # the env entry whose value was merged into (PYTORCH_CUDA_ALLOC_CONF)
-        self.changed = False
-        self.converted_fraction: Fraction | None = None
-        self.gpu: tuple[Any, int | Fraction] | None = None  # `nvidia.com/gpu` (text, value) while it is there
-
-    def change(self, kind: str, text: str) -> None:
-        self.changed = True
-        self.result.kinds.append(kind)
-        self.notice(text)
-
-    def notice(self, text: str) -> None:
-        if self._label is None:
-            self._label = self.ref.label
-        self.result.warnings.append(warning(f"{self._label}: {text}"))
-
-    def run(self) -> dict[str, Any] | None:
-        """The changed container, or None when nothing changed (or it is too malformed to touch)."""
-        body = self.ref.body
-        resources = body.get("resources")
-        if not isinstance(resources, dict):
-            return None  # no resources: no GPU; malformed: validation explains
-        requests, limits = resources.get("requests"), resources.get("limits")
-        if (requests is not None and type(requests) is not dict) or (limits is not None and type(limits) is not dict):
-            return None
-        requests, limits = requests or {}, limits or {}
-        if not any(map(is_managed, requests)) and not any(map(is_managed, limits)):
-            return None
-        self.requests, self.limits = dict(requests), dict(limits)
-        self.requests_into_limits()
-        self.gpu = self._gpu_value()
-        self.fractional()
-        self.mapping()
-        self.env()
-        if not self.changed:
-            return None
-        new_resources = dict(resources)
-        for which, value in (("requests", self.requests), ("limits", self.limits)):
-            if value or resources.get(which) is not None:
-                new_resources[which] = value
-        new_body = dict(body, resources=new_resources)
-        if self.env_list is not None:
-            new_body["env"] = self.env_list
-        return new_body
-
-    def patch(self, at: str, ops: list[dict[str, Any]]) -> None:
-        """The JSON Patch for this container's changes: only the paths that changed, parents first.
-
-        Mutation touches three places only: requests, limits and env. A map or list that was absent (or null)
-        is added whole; a map that exists gets per-key operations; env entries are appended, or a value replaced.
-        """
-        resources = self.ref.body["resources"]
-        for which, new in (("requests", self.requests), ("limits", self.limits)):
-            old, where = resources.get(which), f"{at}/resources/{which}"
-            if old is None:
-                if new:
-                    ops.append({"op": "add", "path": where, "value": new})
-                continue
-            for key in old:
-                if key not in new:
-                    ops.append({"op": "remove", "path": f"{where}/{escape_token(key)}"})
-                elif new[key] is not old[key]:
-                    ops.append({"op": "replace", "path": f"{where}/{escape_token(key)}", "value": new[key]})
-            for key, value in new.items():
-                if key not in old:
-                    ops.append({"op": "add", "path": f"{where}/{escape_token(key)}", "value": value})
-        if self.env_list is None:
-            return
-        old_env = self.ref.body.get("env")
-        if old_env is None:
-            ops.append({"op": "add", "path": f"{at}/env", "value": self.env_list})
-            return
-        if self.replaced_env is not None:
-            value = self.env_list[self.replaced_env]["value"]
-            ops.append({"op": "replace", "path": f"{at}/env/{self.replaced_env}/value", "value": value})
-        for index in range(len(old_env), len(self.env_list)):
-            ops.append({"op": "add", "path": f"{at}/env/{index}", "value": self.env_list[index]})
-
-    # 1
-    def requests_into_limits(self) -> None:
-        missing = [name for name in self.requests if is_managed(name) and self.limits.get(name) is None]
+# 1
+def _requests_into_limits(requests: dict[str, Any], limits: dict[str, Any], notes: Notes) -> None:
+    missing = [name for name in requests if is_managed(name) and limits.get(name) is None]
+    if missing:
         for name in missing:
-            self.limits[name] = self.requests[name]
-        if missing:
-            self.change(
-                "requests-into-limits", f"set limits {', '.join(missing)} from requests (GPUs need request = limit)"
-            )
+            limits[name] = requests[name]
+        text = f"set limits {', '.join(missing)} from requests (GPUs need request = limit)"
+        notes.append(("requests-into-limits", text))
 
-    def _gpu_value(self) -> tuple[Any, int | Fraction] | None:
-        """`nvidia.com/gpu` as (text, value) when request and limit agree; None otherwise."""
-        limit = self.limits.get(NVIDIA_GPU)
-        value = _quantity(limit) if limit is not None else None
-        if value is None or (NVIDIA_GPU in self.requests and _quantity(self.requests[NVIDIA_GPU]) != value):
-            return None
-        return limit, value
 
-    def _rename(self, target: str, value: Any) -> bool:
-        """Move `nvidia.com/gpu` to `target`; refuse when the container already holds `target`."""
-        if target == NVIDIA_GPU or target in self.requests or target in self.limits:
-            return False
-        for resource_map in (self.requests, self.limits):
-            if NVIDIA_GPU in resource_map:
-                del resource_map[NVIDIA_GPU]
-                resource_map[target] = value
-        return True
+def _gpu_value(requests: dict[str, Any], limits: dict[str, Any]) -> GPUValue:
+    """`nvidia.com/gpu` as (text, value) when request and limit agree; None otherwise."""
+    limit = limits.get(NVIDIA_GPU)
+    value = quantity_or_none(limit) if limit is not None else None
+    if value is None:
+        return None
+    request = requests.get(NVIDIA_GPU)
+    if request is not None and request != limit and quantity_or_none(request) != value:
+        return None
+    return limit, value
 
-    # 2
-    def fractional(self) -> None:
-        found = self.gpu
-        if found is None or not 0 < found[1] < 1:
-            return
-        q = found[1]
-        target = self.plan.fractional_shared
-        if self.plan.fractional_model is not None:
-            profile = smallest_profile_for(self.plan.fractional_model, q)
-            target = mig_resource(profile.name) if profile else None
-        if target is None or not self._rename(target, "1"):
-            return
-        self.gpu = None
-        if self.plan.fractional_shared:
-            self.converted_fraction = q
-        self.change("fractional", f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
 
-    # 3
-    def mapping(self) -> None:
-        target = self.plan.mapping_target
-        if target is None:
-            return
-        found = self.gpu
-        if found is None or found[1] < 1 or found[1].denominator != 1:
-            return
-        if self._rename(target, found[0]):
-            mode = self.policy.sharing.mode
-            self.change("mapping", f"{NVIDIA_GPU} {found[1]} became {target} {found[1]} ({mode} policy)")
-
-    def _holds_shared_gpu(self) -> bool:
-        shared_name = self.plan.shared_resource
-        for name, value in self.limits.items():
-            if is_shared(name) or name == shared_name:
-                quantity = _quantity(value)
-                if quantity is not None and quantity > 0:
-                    return True
+def _rename(requests: dict[str, Any], limits: dict[str, Any], target: str, value: Any) -> bool:
+    """Move `nvidia.com/gpu` to `target`; refuse when the container already holds `target`."""
+    if target == NVIDIA_GPU or target in requests or target in limits:
         return False
+    for resource_map in (requests, limits):
+        if NVIDIA_GPU in resource_map:
+            del resource_map[NVIDIA_GPU]
+            resource_map[target] = value
+    return True
 
-    # 4
-    def env(self) -> None:
-        env = self.ref.body.get("env")
-        if not isinstance(env, list | None) or (self.converted_fraction is None and not self._holds_shared_gpu()):
-            return
-        env = list(env or [])
-        existing = {e["name"]: i for i, e in enumerate(env) if isinstance(e, dict) and isinstance(e.get("name"), str)}
-        added = 0
-        if self.converted_fraction is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
-            if RECORDED_FRACTION not in existing:  # a name is never duplicated, a user's value never replaced
-                env.append({"name": RECORDED_FRACTION, "value": format_fraction(self.converted_fraction)})
+
+# 2
+def _fractional(
+    requests: dict[str, Any], limits: dict[str, Any], gpu: GPUValue, plan: _Plan, notes: Notes
+) -> tuple[GPUValue, Fraction | None]:
+    """Convert a fraction of `nvidia.com/gpu`: returns the `nvidia.com/gpu` left (None once converted) and the
+    memory share the container got (a shared replica's fraction; None for a MIG slice or no conversion)."""
+    if gpu is None or not 0 < gpu[1] < 1:
+        return gpu, None
+    q = gpu[1]
+    target = plan.fractional_shared
+    if plan.fractional_model is not None:
+        profile = smallest_profile_for(plan.fractional_model, q)
+        target = mig_resource(profile.name) if profile else None
+    if target is None or not _rename(requests, limits, target, "1"):
+        return gpu, None
+    notes.append(("fractional", f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1"))
+    return None, q if plan.fractional_shared else None
+
+
+# 3
+def _mapping(requests: dict[str, Any], limits: dict[str, Any], gpu: GPUValue, plan: _Plan, notes: Notes) -> None:
+    target = plan.mapping_target
+    if target is None or gpu is None:
+        return
+    text, value = gpu
+    if value < 1 or value.denominator != 1:
+        return
+    if _rename(requests, limits, target, text):
+        count = str(value)
+        notes.append(("mapping", f"{NVIDIA_GPU} {count} became {target} {count} ({plan.mode_text} policy)"))
+
+
+def _holds_shared_gpu(limits: dict[str, Any], plan: _Plan) -> bool:
+    shared_name = plan.shared_resource
+    for name, value in limits.items():
+        if name == shared_name or is_shared(name):
+            quantity = quantity_or_none(value)
+            if quantity is not None and quantity > 0:
+                return True
+    return False
+
+
+def _env_patch(where: str, old: list[Any] | None, entries: list[Any], replaced: int | None, ops: list[Any]) -> None:
+    """Entries are appended (the list added whole when it was absent), or one value replaced."""
+    if old is None:
+        ops.append({"op": "add", "path": where, "value": entries})
+        return
+    if replaced is not None:
+        value = entries[replaced]["value"]
+        ops.append({"op": "replace", "path": f"{where}/{index_token(replaced)}/value", "value": value})
+    where += "/"
+    for i in range(len(old), len(entries)):
+        ops.append({"op": "add", "path": where + index_token(i), "value": entries[i]})
+
+
+# 4
+def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Plan, notes: Notes) -> EnvChange:
+    """Memory-fraction hints for a container that holds a shared GPU: the new env list and the index of the
+    entry whose value was merged into (PYTORCH_CUDA_ALLOC_CONF), or None when the env list is unchanged.
+
+    `share` is the fraction that step 2 converted to a shared replica, if it did.
+    """
+    if not (old_env is None or type(old_env) is list):
+        return None
+    if share is None and not _holds_shared_gpu(limits, plan):
+        return None
+    env = list(old_env) if old_env else []
+    # The entries this step reads: the variables it injects, JAX's pair and the recorded fraction.
+    watched = plan.watched_env
+    existing = {
+        e["name"]: i
+        for i, e in enumerate(env)
+        if type(e) is dict and type(e.get("name")) is str and e["name"] in watched
+    }
+    added = 0
+    if share is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
+        if RECORDED_FRACTION not in existing:  # a name is never duplicated, a user's value never replaced
+            env.append({"name": RECORDED_FRACTION, "value": format_fraction(share)})
+            added += 1
+    elif RECORDED_FRACTION in existing:
+        share = _recorded_fraction(env[existing[RECORDED_FRACTION]])
+    policy = plan.policy
+    if policy.memory_fraction is None and share is not None:
+        fraction, hints, fraction_text = share, hints_for(policy, share), format_fraction(share)
+    else:
+        fraction, hints, fraction_text = plan.default_fraction, plan.default_hints, plan.default_text
+    if fraction is None:
+        return None
+    replaced = None
+    if not existing:  # nothing set by the user: every hint is appended
+        env += [{"name": hint.name, "value": hint.value} for hint in hints]
+        added += len(hints)
+    else:
+        replaced, merged = _merge_hints(env, existing, hints, notes)
+        added += merged
+    if not added:
+        return None
+    notes.append(("env", f"set {added} memory env vars for GPU fraction {fraction_text}"))
+    return env, replaced
+
+
+def _merge_hints(
+    env: list[Any], existing: dict[str, int], hints: tuple[EnvHint, ...], notes: Notes
+) -> tuple[int | None, int]:
+    """Add the hints the user has not set; keep the user's values (with a notice where they differ).
+
+    Returns the index of the entry whose value was merged into (or None) and how many entries changed.
+    """
+    added, replaced = 0, None
+    jax_set = [name for name in JAX_FRACTION_VARS if name in existing]
+    for hint in hints:
+        index = existing.get(hint.name)
+        if hint.framework == "jax" and jax_set:
+            if hint.name == JAX_FRACTION_VARS[0] and (index is None or env[index].get("value") != hint.value):
+                notes.append((None, f"kept {jax_set[0]} as set; jax hints skipped"))
+            continue
+        if index is None:
+            env.append({"name": hint.name, "value": hint.value})
+            added += 1
+            continue
+        current = env[index].get("value")
+        if hint.name == PYTORCH_ALLOC_CONF and isinstance(current, str) and "valueFrom" not in env[index]:
+            merged = merge_alloc_conf(current, hint.value)
+            if merged is not None:
+                env[index] = dict(env[index], value=merged)
+                replaced = index
                 added += 1
-        elif RECORDED_FRACTION in existing:
-            self.converted_fraction = _recorded_fraction(env[existing[RECORDED_FRACTION]])
-        if self.policy.memory_fraction is None and self.converted_fraction is not None:
-            fraction, hints = self.converted_fraction, hints_for(self.policy, self.converted_fraction)
-            fraction_text = format_fraction(fraction)
-        else:
-            fraction, hints, fraction_text = self.plan.default_fraction, self.plan.default_hints, self.plan.default_text
-        if fraction is None:
-            return
-        jax_set = [name for name in JAX_FRACTION_VARS if name in existing]
-        for hint in hints:
-            index = existing.get(hint.name)
-            if hint.framework == "jax" and jax_set:
-                if hint.name == JAX_FRACTION_VARS[0] and (index is None or env[index].get("value") != hint.value):
-                    self.notice(f"kept {jax_set[0]} as set; jax hints skipped")
-                continue
-            if index is None:
-                env.append({"name": hint.name, "value": hint.value})
-                added += 1
-                continue
-            current = env[index].get("value")
-            if hint.name == PYTORCH_ALLOC_CONF and isinstance(current, str) and "valueFrom" not in env[index]:
-                merged = merge_alloc_conf(current, hint.value)
-                if merged is not None:
-                    env[index] = dict(env[index], value=merged)
-                    self.replaced_env = index
-                    added += 1
-            elif current != hint.value:
-                self.notice(f"kept {hint.name} as set (policy suggests {hint.value})")
-        if added:
-            self.env_list = env
-            self.change("env", f"set {added} memory env vars for GPU fraction {fraction_text}")
+        elif current != hint.value:
+            notes.append((None, f"kept {hint.name} as set (policy suggests {hint.value})"))
+    return replaced, added
+
+
+def _map_patch(where: str, old: dict[str, Any] | None, new: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """Operations that turn `old` (a resource map, or None when absent) into `new`: whole when absent."""
+    if old is None:
+        if new:
+            ops.append({"op": "add", "path": where, "value": new})
+        return
+    for key, value in old.items():
+        if key not in new:
+            ops.append({"op": "remove", "path": f"{where}/{escape_token(key)}"})
+        elif new[key] is not value:
+            ops.append({"op": "replace", "path": f"{where}/{escape_token(key)}", "value": new[key]})
+    for key, value in new.items():
+        if key not in old:
+            ops.append({"op": "add", "path": f"{where}/{escape_token(key)}", "value": value})

@@ -26,6 +26,13 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+MUTATED_SECTIONS = ("containers", "initContainers")  # ephemeral containers cannot hold resources
+ALL_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
+SECTION_NOUNS = {
+    "containers": "container",
+    "initContainers": "init container",
+    "ephemeralContainers": "ephemeral container",
+}
 
 
 def pod_spec_path(obj: Any) -> tuple[str, ...] | None:
@@ -56,26 +63,32 @@ def get_path(obj: Any, path: tuple[str | int, ...]) -> Any:
     return node
 
 
+def container_name(section: str, index: int, body: dict[str, Any]) -> str:
+    name = body.get("name")
+    return name if type(name) is str and name else f"{section}[{index}]"
+
+
+def container_label(section: str, index: int, body: dict[str, Any]) -> str:
+    """`container "train"` or `init container "setup"`, for messages."""
+    name = container_name(section, index, body)
+    return f'{SECTION_NOUNS[section]} "{name if len(name) <= 63 else name[:60] + "..."}"'
+
+
 @dataclass(slots=True)
 class ContainerRef:
     """One container of a pod spec, with where it lives (for patches) and how to name it (for people)."""
 
     section: str  # "containers" | "initContainers" | "ephemeralContainers"
     index: int
-    path: tuple[str | int, ...]  # from the object's root
     body: dict[str, Any]
 
     @property
     def name(self) -> str:
-        name = self.body.get("name")
-        return name if isinstance(name, str) and name else f"{self.section}[{self.index}]"
+        return container_name(self.section, self.index, self.body)
 
     @property
     def label(self) -> str:
-        """`container "train"` or `init container "setup"`, for messages."""
-        kind = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}
-        shown = self.name if len(self.name) <= 63 else self.name[:60] + "..."
-        return f'{kind.get(self.section, "container")} "{shown}"'
+        return container_label(self.section, self.index, self.body)
 
     @property
     def is_sidecar(self) -> bool:
@@ -100,7 +113,7 @@ class ContainerRef:
 
 
 def iter_containers(
-    obj: dict[str, Any], spec_path: tuple[str, ...], sections: tuple[str, ...] = ("containers", "initContainers")
+    obj: dict[str, Any], spec_path: tuple[str, ...], sections: tuple[str, ...] = MUTATED_SECTIONS
 ) -> Iterator[ContainerRef]:
     spec = get_path(obj, spec_path)
     if not isinstance(spec, dict):
@@ -111,7 +124,7 @@ def iter_containers(
             continue
         for index, body in enumerate(containers):
             if isinstance(body, dict):
-                yield ContainerRef(section, index, (*spec_path, section, index), body)
+                yield ContainerRef(section, index, body)
 
 
 def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
@@ -122,7 +135,7 @@ def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
     never False wrongly.
     """
     spec = get_path(obj, spec_path)
-    for section in ("containers", "initContainers", "ephemeralContainers"):
+    for section in ALL_SECTIONS:
         containers = spec.get(section)
         if containers is None:
             continue

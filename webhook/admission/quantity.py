@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from fractions import Fraction
-from functools import lru_cache
+
+from webhook.admission.memo import BoundedMemo
 
 INT64_MAX = 2**63 - 1
 MAX_TEXT = 64  # longer than any quantity a person writes; bounds the cost of hostile input
@@ -53,33 +54,48 @@ def parse_quantity(value: object) -> int | Fraction:
     Whole values come back as `int` (cheap to compare on the hot path), others as an exact `Fraction`.
     """
     if type(value) is str:  # the common case, first
-        return _parse_text(value)
-    if isinstance(value, bool):  # bool is an int subclass; `true` is not a quantity
+        parsed = _TEXT_VALUES[value] if len(value) <= MAX_TEXT else _parse_text(value)
+    elif isinstance(value, bool):  # bool is an int subclass; `true` is not a quantity
         raise QuantityError("is not a quantity (true/false)")
-    if isinstance(value, int):
+    elif isinstance(value, int):
         if abs(value) > INT64_MAX:
             raise QuantityError("is too large (past int64)")
         return value
-    if isinstance(value, float):
+    elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError("is not a finite number")
-        value = repr(value)  # the shortest text that round-trips, e.g. 0.5 -> "0.5"
+        parsed = _parse_text(repr(value))  # the shortest text that round-trips, e.g. 0.5 -> "0.5"
     elif isinstance(value, Decimal):
         if not value.is_finite():
             raise QuantityError("is not a finite number")
-        value = str(value)
-    if not isinstance(value, str):
+        parsed = _parse_text(str(value))
+    elif isinstance(value, str):  # a str subclass
+        parsed = _parse_text(str(value))
+    else:
         raise QuantityError(f"is not a quantity (expected a string or number, got {type(value).__name__})")
-    return _parse_text(value)
+    if type(parsed) is str:
+        raise QuantityError(parsed)
+    return parsed
 
 
-@lru_cache(maxsize=4096)
-def _parse_text(text: str) -> int | Fraction:
+def quantity_or_none(value: object) -> int | Fraction | None:
+    """`parse_quantity`, with None for anything that is not a usable quantity (mutation leaves those alone)."""
+    if type(value) is str and len(value) <= MAX_TEXT:
+        parsed = _TEXT_VALUES[value]
+        return None if type(parsed) is str else parsed
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def _parse_text(text: str) -> int | Fraction | str:
+    """The value of a quantity's text, or the reason it is not one (a message, for QuantityError)."""
     if len(text) > MAX_TEXT:
-        raise QuantityError(f"is not a quantity (longer than {MAX_TEXT} characters)")
+        return f"is not a quantity (longer than {MAX_TEXT} characters)"
     match = _PATTERN.fullmatch(text)
     if match is None:
-        raise QuantityError("is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki)")
+        return "is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki)"
     number = Fraction(match["number"] + ("0" if match["number"].endswith(".") else ""))
     suffix, exponent = match["suffix"], match["exponent"]
     if suffix in _BINARY:
@@ -93,7 +109,7 @@ def _parse_text(text: str) -> int | Fraction:
         if number == 0:
             pass
         elif power > MAX_EXPONENT + MAX_TEXT:
-            raise QuantityError("is too large (past int64)")
+            return "is too large (past int64)"
         elif power < -(MAX_EXPONENT + MAX_TEXT):
             number = Fraction(1, 10**MAX_EXPONENT)
         else:
@@ -101,8 +117,12 @@ def _parse_text(text: str) -> int | Fraction:
     if match["sign"] == "-":
         number = -number
     if abs(number) > INT64_MAX:
-        raise QuantityError("is too large (past int64)")
+        return "is too large (past int64)"
     return number.numerator if number.denominator == 1 else number
+
+
+# Quantity texts repeat in nearly every review ("1", "500m"): memoized, as values or reasons.
+_TEXT_VALUES = BoundedMemo(_parse_text)
 
 
 def format_fraction(value: Fraction, places: int = 4) -> str:

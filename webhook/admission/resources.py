@@ -17,9 +17,11 @@ Newer suffixes (`-me`, `+me.all`, `+gfx`, RTX PRO Blackwell only) are not in the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+
+from webhook.admission.memo import BoundedMemo
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
@@ -35,14 +37,17 @@ def is_mig_profile_name(name: str) -> bool:
     return _MIG_PROFILE.match(name) is not None
 
 
-@lru_cache(maxsize=4096)  # asked for every resource key of every container of every review
-def is_managed(resource: object) -> bool:
-    """GPU resources whose whole-number and request=limit rules the webhook enforces."""
+def _managed(resource: object) -> bool:
     return type(resource) is str and (
         resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
     )
+
+
+# Whether the webhook enforces GPU rules (whole numbers, request = limit) on a resource. Asked for every
+# resource key of every container of every review, so memoized.
+is_managed: Callable[[object], bool] = BoundedMemo(_managed).__getitem__
 
 
 def is_shared(resource: str) -> bool:

@@ -7,22 +7,22 @@ listed, not just the first, so a user fixes a manifest in one round.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.podspec import VISIBLE_DEVICES, ContainerRef, iter_containers, pod_spec_path
+from webhook.admission.podspec import ALL_SECTIONS, VISIBLE_DEVICES, ContainerRef, iter_containers, pod_spec_path
 from webhook.admission.policy import Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
     NVIDIA_GPU,
+    GPUModel,
     is_managed,
     is_shared,
     mig_profile_of,
     mig_resource,
 )
-
-ALL_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
 
 
 def offer(policy: Policy) -> str:
@@ -37,46 +37,80 @@ def offer(policy: Policy) -> str:
     return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
 
 
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What a policy means for validation, worked out once per policy (this runs on every review)."""
+
+    policy: Policy
+    max_per_container: int
+    max_per_pod: int
+    exclusive: bool  # whole GPUs only: shared resources are not handed out
+    mig_model: GPUModel | None  # MIG mode on a known model: only its profiles are handed out
+    one_shared_replica: bool  # the maximum of 1 is the device plugin's (shared mode, no explicit maximum)
+    block_visible_devices: bool
+
+    @staticmethod
+    def of(policy: Policy) -> _Rules:
+        rules = policy.memo.get("validation-rules")
+        if rules is None:
+            mode = policy.sharing.mode
+            rules = policy.memo["validation-rules"] = _Rules(
+                policy=policy,
+                max_per_container=policy.max_per_container,
+                max_per_pod=policy.limits.max_per_pod,
+                exclusive=mode is Mode.EXCLUSIVE,
+                mig_model=GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None,
+                one_shared_replica=mode.is_shared
+                and policy.max_per_container == 1
+                and policy.limits.max_per_container is None,
+                block_visible_devices=policy.block_visible_devices_override,
+            )
+        return rules
+
+
 def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> list[str]:
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return []
+    rules = _Rules.of(policy)
     problems: list[str] = []
-    counts: list[tuple[ContainerRef, dict[str, Fraction]]] = []
+    holders: list[tuple[ContainerRef, dict[str, int | Fraction]]] = []  # the containers that count GPUs
     for ref in iter_containers(obj, spec_path, ALL_SECTIONS):
-        if ref.section == "ephemeralContainers":
-            problems += _visible_devices(ref, {}, policy)
-            continue
-        container_counts = _container(ref, policy, problems)
-        counts.append((ref, container_counts))
-        problems += _visible_devices(ref, container_counts, policy)
-    problems += _pod_total(counts, policy)
+        counts = {} if ref.section == "ephemeralContainers" else _container(ref, rules, problems)
+        if counts:
+            holders.append((ref, counts))
+        if rules.block_visible_devices and not any(counts.values()):
+            _visible_devices(ref, rules, problems)
+    if len(holders) > 1:  # one container alone is judged by its own line (the per-container maximum)
+        _pod_total(holders, rules, problems)
     return problems
 
 
-def _container(ref: ContainerRef, policy: Policy, problems: list[str]) -> dict[str, int | Fraction]:
+def _container(ref: ContainerRef, rules: _Rules, problems: list[str]) -> dict[str, int | Fraction]:
     """Check one container's managed resources; return its GPU counts (the limits, which the pod holds)."""
     resources = ref.body.get("resources")
-    if resources is not None and not isinstance(resources, dict):
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict):
         problems.append(f"{ref.label}: resources must be a map, not {type(resources).__name__}; fix the manifest")
         return {}
-    for which in ("requests", "limits"):
-        value = resources.get(which) if resources else None
+    requests, limits = resources.get("requests"), resources.get("limits")
+    for which, value in (("requests", requests), ("limits", limits)):
         if value is not None and not isinstance(value, dict):
             problems.append(
                 f"{ref.label}: resources.{which} must be a map, not {type(value).__name__}; fix the manifest"
             )
             return {}
-    requests, limits = (resources.get("requests") or {}, resources.get("limits") or {}) if resources else ({}, {})
+    requests, limits = requests or {}, limits or {}
     counts: dict[str, int | Fraction] = {}
     for name, limit in limits.items():
         if is_managed(name):
-            count = _resource(ref, name, requests.get(name), limit, policy, problems)
+            count = _resource(ref, name, requests.get(name), limit, rules, problems)
             if count is not None:
                 counts[name] = count
-    for name, request in requests.items():
+    for name in requests:
         if name not in limits and is_managed(name):
-            _resource(ref, name, request, None, policy, problems)  # no limit: never a count
+            _resource(ref, name, requests[name], None, rules, problems)  # no limit: never a count
     return counts
 
 
@@ -97,7 +131,7 @@ def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: list[s
 
 
 def _resource(
-    ref: ContainerRef, name: str, request_raw: Any, limit_raw: Any, policy: Policy, problems: list[str]
+    ref: ContainerRef, name: str, request_raw: Any, limit_raw: Any, rules: _Rules, problems: list[str]
 ) -> int | Fraction | None:
     """Check one managed resource of a container; return its count when it is valid."""
     if limit_raw is None:  # only before mutation (which copies requests into limits)
@@ -114,6 +148,7 @@ def _resource(
         request = _parsed(ref, name, "request", request_raw, problems)
     if limit is None or request is None:
         return None
+    policy = rules.policy
     if request != limit:
         problems.append(
             f"{ref.label}: {name} request {quantity_text(request_raw)} differs from limit {quantity_text(limit_raw)};"
@@ -127,12 +162,12 @@ def _resource(
             f"{ref.label}: {name} {quantity_text(limit_raw)} is fractional, but GPUs are whole devices; {advice}"
         )
         return None
-    if value:
-        _served(ref, name, value, limit_raw, policy, problems)
-    maximum = policy.max_per_container
+    if value and (rules.exclusive or rules.mig_model):
+        _served(ref, name, limit_raw, rules, problems)
+    maximum = rules.max_per_container
     if value > maximum:
         shown = quantity_text(limit_raw)
-        if policy.sharing.mode.is_shared and maximum == 1 and policy.limits.max_per_container is None:
+        if rules.one_shared_replica:
             problems.append(
                 f"{ref.label}: {name} {shown} exceeds 1 per container under {policy.sharing.mode} "
                 f'(policy "{policy.name}"): {value} shared replicas are not {value} GPUs, and the device plugin '
@@ -146,17 +181,16 @@ def _resource(
     return value
 
 
-def _served(ref: ContainerRef, name: str, value: int, raw: Any, policy: Policy, problems: list[str]) -> None:
+def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: list[str]) -> None:
     """Resources that the namespace's sharing mode does not hand out."""
-    mode = policy.sharing.mode
-    if mode is Mode.EXCLUSIVE and is_shared(name):
+    policy, model = rules.policy, rules.mig_model
+    if rules.exclusive and is_shared(name):
         problems.append(
             f'{ref.label}: {name} {quantity_text(raw)} is a shared GPU, but policy "{policy.name}" gives this '
             f"namespace whole GPUs (mode exclusive); request {NVIDIA_GPU} instead"
         )
-    elif mode is Mode.MIG and policy.gpu.model in GPU_MODELS:
+    elif model is not None:
         profile = mig_profile_of(name)
-        model = GPU_MODELS[policy.gpu.model]
         if profile is not None and model.profile(profile) is None:
             problems.append(
                 f"{ref.label}: {name} {quantity_text(raw)} asks for MIG profile {profile}, which {model.name} "
@@ -164,48 +198,46 @@ def _served(ref: ContainerRef, name: str, value: int, raw: Any, policy: Policy, 
             )
 
 
-def _visible_devices(ref: ContainerRef, counts: dict[str, Fraction], policy: Policy) -> list[str]:
-    if not policy.block_visible_devices_override or (counts and any(counts.values())):
-        return []
-    if VISIBLE_DEVICES not in ref.env_names():
-        return []
-    return [
-        f"{ref.label}: sets {VISIBLE_DEVICES} but requests no GPU; the NVIDIA container toolkit would expose "
-        f'GPUs without allocating them (policy "{policy.name}"): remove the variable or request {NVIDIA_GPU}'
-    ]
+def _visible_devices(ref: ContainerRef, rules: _Rules, problems: list[str]) -> None:
+    """NVIDIA_VISIBLE_DEVICES in a container that counts no GPU (called only where the policy blocks it)."""
+    if VISIBLE_DEVICES in ref.env_names():
+        problems.append(
+            f"{ref.label}: sets {VISIBLE_DEVICES} but requests no GPU; the NVIDIA container toolkit would expose "
+            f'GPUs without allocating them (policy "{rules.policy.name}"): remove the variable or request {NVIDIA_GPU}'
+        )
 
 
-def _pod_total(counts: list[tuple[ContainerRef, dict[str, Fraction]]], policy: Policy) -> list[str]:
+Holders = list[tuple[ContainerRef, dict[str, "int | Fraction"]]]
+
+
+def _pod_total(holders: Holders, rules: _Rules, problems: list[str]) -> None:
     """The pod's effective request, as the scheduler computes it with sidecars (KEP-753).
 
     max(app containers + all sidecars, each regular init container + the sidecars started before it)
-    One container alone is judged by its own line (the per-container maximum), so this needs two holders.
+    `holders` are in start order: init containers first.
     """
-    if sum(1 for _, container_counts in counts if container_counts) < 2:
-        return []
     app: dict[str, int | Fraction] = defaultdict(int)
     sidecars: dict[str, int | Fraction] = defaultdict(int)
     init_peak: dict[str, int | Fraction] = defaultdict(int)
-    for ref, container_counts in counts:
-        for name, value in container_counts.items():
+    for ref, counts in holders:
+        for name, value in counts.items():
             if ref.section == "containers":
                 app[name] += value
             elif ref.is_sidecar:
                 sidecars[name] += value
             else:
                 init_peak[name] = max(init_peak[name], value + sidecars[name])
-    problems = []
+    maximum = rules.max_per_pod
     for name in {**app, **sidecars, **init_peak}:
         total = max(app[name] + sidecars[name], init_peak[name])
-        if total <= policy.limits.max_per_pod:
+        if total <= maximum:
             continue
-        holders = [f'"{ref.name}"={c[name]}' for ref, c in counts if c.get(name)]
-        if len(holders) > 1:  # one container: its own line (the per-container maximum) says it
+        named = [f'"{ref.name}"={c[name]}' for ref, c in holders if c.get(name)]
+        if len(named) > 1:  # one container: its own line (the per-container maximum) says it
             problems.append(
-                f"pod: {name} effective total {total} (containers {', '.join(holders)}) exceeds the per-pod "
-                f'maximum of {policy.limits.max_per_pod} (policy "{policy.name}"); request fewer or split the pod'
+                f"pod: {name} effective total {total} (containers {', '.join(named)}) exceeds the per-pod "
+                f'maximum of {maximum} (policy "{rules.policy.name}"); request fewer or split the pod'
             )
-    return problems
 
 
 __all__ = ["format_fraction", "offer", "validate"]
