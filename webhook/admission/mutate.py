@@ -30,7 +30,7 @@ from webhook.admission.envhints import (
     merge_alloc_conf,
 )
 from webhook.admission.patch import escape_token, index_token, pointer
-from webhook.admission.podspec import MUTATED_SECTIONS, container_label, get_path, pod_spec_path
+from webhook.admission.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
 from webhook.admission.resources import (
@@ -44,6 +44,7 @@ from webhook.admission.resources import (
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
+SPEC_POINTERS = {path: pointer(path) for path in POD_SPEC_PATHS.values()}
 # The fraction that a fractional request was converted to, kept in the container so that the API server's
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
@@ -123,7 +124,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
         return result
     plan = _Plan.of(policy)
     spec = get_path(obj, spec_path)
-    spec_at = pointer(spec_path)
+    spec_at = SPEC_POINTERS.get(spec_path) or pointer(spec_path)
     new_sections: dict[str, list[Any]] = {}
     for section in MUTATED_SECTIONS:
         containers = spec.get(section)
