@@ -10,9 +10,9 @@ left alone for validation to explain. Running this on its own output changes not
 call the webhook again). Each container is worked on as private copies of its resource maps and env list,
 put back only when it changed, and its JSON Patch is written from what changed: only those paths.
 
-Each step is a function of those copies that returns its notes (kind and text); the container's label is
-put in front of each note once, at the end. This runs on every admission review, so the steps do only
-what their rule needs.
+Each step is a function of those copies that adds its notes (kind of change and text) to a list; the
+container's label is put in front of the notes once, at the end. This runs on every admission review, so
+the steps do only what their rule needs.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ def warning_about(label: str) -> str:
 
 
 class MutationResult:
+    """What mutation gives the engine: the object, the patch against the original, warnings, change kinds."""
+
     __slots__ = ("kinds", "obj", "patch", "warnings")
 
     def __init__(self, obj: dict[str, Any]) -> None:

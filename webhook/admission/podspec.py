@@ -76,7 +76,7 @@ def container_label(section: str, index: int, body: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class ContainerRef:
-    """One container of a pod spec, with where it lives (for patches) and how to name it (for people)."""
+    """One container of a pod spec: where it is (section and index) and how to name it (for people)."""
 
     section: str  # "containers" | "initContainers" | "ephemeralContainers"
     index: int
