@@ -545,3 +545,14 @@ def test_mutation_warnings_are_at_most_120_characters():
     long_name = "x" * 63
     decision = run(pod(container(long_name, requests={"nvidia.com/gpu": "1", "amd.com/gpu": "1"})), TIME_SLICING)
     assert decision.warnings and all(len(w) <= 120 for w in decision.warnings)
+
+
+def test_many_distinct_fractions_keep_the_hints_memo_bounded_and_the_policys_other_derived_values():
+    from webhook.admission.envhints import hints_for
+
+    run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING)
+    plan = TIME_SLICING.memo["mutation-plan"]
+    for denominator in range(2, 3000):  # fractions come from user input
+        hints_for(TIME_SLICING, Fraction(1, denominator))
+    assert len(TIME_SLICING.memo["env-hints"]) <= 1024
+    assert TIME_SLICING.memo["mutation-plan"] is plan

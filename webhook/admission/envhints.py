@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from webhook.admission.memo import BoundedMemo
 from webhook.admission.policy import Mode, Policy
 from webhook.admission.quantity import format_fraction
 
@@ -34,17 +35,22 @@ JAX_DEFAULT_HEADROOM = Fraction(2, 100)
 JAX_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
 PYTORCH_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 PYTORCH_FRACTION_KEY = "per_process_memory_fraction"
+JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+TF_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
+CUPY_LIMIT = "CUPY_GPU_MEMORY_LIMIT"
+TGI_FRACTION = "CUDA_MEMORY_FRACTION"
+GENERIC_FRACTION = "GPU_MEMORY_FRACTION"
 MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 # Every name a hint can have (mutation looks only at these among a container's env entries).
 ENV_HINT_NAMES = frozenset(
     {
         *JAX_FRACTION_VARS,
-        "XLA_PYTHON_CLIENT_PREALLOCATE",
-        "TF_FORCE_GPU_ALLOW_GROWTH",
-        "CUPY_GPU_MEMORY_LIMIT",
-        "CUDA_MEMORY_FRACTION",
-        "GPU_MEMORY_FRACTION",
+        JAX_PREALLOCATE,
+        TF_ALLOW_GROWTH,
+        CUPY_LIMIT,
+        TGI_FRACTION,
+        GENERIC_FRACTION,
         PYTORCH_ALLOC_CONF,
         MPS_MEMORY_LIMIT,
         MPS_THREAD_PERCENTAGE,
@@ -71,13 +77,12 @@ def whole_percent(fraction: Fraction) -> int:
 
 def hints_for(policy: Policy, fraction: int | Fraction) -> tuple[EnvHint, ...]:
     """Every variable this policy injects into a container that may use `fraction` of a GPU (memoized)."""
-    key = ("env-hints", fraction.numerator, fraction.denominator)
-    hints = policy.memo.get(key)
-    if hints is None:
-        if len(policy.memo) > 1024:  # fractions come from user input: bound the memo
-            policy.memo.clear()
-        hints = policy.memo[key] = _hints(policy, Fraction(fraction))
-    return hints
+    return policy.derived("env-hints", _hints_memo)[fraction]
+
+
+def _hints_memo(policy: Policy) -> BoundedMemo:
+    # Fractions come from user input: bounded, on its own (the policy's other derived values stay).
+    return BoundedMemo(lambda fraction: _hints(policy, Fraction(fraction)), limit=1024)
 
 
 def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
@@ -87,15 +92,15 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
     for framework in policy.framework_env:
         if framework == "jax":
             hints.append(EnvHint("jax", JAX_FRACTION_VARS[0], format_fraction(jax_fraction(fraction, memory))))
-            hints.append(EnvHint("jax", "XLA_PYTHON_CLIENT_PREALLOCATE", "false"))
+            hints.append(EnvHint("jax", JAX_PREALLOCATE, "false"))
         elif framework == "tensorflow":
-            hints.append(EnvHint("tensorflow", "TF_FORCE_GPU_ALLOW_GROWTH", "true"))
+            hints.append(EnvHint("tensorflow", TF_ALLOW_GROWTH, "true"))
         elif framework == "cupy":
-            hints.append(EnvHint("cupy", "CUPY_GPU_MEMORY_LIMIT", f"{whole_percent(fraction)}%"))
+            hints.append(EnvHint("cupy", CUPY_LIMIT, f"{whole_percent(fraction)}%"))
         elif framework == "tgi":
-            hints.append(EnvHint("tgi", "CUDA_MEMORY_FRACTION", f))
+            hints.append(EnvHint("tgi", TGI_FRACTION, f))
         elif framework == "generic":
-            hints.append(EnvHint("generic", "GPU_MEMORY_FRACTION", f))
+            hints.append(EnvHint("generic", GENERIC_FRACTION, f))
         elif framework == "pytorch":
             hints.append(EnvHint("pytorch", PYTORCH_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
     if policy.sharing.mode is Mode.MPS and memory:

@@ -48,6 +48,7 @@ SPEC_POINTERS = {path: pointer(path) for path in POD_SPEC_PATHS.values()}
 # The fraction that a fractional request was converted to, kept in the container so that the API server's
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
+WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION}  # the env names that the env step reads
 WARNING_PREFIX = "gpu-admission: "
 WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds every warning to it
 
@@ -90,33 +91,30 @@ class _Plan:
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
     default_text: str  # default_fraction for messages
-    watched_env: frozenset[str]  # env names that the env step reads: what it injects, JAX's pair, the record
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
-        plan = policy.memo.get("mutation-plan")
-        if plan is None:
-            sharing = policy.sharing
-            mapping_target = None
-            if sharing.mode.is_shared:
-                mapping_target = sharing.resource_name
-            elif sharing.mode is Mode.MIG and sharing.mig_profile:
-                mapping_target = mig_resource(sharing.mig_profile)
-            plan = policy.memo["mutation-plan"] = _Plan(
-                policy=policy,
-                mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
-                mode_text=str(sharing.mode),
-                fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
-                fractional_model=GPU_MODELS.get(policy.gpu.model or "")
-                if policy.fractional is Fractional.MIG
-                else None,
-                shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
-                default_fraction=policy.shared_fraction,
-                default_hints=hints_for(policy, policy.shared_fraction) if policy.shared_fraction else (),
-                default_text=format_fraction(policy.shared_fraction) if policy.shared_fraction else "",
-                watched_env=frozenset((*ENV_HINT_NAMES, *JAX_FRACTION_VARS, RECORDED_FRACTION)),
-            )
-        return plan
+        return policy.derived("mutation-plan", _Plan._build)
+
+    @staticmethod
+    def _build(policy: Policy) -> _Plan:
+        sharing = policy.sharing
+        mapping_target = None
+        if sharing.mode.is_shared:
+            mapping_target = sharing.resource_name
+        elif sharing.mode is Mode.MIG and sharing.mig_profile:
+            mapping_target = mig_resource(sharing.mig_profile)
+        return _Plan(
+            policy=policy,
+            mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
+            mode_text=str(sharing.mode),
+            fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
+            fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
+            shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
+            default_fraction=policy.shared_fraction,
+            default_hints=hints_for(policy, policy.shared_fraction) if policy.shared_fraction else (),
+            default_text=format_fraction(policy.shared_fraction) if policy.shared_fraction else "",
+        )
 
 
 def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> MutationResult:
@@ -342,7 +340,7 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
         return None
     env = list(old_env) if old_env else []
     # The entries this step reads: the variables it injects, JAX's pair and the recorded fraction.
-    watched = plan.watched_env
+    watched = WATCHED_ENV
     existing = {
         e["name"]: i
         for i, e in enumerate(env)

@@ -7,10 +7,11 @@ consistent set. Parsing YAML into these classes lives in `loader`.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 
 class Mode(StrEnum):
@@ -79,8 +80,15 @@ class Policy:
     framework_env: tuple[str, ...] = DEFAULT_FRAMEWORK_ENV
     block_visible_devices_override: bool = True
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
-    # Derived values that the hot path reuses (e.g. env hints per fraction); not part of the policy's identity.
+    # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def derived(self, key: str, compute: Callable[[Policy], Any]) -> Any:
+        """`compute(self)`, worked out once per policy: what a policy means for mutation, validation, env hints."""
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = compute(self)
+        return value
 
     @property
     def max_per_container(self) -> int:

@@ -51,21 +51,22 @@ class _Rules:
 
     @staticmethod
     def of(policy: Policy) -> _Rules:
-        rules = policy.memo.get("validation-rules")
-        if rules is None:
-            mode = policy.sharing.mode
-            rules = policy.memo["validation-rules"] = _Rules(
-                policy=policy,
-                max_per_container=policy.max_per_container,
-                max_per_pod=policy.limits.max_per_pod,
-                exclusive=mode is Mode.EXCLUSIVE,
-                mig_model=GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None,
-                one_shared_replica=mode.is_shared
-                and policy.max_per_container == 1
-                and policy.limits.max_per_container is None,
-                block_visible_devices=policy.block_visible_devices_override,
-            )
-        return rules
+        return policy.derived("validation-rules", _Rules._build)
+
+    @staticmethod
+    def _build(policy: Policy) -> _Rules:
+        mode = policy.sharing.mode
+        return _Rules(
+            policy=policy,
+            max_per_container=policy.max_per_container,
+            max_per_pod=policy.limits.max_per_pod,
+            exclusive=mode is Mode.EXCLUSIVE,
+            mig_model=GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None,
+            one_shared_replica=mode.is_shared
+            and policy.max_per_container == 1
+            and policy.limits.max_per_container is None,
+            block_visible_devices=policy.block_visible_devices_override,
+        )
 
 
 def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> list[str]:
