@@ -448,6 +448,13 @@ def test_malformed_resources_are_explained_not_crashed_on():
     assert decision.violations == ['container "app": resources.limits must be a map, not list; fix the manifest']
 
 
+def test_keys_that_are_not_strings_are_left_alone():
+    """YAML allows `5: 3` as a key, and the CLI reads YAML: the engine must pass such keys by, not trip on them."""
+    decision = run(pod(container(limits={5: "3", "nvidia.com/gpu.shared": "1"})), TIME_SLICING)
+    assert decision.mutated["spec"]["containers"][0]["resources"]["limits"][5] == "3"
+    assert env_of(decision)["CUDA_MEMORY_FRACTION"] == "0.25"
+
+
 # --- enforcement ----------------------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from webhook.admission.envhints import (
     hints_for,
     merge_alloc_conf,
 )
-from webhook.admission.patch import escape_token, index_token, pointer
+from webhook.admission.patch import escape_token, index_token, index_tokens, pointer
 from webhook.admission.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
@@ -241,10 +241,12 @@ def _container(
 
 # 1
 def _requests_into_limits(requests: dict[str, Any], limits: dict[str, Any], notes: Notes) -> None:
-    missing = [name for name in requests if is_managed(name) and limits.get(name) is None]
+    missing = None
+    for name, value in requests.items():
+        if is_managed(name) and limits.get(name) is None:
+            limits[name] = value
+            missing = [name] if missing is None else [*missing, name]
     if missing:
-        for name in missing:
-            limits[name] = requests[name]
         text = f"set limits {', '.join(missing)} from requests (GPUs need request = limit)"
         notes.append(("requests-into-limits", text))
 
@@ -323,8 +325,9 @@ def _env_patch(where: str, old: list[Any] | None, entries: list[Any], replaced: 
         value = entries[replaced]["value"]
         ops.append({"op": "replace", "path": f"{where}/{index_token(replaced)}/value", "value": value})
     where += "/"
-    for i in range(len(old), len(entries)):
-        ops.append({"op": "add", "path": where + index_token(i), "value": entries[i]})
+    start = len(old)
+    for token, entry in zip(index_tokens(start, len(entries)), entries[start:], strict=True):
+        ops.append({"op": "add", "path": where + token, "value": entry})
 
 
 # 4
@@ -341,11 +344,10 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
     env = list(old_env) if old_env else []
     # The entries this step reads: the variables it injects, JAX's pair and the recorded fraction.
     watched = WATCHED_ENV
-    existing = {
-        e["name"]: i
-        for i, e in enumerate(env)
-        if type(e) is dict and type(e.get("name")) is str and e["name"] in watched
-    }
+    existing = {}
+    for i, entry in enumerate(env):
+        if type(entry) is dict and type(name := entry.get("name")) is str and name in watched:
+            existing[name] = i
     added = 0
     if share is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
         if RECORDED_FRACTION not in existing:  # a name is never duplicated, a user's value never replaced

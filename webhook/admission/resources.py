@@ -50,9 +50,13 @@ def _managed(resource: object) -> bool:
 is_managed: Callable[[object], bool] = BoundedMemo(_managed).__getitem__
 
 
-def is_shared(resource: str) -> bool:
-    """A time-slicing or MPS replica rather than a whole device."""
-    return resource.endswith(SHARED_SUFFIX)
+def _shared(resource: object) -> bool:
+    return type(resource) is str and resource.endswith(SHARED_SUFFIX)
+
+
+# A time-slicing or MPS replica rather than a whole device. Asked for every limit of a container that holds
+# a GPU, so memoized; a key that is not a string (YAML allows `5: 3`) is not one.
+is_shared: Callable[[object], bool] = BoundedMemo(_shared).__getitem__
 
 
 def mig_profile_of(resource: str) -> str | None:
