@@ -340,12 +340,31 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
         ("kind: Pod\n---\n'unterminated\n", "<stdin>#1 line 4: found unexpected end of stream"),
         ("kind: List\nitems: [1]\n", "<stdin>#0: items[0] is a number, not a Kubernetes object"),
         ("just a string\n", "<stdin>#0: the document is a string, not a Kubernetes object"),
+        # What kubectl's YAML-to-JSON step refuses, named where it is.
+        ("kind: Pod\nspec: {a: !!binary aGk=}\n", "<stdin>#0: spec.a: binary data (!!binary) has no JSON form"),
+        ("kind: Pod\nspec: {a: [1, .inf]}\n", "<stdin>#0: spec.a[1]: inf is not a number JSON can carry"),
+        ("kind: Pod\nmetadata: {labels: {null: x}}\n", "<stdin>#0: metadata.labels: the key null has no JSON form"),
+        ("kind: Pod\nspec: !!set {a, b}\n", "<stdin>#0: spec: a set has no JSON form"),
     ],
 )
 def test_stdin_parse_errors(monkeypatch, capsys, text, message):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
     assert main(["check", "--policies", str(FIXTURES / "policies"), "-"]) == 2
     assert capsys.readouterr().err.startswith(f"gpu-webhook check: {message}")
+
+
+def test_number_and_boolean_keys_become_strings_as_kubectl_sends_them(monkeypatch, capsys):
+    """YAML allows `5: 3` as a key; kubectl's YAML-to-JSON step writes it as "5", and so does check."""
+    text = (
+        "kind: Pod\napiVersion: v1\nmetadata: {name: p, namespace: shared-a, labels: {true: yes}}\n"
+        "spec:\n  containers:\n  - name: a\n    image: x\n    resources: {limits: {5: 3, nvidia.com/gpu: 1}}\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["check", "--policies", str(FIXTURES / "policies"), "-o", "json", "-"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["object"]["metadata"]["labels"] == {"true": True}
+    assert result["object"]["spec"]["containers"][0]["resources"]["limits"]["5"] == 3
+    assert result["mutated"], "the GPU is still mapped to the namespace's shared resource"
 
 
 # --- --server: the same report from a running webhook -------------------------------------------------------

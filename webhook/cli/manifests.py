@@ -134,7 +134,7 @@ def read_documents(path: str) -> list[Document]:
 
 def _parse_json(source: str, text: str) -> Any:
     try:
-        return json.loads(text)
+        return _as_sent(json.loads(text), source, 0)
     except json.JSONDecodeError as exc:
         raise ManifestError(
             source, f"invalid JSON: {exc.msg} (column {exc.colno})", document=0, line=exc.lineno
@@ -145,7 +145,7 @@ def _parse_yaml(source: str, text: str) -> list[Document]:
     documents: list[Document] = []
     try:
         for content in yaml.load_all(text, Loader=_Loader):
-            documents.append(Document(source, len(documents), content))
+            documents.append(Document(source, len(documents), _as_sent(content, source, len(documents))))
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
         message = exc.problem or "invalid YAML"
@@ -156,6 +156,75 @@ def _parse_yaml(source: str, text: str) -> list[Document]:
     except yaml.YAMLError as exc:
         raise ManifestError(source, f"invalid YAML: {exc}", document=len(documents)) from None
     return documents
+
+
+class _NotJSON(Exception):
+    """A value that JSON cannot carry; the path to it is collected on the way out of the recursion."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        self.path: list[str] = []
+
+    def where(self) -> str:
+        return "".join(reversed(self.path)).lstrip(".") or "the document"
+
+
+def _as_sent(content: Any, source: str, document: int) -> Any:
+    """`content` as the API server would receive it: kubectl turns YAML into JSON first (sigs.k8s.io/yaml).
+
+    Number and boolean keys become strings (`5: 1` is `"5": 1`); what JSON has no form for (a null key,
+    `!!binary`, `!!set`, `.inf`, `.nan`, a float key) is a ManifestError naming where it is, as kubectl
+    refuses it too. So the engine, the outputs and `--server` see what the webhook would.
+    """
+    try:
+        return _jsonable(content)
+    except _NotJSON as exc:
+        raise ManifestError(source, f"{exc.where()}: {exc.problem}", document=document) from None
+    except RecursionError:
+        raise ManifestError(source, "nested too deeply to be a Kubernetes object", document=document) from None
+
+
+def _jsonable(value: Any) -> Any:
+    if type(value) is str or value is None or type(value) is int or type(value) is bool:
+        return value
+    if type(value) is dict:
+        converted = {}
+        for key, item in value.items():
+            name = _key_text(key)
+            try:
+                converted[name] = _jsonable(item)
+            except _NotJSON as exc:
+                exc.path.append(f".{name}")
+                raise
+        return converted
+    if type(value) is list:
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_jsonable(item))
+            except _NotJSON as exc:
+                exc.path.append(f"[{index}]")
+                raise
+        return items
+    if type(value) is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _NotJSON(f"{value} is not a number JSON can carry (Kubernetes objects are JSON): quote it")
+        return value
+    if isinstance(value, bytes):
+        raise _NotJSON("binary data (!!binary) has no JSON form (Kubernetes objects are JSON): write it as base64 text")
+    raise _NotJSON(f"a {type(value).__name__} has no JSON form (Kubernetes objects are JSON): write a map or a list")
+
+
+def _key_text(key: Any) -> str:
+    """A mapping key as sigs.k8s.io/yaml writes it into JSON: strings as they are, numbers and booleans as text."""
+    if type(key) is str:
+        return key
+    if type(key) is bool:
+        return "true" if key else "false"
+    if type(key) is int:
+        return str(key)
+    shown = "null" if key is None else f"a {type(key).__name__} ({str(key)[:20]})"
+    raise _NotJSON(f"the key {shown} has no JSON form (Kubernetes objects are JSON): quote it")
 
 
 def items_of(document: Document) -> list[Item]:
