@@ -241,11 +241,11 @@ def _container(
 
 # 1
 def _requests_into_limits(requests: dict[str, Any], limits: dict[str, Any], notes: Notes) -> None:
-    missing = None
+    missing = []
     for name, value in requests.items():
         if is_managed(name) and limits.get(name) is None:
             limits[name] = value
-            missing = [name] if missing is None else [*missing, name]
+            missing.append(name)
     if missing:
         text = f"set limits {', '.join(missing)} from requests (GPUs need request = limit)"
         notes.append(("requests-into-limits", text))
