@@ -519,6 +519,52 @@ def test_objects_without_a_pod_spec_are_skipped_untouched():
         assert (decision.skipped, decision.allowed, decision.patch) == (True, True, [])
 
 
+def workload(gpus: str, **metadata) -> dict:
+    template = {"metadata": {}, "spec": pod(container(limits={"nvidia.com/gpu": gpus}))["spec"]}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team", **metadata},
+            "spec": {"replicas": 2, "template": template}}  # fmt: skip
+
+
+def test_an_update_is_judged_only_when_it_changes_the_pod_spec():
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import PolicySet
+
+    policies = PolicySet((TIME_SLICING,))
+    before = workload("9")  # made before the policy: over the maximum, and not mapped
+    scaled = workload("9")
+    scaled["spec"]["replicas"] = 0
+    decision = evaluate(scaled, "team", policies, before)
+    assert (decision.allowed, decision.patch, decision.warnings) == (True, [], [])
+    assert decision.skip_reason == "this update leaves its pod spec as it was"
+    changed = workload("1")
+    decision = evaluate(changed, "team", policies, before)
+    assert decision.skip_reason == "" and decision.mutation_kinds == ["mapping", "env"]
+    assert evaluate(workload("9"), "team", policies).decision == "deny", "a create (no old object) is judged"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "reason"),
+    [
+        ({"deletionTimestamp": "2026-11-22T10:00:00Z"}, "it is being deleted"),
+        (
+            {"ownerReferences": [{"kind": "MyOperator", "name": "o", "uid": "1", "controller": True}]},
+            "its pod template comes from its controller",
+        ),
+    ],
+)
+def test_workloads_being_deleted_or_owned_by_a_controller_are_left_alone(metadata, reason):
+    decision = run(workload("0.5", **metadata))
+    assert (decision.allowed, decision.patch, decision.skipped, decision.skip_reason) == (True, [], True, reason)
+
+
+def test_owner_references_without_a_controller_and_owned_pods_are_still_judged():
+    not_controller = [{"kind": "ConfigMap", "name": "c", "uid": "1"}, {"kind": "X", "name": "x", "controller": False}]
+    assert run(workload("0.5", ownerReferences=not_controller)).decision == "deny"
+    owned_pod = pod(container(limits={"nvidia.com/gpu": "0.5"}))
+    owned_pod["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "r", "uid": "1", "controller": True}]
+    assert run(owned_pod).decision == "deny", "every Pod is judged when it is created"
+
+
 def test_ephemeral_containers_are_not_mutated():
     obj = pod(container(), ephemeralContainers=[{"name": "debug", "resources": {"requests": {"nvidia.com/gpu": "1"}}}])
     assert run(obj).patch == []

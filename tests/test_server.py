@@ -121,6 +121,49 @@ def test_delete_and_connect_are_allowed_untouched(live_server, operation):
         assert set(review(live_server, endpoint, pod("team-a", "0.5"), operation=operation)) == {"uid", "allowed"}
 
 
+def replica_set(gpus: str, **metadata: Any) -> dict[str, Any]:
+    template_pod = pod("team-a", gpus)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": "team-a", **metadata},
+        "spec": {"replicas": 3, "template": {"metadata": {}, "spec": template_pod["spec"]}},
+    }
+
+
+def test_an_update_that_leaves_the_pod_spec_alone_is_allowed_untouched(live_server):
+    # A workload made before the policy (16 GPUs is over default's 8), scaled down by its owner's controller:
+    # denying it would keep a broken workload running; patching it would start a rollout nobody asked for.
+    before = replica_set("16")
+    scaled = copy.deepcopy(before)
+    scaled["spec"]["replicas"] = 0
+    for endpoint in ("mutate", "validate"):
+        response = review(live_server, endpoint, scaled, operation="UPDATE", old=before)
+        assert response["allowed"] is True and "patch" not in response and "warnings" not in response
+    # Its pod spec changed: judged like a create.
+    changed = copy.deepcopy(scaled)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/train:2"
+    response = review(live_server, "validate", changed, operation="UPDATE", old=before)
+    assert response["allowed"] is False and "exceeds the per-container maximum of 8" in response["status"]["message"]
+
+
+def test_objects_being_deleted_and_workloads_owned_by_a_controller_are_left_alone(live_server):
+    finalizing = replica_set("16", deletionTimestamp="2026-11-22T10:00:00Z", finalizers=["foregroundDeletion"])
+    done = copy.deepcopy(finalizing)
+    done["metadata"]["finalizers"] = []
+    # Removing the last finalizer is an update of a non-compliant object: denying it would keep it forever.
+    assert review(live_server, "validate", done, operation="UPDATE", old=finalizing)["allowed"] is True
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u-1", "controller": True}
+    owned = replica_set("0.5", ownerReferences=[owner])
+    for endpoint in ("mutate", "validate"):
+        response = review(live_server, endpoint, owned)
+        assert response["allowed"] is True and "patch" not in response
+    # The pods it makes are judged when they are created, whoever makes them.
+    owned_pod = pod("team-a", "0.5")
+    owned_pod["metadata"]["ownerReferences"] = [dict(owner, kind="ReplicaSet", name="web-1")]
+    assert review(live_server, "validate", owned_pod)["allowed"] is False
+
+
 def test_objects_without_a_pod_spec_pass(live_server):
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}, "data": {}}
     assert review(live_server, "validate", config)["allowed"] is True

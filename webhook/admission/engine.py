@@ -1,4 +1,4 @@
-"""The one entry point of the admission decision: `evaluate(obj, namespace, policies)`.
+"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old)`.
 
 The server's /mutate and /validate, the CLI's check and audit, and the tests all call this, so every rule
 lives once: mutate (mutate.py, which also builds the JSON Patch through patch.py), then validate the result
@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.mutate import WARNING_PREFIX, mutate
-from webhook.admission.podspec import mentions_gpu, pod_spec_path
+from webhook.admission.podspec import POD_SPEC_PATHS, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.policy import Enforcement, PolicySet
 from webhook.admission.validate import validate
+
+POD_SPEC = POD_SPEC_PATHS["Pod"]
 
 
 @dataclass(slots=True)
@@ -28,7 +30,8 @@ class Decision:
     violations: list[str] = field(default_factory=list)  # validation's lines, whatever the enforcement
     mutated: dict[str, Any] = field(default_factory=dict)  # the object after mutation
     mutation_kinds: list[str] = field(default_factory=list)  # one entry per change, e.g. "requests-into-limits"
-    skipped: bool = False  # the object has no pod spec: allowed untouched
+    skipped: bool = False  # allowed untouched, for `skip_reason`
+    skip_reason: str = ""  # why the object was not judged (no pod spec, pod spec unchanged by an update, ...)
 
     @property
     def mutated_any(self) -> bool:
@@ -40,15 +43,17 @@ class Decision:
         return self.violations if self.decision == "deny" else []
 
 
-def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet) -> Decision:
+def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
-    Templates are validated on the mutation result too: their pods will be mutated when created.
+    `old` is the object before an UPDATE (None for a CREATE, and offline). Templates are validated on the
+    mutation result too: their pods will be mutated when created.
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
-    if spec_path is None:
-        return Decision(True, "allow", policy.name, mutated=obj, skipped=True)
+    reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
+    if reason:
+        return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
     result = mutate(obj, policy, spec_path)
@@ -74,3 +79,34 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet) -> Decisi
         mutated=result.obj,
         mutation_kinds=result.kinds,
     )
+
+
+def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> str:
+    """Why an object with a pod spec is not judged at all, or "" when it is.
+
+    Every Pod is judged when it is created, whatever made it; workloads are judged for early feedback, and
+    judging them where nobody asked for their pod spec to change does harm:
+    - an object being deleted: a denied update would keep its finalizers, and it would never go away;
+    - an UPDATE that leaves the pod spec as it was (a scale, a label, a finalizer): denying it would stop
+      controllers from scaling down a workload that no longer fits the policy, and patching it would change
+      a Job's immutable template (rejected) or start a Deployment rollout that nobody asked for;
+    - a workload whose controller is another object (a ReplicaSet of a Deployment, a Job of a CronJob): its
+      template is the controller's, which was judged; a patched copy would no longer match it, and the
+      Deployment controller would make new ReplicaSets, one after another.
+    """
+    metadata = obj.get("metadata")
+    if type(metadata) is dict:
+        if metadata.get("deletionTimestamp"):
+            return "it is being deleted"
+        if spec_path != POD_SPEC and _controller(metadata.get("ownerReferences")):
+            return "its pod template comes from its controller"
+    if type(old) is dict and get_path(old, spec_path) == get_path(obj, spec_path):
+        return "this update leaves its pod spec as it was"
+    return ""
+
+
+def _controller(owners: Any) -> bool:
+    """Whether `metadata.ownerReferences` names a controller (at most one entry may have controller: true)."""
+    if type(owners) is not list:
+        return False
+    return any(type(owner) is dict and owner.get("controller") is True for owner in owners)

@@ -327,8 +327,12 @@ def make_review(
     operation: str = "CREATE",
     uid: str | None = None,
     version: str = V1,
+    old: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An AdmissionReview request for `obj`, as the API server would send it (the CLI's --server, tests)."""
+    """An AdmissionReview request for `obj`, as the API server would send it (the CLI's --server, tests).
+
+    `old` is the UPDATE's oldObject (default: `obj` itself, an update that changes nothing).
+    """
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(f"version must be one of {', '.join(SUPPORTED_VERSIONS)}, not {version!r}")
     if operation not in OPERATIONS:
@@ -351,7 +355,7 @@ def make_review(
         "operation": operation,
         "userInfo": {"username": "gpu-webhook", "groups": ["system:authenticated"]},
         "object": None if operation in ("DELETE", "CONNECT") else obj,
-        "oldObject": obj if operation in ("UPDATE", "DELETE") else None,
+        "oldObject": (obj if old is None else old) if operation in ("UPDATE", "DELETE") else None,
         "dryRun": False,
     }
     return {"apiVersion": version, "kind": "AdmissionReview", "request": request}

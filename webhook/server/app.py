@@ -193,7 +193,8 @@ def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer
     if review.evaluates:
         policies = state.policies.current  # read once: a reload mid-review cannot mix two sets
         try:
-            decision = state.evaluate(review.object, review.engine_namespace, policies)  # type: ignore[arg-type]
+            old = review.old_object if review.operation == "UPDATE" else None
+            decision = state.evaluate(review.object, review.engine_namespace, policies, old)  # type: ignore[arg-type]
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:
@@ -250,6 +251,8 @@ def _log_review(
     }
     if review.dry_run:
         fields["dry_run"] = True
+    if decision is not None and decision.skip_reason:
+        fields["untouched"] = decision.skip_reason
     if decision is not None:
         if decision.violations and verdict in ("deny", "warn", "audit"):
             fields["violations"] = _lines(decision.violations)

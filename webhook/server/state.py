@@ -24,7 +24,7 @@ _log = logging.getLogger(f"{LOGGER}.watch")
 
 EXPIRY_WARNING_EVERY = 3600.0  # seconds between log lines about a certificate close to expiry
 
-Evaluate = Callable[[dict[str, Any], str, PolicySet], Decision]
+Evaluate = Callable[[dict[str, Any], str, PolicySet, Any], Decision]  # (object, namespace, policies, old)
 
 
 @dataclass
