@@ -344,6 +344,24 @@ def test_two_shared_replicas_are_not_two_gpus():
     ]
 
 
+def test_the_one_replica_rule_is_for_shared_replicas_only():
+    # Under time-slicing, whole devices of other kinds (an AMD GPU, MIG slices) keep the usual maximum of 8.
+    obj = pod(container(limits={"amd.com/gpu": "2", "nvidia.com/mig-1g.10gb": "2"}))
+    assert run(obj, TIME_SLICING).violations == []
+    decision = run(pod(container(limits={"amd.com/gpu": "9"})), TIME_SLICING)
+    assert decision.violations == [
+        'container "app": amd.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
+    ]
+
+
+def test_intel_gpu_amounts_are_whole_numbers_but_not_device_counts():
+    # Intel's GPU Aware Scheduling example: thousandths of a GPU's compute and bytes of its memory.
+    gas = {"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "10", "gpu.intel.com/memory.max": "10M"}
+    assert run(pod(container(limits=gas))).violations == []
+    decision = run(pod(container(limits={"gpu.intel.com/i915": "1", "gpu.intel.com/millicores": "0.5"})))
+    assert decision.violations[0].startswith('container "app": gpu.intel.com/millicores "0.5" is fractional')
+
+
 def test_an_explicit_per_container_maximum_applies_under_sharing():
     custom = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), limits=Limits(max_per_container=2))
     assert run(pod(container(limits={"nvidia.com/gpu": "2"})), custom).decision == "allow"

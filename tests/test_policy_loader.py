@@ -68,7 +68,7 @@ def test_a_full_policy_loads_every_field() -> None:
             sharing:
               mode: mps
               replicas: 4
-              resourceName: example.com/gpu-shared
+              resourceName: nvidia.com/mig-1g.10gb.shared
             gpu:
               model: A100-80GB
               memoryMiB: 40960
@@ -87,7 +87,7 @@ def test_a_full_policy_loads_every_field() -> None:
     assert policy.namespaces == ("inference", "notebook-*")
     assert policy.enforcement is Enforcement.WARN
     assert (policy.sharing.mode, policy.sharing.replicas) == (Mode.MPS, 4)
-    assert policy.sharing.resource_name == "example.com/gpu-shared"
+    assert policy.sharing.resource_name == "nvidia.com/mig-1g.10gb.shared"
     assert (policy.gpu.model, policy.gpu.memory_mib, policy.gpu_memory_mib) == ("A100-80GB", 40960, 40960)
     assert (policy.limits.max_per_container, policy.limits.max_per_pod) == (2, 3)
     assert policy.fractional is Fractional.MIG
@@ -279,6 +279,11 @@ SPEC_CASES = [
     ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: nvidia.com/gpu}", 'p.yaml#0 '
      'spec.sharing.resourceName: "nvidia.com/gpu" would map the GPU to itself; use the shared resource\'s name, '
      "e.g. nvidia.com/gpu.shared"),
+    # The device plugin may rename to anything; the webhook's rules (and the manifests' matchConditions)
+    # recognise only these, so another name would pass every check unseen.
+    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: nvidia.com/gpu-ts}", 'p.yaml#0 '
+     'spec.sharing.resourceName: "nvidia.com/gpu-ts" is not a shared GPU resource that the webhook checks; use '
+     "nvidia.com/gpu.shared (the device plugin's name with renameByDefault: true) or nvidia.com/mig-<profile>.shared"),
     ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: 7}", "p.yaml#0 "
      "spec.sharing.resourceName: expected a string, got 7 (a whole number)"),
     ("namespaces: [a]\nsharing: {mode: mig}", "p.yaml#0 spec.sharing.migProfile: required when mode is mig; name "

@@ -43,7 +43,7 @@ from webhook.admission.policy import (
     is_namespace_name,
     parse_glob,
 )
-from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_mig_profile_name
+from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
 
 API_VERSION = "gpu-admission.io/v1"
 KIND = "GPUPolicy"
@@ -495,6 +495,11 @@ def _check_resource_name(name: str) -> str | None:
         return f"{_quote(name)} is in the kubernetes.io domain, which extended resources may not use; {rule}"
     if name == NVIDIA_GPU:
         return f"{_quote(name)} would map the GPU to itself; use the shared resource's name, e.g. nvidia.com/gpu.shared"
+    if not (is_managed(name) and is_shared(name)):  # the rules, mentions_gpu and the matchConditions know these
+        return (
+            f"{_quote(name)} is not a shared GPU resource that the webhook checks; use nvidia.com/gpu.shared (the "
+            "device plugin's name with renameByDefault: true) or nvidia.com/mig-<profile>.shared"
+        )
     return None
 
 

@@ -50,6 +50,12 @@ def _managed(resource: object) -> bool:
 is_managed: Callable[[object], bool] = BoundedMemo(_managed).__getitem__
 
 
+# Intel's GPU Aware Scheduling resources that are amounts of one GPU, not numbers of devices: thousandths of
+# its compute, bytes of its memory, its tiles (intel-device-plugins-for-kubernetes, gpu_plugin fractional.md).
+# Like every extended resource they are whole numbers with request = limit; the GPU maximums do not count them.
+DEVICE_AMOUNTS = frozenset({"gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"})
+
+
 def _shared(resource: object) -> bool:
     return type(resource) is str and resource.endswith(SHARED_SUFFIX)
 

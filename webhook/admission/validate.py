@@ -12,9 +12,10 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission.podspec import ALL_SECTIONS, VISIBLE_DEVICES, ContainerRef, iter_containers, pod_spec_path
-from webhook.admission.policy import Mode, Policy
+from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
 from webhook.admission.resources import (
+    DEVICE_AMOUNTS,
     GPU_MODELS,
     NVIDIA_GPU,
     GPUModel,
@@ -42,7 +43,8 @@ class _Rules:
     """What a policy means for validation, worked out once per policy (this runs on every review)."""
 
     policy: Policy
-    max_per_container: int
+    max_per_container: int  # shared replicas (`*.shared`): 1 under time-slicing and MPS unless set
+    max_whole_per_container: int  # whole devices and MIG slices: `maxPerContainer`, else 8 in every mode
     max_per_pod: int
     exclusive: bool  # whole GPUs only: shared resources are not handed out
     mig_model: GPUModel | None  # MIG mode on a known model: only its profiles are handed out
@@ -56,15 +58,17 @@ class _Rules:
     @staticmethod
     def _build(policy: Policy) -> _Rules:
         mode = policy.sharing.mode
+        explicit = policy.limits.max_per_container
         return _Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
+            max_whole_per_container=DEFAULT_MAX_PER_CONTAINER if explicit is None else explicit,
             max_per_pod=policy.limits.max_per_pod,
             exclusive=mode is Mode.EXCLUSIVE,
             mig_model=GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None,
             one_shared_replica=mode.is_shared
             and policy.max_per_container == 1
-            and policy.limits.max_per_container is None,
+            and explicit is None,
             block_visible_devices=policy.block_visible_devices_override,
         )
 
@@ -165,12 +169,15 @@ def _resource(
             f"{ref.label}: {name} {quantity_text(limit_raw)} is fractional, but GPUs are whole devices; {advice}"
         )
         return None
+    if name in DEVICE_AMOUNTS:
+        return None  # an amount of one GPU: whole and request = limit, but not a number of devices
     if value and (rules.exclusive or rules.mig_model):
         _served(ref, name, limit_raw, rules, problems)
-    maximum = rules.max_per_container
+    shared = is_shared(name)
+    maximum = rules.max_per_container if shared else rules.max_whole_per_container
     if value > maximum:
         shown = quantity_text(limit_raw)
-        if rules.one_shared_replica:
+        if shared and rules.one_shared_replica:
             problems.append(
                 f"{ref.label}: {name} {shown} exceeds 1 per container under {policy.sharing.mode} "
                 f'(policy "{policy.name}"): {value} shared replicas are not {value} GPUs, and the device plugin '
