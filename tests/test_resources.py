@@ -118,6 +118,23 @@ def test_smallest_profile_for_a100_80gb(fraction: Fraction, expected: str) -> No
     assert profile is not None and profile.name == expected
 
 
+@pytest.mark.parametrize("model", sorted(GPU_MODELS))
+def test_memory_shares_are_the_guides_slices_not_the_rounded_names(model: str) -> None:
+    # NVIDIA's guide, "Fraction of Memory": eighths (quarters on the A30); the names' GB are rounded either way.
+    eighths = [Fraction(n, 8) for n in (1, 1, 2, 2, 4, 4, 8)]  # 1g, 1g+me, 1g (double memory), 2g, 3g, 4g, 7g
+    quarters = [Fraction(n, 4) for n in (1, 1, 2, 2, 4)]  # 1g, 1g+me, 2g, 2g+me, 4g
+    expected = quarters if model == "A30-24GB" else eighths
+    assert [p.memory_share for p in GPU_MODELS[model].mig_profiles] == expected
+
+
+def test_a_quarter_of_an_h200_is_its_1g_35gb_slice_whose_name_rounds_down() -> None:
+    # 141 GB / 4 = 35.25 GB > "35", but 1g.35gb is 2 of the 8 memory slices: exactly a quarter.
+    profile = smallest_profile_for(GPU_MODELS["H200-141GB"], Fraction(1, 4))
+    assert profile is not None and profile.name == "1g.35gb"
+    profile = smallest_profile_for(GPU_MODELS["H200-141GB"], Fraction(1, 2))
+    assert profile is not None and profile.name == "3g.71gb"
+
+
 def test_smallest_profile_when_nothing_fits() -> None:
     assert smallest_profile_for(GPU_MODELS["A100-80GB"], Fraction(3, 2)) is None
 

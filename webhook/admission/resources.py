@@ -82,8 +82,9 @@ def mig_resource(profile: str) -> str:
 @dataclass(frozen=True, slots=True)
 class MigProfile:
     name: str  # "1g.10gb"
-    memory_gb: int  # nominal, from the name
+    memory_gb: int  # nominal, from the name (rounded either way: H200's 1g.35gb is 2/8 of 141 GB, 35.25)
     compute_slices: int
+    memory_share: Fraction  # of the GPU's memory: MIG hands it out in eighths (quarters on the A30)
 
     @property
     def media_extensions(self) -> bool:
@@ -107,18 +108,23 @@ class GPUModel:
         return [p.name for p in self.mig_profiles]
 
 
-def _model(name: str, memory_mib: int, profiles: str) -> GPUModel:
+def _model(name: str, memory_mib: int, profiles: str, memory_slices: int = 8) -> GPUModel:
+    """A model and its profiles; each profile's memory share is its nominal size in the GPU's memory slices
+    (the guide's "Fraction of Memory" column), rounded to the nearest slice as the names are."""
+    model_gb = int(name.rsplit("-", 1)[1].removesuffix("GB"))
     parsed = []
     for profile in profiles.split():
         slices, memory = profile.removesuffix("+me").split(".")
-        parsed.append(MigProfile(profile, int(memory.removesuffix("gb")), int(slices.removesuffix("g"))))
+        memory_gb = int(memory.removesuffix("gb"))
+        share = Fraction(round(Fraction(memory_gb * memory_slices, model_gb)), memory_slices)
+        parsed.append(MigProfile(profile, memory_gb, int(slices.removesuffix("g")), share))
     return GPUModel(name, memory_mib, tuple(parsed))
 
 
 GPU_MODELS: dict[str, GPUModel] = {
     m.name: m
     for m in (
-        _model("A30-24GB", 24 * 1024, "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb"),
+        _model("A30-24GB", 24 * 1024, "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb", memory_slices=4),
         _model("A100-40GB", 40 * 1024, "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
         _model("A100-80GB", 80 * 1024, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
         _model("H100-80GB", 80 * 1024, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
@@ -131,12 +137,11 @@ GPU_MODELS: dict[str, GPUModel] = {
 
 
 def smallest_profile_for(model: GPUModel, fraction: Fraction) -> MigProfile | None:
-    """The smallest profile whose nominal memory is at least `fraction` of the model's, fewest slices on ties.
+    """The smallest profile holding at least `fraction` of the model's memory, fewest compute slices on ties.
 
     Media-extension profiles are never picked: they cost the same slices and hold the GPU's only decoders.
     """
-    needed = fraction * model.memory_gb
-    candidates = [p for p in model.mig_profiles if not p.media_extensions and p.memory_gb >= needed]
+    candidates = [p for p in model.mig_profiles if not p.media_extensions and p.memory_share >= fraction]
     if not candidates:
         return None
-    return min(candidates, key=lambda p: (p.memory_gb, p.compute_slices))
+    return min(candidates, key=lambda p: (p.memory_share, p.compute_slices))
