@@ -307,6 +307,21 @@ def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf():
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING))
 
 
+def test_a_users_pytorch_alloc_conf_gets_the_hint_instead_of_a_cuda_variable_that_would_hide_it():
+    # PyTorch reads one of PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF: a second variable would drop the
+    # user's settings (or ours, depending on the version).
+    torch = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), framework_env=("pytorch",))
+    env = [{"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"}]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
+    assert decision.mutated["spec"]["containers"][0]["env"] == [
+        {"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True,per_process_memory_fraction:0.25"}
+    ]
+    from_secret = [{"name": "PYTORCH_ALLOC_CONF", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=from_secret)), torch)
+    assert decision.mutated["spec"]["containers"][0]["env"] == from_secret
+    assert 'kept PYTORCH_ALLOC_CONF as set (policy suggests per_process_memory_fraction:0.25)' in decision.warnings[-1]
+
+
 def test_visible_devices_variables_are_never_set():
     for pol in (TIME_SLICING, TIME_SLICING_FRACTIONAL, MPS, MIG, EXCLUSIVE):
         env = env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), pol))

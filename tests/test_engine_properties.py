@@ -35,7 +35,8 @@ RESOURCES = [
 QUANTITY_TEXT = ["0", "1", "2", "8", "9", "1000m", "1e0", "1.0", "500m", "0.5", "0.25", "250m", ".5", "-1", "1e309",
                  "2Ki", "abc", "", "1 ", "9223372036854775808", "3"]  # fmt: skip
 ENV_NAMES = ["GPU_MEMORY_FRACTION", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-             "NVIDIA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "HOME", "CUPY_GPU_MEMORY_LIMIT", 7, None]  # fmt: skip
+             "NVIDIA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "HOME", "CUPY_GPU_MEMORY_LIMIT",
+             7, None]  # fmt: skip
 FRAMEWORKS = ["jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"]
 
 quantities = st.one_of(

@@ -13,8 +13,8 @@ containers sharing one GPU crash each other. Each framework honours its own vari
 - cupy: `CUPY_GPU_MEMORY_LIMIT=<percent>%` caps CuPy's memory pool.
 - tgi: `CUDA_MEMORY_FRACTION` is Text Generation Inference's cap.
 - generic: `GPU_MEMORY_FRACTION`, for any application to read.
-- pytorch (opt-in): `per_process_memory_fraction:<f>` in `PYTORCH_CUDA_ALLOC_CONF`; opt-in because PyTorch up
-  to 2.9 rejects the unknown key at start-up.
+- pytorch (opt-in): `per_process_memory_fraction:<f>` in `PYTORCH_CUDA_ALLOC_CONF` (merged into the user's
+  `PYTORCH_ALLOC_CONF` instead when that is set); opt-in because PyTorch up to 2.9 rejects the unknown key.
 - MPS mode, always: `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<MiB>M` and `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, which
   the MPS server enforces for the client's device 0 (the one device a shared container sees).
 
@@ -33,7 +33,11 @@ from webhook.admission.quantity import format_fraction
 JAX_CONTEXT_HEADROOM_MIB = 512
 JAX_DEFAULT_HEADROOM = Fraction(2, 100)
 JAX_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
-PYTORCH_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+PYTORCH_CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+# PyTorch's device-neutral name (2.9+). PyTorch reads only one of the two: its CUDA allocator the CUDA one
+# first, its accelerator config this one first (c10 CUDAAllocatorConfig.h, AllocatorConfig.cpp), so a user's
+# PYTORCH_ALLOC_CONF gets the hint merged in rather than a PYTORCH_CUDA_ALLOC_CONF beside it that would hide it.
+PYTORCH_ALLOC_CONF = "PYTORCH_ALLOC_CONF"
 PYTORCH_FRACTION_KEY = "per_process_memory_fraction"
 JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 TF_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -51,7 +55,7 @@ ENV_HINT_NAMES = frozenset(
         CUPY_LIMIT,
         TGI_FRACTION,
         GENERIC_FRACTION,
-        PYTORCH_ALLOC_CONF,
+        PYTORCH_CUDA_ALLOC_CONF,
         MPS_MEMORY_LIMIT,
         MPS_THREAD_PERCENTAGE,
     }
@@ -102,7 +106,7 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
         elif framework == "generic":
             hints.append(EnvHint("generic", GENERIC_FRACTION, f))
         elif framework == "pytorch":
-            hints.append(EnvHint("pytorch", PYTORCH_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
+            hints.append(EnvHint("pytorch", PYTORCH_CUDA_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
     if policy.sharing.mode is Mode.MPS and memory:
         limit_mib = int(fraction * memory)
         hints.append(EnvHint("mps", MPS_MEMORY_LIMIT, f"0={limit_mib}M"))
@@ -111,7 +115,7 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
 
 
 def merge_alloc_conf(existing: str, hint_value: str) -> str | None:
-    """`PYTORCH_CUDA_ALLOC_CONF` with our key added to the user's, or None when the user already chose one."""
+    """The user's allocator config with our key added, or None when the user already chose one."""
     keys = [item.split(":", 1)[0].strip() for item in existing.split(",") if item.strip()]
     if PYTORCH_FRACTION_KEY in keys:
         return None

@@ -25,6 +25,7 @@ from webhook.admission.envhints import (
     ENV_HINT_NAMES,
     JAX_FRACTION_VARS,
     PYTORCH_ALLOC_CONF,
+    PYTORCH_CUDA_ALLOC_CONF,
     EnvHint,
     hints_for,
     merge_alloc_conf,
@@ -48,7 +49,7 @@ SPEC_POINTERS = {path: pointer(path) for path in POD_SPEC_PATHS.values()}
 # The fraction that a fractional request was converted to, kept in the container so that the API server's
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
-WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION}  # the env names that the env step reads
+WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION, PYTORCH_ALLOC_CONF}  # the env names that the env step reads
 WARNING_PREFIX = "gpu-admission: "
 WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds every warning to it
 
@@ -390,19 +391,21 @@ def _merge_hints(
             if hint.name == JAX_FRACTION_VARS[0] and (index is None or env[index].get("value") != hint.value):
                 notes.append((None, f"kept {jax_set[0]} as set; jax hints skipped"))
             continue
+        if index is None and hint.name == PYTORCH_CUDA_ALLOC_CONF:
+            index = existing.get(PYTORCH_ALLOC_CONF)  # PyTorch reads one of the two: merge into the user's
         if index is None:
             env.append({"name": hint.name, "value": hint.value})
             added += 1
             continue
         current = env[index].get("value")
-        if hint.name == PYTORCH_ALLOC_CONF and isinstance(current, str) and "valueFrom" not in env[index]:
+        if hint.name == PYTORCH_CUDA_ALLOC_CONF and isinstance(current, str) and "valueFrom" not in env[index]:
             merged = merge_alloc_conf(current, hint.value)
             if merged is not None:
                 env[index] = dict(env[index], value=merged)
                 replaced = index
                 added += 1
         elif current != hint.value:
-            notes.append((None, f"kept {hint.name} as set (policy suggests {hint.value})"))
+            notes.append((None, f"kept {env[index]['name']} as set (policy suggests {hint.value})"))
     return replaced, added
 
 
