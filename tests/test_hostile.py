@@ -187,7 +187,7 @@ CASES = [
     Case("nested-20000-lists", deep(b"[", b"]"), 400, "body: JSON nested too deeply"),
     Case("nested-20000-objects", deep(b'{"a":', b"}"), 400, "body: JSON nested too deeply"),
     Case("wrong-content-type", GOOD, 400, "Content-Type must be application/json", content_type="text/plain"),
-    Case("over-3-mib", lambda: b" " * (3 * MIB + 1), 413, "body larger than 3145728 bytes"),
+    Case("over-7-mib", lambda: b" " * (7 * MIB + 1), 413, "body larger than 7340032 bytes"),
     # --- the envelope: wrong types and missing parts ------------------------------------------------------
     Case("apiversion-number", envelope(apiVersion=1), 400, "apiVersion: expected a string, got number"),
     Case("apiversion-unknown", envelope(apiVersion="admission.k8s.io/v2"), 400, "apiVersion: 'admission.k8s.io/v2'"),

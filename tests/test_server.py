@@ -23,6 +23,7 @@ import requests
 
 from tests.conftest import LiveServer
 from webhook.admission.review import WARNING_MAX_CHARS, make_review
+from webhook.server.app import MAX_BODY_BYTES
 
 
 def pod(namespace: str, gpus: str, *, limits_only: bool = False, env: list | None = None) -> dict[str, Any]:
@@ -184,21 +185,37 @@ def assert_error(answer: requests.Response, status: int, message: str) -> None:
     assert answer.json() == {"error": message, "code": status}
 
 
-def test_bodies_over_3_mib_get_413_with_content_length_or_chunked(live_server):
-    too_big = b"x" * (3 * 1024 * 1024 + 1)
+def test_bodies_over_7_mib_get_413_with_content_length_or_chunked(live_server):
+    too_big = b"x" * (MAX_BODY_BYTES + 1)
     message = (
-        "body larger than 3145728 bytes (3 MiB), the API server's own limit: no Kubernetes object is that large"
+        "body larger than 7340032 bytes (7 MiB): an AdmissionReview holds at most two objects (an UPDATE's), "
+        "each within the API server's 3 MiB limit"
     )
     assert_error(post_raw(live_server, too_big), 413, message)
 
     def chunks():  # no Content-Length: requests sends Transfer-Encoding: chunked
-        for _ in range(49):  # 3 MiB + 64 KiB: the server reads 3 MiB + 1 and lets the rest drain
+        for _ in range(113):  # 7 MiB + 64 KiB: the server reads 7 MiB + 1 and lets the rest drain
             yield b"x" * (64 * 1024)
 
     assert_error(post_raw(live_server, chunks()), 413, message)
-    # Exactly 3 MiB is read, and judged as JSON.
-    answer = post_raw(live_server, b" " * (3 * 1024 * 1024))
+    # Exactly 7 MiB is read, and judged as JSON.
+    answer = post_raw(live_server, b" " * MAX_BODY_BYTES)
     assert answer.status_code == 400
+
+
+def test_an_update_of_a_large_workload_carries_it_twice_and_is_answered(live_server):
+    # A 2.5 MB script in a Deployment: the object is within the API server's limits, and the UPDATE's review,
+    # object and oldObject, is over 5 MB.
+    script = "echo " + "x" * 2_500_000
+    workload = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "team-a"},
+        "spec": {"template": {"spec": pod("team-a", "1")["spec"]}},
+    }  # fmt: skip
+    workload["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", script]
+    relabelled = copy.deepcopy(workload)
+    relabelled["metadata"]["labels"] = {"tier": "batch"}
+    response = review(live_server, "validate", relabelled, operation="UPDATE", old=workload)
+    assert response["allowed"] is True
 
 
 def test_non_json_and_wrong_content_types_get_400(live_server):

@@ -125,8 +125,8 @@ def test_the_engine_gets_the_object_the_namespace_and_the_policies_of_the_moment
         (
             {"data": b"x" * (MAX_BODY_BYTES + 1), "content_type": "application/json"},
             413,
-            f"body larger than {MAX_BODY_BYTES} bytes (3 MiB), the API server's own limit: "
-            "no Kubernetes object is that large",
+            f"body larger than {MAX_BODY_BYTES} bytes (7 MiB): an AdmissionReview holds at most two objects (an "
+            "UPDATE's), each within the API server's 3 MiB limit",
         ),
     ],
 )

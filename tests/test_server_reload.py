@@ -166,6 +166,24 @@ def test_a_new_certificate_is_served_without_failing_reviews_in_flight(start_ser
     assert expiry == pytest.approx(certs.certificate_not_after(rotated.tls_cert).timestamp())
 
 
+def test_a_replacement_that_is_not_valid_now_is_refused_and_the_good_certificate_stays(start_server, tmp_path):
+    cert = certs.generate_dev_certs(tmp_path / "certs")
+    server = start_server(cert=cert, cert_reload_interval=1)
+    good_serial = served_serial(server)
+    # Issued for next week (a clock mistake, or a file meant for later): every handshake would fail.
+    ca_key, ca_cert = certs.load_private_key(cert.ca_key), certs.load_certificate(cert.ca_cert)
+    later = certs.utcnow() + dt.timedelta(days=7)
+    key, future = certs.issue_serving_certificate(ca_key, ca_cert, dns_names=["localhost"], ip_addresses=["127.0.0.1"],
+                                                  now=later)  # fmt: skip
+    certs.write_private_key(cert.tls_key, key)
+    certs.write_certificate(cert.tls_cert, future)
+    record = server.wait_for_log(lambda r: r.get("event") == "certificate-reload" and r.get("result") == "error")
+    assert "the new certificate is valid from" in record["message"] and "not now" in record["message"]
+    assert served_serial(server) == good_serial
+    assert allowed(server, "team-a") is False, "reviews are still answered (a fraction is denied in team-a)"
+    assert _readyz_status(server) == 200
+
+
 def test_a_certificate_close_to_expiry_makes_the_server_unready_and_says_what_to_run(start_server, tmp_path):
     cert = certs.generate_dev_certs(tmp_path / "certs")
     certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=3))

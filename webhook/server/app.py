@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -26,10 +27,16 @@ from webhook.server import metrics
 from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
 from webhook.server.state import ServerState
 
-MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
+# An UPDATE review carries the object twice (object and oldObject), each up to the API server's own 3 MiB
+# request limit, and the review around them.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+# Parsed, a review takes about 7 times its size in memory: larger ones are parsed and judged one at a time in
+# a worker, so that a burst of them (8 threads, 2 workers) stays well within the pod's memory limit.
+LARGE_BODY_BYTES = 1024 * 1024
+_large_reviews = threading.Semaphore(1)
 # An oversized body up to this size is read and discarded before the 413: closing a connection with unread
 # data makes TCP reset it, and the client may lose the answer. Larger ones are refused without reading.
-DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
+DRAIN_LIMIT_BYTES = 16 * 1024 * 1024
 JSON_TYPES = ("application/json",)
 
 _log = logging.getLogger(f"{LOGGER}.app")
@@ -180,10 +187,17 @@ def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer
     try:
         body = _body(environ)
     except RequestEntityTooLarge:
-        return _reject(webhook, 413, f"body larger than {MAX_BODY_BYTES} bytes (3 MiB), the API server's "
-                       "own limit: no Kubernetes object is that large", started)
+        return _reject(webhook, 413, f"body larger than {MAX_BODY_BYTES} bytes (7 MiB): an AdmissionReview "
+                       "holds at most two objects (an UPDATE's), each within the API server's 3 MiB limit", started)
     except OSError as exc:  # the client stopped sending (see tls.BoundedSSLSocket)
         return _reject(webhook, 400, f"body not received completely: {exc}", started)
+    if len(body) > LARGE_BODY_BYTES:
+        with _large_reviews:
+            return _decide(state, webhook, body, started)
+    return _decide(state, webhook, body, started)
+
+
+def _decide(state: ServerState, webhook: str, body: bytes, started: float) -> Answer:
     try:
         review = parse_review(body)
     except ReviewError as exc:

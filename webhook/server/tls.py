@@ -177,6 +177,12 @@ def _not_after(cert_file: Path) -> dt.datetime:
     return certificate_not_after(cert_file)
 
 
+def _not_before(cert_file: Path) -> dt.datetime:
+    from webhook.certs import load_certificate
+
+    return load_certificate(cert_file).not_valid_before_utc
+
+
 class CertStore:
     """The certificate and key the server presents; `context` is replaced whole when they change."""
 
@@ -195,15 +201,22 @@ class CertStore:
         """Rebuild the context if the files changed; True when a new certificate was taken.
 
         A half-written pair (key replaced, certificate not yet) fails to load and is retried at the next
-        check; the last good context stays meanwhile.
+        check; the last good context stays meanwhile. So does a valid certificate against a replacement that
+        is expired or not yet valid: clients would refuse every handshake.
         """
         fingerprint = self.fingerprint()
         if fingerprint == self._fingerprint or fingerprint == self._failed:
             return False
         try:
             context = build_context(self.cert_file, self.key_file)
-            not_after = _not_after(self.cert_file)
-        except Exception as exc:  # ssl.SSLError, CertError, OSError: the files are not a usable pair
+            not_after, not_before = _not_after(self.cert_file), _not_before(self.cert_file)
+            now = dt.datetime.now(dt.UTC)
+            if self.not_after > now and not not_before <= now < not_after:
+                raise ValueError(
+                    f"the new certificate is valid from {not_before:%Y-%m-%d %H:%M} to {not_after:%Y-%m-%d %H:%M}"
+                    f" UTC, not now (the current one is valid until {self.not_after:%Y-%m-%d %H:%M} UTC)"
+                )
+        except Exception as exc:  # ssl.SSLError, CertError, OSError, ValueError: not a usable pair
             if self.fingerprint() == fingerprint:  # stable, so really broken: say it once
                 self._failed = fingerprint
                 log(_log, logging.ERROR,
