@@ -145,6 +145,13 @@ def test_wrong_methods_and_paths_get_json_errors():
     assert app.post("/nowhere").get_json()["error"] == (
         "no such endpoint /nowhere; use /mutate, /validate, /healthz or /readyz"
     )
+    # A 405 says what is allowed, in its message and in the Allow header (RFC 9110); OPTIONS is no exception.
+    wrong = app.post("/healthz")
+    assert wrong.status_code == 405 and set(wrong.headers["Allow"].split(", ")) == {"GET", "HEAD"}
+    assert wrong.get_json()["error"] == "POST is not allowed on /healthz; /healthz takes GET or HEAD"
+    assert app.get("/mutate").headers["Allow"] == "POST"
+    options = app.options("/validate")
+    assert options.status_code == 405 and options.is_json and options.headers["Allow"] == "POST"
 
 
 # --- readiness and the certificate store --------------------------------------------------------------------

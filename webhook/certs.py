@@ -172,14 +172,23 @@ def _common_name(text: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text[:_MAX_CN])])
 
 
+MAX_DURATION = dt.timedelta(days=36500)
+
+
 def parse_duration(text: str) -> dt.timedelta:
     """`30d`, `12h`, `90m`, `1d12h`: a number and a unit (w, d, h, m, s), repeated."""
     cleaned = text.strip().lower()
     if not cleaned or _DURATION.sub("", cleaned):
         raise CertError(f"duration {text!r}: expected a number and a unit (w, d, h, m, s), such as 30d, 12h or 1d12h")
     total = dt.timedelta()
-    for number, unit in _DURATION.findall(cleaned):
-        total += dt.timedelta(**{_DURATION_UNITS[unit]: int(number)})
+    try:
+        for number, unit in _DURATION.findall(cleaned):
+            total += dt.timedelta(**{_DURATION_UNITS[unit]: int(number)})
+    except OverflowError:
+        total = dt.timedelta.max
+    if total > MAX_DURATION:
+        raise CertError(f"duration {text!r}: longer than 100 years ({MAX_DURATION.days}d); a certificate's dates "
+                        "must stay within the calendar")  # fmt: skip
     return total
 
 

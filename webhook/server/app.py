@@ -91,6 +91,7 @@ def create_app(state: ServerState) -> Flask:
     """The WSGI app serving `state` (built once, before gunicorn forks its workers)."""
     app = Flask("gpu_admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False  # OPTIONS gets a JSON 405, like every other wrong method
 
     # Served by ReviewRoutes; declared here too so that Flask answers other methods on them with 405.
     @app.post("/mutate")
@@ -114,12 +115,20 @@ def create_app(state: ServerState) -> Flask:
     def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         if status == 405:
-            message = f"{request.method} is not allowed on {request.path}; the webhooks take POST"
+            if request.path in WEBHOOK_PATHS:
+                takes = "the webhooks take POST"
+            else:
+                takes = f"{request.path} takes {' or '.join(sorted(getattr(exc, 'valid_methods', None) or ()))}"
+            message = f"{request.method} is not allowed on {request.path}; {takes}"
         elif status == 404:
             message = f"no such endpoint {request.path}; use /mutate, /validate, /healthz or /readyz"
         else:
             message = exc.description or exc.name
-        return _error(status, message)
+        answer = _error(status, message)
+        for name, value in exc.get_headers():  # 405's Allow (RFC 9110: a 405 must say what is allowed)
+            if name.lower() != "content-type":
+                answer.headers[name] = value
+        return answer
 
     @app.errorhandler(Exception)
     def crash(exc: Exception) -> Response:
