@@ -83,6 +83,15 @@ def test_whole_values_in_any_spelling_are_allowed_as_written(value):
     assert (decision.decision, decision.patch) == ("allow", [])
 
 
+def test_a_boolean_is_no_quantity_even_beside_the_number_python_thinks_it_equals():
+    decision = run(pod(container(requests={"nvidia.com/gpu": True}, limits={"nvidia.com/gpu": 1})), TIME_SLICING)
+    assert decision.patch == []
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu request true is not a quantity (true/false); set a whole number of '
+        'devices such as "1"'
+    ]
+
+
 def test_init_containers_are_mutated_too():
     decision = run(pod(container(), init=(container("setup", requests={"nvidia.com/gpu": "1"}),)))
     assert decision.mutated["spec"]["initContainers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}

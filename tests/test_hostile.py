@@ -281,7 +281,9 @@ CASES = [
     Case("gpus-arabic-digit", gpus("\u0661"), "deny", NOT_QUANTITY % '"\\u0661"'),
     Case("gpus-full-width-digit", gpus("\uff11"), "deny", NOT_QUANTITY % '"\\uff11"'),
     Case("gpus-nul", gpus("1\u0000"), "deny", NOT_QUANTITY % '"1\\x00"'),
-    Case("gpus-space", gpus(" 1"), "deny", NOT_QUANTITY % '" 1"'),
+    Case("gpus-space", gpus(" 1\t"), "allow"),  # Quantity.UnmarshalJSON trims white space
+    Case("gpus-file-separator", gpus("\x1c1"), "deny", NOT_QUANTITY % '"\\x1c1"'),  # not Go's white space
+    Case("gpus-finer-than-nano", gpus("0.9999999999"), "allow"),  # rounded up to the next 1n: 1
     Case("gpus-nan-string", gpus("NaN"), "deny", NOT_QUANTITY % '"NaN"'),
     Case("gpus-hex", gpus("0x1"), "deny", NOT_QUANTITY % '"0x1"'),
     Case("gpus-lone-surrogate", gpus(b'"\\ud800"'), "deny", NOT_QUANTITY % '"\\ud800"'),

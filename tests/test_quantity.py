@@ -40,6 +40,14 @@ from webhook.admission.quantity import QuantityError, format_fraction, parse_qua
         (1, 1),
         (0.5, Fraction(1, 2)),
         (1.0, 1),
+        # As the API server reads JSON: white space trimmed, and finer than 1n rounded up (away from zero).
+        (" 1\t", 1),
+        ("\u00a02\u3000", 2),
+        ("0.9999999999", 1),
+        ("1e-10", Fraction(1, 10**9)),
+        ("-1e-10", -Fraction(1, 10**9)),
+        ("1.0000000001", Fraction(1_000_000_001, 10**9)),
+        ("1e-999", Fraction(1, 10**9)),
     ],
 )
 def test_parses_exactly(text, value):
@@ -56,7 +64,8 @@ def test_whole_values_are_ints_and_fractions_are_exact():
     [
         ("", "is not a Kubernetes quantity"),
         ("one", "is not a Kubernetes quantity"),
-        ("1 ", "is not a Kubernetes quantity"),
+        ("1 2", "is not a Kubernetes quantity"),
+        ("\x1c1", "is not a Kubernetes quantity"),  # Python's white space, not Go's
         ("1.2.3", "is not a Kubernetes quantity"),
         ("1Kb", "is not a Kubernetes quantity"),
         ("1ki", "is not a Kubernetes quantity"),

@@ -259,8 +259,8 @@ def _gpu_value(requests: dict[str, Any], limits: dict[str, Any]) -> GPUValue:
     if value is None:
         return None
     request = requests.get(NVIDIA_GPU)
-    if request is not None and request != limit and quantity_or_none(request) != value:
-        return None
+    if request is not None and request is not limit and quantity_or_none(request) != value:
+        return None  # (a different text with the same value agrees; `true` is no quantity, though `true == 1`)
     return limit, value
 
 

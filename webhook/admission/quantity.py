@@ -7,8 +7,11 @@ Grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go):
     <binarySI>     ::= Ki | Mi | Gi | Ti | Pi | Ei
     <decimalSI>    ::= n | u | m | "" | k | M | G | T | P | E
     <decimalExponent> ::= "e" <signedNumber> | "E" <signedNumber>
-A JSON number is read from its text the same way. Values past int64 are refused: the API server cannot
-represent them as whole device counts, and refusing early keeps hostile exponents (`1e999999999`) cheap.
+A JSON number is read from its text the same way. As the API server reads JSON, white space around the text
+is ignored (Quantity.UnmarshalJSON trims it), and a value finer than 1n is rounded up, away from zero, to the
+next 1n (ParseQuantity: "if you want some resources, you should get some": `0.9999999999` is 1). Values past
+int64 are refused: the API server cannot represent them as whole device counts, and refusing early keeps
+hostile exponents (`1e999999999`) cheap.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ _PATTERN = re.compile(
     r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
+# Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.strip would also take \x1c-\x1f).
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+NANO = 10**9
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
@@ -93,7 +99,7 @@ def _parse_text(text: str) -> int | Fraction | str:
     """The value of a quantity's text, or the reason it is not one (a message, for QuantityError)."""
     if len(text) > MAX_TEXT:
         return f"is not a quantity (longer than {MAX_TEXT} characters)"
-    match = _PATTERN.fullmatch(text)
+    match = _PATTERN.fullmatch(text.strip(_GO_SPACE))
     if match is None:
         return "is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki)"
     number = Fraction(match["number"] + ("0" if match["number"].endswith(".") else ""))
@@ -114,6 +120,8 @@ def _parse_text(text: str) -> int | Fraction | str:
             number = Fraction(1, 10**MAX_EXPONENT)
         else:
             number *= Fraction(10) ** power
+    if (number * NANO).denominator != 1:  # finer than 1n: up to the next 1n
+        number = Fraction(-(-number.numerator * NANO // number.denominator), NANO)
     if match["sign"] == "-":
         number = -number
     if abs(number) > INT64_MAX:

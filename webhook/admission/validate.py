@@ -149,8 +149,8 @@ def _resource(
             )
         return None
     limit = _parsed(ref, name, "limit", limit_raw, problems)
-    if request_raw is None or request_raw == limit_raw:
-        request = limit  # the same text: judged (and reported) once
+    if request_raw is None or (type(request_raw) is type(limit_raw) and request_raw == limit_raw):
+        request = limit  # the same text: judged (and reported) once (`true` is not 1, though Python says so)
     else:
         request = _parsed(ref, name, "request", request_raw, problems)
     if limit is None or request is None:
