@@ -434,6 +434,24 @@ def test_visible_devices_without_a_gpu_is_denied():
     assert run(pod(container(env=env)), policy(block_visible_devices_override=False)).decision == "allow"
 
 
+@pytest.mark.parametrize("prefix", ["NVIDIA_", "N", "NVIDIA_VISIBLE_"])
+def test_an_env_from_prefix_that_can_make_visible_devices_is_denied(prefix):
+    # A ConfigMap key VISIBLE_DEVICES under the prefix NVIDIA_ sets the variable without naming it.
+    env_from = [{"configMapRef": {"name": "cm"}}, {"prefix": prefix, "configMapRef": {"name": "gpu"}}]
+    decision = run(pod(container("sneaky", envFrom=env_from)))
+    key = "NVIDIA_VISIBLE_DEVICES".removeprefix(prefix)
+    assert decision.violations == [
+        f'container "sneaky": envFrom prefix "{prefix}" can set NVIDIA_VISIBLE_DEVICES (from a key "{key}") but '
+        'requests no GPU; the NVIDIA container toolkit would expose GPUs without allocating them (policy "team"): '
+        "use another prefix or request nvidia.com/gpu"
+    ]
+
+
+def test_other_env_from_prefixes_are_fine():
+    env_from = [{"prefix": "APP_", "configMapRef": {"name": "cm"}}, {"prefix": "", "secretRef": {"name": "s"}}]
+    assert run(pod(container(envFrom=env_from))).violations == []
+
+
 def test_visible_devices_from_a_secret_in_an_ephemeral_container_is_denied():
     env = [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
     obj = pod(container(), ephemeralContainers=[{"name": "debug", "image": "busybox", "env": env}])

@@ -68,7 +68,9 @@ GUARDS &&
       c.resources[amounts].exists(r,
         r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu'] ||
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
-    (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))))"""
+    (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
+    (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
+      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)))))"""
 
 
 def documented_condition(path: tuple[str, ...]) -> str:

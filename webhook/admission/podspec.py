@@ -112,6 +112,18 @@ class ContainerRef:
         return {e["name"] for e in self.env() if isinstance(e, dict) and isinstance(e.get("name"), str)}
 
 
+def visible_devices_prefix(body: dict[str, Any]) -> str | None:
+    """An `envFrom` prefix that makes NVIDIA_VISIBLE_DEVICES out of a ConfigMap's or Secret's key (`NVIDIA_`
+    and the key `VISIBLE_DEVICES`), or None. Without a prefix, any key could: that is beyond admission."""
+    env_from = body.get("envFrom")
+    if type(env_from) is list:
+        for source in env_from:
+            prefix = source.get("prefix") if type(source) is dict else None
+            if type(prefix) is str and prefix and VISIBLE_DEVICES.startswith(prefix):
+                return prefix
+    return None
+
+
 def iter_containers(
     obj: dict[str, Any], spec_path: tuple[str, ...], sections: tuple[str, ...] = MUTATED_SECTIONS
 ) -> Iterator[ContainerRef]:
@@ -128,7 +140,8 @@ def iter_containers(
 
 
 def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
-    """Whether any rule could apply: a managed resource, resources that are not maps, or NVIDIA_VISIBLE_DEVICES.
+    """Whether any rule could apply: a managed resource, resources that are not maps, or NVIDIA_VISIBLE_DEVICES
+    (by name, or through an envFrom prefix).
 
     A pre-filter, the engine's twin of the manifests' matchConditions: most pods hold no GPU, and for them
     the answer is "allow, untouched" without running mutation and validation. It may say True needlessly,
@@ -157,6 +170,8 @@ def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
                 not isinstance(env, list)
                 or any(not isinstance(e, dict) or e.get("name") == VISIBLE_DEVICES for e in env)
             ):
+                return True
+            if "envFrom" in body and visible_devices_prefix(body) is not None:
                 return True
     return False
 

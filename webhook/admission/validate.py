@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.podspec import ALL_SECTIONS, VISIBLE_DEVICES, ContainerRef, iter_containers, pod_spec_path
+from webhook.admission.podspec import (
+    ALL_SECTIONS,
+    VISIBLE_DEVICES,
+    ContainerRef,
+    iter_containers,
+    pod_spec_path,
+    visible_devices_prefix,
+)
 from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
 from webhook.admission.resources import (
@@ -214,6 +221,13 @@ def _visible_devices(ref: ContainerRef, rules: _Rules, problems: list[str]) -> N
         problems.append(
             f"{ref.label}: sets {VISIBLE_DEVICES} but requests no GPU; the NVIDIA container toolkit would expose "
             f'GPUs without allocating them (policy "{rules.policy.name}"): remove the variable or request {NVIDIA_GPU}'
+        )
+    elif (prefix := visible_devices_prefix(ref.body)) is not None:
+        problems.append(
+            f'{ref.label}: envFrom prefix "{prefix[:40]}" can set {VISIBLE_DEVICES} (from a key '
+            f'"{VISIBLE_DEVICES.removeprefix(prefix)}") but requests no GPU; the NVIDIA container toolkit would '
+            f'expose GPUs without allocating them (policy "{rules.policy.name}"): use another prefix or request '
+            f"{NVIDIA_GPU}"
         )
 
 
