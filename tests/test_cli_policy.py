@@ -214,8 +214,8 @@ def test_explain_the_shipped_examples() -> None:
     assert (run.returncode, run.stderr) == (0, "")
     notebook, inference, batch, team = run.stdout.split("\n\n")
     assert "  policy    notebooks-time-slicing (policies/time-slicing.yaml#0)" in notebook
-    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M" in inference  # 1/4 of an H100-80GB
-    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M" in inference  # 0.5 of it
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M" in inference  # 1/4 of an H100-80GB (81,559 MiB)
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40779M" in inference  # 0.5 of it
     assert "nvidia.com/mig-3g.40gb: 1" in batch
     assert "    verdict    deny" in team
 

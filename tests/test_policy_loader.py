@@ -120,7 +120,7 @@ def test_shared_modes_default_to_one_gpu_per_container_and_one_over_replicas() -
 def test_a_mig_policy() -> None:
     policy = only_policy(doc("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb+me}\ngpu: {model: H100-80GB}"))
     assert policy.sharing.mig_profile == "1g.10gb+me"
-    assert policy.gpu_memory_mib == 80 * 1024
+    assert policy.gpu_memory_mib == 81_559  # NVML's figure for an H100 80GB
 
 
 @pytest.mark.parametrize(

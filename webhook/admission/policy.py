@@ -107,7 +107,7 @@ class Policy:
 
     @property
     def gpu_memory_mib(self) -> int | None:
-        """`gpu.memoryMiB`, else the model's nominal memory, else unknown."""
+        """`gpu.memoryMiB`, else the model's memory (resources.GPU_MODELS), else unknown."""
         if self.gpu.memory_mib is not None:
             return self.gpu.memory_mib
         if self.gpu.model is not None:

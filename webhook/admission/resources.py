@@ -94,7 +94,7 @@ class MigProfile:
 @dataclass(frozen=True, slots=True)
 class GPUModel:
     name: str
-    memory_mib: int  # nominal memory
+    memory_mib: int  # as NVML (nvidia-smi) reports it where known, else the nominal GB in GiB
     mig_profiles: tuple[MigProfile, ...]
 
     @property
@@ -127,9 +127,11 @@ GPU_MODELS: dict[str, GPUModel] = {
         _model("A30-24GB", 24 * 1024, "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb", memory_slices=4),
         _model("A100-40GB", 40 * 1024, "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
         _model("A100-80GB", 80 * 1024, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
-        _model("H100-80GB", 80 * 1024, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
+        # NVML reports 81,559 MiB on an H100 80GB and 143,771 MiB on an H200: less than the name in GiB, and an
+        # MPS share of the nominal size would add up to more than the GPU has.
+        _model("H100-80GB", 81_559, "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
         _model("H100-NVL-94GB", 94 * 1024, "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb"),
-        _model("H200-141GB", 141 * 1024, "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
+        _model("H200-141GB", 143_771, "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
         _model("GH200-96GB", 96 * 1024, "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.48gb 4g.48gb 7g.96gb"),
         _model("B200-180GB", 180 * 1024, "1g.23gb 1g.23gb+me 1g.45gb 2g.45gb 3g.90gb 4g.90gb 7g.180gb"),
     )
