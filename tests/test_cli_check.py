@@ -367,6 +367,82 @@ def test_number_and_boolean_keys_become_strings_as_kubectl_sends_them(monkeypatc
     assert result["mutated"], "the GPU is still mapped to the namespace's shared resource"
 
 
+def test_only_pods_get_requests_from_limits_before_the_engine_as_the_api_server_does(monkeypatch, capsys):
+    """SetDefaults_Pod copies limits into requests "on a v1.Pod and not a v1.PodTemplate": a Deployment's
+    template reaches the webhook with limits alone, and the patch check prints applies to the manifest."""
+    from tests import evanphx
+
+    container = "containers: [{name: a, image: x, resources: {limits: {nvidia.com/gpu: 1}}}]"
+    text = (
+        f"kind: Deployment\napiVersion: apps/v1\nmetadata: {{name: d, namespace: shared-a}}\n"
+        f"spec: {{template: {{spec: {{{container}}}}}}}\n---\n"
+        f"kind: Pod\napiVersion: v1\nmetadata: {{name: p, namespace: shared-a}}\nspec: {{{container}}}\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["check", "--policies", str(FIXTURES / "policies"), "-o", "json", "-"]) == 0
+    deployment, pod = json.loads(capsys.readouterr().out)["results"]
+    as_written = yaml.safe_load(text.split("---")[0])
+    assert evanphx.apply(as_written, deployment["patch"]) == deployment["object"]
+    assert "requests" not in deployment["object"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert pod["object"]["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu.shared": 1}
+
+
+def test_yaml_output_means_to_kubectl_what_the_input_meant(monkeypatch, capsys):
+    """A Helm post-renderer's output is read by kubectl (go-yaml v2): a string stays a string, and values
+    that go-yaml reads differently from PyYAML (`12:30:00`, `=`, `y`) are read as kubectl reads them."""
+    from webhook.cli import goyaml
+
+    tricky = ["y", "n", "1e-5", "0o17", "08", "+.5", "12:30:00", "=", "yes", "~", "1_000"]
+    env = "".join(f"      - {{name: V{i}, value: '{v}'}}\n" for i, v in enumerate(tricky))
+    text = (
+        "kind: Pod\napiVersion: v1\nmetadata: {name: p, namespace: shared-a}\nspec:\n  containers:\n"
+        f"    - name: a\n      image: x\n      resources: {{limits: {{nvidia.com/gpu: 1}}}}\n      env:\n{env}"
+        "---\nkind: ConfigMap\napiVersion: v1\nmetadata: {name: c}\n"
+        "data: {at: 12:30:00, eq: =, flag: y, rate: 1e-4}\n"
+    )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main(["check", "--policies", str(FIXTURES / "policies"), "-o", "yaml", "-"]) == 0
+    pod, configmap = yaml.load_all(capsys.readouterr().out, Loader=goyaml.Loader)
+    values = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert [values[f"V{i}"] for i in range(len(tricky))] == tricky
+    assert configmap["data"] == {"at": "12:30:00", "eq": "=", "flag": True, "rate": 0.0001}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: " + "[" * 50_000 + "]" * 50_000 + "\n", "<stdin>#0: nested too deeply to be a Kubernetes object"),
+        ("- " * 30_000 + "x\n", "<stdin>#0: nested too deeply to be a Kubernetes object"),
+        ("a: " + "[" * 3_000 + "]" * 3_000 + "\n", "<stdin>#0: nested too deeply to be a Kubernetes object"),
+        (  # a "billion laughs": 1 KB of aliases that expand to 10**9 values
+            "kind: ConfigMap\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"{chr(c + 1)}: &{chr(c + 1)} [{', '.join([f'*{chr(c)}'] * 10)}]\n" for c in range(97, 105)),
+            "<stdin>#0: YAML aliases expand to more than 1,000,000 values (line 7): kubectl refuses such excessive "
+            "aliasing too",
+        ),
+    ],
+)
+def test_hostile_yaml_is_a_one_line_error_not_a_crash_or_a_hang(text, message):
+    run = gpu_webhook("check", "--policies", "policies", "-", stdin=text)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.startswith(f"gpu-webhook check: {message}") and run.stderr.count("\n") == 1
+
+
+def test_a_json_file_may_hold_several_objects_one_after_another(tmp_path):
+    # kubectl reads a JSON stream; a JSON document nested too deeply is a one-line error.
+    stream = tmp_path / "stream.json"
+    stream.write_text('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}\n'
+                      '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}\n')  # fmt: skip
+    run = gpu_webhook("check", "--policies", "policies", "-o", "json", str(stream))
+    assert run.returncode == 0, run.stderr
+    assert [(r["document"], r["name"]) for r in json.loads(run.stdout)["results"]] == [(0, "a"), (1, "b")]
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    run = gpu_webhook("check", "--policies", "policies", str(deep))
+    assert run.returncode == 2
+    assert run.stderr == f"gpu-webhook check: {deep}#0: nested too deeply to be a Kubernetes object\n"
+
+
 # --- --server: the same report from a running webhook -------------------------------------------------------
 
 

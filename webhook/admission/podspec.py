@@ -177,7 +177,9 @@ def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
 
 
 def default_requests_from_limits(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the API server does before any webhook: a managed limit without a request becomes the request.
+    """What the API server does to a Pod before any webhook: a managed limit without a request becomes the
+    request. Pods only: SetDefaults_Pod does it "on a v1.Pod and not a v1.PodTemplate", so a Deployment's
+    template reaches the webhook with limits alone.
 
     Returns a new object (the input is not changed); the CLI calls this so offline checks see what the
     webhook would see.
@@ -185,7 +187,7 @@ def default_requests_from_limits(obj: dict[str, Any]) -> dict[str, Any]:
     import copy
 
     path = pod_spec_path(obj)
-    if path is None:
+    if path is None or path != POD_SPEC_PATHS["Pod"] or obj.get("kind") != "Pod":
         return obj
     result = copy.deepcopy(obj)
     for ref in iter_containers(result, path):

@@ -15,19 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml import events
+
+from webhook.cli import goyaml
 
 STDIN = "-"
 STDIN_LABEL = "<stdin>"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """Safe loading, except that timestamps stay strings: Kubernetes converts YAML to JSON, and so do we."""
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,23 +123,111 @@ def read_documents(path: str) -> list[Document]:
     except UnicodeDecodeError as exc:
         raise ManifestError(source, f"not UTF-8 text (byte {exc.start}): is this a manifest?") from None
     if path.endswith(".json"):
-        return [Document(source, 0, _parse_json(source, text))]
+        return _parse_json(source, text)
     return _parse_yaml(source, text)
 
 
-def _parse_json(source: str, text: str) -> Any:
+def _parse_json(source: str, text: str) -> list[Document]:
+    """A JSON file: one object, or several one after another (a stream, as kubectl reads it)."""
+    documents: list[Document] = []
+    decoder = json.JSONDecoder()
+    at = _skip_space(text, 0)
+    while at < len(text) or not documents:
+        try:
+            content, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise ManifestError(
+                source, f"invalid JSON: {exc.msg} (column {exc.colno})", document=len(documents), line=exc.lineno
+            ) from None
+        except RecursionError:
+            raise ManifestError(source, NESTED_TOO_DEEPLY, document=len(documents)) from None
+        documents.append(Document(source, len(documents), _as_sent(content, source, len(documents))))
+        at = _skip_space(text, at)
+    return documents
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
+# Before PyYAML builds a document (recursively, in C: tens of thousands of levels crash the process), a text
+# that could nest deeply or holds aliases has its events read flat and measured: how deep it nests, and how
+# many values its aliases expand to (a "billion laughs" of 1 KB expands to 10**9; kubectl refuses it too, as
+# "excessive aliasing"). Nesting that is merely deep (past Python's ~1,000 frames) is refused while the
+# document is turned into JSON.
+MAX_DEPTH = 5_000
+MAX_VALUES = 1_000_000  # per document, aliases expanded: a 3 MiB object holds a few hundred thousand
+NESTED_TOO_DEEPLY = "nested too deeply to be a Kubernetes object"
+
+
+def _may_nest_deeper_than(text: str, depth: int) -> bool:
+    """A cheap bound: each level takes a character; a flow collection opens with `[` or `{`; and block
+    collections nest by indentation, at most two a column (a sequence may sit at its key's column)."""
+    if len(text) <= depth:
+        return False
+    flow = text.count("[") + text.count("{")
+    widest = max(map(len, text.splitlines()), default=0)
+    return flow + 2 * (widest + 1) > depth
+
+
+def _check_shape(source: str, text: str) -> None:
+    """ManifestError for a document nested deeper than MAX_DEPTH or holding more than MAX_VALUES values.
+
+    Syntax errors end the scan quietly: loading the documents reports them, with their line.
+    """
+    if "*" not in text and not _may_nest_deeper_than(text, MAX_DEPTH):
+        return  # no alias, and not deep: nothing to measure (most manifests)
+    parser = goyaml.Loader(text)
+    document = -1
+    stack: list[list[Any]] = []  # per open collection, the document's at the bottom: [values, anchor]
+    sizes: dict[str, int] = {}  # anchor -> the values it stands for
     try:
-        return _as_sent(json.loads(text), source, 0)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(
-            source, f"invalid JSON: {exc.msg} (column {exc.colno})", document=0, line=exc.lineno
-        ) from None
+        while not isinstance(event := parser.get_event(), events.StreamEndEvent):
+            kind = type(event)
+            if kind is events.DocumentStartEvent:
+                document, stack, sizes = document + 1, [[0, None]], {}
+                continue
+            if kind is events.ScalarEvent:
+                stack[-1][0] += 1
+                if event.anchor:
+                    sizes[event.anchor] = 1
+                continue
+            if kind is events.MappingStartEvent or kind is events.SequenceStartEvent:
+                if len(stack) > MAX_DEPTH:
+                    line = event.start_mark.line + 1
+                    message = f"{NESTED_TOO_DEEPLY} (deeper than {MAX_DEPTH} levels at line {line})"
+                    raise ManifestError(source, message, document=document)
+                stack.append([1, event.anchor])
+                continue
+            if kind is events.AliasEvent:
+                added = sizes.get(event.anchor, 1)
+            elif kind is events.MappingEndEvent or kind is events.SequenceEndEvent:
+                added, anchor = stack.pop()
+                if anchor:
+                    sizes[anchor] = added
+            else:
+                continue
+            stack[-1][0] += added
+            if stack[-1][0] > MAX_VALUES:
+                raise ManifestError(
+                    source,
+                    f"YAML aliases expand to more than {MAX_VALUES:,} values (line {event.start_mark.line + 1}): "
+                    "kubectl refuses such excessive aliasing too; write the values out",
+                    document=document,
+                )
+    except yaml.YAMLError:
+        return
+    finally:
+        parser.dispose()
 
 
 def _parse_yaml(source: str, text: str) -> list[Document]:
+    _check_shape(source, text)
     documents: list[Document] = []
     try:
-        for content in yaml.load_all(text, Loader=_Loader):
+        for content in yaml.load_all(text, Loader=goyaml.Loader):
             documents.append(Document(source, len(documents), _as_sent(content, source, len(documents))))
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else None
@@ -181,7 +264,7 @@ def _as_sent(content: Any, source: str, document: int) -> Any:
     except _NotJSON as exc:
         raise ManifestError(source, f"{exc.where()}: {exc.problem}", document=document) from None
     except RecursionError:
-        raise ManifestError(source, "nested too deeply to be a Kubernetes object", document=document) from None
+        raise ManifestError(source, NESTED_TOO_DEEPLY, document=document) from None
 
 
 def _jsonable(value: Any) -> Any:

@@ -17,10 +17,10 @@ from typing import Any, TextIO
 import yaml
 
 from webhook.admission.engine import Decision
+from webhook.cli import goyaml
 
 FORMATS = ("table", "yaml", "json")
 
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 @dataclass(slots=True)
@@ -250,7 +250,7 @@ def render_json(results: Sequence[Result], stream: TextIO, *, summary: Summary |
 
 
 def dump_yaml(obj: Any) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.dump(obj, Dumper=goyaml.Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def yaml_documents(results: Sequence[Result], documents: Sequence[Any] | None = None) -> list[Any]:
