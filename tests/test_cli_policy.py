@@ -119,6 +119,60 @@ def test_lint_of_an_empty_directory_says_the_built_in_defaults_apply(tmp_path: P
     )
 
 
+@pytest.mark.parametrize(
+    ("files", "said"),
+    [
+        ({"empty.yaml": "", "dashes.yaml": "---\n---\n", "notes.yml": "# policies go here\n"},
+         "3 policy files (*.yaml, *.yml) read, but they hold no policies"),
+        ({"default.yaml": "# nothing yet\n---\n"}, "1 policy file (*.yaml, *.yml) read, but it holds no policies"),
+    ],
+)
+def test_lint_of_files_without_policies_says_how_many_were_read(
+    tmp_path: Path, files: dict[str, str], said: str
+) -> None:
+    (tmp_path / "pol").mkdir()
+    for name, text in files.items():
+        (tmp_path / "pol" / name).write_text(text)
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout == (
+        f"pol: {said}, only comments and empty documents: every namespace gets the built-in defaults\n"
+        "  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
+    )
+
+
+@pytest.fixture
+def mistagged(tmp_path: Path) -> Path:
+    """`pol/p.yaml`: a policy whose values do not fit their explicit YAML tags (PyYAML would raise on them)."""
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "p.yaml").write_text(
+        policy("p", "namespaces: [a]\nlimits: {maxPerPod: !!int abc}\nblockVisibleDevicesOverride: !!bool maybe")
+    )
+    return tmp_path
+
+
+MISTAGGED = [
+    'pol/p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 6, column 23 is not a whole number; write one (e.g. 4) '
+    "or remove the tag",
+    'pol/p.yaml#0 spec.blockVisibleDevicesOverride: !!bool "maybe" at line 7, column 32 is not a boolean; write true '
+    "or false",
+]
+
+
+def test_lint_reports_a_value_its_yaml_tag_cannot_hold_as_one_line(mistagged: Path) -> None:
+    run = gpu_webhook("policy", "lint", "pol", cwd=mistagged)
+    assert (run.returncode, run.stderr) == (1, "")
+    assert run.stdout.splitlines() == [*MISTAGGED, "2 problems in pol: nothing was loaded"]
+
+
+def test_explain_reports_a_value_its_yaml_tag_cannot_hold_and_exits_2(mistagged: Path) -> None:
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "a", cwd=mistagged)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.splitlines() == ["gpu-webhook policy explain: invalid policies in pol:"] + [
+        f"  {line}" for line in MISTAGGED
+    ]
+
+
 def test_lint_of_the_shipped_policies() -> None:
     run = gpu_webhook("policy", "lint", cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
@@ -229,6 +283,15 @@ def test_explain_an_invalid_namespace_exits_2(tmp_path: Path) -> None:
     )
 
 
+def test_explain_quotes_a_namespace_that_holds_a_terminal_escape(tmp_path: Path) -> None:
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "a\x1b[31m", cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        'gpu-webhook policy explain: "a\\u001b[31m" is not a valid namespace name; namespace names are 1-63 '
+        "lowercase letters, digits and '-', starting and ending with a letter or digit\n"
+    )
+
+
 def test_explain_with_invalid_policies_exits_2(tmp_path: Path) -> None:
     (tmp_path / "pol").mkdir()
     (tmp_path / "pol" / "p.yaml").write_text(policy("p", "namespaces: [a]\nenforcement: strict"))
@@ -252,3 +315,25 @@ def test_describe_policy_shows_an_explicit_fraction_exactly() -> None:
     )
     (thirds,) = parse_policy_sources({"p.yaml": policy("p", spec.replace("memoryFraction: 0.125", ""))}).policies
     assert "memory fraction 1/3 (1/replicas)" in describe_policy(thirds)
+
+
+def test_describe_policy_shows_a_memory_fraction_only_where_memory_hints_are_set() -> None:
+    """Only time-slicing and mps inject memory hints; the loader refuses memoryFraction elsewhere, and a Policy
+    built in code with one under exclusive or mig is described without it."""
+    from fractions import Fraction
+
+    from webhook.admission.policy import Mode, Policy, Sharing
+    from webhook.cli.policy_cmd import describe_policy
+
+    exclusive = Policy("p", memory_fraction=Fraction(1, 4))
+    mig = Policy("p", sharing=Sharing(Mode.MIG, mig_profile="1g.10gb"), memory_fraction=Fraction(1, 4))
+    shared = Policy("p", sharing=Sharing(Mode.TIME_SLICING, replicas=2), memory_fraction=Fraction(1, 4))
+    assert describe_policy(exclusive) == (
+        "exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod"
+    )
+    assert describe_policy(mig) == (
+        "mig: one GPU becomes nvidia.com/mig-1g.10gb; enforcement enforce; fractional reject; max 8 per container, "
+        "8 per pod"
+    )
+    assert "; memory fraction 0.25; " in describe_policy(shared)
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import textwrap
 import time
@@ -27,6 +28,7 @@ from webhook.admission.policy import Enforcement, Fractional, Mode, Policy, Poli
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata:\n  name: p\n"
+SHARED = "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2}\n"  # a mode where memoryFraction applies
 
 
 def doc(spec: str, head: str = HEAD) -> str:
@@ -137,7 +139,13 @@ def test_a_mig_policy() -> None:
     ],
 )
 def test_memory_fraction_is_exact(text: str, expected: Fraction) -> None:
-    assert only_policy(doc(f"namespaces: [a]\nmemoryFraction: {text}")).memory_fraction == expected
+    assert only_policy(doc(f"{SHARED}memoryFraction: {text}")).memory_fraction == expected
+
+
+def test_memory_fraction_applies_under_time_slicing_and_mps() -> None:
+    assert only_policy(doc(f"{SHARED}memoryFraction: 0.5")).shared_fraction == Fraction(1, 2)
+    mps = "namespaces: [a]\nsharing: {mode: mps, replicas: 2}\ngpu: {memoryMiB: 1024}\nmemoryFraction: 0.5"
+    assert only_policy(doc(mps)).shared_fraction == Fraction(1, 2)
 
 
 def test_yaml_integer_forms_are_whole_numbers() -> None:
@@ -221,6 +229,10 @@ SPEC_CASES = [
      'character class "[z-a]" that matches no character'),
     ("namespaces: ['Team-*']", 'p.yaml#0 spec.namespaces[0]: "Team-*" is not a valid glob: it contains "T", which '
      "no namespace name can contain"),
+    ('namespaces: ["team-\\u001b*"]', 'p.yaml#0 spec.namespaces[0]: "team-\\u001b*" is not a valid glob: it contains '
+     '"\\u001b", which no namespace name can contain'),
+    ('namespaces: ["team-[\\u0085]"]', 'p.yaml#0 spec.namespaces[0]: "team-[\\u0085]" is not a valid glob: it has '
+     '"\\u0085" in a character class, which no namespace name can contain'),
     ("namespaces: ['*-']", 'p.yaml#0 spec.namespaces[0]: "*-" is not a valid glob: it matches no valid namespace '
      "name (names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)"),
     (f"namespaces: ['{'?' * 64}']", f'p.yaml#0 spec.namespaces[0]: "{"?" * 59}…" is not a valid glob: it matches no '
@@ -326,27 +338,31 @@ SPEC_CASES = [
     ("namespaces: [a]\nlimits:", "p.yaml#0 spec.limits: expected a mapping of maxPerContainer, maxPerPod; got an "
      "empty value (null)"),
     # memoryFraction
-    ("namespaces: [a]\nmemoryFraction: 0", "p.yaml#0 spec.memoryFraction: 0 is out of range; a share of the GPU's "
+    (SHARED + "memoryFraction: 0", "p.yaml#0 spec.memoryFraction: 0 is out of range; a share of the GPU's "
      "memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: 1.5", "p.yaml#0 spec.memoryFraction: 1.5 is out of range; a share of the "
+    (SHARED + "memoryFraction: 1.5", "p.yaml#0 spec.memoryFraction: 1.5 is out of range; a share of the "
      "GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: -0.25", "p.yaml#0 spec.memoryFraction: -0.25 is out of range; a share of the "
+    (SHARED + "memoryFraction: -0.25", "p.yaml#0 spec.memoryFraction: -0.25 is out of range; a share of the "
      "GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: 1.0e+99999", "p.yaml#0 spec.memoryFraction: 1.0e+99999 is out of range; a "
+    (SHARED + "memoryFraction: 1.0e+99999", "p.yaml#0 spec.memoryFraction: 1.0e+99999 is out of range; a "
      "share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: 0." + "0" * 5000 + "1", "p.yaml#0 spec.memoryFraction: 0." + "0" * 27 + "… is "
+    (SHARED + "memoryFraction: 0." + "0" * 5000 + "1", "p.yaml#0 spec.memoryFraction: 0." + "0" * 27 + "… is "
      "out of range; a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: .inf", "p.yaml#0 spec.memoryFraction: expected a number, got .inf (a decimal "
+    (SHARED + "memoryFraction: .inf", "p.yaml#0 spec.memoryFraction: expected a number, got .inf (a decimal "
      "number); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: '0.5'", 'p.yaml#0 spec.memoryFraction: expected a number, got "0.5" (a '
+    (SHARED + "memoryFraction: '0.5'", 'p.yaml#0 spec.memoryFraction: expected a number, got "0.5" (a '
      "string); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: 50%", 'p.yaml#0 spec.memoryFraction: expected a number, got "50%" (a '
+    (SHARED + "memoryFraction: 50%", 'p.yaml#0 spec.memoryFraction: expected a number, got "50%" (a '
      "string); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: true", "p.yaml#0 spec.memoryFraction: expected a number, got true (a "
+    (SHARED + "memoryFraction: true", "p.yaml#0 spec.memoryFraction: expected a number, got true (a "
      "boolean; YAML also reads yes/no/on/off as booleans); a share of the GPU's memory is greater than 0 and at "
      "most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: 2024-01-01", "p.yaml#0 spec.memoryFraction: expected a number, got "
+    (SHARED + "memoryFraction: 2024-01-01", "p.yaml#0 spec.memoryFraction: expected a number, got "
      "2024-01-01 (a date); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
+    ("namespaces: [a]\nmemoryFraction: 0.25", "p.yaml#0 spec.memoryFraction: only applies when mode is "
+     "time-slicing or mps (mode is exclusive); remove it"),
+    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb}\nmemoryFraction: 0.25", "p.yaml#0 "
+     "spec.memoryFraction: only applies when mode is time-slicing or mps (mode is mig); remove it"),
     # frameworkEnv
     ("namespaces: [a]\nframeworkEnv: [torch]", 'p.yaml#0 spec.frameworkEnv[0]: "torch" is not one of jax, '
      'tensorflow, cupy, tgi, generic, pytorch (did you mean "pytorch"?)'),
@@ -450,6 +466,26 @@ def test_a_long_value_is_shortened_in_its_message() -> None:
     assert line == f'p.yaml#0 spec.enforcement: "{"x" * 59}…" is not one of enforce, warn, audit'
 
 
+def test_a_key_that_is_not_plain_is_quoted_so_its_problem_stays_one_line() -> None:
+    text = doc('namespaces: [a]\n"foo\\nDENY fake\\u001b[31m": 1\n"x y": 2\nteam_a.b/c-d: 3')
+    known = (
+        "unknown field (known fields: namespaces, enforcement, sharing, gpu, limits, fractional, memoryFraction, "
+        "frameworkEnv, blockVisibleDevicesOverride)"
+    )
+    assert problems(text) == [
+        f'p.yaml#0 spec."foo\\nDENY fake\\u001b[31m": {known}',
+        f'p.yaml#0 spec."x y": {known}',
+        f"p.yaml#0 spec.team_a.b/c-d: {known}",  # letters, digits, _ - . / stay as they are
+    ]
+
+
+def test_a_quoted_value_escapes_every_character_a_terminal_would_not_show_as_written() -> None:
+    # NEL and LINE SEPARATOR break lines for some readers; RIGHT-TO-LEFT OVERRIDE reorders what follows it.
+    assert problems(doc('namespaces: [a]\nenforcement: "\\u0085x\\u2028\\u202e"')) == [
+        'p.yaml#0 spec.enforcement: "\\u0085x\\u2028\\u202e" is not one of enforce, warn, audit'
+    ]
+
+
 def test_too_many_problems_in_one_file_are_summarised() -> None:
     entries = ", ".join(f"Bad{i}" for i in range(MAX_PROBLEMS_PER_FILE + 5))
     lines = problems(doc(f"namespaces: [{entries}]"))
@@ -513,6 +549,54 @@ def test_different_globs_that_may_tie_are_not_a_load_error() -> None:
 )
 def test_yaml_problems_are_one_exact_line(text: str, line: str) -> None:
     assert problems(text) == [line]
+
+
+NOT_WHOLE = "is not a whole number; write one (e.g. 4) or remove the tag"
+
+
+@pytest.mark.parametrize(
+    ("spec", "line"),
+    [
+        ("namespaces: [a]\nlimits: {maxPerPod: !!int abc}",
+         f'p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 7, column 23 {NOT_WHOLE}'),
+        ("namespaces: [a]\nlimits: {maxPerPod: !!int ''}",
+         f'p.yaml#0 spec.limits.maxPerPod: !!int "" at line 7, column 23 {NOT_WHOLE}'),
+        ("namespaces: [a]\nlimits: {maxPerPod: !!int 0x}",
+         f'p.yaml#0 spec.limits.maxPerPod: !!int "0x" at line 7, column 23 {NOT_WHOLE}'),
+        ("namespaces: [a]\nlimits: {maxPerPod: !!int 0xZZ}",
+         f'p.yaml#0 spec.limits.maxPerPod: !!int "0xZZ" at line 7, column 23 {NOT_WHOLE}'),
+        ("namespaces: [a]\nlimits: {maxPerPod: !!int 09}",  # a leading 0 is octal in YAML 1.1
+         f'p.yaml#0 spec.limits.maxPerPod: !!int "09" at line 7, column 23 {NOT_WHOLE}'),
+        ("namespaces: [a]\nlimits: {maxPerPod: !<tag:yaml.org,2002:int> abc}",
+         f'p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 7, column 23 {NOT_WHOLE}'),
+        # Untagged, YAML 1.1 still reads a 0x or 0b prefix as a number.
+        ("namespaces: [a]\nlimits: {maxPerPod: 0x_}", 'p.yaml#0 spec.limits.maxPerPod: "0x_" at line 7, column 23 '
+         "is not a whole number (a 0x or 0b prefix needs digits); write one (e.g. 4) or quote it"),
+        ("namespaces: [a]\nblockVisibleDevicesOverride: !!bool maybe", "p.yaml#0 spec.blockVisibleDevicesOverride: "
+         '!!bool "maybe" at line 7, column 32 is not a boolean; write true or false'),
+        (SHARED + "memoryFraction: !!float abc", 'p.yaml#0 spec.memoryFraction: !!float "abc" at line 8, column 19 is '
+         "not a number; write one (e.g. 0.25) or remove the tag"),
+        ("namespaces: [a, !!int x]", f'p.yaml#0 spec.namespaces[1]: !!int "x" at line 6, column 19 {NOT_WHOLE}'),
+        ("namespaces: [a]\n!!bool maybe: 1", 'p.yaml#0 spec: !!bool "maybe" at line 7, column 3 is not a boolean; '
+         "write true or false"),
+        # Kept as text, and shown on one line whatever it holds.
+        (SHARED + 'memoryFraction: !!binary "a\\nb"', 'p.yaml#0 spec.memoryFraction: expected a number, got "a\\nb" '
+         "(binary); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
+    ],
+)
+def test_a_value_that_its_yaml_tag_cannot_hold_is_one_exact_line_at_its_position(spec: str, line: str) -> None:
+    """Reported once, where it stands: validation does not describe the same value again."""
+    assert problems(doc(spec)) == [line]
+
+
+def test_tagged_values_that_fit_their_tags_load() -> None:
+    policy = only_policy(doc(f"{SHARED}limits: {{maxPerPod: !!int 0x10}}\nmemoryFraction: !!float 0.5\n"
+                             "blockVisibleDevicesOverride: !!bool off"))
+    assert (policy.limits.max_per_pod, policy.memory_fraction, policy.block_visible_devices_override) == (
+        16,
+        Fraction(1, 2),
+        False,
+    )
 
 
 def test_a_yaml_error_in_a_later_document_names_that_document() -> None:
@@ -608,6 +692,14 @@ def test_sources_of_loaded_policies(policy_dir: Path) -> None:
     (policy_dir / "c.json").write_text("{}")
     (policy_dir / ".hidden.yaml").write_text("not: loaded")
     assert [(p.name, p.source) for p in load_policies("pol").policies] == [("a", "pol/a.yaml#0"), ("b", "pol/b.yml#0")]
+
+
+def test_the_set_names_every_file_read_even_those_without_policies(policy_dir: Path) -> None:
+    (policy_dir / "a.yaml").write_text(named("a", "namespaces: [a]"))
+    (policy_dir / "b.yml").write_text("# later\n---\n")
+    (policy_dir / "notes.md").write_text("not a policy")
+    assert load_policies("pol").files == ("pol/a.yaml", "pol/b.yml")  # `policy lint` counts them
+    assert parse_policy_sources({"x.yaml": ""}).files == ("x.yaml",)
 
 
 def test_a_configmap_volume_layout_loads_once(policy_dir: Path) -> None:
@@ -721,11 +813,12 @@ _FIELDS = {
 
 
 def _loads_or_explains(text: str) -> None:
+    """Loads, or fails with problem lines: one line each, nothing a terminal would not show as written."""
     try:
         parse_policy_sources({"p.yaml": text})
     except PolicyLoadError as exc:
         assert exc.problems
-        assert all(line.startswith("p.yaml") and "\n" not in line for line in exc.problems)
+        assert all(line.startswith("p.yaml") and line.isprintable() for line in exc.problems), exc.problems
 
 
 @settings(max_examples=100, deadline=None)
@@ -738,3 +831,18 @@ def test_any_spec_loads_or_fails_with_problem_lines(spec: dict) -> None:
 @given(st.text(max_size=200))
 def test_any_text_loads_or_fails_with_problem_lines(text: str) -> None:
     _loads_or_explains(text)
+
+
+_TAGS = st.sampled_from(["!!int", "!!bool", "!!float", "!!null", "!!str", "!!timestamp", "!!binary", "!!map"])
+_FIELD_PATHS = st.sampled_from(
+    ["limits:\n    maxPerPod: {}", "blockVisibleDevicesOverride: {}", "memoryFraction: {}", "namespaces: [{}]",
+     "sharing:\n    mode: {}", "{}: 1"]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TAGS, st.text(max_size=12), _FIELD_PATHS)
+def test_any_tagged_value_loads_or_fails_with_problem_lines(tag: str, text: str, where: str) -> None:
+    value = f"{tag} {json.dumps(text)}"  # a JSON string is a YAML double-quoted scalar
+    _loads_or_explains(HEAD + "spec:\n  " + where.format(value) + "\n")
+

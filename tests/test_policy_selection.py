@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from webhook.admission.loader import parse_policy_sources
 from webhook.admission.policy import (
     DEFAULT_POLICY,
+    GlobTie,
+    Policy,
     PolicySet,
     common_namespace,
     glob_ties,
@@ -253,3 +255,95 @@ def test_the_shipped_policies_have_no_ties() -> None:
     from webhook.admission.loader import load_policies
 
     assert glob_ties(load_policies(Path(__file__).resolve().parent.parent / "policies")) == []
+
+
+def reference_glob_ties(policy_set: PolicySet) -> list[GlobTie]:
+    """`glob_ties` as first written: every pair of equally specific globs, searched with every more specific glob
+    and every exact name that both match as shadows. Slow, and plainly what the rule says."""
+    order = policy_set.selection_order()
+    exact = [name for name, _, literals in order if literals is None]
+    globs = [(pattern, policy, literals) for pattern, policy, literals in order if literals is not None]
+    found: dict[frozenset[str], GlobTie] = {}
+    for index, (a, a_policy, literals) in enumerate(globs):
+        for b, b_policy, b_literals in globs[index + 1 :]:
+            if b_literals != literals or b_policy is a_policy:
+                continue
+            shadows = [parse_glob(pattern) for pattern, _, more in globs if more > literals]
+            shadows += [
+                tuple(frozenset(c) for c in name)
+                for name in exact
+                if fnmatch.fnmatchcase(name, a) and fnmatch.fnmatchcase(name, b)
+            ]
+            example = common_namespace((parse_glob(a), parse_glob(b)), shadows)
+            if example is None:
+                continue
+            tied = tuple(policy_set.ties(example))
+            if len({id(policy) for _, policy in tied}) > 1:
+                found.setdefault(frozenset(pattern for pattern, _ in tied), GlobTie(example, tied))
+    return list(found.values())
+
+
+@st.composite
+def small_policy_sets(draw: st.DrawFn) -> PolicySet:
+    """Up to 5 policies sharing up to 12 patterns: globs of up to 4 tokens over a, b, -, globs with literal heads
+    and tails around a wildcard (what the index keys on), and exact names over a, b."""
+    token = st.sampled_from(["a", "b", "-", "?", "*", "[ab]", "[!a]"])
+    glob = st.lists(token, min_size=1, max_size=4).map("".join)
+    affix = st.text("ab", max_size=2)
+    around = st.builds(lambda head, middle, tail: head + middle + tail, affix, st.sampled_from(["*", "?", "*?"]), affix)
+    name = st.text("ab", min_size=1, max_size=3)
+    patterns = draw(st.lists(glob | around | name, min_size=2, max_size=12, unique=True))
+    usable = []
+    for pattern in patterns:
+        try:
+            parse_glob(pattern)
+        except ValueError:
+            continue  # refused at load: no namespace could match it
+        usable.append(pattern)
+    owners = draw(st.lists(st.integers(0, 4), min_size=len(usable), max_size=len(usable)))
+    policies = [
+        Policy(f"p{owner}", tuple(p for p, o in zip(usable, owners, strict=True) if o == owner), source=f"{owner}.yaml")
+        for owner in sorted(set(owners))
+    ]
+    return PolicySet(tuple(policies))
+
+
+@settings(max_examples=200, deadline=None)
+@given(small_policy_sets())
+def test_glob_ties_agrees_with_trying_every_pair(policies: PolicySet) -> None:
+    """The index and the cheap pair checks leave out only pairs and shadows that cannot matter."""
+    assert glob_ties(policies) == reference_glob_ties(policies)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "example"),
+    [
+        ("a*b", "*ab", "ab"),  # literal tails of different lengths: one ends the other
+        ("*ab", "a*b", "ab"),
+        ("ab*", "a*b", "ab"),  # literal heads of different lengths
+        ("a*b", "ab*", "ab"),
+        ("a?", "?a", "aa"),  # no "*": fixed lengths
+        ("a[bc]*", "*b?", "aba"),
+        ("a??", "?a", None),  # lengths 3 and 2
+        ("ab*", "ba*", None),  # literal heads that differ
+        ("*ab", "*bb", None),  # literal tails that differ
+    ],
+)
+def test_pairs_are_ruled_out_only_when_no_name_can_match_both(first: str, second: str, example: str | None) -> None:
+    policies = policy_set(("a", [first]), ("b", [second]))
+    ties = glob_ties(policies)
+    assert [tie.example for tie in ties] == ([example] if example else [])
+    assert ties == reference_glob_ties(policies)
+
+
+def test_glob_ties_across_thousands_of_patterns_finds_exactly_the_ties() -> None:
+    """1,000 prefix globs, 1,000 suffix globs and 1,000 exact names, none tying, and two pairs that do: only
+    those two are reported (how long this takes is measured in the benchmarks, not asserted here)."""
+    policies = [Policy(f"team{i:04d}", (f"team{i:04d}-*", f"team{i:04d}-x")) for i in range(1000)]
+    policies += [Policy(f"env{i:04d}", (f"*-env{i:04d}",)) for i in range(1000)]
+    policies += [Policy("x", ("te?m0042-x*",)), Policy("y", ("??-env0007",))]
+    ties = glob_ties(PolicySet(tuple(policies)))
+    assert [(tie.example, [(glob, policy.name) for glob, policy in tie.globs]) for tie in ties] == [
+        ("team0042-xa", [("team0042-*", "team0042"), ("te?m0042-x*", "x")]),  # "team0042-x" is an exact name
+        ("aa-env0007", [("*-env0007", "env0007"), ("??-env0007", "y")]),
+    ]

@@ -11,7 +11,6 @@ are refused while parsing, at the first offending event.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 import stat
@@ -42,6 +41,7 @@ from webhook.admission.policy import (
     is_glob,
     is_namespace_name,
     parse_glob,
+    quote,
 )
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
 
@@ -60,6 +60,14 @@ _Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RESOURCE_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DECIMAL = re.compile(r"^[-+]?(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?$")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]+")
+# The texts (underscores removed) that a scalar tagged !!int or !!float may hold: YAML 1.1's forms, ASCII only.
+# PyYAML's constructors raise on others (`!!int abc`, and even an untagged `0x_`), or read them loosely.
+_INT_TEXT = re.compile(r"[-+]?(?:0b[01]+|0x[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*(?::[0-9]+)*)")
+_FLOAT_TEXT = re.compile(
+    r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+(?::[0-5]?[0-9])+\.?[0-9]*"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
 
 _TAG = "tag:yaml.org,2002:"
 _NAMESPACE_RULE = (
@@ -155,6 +163,14 @@ class _Scalar:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Invalid:
+    """A scalar that its YAML tag cannot hold (`!!int abc`, `!!bool maybe`), reported where it stands while
+    reading; validation then stays silent about it rather than describe it a second time."""
+
+    message: str
+
+
 class _Refused(Exception):
     """The document cannot be read further (syntax error, alias, nesting): its message says why."""
 
@@ -186,34 +202,55 @@ def _where(mark: Any) -> str:
 
 
 def _join(path: str, key: str) -> str:
-    key = _shorten(key)
+    """`path.key`; a key that is not plain (letters, digits, `_ - . /`) is quoted, so a problem stays one line."""
+    key = _shorten(key) if _PLAIN_KEY.fullmatch(key) else _quote(key)
     return f"{path}.{key}" if path else key
 
 
 def _child_path(container: _Container) -> str:
     if isinstance(container.value, list):
         return f"{container.path}[{len(container.value)}]"
-    if container.key is _NO_KEY:
+    if container.key is _NO_KEY or isinstance(container.key, _Invalid):
         return container.path
     return _join(container.path, str(container.key))
 
 
 def _scalar(event: events.ScalarEvent) -> Any:
-    tag = event.tag
+    """The scalar's value; _Invalid where its tag cannot hold its text (PyYAML's constructors would raise)."""
+    tag = explicit = event.tag
+    text = event.value
     if tag is None or tag == "!":
-        tag = _RESOLVER.resolve(ScalarNode, event.value, event.implicit)
-    node = ScalarNode(tag, event.value)
+        tag, explicit = _RESOLVER.resolve(ScalarNode, text, event.implicit), None
     if tag in (_TAG + "str", _TAG + "merge"):  # "<<" (a merge needs an alias anyway): an unknown field
-        return event.value
+        return text
     if tag == _TAG + "null":
         return None
     if tag == _TAG + "bool":
-        return _CONSTRUCTOR.construct_yaml_bool(node)
-    if tag == _TAG + "int" and len(event.value) <= 32:  # longer: refused by range checks, kept as text
-        return _CONSTRUCTOR.construct_yaml_int(node)
+        value = SafeConstructor.bool_values.get(text.lower())
+        return _invalid(event, "is not a boolean; write true or false") if value is None else value
+    if tag == _TAG + "int":
+        if not _INT_TEXT.fullmatch(text.replace("_", "")):
+            if explicit is None:  # "0x_": YAML 1.1 reads a 0x or 0b prefix as a number even without digits
+                why = "is not a whole number (a 0x or 0b prefix needs digits); write one (e.g. 4) or quote it"
+            else:
+                why = "is not a whole number; write one (e.g. 4) or remove the tag"
+            return _invalid(event, why)
+        if len(text) <= 32:  # longer: refused by range checks, kept as text
+            return _CONSTRUCTOR.construct_yaml_int(ScalarNode(tag, text))
+    if tag == _TAG + "float" and not _FLOAT_TEXT.fullmatch(text.replace("_", "")):
+        return _invalid(event, "is not a number; write one (e.g. 0.25) or remove the tag")
     if tag in _SCALAR_TAGS:
-        return _Scalar(tag, event.value)
+        return _Scalar(tag, text)
     raise _Refused(f"unsupported YAML tag {tag} at {_where(event.start_mark)}; remove the tag")
+
+
+def _invalid(event: events.ScalarEvent, why: str) -> _Invalid:
+    """`!!int "abc" at line 3, column 8 <why>`: the tag as written (short form), the text quoted."""
+    tag = event.tag
+    shown = _quote(event.value)
+    if tag is not None and tag != "!":
+        shown = f"{'!!' + tag.removeprefix(_TAG) if tag.startswith(_TAG) else tag} {shown}"
+    return _Invalid(f"{shown} at {_where(event.start_mark)} {why}")
 
 
 def _read_documents(text: str) -> tuple[list[_Document], str | None]:
@@ -227,6 +264,8 @@ def _read_documents(text: str) -> tuple[list[_Document], str | None]:
     current = _Document(None)
 
     def add(value: Any) -> None:
+        if isinstance(value, _Invalid):  # reported here, with its path; validation does not describe it again
+            current.problems.append((_child_path(stack[-1]) if stack else "", value.message))
         if not stack:
             current.value = value
             return
@@ -235,7 +274,7 @@ def _read_documents(text: str) -> tuple[list[_Document], str | None]:
             top.value.append(value)
         elif top.key is _NO_KEY:
             top.skip = not isinstance(value, str)
-            if top.skip:
+            if top.skip and not isinstance(value, _Invalid):
                 current.problems.append((top.path, f"keys must be strings, got {_describe(value)}"))
             elif value in top.value:
                 current.problems.append((_join(top.path, value), "duplicate key; remove one of them"))
@@ -311,8 +350,8 @@ def _shorten(text: str, limit: int = 60) -> str:
 
 
 def _quote(value: str) -> str:
-    """Quoted and escaped as JSON: a problem stays one line whatever the value holds (newlines, NUL)."""
-    return json.dumps(_shorten(value), ensure_ascii=False)
+    """Shortened, quoted and escaped (`policy.quote`): a problem stays one line whatever the value holds."""
+    return quote(_shorten(value))
 
 
 def _describe(value: Any) -> str:
@@ -329,8 +368,13 @@ def _describe(value: Any) -> str:
         return "a list"
     if isinstance(value, dict):
         return "a mapping"
+    if isinstance(value, _Invalid):  # already reported; the checker stays silent about it
+        return "a value its YAML tag cannot hold"
     kind = {"float": "a decimal number", "int": "a whole number", "timestamp": "a date"}
-    return f"{_shorten(value.text, 30)} ({kind.get(value.tag.removeprefix(_TAG), value.tag.removeprefix(_TAG))})"
+    text = _shorten(value.text, 30)
+    if not text.isprintable():  # an explicitly tagged scalar holds any text (`!!binary "a\nb"`): keep one line
+        text = _quote(value.text)
+    return f"{text} ({kind.get(value.tag.removeprefix(_TAG), value.tag.removeprefix(_TAG))})"
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str:
@@ -388,9 +432,15 @@ class _DocumentChecker:
     def problem(self, path: str, message: str) -> None:
         self.problems.append((path, message))
 
+    def expected(self, path: str, value: Any, message: str) -> None:
+        """`value` has the wrong type or shape: a problem, unless it is a scalar that its own YAML tag refused
+        (`!!int abc`), which reading already reported at this path."""
+        if not isinstance(value, _Invalid):
+            self.problem(path, message)
+
     def mapping(self, value: Any, path: str, known: tuple[str, ...]) -> dict[str, Any] | None:
         if not isinstance(value, dict):
-            self.problem(path, f"expected a mapping of {', '.join(known)}; got {_describe(value)}")
+            self.expected(path, value, f"expected a mapping of {', '.join(known)}; got {_describe(value)}")
             return None
         for key in value:
             if key not in known:
@@ -407,7 +457,7 @@ class _DocumentChecker:
     def string(self, value: Any, path: str, what: str = "a string") -> Any:
         if isinstance(value, str):
             return value
-        self.problem(path, f"expected {what}, got {_describe(value)}")
+        self.expected(path, value, f"expected {what}, got {_describe(value)}")
         return _BAD
 
     def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[Any], default: Any) -> Any:
@@ -428,7 +478,7 @@ class _DocumentChecker:
             return _ABSENT
         path, value = _join(path, key), parent[key]
         if isinstance(value, bool) or not isinstance(value, int | _Scalar):
-            self.problem(path, f"expected a whole number, got {_describe(value)}")
+            self.expected(path, value, f"expected a whole number, got {_describe(value)}")
             return _BAD
         if isinstance(value, _Scalar):
             if value.tag == _TAG + "int":
@@ -446,7 +496,7 @@ class _DocumentChecker:
             return default
         if isinstance(parent[key], bool):
             return parent[key]
-        self.problem(_join(path, key), f"expected true or false, got {_describe(parent[key])}")
+        self.expected(_join(path, key), parent[key], f"expected true or false, got {_describe(parent[key])}")
         return _BAD
 
     def fraction(self, parent: dict[str, Any], key: str, path: str) -> Any:
@@ -457,7 +507,7 @@ class _DocumentChecker:
         rule = "a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"
         exact = _exact_number(value)
         if exact is None:
-            self.problem(path, f"expected a number, got {_describe(value)}; {rule}")
+            self.expected(path, value, f"expected a number, got {_describe(value)}; {rule}")
             return _BAD
         if not 0 < exact <= 1:
             shown = value.text if isinstance(value, _Scalar) else str(value)
@@ -508,7 +558,9 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     parsed = _Parsed(source)
     check = _DocumentChecker(problems)
     if not isinstance(value, dict):
-        check.problem("", f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {_describe(value)}")
+        check.expected(
+            "", value, f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {_describe(value)}"
+        )
         return parsed
     check.mapping(value, "", _TOP_FIELDS)
     for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
@@ -581,7 +633,13 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         limits_map, "maxPerContainer", "spec.limits", 1, "a container may hold at least 1 GPU"
     )
     max_pod = check.integer(limits_map, "maxPerPod", "spec.limits", 1, "a pod may hold at least 1 GPU")
-    memory_fraction = check.fraction(spec, "memoryFraction", "spec")
+    if "memoryFraction" in spec and mode is not _BAD and not mode.is_shared:  # a time-sliced or MPS replica's share
+        check.problem(
+            "spec.memoryFraction", f"only applies when mode is time-slicing or mps (mode is {mode}); remove it"
+        )
+        memory_fraction = None
+    else:
+        memory_fraction = check.fraction(spec, "memoryFraction", "spec")
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
 
@@ -621,7 +679,7 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
         check.problem(path, f"expected a list of namespaces or globs, got {got}; write [{_quote(entries)}]")
         return []
     if not isinstance(entries, list):
-        check.problem(path, f"expected a list of namespaces or globs, got {_describe(entries)}")
+        check.expected(path, entries, f"expected a list of namespaces or globs, got {_describe(entries)}")
         return []
     if not entries:
         check.problem(path, 'empty; list at least one namespace or glob ("*" for every namespace)')
@@ -720,7 +778,9 @@ def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[st
         return DEFAULT_FRAMEWORK_ENV
     entries = spec["frameworkEnv"]
     if not isinstance(entries, list):
-        check.problem(path, f"expected a list of frameworks ({', '.join(FRAMEWORKS)}), got {_describe(entries)}")
+        check.expected(
+            path, entries, f"expected a list of frameworks ({', '.join(FRAMEWORKS)}), got {_describe(entries)}"
+        )
         return ()
     chosen: list[str] = []
     for index, entry in enumerate(entries):
@@ -742,7 +802,9 @@ def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[st
 def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
     problems: list[str] = []
     parsed: list[_Parsed] = []
+    files: list[str] = []
     for name, text in sources:
+        files.append(name)
         file_problems: list[str] = []
         if isinstance(text, str) and len(text) * 4 > MAX_FILE_BYTES:  # maybe over: measure the UTF-8 bytes
             size = len(text.encode("utf-8", "replace"))
@@ -769,7 +831,7 @@ def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
     problems += _set_problems(parsed)
     if problems:
         raise PolicyLoadError(problems)
-    return PolicySet(tuple(p.policy for p in parsed if p.policy is not None))
+    return PolicySet(tuple(p.policy for p in parsed if p.policy is not None), files=tuple(files))
 
 
 def _set_problems(parsed: list[_Parsed]) -> list[str]:

@@ -6,8 +6,11 @@ consistent set. Parsing YAML into these classes lives in `loader`.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
-from collections.abc import Callable, Sequence
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -160,6 +163,9 @@ class PolicySet:
     """An immutable, validated set of policies, in file-name then document order."""
 
     policies: tuple[Policy, ...] = ()
+    # The policy files read, as messages name them, those without policies too: `policy lint` tells "no files"
+    # from "files that hold no policies".
+    files: tuple[str, ...] = field(default=(), compare=False)
     _exact: dict[str, Policy] = field(default_factory=dict, repr=False, compare=False)
     _globs: tuple[tuple[int, int, str, Policy], ...] = field(default=(), repr=False, compare=False)
     _selections: dict[str, Selection] = field(default_factory=dict, repr=False, compare=False)
@@ -233,6 +239,16 @@ NAMESPACE_MAX_LENGTH = 63  # a DNS-1123 label
 _ALNUM = frozenset(NAMESPACE_ALPHABET[:-1])
 
 
+def quote(text: str) -> str:
+    """`text` for a message: quoted and escaped as JSON, so the message stays one line whatever `text` holds
+    (newlines, NUL), and shown as written: characters that are not printable (C1 controls such as a one-byte
+    CSI, line and paragraph separators, bidirectional overrides) are escaped too."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    if quoted.isprintable():
+        return quoted
+    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in quoted)
+
+
 def is_namespace_name(name: str) -> bool:
     """A valid namespace name: a DNS-1123 label (1-63 lowercase letters, digits, '-'; alphanumeric ends)."""
     return (
@@ -252,6 +268,19 @@ def parse_glob(pattern: str) -> tuple[GlobToken, ...]:
 
     Character classes are resolved by `fnmatch` itself, so the tokens mean exactly what selection does.
     """
+    tokens = _tokenize(pattern)
+    # Most globs match an obvious name (a letter or digit where they can, "a" for a wildcard): no search then.
+    guess = "".join("a" if token in ("*", "?") else min(token, key=NAMESPACE_ALPHABET.index) for token in tokens)
+    if not is_namespace_name(guess) and common_namespace((tokens,)) is None:
+        raise ValueError(
+            "matches no valid namespace name (names are 1-63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    return tokens
+
+
+def _tokenize(pattern: str) -> tuple[GlobToken, ...]:
+    """`pattern` as tokens, or ValueError for a character or class that no namespace name can hold."""
     tokens: list[GlobToken] = []
     i = 0
     while i < len(pattern):
@@ -270,26 +299,25 @@ def parse_glob(pattern: str) -> tuple[GlobToken, ...]:
             body = pattern[start:end]
             bad = next((c for c in body if c not in NAMESPACE_ALPHABET), None)
             if bad is not None:
-                raise ValueError(f'has "{bad}" in a character class, which no namespace name can contain')
+                raise ValueError(f"has {quote(bad)} in a character class, which no namespace name can contain")
             chars = frozenset(c for c in NAMESPACE_ALPHABET if fnmatch.fnmatchcase(c, pattern[i : end + 1]))
             if not chars:
-                raise ValueError(f'has a character class "{pattern[i : end + 1]}" that matches no character')
+                raise ValueError(f"has a character class {quote(pattern[i : end + 1])} that matches no character")
             tokens.append(chars)
             i = end + 1
         elif ch in NAMESPACE_ALPHABET:
             tokens.append(frozenset(ch))
             i += 1
         else:
-            raise ValueError(f'contains "{ch}", which no namespace name can contain')
-    if common_namespace((tokens,)) is None:
-        raise ValueError(
-            "matches no valid namespace name (names are 1-63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit)"
-        )
+            raise ValueError(f"contains {quote(ch)}, which no namespace name can contain")
     return tuple(tokens)
 
 
-def _step_table(tokens: Sequence[GlobToken]) -> tuple[dict[tuple[str, int], int], int, int]:
+# A glob's automaton (see `_step_table`): per-character step masks, start bits, accept bit.
+_Machine = tuple[dict[tuple[str, int], int], int, int]
+
+
+def _step_table(tokens: Sequence[GlobToken]) -> _Machine:
     """A glob as a bitmask NFA (bit i: `i` tokens matched): per-character step masks, start and accept bits."""
     n = len(tokens)
 
@@ -318,8 +346,11 @@ def common_namespace(
     A breadth-first search over the product of the globs' automata, bounded by the 63-character limit:
     exact, and fast for the handful of short globs a policy directory holds.
     """
-    machines = [_step_table(tokens) for tokens in (*required, *avoided)]
-    n_required = len(required)
+    return _first_name([_step_table(tokens) for tokens in (*required, *avoided)], len(required))
+
+
+def _first_name(machines: Sequence[_Machine], n_required: int) -> str | None:
+    """`common_namespace` on automata already built: the first `n_required` must accept, the rest must not."""
     start = tuple(m[1] for m in machines)
     # State: each glob's set of positions, and whether the last character was "-" (a name cannot end so).
     frontier: list[tuple[tuple[int, ...], bool, str]] = [(start, False, "")]
@@ -369,25 +400,177 @@ def glob_ties(policy_set: PolicySet) -> list[GlobTie]:
     For each pair of globs with equal literal counts, search for a valid namespace name that both match
     while no exact name and no more specific glob claims it (`common_namespace`), then confirm it with
     `PolicySet.ties`, the selection itself. Exact where `common_namespace` is: no tie is missed or invented.
+
+    A directory may hold thousands of globs, so each glob is analysed once (`_GlobShape`), and the search runs
+    only for pairs whose fixed heads, tails and lengths let them match one name, found through an index of
+    their literal heads and tails rather than by trying every pair; shadows that cannot match such a name are
+    left out of the search. Neither changes a result: what is left out could not have matched.
     """
     globs = policy_set._globs
-    parsed = {pattern: parse_glob(pattern) for _, _, pattern, _ in globs}
+    shapes = [_GlobShape.of(pattern) for _, _, pattern, _ in globs]
+    everything = _AffixIndexes(shapes)
+    exact = _ExactNames(policy_set._exact)
     found: dict[frozenset[str], GlobTie] = {}
-    for a_index, (a_key, _, a_pattern, a_policy) in enumerate(globs):
-        for b_key, _, b_pattern, b_policy in globs[a_index + 1 :]:
-            if b_key != a_key or b_policy is a_policy:
+    start = 0
+    while start < len(globs):  # blocks of equal literal counts, most literal first: only they can tie
+        end = start
+        while end < len(globs) and globs[end][0] == globs[start][0]:
+            end += 1
+        block = _AffixIndexes(shapes[start:end])
+        for a_index in range(start, end):
+            a, a_policy = shapes[a_index], globs[a_index][3]
+            rivals = sorted(
+                start + offset
+                for offset in block.overlapping(a)
+                if start + offset > a_index and globs[start + offset][3] is not a_policy
+                and a.may_share(shapes[start + offset])
+            )
+            if not rivals:
                 continue
-            shadows = [parsed[pattern] for key, _, pattern, _ in globs if key < a_key]
-            shadows += [
-                tuple(frozenset(c) for c in name)
-                for name in policy_set._exact
-                if fnmatch.fnmatchcase(name, a_pattern) and fnmatch.fnmatchcase(name, b_pattern)
-            ]
-            example = common_namespace((parsed[a_pattern], parsed[b_pattern]), shadows)
-            if example is None:
-                continue
-            tied = tuple(policy_set.ties(example))
-            if len({id(policy) for _, policy in tied}) < 2:
-                continue
-            found.setdefault(frozenset(pattern for pattern, _ in tied), GlobTie(example, tied))
+            more_specific = [index for index in everything.overlapping(a) if index < start]
+            more_specific = [index for index in more_specific if a.may_share(shapes[index])]
+            for b_index in rivals:
+                b = shapes[b_index]
+                shadows = [shapes[index].machine for index in more_specific if b.may_share(shapes[index])]
+                shadows += exact.machines(a, b)
+                example = _first_name([a.machine, b.machine, *shadows], 2)
+                if example is None:
+                    continue
+                tied = tuple(policy_set.ties(example))
+                if len({id(policy) for _, policy in tied}) < 2:
+                    continue
+                found.setdefault(frozenset(pattern for pattern, _ in tied), GlobTie(example, tied))
+        start = end
     return list(found.values())
+
+
+_ANY = frozenset(NAMESPACE_ALPHABET)
+
+
+@dataclass(frozen=True, slots=True)
+class _GlobShape:
+    """One glob as `glob_ties` needs it, worked out once: its automaton, and bounds on the names it matches
+    that rule most pairs out without a search."""
+
+    pattern: str
+    machine: _Machine
+    head: tuple[frozenset[str], ...]  # the characters each position before the first "*" may hold
+    tail: tuple[frozenset[str], ...]  # the same after the last "*", last position first
+    min_length: int
+    max_length: int | None  # None: a "*" makes it unbounded
+    literal_head: str  # the leading characters that must match literally: the index's key
+    literal_tail: str  # the trailing ones, last first (so that tails compare as heads do)
+
+    @staticmethod
+    def of(pattern: str) -> _GlobShape:
+        tokens = _tokenize(pattern)
+        fixed = [_ANY if token == "?" else token for token in tokens if token != "*"]  # one character each
+        if "*" in tokens:
+            first, last = tokens.index("*"), len(tokens) - 1 - tokens[::-1].index("*")
+            head = [_ANY if token == "?" else token for token in tokens[:first]]
+            tail = [_ANY if token == "?" else token for token in tokens[last + 1 :]]
+            max_length = None
+        else:
+            head, tail, max_length = fixed, fixed, len(fixed)
+        return _GlobShape(
+            pattern=pattern,
+            machine=_step_table(tokens),
+            head=tuple(head),
+            tail=tuple(reversed(tail)),
+            min_length=len(fixed),
+            max_length=max_length,
+            literal_head=_literal(head),
+            literal_tail=_literal(tail[::-1]),
+        )
+
+    def may_share(self, other: _GlobShape) -> bool:
+        """False when no name matches both (certain); True when one may."""
+        longest = min(
+            (n for n in (self.max_length, other.max_length) if n is not None), default=NAMESPACE_MAX_LENGTH
+        )
+        if max(self.min_length, other.min_length) > min(longest, NAMESPACE_MAX_LENGTH):
+            return False
+        # A name both match holds, at each fixed position from either end, a character both globs allow there.
+        heads = zip(self.head, other.head, strict=False)  # the shorter fixed part bounds what is known
+        tails = zip(self.tail, other.tail, strict=False)
+        return all(mine & theirs for mine, theirs in heads) and all(mine & theirs for mine, theirs in tails)
+
+
+class _AffixIndexes:
+    """Globs (by position in the list given) indexed by their literal heads and by their literal tails."""
+
+    def __init__(self, shapes: Sequence[_GlobShape]) -> None:
+        self._heads = _AffixIndex([shape.literal_head for shape in shapes])
+        self._tails = _AffixIndex([shape.literal_tail for shape in shapes])
+
+    def overlapping(self, shape: _GlobShape) -> list[int]:
+        """The globs whose literal head, or whose literal tail, agrees with `shape`'s, from whichever index names
+        fewer: every glob that may match a name `shape` matches (itself included), and some that cannot
+        (`may_share` tells)."""
+        if self._heads.count(shape.literal_head) <= self._tails.count(shape.literal_tail):
+            return self._heads.compatible(shape.literal_head)
+        return self._tails.compatible(shape.literal_tail)
+
+
+class _AffixIndex:
+    """Globs by a literal affix (a head, or a tail reversed to read as one). Two globs match a common name only
+    if one's affix is a prefix of the other's: found by bisection and look-ups, not by trying every glob."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._order = sorted(range(len(keys)), key=keys.__getitem__)
+        self._sorted = [keys[index] for index in self._order]
+        self._by_key: dict[str, list[int]] = {}
+        for index, key in enumerate(keys):
+            self._by_key.setdefault(key, []).append(index)
+
+    def _extending(self, key: str) -> tuple[int, int]:
+        """The range of `_sorted` that starts with `key` (names and globs hold no character near U+10FFFF)."""
+        return bisect.bisect_left(self._sorted, key), bisect.bisect_left(self._sorted, key + "\U0010ffff")
+
+    def count(self, key: str) -> int:
+        low, high = self._extending(key)
+        return high - low + sum(len(self._by_key.get(key[:end], ())) for end in range(len(key)))
+
+    def compatible(self, key: str) -> list[int]:
+        """Every glob whose affix extends `key` or is a shorter prefix of it."""
+        low, high = self._extending(key)
+        found = self._order[low:high]
+        for end in range(len(key)):
+            found += self._by_key.get(key[:end], ())
+        return found
+
+
+class _ExactNames:
+    """Exact names as shadows of a pair of globs: those both globs match, each glob's matches found once (among
+    the names that start with its literal head) and each name's automaton built once."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._sorted = sorted(names)
+        self._matches: dict[str, frozenset[str]] = {}
+        self._machines: dict[str, _Machine] = {}
+
+    def _matching(self, shape: _GlobShape) -> frozenset[str]:
+        names = self._matches.get(shape.pattern)
+        if names is None:
+            low = bisect.bisect_left(self._sorted, shape.literal_head)
+            high = bisect.bisect_left(self._sorted, shape.literal_head + "\U0010ffff")
+            match = re.compile(fnmatch.translate(shape.pattern)).match  # what fnmatchcase runs, compiled once
+            names = self._matches[shape.pattern] = frozenset(n for n in self._sorted[low:high] if match(n))
+        return names
+
+    def machines(self, a: _GlobShape, b: _GlobShape) -> list[_Machine]:
+        both = self._matching(a) & self._matching(b)
+        for name in both:
+            if name not in self._machines:
+                self._machines[name] = _step_table([frozenset(c) for c in name])
+        return [self._machines[name] for name in sorted(both)]
+
+
+def _literal(sets: Sequence[frozenset[str]]) -> str:
+    """The leading run of single characters in `sets`."""
+    text = []
+    for chars in sets:
+        if len(chars) != 1:
+            break
+        text.append(next(iter(chars)))
+    return "".join(text)

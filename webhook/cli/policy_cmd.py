@@ -87,7 +87,15 @@ def lint(directory: str | None, out: TextIO) -> int:
         print(f"{count} problem{'s' if count != 1 else ''} in {chosen}: nothing was loaded", file=out)
         return 1
     if not policies.policies:
-        print(f"{chosen}: no policy files (*.yaml, *.yml): every namespace gets the built-in defaults", file=out)
+        read = len(policies.files)
+        if not read:
+            what = "no policy files (*.yaml, *.yml)"
+        else:  # a file without errors and without policies holds nothing else
+            what = (
+                f"{read} policy file{'s' if read != 1 else ''} (*.yaml, *.yml) read, but "
+                f"{'they hold' if read != 1 else 'it holds'} no policies, only comments and empty documents"
+            )
+        print(f"{chosen}: {what}: every namespace gets the built-in defaults", file=out)
         print(f"  {describe_policy(policies.for_namespace('default'))}", file=out)
         return 0
 
@@ -158,7 +166,7 @@ def describe_policy(policy: Policy) -> str:
         parts.append(f"GPU {policy.gpu.model or 'memory'} ({memory} MiB)" if memory else f"GPU {policy.gpu.model}")
     parts.append(f"enforcement {policy.enforcement}")
     parts.append(f"fractional {policy.fractional}")
-    if policy.shared_fraction is not None:
+    if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
     parts.append(f"max {policy.max_per_container} per container, {policy.limits.max_per_pod} per pod")
@@ -170,12 +178,12 @@ def describe_policy(policy: Policy) -> str:
 
 def explain(namespaces: list[str], directory: str | None, out: TextIO, err: TextIO) -> int:
     from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.policy import is_namespace_name
+    from webhook.admission.policy import is_namespace_name, quote
 
     bad = [name for name in namespaces if not is_namespace_name(name)]
     for name in bad:
         print(
-            f'gpu-webhook policy explain: "{name}" is not a valid namespace name; namespace names are 1-63 '
+            f"gpu-webhook policy explain: {quote(name)} is not a valid namespace name; namespace names are 1-63 "
             "lowercase letters, digits and '-', starting and ending with a letter or digit",
             file=err,
         )
