@@ -274,21 +274,16 @@ def test_explain_the_shipped_examples() -> None:
     assert "    verdict    deny" in team
 
 
-def test_explain_an_invalid_namespace_exits_2(tmp_path: Path) -> None:
-    run = gpu_webhook("policy", "explain", "--policies", "pol", "Team_A", cwd=tmp_path)
+@pytest.mark.parametrize(
+    ("namespace", "shown"),
+    [("Team_A", '"Team_A"'), ("a\x1b[31m", '"a\\u001b[31m"')],  # a terminal escape is quoted, not obeyed
+)
+def test_explain_an_invalid_namespace_exits_2(tmp_path: Path, namespace: str, shown: str) -> None:
+    run = gpu_webhook("policy", "explain", "--policies", "pol", namespace, cwd=tmp_path)
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == (
-        'gpu-webhook policy explain: "Team_A" is not a valid namespace name; namespace names are 1-63 lowercase '
+        f"gpu-webhook policy explain: {shown} is not a valid namespace name; namespace names are 1-63 lowercase "
         "letters, digits and '-', starting and ending with a letter or digit\n"
-    )
-
-
-def test_explain_quotes_a_namespace_that_holds_a_terminal_escape(tmp_path: Path) -> None:
-    run = gpu_webhook("policy", "explain", "--policies", "pol", "a\x1b[31m", cwd=tmp_path)
-    assert (run.returncode, run.stdout) == (2, "")
-    assert run.stderr == (
-        'gpu-webhook policy explain: "a\\u001b[31m" is not a valid namespace name; namespace names are 1-63 '
-        "lowercase letters, digits and '-', starting and ending with a letter or digit\n"
     )
 
 

@@ -301,30 +301,21 @@ def test_jax_hints_are_skipped_when_the_user_set_a_jax_fraction(variable):
     assert f'gpu-admission: container "app": kept {variable} as set; jax hints skipped' in decision.warnings
 
 
-def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf():
+# PyTorch reads one of PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF (which one first depends on the version):
+# the hint goes into the one the user set, never into a second variable that would hide the user's settings.
+@pytest.mark.parametrize("variable", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf(variable):
     torch = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), framework_env=("pytorch",))
-    env = [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]
+    env = [{"name": variable, "value": "expandable_segments:True"}]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
-    assert decision.mutated["spec"]["containers"][0]["env"] == [
-        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True,per_process_memory_fraction:0.25"}
-    ]
-    assert decision.patch[-1] == {
-        "op": "replace",
-        "path": "/spec/containers/0/env/0/value",
-        "value": "expandable_segments:True,per_process_memory_fraction:0.25",
-    }
+    merged = "expandable_segments:True,per_process_memory_fraction:0.25"
+    assert decision.mutated["spec"]["containers"][0]["env"] == [{"name": variable, "value": merged}]
+    assert decision.patch[-1] == {"op": "replace", "path": "/spec/containers/0/env/0/value", "value": merged}
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING))
 
 
-def test_a_users_pytorch_alloc_conf_gets_the_hint_instead_of_a_cuda_variable_that_would_hide_it():
-    # PyTorch reads one of PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF: a second variable would drop the
-    # user's settings (or ours, depending on the version).
+def test_a_users_pytorch_alloc_conf_from_a_secret_is_kept_with_a_notice():
     torch = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), framework_env=("pytorch",))
-    env = [{"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"}]
-    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
-    assert decision.mutated["spec"]["containers"][0]["env"] == [
-        {"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True,per_process_memory_fraction:0.25"}
-    ]
     from_secret = [{"name": "PYTORCH_ALLOC_CONF", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=from_secret)), torch)
     assert decision.mutated["spec"]["containers"][0]["env"] == from_secret
