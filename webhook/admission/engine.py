@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.mutate import WARNING_PREFIX, mutate
-from webhook.admission.podspec import POD_SPEC_PATHS, get_path, mentions_gpu, pod_spec_path
+from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.policy import Enforcement, PolicySet
 from webhook.admission.validate import validate
 
@@ -95,18 +95,11 @@ def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> st
       Deployment controller would make new ReplicaSets, one after another.
     """
     metadata = obj.get("metadata")
-    if type(metadata) is dict:
-        if metadata.get("deletionTimestamp"):
-            return "it is being deleted"
-        if spec_path != POD_SPEC and _controller(metadata.get("ownerReferences")):
-            return "its pod template comes from its controller"
+    if type(metadata) is dict and metadata.get("deletionTimestamp"):
+        return "it is being deleted"
+    if spec_path != POD_SPEC and controller_reference(obj) is not None:
+        return "its pod template comes from its controller"
     if type(old) is dict and get_path(old, spec_path) == get_path(obj, spec_path):
         return "this update leaves its pod spec as it was"
     return ""
 
-
-def _controller(owners: Any) -> bool:
-    """Whether `metadata.ownerReferences` names a controller (at most one entry may have controller: true)."""
-    if type(owners) is not list:
-        return False
-    return any(type(owner) is dict and owner.get("controller") is True for owner in owners)

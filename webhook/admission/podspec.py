@@ -63,6 +63,17 @@ def get_path(obj: Any, path: tuple[str | int, ...]) -> Any:
     return node
 
 
+def controller_reference(obj: Any) -> dict[str, Any] | None:
+    """The owner reference marked `controller: true` (at most one may be): what made the object, or None."""
+    metadata = obj.get("metadata") if type(obj) is dict else None
+    owners = metadata.get("ownerReferences") if type(metadata) is dict else None
+    if type(owners) is list:
+        for owner in owners:
+            if type(owner) is dict and owner.get("controller") is True:
+                return owner
+    return None
+
+
 def container_name(section: str, index: int, body: dict[str, Any]) -> str:
     name = body.get("name")
     return name if type(name) is str and name else f"{section}[{index}]"

@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from webhook.admission.podspec import controller_reference
 from webhook.cli.check_cmd import (
     CommandError,
     add_report_arguments,
@@ -112,12 +113,8 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _controller(obj: dict[str, Any]) -> tuple[str, str] | None:
     """The (kind, name) of the owner reference marked `controller: true`, if any."""
-    metadata = obj.get("metadata")
-    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
-    for ref in refs if isinstance(refs, list) else []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return str(ref.get("kind", "?")), str(ref.get("name", "?"))
-    return None
+    ref = controller_reference(obj)
+    return None if ref is None else (str(ref.get("kind", "?")), str(ref.get("name", "?")))
 
 
 _progress_shown = False

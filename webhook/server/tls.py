@@ -171,16 +171,12 @@ def _stat(path: Path) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _not_after(cert_file: Path) -> dt.datetime:
-    from webhook.certs import certificate_not_after
-
-    return certificate_not_after(cert_file)
-
-
-def _not_before(cert_file: Path) -> dt.datetime:
+def _validity(cert_file: Path) -> tuple[dt.datetime, dt.datetime]:
+    """The certificate's (not before, not after), UTC-aware."""
     from webhook.certs import load_certificate
 
-    return load_certificate(cert_file).not_valid_before_utc
+    cert = load_certificate(cert_file)
+    return cert.not_valid_before_utc, cert.not_valid_after_utc
 
 
 class CertStore:
@@ -191,7 +187,7 @@ class CertStore:
         self.key_file = Path(key_file)
         self._fingerprint = self.fingerprint()
         self.context = build_context(self.cert_file, self.key_file)
-        self.not_after = _not_after(self.cert_file)
+        self.not_after = _validity(self.cert_file)[1]
         self._failed: Fingerprint | None = None
 
     def fingerprint(self) -> Fingerprint:
@@ -209,7 +205,7 @@ class CertStore:
             return False
         try:
             context = build_context(self.cert_file, self.key_file)
-            not_after, not_before = _not_after(self.cert_file), _not_before(self.cert_file)
+            not_before, not_after = _validity(self.cert_file)
             now = dt.datetime.now(dt.UTC)
             if self.not_after > now and not not_before <= now < not_after:
                 raise ValueError(
