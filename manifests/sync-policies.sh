@@ -14,7 +14,7 @@ for old in "$dst"/*.yaml "$dst"/*.yml; do
 done
 names=$(for file in "$src"/*.yaml "$src"/*.yml; do if [ -f "$file" ]; then basename "$file"; fi; done | sort)
 for name in $names; do
-  if [ "$name" = kustomization.yaml ]; then
+  if [ "$name" = kustomization.yaml ] || [ "$name" = kustomization.yml ]; then
     echo "sync-policies: $src/$name: rename it (kustomize reserves that name)" >&2
     exit 1
   fi

@@ -432,6 +432,21 @@ def test_the_server_command_is_one_the_cli_accepts(default: list[dict[str, Any]]
     assert args.cert_file == "/etc/gpu-admission/tls/tls.crt" and args.policies == "/etc/gpu-admission/policies"
 
 
+def test_the_latency_histogram_reaches_past_the_webhooks_timeout(default: list[dict[str, Any]]) -> None:
+    # A review close to the API server's timeout must show as such, not as "somewhere over the last bucket".
+    from webhook.server.metrics import DURATION
+
+    last_bucket = max(b for b in DURATION._upper_bounds if b != float("inf"))
+    timeouts = {hook["timeoutSeconds"] for c in webhook_configurations(default) for hook in c["webhooks"]}
+    assert last_bucket > max(timeouts) == 5
+
+
+def test_the_pre_stop_delay_needs_only_the_images_python(default: list[dict[str, Any]]) -> None:
+    # preStop.sleep needs Kubernetes 1.30 (1.29 drops it silently, older API servers refuse the Deployment).
+    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["lifecycle"] == {"preStop": {"exec": {"command": ["python3", "-c", "import time; time.sleep(5)"]}}}
+
+
 def test_probes_use_readyz_and_healthz_over_https(default: list[dict[str, Any]]) -> None:
     (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8443, "scheme": "HTTPS"}
@@ -440,7 +455,10 @@ def test_probes_use_readyz_and_healthz_over_https(default: list[dict[str, Any]])
 
 def test_the_disruption_budget_and_service(default: list[dict[str, Any]]) -> None:
     budget = one(default, "PodDisruptionBudget")
-    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": APP_LABELS}}
+    # Unready replicas serve nothing: a drain may always evict them (the default would wait forever).
+    assert budget["spec"] == {
+        "minAvailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {"matchLabels": APP_LABELS},
+    }  # fmt: skip
     service = one(default, "Service")
     assert service["metadata"]["name"] == "gpu-admission"
     assert service["spec"]["selector"] == APP_LABELS
@@ -597,14 +615,15 @@ def test_the_documented_one_liner_fills_every_ca_bundle(tmp_path: Path) -> None:
         assert {base64.b64decode(b, validate=True) for b in bundles} == {out.ca_cert.read_bytes()}
 
 
-def test_the_no_match_conditions_overlay_differs_only_in_match_conditions(
+def test_the_no_match_conditions_overlay_differs_only_in_what_older_clusters_lack(
     rendered: dict[str, list[dict[str, Any]]], default: list[dict[str, Any]]
 ) -> None:
     overlay = sorted(rendered["no-match-conditions"], key=_key)
     expected = sorted(copy.deepcopy(default), key=_key)
     for configuration in webhook_configurations(expected):
         for hook in configuration["webhooks"]:
-            del hook["matchConditions"]
+            del hook["matchConditions"]  # Kubernetes 1.28+
+    del one(expected, "PodDisruptionBudget")["spec"]["unhealthyPodEvictionPolicy"]  # beta from 1.27
     assert overlay == expected
 
 
