@@ -205,6 +205,8 @@ CASES = [
     Case("request-kind-string", review_field(kind="Pod"), 400, "request.kind: expected an object, got string"),
     Case("request-kind-empty", review_field(kind={}), 400, "request.kind.kind: missing"),
     Case("request-kind-number", review_field(kind={"kind": 1}), 400, "request.kind.kind: expected a string"),
+    Case("request-kind-3-mb-key", review_field(kind={"kind": "Pod", "k" * 3_000_000: 1}), 400,
+         "request.kind.'" + "k" * 60 + "': expected a string, got number"),
     Case("operation-lowercase", review_field(operation="create"), 400, "request.operation: 'create' is not one of"),
     Case("operation-null", review_field(operation=None), 400, "request.operation: expected a string, got null"),
     Case("namespace-list", review_field(namespace=["team-a"]), 400, "request.namespace: expected a string, got list"),
@@ -478,3 +480,9 @@ def test_a_review_log_line_stays_small_whatever_the_review(hostile_server, sessi
     hostile_server.wait_for_log(lambda r: r.get("uid") == "log-size-0000")
     (line,) = [line for line in hostile_server.log().splitlines() if '"uid": "log-size-0000"' in line]
     assert len(line) <= LOG_LINE_LIMIT, f"a review log line of {len(line)} characters"
+
+
+def test_no_log_line_of_the_whole_corpus_is_large(hostile_server):
+    """Rejected reviews too: a 3 MB key in request.kind once made a 3 MB "review rejected" line."""
+    longest = max(hostile_server.log().splitlines(), key=len)
+    assert len(longest) <= LOG_LINE_LIMIT, f"a log line of {len(longest)} characters: {longest[:200]}"

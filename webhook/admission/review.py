@@ -173,7 +173,8 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
     """A GroupVersionKind/Resource: an object whose present fields are strings."""
     for key, item in value.items():
         if not isinstance(item, str):
-            raise ReviewError(f"{where}.{key}: expected a string, got {_type_name(item)}")
+            shown = key if len(key) <= 60 and key.isprintable() else repr(key[:60])  # any size, any character
+            raise ReviewError(f"{where}.{shown}: expected a string, got {_type_name(item)}")
     return value
 
 

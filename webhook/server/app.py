@@ -142,7 +142,8 @@ def create_app(state: ServerState) -> Flask:
 def _reject(webhook: str, status: int, message: str, started: float, uid: str = "") -> Answer:
     """A review answered without an AdmissionReview: counted as an error, logged, JSON body."""
     metrics.observe_review(webhook, "error", time.perf_counter() - started)
-    log(_review_log, logging.WARNING, "review rejected", webhook=webhook, uid=uid, status=status, error=message)
+    log(_review_log, logging.WARNING, "review rejected", webhook=webhook, uid=_cut(uid), status=status,
+        error=_cut(message, LOG_LINE_MAX))  # fmt: skip
     return _error_answer(status, message)
 
 
