@@ -33,18 +33,22 @@ def container(gpu: Any = None, *, requests_only: bool = False) -> dict[str, Any]
     return body
 
 
-def owned(kind: str, name: str) -> dict[str, Any]:
+def uid(kind: str, name: str) -> str:
+    return f"uid-{kind.lower()}-{name}"
+
+
+def owned(kind: str, name: str, api_version: str = "x/v1") -> dict[str, Any]:
     return {
         "ownerReferences": [
-            {"apiVersion": "x/v1", "kind": kind, "name": name, "uid": "u", "controller": True}
+            {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid(kind, name), "controller": True}
         ]
     }
 
 
 def pod(
-    name: str, namespace: str, gpu: Any = None, *, owner: tuple[str, str] | None = None
+    name: str, namespace: str, gpu: Any = None, *, owner: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
-    metadata = {"name": name, "namespace": namespace, **(owned(*owner) if owner else {})}
+    metadata = {"name": name, "namespace": namespace, "uid": uid("Pod", name), **(owned(*owner) if owner else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container(gpu)]}}
 
 
@@ -59,13 +63,15 @@ CLUSTER = [
     {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "ml"},
+        "metadata": {"name": "web", "namespace": "ml", "uid": uid("Deployment", "web")},
         "spec": {"replicas": 1, "template": template(1)},
     },
     {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
-        "metadata": {"name": "web-1", "namespace": "ml", **owned("Deployment", "web")},
+        "metadata": {
+            "name": "web-1", "namespace": "ml", "uid": uid("ReplicaSet", "web-1"), **owned("Deployment", "web"),
+        },
         "spec": {"replicas": 1, "template": template(1)},
     },
     pod("web-1-abc", "ml", 1, owner=("ReplicaSet", "web-1")),
@@ -75,13 +81,15 @@ CLUSTER = [
     {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": {"name": "nightly", "namespace": "batch"},
+        "metadata": {"name": "nightly", "namespace": "batch", "uid": uid("CronJob", "nightly")},
         "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": template(2)}}},
     },
     {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "nightly-1", "namespace": "batch", **owned("CronJob", "nightly")},
+        "metadata": {
+            "name": "nightly-1", "namespace": "batch", "uid": uid("Job", "nightly-1"), **owned("CronJob", "nightly"),
+        },
         "spec": {"template": template(2)},
     },
 ]
@@ -164,6 +172,33 @@ def test_audit_one_namespace_with_owned_objects_lists_everything_with_its_owner(
     assert run.stdout.splitlines()[-1].startswith("9 objects: 8 allowed, 1 denied, 1 mutated, 1 skipped")
 
 
+def test_the_pods_of_workloads_that_an_operator_owns_are_reported(tmp_path):
+    """The webhook leaves a controller-owned workload alone and judges its Pods: so does the audit. Owners are
+    matched by uid: Volcano's `Job` is not a batch Job that the audit judged."""
+    notebook = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "lab", "namespace": "nb", "uid": uid("StatefulSet", "lab"), **owned("Notebook", "lab")},
+        "spec": {"template": template("0.5")},
+    }  # fmt: skip
+    api = FakeKubeAPI()
+    api.add(
+        notebook,
+        pod("lab-0", "nb", "0.5", owner=("StatefulSet", "lab")),
+        pod("vc-0", "nb", "500m", owner=("Job", "vc", "batch.volcano.sh/v1alpha1")),
+    )
+    api.start()
+    try:
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES, "-o", "json")
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stderr
+    report = json.loads(run.stdout)
+    denied = {r["name"]: r for r in report["results"] if not r["allowed"]}
+    assert set(denied) == {"lab-0", "vc-0"}
+    assert report["summary"]["skipped"] == 1, "the StatefulSet: its template is its Notebook's"
+
+
 # --- cluster errors: one line, exit 2 ---------------------------------------------------------------------
 
 
@@ -204,6 +239,28 @@ def test_an_unreachable_cluster_is_one_line(cluster, tmp_path, capsys):
     (tmp_path / "kubeconfig").write_text(json.dumps(config))
     message = audit_error(capsys, "--kubeconfig", str(tmp_path / "kubeconfig"))
     assert message.startswith(f"cannot reach the cluster at http://127.0.0.1:{port}: ")
+
+
+def test_a_server_that_is_not_a_kubernetes_api_is_an_error_not_a_clean_report(cluster, tmp_path, capsys):
+    # A wrong path after the server address (a proxy, another cluster's prefix) answers 404 to everything.
+    config = json.loads(Path(cluster.write_kubeconfig(tmp_path / "kubeconfig")).read_text())
+    config["clusters"][0]["cluster"]["server"] = f"{cluster.url}/wrong-prefix"
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    assert audit_error(capsys, "--kubeconfig", str(tmp_path / "kubeconfig")) == (
+        f"{cluster.url}/wrong-prefix does not serve deployments.apps (404), which every Kubernetes API server does: "
+        "check the "
+        "server address (and any path after it) of the kubeconfig's cluster"
+    )
+
+
+def test_kubeconfig_from_the_environment_is_a_list_whose_missing_files_are_skipped(
+    cluster, kubeconfig, tmp_path, monkeypatch, capsys
+):
+    real = Path(kubeconfig)
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(tmp_path / "missing"), str(real)]))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["audit", "--policies", POLICIES, "-o", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["summary"]["objects"] == 9
 
 
 def test_kubeconfig_problems_are_one_line(cluster, tmp_path, capsys):

@@ -1,9 +1,12 @@
 """`gpu-webhook audit`: what the current policies would deny or mutate in a running cluster.
 
-The report a platform team reads before turning enforcement on. Objects owned by a controller that the audit
-also lists (a Deployment's ReplicaSets, their Pods, a CronJob's Jobs) are left out by default: the owner's
-template is what gets fixed, and reporting every replica would bury it. Pods of other controllers (operators'
-custom resources) are reported with their owner. `--include-owned` reports everything. Objects the webhook
+The report a platform team reads before turning enforcement on. Objects whose controller the audit listed and
+judged (a Deployment's ReplicaSets, their Pods, a CronJob's Jobs) are left out by default: the owner's
+template is what gets fixed, and reporting every replica would bury it. Objects of other controllers (an
+operator's StatefulSet, the Pods of a custom resource) are reported with their owner, and so are their Pods:
+the webhook leaves a controller-owned workload alone and judges its Pods. Owners are matched by uid, so a
+custom resource that shares a kind's name (Volcano's `Job`) is no batch Job. `--include-owned` reports
+everything. Objects the webhook
 would leave alone are counted, not listed, unless `--all`: a cluster has thousands of them.
 """
 
@@ -77,26 +80,29 @@ def _audit(args: argparse.Namespace) -> int:
 
     evaluator = local_evaluator(load_policy_set(args.policies))
 
-    from webhook.cli.kube import KINDS, RESOURCES, Cluster
+    from webhook.cli.kube import RESOURCES, Cluster
 
     cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
     namespace = None if args.all_namespaces else args.namespace
     results = []
+    covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
     try:
-        for resource in RESOURCES:
+        for resource in RESOURCES:  # owners before what they own: workloads, then Jobs, then Pods
             for obj in cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress):
-                owner = _controller(obj)
-                if owner is not None and owner[0] in KINDS and not args.include_owned:
+                ref = controller_reference(obj)
+                if ref is not None and ref.get("uid") in covered and not args.include_owned:
+                    _cover(covered, obj)  # a ReplicaSet's Pods are its Deployment's too
                     continue
-                results.append(
-                    evaluate_one(
-                        evaluator,
-                        obj,
-                        source=cluster.name,
-                        document=len(results),
-                        owner=f"{owner[0]}/{owner[1]}" if owner else None,
-                    )
+                result = evaluate_one(
+                    evaluator,
+                    obj,
+                    source=cluster.name,
+                    document=len(results),
+                    owner=f"{ref.get('kind', '?')}/{ref.get('name', '?')}" if ref is not None else None,
                 )
+                if not result.skipped:
+                    _cover(covered, obj)
+                results.append(result)
     finally:
         cluster.close()
         _progress_done()
@@ -111,10 +117,12 @@ def _audit(args: argparse.Namespace) -> int:
     )
 
 
-def _controller(obj: dict[str, Any]) -> tuple[str, str] | None:
-    """The (kind, name) of the owner reference marked `controller: true`, if any."""
-    ref = controller_reference(obj)
-    return None if ref is None else (str(ref.get("kind", "?")), str(ref.get("name", "?")))
+def _cover(covered: set[str], obj: dict[str, Any]) -> None:
+    """Record that `obj`'s pod template is judged in the report (an object without a uid covers nothing)."""
+    metadata = obj.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, dict) else None
+    if isinstance(uid, str) and uid:
+        covered.add(uid)
 
 
 _progress_shown = False

@@ -58,7 +58,6 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("Pod", "v1", "pods", "CoreV1Api", "pod"),
 )
 
-KINDS = frozenset(r.kind for r in RESOURCES)
 
 
 class Cluster:
@@ -91,8 +90,9 @@ class Cluster:
         """Load credentials into `configuration`; return the name to report (the context, or in-cluster)."""
         if kubeconfig is not None and not os.path.exists(kubeconfig):
             raise ClusterError(f"--kubeconfig {kubeconfig}: no such file")
-        default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
-        if kubeconfig is None and context is None and not os.path.exists(default):
+        # $KUBECONFIG is a list of files that kubectl merges, skipping those that do not exist.
+        chain = [os.path.expanduser(p) for p in os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep) if p]
+        if kubeconfig is None and context is None and not any(os.path.exists(path) for path in chain):
             if not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 raise ClusterError(
                     "no kubeconfig (~/.kube/config or $KUBECONFIG) and not running in a cluster; "
@@ -100,12 +100,14 @@ class Cluster:
                 )
             config.load_incluster_config(client_configuration=configuration)
             return "in-cluster"
+        # Named here, not left to the client's default, which it reads from $KUBECONFIG once, at import.
+        files = kubeconfig if kubeconfig is not None else os.pathsep.join(chain)
         config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+            config_file=files, context=context, client_configuration=configuration, persist_config=False
         )
         if context:
             return context
-        _, active = config.list_kube_config_contexts(kubeconfig)
+        _, active = config.list_kube_config_contexts(files)
         return str(active.get("name")) if isinstance(active, dict) else "kubeconfig"
 
     def close(self) -> None:
@@ -121,8 +123,10 @@ class Cluster:
     ) -> list[dict[str, Any]]:
         """Every object of `resource` (in `namespace`, or all), following `continue` tokens page by page.
 
-        A resource the cluster does not serve (404) lists as empty. A continue token that expired (410, a
-        listing slower than the API server's token lifetime) restarts that resource's listing once.
+        Every resource listed is GA in every Kubernetes the webhook supports, so a 404 means the kubeconfig
+        does not point at a Kubernetes API (a wrong path or proxy): an error, never an empty and clean report.
+        A continue token that expired (410, a listing slower than the API server's token lifetime) restarts
+        that resource's listing once.
         """
         for attempt in (1, 2):
             try:
@@ -146,8 +150,6 @@ class Cluster:
         seen = 0
         while True:
             page = self._get(resource, namespace, page_size, token)
-            if page is None:
-                return
             items = page.get("items") or []
             for obj in items:
                 if isinstance(obj, dict):
@@ -198,8 +200,8 @@ class Cluster:
 
     def _get(
         self, resource: Resource, namespace: str | None, page_size: int, token: str | None
-    ) -> dict[str, Any] | None:
-        """One page as a dict; None when the cluster does not serve the resource."""
+    ) -> dict[str, Any]:
+        """One page as a dict."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError, SSLError
 
@@ -213,8 +215,6 @@ class Cluster:
         except (HTTPError, OSError) as exc:
             cause = getattr(exc, "reason", None) or exc
             raise ClusterError(f"cannot reach the cluster at {self.host}: {_first_line(cause)}") from None
-        if status == 404:
-            return None
         if status == 410:
             raise _Expired
         if status != 200:
@@ -245,6 +245,11 @@ class Cluster:
                 f"forbidden (403) to list {resource.name} {where}: {detail}; the audit needs get/list on "
                 "pods, podtemplates, replicationcontrollers, deployments, statefulsets, daemonsets, "
                 "replicasets, jobs and cronjobs"
+            )
+        if status == 404:
+            return (
+                f"{self.host} does not serve {resource.name} (404), which every Kubernetes API server does: "
+                "check the server address (and any path after it) of the kubeconfig's cluster"
             )
         return f"{self.host} answered HTTP {status} listing {resource.name}: {detail}"
 
