@@ -198,6 +198,19 @@ def test_a_certificate_close_to_expiry_makes_the_server_unready_and_says_what_to
     assert expiry - time.time() < 3 * 86400 + 60
 
 
+def test_readiness_may_wait_for_the_expiry_itself_while_the_log_and_the_metric_still_warn(start_server, tmp_path):
+    # Every replica shares the certificate: an operator may prefer a warning to all replicas going unready.
+    cert = certs.generate_dev_certs(tmp_path / "certs")
+    certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=3))
+    server = start_server(cert=cert, extra_args=["--unready-before-expiry", "0d"])
+    assert server.get("/readyz").status_code == 200
+    record = server.wait_for_log(lambda r: r.get("event") == "certificate-expiry")
+    assert record["message"].startswith(f"certificate {cert.tls_cert} expires in 3.0 days")
+    assert "not ready" not in record["message"] and "certs renew" in record["message"]
+    expiry = server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"]
+    assert expiry - time.time() < 3 * 86400 + 60
+
+
 def _readyz_status(server: LiveServer) -> int:
     try:
         return server.get("/readyz", timeout=2).status_code

@@ -50,6 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--metrics-port", type=int, default=9090, help="plain-HTTP Prometheus metrics port (default 9090; 0: off)"
     )
+    parser.add_argument(
+        "--unready-before-expiry",
+        metavar="DURATION",
+        default="7d",
+        help="fail /readyz this long before the certificate expires, so that it gets renewed (default 7d; 0d: "
+        "only once expired; every replica shares the certificate, so all go unready together)",
+    )
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     # For tests: how often the certificate files are looked at (the default keeps rotation under 60 s).
     parser.add_argument("--cert-reload-interval", type=float, default=30.0, help=argparse.SUPPRESS)
@@ -77,6 +84,12 @@ def _check_args(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if not 0 <= value <= 65535 or (name == "port" and value == 0):
             raise ServeError(f"--{name.replace('_', '-')} {value}: not a TCP port (1-65535)")
+    from webhook.certs import CertError, parse_duration
+
+    try:
+        args.unready_before = parse_duration(args.unready_before_expiry)
+    except CertError as exc:
+        raise ServeError(f"--unready-before-expiry: {exc}") from None
     if args.workers < 1 or args.threads < 1:
         raise ServeError("--workers and --threads must be at least 1")
     if args.metrics_port and args.metrics_port == args.port:
@@ -161,7 +174,7 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
     except OSError as exc:
         raise ServeError(f"cannot read policies in {policy_dir}: {exc.strerror or exc}") from None
     try:
-        certificate = CertStore(cert_file, key_file)
+        certificate = CertStore(cert_file, key_file, unready_before=args.unready_before)
     except Exception as exc:  # ssl.SSLError: a pair the TLS library refuses
         raise ServeError(f"cannot use {cert_file} with {key_file}: {exc}") from None
     state = ServerState(
@@ -170,9 +183,10 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         policy_interval=args.policy_reload_interval,
         cert_interval=args.cert_reload_interval,
     )
-    problem = certificate.problem()
-    if problem:
-        logs.log(logging.getLogger(logs.LOGGER), logging.WARNING, f"not ready: {problem}", event="certificate-expiry")
+    notice = certificate.expiry_notice()
+    if notice:
+        unready = "not ready: " if certificate.problem() else ""
+        logs.log(logging.getLogger(logs.LOGGER), logging.WARNING, unready + notice, event="certificate-expiry")
 
     if args.metrics_port:
         _start_metrics(host, args.metrics_port)

@@ -38,7 +38,8 @@ class ServerState:
     _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """(ready, details): policies loaded, certificate valid and more than 7 days from expiry."""
+        """(ready, details): policies loaded, certificate valid and further from expiry than its store's
+        `unready_before` (7 days unless `serve --unready-before-expiry` says otherwise)."""
         details: dict[str, Any] = {"policies": len(self.policies.current.policies)}
         problems: list[str] = []
         if self.policies.last_error:
@@ -66,7 +67,7 @@ class ServerState:
         assert self.certificate is not None
         self.certificate.check()
         metrics.set_certificate_expiry(self.certificate.not_after.timestamp())
-        problem = self.certificate.problem()
+        problem = self.certificate.expiry_notice()
         if problem and time.monotonic() - self._expiry_warned >= EXPIRY_WARNING_EVERY:
             self._expiry_warned = time.monotonic()
             log(_log, logging.WARNING, problem, event="certificate-expiry",

@@ -21,7 +21,8 @@ from webhook.server.logs import LOGGER, log
 
 # TLS 1.2 suites with forward secrecy and AEAD only (TLS 1.3's suites are all of that kind).
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
-# Readiness fails this close to expiry, so that somebody renews before the API server starts failing.
+# This close to expiry the log says what to run (hourly), and by default readiness fails, so that somebody
+# renews before the API server starts failing (`serve --unready-before-expiry` changes the latter).
 EXPIRY_MARGIN = dt.timedelta(days=7)
 
 _log = logging.getLogger(f"{LOGGER}.tls")
@@ -182,7 +183,10 @@ def _validity(cert_file: Path) -> tuple[dt.datetime, dt.datetime]:
 class CertStore:
     """The certificate and key the server presents; `context` is replaced whole when they change."""
 
-    def __init__(self, cert_file: Path | str, key_file: Path | str) -> None:
+    def __init__(
+        self, cert_file: Path | str, key_file: Path | str, unready_before: dt.timedelta = EXPIRY_MARGIN
+    ) -> None:
+        self.unready_before = unready_before  # readiness fails this long before expiry (0: once expired)
         self.cert_file = Path(cert_file)
         self.key_file = Path(key_file)
         self._fingerprint = self.fingerprint()
@@ -229,14 +233,20 @@ class CertStore:
         return True
 
     def problem(self, now: dt.datetime | None = None) -> str | None:
-        """Why the certificate makes the server unready, or None."""
+        """Why the certificate makes the server unready (expired, or within `unready_before` of it), or None."""
+        now = now or dt.datetime.now(dt.UTC)
+        notice = self.expiry_notice(now)
+        return notice if notice and self.not_after - now <= self.unready_before else None
+
+    def expiry_notice(self, now: dt.datetime | None = None) -> str | None:
+        """Expired, or within EXPIRY_MARGIN (or `unready_before`, if longer) of it: what to run, for the log."""
         now = now or dt.datetime.now(dt.UTC)
         if self.not_after <= now:
             return (
                 f"certificate {self.cert_file} expired on {self.not_after:%Y-%m-%d %H:%M} UTC: renew it "
                 f"(`gpu-webhook certs renew --dir {self.cert_file.parent}`) or update its Secret"
             )
-        if self.not_after - now <= EXPIRY_MARGIN:
+        if self.not_after - now <= max(EXPIRY_MARGIN, self.unready_before):
             days = (self.not_after - now) / dt.timedelta(days=1)
             return (
                 f"certificate {self.cert_file} expires in {days:.1f} days ({self.not_after:%Y-%m-%d %H:%M} "
