@@ -6,8 +6,8 @@ template is what gets fixed, and reporting every replica would bury it. Objects 
 operator's StatefulSet, the Pods of a custom resource) are reported with their owner, and so are their Pods:
 the webhook leaves a controller-owned workload alone and judges its Pods. Owners are matched by uid, so a
 custom resource that shares a kind's name (Volcano's `Job`) is no batch Job. `--include-owned` reports
-everything. Objects the webhook
-would leave alone are counted, not listed, unless `--all`: a cluster has thousands of them.
+everything. Objects the webhook would leave alone are counted, not listed, unless `--all`: a cluster has
+thousands of them.
 """
 
 from __future__ import annotations

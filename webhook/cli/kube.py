@@ -59,7 +59,6 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-
 class Cluster:
     """A connection to one cluster (kubeconfig context or in-cluster service account)."""
 
