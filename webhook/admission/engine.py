@@ -102,4 +102,3 @@ def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> st
     if type(old) is dict and get_path(old, spec_path) == get_path(obj, spec_path):
         return "this update leaves its pod spec as it was"
     return ""
-

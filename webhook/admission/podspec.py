@@ -198,7 +198,7 @@ def default_requests_from_limits(obj: dict[str, Any]) -> dict[str, Any]:
     import copy
 
     path = pod_spec_path(obj)
-    if path is None or path != POD_SPEC_PATHS["Pod"] or obj.get("kind") != "Pod":
+    if path is None or obj.get("kind") != "Pod":
         return obj
     result = copy.deepcopy(obj)
     for ref in iter_containers(result, path):

@@ -99,7 +99,7 @@ class GPUModel:
 
     @property
     def memory_gb(self) -> int:
-        return int(self.name.rsplit("-", 1)[1].removesuffix("GB"))
+        return _nominal_gb(self.name)
 
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)
@@ -108,10 +108,15 @@ class GPUModel:
         return [p.name for p in self.mig_profiles]
 
 
+def _nominal_gb(model_name: str) -> int:
+    """`A100-80GB` -> 80: the memory in the model's name."""
+    return int(model_name.rsplit("-", 1)[1].removesuffix("GB"))
+
+
 def _model(name: str, memory_mib: int, profiles: str, memory_slices: int = 8) -> GPUModel:
     """A model and its profiles; each profile's memory share is its nominal size in the GPU's memory slices
     (the guide's "Fraction of Memory" column), rounded to the nearest slice as the names are."""
-    model_gb = int(name.rsplit("-", 1)[1].removesuffix("GB"))
+    model_gb = _nominal_gb(name)
     parsed = []
     for profile in profiles.split():
         slices, memory = profile.removesuffix("+me").split(".")

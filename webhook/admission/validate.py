@@ -224,7 +224,7 @@ def _visible_devices(ref: ContainerRef, rules: _Rules, problems: list[str]) -> N
         )
     elif (prefix := visible_devices_prefix(ref.body)) is not None:
         problems.append(
-            f'{ref.label}: envFrom prefix "{prefix[:40]}" can set {VISIBLE_DEVICES} (from a key '
+            f'{ref.label}: envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key '
             f'"{VISIBLE_DEVICES.removeprefix(prefix)}") but requests no GPU; the NVIDIA container toolkit would '
             f'expose GPUs without allocating them (policy "{rules.policy.name}"): use another prefix or request '
             f"{NVIDIA_GPU}"

@@ -24,7 +24,6 @@ STDIN_LABEL = "<stdin>"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-
 @dataclass(frozen=True, slots=True)
 class Document:
     """One document of a YAML stream (or a whole JSON file)."""
