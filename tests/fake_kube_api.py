@@ -82,13 +82,17 @@ class FakeKubeAPI:
             self._server.server_close()
             self._server = None
 
-    def write_kubeconfig(self, path: Path, *, token: str | None = None, context: str = "fake") -> Path:
-        """A kubeconfig whose current context points at this server with a bearer token."""
+    def write_kubeconfig(
+        self, path: Path, *, token: str | None = None, context: str = "fake", user: dict[str, Any] | None = None
+    ) -> Path:
+        """A kubeconfig whose current context points at this server with a bearer token (or `user`'s credentials:
+        an `exec` plugin, say)."""
+        credentials = user if user is not None else {"token": token if token is not None else self.token}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake-cluster", "cluster": {"server": self.url}}],
-            "users": [{"name": "auditor", "user": {"token": token if token is not None else self.token}}],
+            "users": [{"name": "auditor", "user": credentials}],
             "contexts": [
                 {"name": context, "context": {"cluster": "fake-cluster", "user": "auditor"}},
             ],
@@ -113,8 +117,9 @@ class FakeKubeAPI:
         if plural in self.forbidden:
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
             group = COLLECTIONS[kind][0].split("/")[2] if COLLECTIONS[kind][0].startswith("/apis/") else ""
+            qualified = f"{plural}.{group}" if group else plural  # as the API server names it: "deployments.apps"
             message = (
-                f'{plural} is forbidden: User "auditor" cannot list resource "{plural}" '
+                f'{qualified} is forbidden: User "auditor" cannot list resource "{plural}" '
                 f'in API group "{group}" {scope}'
             )
             return 403, _status(403, "Forbidden", message)

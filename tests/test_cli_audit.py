@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pty
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_kube_api import FakeKubeAPI
+from tests.fake_kube_api import COLLECTIONS, FakeKubeAPI
 from webhook.cli.main import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cli"
@@ -105,10 +106,16 @@ def cluster():
 
 
 @pytest.fixture
-def kubeconfig(cluster, tmp_path):
+def api(cluster):
+    """The module's cluster with no requests recorded and nothing forbidden."""
     cluster.requests.clear()
     cluster.forbidden.clear()
-    return str(cluster.write_kubeconfig(tmp_path / "kubeconfig"))
+    return cluster
+
+
+@pytest.fixture
+def kubeconfig(api, tmp_path):
+    return str(api.write_kubeconfig(tmp_path / "kubeconfig"))
 
 
 def gpu_webhook(*args: str) -> subprocess.CompletedProcess:
@@ -199,6 +206,81 @@ def test_the_pods_of_workloads_that_an_operator_owns_are_reported(tmp_path):
     assert report["summary"]["skipped"] == 1, "the StatefulSet: its template is its Notebook's"
 
 
+# --- resources the identity may not list: skipped, the rest reported, exit 2 -------------------------------
+
+
+def skip_line(resource: str, group: str, where: str, scope: str) -> str:
+    qualified = f"{resource}.{group}" if group else resource
+    return (
+        f"gpu-webhook audit: skipped {qualified} {where}: forbidden (403): {qualified} is forbidden: "
+        f'User "auditor" cannot list resource "{resource}" in API group "{group}" {scope}; '
+        f"grant list on {qualified} for a complete report"
+    )
+
+
+def test_a_resource_the_auditor_may_not_list_is_skipped_and_the_rest_is_reported(cluster, kubeconfig):
+    """Kubernetes' `view` role grants no podtemplates: a read-only auditor gets a report, and exit 2 (not the
+    report's 1) so that an incomplete audit never passes a CI gate."""
+    cluster.forbidden.add("podtemplates")
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json")
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.splitlines() == [skip_line("podtemplates", "", "at cluster scope", "at the cluster scope")]
+    report = json.loads(run.stdout)
+    assert [r["name"] for r in report["results"]] == ["web", "nightly", "train-worker-0", "half"]
+    assert report["summary"] == {"objects": 9, "allowed": 7, "denied": 2, "mutated": 2, "skipped": 0}
+    assert report["skipped_resources"] == [
+        {
+            "resource": "podtemplates",
+            "namespace": None,
+            "status": 403,
+            "message": 'podtemplates is forbidden: User "auditor" cannot list resource "podtemplates" '
+            'in API group "" at the cluster scope',
+        }
+    ]
+    assert cluster.list_requests("pods"), "the resources after the forbidden one are still listed"
+
+    # The table: the same one line per skipped resource on stderr, the report as usual on stdout.
+    cluster.forbidden.add("statefulsets")
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-n", "ml")
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.splitlines() == [
+        skip_line("statefulsets", "apps", 'in namespace "ml"', 'in the namespace "ml"'),
+        skip_line("podtemplates", "", 'in namespace "ml"', 'in the namespace "ml"'),
+    ]
+    assert run.stdout.splitlines()[-1] == "7 objects: 6 allowed, 1 denied, 1 mutated, 0 skipped, 1 with warnings"
+
+
+def test_a_complete_audit_has_no_skipped_resources(cluster, kubeconfig):
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "-n", "batch")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["skipped_resources"] == []
+
+
+def test_what_a_forbidden_owner_owns_is_judged_on_its_own(cluster, kubeconfig):
+    """With deployments and cronjobs unlisted, their ReplicaSet and Job are what the audit sees: the webhook leaves
+    those alone (they are controller-owned), so they cover nothing, and the ReplicaSet's Pod is judged."""
+    cluster.forbidden.update({"deployments", "cronjobs"})
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "--all")
+    assert run.returncode == 2, run.stderr
+    assert len(run.stderr.splitlines()) == 2, run.stderr
+    rows = {line.split()[1]: line.split() for line in run.stdout.splitlines()[1:] if line.startswith("fake#")}
+    assert "Deployment/web" not in rows and "CronJob/nightly" not in rows
+    assert rows["ReplicaSet/web-1"][-2:] == ["skipped", "-"]
+    assert "(owner Deployment/web)" in " ".join(rows["ReplicaSet/web-1"])
+    assert rows["Job/nightly-1"][-2:] == ["skipped", "-"]
+    assert "(owner ReplicaSet/web-1)" in " ".join(rows["Pod/web-1-abc"]), "judged on its own, with its owner"
+    assert rows["Pod/web-1-abc"][-2:] == ["allowed", "0"]
+
+    # ReplicaSets unlisted: the Deployment is judged, and its Pod too (whose owner is a ReplicaSet the audit
+    # could not see, so it cannot know the Pod is the Deployment's): reported twice rather than not at all.
+    cluster.forbidden.clear()
+    cluster.forbidden.add("replicasets")
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "--all")
+    assert run.returncode == 2, run.stderr
+    names = [r["name"] for r in json.loads(run.stdout)["results"]]
+    assert "web" in names and "web-1-abc" in names and "web-1" not in names
+
+
 # --- cluster errors: one line, exit 2 ---------------------------------------------------------------------
 
 
@@ -220,13 +302,116 @@ def test_wrong_credentials_are_one_line(cluster, tmp_path, capsys):
     )
 
 
-def test_forbidden_is_one_line_naming_the_resource_and_scope(cluster, kubeconfig, capsys):
-    cluster.forbidden.add("podtemplates")
-    message = audit_error(capsys, "--kubeconfig", kubeconfig, "-n", "ml")
-    assert message.startswith(
-        'forbidden (403) to list podtemplates in namespace "ml": podtemplates is forbidden: User "auditor" '
-        'cannot list resource "podtemplates" in API group "" in the namespace "ml"; '
-        "the audit needs get/list on"
+def exec_user(command: str | Path) -> dict[str, Any]:
+    """A kubeconfig user whose credentials come from an exec plugin, as cloud kubeconfigs have them."""
+    return {"exec": {"command": str(command), "apiVersion": "client.authentication.k8s.io/v1beta1"}}
+
+
+def plugin(path: Path, script: str) -> Path:
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
+def credential(**status: str) -> str:
+    """The shell line that prints an ExecCredential, what a plugin answers on success."""
+    answer = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", "status": status}
+    return f"echo '{json.dumps(answer)}'\n"
+
+
+def test_a_failing_exec_credential_plugin_is_one_line_with_its_reason(api, tmp_path):
+    """The client logs the plugin's failure and carries on without credentials: the user would see its log line
+    and then a 401 that hides the cause."""
+    failing = plugin(
+        tmp_path / "corp-login-plugin",
+        "echo 'error: token expired' >&2\necho \"  run 'corp-login' to sign in again\" >&2\nexit 1\n",
+    )
+    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(failing))
+    run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {failing} exited with status 1: '
+        "error: token expired; run 'corp-login' to sign in again\n"
+    )
+    assert api.requests == [], "no request is sent without credentials"
+
+    silent = plugin(tmp_path / "silent-plugin", "exit 3\n")
+    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(silent))
+    run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {silent} exited with status 3; '
+        "run it by hand to see why\n"
+    )
+
+
+def test_a_plugin_that_talks_to_the_terminal_keeps_its_say_and_the_audit_adds_one_line(api, tmp_path):
+    """With stdout on a terminal, the client hands the plugin our stderr and stdin (a login prompt): the plugin's
+    own lines are already there, so the audit's line points at them."""
+    prompting = plugin(tmp_path / "device-login-plugin", "echo 'open the login page and enter ABCD' >&2\nexit 1\n")
+    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(prompting))
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "GPU_ADMISSION_POLICIES")}
+    leader, follower = pty.openpty()
+    try:
+        run = subprocess.run(
+            [str(GPU_WEBHOOK), "audit", "--kubeconfig", str(config), "--policies", POLICIES],
+            stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, text=True, env=env, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert run.returncode == 2
+    assert run.stderr == (
+        "open the login page and enter ABCD\n"
+        f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {prompting} failed; '
+        "see its output above\n"
+    )
+
+
+def test_a_missing_exec_credential_plugin_is_one_line(api, tmp_path):
+    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user("no-such-credential-plugin"))
+    run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        'gpu-webhook audit: kubeconfig user "auditor": cannot run exec credential plugin no-such-credential-plugin: '
+        "No such file or directory; install it, or fix the exec command in the kubeconfig\n"
+    )
+
+
+def test_an_exec_plugin_that_fails_when_its_token_expires_is_named_not_a_bare_401(api, tmp_path):
+    """The client runs the plugin again when its token expires, before a request: a failure there is the
+    plugin's too."""
+    expiring = plugin(
+        tmp_path / "sso-plugin",
+        'if [ -e "$0.ran" ]; then echo "error: SSO session expired" >&2; exit 1; fi\ntouch "$0.ran"\n'
+        + credential(token="stale", expirationTimestamp="2000-01-01T00:00:00Z"),
+    )
+    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(expiring))
+    run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES)
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == (
+        f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {expiring} exited with status 1: '
+        "error: SSO session expired\n"
+    )
+    assert len(api.requests) == 1, "the stale token was sent once and rejected"
+
+
+def test_a_working_exec_credential_plugin_gives_the_audit_its_token(api, tmp_path):
+    working = plugin(tmp_path / "token-plugin", credential(token="fake-token"))
+    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(working))
+    run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES, "-o", "json")
+    assert run.returncode == 1, run.stderr
+    assert run.stderr == ""
+    assert json.loads(run.stdout)["summary"]["objects"] == 9
+
+
+def test_when_nothing_may_be_listed_there_is_one_line_and_no_report(cluster, kubeconfig, capsys):
+    cluster.forbidden.update(plural for _, plural in COLLECTIONS.values())
+    assert audit_error(capsys, "--kubeconfig", kubeconfig, "-n", "ml") == (
+        'forbidden (403) to list any of the resources the audit reads in namespace "ml" (deployments.apps is '
+        'forbidden: User "auditor" cannot list resource "deployments" in API group "apps" in the namespace "ml"); '
+        "grant list on deployments.apps, statefulsets.apps, daemonsets.apps, replicasets.apps, "
+        "replicationcontrollers, cronjobs.batch, jobs.batch, podtemplates and pods"
     )
 
 
@@ -290,4 +475,19 @@ def test_progress_is_shown_on_a_terminal_and_cleared(kubeconfig, monkeypatch, ca
     assert "\r\033[Klisting deployments.apps: 1" in progress
     assert "\r\033[Klisting pods: 8" in progress
     assert progress.endswith("\r\033[K"), "the progress line is cleared before the report"
+    assert json.loads(capsys.readouterr().out)["summary"]["objects"] == 9
+
+
+def test_skipped_resources_are_said_after_the_progress_line_is_cleared(api, kubeconfig, monkeypatch, capsys):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    api.forbidden.add("podtemplates")
+    assert main(["audit", "--policies", POLICIES, "--kubeconfig", kubeconfig, "-o", "json"]) == 2
+    progress, skipped = terminal.getvalue().rsplit("\r\033[K", 1)
+    assert "listing pods: 8" in progress
+    assert skipped == skip_line("podtemplates", "", "at cluster scope", "at the cluster scope") + "\n"
     assert json.loads(capsys.readouterr().out)["summary"]["objects"] == 9

@@ -8,13 +8,20 @@ the webhook leaves a controller-owned workload alone and judges its Pods. Owners
 custom resource that shares a kind's name (Volcano's `Job`) is no batch Job. `--include-owned` reports
 everything. Objects the webhook would leave alone are counted, not listed, unless `--all`: a cluster has
 thousands of them.
+
+A resource the identity may not list (403) is skipped, with one stderr line each, and the rest is reported:
+the built-in `view` role grants no podtemplates, and a read-only auditor should still get a report. The exit
+code is then 2 whatever the report says, so an incomplete audit never passes a CI gate; when nothing at all
+may be listed there is no report, only one line. Owners that were skipped cover nothing, so what they own is
+judged on its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from webhook.admission.podspec import controller_reference
 from webhook.cli.check_cmd import (
@@ -26,6 +33,9 @@ from webhook.cli.check_cmd import (
     local_evaluator,
 )
 
+if TYPE_CHECKING:
+    from webhook.cli.kube import Resource
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -33,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="report what the policies would deny or mutate among a cluster's Pods and workloads",
         description=(
             "List Pods and workloads with the kubeconfig (or in-cluster) credentials and evaluate each as "
-            "the webhook would: exit 0 when all would be admitted, 1 when any would be denied, 2 on errors."
+            "the webhook would: exit 0 when all would be admitted, 1 when any would be denied, 2 on errors "
+            "or when a resource could not be listed (403: skipped, the rest reported)."
         ),
     )
     parser.add_argument(
@@ -80,15 +91,21 @@ def _audit(args: argparse.Namespace) -> int:
 
     evaluator = local_evaluator(load_policy_set(args.policies))
 
-    from webhook.cli.kube import RESOURCES, Cluster
+    from webhook.cli.kube import RESOURCES, Cluster, ClusterError, Forbidden
 
     cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
     namespace = None if args.all_namespaces else args.namespace
     results = []
     covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
+    skipped: list[Forbidden] = []
     try:
         for resource in RESOURCES:  # owners before what they own: workloads, then Jobs, then Pods
-            for obj in cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress):
+            try:
+                objects = cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress)
+            except Forbidden as exc:
+                skipped.append(exc)  # its objects cover nothing: what they own is judged on its own
+                continue
+            for obj in objects:
                 ref = controller_reference(obj)
                 if ref is not None and ref.get("uid") in covered and not args.include_owned:
                     _cover(covered, obj)  # a ReplicaSet's Pods are its Deployment's too
@@ -106,7 +123,18 @@ def _audit(args: argparse.Namespace) -> int:
     finally:
         cluster.close()
         _progress_done()
-    return report(
+    if len(skipped) == len(RESOURCES):
+        first = skipped[0]
+        raise ClusterError(
+            f"forbidden (403) to list any of the resources the audit reads {first.where} ({first.detail}); "
+            f"grant list on {_resource_list(RESOURCES)}"
+        )
+    for exc in skipped:
+        sys.stderr.write(
+            f"gpu-webhook audit: skipped {exc.resource.name} {exc.where}: forbidden (403): {exc.detail}; "
+            f"grant list on {exc.resource.name} for a complete report\n"
+        )
+    code = report(
         results,
         args.output,
         sys.stdout,
@@ -114,7 +142,18 @@ def _audit(args: argparse.Namespace) -> int:
         diff=args.diff,
         fail_on_warn=args.fail_on_warn,
         only_affected=not args.show_all,
+        skipped_resources=[
+            {"resource": exc.resource.name, "namespace": exc.namespace, "status": 403, "message": exc.detail}
+            for exc in skipped
+        ],
     )
+    return 2 if skipped else code
+
+
+def _resource_list(resources: Sequence[Resource]) -> str:
+    """`pods, podtemplates and jobs.batch`, as `kubectl create role --resource` spells them."""
+    names = [resource.name for resource in resources]
+    return ", ".join(names[:-1]) + f" and {names[-1]}"
 
 
 def _cover(covered: set[str], obj: dict[str, Any]) -> None:

@@ -8,8 +8,12 @@ only when a `Cluster` is made: it alone takes longer to import than `check` may 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +26,19 @@ REQUEST_TIMEOUT_S = 30
 
 class ClusterError(CommandError):
     """The cluster could not be listed: one line saying what failed and what to do."""
+
+
+class Forbidden(ClusterError):
+    """HTTP 403 on one resource: RBAC, not the cluster, so the caller may skip the resource and list the rest
+    (the built-in `view` role, for one, grants no podtemplates)."""
+
+    def __init__(self, resource: Resource, namespace: str | None, detail: str):
+        self.resource, self.namespace, self.detail = resource, namespace, detail
+        super().__init__(f"forbidden (403) to list {resource.name} {self.where}: {detail}")
+
+    @property
+    def where(self) -> str:
+        return f'in namespace "{self.namespace}"' if self.namespace else "at cluster scope"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +84,8 @@ class Cluster:
         from kubernetes.config.config_exception import ConfigException
 
         configuration = client.Configuration()
+        self._files: str | None = None  # the kubeconfig files loaded (None in-cluster), to name an exec plugin
+        self._context = context
         try:
             self.name = self._load(config, configuration, kubeconfig, context)
         except ConfigException as exc:
@@ -84,8 +103,7 @@ class Cluster:
         self._apis: dict[str, Any] = {}
         self._module = client
 
-    @staticmethod
-    def _load(config: Any, configuration: Any, kubeconfig: str | None, context: str | None) -> str:
+    def _load(self, config: Any, configuration: Any, kubeconfig: str | None, context: str | None) -> str:
         """Load credentials into `configuration`; return the name to report (the context, or in-cluster)."""
         if kubeconfig is not None and not os.path.exists(kubeconfig):
             raise ClusterError(f"--kubeconfig {kubeconfig}: no such file")
@@ -100,10 +118,13 @@ class Cluster:
             config.load_incluster_config(client_configuration=configuration)
             return "in-cluster"
         # Named here, not left to the client's default, which it reads from $KUBECONFIG once, at import.
-        files = kubeconfig if kubeconfig is not None else os.pathsep.join(chain)
-        config.load_kube_config(
-            config_file=files, context=context, client_configuration=configuration, persist_config=False
-        )
+        files = self._files = kubeconfig if kubeconfig is not None else os.pathsep.join(chain)
+        with _plugin_errors() as plugin_errors:  # the user's exec credential plugin runs here
+            config.load_kube_config(
+                config_file=files, context=context, client_configuration=configuration, persist_config=False
+            )
+        if plugin_errors:
+            raise ClusterError(self._plugin_failure(plugin_errors[0]))
         if context:
             return context
         _, active = config.list_kube_config_contexts(files)
@@ -205,7 +226,8 @@ class Cluster:
         from urllib3.exceptions import HTTPError, SSLError
 
         try:
-            response = self._request(resource, namespace, page_size, token)
+            with _plugin_errors() as plugin_errors:  # an expired exec token is renewed here
+                response = self._request(resource, namespace, page_size, token)
             status, reason, body = response.status, response.reason, response.data
         except ApiException as exc:
             status, reason, body = exc.status, exc.reason, exc.body
@@ -216,10 +238,12 @@ class Cluster:
             raise ClusterError(f"cannot reach the cluster at {self.host}: {_first_line(cause)}") from None
         if status == 410:
             raise _Expired
+        if status == 401 and plugin_errors:
+            raise ClusterError(self._plugin_failure(plugin_errors[0]))
+        if status == 403:
+            raise Forbidden(resource, namespace, _status_message(body) or reason or "")
         if status != 200:
-            raise ClusterError(
-                self._refusal(status, _status_message(body) or reason or "", resource, namespace)
-            )
+            raise ClusterError(self._refusal(status, _status_message(body) or reason or "", resource))
         try:
             page = json.loads(body)
         except ValueError:
@@ -232,18 +256,11 @@ class Cluster:
             )
         return page
 
-    def _refusal(self, status: int, detail: str, resource: Resource, namespace: str | None) -> str:
+    def _refusal(self, status: int, detail: str, resource: Resource) -> str:
         if status == 401:
             return (
                 f"{self.host} rejected the credentials (401 Unauthorized): log in again or fix the user "
                 f"of context {self.name}"
-            )
-        if status == 403:
-            where = f'in namespace "{namespace}"' if namespace else "at cluster scope"
-            return (
-                f"forbidden (403) to list {resource.name} {where}: {detail}; the audit needs get/list on "
-                "pods, podtemplates, replicationcontrollers, deployments, statefulsets, daemonsets, "
-                "replicasets, jobs and cronjobs"
             )
         if status == 404:
             return (
@@ -252,9 +269,83 @@ class Cluster:
             )
         return f"{self.host} answered HTTP {status} listing {resource.name}: {detail}"
 
+    def _plugin_failure(self, logged: str) -> str:
+        """One line from what the client logged about the kubeconfig user's failed exec credential plugin."""
+        user, command = _exec_plugin(self._files, self._context)
+        who = f'kubeconfig user "{user}"' if user else "the kubeconfig user"
+        plugin = f"exec credential plugin {command}" if command else "exec credential plugin"
+        reason = logged.removeprefix("exec: ")
+        # With stdout on a terminal the client hands the plugin our stderr (for a login prompt): what it said is
+        # above, not in the message; and its non-zero exit then trips the client over the missing text.
+        interactive = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+        if interactive and reason == "'NoneType' object has no attribute 'strip'":
+            return f"{who}: {plugin} failed; see its output above"
+        exited = re.fullmatch(r"process returned (-?\d+)(?:\. (.*))?", reason, re.DOTALL)
+        if exited:
+            said = "; ".join(line.strip() for line in (exited[2] or "").splitlines() if line.strip())
+            if said:
+                return f"{who}: {plugin} exited with status {exited[1]}: {said}"
+            hint = "see its output above" if interactive else "run it by hand to see why"
+            return f"{who}: {plugin} exited with status {exited[1]}; {hint}"
+        oserror = re.fullmatch(r"\[Errno \d+\] (.*?)(?:: '.*')?", reason, re.DOTALL)  # the command cannot run
+        if oserror:
+            return f"{who}: cannot run {plugin}: {oserror[1]}; install it, or fix the exec command in the kubeconfig"
+        return f"{who}: {plugin} failed: {_first_line(reason)}; fix the plugin or its exec section in the kubeconfig"
+
 
 class _Expired(Exception):
     """HTTP 410: the continue token is too old."""
+
+
+class _PluginErrorFilter(logging.Filter):
+    """Takes what the client logs about a failed exec credential plugin off the root logger.
+
+    The client logs the failure and carries on without credentials, which would show as its log line and
+    then a puzzling 401; the audit says it in one line of its own instead.
+    """
+
+    def __init__(self, caught: list[str]):
+        super().__init__()
+        self.caught = caught
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "root" and record.funcName == "_load_from_exec_plugin":
+            self.caught.append(record.getMessage())
+            return False
+        return True
+
+
+@contextmanager
+def _plugin_errors() -> Iterator[list[str]]:
+    """The messages the client logs about the exec credential plugin while the block runs, kept off stderr."""
+    caught: list[str] = []
+    root = logging.getLogger()
+    errors = _PluginErrorFilter(caught)
+    # A handler, so that the client's logging.error() finds one and does not basicConfig() one that prints.
+    placeholder = logging.NullHandler()
+    root.addFilter(errors)
+    root.addHandler(placeholder)
+    try:
+        yield caught
+    finally:
+        root.removeHandler(placeholder)
+        root.removeFilter(errors)
+
+
+def _exec_plugin(files: str | None, context: str | None) -> tuple[str | None, str | None]:
+    """The active context's user and its exec command, to name them; (None, None) when they cannot be read."""
+    if files is None:
+        return None, None
+    try:
+        from kubernetes.config.kube_config import KubeConfigMerger
+
+        merged = KubeConfigMerger(files).config
+        name = context or merged["current-context"]
+        user = merged["contexts"].get_with_name(name)["context"]["user"]
+        command = merged["users"].get_with_name(user)["user"]["exec"]["command"]
+        return str(user), str(command)
+    except Exception:  # best effort: the message stays one line without the names
+        return None, None
 
 
 def _status_message(body: Any) -> str:

@@ -244,8 +244,20 @@ def render_table(
     stream.write("\n" + (summary or summarize(results)).line() + "\n")
 
 
-def render_json(results: Sequence[Result], stream: TextIO, *, summary: Summary | None = None) -> None:
-    report = {"results": [r.to_json() for r in results], "summary": (summary or summarize(results)).to_json()}
+def render_json(
+    results: Sequence[Result],
+    stream: TextIO,
+    *,
+    summary: Summary | None = None,
+    skipped_resources: Sequence[dict[str, Any]] | None = None,
+) -> None:
+    """`results` and `summary`; audit adds `skipped_resources` (what it could not list), empty when complete."""
+    report: dict[str, Any] = {
+        "results": [r.to_json() for r in results],
+        "summary": (summary or summarize(results)).to_json(),
+    }
+    if skipped_resources is not None:
+        report["skipped_resources"] = list(skipped_resources)
     stream.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump's many small writes are slow
 
 
@@ -325,12 +337,14 @@ def report(
     documents: Sequence[Any] | None = None,
     fail_on_warn: bool = False,
     only_affected: bool = False,
+    skipped_resources: Sequence[dict[str, Any]] | None = None,
 ) -> int:
     """Write `results` in `fmt` (or as a diff) and return the exit code.
 
     With `only_affected` (audit), objects the webhook would leave alone are counted in the summary but not
     listed. YAML and diff output keep stdout machine-readable (a post-renderer, a patch to review), so their
-    denial and warning lines go to stderr.
+    denial and warning lines go to stderr. `skipped_resources` (audit's unlistable resources) go into JSON
+    only: the other formats have no room for them, and audit says them on stderr.
     """
     summary = summarize(results)
     shown = [r for r in results if r.affected] if only_affected else list(results)
@@ -339,7 +353,7 @@ def report(
         lines = message_lines(shown, colour=use_colour(stderr))
         stderr.write("".join(line + "\n" for line in lines) + summary.line() + "\n")
     elif fmt == "json":
-        render_json(shown, stdout, summary=summary)
+        render_json(shown, stdout, summary=summary, skipped_resources=skipped_resources)
     elif fmt == "yaml":
         render_yaml(shown, stdout, documents)
         stderr.write("".join(line + "\n" for line in message_lines(shown, colour=use_colour(stderr))))
