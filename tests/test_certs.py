@@ -352,6 +352,8 @@ def test_generate_refuses_to_replace_a_ca_unless_forced(generated: certs.CertPat
         ({"service": "Bad_Name", "namespace": "ns"}, "service name 'Bad_Name': a Service name is a lowercase DNS"),
         ({"service": "hook", "namespace": "-ns"}, "namespace '-ns': a namespace name is a lowercase DNS label"),
         ({"service": "hook", "namespace": "ns", "dns_names": ["bad name"]}, "DNS name 'bad name': expected"),
+        # Go matches an address against IP SANs only: as a DNS SAN it would never verify.
+        ({"service": "hook", "namespace": "ns", "dns_names": ["10.0.0.7"]}, "DNS name '10.0.0.7': an IP address"),
         ({"service": "hook", "namespace": "ns", "ip_addresses": ["10.0.0"]}, "IP address '10.0.0': not an IPv4"),
     ],
 )
@@ -404,6 +406,60 @@ def test_renew_refuses_a_certificate_from_another_ca(generated: certs.CertPaths,
         certs.renew_serving_certificate(paths.directory, dt.timedelta(days=400))
 
 
+def _ca_signed_by(
+    name: str,
+    issuer_key: certs.PrivateKey | None,
+    issuer: x509.Certificate | None,
+    path_length: int,
+    cert_sign: bool = True,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A CA certificate and its key: self-signed when `issuer` is None, else signed by it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    authority = x509.AuthorityKeyIdentifier.from_issuer_public_key((issuer_key or key).public_key())
+    usage = dict.fromkeys(("content_commitment", "key_encipherment", "data_encipherment", "key_agreement",
+                           "crl_sign", "encipher_only", "decipher_only"), False)  # fmt: skip
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer.subject if issuer else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1000))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+        .add_extension(x509.KeyUsage(key_cert_sign=cert_sign, digital_signature=not cert_sign, **usage), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(authority, critical=False)
+        .sign(issuer_key or key, hashes.SHA256())
+    )
+    return key, ca
+
+
+def test_renew_keeps_the_intermediates_that_follow_the_leaf(tmp_path: Path) -> None:
+    """ca.crt/ca.key an intermediate, caBundle its root: the renewed tls.crt must still carry the intermediate."""
+    root_key, root = _ca_signed_by("root", None, None, path_length=1)
+    ca_key, ca = _ca_signed_by("intermediate", root_key, root, path_length=0)
+    key, leaf = certs.issue_serving_certificate(ca_key, ca, dns_names=[SERVICE_NAME], valid_for=dt.timedelta(days=3))
+    paths = certs.CertPaths.in_dir(tmp_path / "certs")
+    paths.directory.mkdir()
+    certs.write_certificate(tmp_path / "root.crt", root)
+    certs.write_certificate(paths.ca_cert, ca)
+    certs.write_private_key(paths.ca_key, ca_key)
+    certs.write_private_key(paths.tls_key, key)
+    paths.tls_cert.write_bytes(b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (leaf, ca)))
+    with tls_server(paths.tls_cert, paths.tls_key) as port:
+        handshake(port, tmp_path / "root.crt", SERVICE_NAME)
+
+    assert certs.renew_serving_certificate(paths.directory, dt.timedelta(days=30)).renewed
+    renewed = certs.load_certificates(paths.tls_cert)
+    assert renewed[0].not_valid_after_utc - leaf.not_valid_after_utc > dt.timedelta(days=360)
+    assert renewed[1:] == [ca]
+    with tls_server(paths.tls_cert, paths.tls_key) as port:
+        handshake(port, tmp_path / "root.crt", SERVICE_NAME)
+
+
 def test_a_rotated_certificate_can_be_written_beside_the_current_one(
     generated: certs.CertPaths, tmp_path: Path
 ) -> None:
@@ -448,6 +504,18 @@ def test_dev_certs_serve_localhost_and_are_reused_while_valid(tmp_path: Path) ->
     assert not_after.tzinfo is not None and not_after.utcoffset() == dt.timedelta(0)
 
 
+def test_dev_certs_cover_the_address_the_server_listens_on(tmp_path: Path) -> None:
+    """`serve --dev --host ::1` prints `curl https://[::1]:...`: the certificate must name that address."""
+    paths = certs.generate_dev_certs(tmp_path / "dev")
+    certs.generate_dev_certs(tmp_path / "dev", hosts=["::1", "dev.example.com"])
+    with tls_server(paths.tls_cert, paths.tls_key) as port:
+        for name in ("::1", "dev.example.com", "localhost", "127.0.0.1"):
+            handshake(port, paths.ca_cert, name)
+    covering = paths.tls_cert.read_bytes()
+    certs.generate_dev_certs(tmp_path / "dev", hosts=["0.0.0.0", "::", "::1"])  # wildcards name no address
+    assert paths.tls_cert.read_bytes() == covering
+
+
 def test_dev_certs_within_seven_days_of_expiry_or_broken_are_replaced(tmp_path: Path) -> None:
     paths = certs.generate_dev_certs(tmp_path / "dev")
     certs.reissue_serving_certificate(paths.directory, valid_for=dt.timedelta(days=6))
@@ -471,6 +539,56 @@ def test_dev_certs_generated_concurrently_form_one_consistent_set(tmp_path: Path
     paths = results[0]
     certs.verify_key_pair(paths.tls_cert, paths.tls_key)
     _cert(paths.tls_cert).verify_directly_issued_by(_cert(paths.ca_cert))
+
+
+# ------------------------------------------------------------------------------------------------ caBundle
+
+
+def test_ca_bundle_holds_only_the_certificates_never_a_key_that_shares_the_file(
+    generated: certs.CertPaths, tmp_path: Path
+) -> None:
+    """caBundle sits in the webhook configurations (and in git): a CA key there lets anyone impersonate the webhook."""
+    ca, key = generated.ca_cert.read_bytes(), generated.ca_key.read_bytes()
+    for name, content in (("ca-then-key.pem", ca + key), ("key-then-ca.pem", key + ca)):
+        (tmp_path / name).write_bytes(content)
+        bundle = base64.b64decode(certs.ca_bundle(tmp_path / name), validate=True)
+        assert bundle == ca, name
+
+
+def test_ca_bundle_refuses_a_ca_whose_key_usage_lacks_cert_sign(tmp_path: Path) -> None:
+    """Go: "x509: invalid signature: parent certificate cannot sign this kind of certificate"."""
+    path = tmp_path / "ca.crt"
+    certs.write_certificate(path, _ca_signed_by("signs nothing", None, None, path_length=0, cert_sign=False)[1])
+    with pytest.raises(certs.CertError) as caught:
+        certs.ca_bundle(path)
+    assert str(caught.value).startswith(f"{path}: CN=signs nothing is a CA whose keyUsage lacks keyCertSign")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl is not installed (it writes what cryptography refuses to)")
+@pytest.mark.filterwarnings("ignore:Parsed a serial number which wasn't positive")
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # Go 1.23 and later: "x509: negative serial number", so the API server would trust nothing.
+        (["-newkey", "rsa:2048", "-set_serial", "-5"], "has a negative serial number"),
+        # Go 1.24 and later: "crypto/rsa: 512-bit keys are insecure".
+        (["-newkey", "rsa:512"], "has a 512-bit RSA key"),
+    ],
+)
+def test_ca_bundle_refuses_a_ca_that_go_cannot_use(tmp_path: Path, options: list[str], message: str) -> None:
+    path = tmp_path / "ca.crt"
+    made = subprocess.run(
+        [OPENSSL, "req", "-x509", *options, "-nodes", "-keyout", str(tmp_path / "ca.key"), "-subj", "/CN=old",
+         "-days", "30", "-out", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert certs.inspect_certificates(path)[0].is_ca
+    with pytest.raises(certs.CertError) as caught:
+        certs.ca_bundle(path)
+    assert str(caught.value).startswith(f"{path}: CN=old {message}")
+    assert "\n" not in str(caught.value)
 
 
 # ------------------------------------------------------------------------------------------- one-line errors
@@ -510,7 +628,7 @@ def test_durations() -> None:
     assert certs.parse_duration("1d12h") == dt.timedelta(days=1, hours=12)
     assert certs.parse_duration("2w") == dt.timedelta(weeks=2)
     assert certs.parse_duration("36500d") == certs.MAX_DURATION
-    for bad in ("", "30", "d", "30 days", "-1d", "36501d", "9" * 30 + "w"):
+    for bad in ("", "30", "d", "30 days", "-1d", "36501d", "9" * 30 + "w", "9" * 5000 + "d"):
         with pytest.raises(certs.CertError):
             certs.parse_duration(bad)
 

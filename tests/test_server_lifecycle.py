@@ -87,10 +87,13 @@ def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, t
 # --- --dev --------------------------------------------------------------------------------------------------
 
 
-def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path):
+@pytest.mark.parametrize(("host", "shown"), [(None, "127.0.0.1"), ("127.0.0.2", "127.0.0.2"), ("::1", "[::1]")])
+def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path, host, shown):
+    """The dev certificate names the address the server listens on, so the banner's command verifies."""
     shutil.copytree(SHIPPED_POLICIES, tmp_path / "policies")
     port = free_port()
     args = [*gpu_webhook_command(), "serve", "--dev", "--port", str(port), "--metrics-port", "0", "--workers", "1"]
+    args += ["--host", host] if host else []
     env = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
     started = time.monotonic()
     process = subprocess.Popen(
@@ -98,22 +101,22 @@ def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path):
     )
     try:
         banner = [process.stdout.readline().rstrip() for _ in range(3)]  # type: ignore[union-attr]
+        url = f"https://{shown}:{port}"
         assert banner == [
-            f"gpu-webhook: serving https://127.0.0.1:{port} (4 policies from policies)",
+            f"gpu-webhook: serving {url} (4 policies from policies)",
             "  dev CA: certs/dev/ca.crt",
-            f"  try:    curl --cacert certs/dev/ca.crt https://127.0.0.1:{port}/healthz",
+            f"  try:    curl --cacert certs/dev/ca.crt {url}/healthz",
         ]
         ca = tmp_path / "certs" / "dev" / "ca.crt"
-        server = LiveServer(f"https://127.0.0.1:{port}", ca, "", tmp_path / "policies",
+        server = LiveServer(url, ca, "", tmp_path / "policies",
                             certs.CertPaths.in_dir(ca.parent), process, tmp_path / "none")  # fmt: skip
         wait_until_ready(server)
         ready_after = time.monotonic() - started
         assert ready_after < 5, f"ready after {ready_after:.2f} s"  # about 1 s; generous on a busy machine
         if shutil.which("curl"):
             curl = subprocess.run(
-                ["curl", "-sS", "--cacert", "certs/dev/ca.crt", f"https://127.0.0.1:{port}/healthz"],
-                cwd=tmp_path, capture_output=True, text=True, timeout=10,
-            )  # fmt: skip
+                banner[2].split(maxsplit=1)[1].split(), cwd=tmp_path, capture_output=True, text=True, timeout=10
+            )
             assert json.loads(curl.stdout) == {"alive": True}, curl.stderr
         else:
             assert server.get("/healthz").json() == {"alive": True}

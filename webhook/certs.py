@@ -157,6 +157,14 @@ def _check_dns_name(name: str) -> str:
     return name.lower()
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     try:
         return ipaddress.ip_address(address)
@@ -184,7 +192,7 @@ def parse_duration(text: str) -> dt.timedelta:
     try:
         for number, unit in _DURATION.findall(cleaned):
             total += dt.timedelta(**{_DURATION_UNITS[unit]: int(number)})
-    except OverflowError:
+    except (OverflowError, ValueError):  # ValueError: more digits than int() converts (4300)
         total = dt.timedelta.max
     if total > MAX_DURATION:
         raise CertError(f"duration {text!r}: longer than 100 years ({MAX_DURATION.days}d); a certificate's dates "
@@ -466,10 +474,18 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _write_serving(key: PrivateKey, cert: x509.Certificate, cert_path: Path, key_path: Path) -> None:
+def _write_serving(
+    key: PrivateKey,
+    cert: x509.Certificate,
+    cert_path: Path,
+    key_path: Path,
+    chain: Sequence[x509.Certificate] = (),
+) -> None:
+    """The key, then the certificate followed by `chain` (intermediates the server sends along) in one file."""
     # Key first, certificate second: a reloader that watches the certificate then finds its key in place.
     write_private_key(key_path, key)
-    write_certificate(cert_path, cert)
+    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (cert, *chain))
+    _write_atomic(Path(cert_path), pem, CERT_MODE)
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -487,6 +503,9 @@ def generate_certs(
 ) -> CertPaths:
     """`certs generate`: a new CA (10 years) and serving certificate (1 year) for a Service."""
     names = service_dns_names(service, namespace) + list(dns_names)
+    addresses = [d for d in dns_names if _is_ip(d)]
+    if addresses:  # Go matches an address against IP SANs only: as a DNS name it would never verify
+        raise CertError(f"DNS name {addresses[0]!r}: an IP address; pass it with --ip instead")
     paths = CertPaths.in_dir(out_dir)
     if not force:
         existing = [p for p in (paths.ca_cert, paths.ca_key) if p.exists()]
@@ -521,12 +540,14 @@ def reissue_serving_certificate(
     cert_path: Path | None = None,
     key_path: Path | None = None,
     now: dt.datetime | None = None,
+    chain: Sequence[x509.Certificate] = (),
 ) -> CertPaths:
     """A new serving key and certificate from the directory's CA, with a chosen validity.
 
     SANs default to those of the current tls.crt. Tests and benchmarks use this for a certificate that expires
-    in 3 days, or a rotated one; `cert_path`/`key_path` write it elsewhere (default: tls.crt and tls.key).
-    Returns the paths, with tls_cert/tls_key pointing at what was written.
+    in 3 days, or a rotated one; `cert_path`/`key_path` write it elsewhere (default: tls.crt and tls.key), and
+    `chain` follows the certificate in its file. Returns the paths, with tls_cert/tls_key pointing at what was
+    written.
     """
     paths = CertPaths.in_dir(directory)
     ca_cert, ca_key = load_certificate(paths.ca_cert), load_private_key(paths.ca_key)
@@ -553,7 +574,7 @@ def reissue_serving_certificate(
         common_name=common_name,
     )
     out_cert, out_key = Path(cert_path or paths.tls_cert), Path(key_path or paths.tls_key)
-    _write_serving(key, cert, out_cert, out_key)
+    _write_serving(key, cert, out_cert, out_key, chain)
     return CertPaths(paths.ca_cert, paths.ca_key, out_cert, out_key)
 
 
@@ -566,7 +587,7 @@ def renew_serving_certificate(
     """`certs renew`: reissue tls.crt from the same CA when it expires within `before`; else leave it."""
     now = now or utcnow()
     paths = CertPaths.in_dir(directory)
-    ca_cert, current = load_certificate(paths.ca_cert), load_certificate(paths.tls_cert)
+    ca_cert, (current, *chain) = load_certificate(paths.ca_cert), load_certificates(paths.tls_cert)
     if not _issued_by(current, ca_cert):
         raise CertError(
             f"{paths.tls_cert} was not issued by {paths.ca_cert}: renewing would change the CA that caBundle "
@@ -582,7 +603,9 @@ def renew_serving_certificate(
             "certificate cannot outlive it: create a new CA with `gpu-webhook certs generate --force` "
             "and update caBundle"
         )
-    renewed = reissue_serving_certificate(directory, now=now)
+    # The certificates after the leaf (intermediates up to the root in caBundle) stay: without them Go would
+    # find no path from the renewed leaf to caBundle when ca.crt is an intermediate.
+    renewed = reissue_serving_certificate(directory, now=now, chain=chain)
     return RenewResult(True, certificate_not_after(renewed.tls_cert), previous, renew_from)
 
 
@@ -626,21 +649,55 @@ def inspect_certificates(path: Path) -> list[CertificateInfo]:
     return infos
 
 
+def _ca_problem(cert: x509.Certificate) -> str | None:
+    """Why Go's crypto/x509 would not take `cert` as the CA of the serving certificate, or None."""
+    if not _is_ca(cert):
+        return (
+            "is not a CA (basicConstraints CA:false); caBundle needs the CA that issued the serving certificate, ca.crt"
+        )
+    try:
+        cert_sign = cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
+    except x509.ExtensionNotFound:
+        cert_sign = True  # no keyUsage: any use, Go included
+    if not cert_sign:
+        return "is a CA whose keyUsage lacks keyCertSign, so Go refuses what it signs; reissue it with keyCertSign"
+    if cert.serial_number < 0:
+        return "has a negative serial number, which Go 1.23 and later refuse to parse; reissue the CA"
+    public = cert.public_key()
+    if isinstance(public, rsa.RSAPublicKey) and public.key_size < 1024:
+        return f"has a {public.key_size}-bit RSA key, which Go 1.24 and later refuse; reissue the CA"
+    return None
+
+
 def ca_bundle(source: Path) -> str:
-    """`certs ca-bundle`: base64 of the CA's PEM, as `caBundle` takes it; `source`: a directory or a file."""
+    """`certs ca-bundle`: base64 of the CA's PEM, as `caBundle` takes it; `source`: a directory or a file.
+
+    Only the certificates are encoded: a CA key that shares the file must never reach the webhook
+    configurations, which anyone who may read them (and the git history of manifests/) would then hold.
+    """
     source = Path(source)
     path = source / "ca.crt" if source.is_dir() else source
     certs = load_certificates(path)
-    not_ca = [c for c in certs if not _is_ca(c)]
-    if not_ca:
-        raise CertError(
-            f"{path}: {not_ca[0].subject.rfc4514_string() or 'a certificate'} is not a CA (basicConstraints "
-            "CA:false); caBundle needs the CA that issued the serving certificate, ca.crt"
-        )
-    return base64.b64encode(_read(path, "CA certificate")).decode("ascii")
+    for cert in certs:
+        problem = _ca_problem(cert)
+        if problem:
+            raise CertError(f"{path}: {cert.subject.rfc4514_string() or 'a certificate'} {problem}")
+    pem = b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in certs)
+    return base64.b64encode(pem).decode("ascii")
 
 
-def _dev_certs_usable(paths: CertPaths, now: dt.datetime) -> bool:
+def _dev_names(hosts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The dev certificate's DNS names and IP addresses: localhost, 127.0.0.1 and each host that is not a wildcard."""
+    dns, ips = list(DEV_DNS_NAMES), list(DEV_IP_ADDRESSES)
+    for host in hosts:
+        if not _is_ip(host):
+            dns.append(_check_dns_name(host))
+        elif not ipaddress.ip_address(host).is_unspecified:  # 0.0.0.0 and :: listen everywhere, name no address
+            ips.append(str(ipaddress.ip_address(host)))
+    return _dedupe(dns), _dedupe(ips)
+
+
+def _dev_certs_usable(paths: CertPaths, now: dt.datetime, dns_names: list[str], ip_addresses: list[str]) -> bool:
     try:
         ca_cert, ca_key = load_certificate(paths.ca_cert), load_private_key(paths.ca_key)
         cert, key = load_certificate(paths.tls_cert), load_private_key(paths.tls_key)
@@ -651,29 +708,30 @@ def _dev_certs_usable(paths: CertPaths, now: dt.datetime) -> bool:
         _public_der(ca_key) == _public_der(ca_cert)
         and _public_der(key) == _public_der(cert)
         and _issued_by(cert, ca_cert)
-        and set(DEV_DNS_NAMES) <= set(dns)
-        and set(DEV_IP_ADDRESSES) <= set(ips)
+        and set(dns_names) <= set(dns)
+        and set(ip_addresses) <= set(ips)
         and cert.not_valid_before_utc <= now
         and cert.not_valid_after_utc - now > DEV_MIN_REMAINING
     )
 
 
-def generate_dev_certs(out_dir: Path) -> CertPaths:
+def generate_dev_certs(out_dir: Path, hosts: Sequence[str] = ()) -> CertPaths:
     """A throw-away CA and a serving certificate for localhost and 127.0.0.1 (`serve --dev`, the tests).
 
-    Reused while valid and more than 7 days from expiry, so a client that trusts the CA keeps working.
+    `hosts` (serve's --host) are named too, since clients connect to the address the server listens on; the
+    wildcards 0.0.0.0 and :: add nothing. Reused while valid, more than 7 days from expiry and naming every
+    host, so a client that trusts the CA keeps working.
     """
     out_dir = Path(out_dir)
     paths = CertPaths.in_dir(out_dir)
+    dns, ips = _dev_names(hosts)
     _make_dir(out_dir)
     with _locked(out_dir):
         now = utcnow()
-        if _dev_certs_usable(paths, now):
+        if _dev_certs_usable(paths, now, dns, ips):
             return paths
         ca_key, ca_cert = create_ca("gpu-admission dev CA", now=now)
-        key, cert = issue_serving_certificate(
-            ca_key, ca_cert, dns_names=DEV_DNS_NAMES, ip_addresses=DEV_IP_ADDRESSES, now=now
-        )
+        key, cert = issue_serving_certificate(ca_key, ca_cert, dns_names=dns, ip_addresses=ips, now=now)
         write_private_key(paths.ca_key, ca_key)
         write_certificate(paths.ca_cert, ca_cert)
         _write_serving(key, cert, paths.tls_cert, paths.tls_key)

@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     generate.add_argument("--service", required=True, metavar="NAME", help="the webhook's Service name")
     generate.add_argument("--namespace", required=True, metavar="NS", help="the Service's namespace")
-    generate.add_argument("--dns", action="append", default=[], metavar="NAME", help="an extra DNS name (repeatable)")
+    generate.add_argument(
+        "--dns", action="append", default=[], metavar="NAME", help="an extra DNS name (repeatable; addresses: --ip)"
+    )
     generate.add_argument(
         "--ip", action="append", default=[], metavar="ADDRESS", help="an extra IP address (repeatable)"
     )
@@ -69,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bundle = commands.add_parser(
         "ca-bundle",
         help="print the base64 CA for the webhook configurations' caBundle",
-        description="Print DIR/ca.crt (or FILE) base64-encoded on one line: the value of caBundle.",
+        description="Print the certificates of DIR/ca.crt (or FILE), never a key beside them, base64-encoded on "
+        "one line: the value of caBundle.",
     )
     bundle.add_argument("source", type=Path, metavar="DIR", help="the certificate directory, or a ca.crt")
     bundle.set_defaults(handler=run_ca_bundle)

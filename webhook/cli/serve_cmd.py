@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dev",
         action="store_true",
-        help=f"make (or reuse) a throw-away CA and certificate for localhost and 127.0.0.1 in {DEV_CERTS_DIR}/",
+        help=f"make (or reuse) a throw-away CA and certificate for localhost, 127.0.0.1 and --host in {DEV_CERTS_DIR}/",
     )
     parser.add_argument(
         "--policies", metavar="DIR", default=None, help=POLICIES_HELP
@@ -96,12 +96,12 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ServeError(f"--metrics-port {args.metrics_port} is the HTTPS port too: pick another")
 
 
-def _certificate(args: argparse.Namespace) -> tuple[Path, Path]:
+def _certificate(args: argparse.Namespace, host: str) -> tuple[Path, Path]:
     from webhook import certs
 
     if args.dev:
         try:
-            paths = certs.generate_dev_certs(DEV_CERTS_DIR)
+            paths = certs.generate_dev_certs(DEV_CERTS_DIR, hosts=[host])  # clients connect to that address
         except (certs.CertError, OSError) as exc:
             raise ServeError(f"cannot make dev certificates in {DEV_CERTS_DIR}: {exc}") from None
         return paths.tls_cert, paths.tls_key
@@ -140,8 +140,8 @@ def _multiproc_dir() -> str:
 def _serve(args: argparse.Namespace) -> int:
     _check_args(args)
     policy_dir = _policy_dir(args)
-    cert_file, key_file = _certificate(args)
     host = args.host or ("127.0.0.1" if args.dev else "0.0.0.0")
+    cert_file, key_file = _certificate(args, host)
 
     metrics_dir, arbiter = _multiproc_dir(), os.getpid()
     try:
