@@ -1,5 +1,5 @@
-"""Faults under load, against the real server: a killed worker, policy and certificate changes, stalled clients
-and clients that stop reading.
+"""Faults under load, against the real server: a killed worker, policy and certificate changes, stalled clients,
+clients that stop reading, and a body too large to be read.
 
 Load is a few clients in this process, each on its own kept-alive HTTPS connection as the API server keeps
 them, sending `/mutate` reviews and checking every answer. Each review's uid names its client and
@@ -561,4 +561,45 @@ def test_clients_that_stop_reading_a_large_answer_hold_no_thread(start_server):
     finally:
         for tls in readers:
             tls.close()
+    assert "Traceback" not in server.log()
+
+
+# --- an answer before the body is read ---------------------------------------------------------------------
+
+
+def test_a_413_that_leaves_the_body_unread_says_connection_close(start_server):
+    """Over DRAIN_LIMIT_BYTES the body is not read: the 413 comes at once, and since the rest of the body is
+    still on its way, the connection cannot carry another request: the answer says so, and a client does not
+    reuse it. Within the limit the body is read away, and the connection serves the next review."""
+    from webhook.server.app import DRAIN_LIMIT_BYTES, MAX_BODY_BYTES
+    from webhook.server.worker import READ_AHEAD_BYTES
+
+    server = start_server()
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    json_type = {"Content-Type": "application/json"}
+
+    connection = http.client.HTTPSConnection(host, port, context=context, timeout=REVIEW_TIMEOUT)
+    connection.request("POST", "/mutate", b" " * (MAX_BODY_BYTES + 1), json_type)
+    answer = connection.getresponse()
+    assert answer.status == 413 and answer.getheader("Connection") == "keep-alive" and not answer.will_close
+    assert json.loads(answer.read())["code"] == 413
+    connection.request("POST", "/mutate", review_body("after-413"), json_type)  # the same connection
+    answer = connection.getresponse()
+    assert answer.status == 200 and right_answer()(json.loads(answer.read())["response"]) == ""
+    assert connection.sock is not None
+    connection.close()
+
+    connection = http.client.HTTPSConnection(host, port, context=context, timeout=REVIEW_TIMEOUT)
+    connection.putrequest("POST", "/mutate")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(DRAIN_LIMIT_BYTES + 1))
+    connection.endheaders()
+    connection.send(b" " * READ_AHEAD_BYTES)  # enough for the server to take up the request; the rest never comes
+    answer = connection.getresponse()
+    assert answer.status == 413
+    assert answer.getheader("Connection") == "close" and answer.will_close
+    assert json.loads(answer.read())["code"] == 413
+    assert connection.sock is None  # http.client let it go: a next request opens a new connection
+    connection.close()
     assert "Traceback" not in server.log()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -165,6 +166,98 @@ def test_sigterm_finishes_the_reviews_in_flight_and_exits_within_10_s(start_serv
     assert time.monotonic() - signalled < 10
     with pytest.raises(requests.ConnectionError):
         server.get("/healthz", timeout=2)
+
+
+def validate_request(host: str) -> bytes:
+    """A whole `POST /validate` of a fractional GPU in team-a (denied under the shipped policies)."""
+    body = json.dumps(make_review(pod("team-a", "0.5"), namespace="team-a")).encode()
+    head = (
+        f"POST /validate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+def assert_denied_and_closing(answer: bytes) -> None:
+    """`answer` is the 403 review of `validate_request`, marked as the connection's last."""
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"\r\nConnection: close\r\n" in head + b"\r\n", head
+    assert json.loads(body)["response"]["status"]["code"] == 403
+
+
+def test_a_tls_handshake_under_way_at_sigterm_is_finished_and_its_review_answered(start_server):
+    """A client that connected just before SIGTERM (the endpoint removal is still on its way) has a review to
+    send: its handshake is finished and the review answered, as for a connection that had sent it already."""
+    server = start_server()
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
+    raw = socket.create_connection((host, port), timeout=10)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    raw.sendall(outgoing.read())  # the ClientHello: the server answers, then waits for the client's Finished
+    time.sleep(0.3)
+
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    while True:  # the rest of the handshake, after the signal
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            chunk = raw.recv(65536)
+            assert chunk, "the server closed the connection mid-handshake"
+            incoming.write(chunk)
+    tls.write(validate_request(host))
+    try:
+        raw.sendall(outgoing.read())  # the client's Finished, and the review
+        answer = b""
+        while chunk := raw.recv(65536):
+            incoming.write(chunk)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                while data := tls.read(65536):
+                    answer += data
+    except OSError as exc:  # a reset: the connection was dropped
+        raise AssertionError(f"the connection was dropped: {exc!r}") from None
+    finally:
+        raw.close()
+    assert_denied_and_closing(answer)
+    assert server.process.wait(10) == 0
+
+
+def test_after_sigterm_a_new_connection_is_refused_at_once_while_the_reviews_in_flight_finish(start_server):
+    """Not accepted by the kernel into a listen queue nobody reads, to wait until the worker exits and be reset
+    then (using up the API server's 5 s webhook timeout): refused, so the client knows at once."""
+    server = start_server(workers=2)
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    request = validate_request(host)
+    in_flight = context.wrap_socket(socket.create_connection((host, port)), server_hostname=host)
+    in_flight.sendall(request[:-100])  # half a review keeps its worker draining
+    time.sleep(0.3)
+
+    server.process.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    refused = False
+    while not refused and time.monotonic() - signalled < 3:
+        time.sleep(0.1)
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except ConnectionRefusedError:
+            refused = True
+    assert refused, "still accepting connections (into the listen queue) 3 s after SIGTERM"
+    assert server.running
+
+    in_flight.sendall(request[-100:])
+    in_flight.settimeout(10)
+    answer = b""
+    while chunk := in_flight.recv(65536):
+        answer += chunk
+    in_flight.close()
+    assert_denied_and_closing(answer)
+    assert server.process.wait(10) == 0
 
 
 def test_a_killed_worker_is_replaced_and_serves_within_2_s(start_server):

@@ -1,10 +1,12 @@
-"""Hot reload in the real server: policy changes within 5 s, certificate rotation without failed reviews."""
+"""Hot reload in the real server: policy changes within 5 s, certificate rotation without failed reviews, and
+what a worker forked later (SIGHUP, a crash) starts from."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
 import shutil
+import signal
 import socket
 import ssl
 import threading
@@ -15,6 +17,7 @@ import pytest
 from cryptography import x509
 
 from tests.conftest import SHIPPED_POLICIES, LiveServer
+from tests.test_hostile import worker_pids
 from tests.test_server import pod
 from tests.test_server_app import configmap_swap
 from webhook import certs
@@ -114,6 +117,63 @@ def test_a_configmap_symlink_swap_is_served_within_5_seconds(start_server, tmp_p
     assert within(RELOAD_DEADLINE, lambda: allowed(server, "team-a"))
 
 
+def test_a_policy_directory_that_disappears_and_comes_back_is_no_longer_reported_rejected(start_server, tmp_path):
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    shutil.copy(SHIPPED_POLICIES / "default.yaml", directory / "default.yaml")
+    server = start_server(policies_dir=directory)
+    away = tmp_path / "away"
+    directory.rename(away)  # or a network mount that is away for a while
+    record = server.wait_for_log(
+        lambda r: r.get("event") == "policy-reload" and r.get("result") == "error", timeout=RELOAD_DEADLINE
+    )
+    (problem,) = record["problems"]
+    assert problem.startswith(f"{directory}: no such policy directory")
+    assert not allowed(server, "team-a"), "the last good set is still served"
+    assert server.get("/readyz").json()["policyReloadRejected"] == record["problems"]
+
+    away.rename(directory)  # back, unchanged: what is served is what is there, nothing is rejected any more
+    within(RELOAD_DEADLINE, lambda: "policyReloadRejected" not in server.get("/readyz").json())
+    assert not allowed(server, "team-a")
+
+
+def new_workers(server: LiveServer, before: set[int], timeout: float = 15) -> set[int]:
+    """Once none of the workers `before` is left: the workers then (as many as before)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = worker_pids(server)
+        if len(workers) == len(before) and not workers & before:
+            return workers
+        time.sleep(0.1)
+    raise AssertionError(f"workers {before} not replaced within {timeout} s: {worker_pids(server)}")
+
+
+def test_workers_started_after_a_good_change_and_a_broken_one_serve_the_good_one(start_server, tmp_path):
+    """SIGHUP (or a crashed worker) forks new workers from the arbiter, which loaded the policies at startup: they
+    must start from the set the old ones served, even when what is on disk now is broken."""
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    shutil.copy(SHIPPED_POLICIES / "default.yaml", directory / "default.yaml")
+    server = start_server(policies_dir=directory, workers=2)
+    assert not allowed(server, "reload-ns")
+    (directory / "reload.yaml").write_text(WARN_POLICY)  # a good change
+    within(RELOAD_DEADLINE, lambda: allowed(server, "reload-ns"))
+    time.sleep(2)  # in a cluster, changes are minutes apart (the arbiter looks about once a second)
+    broken = WARN_POLICY.replace("reload-warn", "broken").replace("reload-ns", "broken-ns")
+    (directory / "broken.yaml").write_text(broken.replace("enforcement: warn", "enforcement: maybe"))  # then a bad one
+    record = server.wait_for_log(
+        lambda r: r.get("event") == "policy-reload" and r.get("result") == "error", timeout=RELOAD_DEADLINE
+    )
+
+    before = worker_pids(server, 2)
+    server.process.send_signal(signal.SIGHUP)
+    new_workers(server, before)
+    for _ in range(6):  # new connections, so both new workers answer some
+        assert allowed(server, "reload-ns"), "a new worker serves the policies loaded at startup"
+    ready = server.get("/readyz").json()
+    assert ready["policies"] == 2 and ready["policyReloadRejected"] == record["problems"]
+
+
 # --- certificates -------------------------------------------------------------------------------------------
 
 
@@ -164,6 +224,30 @@ def test_a_new_certificate_is_served_without_failing_reviews_in_flight(start_ser
     assert failures == [] and answered[0] > 10
     expiry = server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"]
     assert expiry == pytest.approx(certs.certificate_not_after(rotated.tls_cert).timestamp())
+
+
+def test_a_worker_started_while_the_certificate_files_are_missing_serves_the_last_good_certificate(
+    start_server, tmp_path
+):
+    """A worker respawned mid-rotation (the files briefly gone) serves what the others served, not the certificate
+    loaded at startup, which may have expired long ago in a pod that runs for months."""
+    cert = certs.generate_dev_certs(tmp_path / "certs")
+    server = start_server(cert=cert, cert_reload_interval=1)
+    rotated = certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=90))
+    new_serial = certs.load_certificate(rotated.tls_cert).serial_number
+    within(10, lambda: served_serial(server) == new_serial)
+    time.sleep(2)  # the arbiter looks about once a second
+
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in (cert.tls_cert, cert.tls_key):
+        path.rename(aside / path.name)
+    before = worker_pids(server, 1)
+    os.kill(next(iter(before)), signal.SIGKILL)
+    new_workers(server, before)
+    assert served_serial(server) == new_serial, "the new worker serves the certificate loaded at startup"
+    for path in aside.iterdir():
+        path.rename(cert.directory / path.name)
 
 
 def test_a_replacement_that_is_not_valid_now_is_refused_and_the_good_certificate_stays(start_server, tmp_path):

@@ -35,7 +35,8 @@ MAX_BODY_BYTES = 7 * 1024 * 1024
 LARGE_BODY_BYTES = 1024 * 1024
 _large_reviews = threading.Semaphore(1)
 # An oversized body up to this size is read and discarded before the 413: closing a connection with unread
-# data makes TCP reset it, and the client may lose the answer. Larger ones are refused without reading.
+# data makes TCP reset it, and the client may lose the answer. Larger ones are refused without reading, and
+# the 413 says `Connection: close`: the rest of the body is still coming, so the connection is done.
 DRAIN_LIMIT_BYTES = 16 * 1024 * 1024
 JSON_TYPES = ("application/json",)
 
@@ -80,10 +81,10 @@ class ReviewRoutes:
             _log.exception("unhandled error on POST %s", environ.get("PATH_INFO"))
             status, payload = _CRASH
         body = _ENCODER.encode(payload).encode("utf-8")
-        start_response(
-            _STATUS_LINES.get(status) or f"{status} Error",
-            [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
-        )
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        if status == 413 and (get_content_length(environ) or 0) > DRAIN_LIMIT_BYTES:
+            headers.append(("Connection", "close"))  # the body was not read (see DRAIN_LIMIT_BYTES)
+        start_response(_STATUS_LINES.get(status) or f"{status} Error", headers)
         return [body]
 
 

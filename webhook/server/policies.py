@@ -82,12 +82,22 @@ class PolicyStore:
         store._fingerprint = before  # what was read: a change during the load is picked up by check()
         return store
 
-    def check(self) -> bool | None:
-        """Reload if the directory changed: True reloaded, False rejected, None nothing to do."""
+    def check(self, *, quiet: bool = False) -> bool | None:
+        """Reload if the directory changed: True reloaded, False rejected, None nothing to do.
+
+        `quiet`: neither logged nor counted (gunicorn's arbiter keeping its copy fresh; its workers report).
+        """
         if self.directory is None:
             return None
         current = fingerprint(self.directory)
-        if current == self._fingerprint or current == self._failed:
+        if current == self._fingerprint:
+            if self._failed is not None:  # back to what is served (a directory moved away and back): no rejection
+                self._failed = self.last_error = None
+                if not quiet:
+                    log(_log, logging.INFO, "policy directory back to the policies being served",
+                        event="policy-reload", result="unchanged", directory=str(self.directory))
+            return None
+        if current == self._failed:
             return None
         try:
             policies = self._loader(self.directory)
@@ -96,19 +106,21 @@ class PolicyStore:
                 return None  # still being written: judge it when it settles
             self._failed = current
             self.last_error = _problems(exc)
-            metrics.count_reload(ok=False)
-            log(_log, logging.ERROR,
-                f"policy reload rejected, still serving the {len(self.current.policies)} policies loaded at "
-                f"{self.loaded_at:%Y-%m-%d %H:%M:%S} UTC: " + "; ".join(self.last_error),
-                event="policy-reload", result="error", directory=str(self.directory), problems=self.last_error)
+            if not quiet:
+                metrics.count_reload(ok=False)
+                log(_log, logging.ERROR,
+                    f"policy reload rejected, still serving the {len(self.current.policies)} policies loaded at "
+                    f"{self.loaded_at:%Y-%m-%d %H:%M:%S} UTC: " + "; ".join(self.last_error),
+                    event="policy-reload", result="error", directory=str(self.directory), problems=self.last_error)
             return False
         if fingerprint(self.directory) != current:
             return None  # changed while loading: load again at the next check
         self.current = policies  # the one assignment a review can observe
         self._fingerprint, self._failed, self.last_error = current, None, None
         self.loaded_at = dt.datetime.now(dt.UTC)
-        metrics.count_reload(ok=True)
-        log(_log, logging.INFO, f"policies reloaded: {len(policies.policies)} policies",
-            event="policy-reload", result="ok", directory=str(self.directory),
-            policies=[p.name for p in policies.policies][:50])
+        if not quiet:
+            metrics.count_reload(ok=True)
+            log(_log, logging.INFO, f"policies reloaded: {len(policies.policies)} policies",
+                event="policy-reload", result="ok", directory=str(self.directory),
+                policies=[p.name for p in policies.policies][:50])
         return True

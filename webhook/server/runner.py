@@ -5,18 +5,21 @@
   idle connection first and never sends a review on a connection the server is closing;
 - graceful_timeout 8 s: SIGTERM finishes the reviews in flight and exits within 10 s;
 - TLS from `state.certificate.context`, which each worker's watcher replaces when the files change;
-- the app is loaded before the fork (preload): workers share the loaded policies and start fast.
+- the app is loaded before the fork (preload): workers share the loaded policies and start fast; the arbiter
+  (`WebhookArbiter`) keeps its copy of the files' state fresh, since every later worker is forked from it.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
 from webhook.server import metrics
 from webhook.server.logs import JsonFormatter
@@ -53,6 +56,20 @@ class JsonLogger(glogging.Logger):
 def _worker_tmp_dir() -> str | None:
     """gunicorn's heartbeat files: /dev/shm (a tmpfs even with a read-only root filesystem) if usable."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class WebhookArbiter(Arbiter):
+    """gunicorn's arbiter, following the policy and certificate files as the workers do (`ServerState.follow`).
+
+    Its main loop runs `manage_workers` about once a second and before it forks a replacement worker.
+    """
+
+    def manage_workers(self) -> None:
+        try:
+            self.app.state.follow()
+        except Exception:  # never stop the arbiter for it: a new worker also looks at the files itself
+            self.log.exception("following the policy and certificate files failed")
+        super().manage_workers()
 
 
 class WebhookServer(BaseApplication):
@@ -119,3 +136,12 @@ class WebhookServer(BaseApplication):
 
     def load(self) -> Any:
         return self.wsgi_app
+
+    def run(self) -> None:
+        """`BaseApplication.run`, with `WebhookArbiter`."""
+        try:
+            WebhookArbiter(self).run()
+        except RuntimeError as exc:
+            sys.stderr.write(f"\nError: {exc}\n\n")
+            sys.stderr.flush()
+            sys.exit(1)

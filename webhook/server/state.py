@@ -1,7 +1,8 @@
 """What a server process holds: the policies, the certificate, and the engine it calls.
 
 One object, built before gunicorn forks its workers, so every worker starts from the same loaded state;
-each worker then keeps it fresh with its own watcher thread (`watch.py`).
+each worker then keeps it fresh with its own watcher thread, and the arbiter keeps its own copy fresh for the
+workers it forks later (`follow`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,18 @@ class ServerState:
             self._expiry_warned = time.monotonic()
             log(_log, logging.WARNING, problem, event="certificate-expiry",
                 not_after=self.certificate.not_after.isoformat())
+
+    def follow(self) -> None:
+        """Keep the arbiter's copy as fresh as the workers' (quietly: they log and count).
+
+        gunicorn forks every worker from the arbiter: a crashed worker's replacement, and every worker after a
+        SIGHUP, starts from its copy. Were that the one loaded at startup, a worker forked while the files are
+        broken (a rejected policy change, a rotation half done) would serve the policies or the certificate the
+        server started with, not those the other workers serve.
+        """
+        self.policies.check(quiet=True)
+        if self.certificate is not None:
+            self.certificate.check(quiet=True)
 
     def start_watcher(self) -> threading.Thread:
         """A daemon thread in this process that polls for policy and certificate changes."""

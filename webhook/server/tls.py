@@ -197,12 +197,13 @@ class CertStore:
     def fingerprint(self) -> Fingerprint:
         return (_stat(self.cert_file), _stat(self.key_file))
 
-    def check(self) -> bool:
+    def check(self, *, quiet: bool = False) -> bool:
         """Rebuild the context if the files changed; True when a new certificate was taken.
 
         A half-written pair (key replaced, certificate not yet) fails to load and is retried at the next
         check; the last good context stays meanwhile. So does a valid certificate against a replacement that
-        is expired or not yet valid: clients would refuse every handshake.
+        is expired or not yet valid: clients would refuse every handshake. `quiet`: nothing logged (gunicorn's
+        arbiter keeping its copy fresh; its workers report).
         """
         fingerprint = self.fingerprint()
         if fingerprint == self._fingerprint or fingerprint == self._failed:
@@ -219,17 +220,19 @@ class CertStore:
         except Exception as exc:  # ssl.SSLError, CertError, OSError, ValueError: not a usable pair
             if self.fingerprint() == fingerprint:  # stable, so really broken: say it once
                 self._failed = fingerprint
-                log(_log, logging.ERROR,
-                    f"certificate reload failed, still serving the previous one: {exc}",
-                    event="certificate-reload", result="error", cert_file=str(self.cert_file),
-                    key_file=str(self.key_file))
+                if not quiet:
+                    log(_log, logging.ERROR,
+                        f"certificate reload failed, still serving the previous one: {exc}",
+                        event="certificate-reload", result="error", cert_file=str(self.cert_file),
+                        key_file=str(self.key_file))
             return False
         if self.fingerprint() != fingerprint:  # changed while reading: take it next time
             return False
         self.context, self.not_after, self._fingerprint = context, not_after, fingerprint
         self._failed = None
-        log(_log, logging.INFO, "certificate reloaded", event="certificate-reload", result="ok",
-            cert_file=str(self.cert_file), not_after=not_after.isoformat())
+        if not quiet:
+            log(_log, logging.INFO, "certificate reloaded", event="certificate-reload", result="ok",
+                cert_file=str(self.cert_file), not_after=not_after.isoformat())
         return True
 
     def problem(self, now: dt.datetime | None = None) -> str | None:

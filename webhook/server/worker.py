@@ -14,6 +14,10 @@ Here the main loop does the TLS handshake (non-blocking, with a deadline) and re
 requests. Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSSLSocket`. A
 response the client does not read as fast as it is written is finished by the main loop too (with a
 deadline), so a client that stops reading holds no thread either. A closing connection lingers in the poller.
+
+On SIGTERM the listeners are closed at once (new connections are refused rather than queued until the worker
+exits), and connections that have not sent a request yet, those still in their TLS handshake included, get
+gunicorn's STOP_KEEPALIVE_LINGER to send one, like kept-alive connections.
 """
 
 from __future__ import annotations
@@ -64,6 +68,27 @@ def request_complete(data: bytes | bytearray) -> bool:
     return True
 
 
+def obey_connection_close(app: Any) -> Any:
+    """`app`, with its `Connection: close` obeyed.
+
+    gunicorn drops a `Connection` header the app gives (hop-by-hop) and decides keep-alive by itself, so an app
+    that did not read the request body (a 413 for 20 MiB) would answer "keep-alive" and then see the connection
+    closed by gunicorn's bounded drain: a client could send its next request on it. Here the app's
+    `Connection: close` makes gunicorn say it, and close.
+    """
+
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            for name, value in headers:
+                if name.lower() == "connection" and value.lower() == "close":
+                    start_response.__self__.force_close()  # gthread passes its Response's bound method
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    return wsgi
+
+
 class _Conn(TConn):
     """A connection that remembers what the main loop read of its next request."""
 
@@ -89,7 +114,23 @@ class WebhookWorker(ThreadWorker):
         self.writing: dict[_Conn, Any] = {}  # connection -> its thread's future, while the main loop writes
         self._stop_deadline: float | None = None
 
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.wsgi = obey_connection_close(self.wsgi)
+
     # -------------------------------------------------------------------------- accept and handshake
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        """Stopping, also close the listeners, rather than at exit (up to `graceful_timeout` later).
+
+        Every process holding the listening socket keeps it listening: until the last one closes it, the kernel
+        completes new connections into a queue nobody reads any more, and they hang until they are reset at
+        the worker's exit. Closed by every process as soon as it stops, new connections are refused at once.
+        """
+        super().set_accept_enabled(enabled)
+        if not self.alive:
+            for listener in self.sockets:
+                listener.close()  # gunicorn's listener: closing it again at exit does nothing
 
     def accept(self, listener: Any) -> None:
         try:
@@ -258,13 +299,15 @@ class WebhookWorker(ThreadWorker):
     def murder_pending(self) -> None:
         """Also expire handshakes, half-read requests and lingering closes; stopping, stop waiting soon."""
         now = time.monotonic()
-        if not self.alive:
-            if self._stop_deadline is None:
-                self._stop_deadline = now + STOP_KEEPALIVE_LINGER
-                for conn in self.pending_conns:
-                    conn.timeout = min(conn.timeout, self._stop_deadline)
-            while self.handshaking:  # nothing asked yet: nothing to finish
-                self._drop(self.handshaking.popleft())
+        if not self.alive and self._stop_deadline is None:
+            # A connection still in its handshake, or with nothing sent yet, has a review coming (the client
+            # connected before the signal): like a kept-alive one, it gets STOP_KEEPALIVE_LINGER to send it,
+            # and is answered with "Connection: close". Each deque stays sorted: all get the same cap.
+            self._stop_deadline = now + STOP_KEEPALIVE_LINGER
+            for conn in self.pending_conns:
+                conn.timeout = min(conn.timeout, self._stop_deadline)
+            for conn in self.handshaking:
+                conn.deadline = min(conn.deadline, self._stop_deadline)
         while self.handshaking and self.handshaking[0].deadline <= now:
             conn = self.handshaking.popleft()
             self.log.debug("TLS handshake timed out for %s", conn.client)
