@@ -105,7 +105,8 @@ def test_lint_of_a_missing_directory_exits_1(tmp_path: Path) -> None:
     run = gpu_webhook("policy", "lint", "nope", cwd=tmp_path)
     assert run.returncode == 1
     assert run.stdout == (
-        "nope: no such policy directory; create it or point --policies at one\n1 problem in nope: nothing was loaded\n"
+        "nope: no such policy directory; create it, or name the directory that holds the policy files\n"
+        "1 problem in nope: nothing was loaded\n"
     )
 
 

@@ -408,7 +408,7 @@ def test_pod_total_is_computed_as_the_scheduler_does(containers, init, allowed):
     decision = run(obj)
     assert decision.allowed is allowed
     if not allowed:
-        assert decision.violations[0].startswith("pod: nvidia.com/gpu effective total 9 (containers ")
+        assert decision.violations[0].startswith("pod: nvidia.com/gpu effective total 9 (containers running together: ")
         assert decision.violations[0].endswith(
             'exceeds the per-pod maximum of 8 (policy "team"); request fewer or split the pod'
         )
@@ -660,3 +660,43 @@ def test_many_distinct_fractions_keep_the_hints_memo_bounded_and_the_policys_oth
         hints_for(TIME_SLICING, Fraction(1, denominator))
     assert len(TIME_SLICING.memo["env-hints"]) <= 1024
     assert TIME_SLICING.memo["mutation-plan"] is plan
+
+
+@pytest.mark.parametrize(
+    ("containers", "init", "named"),
+    [
+        ([1], [(1, "sidecar"), 8], '"init0"=1, "init1"=8'),  # the peak is the init container's: the app waits
+        ([5, 4], [8], '"app0"=5, "app1"=4'),  # the app's 9 beat the init container's 8
+        ([7], [(2, "sidecar"), 3], '"init0"=2, "app0"=7'),  # sidecars run beside the app
+    ],
+)
+def test_the_pod_total_names_the_containers_that_run_together(containers, init, named):
+    def gpu_container(index, spec, prefix):
+        count, kind = spec if isinstance(spec, tuple) else (spec, None)
+        extra = {"restartPolicy": "Always"} if kind == "sidecar" else {}
+        return container(f"{prefix}{index}", limits={"nvidia.com/gpu": str(count)}, **extra)
+
+    obj = pod(
+        *[gpu_container(i, c, "app") for i, c in enumerate(containers)],
+        init=tuple(gpu_container(i, c, "init") for i, c in enumerate(init)),
+    )
+    assert run(obj).violations == [
+        f"pod: nvidia.com/gpu effective total 9 (containers running together: {named}) exceeds the per-pod "
+        'maximum of 8 (policy "team"); request fewer or split the pod'
+    ]
+
+
+def test_one_container_within_its_own_maximum_is_still_held_to_the_pods():
+    roomy = policy(limits=Limits(max_per_container=16, max_per_pod=8))
+    decision = run(pod(container("big", limits={"nvidia.com/gpu": "12"})), roomy)
+    assert decision.violations == [
+        'pod: nvidia.com/gpu effective total 12 (container: "big"=12) exceeds the per-pod maximum of 8 '
+        '(policy "team"); request fewer or split the pod'
+    ]
+
+
+def test_one_container_over_its_own_maximum_gets_one_line_not_two():
+    decision = run(pod(container("big", limits={"nvidia.com/gpu": "9"})))
+    assert decision.violations == [
+        'container "big": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
+    ]

@@ -717,7 +717,9 @@ def test_an_empty_directory_is_an_empty_set(policy_dir: Path) -> None:
 
 
 def test_a_missing_directory_is_an_error(policy_dir: Path) -> None:
-    assert load_problems("nope") == ["nope: no such policy directory; create it or point --policies at one"]
+    assert load_problems("nope") == [
+        "nope: no such policy directory; create it, or name the directory that holds the policy files"
+    ]
 
 
 def test_a_file_instead_of_a_directory_is_an_error(policy_dir: Path) -> None:

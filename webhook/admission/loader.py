@@ -97,7 +97,9 @@ def load_policies(directory: str | os.PathLike[str]) -> PolicySet:
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
-        raise PolicyLoadError([f"{label}: no such policy directory; create it or point --policies at one"]) from None
+        raise PolicyLoadError(
+            [f"{label}: no such policy directory; create it, or name the directory that holds the policy files"]
+        ) from None
     except NotADirectoryError:
         raise PolicyLoadError([f"{label}: not a directory; policies are *.yaml files in a directory"]) from None
     except OSError as exc:

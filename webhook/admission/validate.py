@@ -6,7 +6,6 @@ listed, not just the first, so a user fixes a manifest in one round.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -58,6 +57,10 @@ class _Rules:
     one_shared_replica: bool  # the maximum of 1 is the device plugin's (shared mode, no explicit maximum)
     block_visible_devices: bool
 
+    def container_maximum(self, resource: str) -> int:
+        """The most of `resource` one container may hold: shared replicas have a maximum of their own."""
+        return self.max_per_container if is_shared(resource) else self.max_whole_per_container
+
     @staticmethod
     def of(policy: Policy) -> _Rules:
         return policy.derived("validation-rules", _Rules._build)
@@ -93,9 +96,9 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
             holders.append((ref, counts))
         if rules.block_visible_devices and not any(counts.values()):
             _visible_devices(ref, rules, problems)
-    # One container alone is judged by its own line (the per-container maximum); and the effective total is
-    # at most the sum of every count, so a pod under the maximum by that sum needs no closer look.
-    if len(holders) > 1 and sum(sum(counts.values()) for _, counts in holders) > rules.max_per_pod:
+    # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
+    # closer look.
+    if sum(sum(counts.values()) for _, counts in holders) > rules.max_per_pod:
         _pod_total(holders, rules, problems)
     return problems
 
@@ -180,11 +183,10 @@ def _resource(
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
     if value and (rules.exclusive or rules.mig_model):
         _served(ref, name, limit_raw, rules, problems)
-    shared = is_shared(name)
-    maximum = rules.max_per_container if shared else rules.max_whole_per_container
+    maximum = rules.container_maximum(name)
     if value > maximum:
         shown = quantity_text(limit_raw)
-        if shared and rules.one_shared_replica:
+        if rules.one_shared_replica and is_shared(name):
             problems.append(
                 f"{ref.label}: {name} {shown} exceeds 1 per container under {policy.sharing.mode} "
                 f'(policy "{policy.name}"): {value} shared replicas are not {value} GPUs, and the device plugin '
@@ -238,30 +240,41 @@ def _pod_total(holders: Holders, rules: _Rules, problems: list[str]) -> None:
     """The pod's effective request, as the scheduler computes it with sidecars (KEP-753).
 
     max(app containers + all sidecars, each regular init container + the sidecars started before it)
-    `holders` are in start order: init containers first.
+    `holders` are in start order: init containers first. The line names the containers that run together at
+    that peak, so that their counts add up to the total it reports.
     """
-    app: dict[str, int | Fraction] = defaultdict(int)
-    sidecars: dict[str, int | Fraction] = defaultdict(int)
-    init_peak: dict[str, int | Fraction] = defaultdict(int)
-    for ref, counts in holders:
-        for name, value in counts.items():
-            if ref.section == "containers":
-                app[name] += value
-            elif ref.is_sidecar:
-                sidecars[name] += value
-            else:
-                init_peak[name] = max(init_peak[name], value + sidecars[name])
     maximum = rules.max_per_pod
-    for name in {**app, **sidecars, **init_peak}:
-        total = max(app[name] + sidecars[name], init_peak[name])
+    for name in sorted({name for _, counts in holders for name in counts}):
+        sidecars: list[tuple[ContainerRef, int | Fraction]] = []  # started so far: they keep running
+        sidecar_total: int | Fraction = 0
+        app: list[tuple[ContainerRef, int | Fraction]] = []
+        init_total: int | Fraction = 0  # the highest regular init container + the sidecars started before it
+        init_peak: tuple[int, ContainerRef, int | Fraction] | None = None  # (sidecars started, it, its count)
+        for ref, counts in holders:
+            value = counts.get(name)
+            if not value:
+                continue
+            if ref.section == "containers":
+                app.append((ref, value))
+            elif ref.is_sidecar:
+                sidecars.append((ref, value))
+                sidecar_total += value
+            elif value + sidecar_total > init_total:
+                init_total, init_peak = value + sidecar_total, (len(sidecars), ref, value)
+        running, total = sidecars + app, sidecar_total + sum(value for _, value in app)
+        if init_peak is not None and init_total > total:
+            started, ref, value = init_peak
+            running, total = [*sidecars[:started], (ref, value)], init_total
         if total <= maximum:
             continue
-        named = [f'"{ref.name}"={c[name]}' for ref, c in holders if c.get(name)]
-        if len(named) > 1:  # one container: its own line (the per-container maximum) says it
-            problems.append(
-                f"pod: {name} effective total {total} (containers {', '.join(named)}) exceeds the per-pod "
-                f'maximum of {maximum} (policy "{rules.policy.name}"); request fewer or split the pod'
-            )
+        if len(running) == 1 and total > rules.container_maximum(name):
+            continue  # one container over its own maximum: its own line says it
+        named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+        together = "containers running together" if len(running) > 1 else "container"
+        problems.append(
+            f"pod: {name} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
+            f'{maximum} (policy "{rules.policy.name}"); request fewer or split the pod'
+        )
 
 
 __all__ = ["format_fraction", "offer", "validate"]

@@ -1,0 +1,167 @@
+"""README.md's `gpu-webhook check` and `gpu-webhook policy` examples, run as written.
+
+Users copy these commands and compare the output. Every `$ gpu-webhook check ...` or `$ gpu-webhook policy ...`
+line in a README code block whose inputs are this repository's `examples/` and `policies/` is run in a copy
+of those two directories, and its output (stdout, then stderr) must be the lines that follow it in the block,
+up to the next `$ ` line; a following `$ echo $?` gives the exit code. Trailing white space is ignored.
+
+An example is left out when it cannot run here: it asks a server (`--server`), is part of a pipeline,
+reads an input that is not shipped (`train.yaml`, `pol/`), elides its output (`...`), or shows files that
+are not shipped (the lint errors of a hypothetical `policies/teams.yaml`). So that a
+broken parser or a renamed file cannot quietly leave everything out, every output format of `check` and both
+`policy` commands must have a runnable example.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"
+SHIPPED = ("examples", "policies")
+
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_VALUED = {"-n", "--namespace", "--policies", "-o", "--output", "--server", "--ca-file", "--timeout"}
+_SHIPPED_FILE = re.compile(r"\b(?:examples|policies)/[\w.-]+\.(?:yaml|yml|json)\b")
+
+
+@dataclass
+class Example:
+    command: str  # as written after "$ "
+    expected: list[str]  # the output lines shown under it
+    exit_code: int | None = None  # from a following "$ echo $?"
+
+    @property
+    def argv(self) -> list[str]:
+        """The arguments after `gpu-webhook`, without a `< FILE` redirection."""
+        words = shlex.split(self.command)[1:]
+        return words[: words.index("<")] if "<" in words else words
+
+    @property
+    def stdin_file(self) -> str | None:
+        words = shlex.split(self.command)
+        return words[words.index("<") + 1] if "<" in words else None
+
+    @property
+    def kind(self) -> str:
+        """What the example shows: `check table`, `check yaml`, `check diff`, `policy lint`, ..."""
+        args = self.argv
+        if args[0] == "policy":
+            return f"policy {args[1]}"
+        if "--diff" in args:
+            return "check diff"
+        for flag in ("-o", "--output"):
+            if flag in args:
+                return f"check {args[args.index(flag) + 1]}"
+        return "check table"
+
+    def inputs(self) -> list[str]:
+        """The files and directories the command reads: `< FILE`, check's PATHs, lint's DIR, `--policies DIR`."""
+        command, *args = self.argv
+        found = [self.stdin_file] if self.stdin_file else []
+        if command == "policy" and args[0] == "lint":
+            return found + args[1:]
+        previous = ""
+        for arg in args:
+            if previous == "--policies" or (command == "check" and arg[0] != "-" and previous not in _VALUED):
+                found.append(arg)
+            previous = arg
+        return found
+
+    def why_not_runnable(self) -> str | None:
+        """Why this example cannot run against the shipped files, or None when it can."""
+        if "--server" in self.command:
+            return "asks a running server"
+        if re.search(r"[|&;]|\$\(", self.command):
+            return "part of a pipeline"
+        if any(line.strip() == "..." for line in self.expected):
+            return "output elided"
+        for path in self.inputs():
+            if path.split("/")[0] not in SHIPPED:
+                return f"reads {path}, which is not shipped"
+        for named in _SHIPPED_FILE.findall("\n".join(self.expected)):
+            if not (ROOT / named).exists():
+                return f"shows {named}, which is not shipped"
+        return None
+
+
+def readme_examples(text: str) -> list[Example]:
+    """Every `$ gpu-webhook check|policy` command in the README's code blocks, with the output shown for it."""
+    examples: list[Example] = []
+    for block in _FENCE.findall(text):
+        current: Example | None = None  # the example whose output lines come next
+        last: Example | None = None  # the example that `$ echo $?` reports on
+        for line in block.splitlines():
+            if not line.startswith("$ "):
+                if current is not None:
+                    current.expected.append(line)
+                elif last is not None and last.exit_code is None and line.strip().isdigit():
+                    last.exit_code = int(line)
+                continue
+            command = line[2:].strip()
+            current = Example(command, []) if re.match(r"gpu-webhook (check|policy)\b", command) else None
+            if current is not None:
+                examples.append(current)
+            last = current or (last if command == "echo $?" else None)
+    return examples
+
+
+EXAMPLES = readme_examples(README.read_text(encoding="utf-8"))
+RUNNABLE = [e for e in EXAMPLES if e.why_not_runnable() is None]
+
+
+def test_every_output_format_and_policy_command_has_a_runnable_example():
+    left_out = "\n".join(f"  {e.command}: {e.why_not_runnable()}" for e in EXAMPLES if e not in RUNNABLE)
+    covered = {e.kind for e in RUNNABLE}
+    wanted = {"check table", "check yaml", "check json", "check diff", "policy lint", "policy explain"}
+    assert wanted <= covered, f"no runnable README example for {sorted(wanted - covered)}; left out:\n{left_out}"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of examples/ and policies/, so that the commands print the same relative paths as README."""
+    directory = tmp_path_factory.mktemp("readme")
+    for name in SHIPPED:
+        shutil.copytree(ROOT / name, directory / name)
+    return directory
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+@pytest.mark.parametrize("example", RUNNABLE, ids=[e.command for e in RUNNABLE])
+def test_readme_example_prints_what_readme_shows(example: Example, workdir: Path):
+    env = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
+    env["NO_COLOR"] = "1"
+    stdin = (workdir / example.stdin_file).read_text() if example.stdin_file else None
+    run = subprocess.run(
+        [str(GPU_WEBHOOK), *example.argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=env,
+        timeout=60,
+    )
+    actual = _lines(run.stdout + run.stderr)
+    expected = _lines("\n".join(example.expected))
+    diff = "\n".join(difflib.unified_diff(expected, actual, "README.md", "actual output", lineterm=""))
+    assert actual == expected, f"README.md's example `$ {example.command}` is stale:\n{diff}"
+    if example.exit_code is not None:
+        said = f"`$ {example.command}` exited {run.returncode}; README.md says {example.exit_code}"
+        assert run.returncode == example.exit_code, said
