@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["engine", "server", "memory", "cli"]
+BENCHMARKS = ["engine", "instructions", "server", "memory", "cli"]
 
 
 def main(argv: list[str]) -> int:
