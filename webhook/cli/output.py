@@ -343,8 +343,9 @@ def report(
 
     With `only_affected` (audit), objects the webhook would leave alone are counted in the summary but not
     listed. YAML and diff output keep stdout machine-readable (a post-renderer, a patch to review), so their
-    denial and warning lines go to stderr. `skipped_resources` (audit's unlistable resources) go into JSON
-    only: the other formats have no room for them, and audit says them on stderr.
+    denial and warning lines go to stderr. `skipped_resources` (audit's unlistable resources) go into JSON and
+    under the table (a saved report says it is incomplete); YAML and diff have no room for them, and audit
+    says them on stderr whatever the format.
     """
     summary = summarize(results)
     shown = [r for r in results if r.affected] if only_affected else list(results)
@@ -359,4 +360,7 @@ def report(
         stderr.write("".join(line + "\n" for line in message_lines(shown, colour=use_colour(stderr))))
     else:
         render_table(shown, stdout, colour=use_colour(stdout), summary=summary)
+        if skipped_resources:  # a saved table must not pass for a complete audit
+            names = ", ".join(skipped["resource"] for skipped in skipped_resources)
+            stdout.write(f"incomplete: {names} could not be listed (forbidden), so the report leaves them out\n")
     return exit_code(results, fail_on_warn=fail_on_warn)
