@@ -253,6 +253,14 @@ def test_a_resource_the_auditor_may_not_list_is_skipped_and_the_rest_is_reported
     ]
 
 
+def test_allow_incomplete_keeps_the_reports_exit_code_and_still_names_what_was_skipped(cluster, kubeconfig):
+    cluster.forbidden.add("podtemplates")
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "--allow-incomplete")
+    assert run.returncode == 1, run.stderr  # the report's own: a Pod would be denied
+    assert run.stderr.splitlines() == [skip_line("podtemplates", "", "at cluster scope", "at the cluster scope")]
+    assert run.stdout.splitlines()[-1].startswith("incomplete: podtemplates could not be listed")
+
+
 def test_a_complete_audit_has_no_skipped_resources(cluster, kubeconfig):
     run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "-n", "batch")
     assert run.returncode == 0, run.stderr

@@ -11,9 +11,9 @@ thousands of them.
 
 A resource the identity may not list (403) is skipped, with one stderr line each, and the rest is reported:
 the built-in `view` role grants no podtemplates, and a read-only auditor should still get a report. The exit
-code is then 2 whatever the report says, so an incomplete audit never passes a CI gate; when nothing at all
-may be listed there is no report, only one line. Owners that were skipped cover nothing, so what they own is
-judged on its own.
+code is then 2 whatever the report says (unless `--allow-incomplete`), so an incomplete audit never passes a
+CI gate unnoticed; when nothing at all may be listed there is no report, only one line. Owners that were
+skipped cover nothing, so what they own is judged on its own.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "List Pods and workloads with the kubeconfig (or in-cluster) credentials and evaluate each as "
             "the webhook would: exit 0 when all would be admitted, 1 when any would be denied, 2 on errors "
-            "or when a resource could not be listed (403: skipped, the rest reported)."
+            "or when a resource could not be listed (403: skipped, the rest reported; see --allow-incomplete)."
         ),
     )
     parser.add_argument(
@@ -69,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--page-size", type=int, default=500, metavar="N", help="objects per list request (default: 500)"
+    )
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="a resource the identity may not list (403) is still skipped and named, but does not make the "
+        "exit code 2 (for a read-only identity, such as the built-in view role, which grants no podtemplates)",
     )
     add_report_arguments(parser)
     parser.set_defaults(handler=run)
@@ -147,7 +153,7 @@ def _audit(args: argparse.Namespace) -> int:
             for exc in skipped
         ],
     )
-    return 2 if skipped else code
+    return 2 if skipped and not args.allow_incomplete else code
 
 
 def _resource_list(resources: Sequence[Resource]) -> str:
