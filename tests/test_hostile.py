@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import os
 import time
@@ -29,8 +30,9 @@ from webhook.admission.review import make_review
 
 ANSWER_WITHIN = 1.0  # seconds, for every case
 # The suite runs on 2 shared cores next to other load tests (pytest -n 2): a case whose answer took longer
-# than ANSWER_WITHIN on the wall clock passes only if the workers spent less than ANSWER_WITHIN of CPU on it
-# (the rest of the time went to other processes), and never past BUSY_MACHINE_LIMIT.
+# than ANSWER_WITHIN on the wall clock passes only if the machine was busy meanwhile (less than half a core
+# idle: the time went to other processes, not to a server waiting), the workers spent less than ANSWER_WITHIN
+# of CPU on it, and never past BUSY_MACHINE_LIMIT.
 BUSY_MACHINE_LIMIT = 5.0
 UID = "hostile-0000-0000-0000-000000000000"
 MIB = 1024 * 1024
@@ -132,6 +134,22 @@ def deep(opening: bytes, closing: bytes, depth: int = 20_000) -> Callable[[], by
     return build
 
 
+def deployment(gpus: str = "0.5", **metadata: Any) -> dict[str, Any]:
+    """A Deployment whose template asks for `gpus` (fractional by default: denied in `team-a` when judged)."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", **metadata},
+            "spec": {"template": {"spec": gpu_pod(gpus=gpus)["spec"]}}}  # fmt: skip
+
+
+def update_from(old: Any, gpus: str = "0.5") -> Callable[[], bytes]:
+    """An UPDATE to a pod asking for `gpus`, from the old object `old` (with the pod's kind and name)."""
+
+    def build() -> bytes:
+        previous = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"}, **old}
+        return encode(review_of(gpu_pod(gpus=gpus), operation="UPDATE", oldObject=previous))
+
+    return build
+
+
 def many_containers(count: int, namespace: str, gpus_each: str) -> Callable[[], bytes]:
     def build() -> bytes:
         obj = gpu_pod(namespace)
@@ -212,6 +230,15 @@ CASES = [
     Case("namespace-list", review_field(namespace=["team-a"]), 400, "request.namespace: expected a string, got list"),
     Case("dryrun-string", review_field(dryRun="false"), 400, "request.dryRun: expected a boolean, got string"),
     Case("resource-list", review_field(resource=[]), 400, "request.resource: expected an object, got list"),
+    Case("resource-value-null", review_field(resource={"group": "", "version": "v1", "resource": None}), 400,
+         "request.resource.resource: expected a string, got null"),
+    Case("subresource-list", review_field(subResource=["status"]), 400,
+         "request.subResource: expected a string, got list"),
+    Case("request-name-number", review_field(name=5), 400, "request.name: expected a string, got number"),
+    Case("request-kind-group-number", review_field(kind={"group": 1, "version": "v1", "kind": "Pod"}), 400,
+         "request.kind.group: expected a string, got number"),
+    Case("dryrun-null", review_field(dryRun=None), "allow"),
+    Case("userinfo-string", review_field(userInfo="system:admin"), "allow"),  # not read: policies are per namespace
     Case("object-missing", review_field(object=...), 400, "request.object: missing; CREATE reviews carry"),
     Case("object-null-on-update", review_field(object=None, operation="UPDATE"), 400, "request.object: missing"),
     Case("object-list", review_field(object=[1]), 400, "request.object: expected an object, got list"),
@@ -223,9 +250,28 @@ CASES = [
          "request.object.metadata.name: expected a string, got number"),
     Case("object-kind-object", with_object(set_path("kind", value={"kind": "Pod"})), 400,
          "request.object.kind: expected a string, got object"),
+    Case("object-apiversion-number", with_object(set_path("apiVersion", value=1)), 400,
+         "request.object.apiVersion: expected a string, got number"),
+    Case("metadata-namespace-number", with_object(set_path("metadata", "namespace", value=1)), 400,
+         "request.object.metadata.namespace: expected a string, got number"),
+    Case("metadata-generatename-list", with_object(set_path("metadata", "generateName", value=["train-"])), 400,
+         "request.object.metadata.generateName: expected a string, got list"),
+    Case("old-object-metadata-list", update_from({"metadata": []}), 400,
+         "request.oldObject.metadata: expected an object, got list"),
+    Case("old-object-kind-number", update_from({"kind": 7}), 400,
+         "request.oldObject.kind: expected a string, got number"),
     # --- the object: wrong types below metadata are judged by the engine (the API server would refuse them
     # before calling, so any sane answer will do; what matters is that it is an answer)
     Case("metadata-null", with_object(set_path("metadata", value=None)), "allow"),
+    Case("labels-list", with_object(set_path("metadata", "labels", value=["gpu"])), "allow"),
+    Case("annotations-string", with_object(set_path("metadata", "annotations", value="a=b")), "allow"),
+    # A malformed owner is no controller: the workload is judged (a controller's template is judged once, there).
+    Case("owner-references-string", lambda: encode(review_of(deployment(ownerReferences="rs"))), "deny", "fractional"),
+    Case("owner-references-scalars", lambda: encode(review_of(deployment(ownerReferences=[1, None, "rs",
+         {"controller": "true"}]))), "deny", "fractional"),
+    # A malformed old object is no reason to leave an UPDATE alone: the new object is judged.
+    Case("old-object-spec-string", update_from({"spec": "spec"}), "deny", "fractional"),
+    Case("old-object-containers-null", update_from({"spec": {"containers": None}}), "deny", "fractional"),
     Case("spec-list", with_object(set_path("spec", value=[])), "allow"),
     Case("spec-string", with_object(set_path("spec", value="spec")), "allow"),
     Case("spec-null", with_object(set_path("spec", value=None)), "allow"),
@@ -235,6 +281,16 @@ CASES = [
     Case("container-entries-scalars", with_object(set_path("spec", "containers", value=[1, "x", None, []])), "allow"),
     Case("init-containers-number", with_object(set_path("spec", "initContainers", value=5)), "allow"),
     Case("container-name-number", with_object(container(name=12)), "allow"),
+    Case("ephemeral-containers-string", with_object(set_path("spec", "ephemeralContainers", value="debug")), "allow"),
+    Case("ephemeral-container-entries-scalars", with_object(set_path("spec", "ephemeralContainers", value=[1, None])),
+         "allow"),
+    Case("init-container-restartpolicy-number", with_object(set_path("spec", "initContainers", value=[
+         {"name": "init", "restartPolicy": 1, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]), "notebooks"),
+         "allow", endpoint="mutate"),
+    Case("node-selector-list", with_object(set_path("spec", "nodeSelector", value=["gpu"])), "allow"),
+    Case("tolerations-string", with_object(set_path("spec", "tolerations", value="nvidia.com/gpu")), "allow"),
+    Case("resources-string", with_object(container(resources="nvidia.com/gpu=1")), "deny",
+         "resources must be a map, not str"),
     Case("resources-list", with_object(container(resources=[{"limits": {"nvidia.com/gpu": "1"}}])), "deny",
          'container "main": resources must be a map, not list; fix the manifest'),
     Case("resources-null", with_object(container(resources=None)), "allow"),
@@ -244,6 +300,8 @@ CASES = [
          "resources.limits must be a map, not str"),
     Case("requests-string", with_object(container(resources={"requests": "1", "limits": {"nvidia.com/gpu": "1"}})),
          "deny", "resources.requests must be a map, not str"),
+    Case("requests-number", with_object(container(resources={"requests": 5, "limits": {"nvidia.com/gpu": "1"}})),
+         "deny", "resources.requests must be a map, not int"),
     Case("env-object", with_object(container(env={"A": "1"}), "notebooks"), "allow", endpoint="mutate"),
     Case("env-entries-scalars", with_object(container(env=[1, "A=1", None]), "notebooks"), "allow",
          endpoint="mutate"),
@@ -253,6 +311,9 @@ CASES = [
          "notebooks"), "allow", endpoint="mutate"),
     Case("env-valuefrom-list", with_object(container(env=[{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
          "valueFrom": []}]), "inference"), "allow", endpoint="mutate"),
+    Case("envfrom-string", with_object(container(envFrom="configmap"), "notebooks"), "allow", endpoint="mutate"),
+    Case("envfrom-entries-scalars", with_object(container(envFrom=[1, None, {"prefix": 5, "configMapRef": []}]),
+         "notebooks"), "allow", endpoint="mutate"),
     # --- values of requests and limits: wrong types, and quantities at the grammar's edges ----------------
     Case("gpus-true", gpus(True), "deny", "nvidia.com/gpu limit true is not a quantity (true/false)"),
     Case("gpus-null", gpus(None), "deny", "nvidia.com/gpu request null is not a quantity"),
@@ -289,6 +350,22 @@ CASES = [
     Case("gpus-nan-string", gpus("NaN"), "deny", NOT_QUANTITY % '"NaN"'),
     Case("gpus-hex", gpus("0x1"), "deny", NOT_QUANTITY % '"0x1"'),
     Case("gpus-lone-surrogate", gpus(b'"\\ud800"'), "deny", NOT_QUANTITY % '"\\ud800"'),
+    Case("gpus-1000m", gpus("1000m"), "allow"),  # one whole GPU, in thousandths
+    Case("gpus-1-dot", gpus("1."), "allow"),  # <digits>. is a number
+    Case("gpus-dot-5", gpus(".5"), "deny", 'nvidia.com/gpu ".5" is fractional'),  # .<digits> too
+    Case("gpus-plus-1", gpus("+1"), "allow"),
+    Case("gpus-1e-plus-0", gpus("1e+0"), "allow"),
+    Case("gpus-1e", gpus("1e"), "deny", NOT_QUANTITY % '"1e"'),  # an exponent with no digits
+    Case("gpus-e3", gpus("e3"), "deny", NOT_QUANTITY % '"e3"'),  # an exponent with no number
+    Case("gpus-two-dots", gpus("1.2.3"), "deny", NOT_QUANTITY % '"1.2.3"'),
+    Case("gpus-1E3", gpus("1E3"), "deny", '"1E3" exceeds the per-container maximum of 8'),  # 1000: E and digits
+    Case("gpus-10E", gpus("10E"), "deny", 'nvidia.com/gpu limit "10E" is too large (past int64)'),  # 10 exa
+    Case("gpus-64-chars", gpus("0" * 63 + "1"), "allow"),  # the longest text read
+    Case("gpus-1n", gpus("1n"), "deny", 'nvidia.com/gpu "1n" is fractional'),  # the smallest step
+    Case("gpus-minus-1e-10", gpus("-1e-10"), "deny", 'nvidia.com/gpu limit "-1e-10" is negative'),  # -1n, not 0
+    Case("gpus-8", gpus("8"), "allow"),  # the policy's maximum...
+    Case("gpus-9", gpus("9"), "deny", 'nvidia.com/gpu "9" exceeds the per-container maximum of 8'),  # ...and past it
+    Case("gpus-number-8e-1", gpus(b"8E-1"), "deny", "nvidia.com/gpu 0.8 is fractional"),
     # --- big, many, strange characters --------------------------------------------------------------------
     Case("name-2-mib", lambda: encode(review_of(gpu_pod(), name="n" * (2 * MIB))), "allow"),
     Case("object-name-2-mib", lambda: encode(review_of(gpu_pod(pod_name="n" * (2 * MIB)), name="")), "allow"),
@@ -319,6 +396,8 @@ CASES = [
     Case("delete-with-old-object-list", review_field(operation="DELETE", object=None, oldObject=[]), 400,
          "request.oldObject: expected an object, got list"),
     Case("delete-with-nothing", review_field(operation="DELETE", object=None, oldObject=None), "allow"),
+    Case("delete-on-mutate", lambda: encode(make_review(gpu_pod("notebooks"), namespace="notebooks", uid=UID,
+         operation="DELETE")), "allow", endpoint="mutate"),
     Case("connect", review_field(operation="CONNECT", object=None), "allow"),
     Case("update-without-old-object", review_field(operation="UPDATE", oldObject=...), "allow"),
     Case("configmap", lambda: encode(review_of({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
@@ -331,10 +410,90 @@ CASES = [
          "fractional"),
     Case("deployment-template-list", lambda: encode(review_of({"apiVersion": "apps/v1", "kind": "Deployment",
          "metadata": {"name": "d"}, "spec": {"template": []}})), "allow"),
+    Case("cronjob-fractional", lambda: encode(review_of({"apiVersion": "batch/v1", "kind": "CronJob",
+         "metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": {"spec": gpu_pod(gpus="0.5")[
+         "spec"]}}}}})), "deny", "fractional"),
+    Case("cronjob-job-template-string", lambda: encode(review_of({"apiVersion": "batch/v1", "kind": "CronJob",
+         "metadata": {"name": "c"}, "spec": {"jobTemplate": "job"}})), "allow"),
+    Case("cronjob-template-spec-list", lambda: encode(review_of({"apiVersion": "batch/v1", "kind": "CronJob",
+         "metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": {"spec": []}}}}})), "allow"),
+    Case("podtemplate-template-list", lambda: encode(review_of({"apiVersion": "v1", "kind": "PodTemplate",
+         "metadata": {"name": "t"}, "template": []})), "allow"),
     Case("v1beta1-deny", lambda: encode(make_review(gpu_pod(gpus="0.5"), namespace="team-a", uid=UID,
          version="admission.k8s.io/v1beta1")), "deny", "fractional"),
 ]
 # fmt: on
+
+
+# What the issue names, and the cases that are it: a case removed or renamed fails here, not silently.
+ISSUE_CATEGORIES = {
+    "truncated JSON": ["truncated-half", "truncated-last-byte", "one-brace"],
+    "invalid JSON": ["empty-body", "whitespace-body", "trailing-garbage", "not-utf8", "utf16", "utf8-bom",
+                     "single-quotes", "raw-control-char-in-string", "wrong-content-type"],
+    "wrong types: the body": ["top-level-list", "top-level-string", "top-level-null", "top-level-number"],
+    "wrong types: the envelope": ["apiversion-number", "kind-other", "request-null", "request-string", "request-list"],
+    "wrong types: the request": ["uid-number", "request-kind-string", "request-kind-number",
+                                 "request-kind-group-number", "operation-null", "namespace-list",
+                                 "request-name-number", "dryrun-string", "dryrun-null", "resource-list",
+                                 "resource-value-null", "subresource-list", "userinfo-string", "object-list",
+                                 "object-string", "object-number", "delete-with-old-object-list"],
+    "wrong types: the object": ["object-apiversion-number", "object-kind-object", "metadata-list", "metadata-null",
+                                "metadata-name-number", "metadata-namespace-number", "metadata-generatename-list",
+                                "labels-list", "annotations-string", "owner-references-string",
+                                "owner-references-scalars", "old-object-metadata-list", "old-object-kind-number",
+                                "old-object-spec-string", "old-object-containers-null"],
+    "wrong types: the pod spec": ["spec-list", "spec-string", "spec-null", "containers-object", "containers-string",
+                                  "containers-null", "init-containers-number", "ephemeral-containers-string",
+                                  "node-selector-list", "tolerations-string", "deployment-template-list",
+                                  "cronjob-job-template-string", "cronjob-template-spec-list",
+                                  "podtemplate-template-list"],
+    "wrong types: a container": ["container-entries-scalars", "ephemeral-container-entries-scalars",
+                                 "container-name-number", "init-container-restartpolicy-number", "resources-list",
+                                 "resources-null", "resources-string", "env-object", "env-entries-scalars",
+                                 "envfrom-string"],
+    "wrong types: requests and limits": ["limits-list", "limits-string", "requests-string", "requests-number"],
+    "wrong types: an env entry": ["env-name-number", "env-value-object", "env-valuefrom-list",
+                                  "envfrom-entries-scalars"],
+    "wrong types: a quantity": ["gpus-true", "gpus-null", "gpus-list", "gpus-object", "gpus-number-1",
+                                "gpus-number-half", "gpus-number-8e-1"],
+    "huge strings": ["uid-2-mib", "name-2-mib", "object-name-2-mib", "container-name-2-mib", "annotation-2-mib",
+                     "gpus-1-mib", "request-kind-3-mb-key", "over-7-mib"],
+    "5,000 containers": ["containers-5000-mutate", "containers-5000-deny"],
+    "JSON nested 20,000 deep": ["nested-20000-lists", "nested-20000-objects"],
+    "unicode": ["unicode-names", "gpus-arabic-digit", "gpus-full-width-digit", "full-width-resource-key",
+                "lone-surrogate-in-name", "gpus-lone-surrogate"],
+    "NUL bytes": ["uid-nul", "nul-in-names", "nul-in-label-key", "nul-in-resource-key", "nul-in-env-value",
+                  "gpus-nul"],
+    "NaN literals": ["nan-literal", "infinity-literal", "minus-infinity-literal"],
+    "duplicate keys": ["duplicate-key-top", "duplicate-gpu-key"],
+    "missing uid, request or object": ["uid-missing", "uid-empty", "request-missing", "object-missing",
+                                       "object-null-on-update", "kind-missing"],
+    "DELETE reviews": ["delete-with-old-object", "delete-with-old-object-list", "delete-with-nothing",
+                       "delete-on-mutate"],
+    "non-Pod kinds": ["configmap", "namespace-kind", "unknown-kind-with-containers", "deployment-fractional",
+                      "cronjob-fractional", "podtemplate-template-list"],
+    "quantities at the grammar's edges": [
+        "gpus-int64-max", "gpus-2-63", "gpus-1e309", "gpus-1e999999999999", "gpus-number-1e309", "gpus-number-2-63",
+        "gpus-10E", "gpus-1E-exa", "gpus-1E3", "gpus-1Ei", "gpus-1ki-lowercase", "gpus-1000m", "gpus-1n",
+        "gpus-1e-10", "gpus-1e-999999", "gpus-finer-than-nano", "gpus-minus-0", "gpus-number-minus-0", "gpus-minus-1",
+        "gpus-minus-1e-10", "gpus-1-dot", "gpus-dot-5", "gpus-dot", "gpus-plus", "gpus-plus-1", "gpus-1e-plus-0",
+        "gpus-1e", "gpus-e3", "gpus-two-dots", "gpus-empty", "gpus-64-chars", "gpus-65-chars", "gpus-space",
+        "gpus-file-separator", "gpus-hex", "gpus-nan-string", "gpus-8", "gpus-9",
+    ],
+}  # fmt: skip
+
+
+def test_the_corpus_has_at_least_50_distinct_cases():
+    assert len(CASES) >= 50
+    assert len({case.id for case in CASES}) == len(CASES)
+    sent = {(case.endpoint, case.content_type, hashlib.sha256(case.data()).digest()) for case in CASES}
+    assert len(sent) == len(CASES), "two cases send the same request"
+
+
+def test_the_corpus_has_every_kind_of_input_the_issue_names():
+    ids = {case.id for case in CASES}
+    for category, names in ISSUE_CATEGORIES.items():
+        assert set(names) <= ids, f"{category}: no case {sorted(set(names) - ids)}"
 
 
 # --- the checks ---------------------------------------------------------------------------------------------
@@ -351,13 +510,57 @@ def worker_pids(server: LiveServer, count: int = 0, timeout: float = 10.0) -> se
         time.sleep(0.05)
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: field 3 of proc(5) (the state) is the first."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pids: set[int]) -> float:
     """User and system CPU time of these processes, all threads, from /proc (10 ms resolution)."""
     total = 0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = _stat(pid)
         total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of proc(5)
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def idle_seconds() -> float:
+    """CPU time that all cores of the machine spent idle so far, from /proc/stat."""
+    return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def assert_no_worker_died(server: LiveServer) -> None:
+    """The workers the module started with are the arbiter's children still, and none is dead (a zombie not yet
+    reaped would still be listed)."""
+    assert worker_pids(server) == server.initial_workers, "a worker died and was replaced"  # type: ignore[attr-defined]
+    for pid in server.initial_workers:  # type: ignore[attr-defined]
+        assert _stat(pid)[0] != "Z", f"worker {pid} died"
+
+
+@dataclass
+class Timed:
+    answer: requests.Response
+    took: float  # seconds on the wall clock
+    cpu: float  # seconds of the workers' CPU meanwhile
+    idle: float  # seconds the machine's cores were idle meanwhile (all cores together)
+
+    def in_time(self) -> bool:
+        """Within ANSWER_WITHIN; or, on a machine too busy to give the workers the CPU (less than half a core idle
+        on average), within ANSWER_WITHIN of the workers' CPU and BUSY_MACHINE_LIMIT on the wall clock. A server
+        that waits (a hang) leaves the machine idle meanwhile, so it is not excused."""
+        busy = self.idle < self.took / 2
+        return self.took < ANSWER_WITHIN or (busy and self.cpu < ANSWER_WITHIN and self.took < BUSY_MACHINE_LIMIT)
+
+    def __str__(self) -> str:
+        return f"answered in {self.took:.3f} s, {self.cpu:.2f} s of the workers' CPU, {self.idle:.2f} s of cores idle"
+
+
+def timed_post(server: LiveServer, session: requests.Session, endpoint: str, data: bytes, content_type: str) -> Timed:
+    workers = server.initial_workers  # type: ignore[attr-defined]
+    cpu, idle, started = cpu_seconds(workers), idle_seconds(), time.monotonic()
+    answer = session.post(f"{server.url}/{endpoint}", data=data, headers={"Content-Type": content_type}, timeout=10)
+    took = time.monotonic() - started
+    return Timed(answer, took, cpu_seconds(workers) - cpu, idle_seconds() - idle)
 
 
 @pytest.fixture(scope="module")
@@ -367,7 +570,7 @@ def hostile_server(start_server) -> Iterator[LiveServer]:
     assert len(server.initial_workers) == 2  # type: ignore[attr-defined]
     yield server
     # Also here, for runs that split the cases between processes (pytest -n): each checks its own server.
-    assert worker_pids(server) == server.initial_workers, "a worker died and was replaced"  # type: ignore[attr-defined]
+    assert_no_worker_died(server)
 
 
 @pytest.fixture(scope="module")
@@ -382,9 +585,11 @@ FRACTIONAL_DENIAL = (
 
 
 def assert_good_review_answered(server: LiveServer, session: requests.Session, case: str) -> None:
-    """A well-formed review right after a hostile one: the exact denial the policy gives."""
+    """A well-formed review right after a hostile one, on the same session: the exact denial the policy gives,
+    as soon."""
     sent = make_review(gpu_pod(gpus="0.5"), namespace="team-a", uid=f"good-after-{case}"[:100])
-    answer = session.post(f"{server.url}/validate", json=sent, timeout=5)
+    timed = timed_post(server, session, "validate", json.dumps(sent).encode(), "application/json")
+    answer = timed.answer
     assert answer.status_code == 200, answer.text
     assert answer.json() == {
         "apiVersion": "admission.k8s.io/v1",
@@ -396,6 +601,7 @@ def assert_good_review_answered(server: LiveServer, session: requests.Session, c
             "auditAnnotations": {"policy": "default", "decision": "deny"},
         },
     }
+    assert timed.in_time(), f"the good review after {case}: {timed}"
 
 
 def assert_review(case: Case, data: bytes, answer: requests.Response) -> None:
@@ -413,6 +619,8 @@ def assert_review(case: Case, data: bytes, answer: requests.Response) -> None:
         assert case.message in response["status"]["message"]
     else:
         assert "status" not in response
+    if sent["request"]["operation"] in ("DELETE", "CONNECT"):
+        assert set(response) == {"uid", "allowed"}, response  # passed untouched: no patch, no warnings
     for warning in response.get("warnings", []):
         assert len(warning) <= 120 and warning.isprintable()
     if "patch" in response:
@@ -429,39 +637,26 @@ def assert_error(case: Case, answer: requests.Response) -> None:
     assert "Traceback" not in body["error"] and len(body["error"]) < 400
 
 
-def test_the_corpus_has_at_least_50_distinct_cases():
-    assert len(CASES) >= 50
-    assert len({case.id for case in CASES}) == len(CASES)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_hostile_input_gets_a_4xx_or_a_correct_review_within_1_s(hostile_server, session, case):
     data = case.data()
-    workers = hostile_server.initial_workers
-    cpu_before, started = cpu_seconds(workers), time.monotonic()
-    answer = session.post(
-        f"{hostile_server.url}/{case.endpoint}",
-        data=data,
-        headers={"Content-Type": case.content_type},
-        timeout=10,
-    )
-    took, cpu = time.monotonic() - started, cpu_seconds(workers) - cpu_before
+    timed = timed_post(hostile_server, session, case.endpoint, data, case.content_type)
+    answer = timed.answer
     assert answer.status_code < 500, f"{case.id}: {answer.status_code}: {answer.text[:300]}"
     if isinstance(case.expect, int):
         assert_error(case, answer)
     else:
         assert_review(case, data, answer)
-    assert took < ANSWER_WITHIN or (cpu < ANSWER_WITHIN and took < BUSY_MACHINE_LIMIT), (
-        f"{case.id}: answered in {took:.3f} s, {cpu:.2f} s of the workers' CPU"
-    )
+    assert timed.in_time(), f"{case.id}: {timed}"
     assert_good_review_answered(hostile_server, session, case.id)
     assert hostile_server.running
+    assert_no_worker_died(hostile_server)
 
 
 def test_no_worker_died_and_nothing_crashed_in_the_log(hostile_server):
     """Runs after the corpus (file order): the same two workers, no traceback, no error logged."""
     assert hostile_server.running
-    assert worker_pids(hostile_server) == hostile_server.initial_workers, "a worker died and was replaced"
+    assert_no_worker_died(hostile_server)
     log = hostile_server.log()
     assert "Traceback" not in log and "WORKER TIMEOUT" not in log
     assert [r for r in hostile_server.log_records() if r.get("level") in ("error", "critical")] == []
