@@ -330,30 +330,25 @@ def credential(**status: str) -> str:
     return f"echo '{json.dumps(answer)}'\n"
 
 
-def test_a_failing_exec_credential_plugin_is_one_line_with_its_reason(api, tmp_path):
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        (
+            "echo 'error: token expired' >&2\necho \"  run 'corp-login' to sign in again\" >&2\nexit 1\n",
+            "exited with status 1: error: token expired; run 'corp-login' to sign in again",
+        ),
+        ("exit 3\n", "exited with status 3; run it by hand to see why"),
+    ],
+)
+def test_a_failing_exec_credential_plugin_is_one_line_with_its_reason(api, tmp_path, script, said):
     """The client logs the plugin's failure and carries on without credentials: the user would see its log line
     and then a 401 that hides the cause."""
-    failing = plugin(
-        tmp_path / "corp-login-plugin",
-        "echo 'error: token expired' >&2\necho \"  run 'corp-login' to sign in again\" >&2\nexit 1\n",
-    )
+    failing = plugin(tmp_path / "corp-login-plugin", script)
     config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(failing))
     run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES)
     assert (run.returncode, run.stdout) == (2, "")
-    assert run.stderr == (
-        f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {failing} exited with status 1: '
-        "error: token expired; run 'corp-login' to sign in again\n"
-    )
+    assert run.stderr == f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {failing} {said}\n'
     assert api.requests == [], "no request is sent without credentials"
-
-    silent = plugin(tmp_path / "silent-plugin", "exit 3\n")
-    config = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(silent))
-    run = gpu_webhook("audit", "--kubeconfig", str(config), "--policies", POLICIES)
-    assert (run.returncode, run.stdout) == (2, "")
-    assert run.stderr == (
-        f'gpu-webhook audit: kubeconfig user "auditor": exec credential plugin {silent} exited with status 3; '
-        "run it by hand to see why\n"
-    )
 
 
 def test_a_plugin_that_talks_to_the_terminal_keeps_its_say_and_the_audit_adds_one_line(api, tmp_path):

@@ -4,6 +4,8 @@
 give the mutated object, that the input is untouched, and that a second pass changes nothing.
 """
 
+from typing import Any
+
 import pytest
 
 from tests.engine_support import (
@@ -382,6 +384,21 @@ def test_an_explicit_per_container_maximum_applies_under_sharing():
     assert run(pod(container(limits={"nvidia.com/gpu": "2"})), custom).decision == "allow"
 
 
+def gpu_pod(containers: list[Any], init: list[Any]) -> dict[str, Any]:
+    """App containers `app0...` and init containers `init0...` with these GPU counts; `(n, "sidecar")` is a
+    restartable init container (KEP-753)."""
+
+    def gpu_container(index: int, spec: Any, prefix: str) -> dict[str, Any]:
+        count, kind = spec if isinstance(spec, tuple) else (spec, None)
+        extra = {"restartPolicy": "Always"} if kind == "sidecar" else {}
+        return container(f"{prefix}{index}", limits={"nvidia.com/gpu": str(count)}, **extra)
+
+    return pod(
+        *[gpu_container(i, c, "app") for i, c in enumerate(containers)],
+        init=tuple(gpu_container(i, c, "init") for i, c in enumerate(init)),
+    )
+
+
 @pytest.mark.parametrize(
     ("containers", "init", "allowed"),
     [
@@ -396,16 +413,7 @@ def test_an_explicit_per_container_maximum_applies_under_sharing():
     ],
 )
 def test_pod_total_is_computed_as_the_scheduler_does(containers, init, allowed):
-    def gpu_container(index, spec, prefix):
-        count, kind = spec if isinstance(spec, tuple) else (spec, None)
-        extra = {"restartPolicy": "Always"} if kind == "sidecar" else {}
-        return container(f"{prefix}{index}", limits={"nvidia.com/gpu": str(count)}, **extra)
-
-    obj = pod(
-        *[gpu_container(i, c, "app") for i, c in enumerate(containers)],
-        init=tuple(gpu_container(i, c, "init") for i, c in enumerate(init)),
-    )
-    decision = run(obj)
+    decision = run(gpu_pod(containers, init))
     assert decision.allowed is allowed
     if not allowed:
         assert decision.violations[0].startswith("pod: nvidia.com/gpu effective total 9 (containers running together: ")
@@ -671,16 +679,7 @@ def test_many_distinct_fractions_keep_the_hints_memo_bounded_and_the_policys_oth
     ],
 )
 def test_the_pod_total_names_the_containers_that_run_together(containers, init, named):
-    def gpu_container(index, spec, prefix):
-        count, kind = spec if isinstance(spec, tuple) else (spec, None)
-        extra = {"restartPolicy": "Always"} if kind == "sidecar" else {}
-        return container(f"{prefix}{index}", limits={"nvidia.com/gpu": str(count)}, **extra)
-
-    obj = pod(
-        *[gpu_container(i, c, "app") for i, c in enumerate(containers)],
-        init=tuple(gpu_container(i, c, "init") for i, c in enumerate(init)),
-    )
-    assert run(obj).violations == [
+    assert run(gpu_pod(containers, init)).violations == [
         f"pod: nvidia.com/gpu effective total 9 (containers running together: {named}) exceeds the per-pod "
         'maximum of 8 (policy "team"); request fewer or split the pod'
     ]
