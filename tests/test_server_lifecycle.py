@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import selectors
 import shutil
 import signal
 import socket
@@ -15,11 +16,15 @@ import time
 
 import pytest
 import requests
+from gunicorn import sock as gunicorn_sockets
+from gunicorn.config import Config
+from gunicorn.glogging import Logger
 
 from tests.conftest import ROOT, SHIPPED_POLICIES, LiveServer, free_port, gpu_webhook_command, wait_until_ready
 from tests.test_server import pod
 from webhook import certs
 from webhook.admission.review import make_review
+from webhook.server.worker import WebhookWorker
 
 
 def serve(*args: str, cwd=None, timeout: float = 20) -> subprocess.CompletedProcess:
@@ -127,6 +132,32 @@ def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path, h
 
 
 # --- stopping -----------------------------------------------------------------------------------------------
+
+
+def test_a_stopping_worker_closes_its_listeners_when_it_stops_accepting_not_before():
+    """gthread's loop may switch accepting on after `alive` turned False (a signal between its check and the
+    call): the listeners must stay usable then. Switched off, they close, and new connections are refused."""
+    config = Config()
+    config.set("bind", ["127.0.0.1:0"])
+    logger = Logger(config)
+    listeners = gunicorn_sockets.create_sockets(config, logger)
+    port = listeners[0].getsockname()[1]
+    worker = WebhookWorker(1, os.getpid(), listeners, None, 30, config, logger)
+    worker.poller = selectors.DefaultSelector()
+    worker.alive = False
+    try:
+        worker.set_accept_enabled(True)
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            [(key, _)] = worker.poller.select(2)
+            accepted, _ = key.fileobj.accept()
+            accepted.close()
+        worker.set_accept_enabled(False)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2)
+    finally:
+        worker.poller.close()
+        for listener in listeners:
+            listener.close()
 
 
 def test_sigterm_finishes_the_reviews_in_flight_and_exits_within_10_s(start_server):

@@ -126,9 +126,12 @@ class WebhookWorker(ThreadWorker):
         Every process holding the listening socket keeps it listening: until the last one closes it, the kernel
         completes new connections into a queue nobody reads any more, and they hang until they are reset at
         the worker's exit. Closed by every process as soon as it stops, new connections are refused at once.
+        Only when disabling: gthread's loop may still enable accepting after `alive` turned False (a signal or
+        max_requests between its check and this call), and a listener closed while registered in the poller
+        would stay in epoll (the arbiter holds the socket too) and be accepted from once closed.
         """
         super().set_accept_enabled(enabled)
-        if not self.alive:
+        if not enabled and not self.alive:
             for listener in self.sockets:
                 listener.close()  # gunicorn's listener: closing it again at exit does nothing
 
