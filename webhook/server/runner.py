@@ -61,7 +61,9 @@ def _worker_tmp_dir() -> str | None:
 class WebhookArbiter(Arbiter):
     """gunicorn's arbiter, following the policy and certificate files as the workers do (`ServerState.follow`).
 
-    Its main loop runs `manage_workers` about once a second and before it forks a replacement worker.
+    Its main loop runs `manage_workers` about once a second and before it forks a replacement worker. SIGHUP's
+    `reload()` forks the new workers before calling it: they start from the last look's copy (about a second old
+    at most), then look at the files themselves (`post_fork`).
     """
 
     def manage_workers(self) -> None:
