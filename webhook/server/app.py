@@ -38,6 +38,7 @@ _large_reviews = threading.Semaphore(1)
 # data makes TCP reset it, and the client may lose the answer. Larger ones are refused without reading, and
 # the 413 says `Connection: close`: the rest of the body is still coming, so the connection is done.
 DRAIN_LIMIT_BYTES = 16 * 1024 * 1024
+BODY_UNREAD = "gpu_admission.body_unread"  # set in the WSGI environ when the body was refused unread
 JSON_TYPES = ("application/json",)
 
 _log = logging.getLogger(f"{LOGGER}.app")
@@ -82,8 +83,8 @@ class ReviewRoutes:
             status, payload = _CRASH
         body = _ENCODER.encode(payload).encode("utf-8")
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-        if status == 413 and (get_content_length(environ) or 0) > DRAIN_LIMIT_BYTES:
-            headers.append(("Connection", "close"))  # the body was not read (see DRAIN_LIMIT_BYTES)
+        if environ.get(BODY_UNREAD):
+            headers.append(("Connection", "close"))  # the rest of the body is still coming: the connection is done
         start_response(_STATUS_LINES.get(status) or f"{status} Error", headers)
         return [body]
 
@@ -172,6 +173,8 @@ def _body(environ: dict[str, Any]) -> bytes:
             if length <= DRAIN_LIMIT_BYTES:  # read it away, so the client is not reset before it sees the 413
                 while length > 0 and (part := stream.read(min(length, 256 * 1024))):
                     length -= len(part)
+            else:
+                environ[BODY_UNREAD] = True
             raise RequestEntityTooLarge()
         return _read(stream, length)
     if not environ.get("wsgi.input_terminated"):
