@@ -157,19 +157,19 @@ def _check_dns_name(name: str) -> str:
     return name.lower()
 
 
-def _is_ip(text: str) -> bool:
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`text` as an IP address, or None when it is not one."""
     try:
-        ipaddress.ip_address(text)
+        return ipaddress.ip_address(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _check_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    try:
-        return ipaddress.ip_address(address)
-    except ValueError:
-        raise CertError(f"IP address {address!r}: not an IPv4 or IPv6 address, such as 10.0.0.7 or fd00::7") from None
+    parsed = _address(address)
+    if parsed is None:
+        raise CertError(f"IP address {address!r}: not an IPv4 or IPv6 address, such as 10.0.0.7 or fd00::7")
+    return parsed
 
 
 def _dedupe(items: Sequence[str]) -> list[str]:
@@ -503,7 +503,7 @@ def generate_certs(
 ) -> CertPaths:
     """`certs generate`: a new CA (10 years) and serving certificate (1 year) for a Service."""
     names = service_dns_names(service, namespace) + list(dns_names)
-    addresses = [d for d in dns_names if _is_ip(d)]
+    addresses = [d for d in dns_names if _address(d) is not None]
     if addresses:  # Go matches an address against IP SANs only: as a DNS name it would never verify
         raise CertError(f"DNS name {addresses[0]!r}: an IP address; pass it with --ip instead")
     paths = CertPaths.in_dir(out_dir)
@@ -690,10 +690,11 @@ def _dev_names(hosts: Sequence[str]) -> tuple[list[str], list[str]]:
     """The dev certificate's DNS names and IP addresses: localhost, 127.0.0.1 and each host that is not a wildcard."""
     dns, ips = list(DEV_DNS_NAMES), list(DEV_IP_ADDRESSES)
     for host in hosts:
-        if not _is_ip(host):
+        address = _address(host)
+        if address is None:
             dns.append(_check_dns_name(host))
-        elif not ipaddress.ip_address(host).is_unspecified:  # 0.0.0.0 and :: listen everywhere, name no address
-            ips.append(str(ipaddress.ip_address(host)))
+        elif not address.is_unspecified:  # 0.0.0.0 and :: listen everywhere, name no address
+            ips.append(str(address))
     return _dedupe(dns), _dedupe(ips)
 
 
