@@ -140,7 +140,7 @@ def test_json_has_exactly_the_documented_shape():
     assert fixed["allowed"] and fixed["mutated"] and not fixed["denials"]
     container = fixed["object"]["spec"]["containers"][0]
     assert container["resources"] == {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
-    assert {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"nvidia.com/gpu": 1}} in (
+    assert {"op": "replace", "path": "/spec/containers/0/resources", "value": container["resources"]} in (
         fixed["patch"]
     )
     assert fixed["warnings"], "each mutation is announced as an admission warning"

@@ -48,7 +48,11 @@ def test_requests_only_gets_the_limit():
     )
     assert decision.patch == [
         {"op": "add", "path": "/metadata/annotations", "value": ANNOTATION},
-        {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {"nvidia.com/gpu": "1"}},
+        {
+            "op": "replace",
+            "path": "/spec/containers/0/resources",
+            "value": {"requests": {"nvidia.com/gpu": "1", "cpu": "2"}, "limits": {"nvidia.com/gpu": "1"}},
+        },
     ]
     assert decision.warnings == [
         'gpu-admission: container "app": set limits nvidia.com/gpu from requests (GPUs need request = limit)'
@@ -56,10 +60,29 @@ def test_requests_only_gets_the_limit():
     assert decision.mutation_kinds == ["requests-into-limits"]
 
 
-def test_limit_added_into_existing_limits_map_escapes_the_slash():
+def test_limit_added_into_existing_limits_map_keeps_its_entries():
     decision = run(pod(container(requests={"nvidia.com/gpu": 2}, limits={"cpu": "1"})))
-    assert {"op": "add", "path": "/spec/containers/0/resources/limits/nvidia.com~1gpu", "value": 2} in decision.patch
-    assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1", "nvidia.com/gpu": 2}
+    resources = {"requests": {"nvidia.com/gpu": 2}, "limits": {"cpu": "1", "nvidia.com/gpu": 2}}
+    assert {"op": "replace", "path": "/spec/containers/0/resources", "value": resources} in decision.patch
+    assert decision.mutated["spec"]["containers"][0]["resources"] == resources
+
+
+def test_the_patch_sets_each_changed_part_of_a_container_whole_and_nothing_else():
+    """One operation for `resources` and one for `env`, each with its value after mutation: they apply whatever
+    the parts held, in any order. An `env` that is absent or null is added (`replace` needs a member there)."""
+    body = {"name": "app", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}, "claims": [{"name": "c"}]}}
+    for env, op in (({}, "add"), ({"env": None}, "add"), ({"env": [{"name": "A", "value": "1"}]}, "replace")):
+        decision = run(pod({**body, **env}), TIME_SLICING)
+        mutated = decision.mutated["spec"]["containers"][0]
+        assert decision.patch[1:] == [
+            {"op": "replace", "path": "/spec/containers/0/resources", "value": mutated["resources"]},
+            {"op": op, "path": "/spec/containers/0/env", "value": mutated["env"]},
+        ]
+        assert mutated["resources"]["claims"] == [{"name": "c"}]
+        assert mutated["env"][: len(env.get("env") or [])] == (env.get("env") or [])
+    # Already mapped: only the env hints are missing, so only `env` is in the patch.
+    decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"})), TIME_SLICING)
+    assert [op["path"] for op in decision.patch] == ["/metadata/annotations", "/spec/containers/0/env"]
 
 
 def test_null_limits_map_is_replaced_by_a_map():
@@ -270,7 +293,7 @@ def test_user_set_variables_are_kept_with_a_warning():
         'gpu-admission: container "app": kept CUDA_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
     )
     assert 'gpu-admission: container "app": kept GPU_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
-    assert {"op": "add", "path": "/spec/containers/0/env/2", "value": result[2]} in decision.patch
+    assert {"op": "replace", "path": "/spec/containers/0/env", "value": result} in decision.patch
 
 
 EVERY_FRAMEWORK = policy(
@@ -312,7 +335,8 @@ def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf(variable):
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
     merged = "expandable_segments:True,per_process_memory_fraction:0.25"
     assert decision.mutated["spec"]["containers"][0]["env"] == [{"name": variable, "value": merged}]
-    assert decision.patch[-1] == {"op": "replace", "path": "/spec/containers/0/env/0/value", "value": merged}
+    env_op = {"op": "replace", "path": "/spec/containers/0/env", "value": [{"name": variable, "value": merged}]}
+    assert decision.patch[-1] == env_op
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING))
 
 
@@ -564,7 +588,8 @@ def test_workload_templates_are_mutated_where_their_pod_spec_lives(kind, wrap, p
     obj = {"apiVersion": "x/v1", "kind": kind, "metadata": {"name": "w", "namespace": "team"}, **wrap(TEMPLATE)}
     decision = run(obj, TIME_SLICING)
     assert decision.decision == "allow"
-    assert {"op": "remove", "path": f"{path}/containers/0/resources/requests/nvidia.com~1gpu"} in decision.patch
+    resources = {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
+    assert {"op": "replace", "path": f"{path}/containers/0/resources", "value": resources} in decision.patch
     assert decision.mutated["metadata"]["annotations"] == ANNOTATION
 
 

@@ -8,7 +8,13 @@ For each container and init container, in order (each change gives one warning):
 and the object is annotated with the policy's name when anything changed. Values that are not valid are
 left alone for validation to explain. Running this on its own output changes nothing (the API server may
 call the webhook again). Each container is worked on as private copies of its resource maps and env list,
-put back only when it changed, and its JSON Patch is written from what changed: only those paths.
+put back only when it changed.
+
+The JSON Patch sets each part of a container that changed whole, `resources` and `env`, with its value after
+mutation: one operation each, which applies whatever the part held before and whatever order the operations
+come in. Patching key by key and entry by entry gave a 2-container pod 19 operations instead of 5, and built
+them cost a fifth of the engine's time per review. The policy annotation alone is added by key: `annotations`
+may be large (kubectl's last-applied-configuration), and the user's annotations are not the webhook's to send.
 
 Each step is a function of those copies that adds its notes (kind of change and text) to a list; the
 container's label is put in front of the notes once, at the end. This runs on every admission review, so
@@ -30,7 +36,7 @@ from webhook.admission.envhints import (
     hints_for,
     merge_alloc_conf,
 )
-from webhook.admission.patch import escape_token, index_token, index_tokens, pointer
+from webhook.admission.patch import index_token, pointer
 from webhook.admission.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
@@ -184,7 +190,6 @@ def _recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
 
 Notes = list[tuple[str | None, str]]  # (kind of change, or None for a notice; text)
 GPUValue = tuple[Any, int | Fraction] | None  # `nvidia.com/gpu` as (text, value), while it is there
-EnvChange = tuple[list[Any], int | None] | None
 
 
 def _container(
@@ -224,19 +229,21 @@ def _container(
         warnings.append(warning(about, text))
     if not changed:  # notices only (a user's value kept)
         return None
-    # The patch: requests, limits and env are the only places a step touches.
+    # The patch: resources and env are the only parts a step touches; each is set whole, when it changed.
     ops = result.patch
-    _map_patch(f"{at}/resources/requests", old_requests, requests, ops)
-    _map_patch(f"{at}/resources/limits", old_limits, limits, ops)
-    new_resources = dict(resources)
-    if requests or old_requests is not None:  # a null map stays null when nothing is in it
-        new_resources["requests"] = requests
-    if limits or old_limits is not None:
-        new_resources["limits"] = limits
-    new_body = dict(body, resources=new_resources)
+    new_body = dict(body)
+    if requests != (old_requests or {}) or limits != (old_limits or {}):
+        new_resources = dict(resources)
+        if requests or old_requests is not None:  # a null map stays null when nothing is in it
+            new_resources["requests"] = requests
+        if limits or old_limits is not None:
+            new_resources["limits"] = limits
+        new_body["resources"] = new_resources
+        ops.append({"op": "replace", "path": at + "/resources", "value": new_resources})
     if env_change is not None:
-        new_body["env"] = env_change[0]
-        _env_patch(f"{at}/env", old_env, *env_change, ops)
+        new_body["env"] = env_change
+        # `add` sets a member that is absent or null; `replace` needs one that is there.
+        ops.append({"op": "add" if old_env is None else "replace", "path": at + "/env", "value": env_change})
     return new_body
 
 
@@ -317,24 +324,10 @@ def _holds_shared_gpu(limits: dict[str, Any], plan: _Plan) -> bool:
     return False
 
 
-def _env_patch(where: str, old: list[Any] | None, entries: list[Any], replaced: int | None, ops: list[Any]) -> None:
-    """Entries are appended (the list added whole when it was absent), or one value replaced."""
-    if old is None:
-        ops.append({"op": "add", "path": where, "value": entries})
-        return
-    if replaced is not None:
-        value = entries[replaced]["value"]
-        ops.append({"op": "replace", "path": f"{where}/{index_token(replaced)}/value", "value": value})
-    where += "/"
-    start = len(old)
-    for token, entry in zip(index_tokens(start, len(entries)), entries[start:], strict=True):
-        ops.append({"op": "add", "path": where + token, "value": entry})
-
-
 # 4
-def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Plan, notes: Notes) -> EnvChange:
-    """Memory-fraction hints for a container that holds a shared GPU: the new env list and the index of the
-    entry whose value was merged into (PYTORCH_CUDA_ALLOC_CONF), or None when the env list is unchanged.
+def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Plan, notes: Notes) -> list[Any] | None:
+    """Memory-fraction hints for a container that holds a shared GPU: the new env list, or None when the env
+    list is unchanged.
 
     `share` is the fraction that step 2 converted to a shared replica, if it did.
     """
@@ -363,27 +356,25 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
         fraction, hints, fraction_text = plan.default_fraction, plan.default_hints, plan.default_text
     if fraction is None:
         return None
-    replaced = None
     if not existing:  # nothing set by the user: every hint is appended
         env += [{"name": hint.name, "value": hint.value} for hint in hints]
         added += len(hints)
     else:
-        replaced, merged = _merge_hints(env, existing, hints, notes)
-        added += merged
+        added += _merge_hints(env, existing, hints, notes)
     if not added:
         return None
     notes.append(("env", f"set {added} memory env vars for GPU fraction {fraction_text}"))
-    return env, replaced
+    return env
 
 
 def _merge_hints(
     env: list[Any], existing: dict[str, int], hints: tuple[EnvHint, ...], notes: Notes
-) -> tuple[int | None, int]:
+) -> int:
     """Add the hints the user has not set; keep the user's values (with a notice where they differ).
 
-    Returns the index of the entry whose value was merged into (or None) and how many entries changed.
+    Returns how many entries were added or merged into.
     """
-    added, replaced = 0, None
+    added = 0
     jax_set = [name for name in JAX_FRACTION_VARS if name in existing]
     for hint in hints:
         index = existing.get(hint.name)
@@ -402,24 +393,8 @@ def _merge_hints(
             merged = merge_alloc_conf(current, hint.value)
             if merged is not None:
                 env[index] = dict(env[index], value=merged)
-                replaced = index
                 added += 1
         elif current != hint.value:
             notes.append((None, f"kept {env[index]['name']} as set (policy suggests {hint.value})"))
-    return replaced, added
+    return added
 
-
-def _map_patch(where: str, old: dict[str, Any] | None, new: dict[str, Any], ops: list[dict[str, Any]]) -> None:
-    """Operations that turn `old` (a resource map, or None when absent) into `new`: whole when absent."""
-    if old is None:
-        if new:
-            ops.append({"op": "add", "path": where, "value": new})
-        return
-    for key, value in old.items():
-        if key not in new:
-            ops.append({"op": "remove", "path": f"{where}/{escape_token(key)}"})
-        elif new[key] is not value:
-            ops.append({"op": "replace", "path": f"{where}/{escape_token(key)}", "value": new[key]})
-    for key, value in new.items():
-        if key not in old:
-            ops.append({"op": "add", "path": f"{where}/{escape_token(key)}", "value": value})
