@@ -14,7 +14,7 @@ from webhook.admission.podspec import (
     ALL_SECTIONS,
     VISIBLE_DEVICES,
     ContainerRef,
-    iter_containers,
+    get_path,
     pod_spec_path,
     visible_devices_prefix,
 )
@@ -42,6 +42,9 @@ def offer(policy: Policy) -> str:
     if mode is Mode.MIG and policy.sharing.mig_profile:
         return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
     return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
+
+
+Holders = list[tuple[ContainerRef, dict[str, "int | Fraction"]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,18 +90,30 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return []
+    spec = get_path(obj, spec_path)
+    if not isinstance(spec, dict):
+        return []
     rules = _Rules.of(policy)
     problems: list[str] = []
-    holders: list[tuple[ContainerRef, dict[str, int | Fraction]]] = []  # the containers that count GPUs
-    for ref in iter_containers(obj, spec_path, ALL_SECTIONS):
-        counts = {} if ref.section == "ephemeralContainers" else _container(ref, rules, problems)
-        if counts:
-            holders.append((ref, counts))
-        if rules.block_visible_devices and not any(counts.values()):
-            _visible_devices(ref, rules, problems)
+    holders: Holders = []  # the containers that count GPUs, in start order
+    count_sum: int | Fraction = 0  # every count of every container
+    for section in ALL_SECTIONS:
+        containers = spec.get(section)
+        if not isinstance(containers, list):
+            continue
+        for index, body in enumerate(containers):
+            if not isinstance(body, dict):
+                continue
+            ref = ContainerRef(section, index, body)
+            counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
+            if counts:
+                holders.append((ref, counts))
+                count_sum += sum(counts.values())
+            if rules.block_visible_devices and not (counts and any(counts.values())):
+                _visible_devices(ref, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
-    if sum(sum(counts.values()) for _, counts in holders) > rules.max_per_pod:
+    if count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
     return problems
 
@@ -112,12 +127,14 @@ def _container(ref: ContainerRef, rules: _Rules, problems: list[str]) -> dict[st
         problems.append(f"{ref.label}: resources must be a map, not {type(resources).__name__}; fix the manifest")
         return {}
     requests, limits = resources.get("requests"), resources.get("limits")
-    for which, value in (("requests", requests), ("limits", limits)):
-        if value is not None and not isinstance(value, dict):
-            problems.append(
-                f"{ref.label}: resources.{which} must be a map, not {type(value).__name__}; fix the manifest"
-            )
-            return {}
+    if not ((requests is None or isinstance(requests, dict)) and (limits is None or isinstance(limits, dict))):
+        for which, value in (("requests", requests), ("limits", limits)):
+            if value is not None and not isinstance(value, dict):
+                problems.append(
+                    f"{ref.label}: resources.{which} must be a map, not {type(value).__name__}; fix the manifest"
+                )
+                break
+        return {}
     requests, limits = requests or {}, limits or {}
     counts: dict[str, int | Fraction] = {}
     for name, limit in limits.items():
@@ -231,9 +248,6 @@ def _visible_devices(ref: ContainerRef, rules: _Rules, problems: list[str]) -> N
             f'expose GPUs without allocating them (policy "{rules.policy.name}"): use another prefix or request '
             f"{NVIDIA_GPU}"
         )
-
-
-Holders = list[tuple[ContainerRef, dict[str, "int | Fraction"]]]
 
 
 def _pod_total(holders: Holders, rules: _Rules, problems: list[str]) -> None:
