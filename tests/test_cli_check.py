@@ -387,6 +387,25 @@ def test_only_pods_get_requests_from_limits_before_the_engine_as_the_api_server_
     assert pod["object"]["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu.shared": 1}
 
 
+def test_yaml_output_writes_every_value_out_without_anchors_or_aliases():
+    """The containers of a mutated pod get the same env entries; each is written where it is, as kubectl shows
+    objects, and so is a value that the input's own anchors shared."""
+    manifest = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: two, namespace: shared-x}
+spec:
+  containers:
+  - {name: a, image: x, resources: {limits: {nvidia.com/gpu: 1}}, env: [&e {name: A, value: "1"}]}
+  - {name: b, image: x, resources: {limits: {nvidia.com/gpu: 1}}, env: [*e]}
+"""
+    run = gpu_webhook("check", "--policies", "policies", "-o", "yaml", "-", stdin=manifest)
+    assert run.returncode == 0, run.stderr
+    assert "&" not in run.stdout and "*" not in run.stdout
+    first, second = (c["env"] for c in yaml.safe_load(run.stdout)["spec"]["containers"])
+    assert first == second and len(first) > 1 and first[0] == {"name": "A", "value": "1"}
+
+
 def test_yaml_output_means_to_kubectl_what_the_input_meant(monkeypatch, capsys):
     """A Helm post-renderer's output is read by kubectl (go-yaml v2): a string stays a string, and values
     that go-yaml reads differently from PyYAML (`12:30:00`, `=`, `y`) are read as kubectl reads them."""

@@ -23,7 +23,7 @@ Values are rounded down so a container never gets more than its share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from webhook.admission.memo import BoundedMemo
@@ -67,6 +67,12 @@ class EnvHint:
     framework: str
     name: str  # one of ENV_HINT_NAMES
     value: str
+    # The container env entry, made once: mutation puts this one dict into every container that gets the hint
+    # (making, and later freeing, two dicts per variable was a twentieth of a review). Results are read-only.
+    entry: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entry", {"name": self.name, "value": self.value})
 
 
 def jax_fraction(fraction: Fraction, gpu_memory_mib: int | None) -> Fraction:

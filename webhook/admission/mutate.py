@@ -357,7 +357,7 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
     if fraction is None:
         return None
     if not existing:  # nothing set by the user: every hint is appended
-        env += [{"name": hint.name, "value": hint.value} for hint in hints]
+        env += [hint.entry for hint in hints]
         added += len(hints)
     else:
         added += _merge_hints(env, existing, hints, notes)
@@ -385,7 +385,7 @@ def _merge_hints(
         if index is None and hint.name == PYTORCH_CUDA_ALLOC_CONF:
             index = existing.get(PYTORCH_ALLOC_CONF)  # PyTorch reads one of the two: merge into the user's
         if index is None:
-            env.append({"name": hint.name, "value": hint.value})
+            env.append(hint.entry)
             added += 1
             continue
         current = env[index].get("value")

@@ -109,7 +109,15 @@ def _represent_str(dumper: Any, text: str) -> Any:
 
 
 class Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
-    """Safe dumping whose strings go-yaml reads back as strings."""
+    """Safe dumping whose strings go-yaml reads back as strings, each value written out where it is.
+
+    No anchors and aliases: a value that appears twice in an object (the env entries that mutation gives
+    every container, or what a manifest's own anchors made shared) is written twice, as `kubectl get -o yaml`
+    would show it.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 Dumper.add_representer(str, _represent_str)
