@@ -60,19 +60,6 @@ WARNING_PREFIX = "gpu-admission: "
 WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds every warning to it
 
 
-def warning(about: str, text: str) -> str:
-    """A user-facing admission warning: prefixed, and at most 120 characters (the API server's advice).
-
-    `about` is what it is about, with WARNING_PREFIX and ": " around it (see `warning_about`).
-    """
-    line = about + text
-    return line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "..."
-
-
-def warning_about(label: str) -> str:
-    return f"{WARNING_PREFIX}{label}: "
-
-
 class MutationResult:
     """What mutation gives the engine: the object, the patch against the original, warnings, change kinds."""
 
@@ -97,6 +84,7 @@ class _Plan:
     shared_resource: str | None  # the resource that counts as a shared GPU besides `*.shared`
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
+    default_entries: tuple[dict[str, str], ...]  # their env entries, for a container that has none of them
     default_text: str  # default_fraction for messages
 
     @staticmethod
@@ -111,6 +99,7 @@ class _Plan:
             mapping_target = sharing.resource_name
         elif sharing.mode is Mode.MIG and sharing.mig_profile:
             mapping_target = mig_resource(sharing.mig_profile)
+        default_hints = hints_for(policy, policy.shared_fraction) if policy.shared_fraction else ()
         return _Plan(
             policy=policy,
             mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
@@ -119,7 +108,8 @@ class _Plan:
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
             shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
             default_fraction=policy.shared_fraction,
-            default_hints=hints_for(policy, policy.shared_fraction) if policy.shared_fraction else (),
+            default_hints=default_hints,
+            default_entries=tuple(hint.entry for hint in default_hints),
             default_text=format_fraction(policy.shared_fraction) if policy.shared_fraction else "",
         )
 
@@ -219,14 +209,16 @@ def _container(
     env_change = _env(old_env, limits, share, plan, notes)
     if not notes:
         return None
-    about = warning_about(container_label(section, index, body))
+    # Each note is a user-facing admission warning: prefixed, and at most 120 characters (the API server's advice).
+    about = f"{WARNING_PREFIX}{container_label(section, index, body)}: "
     kinds, warnings = result.kinds, result.warnings
     changed = False
     for kind, text in notes:
         if kind is not None:
             kinds.append(kind)
             changed = True
-        warnings.append(warning(about, text))
+        line = about + text
+        warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
     if not changed:  # notices only (a user's value kept)
         return None
     # The patch: resources and env are the only parts a step touches; each is set whole, when it changed.
@@ -352,13 +344,15 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
     policy = plan.policy
     if policy.memory_fraction is None and share is not None:
         fraction, hints, fraction_text = share, hints_for(policy, share), format_fraction(share)
+        entries = [hint.entry for hint in hints]
     else:
         fraction, hints, fraction_text = plan.default_fraction, plan.default_hints, plan.default_text
+        entries = plan.default_entries
     if fraction is None:
         return None
     if not existing:  # nothing set by the user: every hint is appended
-        env += [hint.entry for hint in hints]
-        added += len(hints)
+        env += entries
+        added += len(entries)
     else:
         added += _merge_hints(env, existing, hints, notes)
     if not added:
