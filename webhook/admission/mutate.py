@@ -156,7 +156,7 @@ def _annotate(root: dict[str, Any], policy: Policy, patch: list[dict[str, Any]])
     """Record the policy's name on the object (the patch op goes first: it may create the annotations map)."""
     metadata = root.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if not isinstance(metadata, dict) or not isinstance(annotations, dict | None):
+    if not isinstance(metadata, dict) or not (annotations is None or isinstance(annotations, dict)):
         return root  # malformed metadata: the API server rejects the object anyway
     if annotations is None:
         patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {POLICY_ANNOTATION: policy.name}})
