@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import os
+import shlex
 import shutil
 import socket
 import ssl
@@ -634,6 +635,20 @@ def test_durations() -> None:
 
 
 # --------------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_hints_are_commands_a_shell_runs_as_printed(tmp_path: Path) -> None:
+    """Paths in the printed commands are quoted for a shell: a directory with a space stays one argument."""
+    out = tmp_path / "team certs"
+    result = cli("generate", "--service", SERVICE, "--namespace", NAMESPACE, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    secret = next(line for line in result.stdout.splitlines() if "create secret tls" in line)
+    assert shlex.split(secret)[-2:] == [f"--cert={out / 'tls.crt'}", f"--key={out / 'tls.key'}"]
+    bundle = next(line for line in result.stdout.splitlines() if "certs ca-bundle" in line)
+    assert shlex.split(bundle, comments=True) == ["gpu-webhook", "certs", "ca-bundle", str(out)]
+    renewed = cli("renew", "--dir", str(out), "--before", "400d")
+    secret = next(line for line in renewed.stdout.splitlines() if "create secret tls" in line)
+    assert f"--cert={out / 'tls.crt'}" in shlex.split(secret)
 
 
 def test_cli_generate_then_refuse_then_renew_then_inspect_then_ca_bundle(tmp_path: Path) -> None:

@@ -462,7 +462,7 @@ def test_certificate_expiry_readiness_metric_and_log_then_renewal_without_a_rest
     renew = f"gpu-webhook certs renew --dir {cert.directory}"
     assert ready.json()["ready"] is False
     assert ready.json()["reasons"] == [
-        f"certificate {cert.tls_cert} expires in 3.0 days ({not_after:%Y-%m-%d %H:%M} UTC): renew it (`{renew}`) "
+        f"certificate {cert.tls_cert} expires in 2.9 days ({not_after:%Y-%m-%d %H:%M} UTC): renew it (`{renew}`) "
         "or update its Secret"
     ]
     # 2. the metric shows it: the expiry time itself, which an alert compares with time()
@@ -470,7 +470,7 @@ def test_certificate_expiry_readiness_metric_and_log_then_renewal_without_a_rest
     assert expiry == not_after.timestamp() and expiry - time.time() < 7 * 86400
     # 3. a warning log line says what to run
     line = server.wait_for_log(lambda r: r.get("event") == "certificate-expiry")
-    assert line["level"] == "warning" and f"`{renew}`" in line["message"] and "expires in 3.0 days" in line["message"]
+    assert line["level"] == "warning" and f"`{renew}`" in line["message"] and "expires in 2.9 days" in line["message"]
 
     # ...and running what it says, as written, is the fix: ready again, without a restart, and the metric moves.
     (command,) = re.findall(r"`(gpu-webhook [^`]+)`", line["message"])
@@ -498,7 +498,8 @@ def test_readiness_fails_from_7_days_before_expiry_and_not_earlier(start_server,
     not_after = certs.certificate_not_after(cert.tls_cert)
     wait_until(lambda: _status(server, "/readyz") == 503, 8, "not ready with 7 days less an hour left")
     (reason,) = server.get("/readyz").json()["reasons"]
-    assert reason.startswith(f"certificate {cert.tls_cert} expires in ")
+    # 6.96 days: shown rounded down, never as the "7.0 days" that would still be within the window's edge.
+    assert reason.startswith(f"certificate {cert.tls_cert} expires in 6.9 days (")
     assert f"`gpu-webhook certs renew --dir {cert.directory}`" in reason
     line = server.wait_for_log(lambda r: r.get("event") == "certificate-expiry")
     assert line["level"] == "warning" and f"`gpu-webhook certs renew --dir {cert.directory}`" in line["message"]

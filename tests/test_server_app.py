@@ -175,7 +175,7 @@ def test_ready_with_a_valid_certificate_and_unready_within_7_days_of_expiry(cert
     unready = app.get("/readyz")
     assert unready.status_code == 503
     (reason,) = unready.get_json()["reasons"]
-    assert reason.startswith(f"certificate {cert_dir / 'tls.crt'} expires in 3.0 days (")
+    assert reason.startswith(f"certificate {cert_dir / 'tls.crt'} expires in 2.9 days (")
     assert reason.endswith(f"UTC): renew it (`gpu-webhook certs renew --dir {cert_dir}`) or update its Secret")
     assert app.get("/healthz").get_json() == {"alive": True}  # alive all the same
 

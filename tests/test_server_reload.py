@@ -274,7 +274,7 @@ def test_a_certificate_close_to_expiry_makes_the_server_unready_and_says_what_to
     server = start_server(cert=cert, wait=False)
     within(15, lambda: server.log_records() != [] and _readyz_status(server) == 503)
     reasons = server.get("/readyz").json()["reasons"]
-    assert reasons[0].startswith(f"certificate {cert.tls_cert} expires in 3.0 days")
+    assert reasons[0].startswith(f"certificate {cert.tls_cert} expires in 2.9 days")
     assert f"gpu-webhook certs renew --dir {cert.directory}" in reasons[0]
     assert server.get("/healthz").status_code == 200
     server.wait_for_log(lambda r: r.get("event") == "certificate-expiry" and "certs renew" in r["message"])
@@ -289,7 +289,7 @@ def test_readiness_may_wait_for_the_expiry_itself_while_the_log_and_the_metric_s
     server = start_server(cert=cert, extra_args=["--unready-before-expiry", "0d"])
     assert server.get("/readyz").status_code == 200
     record = server.wait_for_log(lambda r: r.get("event") == "certificate-expiry")
-    assert record["message"].startswith(f"certificate {cert.tls_cert} expires in 3.0 days")
+    assert record["message"].startswith(f"certificate {cert.tls_cert} expires in 2.9 days")
     assert "not ready" not in record["message"] and "certs renew" in record["message"]
     expiry = server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"]
     assert expiry - time.time() < 3 * 86400 + 60

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,10 +99,9 @@ def _namespace_of(dns_names: list[str]) -> str | None:
 
 
 def _secret_command(directory: Path, namespace: str | None, update: bool) -> str:
-    command = (
-        f"kubectl -n {namespace or '<namespace>'} create secret tls {SECRET_NAME} "
-        f"--cert={directory / 'tls.crt'} --key={directory / 'tls.key'}"
-    )
+    """The command that puts the files into the Secret: paths quoted for a shell, so it can be pasted as it is."""
+    cert, key = shlex.quote(f"--cert={directory / 'tls.crt'}"), shlex.quote(f"--key={directory / 'tls.key'}")
+    command = f"kubectl -n {namespace or '<namespace>'} create secret tls {SECRET_NAME} {cert} {key}"
     return command + " --dry-run=client -o yaml | kubectl apply -f -" if update else command
 
 
@@ -129,7 +129,8 @@ def run_generate(args: argparse.Namespace) -> int:
     print("Next (certs/README.md):")
     print(f"  kubectl create namespace {args.namespace}   # if it does not exist yet")
     print(f"  {_secret_command(paths.directory, args.namespace, update=False)}")
-    print(f"  gpu-webhook certs ca-bundle {paths.directory}   # caBundle for the webhook configurations")
+    directory = shlex.quote(str(paths.directory))
+    print(f"  gpu-webhook certs ca-bundle {directory}   # caBundle for the webhook configurations")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -114,7 +115,7 @@ def _certificate(args: argparse.Namespace, host: str) -> tuple[Path, Path]:
     if not_after <= certs.utcnow():
         raise ServeError(
             f"{cert_file} expired on {not_after:%Y-%m-%d %H:%M} UTC: the API server would refuse it; "
-            f"renew it with `gpu-webhook certs renew --dir {cert_file.parent}`"
+            f"renew it with `gpu-webhook certs renew --dir {shlex.quote(str(cert_file.parent))}`"
         )
     return cert_file, key_file
 

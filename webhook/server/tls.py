@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
+import shlex
 import ssl
 import threading
 import time
@@ -244,15 +246,16 @@ class CertStore:
     def expiry_notice(self, now: dt.datetime | None = None) -> str | None:
         """Expired, or within EXPIRY_MARGIN (or `unready_before`, if longer) of it: what to run, for the log."""
         now = now or dt.datetime.now(dt.UTC)
+        renew = f"gpu-webhook certs renew --dir {shlex.quote(str(self.cert_file.parent))}"
         if self.not_after <= now:
             return (
                 f"certificate {self.cert_file} expired on {self.not_after:%Y-%m-%d %H:%M} UTC: renew it "
-                f"(`gpu-webhook certs renew --dir {self.cert_file.parent}`) or update its Secret"
+                f"(`{renew}`) or update its Secret"
             )
         if self.not_after - now <= max(EXPIRY_MARGIN, self.unready_before):
-            days = (self.not_after - now) / dt.timedelta(days=1)
+            days = math.floor((self.not_after - now) / dt.timedelta(days=1) * 10) / 10  # never more than is left
             return (
                 f"certificate {self.cert_file} expires in {days:.1f} days ({self.not_after:%Y-%m-%d %H:%M} "
-                f"UTC): renew it (`gpu-webhook certs renew --dir {self.cert_file.parent}`) or update its Secret"
+                f"UTC): renew it (`{renew}`) or update its Secret"
             )
         return None
