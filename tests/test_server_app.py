@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from prometheus_client import REGISTRY
 
 from webhook import certs
@@ -178,6 +182,54 @@ def test_ready_with_a_valid_certificate_and_unready_within_7_days_of_expiry(cert
     assert reason.startswith(f"certificate {cert_dir / 'tls.crt'} expires in 2.9 days (")
     assert reason.endswith(f"UTC): renew it (`gpu-webhook certs renew --dir {cert_dir}`) or update its Secret")
     assert app.get("/healthz").get_json() == {"alive": True}  # alive all the same
+
+
+def _chain(directory: Path, intermediate_valid: tuple[dt.datetime, dt.timedelta]) -> x509.Certificate:
+    """tls.crt and tls.key: a certificate for a year, then the intermediate that signed it (valid from
+    `intermediate_valid[0]` for `[1]`), as an API server behind an intermediate CA needs them; the intermediate."""
+    start, valid_for = intermediate_valid
+    ca_key, intermediate = certs.create_ca("team intermediate", now=start, valid_for=valid_for)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-admission")]))
+        .issuer_name(intermediate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in (leaf, intermediate))
+    (directory / "tls.crt").write_bytes(pem)
+    certs.write_private_key(directory / "tls.key", key)
+    return intermediate
+
+
+def test_an_intermediate_that_expires_before_the_certificate_is_what_readiness_follows(tmp_path: Path):
+    """Once an intermediate in tls.crt expires, every handshake fails as if the certificate had: readiness and
+    the expiry count from it, and the reason says what helps (renewing the certificate would not)."""
+    now = dt.datetime.now(dt.UTC)
+    intermediate = _chain(tmp_path, (now, dt.timedelta(days=3)))
+    store = CertStore(tmp_path / "tls.crt", tmp_path / "tls.key")
+    assert store.not_after == intermediate.not_valid_after_utc
+    unready = client(certificate=store).get("/readyz")
+    assert unready.status_code == 503
+    assert unready.get_json()["certificateNotAfter"] == intermediate.not_valid_after_utc.isoformat()
+    (reason,) = unready.get_json()["reasons"]
+    assert reason == (
+        f"intermediate CN=team intermediate in {tmp_path / 'tls.crt'} expires in 2.9 days "
+        f"({intermediate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC): reissue it from its CA, put it after the "
+        "certificate in the file and update the Secret"
+    )
+
+    # A change to a chain whose intermediate has expired is refused like an expired certificate.
+    context = store.context
+    _chain(tmp_path, (now - dt.timedelta(days=10), dt.timedelta(days=1)))
+    assert store.check() is False
+    assert store.context is context and store.not_after == intermediate.not_valid_after_utc
 
 
 def test_a_broken_certificate_change_keeps_the_last_good_context(cert_dir: Path, caplog):

@@ -83,7 +83,8 @@ def set_certificate_expiry(timestamp: float) -> None:
     if _cert_expiry is None:
         _cert_expiry = Gauge(
             "gpu_admission_certificate_expiry_timestamp_seconds",
-            "When the serving certificate expires (Unix time): the earliest that any live worker serves.",
+            "When the serving certificate, or an intermediate served with it, expires first (Unix time): the earliest "
+            "that any live worker serves.",
             multiprocess_mode="livemin",
         )
     _cert_expiry.set(timestamp)

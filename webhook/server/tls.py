@@ -174,12 +174,21 @@ def _stat(path: Path) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _validity(cert_file: Path) -> tuple[dt.datetime, dt.datetime]:
-    """The certificate's (not before, not after), UTC-aware."""
-    from webhook.certs import load_certificate
+def _validity(cert_file: Path) -> tuple[dt.datetime, dt.datetime, str | None]:
+    """When the served chain is valid (UTC-aware), and what expires first when it is not the certificate itself.
 
-    cert = load_certificate(cert_file)
-    return cert.not_valid_before_utc, cert.not_valid_after_utc
+    The file holds the certificate, then any intermediates that the API server needs to reach its caBundle;
+    once one of them expires, every handshake fails as if the certificate had. So the chain is valid from the
+    latest not-before to the earliest not-after, and the third value is the subject of the intermediate that
+    expires before the certificate (None when the certificate expires first).
+    """
+    from webhook.certs import load_certificates
+
+    chain = load_certificates(cert_file)
+    leaf, first = chain[0], min(chain, key=lambda cert: cert.not_valid_after_utc)
+    not_after = first.not_valid_after_utc
+    expiring = first.subject.rfc4514_string() if not_after < leaf.not_valid_after_utc else None
+    return max(cert.not_valid_before_utc for cert in chain), not_after, expiring
 
 
 class CertStore:
@@ -193,7 +202,7 @@ class CertStore:
         self.key_file = Path(key_file)
         self._fingerprint = self.fingerprint()
         self.context = build_context(self.cert_file, self.key_file)
-        self.not_after = _validity(self.cert_file)[1]
+        _, self.not_after, self.expiring = _validity(self.cert_file)  # expiring: an intermediate that expires first
         self._failed: Fingerprint | None = None
 
     def fingerprint(self) -> Fingerprint:
@@ -212,11 +221,12 @@ class CertStore:
             return False
         try:
             context = build_context(self.cert_file, self.key_file)
-            not_before, not_after = _validity(self.cert_file)
+            not_before, not_after, expiring = _validity(self.cert_file)
             now = dt.datetime.now(dt.UTC)
             if self.not_after > now and not not_before <= now < not_after:
+                what = "the new certificate" if expiring is None else f"the new certificate's chain ({expiring})"
                 raise ValueError(
-                    f"the new certificate is valid from {not_before:%Y-%m-%d %H:%M} to {not_after:%Y-%m-%d %H:%M}"
+                    f"{what} is valid from {not_before:%Y-%m-%d %H:%M} to {not_after:%Y-%m-%d %H:%M}"
                     f" UTC, not now (the current one is valid until {self.not_after:%Y-%m-%d %H:%M} UTC)"
                 )
         except Exception as exc:  # ssl.SSLError, CertError, OSError, ValueError: not a usable pair
@@ -230,7 +240,7 @@ class CertStore:
             return False
         if self.fingerprint() != fingerprint:  # changed while reading: take it next time
             return False
-        self.context, self.not_after, self._fingerprint = context, not_after, fingerprint
+        self.context, self.not_after, self.expiring, self._fingerprint = context, not_after, expiring, fingerprint
         self._failed = None
         if not quiet:
             log(_log, logging.INFO, "certificate reloaded", event="certificate-reload", result="ok",
@@ -246,16 +256,16 @@ class CertStore:
     def expiry_notice(self, now: dt.datetime | None = None) -> str | None:
         """Expired, or within EXPIRY_MARGIN (or `unready_before`, if longer) of it: what to run, for the log."""
         now = now or dt.datetime.now(dt.UTC)
-        renew = f"gpu-webhook certs renew --dir {shlex.quote(str(self.cert_file.parent))}"
+        if self.expiring is None:
+            what = f"certificate {self.cert_file}"
+            renew = f"gpu-webhook certs renew --dir {shlex.quote(str(self.cert_file.parent))}"
+            remedy = f"renew it (`{renew}`) or update its Secret"
+        else:  # `certs renew` keeps the intermediates as they are: renewing the certificate would not help
+            what = f"intermediate {self.expiring} in {self.cert_file}"
+            remedy = "reissue it from its CA, put it after the certificate in the file and update the Secret"
         if self.not_after <= now:
-            return (
-                f"certificate {self.cert_file} expired on {self.not_after:%Y-%m-%d %H:%M} UTC: renew it "
-                f"(`{renew}`) or update its Secret"
-            )
+            return f"{what} expired on {self.not_after:%Y-%m-%d %H:%M} UTC: {remedy}"
         if self.not_after - now <= max(EXPIRY_MARGIN, self.unready_before):
             days = math.floor((self.not_after - now) / dt.timedelta(days=1) * 10) / 10  # never more than is left
-            return (
-                f"certificate {self.cert_file} expires in {days:.1f} days ({self.not_after:%Y-%m-%d %H:%M} "
-                f"UTC): renew it (`{renew}`) or update its Secret"
-            )
+            return f"{what} expires in {days:.1f} days ({self.not_after:%Y-%m-%d %H:%M} UTC): {remedy}"
         return None
