@@ -650,3 +650,42 @@ def test_a_413_that_leaves_the_body_unread_says_connection_close(start_server):
     assert connection.sock is None  # http.client let it go: a next request opens a new connection
     connection.close()
     assert "Traceback" not in server.log()
+
+
+def test_other_answers_that_leave_the_body_unread_say_so_too(start_server):
+    """A wrong Content-Type is answered without reading the body: one with a Content-Length is read away and
+    the connection serves the next review; a chunked one is not, and the answer closes the connection. So does
+    a 413 for a chunked body over 7 MiB, whose rest is still on its way."""
+    from webhook.server.app import MAX_BODY_BYTES
+
+    server = start_server()
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+
+    connection = http.client.HTTPSConnection(host, port, context=context, timeout=REVIEW_TIMEOUT)
+    connection.request("POST", "/mutate", b"x" * 200_000, {"Content-Type": "text/plain"})
+    answer = connection.getresponse()
+    assert answer.status == 400 and answer.getheader("Connection") == "keep-alive" and not answer.will_close
+    assert "Content-Type must be application/json" in json.loads(answer.read())["error"]
+    connection.request("POST", "/mutate", review_body("after-400"), {"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    assert answer.status == 200 and right_answer()(json.loads(answer.read())["response"]) == ""
+    connection.close()
+
+    def chunked(content_type: str, chunks: int, size: int) -> http.client.HTTPResponse:
+        connection = http.client.HTTPSConnection(host, port, context=context, timeout=REVIEW_TIMEOUT)
+        connection.putrequest("POST", "/mutate")
+        connection.putheader("Content-Type", content_type)
+        connection.putheader("Transfer-Encoding", "chunked")
+        connection.endheaders()
+        for _ in range(chunks):  # no last chunk: the body is never finished
+            connection.send(b"%x\r\n%s\r\n" % (size, b" " * size))
+        answer = connection.getresponse()
+        assert answer.getheader("Connection") == "close" and answer.will_close
+        return answer
+
+    answer = chunked("text/plain", 4, 64 * 1024)
+    assert answer.status == 400 and "Content-Type" in json.loads(answer.read())["error"]
+    answer = chunked("application/json", MAX_BODY_BYTES // (1024 * 1024) + 1, 1024 * 1024)
+    assert answer.status == 413 and json.loads(answer.read())["code"] == 413
+    assert "Traceback" not in server.log()

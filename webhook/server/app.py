@@ -170,19 +170,35 @@ def _body(environ: dict[str, Any]) -> bytes:
     length = get_content_length(environ)
     if length is not None:
         if length > MAX_BODY_BYTES:
-            if length <= DRAIN_LIMIT_BYTES:  # read it away, so the client is not reset before it sees the 413
-                while length > 0 and (part := stream.read(min(length, 256 * 1024))):
-                    length -= len(part)
-            else:
-                environ[BODY_UNREAD] = True
+            _leave_body(environ)
             raise RequestEntityTooLarge()
         return _read(stream, length)
     if not environ.get("wsgi.input_terminated"):
         return b""  # a server that cannot end a chunked body: read nothing rather than hang
     body = _read(stream, MAX_BODY_BYTES + 1)
     if len(body) > MAX_BODY_BYTES:
+        environ[BODY_UNREAD] = True  # the rest of the chunks is still coming
         raise RequestEntityTooLarge()
     return body
+
+
+def _leave_body(environ: dict[str, Any]) -> None:
+    """Before an answer that does not use the body: read it away if its Content-Length is within
+    DRAIN_LIMIT_BYTES, so the connection serves the next request and the client is not reset before it sees
+    the answer; otherwise (larger, chunked, or the client stopped sending) record it unread, and the answer
+    closes the connection."""
+    length = get_content_length(environ)
+    if length is None and "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        return  # no body
+    if length is None or length > DRAIN_LIMIT_BYTES:
+        environ[BODY_UNREAD] = True
+        return
+    stream = environ["wsgi.input"]
+    try:
+        while length > 0 and (part := stream.read(min(length, 256 * 1024))):
+            length -= len(part)
+    except OSError:
+        environ[BODY_UNREAD] = True
 
 
 def _mimetype(content_type: str) -> str:
@@ -196,6 +212,7 @@ def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer
     started = time.perf_counter()
     content_type = environ.get("CONTENT_TYPE") or ""
     if _mimetype(content_type) not in JSON_TYPES:
+        _leave_body(environ)
         got = content_type or "none"
         return _reject(webhook, 400, f"Content-Type must be application/json, got {got[:100]!r}", started)
     try:
