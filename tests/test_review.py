@@ -256,6 +256,9 @@ def test_warnings_respect_the_api_servers_limits():
     long = "x" * 300
     assert limit_warnings([long]) == ["x" * (WARNING_MAX_CHARS - 3) + "..."]
     assert limit_warnings(["a\nb\tc", "a\nb\tc", "", "ok"]) == ["a b c", "ok"]  # one line each, deduplicated
+    # Separators and a no-break space (a container named "\u00a0", found by the soak's fuzzing) are not
+    # printable either: each becomes a space.
+    assert limit_warnings(['container "\u00a0": x', "a\u2028b\u2029c\u200bd"]) == ['container " ": x', "a b c d"]
     many = [f"warning {i:03d} " + "y" * 100 for i in range(100)]
     limited = limit_warnings(many)
     assert sum(len(w) for w in limited) <= WARNINGS_MAX_TOTAL_CHARS

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import unicodedata
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -248,9 +247,10 @@ def parse_review(body: bytes) -> AdmissionRequest:
 
 
 def _clean_warning(text: str) -> str:
-    """One printable line of at most WARNING_MAX_CHARS: the API server drops warnings with control chars."""
+    """One printable line of at most WARNING_MAX_CHARS: the API server drops warnings with control characters,
+    and a line or paragraph separator, or a no-break space, would break or hide in the user's terminal."""
     if not text.isprintable():
-        text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text).strip()
+        text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
     if len(text) > WARNING_MAX_CHARS:
         text = text[: WARNING_MAX_CHARS - 3] + "..."
     return text
