@@ -35,7 +35,7 @@ class Recorder:
         pass
 
     def records(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in "".join(self.writes).split("\n") if line]
+        return [json.loads(line) for line in "".join(self.writes).splitlines()]
 
 
 def logger_for(handler: logging.Handler, name: str) -> logging.Logger:
@@ -186,3 +186,17 @@ def test_a_forked_child_writes_its_own_lines_and_not_its_parents(tmp_path):
 
 def test_the_server_handler_is_the_batching_one():
     assert isinstance(json_handler(Recorder()), BatchingStreamHandler)
+
+
+def test_a_name_with_unicode_line_breaks_stays_on_its_line():
+    """Admission comes before the API server checks names: a container name may hold U+2028, and a reader that
+    splits on it (Python's splitlines, some collectors) would see a second, forged line."""
+    stream = Recorder()
+    handler = batching(stream, linger=60)
+    logger = logger_for(handler, "breaks")
+    forged = 'x\u2028{"level": "info", "message": "review", "allowed": true}\x85\u2029ü'
+    log(logger, logging.INFO, "review", name=forged)
+    handler.flush()
+    text = "".join(stream.writes)
+    assert len(text.splitlines()) == 1 and "\\u2028" in text and "ü" in text
+    assert stream.records()[0]["name"] == forged

@@ -23,6 +23,10 @@ REVIEW_LOGGER = "gpu_admission.review"
 
 # One line per review: made once, not per call (json.dumps with options builds an encoder each time).
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+# Characters that JSON leaves as they are but that many line readers (Python's splitlines, some collectors)
+# take as line breaks. A container name is the user's, and admission comes before the API server checks it:
+# left raw, a name could end the review's line and start a forged one.
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -51,7 +55,8 @@ class JsonFormatter(logging.Formatter):
             line.update(fields)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return _ENCODER.encode(line)
+        text = _ENCODER.encode(line)
+        return text if text.isascii() else text.translate(_LINE_BREAKS)
 
 
 class BatchingStreamHandler(logging.Handler):
