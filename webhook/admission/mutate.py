@@ -344,15 +344,13 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
     policy = plan.policy
     if policy.memory_fraction is None and share is not None:
         fraction, hints, fraction_text = share, hints_for(policy, share), format_fraction(share)
-        entries = [hint.entry for hint in hints]
     else:
         fraction, hints, fraction_text = plan.default_fraction, plan.default_hints, plan.default_text
-        entries = plan.default_entries
     if fraction is None:
         return None
     if not existing:  # nothing set by the user: every hint is appended
-        env += entries
-        added += len(entries)
+        env += plan.default_entries if hints is plan.default_hints else [hint.entry for hint in hints]
+        added += len(hints)
     else:
         added += _merge_hints(env, existing, hints, notes)
     if not added:
