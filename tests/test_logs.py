@@ -22,11 +22,15 @@ class Recorder:
         self.writes: list[str] = []
         self.open = threading.Event()
         self.open.set()
+        self.entered = threading.Event()  # a write has begun
         self.failing = False
+        self.failed = 0
 
     def write(self, text: str) -> int:
+        self.entered.set()
         self.open.wait()
         if self.failing:
+            self.failed += 1
             raise OSError("stream broken")
         self.writes.append(text)
         return len(text)
@@ -107,7 +111,7 @@ def test_a_stream_that_hangs_holds_up_no_review_and_the_dropped_lines_are_counte
     logger = logger_for(batching(stream, linger=0.01, max_queued=5), "stuck")
     stream.open.clear()  # the log collector stops reading
     log(logger, logging.INFO, "taken by the writer, which then hangs")
-    time.sleep(0.2)
+    wait_for(stream.entered.is_set)
     started = time.monotonic()
     for i in range(20):
         log(logger, logging.INFO, "review", n=i)
@@ -126,7 +130,7 @@ def test_a_broken_stream_does_not_stop_the_writer():
     logger = logger_for(batching(stream, linger=0.01), "broken")
     stream.failing = True
     log(logger, logging.INFO, "lost: the stream is broken")
-    time.sleep(0.2)
+    wait_for(lambda: stream.failed)
     stream.failing = False
     log(logger, logging.INFO, "written")
     wait_for(lambda: stream.writes)
