@@ -26,6 +26,7 @@ import ssl
 import subprocess
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -126,6 +127,9 @@ class Client:
     connection: int = 0
     reconnect: bool = False  # set by a test: open a new connection before the next review
     _conn: http.client.HTTPSConnection | None = None
+    # In every uid: a test that runs several rounds against one server tells this round's log lines from the
+    # last round's (log lines are written up to 0.1 s after their review).
+    _run: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     def _open(self) -> http.client.HTTPSConnection:
         host, port = "127.0.0.1", int(self.server.url.rsplit(":", 1)[1])
@@ -143,7 +147,7 @@ class Client:
             self._close()
             self.reconnect = False
             self._conn = self._open()
-        uid = f"c{self.index}-k{self.connection}-{seq}"
+        uid = f"{self._run}-c{self.index}-k{self.connection}-{seq}"
         result = Result(self.index, self.connection, uid, time.monotonic(), 0.0)
         try:
             self._conn.request("POST", "/mutate", self.body(uid, seq), {"Content-Type": "application/json"})
