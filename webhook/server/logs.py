@@ -62,7 +62,7 @@ class JsonFormatter(logging.Formatter):
 class BatchingStreamHandler(logging.Handler):
     """Formats each line on the caller's thread and queues it; a writer thread writes what has gathered.
 
-    With a line per review, a write of its own per line (and the handler's lock around it) cost about a sixth
+    With a line per review, a write of its own per line (and the handler's lock around it) cost about a tenth
     of the server's CPU at saturation: every write lets go of the GIL, and the server's threads then wake one
     another. Here a review's thread only formats and queues its line; the writer wakes when lines wait,
     gathers them for `linger` seconds and writes them in one go, in the order they were queued.
