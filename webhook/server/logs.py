@@ -96,10 +96,13 @@ class BatchingStreamHandler(logging.Handler):
         self._writer: threading.Thread | None = None
         self._dropped = 0
 
-    def handle(self, record: logging.LogRecord) -> bool:
+    def handle(self, record: logging.LogRecord) -> bool | logging.LogRecord:
         """As logging's, without the handler's lock around `emit`: queueing needs none, and under that lock a
-        thread switch in the middle of formatting would hold every other thread's line up."""
-        passed = bool(self.filter(record))
+        thread switch in the middle of formatting would hold every other thread's line up. (From Python 3.12 a
+        filter may return a record to log instead, as there.)"""
+        passed = self.filter(record)
+        if isinstance(passed, logging.LogRecord):
+            record = passed
         if passed:
             self.emit(record)
         return passed
