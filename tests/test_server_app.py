@@ -184,7 +184,7 @@ def test_ready_with_a_valid_certificate_and_unready_within_7_days_of_expiry(cert
     assert app.get("/healthz").get_json() == {"alive": True}  # alive all the same
 
 
-def _chain(directory: Path, intermediate_valid: tuple[dt.datetime, dt.timedelta]) -> x509.Certificate:
+def write_chain(directory: Path, intermediate_valid: tuple[dt.datetime, dt.timedelta]) -> x509.Certificate:
     """tls.crt and tls.key: a certificate for a year, then the intermediate that signed it (valid from
     `intermediate_valid[0]` for `[1]`), as an API server behind an intermediate CA needs them; the intermediate."""
     start, valid_for = intermediate_valid
@@ -212,7 +212,7 @@ def test_an_intermediate_that_expires_before_the_certificate_is_what_readiness_f
     """Once an intermediate in tls.crt expires, every handshake fails as if the certificate had: readiness and
     the expiry count from it, and the reason says what helps (renewing the certificate would not)."""
     now = dt.datetime.now(dt.UTC)
-    intermediate = _chain(tmp_path, (now, dt.timedelta(days=3)))
+    intermediate = write_chain(tmp_path, (now, dt.timedelta(days=3)))
     store = CertStore(tmp_path / "tls.crt", tmp_path / "tls.key")
     assert store.not_after == intermediate.not_valid_after_utc
     unready = client(certificate=store).get("/readyz")
@@ -227,7 +227,7 @@ def test_an_intermediate_that_expires_before_the_certificate_is_what_readiness_f
 
     # A change to a chain whose intermediate has expired is refused like an expired certificate.
     context = store.context
-    _chain(tmp_path, (now - dt.timedelta(days=10), dt.timedelta(days=1)))
+    write_chain(tmp_path, (now - dt.timedelta(days=10), dt.timedelta(days=1)))
     assert store.check() is False
     assert store.context is context and store.not_after == intermediate.not_valid_after_utc
 

@@ -22,6 +22,7 @@ from gunicorn.glogging import Logger
 
 from tests.conftest import ROOT, SHIPPED_POLICIES, LiveServer, free_port, gpu_webhook_command, wait_until_ready
 from tests.test_server import pod
+from tests.test_server_app import write_chain
 from webhook import certs
 from webhook.admission.review import make_review
 from webhook.server.worker import WebhookWorker
@@ -52,7 +53,9 @@ def test_a_broken_policy_directory_fails_with_the_loaders_lines_and_exit_2(dev_c
     assert lines[1].startswith(f"  {tmp_path / 'bad.yaml'}#0 spec.enforcement: ")
 
 
-@pytest.mark.parametrize("case", ["missing-dir", "no-cert", "missing-cert", "mismatched-key", "expired"])
+@pytest.mark.parametrize(
+    "case", ["missing-dir", "no-cert", "missing-cert", "mismatched-key", "expired", "expired-intermediate"]
+)
 def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, tmp_path, case):
     cert, key, policies = str(dev_certs.tls_cert), str(dev_certs.tls_key), str(SHIPPED_POLICIES)
     expected: str
@@ -69,6 +72,17 @@ def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, t
         other = certs.generate_dev_certs(tmp_path / "other")
         args = ["--cert-file", cert, "--key-file", str(other.tls_key), "--policies", policies]
         expected = f"{other.tls_key} does not match {cert}"
+    elif case == "expired-intermediate":  # the certificate has a year left, but the chain it is served with ended
+        chain_dir = tmp_path / "chain"
+        chain_dir.mkdir()
+        intermediate = write_chain(chain_dir, (dt.datetime.now(dt.UTC) - dt.timedelta(days=10), dt.timedelta(days=1)))
+        args = ["--cert-file", str(chain_dir / "tls.crt"), "--key-file", str(chain_dir / "tls.key")]
+        args += ["--policies", policies]
+        expected = (
+            f"intermediate CN=team intermediate in {chain_dir / 'tls.crt'} expired on "
+            f"{intermediate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: reissue it from its CA, put it after the "
+            "certificate in the file and update the Secret"
+        )
     else:
         expired_dir = tmp_path / "expired"
         expired_dir.mkdir()
@@ -81,13 +95,14 @@ def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, t
         certs.write_certificate(expired_dir / "tls.crt", cert_obj)
         args = ["--cert-file", str(expired_dir / "tls.crt"), "--key-file", str(expired_dir / "tls.key")]
         args += ["--policies", policies]
-        expected = f"{expired_dir / 'tls.crt'} expired on "
+        expected = f"certificate {expired_dir / 'tls.crt'} expired on "
     run = serve(*args)
     assert run.returncode == 2, run.stderr
     assert len(run.stderr.splitlines()) == 1, run.stderr
     assert run.stderr.startswith(f"gpu-webhook serve: {expected}")
     if case == "expired":
-        assert run.stderr.rstrip().endswith(f"renew it with `gpu-webhook certs renew --dir {expired_dir}`")
+        renew = f"gpu-webhook certs renew --dir {expired_dir}"
+        assert run.stderr.rstrip().endswith(f"renew it (`{renew}`) or update its Secret")
 
 
 # --- --dev --------------------------------------------------------------------------------------------------

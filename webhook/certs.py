@@ -389,6 +389,28 @@ def certificate_not_after(path: Path) -> dt.datetime:
     return load_certificate(path).not_valid_after_utc
 
 
+@dataclass(frozen=True, slots=True)
+class ChainValidity:
+    """When a served chain works (UTC-aware), and which intermediate ends it first, if one does.
+
+    A serving file holds the certificate, then any intermediates that the API server needs to reach its
+    caBundle; once one of them expires, every handshake fails as if the certificate had. So the chain is valid
+    from the latest not-before to the earliest not-after.
+    """
+
+    not_before: dt.datetime
+    not_after: dt.datetime
+    expiring: str | None  # the subject of an intermediate that expires before the certificate; else None
+
+
+def chain_validity(path: Path) -> ChainValidity:
+    chain = load_certificates(path)
+    leaf, first = chain[0], min(chain, key=lambda cert: cert.not_valid_after_utc)
+    not_after = first.not_valid_after_utc
+    expiring = first.subject.rfc4514_string() if not_after < leaf.not_valid_after_utc else None
+    return ChainValidity(max(cert.not_valid_before_utc for cert in chain), not_after, expiring)
+
+
 def _is_ca(cert: x509.Certificate) -> bool:
     try:
         return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)

@@ -1,15 +1,15 @@
 """`gpu-webhook serve`: the admission webhook over HTTPS (gunicorn, in process).
 
 Everything that can be wrong before serving is checked first and said in one line, exit 2: a missing or
-broken policy directory (the loader's lines), a missing, mismatched or expired certificate. Heavy imports
+broken policy directory (the loader's lines), a missing, mismatched or expired certificate (or chain). Heavy imports
 happen inside `run`, after PROMETHEUS_MULTIPROC_DIR is set: prometheus_client reads it at import time.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -106,17 +106,17 @@ def _certificate(args: argparse.Namespace, host: str) -> tuple[Path, Path]:
         except (certs.CertError, OSError) as exc:
             raise ServeError(f"cannot make dev certificates in {DEV_CERTS_DIR}: {exc}") from None
         return paths.tls_cert, paths.tls_key
+    from webhook.server.tls import expiry_notice
+
     cert_file, key_file = Path(args.cert_file), Path(args.key_file)
     try:
         certs.verify_key_pair(cert_file, key_file)
-        not_after = certs.certificate_not_after(cert_file)
+        validity = certs.chain_validity(cert_file)
     except certs.CertError as exc:
         raise ServeError(str(exc)) from None
-    if not_after <= certs.utcnow():
-        raise ServeError(
-            f"{cert_file} expired on {not_after:%Y-%m-%d %H:%M} UTC: the API server would refuse it; "
-            f"renew it with `gpu-webhook certs renew --dir {shlex.quote(str(cert_file.parent))}`"
-        )
+    now = certs.utcnow()
+    if validity.not_after <= now:  # the API server would refuse every handshake: the certificate's or the chain's
+        raise ServeError(expiry_notice(cert_file, validity, now, dt.timedelta(0)))
     return cert_file, key_file
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from webhook.certs import ChainValidity, chain_validity
 from webhook.server.logs import LOGGER, log
 
 # TLS 1.2 suites with forward secrecy and AEAD only (TLS 1.3's suites are all of that kind).
@@ -174,23 +175,6 @@ def _stat(path: Path) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _validity(cert_file: Path) -> tuple[dt.datetime, dt.datetime, str | None]:
-    """When the served chain is valid (UTC-aware), and what expires first when it is not the certificate itself.
-
-    The file holds the certificate, then any intermediates that the API server needs to reach its caBundle;
-    once one of them expires, every handshake fails as if the certificate had. So the chain is valid from the
-    latest not-before to the earliest not-after, and the third value is the subject of the intermediate that
-    expires before the certificate (None when the certificate expires first).
-    """
-    from webhook.certs import load_certificates
-
-    chain = load_certificates(cert_file)
-    leaf, first = chain[0], min(chain, key=lambda cert: cert.not_valid_after_utc)
-    not_after = first.not_valid_after_utc
-    expiring = first.subject.rfc4514_string() if not_after < leaf.not_valid_after_utc else None
-    return max(cert.not_valid_before_utc for cert in chain), not_after, expiring
-
-
 class CertStore:
     """The certificate and key the server presents; `context` is replaced whole when they change."""
 
@@ -202,8 +186,13 @@ class CertStore:
         self.key_file = Path(key_file)
         self._fingerprint = self.fingerprint()
         self.context = build_context(self.cert_file, self.key_file)
-        _, self.not_after, self.expiring = _validity(self.cert_file)  # expiring: an intermediate that expires first
+        self.validity = chain_validity(self.cert_file)
         self._failed: Fingerprint | None = None
+
+    @property
+    def not_after(self) -> dt.datetime:
+        """When the served chain stops working: the certificate's expiry, or an earlier intermediate's."""
+        return self.validity.not_after
 
     def fingerprint(self) -> Fingerprint:
         return (_stat(self.cert_file), _stat(self.key_file))
@@ -221,12 +210,14 @@ class CertStore:
             return False
         try:
             context = build_context(self.cert_file, self.key_file)
-            not_before, not_after, expiring = _validity(self.cert_file)
+            validity = chain_validity(self.cert_file)
             now = dt.datetime.now(dt.UTC)
-            if self.not_after > now and not not_before <= now < not_after:
-                what = "the new certificate" if expiring is None else f"the new certificate's chain ({expiring})"
+            if self.not_after > now and not validity.not_before <= now < validity.not_after:
+                what = "the new certificate"
+                if validity.expiring is not None:
+                    what += f"'s chain ({validity.expiring})"
                 raise ValueError(
-                    f"{what} is valid from {not_before:%Y-%m-%d %H:%M} to {not_after:%Y-%m-%d %H:%M}"
+                    f"{what} is valid from {validity.not_before:%Y-%m-%d %H:%M} to {validity.not_after:%Y-%m-%d %H:%M}"
                     f" UTC, not now (the current one is valid until {self.not_after:%Y-%m-%d %H:%M} UTC)"
                 )
         except Exception as exc:  # ssl.SSLError, CertError, OSError, ValueError: not a usable pair
@@ -240,11 +231,11 @@ class CertStore:
             return False
         if self.fingerprint() != fingerprint:  # changed while reading: take it next time
             return False
-        self.context, self.not_after, self.expiring, self._fingerprint = context, not_after, expiring, fingerprint
+        self.context, self.validity, self._fingerprint = context, validity, fingerprint
         self._failed = None
         if not quiet:
             log(_log, logging.INFO, "certificate reloaded", event="certificate-reload", result="ok",
-                cert_file=str(self.cert_file), not_after=not_after.isoformat())
+                cert_file=str(self.cert_file), not_after=validity.not_after.isoformat())
         return True
 
     def problem(self, now: dt.datetime | None = None) -> str | None:
@@ -256,16 +247,23 @@ class CertStore:
     def expiry_notice(self, now: dt.datetime | None = None) -> str | None:
         """Expired, or within EXPIRY_MARGIN (or `unready_before`, if longer) of it: what to run, for the log."""
         now = now or dt.datetime.now(dt.UTC)
-        if self.expiring is None:
-            what = f"certificate {self.cert_file}"
-            renew = f"gpu-webhook certs renew --dir {shlex.quote(str(self.cert_file.parent))}"
-            remedy = f"renew it (`{renew}`) or update its Secret"
-        else:  # `certs renew` keeps the intermediates as they are: renewing the certificate would not help
-            what = f"intermediate {self.expiring} in {self.cert_file}"
-            remedy = "reissue it from its CA, put it after the certificate in the file and update the Secret"
-        if self.not_after <= now:
-            return f"{what} expired on {self.not_after:%Y-%m-%d %H:%M} UTC: {remedy}"
-        if self.not_after - now <= max(EXPIRY_MARGIN, self.unready_before):
-            days = math.floor((self.not_after - now) / dt.timedelta(days=1) * 10) / 10  # never more than is left
-            return f"{what} expires in {days:.1f} days ({self.not_after:%Y-%m-%d %H:%M} UTC): {remedy}"
-        return None
+        return expiry_notice(self.cert_file, self.validity, now, max(EXPIRY_MARGIN, self.unready_before))
+
+
+def expiry_notice(cert_file: Path, validity: ChainValidity, now: dt.datetime, margin: dt.timedelta) -> str | None:
+    """What in `cert_file` has expired or expires within `margin` (the certificate, or the intermediate that
+    ends its chain first), and what to do about it; None while the chain has longer than that."""
+    not_after, expiring = validity.not_after, validity.expiring
+    if expiring is None:
+        what = f"certificate {cert_file}"
+        renew = f"gpu-webhook certs renew --dir {shlex.quote(str(cert_file.parent))}"
+        remedy = f"renew it (`{renew}`) or update its Secret"
+    else:  # `certs renew` keeps the intermediates as they are: renewing the certificate would not help
+        what = f"intermediate {expiring} in {cert_file}"
+        remedy = "reissue it from its CA, put it after the certificate in the file and update the Secret"
+    if not_after <= now:
+        return f"{what} expired on {not_after:%Y-%m-%d %H:%M} UTC: {remedy}"
+    if not_after - now <= margin:
+        days = math.floor((not_after - now) / dt.timedelta(days=1) * 10) / 10  # never more than is left
+        return f"{what} expires in {days:.1f} days ({not_after:%Y-%m-%d %H:%M} UTC): {remedy}"
+    return None
