@@ -559,6 +559,40 @@ def test_stalled_clients_and_load_together_still_answer_a_good_review_within_1_s
     assert slowest.done - slowest.sent < 1.0, slowest
 
 
+def test_reviews_are_answered_while_every_thread_waits_for_a_slow_body(start_server):
+    """A worker's 2 threads held by clients that stop sending their bodies: one past what the main loop reads
+    ahead (a thread reads the rest), one chunked that only looks finished (its chunk ends in "0\\r\\n").
+    Reviews, small and whole, are answered by the main loop all the same, each within 1 s."""
+    from webhook.server.worker import READ_AHEAD_BYTES
+
+    server = start_server(workers=1, threads=2)
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    head = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    held = []
+    try:
+        for request in (
+            head + b"Content-Length: %d\r\n\r\n%s" % (2 * READ_AHEAD_BYTES, b" " * READ_AHEAD_BYTES),
+            head + b"Transfer-Encoding: chunked\r\n\r\n4\r\nx0\r\n\r\n",
+        ):
+            tls = context.wrap_socket(socket.create_connection((host, port)), server_hostname=host)
+            tls.sendall(request)
+            held.append(tls)
+        time.sleep(0.3)  # both handed to the threads, which wait for the rest
+        for client in (Client(server, 97), Client(server, 98, fresh_connections=True)):
+            for seq in range(5):
+                result = client.review(seq)
+                assert result.error == "" and result.done - result.sent < 1.0, result
+        for tls in held:  # still waiting: the threads were held all along
+            tls.setblocking(False)
+            with pytest.raises(ssl.SSLWantReadError):
+                tls.recv(1)
+    finally:
+        for tls in held:
+            tls.close()
+    assert "Traceback" not in server.log()
+
+
 def read_response(tls: ssl.SSLSocket) -> tuple[int, bytes]:
     """One whole HTTP/1.1 response with a Content-Length, read from `tls`."""
     data = b""

@@ -34,7 +34,7 @@ from webhook.admission.review import WARNING_MAX_CHARS, WARNINGS_MAX_TOTAL_CHARS
 from webhook.server.app import create_app
 from webhook.server.policies import PolicyStore
 from webhook.server.state import ServerState
-from webhook.server.worker import READ_AHEAD_BYTES, request_complete
+from webhook.server.worker import INLINE_MAX_BYTES, READ_AHEAD_BYTES, answerable_here, request_complete
 
 SOAK_EXAMPLES = int(os.environ.get("GPU_ADMISSION_EXAMPLES", "10000"))
 
@@ -452,6 +452,16 @@ def test_a_request_is_whole_only_once_all_of_it_arrived(raw, data):
 
 
 @NORMAL
+@given(http_requests(), st.data())
+def test_the_main_loop_answers_a_request_only_once_all_of_it_arrived(raw, data):
+    """Not a byte early, and never a chunked one: the main loop must not wait for the rest of a request."""
+    assert answerable_here(raw) is (b"Transfer-Encoding: chunked" not in raw and len(raw) <= INLINE_MAX_BYTES)
+    cut = data.draw(st.integers(0, len(raw) - 1))
+    assert not answerable_here(raw[:cut])
+
+
+@NORMAL
 @given(st.binary(max_size=400))
 def test_the_request_check_takes_any_bytes(raw):
     assert request_complete(raw) in (True, False)
+    assert answerable_here(raw) in (True, False)

@@ -28,7 +28,7 @@ from webhook.server.app import MAX_BODY_BYTES, create_app
 from webhook.server.policies import PolicyStore
 from webhook.server.state import ServerState
 from webhook.server.tls import CertStore
-from webhook.server.worker import READ_AHEAD_BYTES, request_complete
+from webhook.server.worker import INLINE_MAX_BYTES, READ_AHEAD_BYTES, answerable_here, request_complete
 
 GPU_POD = {
     "apiVersion": "v1",
@@ -335,6 +335,25 @@ def test_a_configmap_symlink_swap_is_seen(tmp_path: Path):
 )
 def test_the_worker_hands_over_whole_requests(data, complete):
     assert request_complete(data) is complete
+
+
+@pytest.mark.parametrize(
+    ("data", "here"),
+    [
+        (b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", True),  # no body
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", True),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\n\r\n{", False),  # not all here yet
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}GET", False),  # and more: a thread sorts it out
+        (b"POST /mutate HTTP/1.1\r\nHost: x\r\n", False),  # headers not finished
+        # A chunked body is never certain: this one's only chunk holds "x0\r\n", and looks finished.
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nx0\r\n\r\n", False),
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", False),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % INLINE_MAX_BYTES + b" " * INLINE_MAX_BYTES, False),
+    ],
+)
+def test_the_main_loop_answers_only_small_requests_that_are_certainly_whole(data, here):
+    """Anything else goes to a thread, which may wait for the rest of it: the main loop never waits."""
+    assert answerable_here(data) is here
 
 
 def test_review_bodies_log_no_env_values(caplog):

@@ -141,6 +141,11 @@ class BoundedSSLSocket(ssl.SSLSocket):
         self.unsent = None
 
     @classmethod
+    def unsent_room(cls) -> bool:
+        """Whether this process keeps well under MAX_UNSENT_TOTAL unsent: a write is sure not to wait."""
+        return cls._unsent_total < cls.MAX_UNSENT_TOTAL // 2
+
+    @classmethod
     def _reserve(cls, size: int) -> bool:
         with cls._unsent_lock:
             if cls._unsent_total + size > cls.MAX_UNSENT_TOTAL:

@@ -11,7 +11,9 @@ everybody:
 
 Here the main loop does the TLS handshake (non-blocking, with a deadline) and reads the request
 (non-blocking, with a deadline) before a thread sees the connection, so threads only ever run complete
-requests. Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSSLSocket`. A
+requests. A small request that is certainly whole (every review the API server sends, up to
+INLINE_MAX_BYTES) is answered by the main loop itself: handing it to a thread cost more CPU than the review.
+Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSSLSocket`. A
 response the client does not read as fast as it is written is finished by the main loop too (with a
 deadline), so a client that stops reading holds no thread either. A closing connection lingers in the poller.
 
@@ -30,6 +32,7 @@ import socket
 import ssl
 import time
 from collections import deque
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -40,6 +43,7 @@ from webhook.server.tls import BoundedSSLSocket
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds from accept to a finished TLS handshake, and then to a first byte
 READ_AHEAD_BYTES = 128 * 1024  # a request up to this size is read whole before a thread takes it
+INLINE_MAX_BYTES = 32 * 1024  # a whole request up to this size is answered by the main loop (answerable_here)
 LINGER_TIMEOUT = 2.0  # seconds a closing connection may take to send its FIN
 LINGER_MAX_BYTES = 64 * 1024
 MAX_LINGERING = 1024  # beyond this, connections are closed at once
@@ -49,23 +53,49 @@ _CONTENT_LENGTH = re.compile(rb"\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?
 _CHUNKED = re.compile(rb"\ntransfer-encoding[ \t]*:[^\n]*chunked", re.IGNORECASE)
 
 
+def _framing(data: bytes | bytearray) -> tuple[int, int | None, bool] | None:
+    """How the request in `data` is framed: where its body starts, the Content-Length its headers announce,
+    and whether the body is chunked; None while the headers have not all arrived."""
+    end = _HEADERS_END.search(data)
+    if end is None:
+        return None
+    head = bytes(data[: end.start() + 1])
+    length = _CONTENT_LENGTH.search(head)
+    return end.end(), int(length.group(1)) if length else None, _CHUNKED.search(head) is not None
+
+
 def request_complete(data: bytes | bytearray) -> bool:
     """Whether `data` holds a whole HTTP/1.x request (headers, and the body they announce).
 
-    Only decides when to hand the connection to a thread: if it guesses wrong, the thread reads the rest
-    (bounded by the request timeout), so it errs towards "complete" for anything unusual.
+    Only decides when to hand the connection over: if it guesses wrong, the thread reads the rest (bounded
+    by the request timeout), so it errs towards "complete" for anything unusual.
     """
-    end = _HEADERS_END.search(data)
-    if end is None:
+    framing = _framing(data)
+    if framing is None:
         return len(data) >= READ_AHEAD_BYTES
-    head = bytes(data[: end.start() + 1])
-    body = len(data) - end.end()
-    length = _CONTENT_LENGTH.search(head)
+    body_start, length, chunked = framing
     if length is not None:
-        return body >= int(length.group(1)) or len(data) >= READ_AHEAD_BYTES
-    if _CHUNKED.search(head):
+        return len(data) - body_start >= length or len(data) >= READ_AHEAD_BYTES
+    if chunked:
         return data.endswith(b"0\r\n\r\n") or len(data) >= READ_AHEAD_BYTES
     return True
+
+
+def answerable_here(data: bytes | bytearray) -> bool:
+    """Whether the main loop may answer the request in `data` itself: a small one that is certainly whole.
+
+    That is a request of at most INLINE_MAX_BYTES whose body has a Content-Length and is all here, or that
+    has no body (the API server sends every review with a Content-Length). A chunked body is never certain
+    (a chunk's data may end like the last chunk), and a larger one may cost the engine more than the loop
+    should spend away from its other connections: those go to a thread.
+    """
+    if len(data) > INLINE_MAX_BYTES:
+        return False
+    framing = _framing(data)
+    if framing is None:
+        return False
+    body_start, length, chunked = framing
+    return not chunked and len(data) - body_start == (length or 0)
 
 
 def obey_connection_close(app: Any) -> Any:
@@ -247,12 +277,38 @@ class WebhookWorker(ThreadWorker):
         return True
 
     def _dispatch(self, conn: _Conn) -> None:
-        """Give the bytes read to the parser and the connection to a thread."""
+        """Give the bytes read to the parser; answer the request here when it is small and whole, else give
+        the connection to a thread."""
+        here = answerable_here(conn.received) and BoundedSSLSocket.unsent_room()
         unreader = conn.parser.unreader
         unreader.unread(unreader.take_buffered() + bytes(conn.received))
         conn.received = bytearray()
         conn.data_ready = True
-        self.enqueue_req(conn)
+        if here:
+            self._answer_here(conn)
+        else:
+            self.enqueue_req(conn)
+
+    def _answer_here(self, conn: _Conn) -> None:
+        """Run gthread's handler on the request in this thread, as a pool thread would, with no wait allowed.
+
+        Handing a review to a thread costs more than the review: the thread wakes, takes the interpreter from
+        this loop, and wakes the loop again to take the connection back (measured at 800 reviews/s: 1,495 µs
+        of server CPU per review through threads, 1,260 here; p99 12.1 ms against 5.2 ms). The request is all
+        in the parser's buffer, and a response the socket does not take at once is left for this loop to
+        write, so nothing here waits for the client; should anything try, a deadline of 0 makes it fail at
+        once rather than hold up every other connection.
+        """
+        future: Future = Future()
+        conn.sock.request_timeout = 0.0  # this socket's deadlines, while the loop answers it
+        try:
+            future.set_result(self.handle(conn))
+        except Exception as exc:  # as the pool would: finish_request then closes the connection
+            future.set_exception(exc)
+        finally:
+            with contextlib.suppress(AttributeError):
+                del conn.sock.request_timeout  # the class's again, for a thread
+        self.finish_request(conn, future)
 
     def _drop(self, conn: _Conn) -> None:
         """Close a connection no thread has (it may still be in the poller)."""
