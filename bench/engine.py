@@ -101,8 +101,9 @@ def measure(obj: dict[str, Any], policies, seconds: float) -> dict[str, float]:
 
 
 def main(seconds: float = 0.5, rounds: int = 5) -> bool:
-    """Each scenario runs in `rounds` paired rounds, 1 policy then 1,000, and the medians are reported: the
-    machine's speed drifts, and pairing keeps the 1,000-policy cost comparing like with like."""
+    """Each scenario runs in `rounds` paired rounds, 1 policy and 1,000, and the medians are reported: the
+    machine's speed drifts, and pairing keeps the 1,000-policy cost comparing like with like. The order within
+    a pair alternates, so a machine that slows down (or speeds up) through each pair does not read as a cost."""
     core = pin_to_one_core()
     sets = {1: parse_policy_sources(policy_sources(1)), 1000: parse_policy_sources(policy_sources(1000))}
     results: dict[str, dict[int, dict[str, float]]] = {}
@@ -110,8 +111,9 @@ def main(seconds: float = 0.5, rounds: int = 5) -> bool:
     rows = []
     for name, obj in SCENARIOS.items():
         runs: dict[int, list[dict[str, float]]] = {1: [], 1000: []}
-        for _ in range(rounds):
-            for count, policies in sets.items():
+        for round_number in range(rounds):
+            pair = list(sets.items())
+            for count, policies in pair if round_number % 2 == 0 else reversed(pair):
                 assert policies.for_namespace(NAMESPACE).name == "inference"
                 runs[count].append(measure(obj, policies, seconds))
         costs[name] = statistics.median(
