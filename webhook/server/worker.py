@@ -279,12 +279,12 @@ class WebhookWorker(ThreadWorker):
     def _dispatch(self, conn: _Conn) -> None:
         """Give the bytes read to the parser; answer the request here when it is small and whole, else give
         the connection to a thread."""
-        here = answerable_here(conn.received) and BoundedSSLSocket.unsent_room()
         unreader = conn.parser.unreader
-        unreader.unread(unreader.take_buffered() + bytes(conn.received))
+        data = unreader.take_buffered() + bytes(conn.received)
+        unreader.unread(data)
         conn.received = bytearray()
         conn.data_ready = True
-        if here:
+        if answerable_here(data) and BoundedSSLSocket.unsent_room():
             self._answer_here(conn)
         else:
             self.enqueue_req(conn)
