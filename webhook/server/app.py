@@ -170,7 +170,7 @@ def _body(environ: dict[str, Any]) -> bytes:
     length = get_content_length(environ)
     if length is not None:
         if length > MAX_BODY_BYTES:
-            _leave_body(environ)
+            _leave_body(environ, length)
             raise RequestEntityTooLarge()
         return _read(stream, length)
     if not environ.get("wsgi.input_terminated"):
@@ -182,12 +182,11 @@ def _body(environ: dict[str, Any]) -> bytes:
     return body
 
 
-def _leave_body(environ: dict[str, Any]) -> None:
-    """Before an answer that does not use the body: read it away if its Content-Length is within
+def _leave_body(environ: dict[str, Any], length: int | None) -> None:
+    """Before an answer that does not use the body: read it away if its Content-Length (`length`) is within
     DRAIN_LIMIT_BYTES, so the connection serves the next request and the client is not reset before it sees
     the answer; otherwise (larger, chunked, or the client stopped sending) record it unread, and the answer
     closes the connection."""
-    length = get_content_length(environ)
     if length is None and "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
         return  # no body
     if length is None or length > DRAIN_LIMIT_BYTES:
@@ -212,7 +211,7 @@ def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer
     started = time.perf_counter()
     content_type = environ.get("CONTENT_TYPE") or ""
     if _mimetype(content_type) not in JSON_TYPES:
-        _leave_body(environ)
+        _leave_body(environ, get_content_length(environ))
         got = content_type or "none"
         return _reject(webhook, 400, f"Content-Type must be application/json, got {got[:100]!r}", started)
     try:

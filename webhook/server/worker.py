@@ -269,22 +269,23 @@ class WebhookWorker(ThreadWorker):
                 return False
             if not got:  # readable, but no request bytes (a TLS control record): a request must follow
                 conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
-        if conn.received and request_complete(conn.received):
-            self._dispatch(conn)
+        here = answerable_here(conn.received)  # the usual review: its headers are read once, here
+        if here or (conn.received and request_complete(conn.received)):
+            self._dispatch(conn, here)
         else:
             self.reading.add(conn)
             self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_reading_readable, conn))
         return True
 
-    def _dispatch(self, conn: _Conn) -> None:
-        """Give the bytes read to the parser; answer the request here when it is small and whole, else give
-        the connection to a thread."""
+    def _dispatch(self, conn: _Conn, here: bool) -> None:
+        """Give the bytes read to the parser; answer the request here when it is small and whole (`here`, of
+        what the loop read) and the parser held nothing before it, else give the connection to a thread."""
         unreader = conn.parser.unreader
-        data = unreader.take_buffered() + bytes(conn.received)
-        unreader.unread(data)
+        buffered = unreader.take_buffered()
+        unreader.unread(buffered + bytes(conn.received))
         conn.received = bytearray()
         conn.data_ready = True
-        if answerable_here(data) and BoundedSSLSocket.unsent_room():
+        if here and not buffered and BoundedSSLSocket.unsent_room():
             self._answer_here(conn)
         else:
             self.enqueue_req(conn)
