@@ -16,9 +16,9 @@ come in. Patching key by key and entry by entry gave a 2-container pod 19 operat
 them cost a fifth of the engine's time per review. The policy annotation alone is added by key: `annotations`
 may be large (kubectl's last-applied-configuration), and the user's annotations are not the webhook's to send.
 
-Each step is a function of those copies that adds its notes (kind of change and text) to a list; the
-container's label is put in front of the notes once, at the end. This runs on every admission review, so
-the steps do only what their rule needs.
+Each step is a function of those copies that adds its change's kind to one list and its text to another
+(a notice, a user's value kept, has a text alone); the container's label is put in front of the texts once,
+at the end. This runs on every admission review, so the steps do only what their rule needs.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class _Plan:
     fractional_shared: str | None  # the shared resource a fraction becomes (fractional: shared)
     fractional_model: Any  # the GPUModel whose MIG slices fractions become (fractional: mig)
     shared_resource: str | None  # the resource that counts as a shared GPU besides `*.shared`
+    maps_to_shared: bool  # mapping gives a shared GPU: the env step need not look for one
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
     default_entries: tuple[dict[str, str], ...]  # their env entries, for a container that has none of them
@@ -107,6 +108,7 @@ class _Plan:
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
             shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
+            maps_to_shared=sharing.mode.is_shared and mapping_target != NVIDIA_GPU,
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
@@ -127,10 +129,11 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
         containers = spec.get(section)
         if type(containers) is not list:
             continue
+        section_at = f"{spec_at}/{section}/"
         for index, body in enumerate(containers):
             if type(body) is not dict or "resources" not in body:
                 continue  # no resources: no GPU
-            changed = _container(body, section, index, f"{spec_at}/{section}/{index_token(index)}", plan, result)
+            changed = _container(body, section, index, section_at, plan, result)
             if changed is not None:
                 new_list = new_sections.get(section)
                 if new_list is None:
@@ -178,15 +181,17 @@ def _recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
     return fraction if fraction is not None and 0 < fraction <= 1 else None
 
 
-Notes = list[tuple[str | None, str]]  # (kind of change, or None for a notice; text)
 GPUValue = tuple[Any, int | Fraction] | None  # `nvidia.com/gpu` as (text, value), while it is there
 
 
 def _container(
-    body: dict[str, Any], section: str, index: int, at: str, plan: _Plan, result: MutationResult
+    body: dict[str, Any], section: str, index: int, section_at: str, plan: _Plan, result: MutationResult
 ) -> dict[str, Any] | None:
     """The four steps for one container: its changed copy (its patch and warnings added to `result`), or None
-    when nothing changed or it is too malformed to touch (validation explains)."""
+    when nothing changed or it is too malformed to touch (validation explains).
+
+    `section_at` is the JSON Pointer of the container's list, with a trailing `/`.
+    """
     resources = body["resources"]
     if type(resources) is not dict:
         return None
@@ -201,28 +206,33 @@ def _container(
         return None
     requests = dict(old_requests) if old_requests else {}
     limits = dict(old_limits) if old_limits else {}
-    notes: Notes = []
-    _requests_into_limits(requests, limits, notes)
-    gpu, share = _fractional(requests, limits, _gpu_value(requests, limits), plan, notes)
-    _mapping(requests, limits, gpu, plan, notes)
+    kinds: list[str] = []  # one per change
+    texts: list[str] = []  # one per change, and one per notice, in order
+    _requests_into_limits(requests, limits, kinds, texts)
+    gpu = _gpu_value(requests, limits)
+    share: Fraction | None = None  # the memory share of a fraction converted to a shared replica
+    mapped_to_shared = False
+    if gpu is not None:
+        if 0 < gpu[1] < 1:
+            share = _fractional(requests, limits, gpu[1], plan, kinds, texts)
+        elif gpu[1] >= 1:
+            mapped_to_shared = _mapping(requests, limits, gpu, plan, kinds, texts) and plan.maps_to_shared
     old_env = body.get("env")
-    env_change = _env(old_env, limits, share, plan, notes)
-    if not notes:
+    env_change = _env(old_env, limits, share, mapped_to_shared, plan, kinds, texts)
+    if not texts:
         return None
-    # Each note is a user-facing admission warning: prefixed, and at most 120 characters (the API server's advice).
+    # Each text is a user-facing admission warning: prefixed, and at most 120 characters (the API server's advice).
     about = f"{WARNING_PREFIX}{container_label(section, index, body)}: "
-    kinds, warnings = result.kinds, result.warnings
-    changed = False
-    for kind, text in notes:
-        if kind is not None:
-            kinds.append(kind)
-            changed = True
+    warnings = result.warnings
+    for text in texts:
         line = about + text
         warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
-    if not changed:  # notices only (a user's value kept)
+    if not kinds:  # notices only (a user's value kept)
         return None
+    result.kinds += kinds
     # The patch: resources and env are the only parts a step touches; each is set whole, when it changed.
     ops = result.patch
+    at = section_at + index_token(index)
     new_body = dict(body)
     if requests != (old_requests or {}) or limits != (old_limits or {}):
         new_resources = dict(resources)
@@ -240,15 +250,15 @@ def _container(
 
 
 # 1
-def _requests_into_limits(requests: dict[str, Any], limits: dict[str, Any], notes: Notes) -> None:
+def _requests_into_limits(requests: dict[str, Any], limits: dict[str, Any], kinds: list[str], texts: list[str]) -> None:
     missing = []
     for name, value in requests.items():
         if is_managed(name) and limits.get(name) is None:
             limits[name] = value
             missing.append(name)
     if missing:
-        text = f"set limits {', '.join(missing)} from requests (GPUs need request = limit)"
-        notes.append(("requests-into-limits", text))
+        kinds.append("requests-into-limits")
+        texts.append(f"set limits {', '.join(missing)} from requests (GPUs need request = limit)")
 
 
 def _gpu_value(requests: dict[str, Any], limits: dict[str, Any]) -> GPUValue:
@@ -276,34 +286,38 @@ def _rename(requests: dict[str, Any], limits: dict[str, Any], target: str, value
 
 # 2
 def _fractional(
-    requests: dict[str, Any], limits: dict[str, Any], gpu: GPUValue, plan: _Plan, notes: Notes
-) -> tuple[GPUValue, Fraction | None]:
-    """Convert a fraction of `nvidia.com/gpu`: returns the `nvidia.com/gpu` left (None once converted) and the
-    memory share the container got (a shared replica's fraction; None for a MIG slice or no conversion)."""
-    if gpu is None or not 0 < gpu[1] < 1:
-        return gpu, None
-    q = gpu[1]
+    requests: dict[str, Any], limits: dict[str, Any], q: Fraction, plan: _Plan, kinds: list[str], texts: list[str]
+) -> Fraction | None:
+    """Convert `nvidia.com/gpu: q`, 0 < q < 1: returns the memory share the container got (a shared replica's
+    fraction; None for a MIG slice or no conversion)."""
     target = plan.fractional_shared
     if plan.fractional_model is not None:
         profile = smallest_profile_for(plan.fractional_model, q)
         target = mig_resource(profile.name) if profile else None
     if target is None or not _rename(requests, limits, target, "1"):
-        return gpu, None
-    notes.append(("fractional", f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1"))
-    return None, q if plan.fractional_shared else None
+        return None
+    kinds.append("fractional")
+    texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
+    return q if plan.fractional_shared else None
 
 
 # 3
-def _mapping(requests: dict[str, Any], limits: dict[str, Any], gpu: GPUValue, plan: _Plan, notes: Notes) -> None:
+def _mapping(
+    requests: dict[str, Any],
+    limits: dict[str, Any],
+    gpu: tuple[Any, int | Fraction],
+    plan: _Plan,
+    kinds: list[str],
+    texts: list[str],
+) -> bool:
+    """Map `nvidia.com/gpu: N`, N >= 1; returns whether it became the policy's target."""
     target = plan.mapping_target
-    if target is None or gpu is None:
-        return
     text, value = gpu
-    if value < 1 or value.denominator != 1:
-        return
-    if _rename(requests, limits, target, text):
-        count = str(value)
-        notes.append(("mapping", f"{NVIDIA_GPU} {count} became {target} {count} ({plan.mode_text} policy)"))
+    if target is None or value.denominator != 1 or not _rename(requests, limits, target, text):
+        return False
+    kinds.append("mapping")
+    texts.append(f"{NVIDIA_GPU} {value} became {target} {value} ({plan.mode_text} policy)")
+    return True
 
 
 def _holds_shared_gpu(limits: dict[str, Any], plan: _Plan) -> bool:
@@ -317,15 +331,24 @@ def _holds_shared_gpu(limits: dict[str, Any], plan: _Plan) -> bool:
 
 
 # 4
-def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Plan, notes: Notes) -> list[Any] | None:
+def _env(
+    old_env: Any,
+    limits: dict[str, Any],
+    share: Fraction | None,
+    mapped_to_shared: bool,
+    plan: _Plan,
+    kinds: list[str],
+    texts: list[str],
+) -> list[Any] | None:
     """Memory-fraction hints for a container that holds a shared GPU: the new env list, or None when the env
     list is unchanged.
 
-    `share` is the fraction that step 2 converted to a shared replica, if it did.
+    `share` is the fraction that step 2 converted to a shared replica, if it did; `mapped_to_shared` says
+    that step 3 gave the container a shared GPU.
     """
     if not (old_env is None or type(old_env) is list):
         return None
-    if share is None and not _holds_shared_gpu(limits, plan):
+    if share is None and not mapped_to_shared and not _holds_shared_gpu(limits, plan):
         return None
     env = list(old_env) if old_env else []
     # The entries this step reads: the variables it injects, JAX's pair and the recorded fraction.
@@ -352,17 +375,16 @@ def _env(old_env: Any, limits: dict[str, Any], share: Fraction | None, plan: _Pl
         env += plan.default_entries if hints is plan.default_hints else [hint.entry for hint in hints]
         added += len(hints)
     else:
-        added += _merge_hints(env, existing, hints, notes)
+        added += _merge_hints(env, existing, hints, texts)
     if not added:
         return None
-    notes.append(("env", f"set {added} memory env vars for GPU fraction {fraction_text}"))
+    kinds.append("env")
+    texts.append(f"set {added} memory env vars for GPU fraction {fraction_text}")
     return env
 
 
-def _merge_hints(
-    env: list[Any], existing: dict[str, int], hints: tuple[EnvHint, ...], notes: Notes
-) -> int:
-    """Add the hints the user has not set; keep the user's values (with a notice where they differ).
+def _merge_hints(env: list[Any], existing: dict[str, int], hints: tuple[EnvHint, ...], texts: list[str]) -> int:
+    """Add the hints the user has not set; keep the user's values (with a notice in `texts` where they differ).
 
     Returns how many entries were added or merged into.
     """
@@ -372,7 +394,7 @@ def _merge_hints(
         index = existing.get(hint.name)
         if hint.framework == "jax" and jax_set:
             if hint.name == JAX_FRACTION_VARS[0] and (index is None or env[index].get("value") != hint.value):
-                notes.append((None, f"kept {jax_set[0]} as set; jax hints skipped"))
+                texts.append(f"kept {jax_set[0]} as set; jax hints skipped")
             continue
         if index is None and hint.name == PYTORCH_CUDA_ALLOC_CONF:
             index = existing.get(PYTORCH_ALLOC_CONF)  # PyTorch reads one of the two: merge into the user's
@@ -387,6 +409,6 @@ def _merge_hints(
                 env[index] = dict(env[index], value=merged)
                 added += 1
         elif current != hint.value:
-            notes.append((None, f"kept {env[index]['name']} as set (policy suggests {hint.value})"))
+            texts.append(f"kept {env[index]['name']} as set (policy suggests {hint.value})")
     return added
 

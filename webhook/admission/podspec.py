@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission.memo import BoundedMemo
 from webhook.admission.resources import is_managed
 
 # kind -> the keys from the object's root to its pod spec
@@ -81,8 +82,18 @@ def container_name(section: str, index: int, body: dict[str, Any]) -> str:
 
 def container_label(section: str, index: int, body: dict[str, Any]) -> str:
     """`container "train"` or `init container "setup"`, for messages."""
-    name = container_name(section, index, body)
+    name = body.get("name")
+    if type(name) is str and name:  # nearly always, and the same few names in review after review
+        return _NAMED_LABELS[section, name]
+    return _label((section, container_name(section, index, body)))
+
+
+def _label(key: tuple[str, str]) -> str:
+    section, name = key
     return f'{SECTION_NOUNS[section]} "{name if len(name) <= 63 else name[:60] + "..."}"'
+
+
+_NAMED_LABELS = BoundedMemo(_label)
 
 
 @dataclass(slots=True)
