@@ -86,7 +86,7 @@ class _Plan:
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
     default_entries: tuple[dict[str, str], ...]  # their env entries, for a container that has none of them
-    default_text: str  # default_fraction for messages
+    default_note: str  # the warning's text when a container gets default_entries
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
@@ -112,7 +112,7 @@ class _Plan:
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
-            default_text=format_fraction(policy.shared_fraction) if policy.shared_fraction else "",
+            default_note=_env_note(len(default_hints), policy.shared_fraction),
         )
 
 
@@ -357,6 +357,13 @@ def _env(
     for i, entry in enumerate(env):
         if type(entry) is dict and type(name := entry.get("name")) is str and name in watched:
             existing[name] = i
+    if share is None and not existing:  # the usual case: the policy's own hints, none of them set by the user
+        if not plan.default_entries:
+            return None
+        env += plan.default_entries
+        kinds.append("env")
+        texts.append(plan.default_note)
+        return env
     added = 0
     if share is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
         if RECORDED_FRACTION not in existing:  # a name is never duplicated, a user's value never replaced
@@ -366,9 +373,9 @@ def _env(
         share = _recorded_fraction(env[existing[RECORDED_FRACTION]])
     policy = plan.policy
     if policy.memory_fraction is None and share is not None:
-        fraction, hints, fraction_text = share, hints_for(policy, share), format_fraction(share)
+        fraction, hints = share, hints_for(policy, share)
     else:
-        fraction, hints, fraction_text = plan.default_fraction, plan.default_hints, plan.default_text
+        fraction, hints = plan.default_fraction, plan.default_hints
     if fraction is None:
         return None
     if not existing:  # nothing set by the user: every hint is appended
@@ -379,8 +386,12 @@ def _env(
     if not added:
         return None
     kinds.append("env")
-    texts.append(f"set {added} memory env vars for GPU fraction {fraction_text}")
+    texts.append(_env_note(added, fraction))
     return env
+
+
+def _env_note(added: int, fraction: Fraction | None) -> str:
+    return f"set {added} memory env vars for GPU fraction {format_fraction(fraction) if fraction else ''}"
 
 
 def _merge_hints(env: list[Any], existing: dict[str, int], hints: tuple[EnvHint, ...], texts: list[str]) -> int:

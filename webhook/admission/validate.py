@@ -106,10 +106,11 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
                 continue
             ref = ContainerRef(section, index, body)
             counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
+            total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
             if counts:
                 holders.append((ref, counts))
-                count_sum += sum(counts.values())
-            if rules.block_visible_devices and not (counts and any(counts.values())):
+                count_sum += total
+            if rules.block_visible_devices and not total:
                 _visible_devices(ref, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
