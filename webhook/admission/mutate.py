@@ -90,7 +90,8 @@ class _Plan:
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
-        return policy.derived("mutation-plan", _Plan._build)
+        # The memo read here, not through `derived`: a call fewer on every review once the plan is made.
+        return policy.memo.get("mutation-plan") or policy.derived("mutation-plan", _Plan._build)
 
     @staticmethod
     def _build(policy: Policy) -> _Plan:

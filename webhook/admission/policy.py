@@ -218,7 +218,7 @@ class PolicySet:
         return exact + [(pattern, policy, -negative) for negative, _, pattern, policy in self._globs]
 
     def for_namespace(self, namespace: str) -> Policy:
-        return self.select(namespace).policy
+        return (self._selections.get(namespace) or self.select(namespace)).policy  # a call fewer, once selected
 
     def ties(self, namespace: str) -> list[tuple[str, Policy]]:
         """The globs that match `namespace` exactly as specifically as the winner, the winner first (for

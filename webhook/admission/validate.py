@@ -66,7 +66,8 @@ class _Rules:
 
     @staticmethod
     def of(policy: Policy) -> _Rules:
-        return policy.derived("validation-rules", _Rules._build)
+        # The memo read here, not through `derived`: a call fewer on every review once the rules are made.
+        return policy.memo.get("validation-rules") or policy.derived("validation-rules", _Rules._build)
 
     @staticmethod
     def _build(policy: Policy) -> _Rules:
