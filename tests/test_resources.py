@@ -157,3 +157,22 @@ def test_managed_and_shared_resources(resource: str, managed: bool, shared: bool
     assert is_managed(resource) is managed
     if managed:
         assert is_shared(resource) is shared
+
+
+def test_the_memos_judge_a_megabyte_name_every_time_and_do_not_hold_it() -> None:
+    """The webhook sees objects before the API server validates them, so a resource or container "name" may be
+    megabytes long: held by a memo of 4,096 keys, a stream of such reviews would hold gigabytes."""
+    from webhook.admission.memo import MAX_KEY_LENGTH
+    from webhook.admission.podspec import _NAMED_LABELS, container_label
+
+    huge = "x" * 1_000_000
+    assert is_managed("nvidia.com/mig-" + huge) is True
+    assert is_shared("nvidia.com/" + huge + ".shared") is True
+    assert is_managed("example.com/" + huge) is False
+    label = container_label("containers", 0, {"name": huge})
+    assert label == f'container "{"x" * 60}..."'
+    assert container_label("containers", 0, {"name": "train"}) == 'container "train"'  # a valid name is kept
+    for memo in (is_managed.__self__, is_shared.__self__):  # type: ignore[attr-defined]
+        assert max(len(key) for key in memo if isinstance(key, str)) <= MAX_KEY_LENGTH
+    assert ("containers", "train") in _NAMED_LABELS
+    assert max(len(name) for _, name in _NAMED_LABELS) <= 63

@@ -83,9 +83,9 @@ def container_name(section: str, index: int, body: dict[str, Any]) -> str:
 def container_label(section: str, index: int, body: dict[str, Any]) -> str:
     """`container "train"` or `init container "setup"`, for messages."""
     name = body.get("name")
-    if type(name) is str and name:  # nearly always, and the same few names in review after review
+    if type(name) is str and 0 < len(name) <= 63:  # a valid name (nearly always), the same few review after review
         return _NAMED_LABELS[section, name]
-    return _label((section, container_name(section, index, body)))
+    return _label((section, container_name(section, index, body)))  # not held: it may be megabytes long
 
 
 def _label(key: tuple[str, str]) -> str:
