@@ -163,7 +163,7 @@ def test_the_memos_judge_a_megabyte_name_every_time_and_do_not_hold_it() -> None
     """The webhook sees objects before the API server validates them, so a resource or container "name" may be
     megabytes long: held by a memo of 4,096 keys, a stream of such reviews would hold gigabytes."""
     from webhook.admission.memo import MAX_KEY_LENGTH
-    from webhook.admission.podspec import _NAMED_LABELS, container_label
+    from webhook.admission.podspec import _LABELS, container_label
 
     huge = "x" * 1_000_000
     assert is_managed("nvidia.com/mig-" + huge) is True
@@ -172,7 +172,6 @@ def test_the_memos_judge_a_megabyte_name_every_time_and_do_not_hold_it() -> None
     label = container_label("containers", 0, {"name": huge})
     assert label == f'container "{"x" * 60}..."'
     assert container_label("containers", 0, {"name": "train"}) == 'container "train"'  # a valid name is kept
-    for memo in (is_managed.__self__, is_shared.__self__):  # type: ignore[attr-defined]
-        assert max(len(key) for key in memo if isinstance(key, str)) <= MAX_KEY_LENGTH
-    assert ("containers", "train") in _NAMED_LABELS
-    assert max(len(name) for _, name in _NAMED_LABELS) <= 63
+    for memo in (is_managed.__self__, is_shared.__self__, *_LABELS.values()):  # type: ignore[attr-defined]
+        assert max((len(key) for key in memo if isinstance(key, str)), default=0) <= MAX_KEY_LENGTH
+    assert "train" in _LABELS["containers"]

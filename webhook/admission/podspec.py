@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from webhook.admission.memo import BoundedMemo
@@ -83,17 +84,17 @@ def container_name(section: str, index: int, body: dict[str, Any]) -> str:
 def container_label(section: str, index: int, body: dict[str, Any]) -> str:
     """`container "train"` or `init container "setup"`, for messages."""
     name = body.get("name")
-    if type(name) is str and 0 < len(name) <= 63:  # a valid name (nearly always), the same few review after review
-        return _NAMED_LABELS[section, name]
-    return _label((section, container_name(section, index, body)))  # not held: it may be megabytes long
+    if type(name) is str and name:  # nearly always, and the same few names in review after review
+        return _LABELS[section][name]
+    return _label(SECTION_NOUNS[section], container_name(section, index, body))
 
 
-def _label(key: tuple[str, str]) -> str:
-    section, name = key
-    return f'{SECTION_NOUNS[section]} "{name if len(name) <= 63 else name[:60] + "..."}"'
+def _label(noun: str, name: str) -> str:
+    return f'{noun} "{name if len(name) <= 63 else name[:60] + "..."}"'
 
 
-_NAMED_LABELS = BoundedMemo(_label)
+# One memo per section, keyed by the name alone, so that the memo's bound on key length holds for names too.
+_LABELS = {section: BoundedMemo(partial(_label, noun)) for section, noun in SECTION_NOUNS.items()}
 
 
 @dataclass(slots=True)
