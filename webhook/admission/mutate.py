@@ -86,7 +86,7 @@ class _Plan:
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
     default_entries: tuple[dict[str, str], ...]  # their env entries, for a container that has none of them
-    default_note: str  # the warning's text when a container gets default_entries
+    default_note: str  # the warning's text when a container gets default_entries ("" when there are none)
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
@@ -113,7 +113,7 @@ class _Plan:
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
-            default_note=_env_note(len(default_hints), policy.shared_fraction),
+            default_note=_env_note(len(default_hints), policy.shared_fraction) if default_hints else "",
         )
 
 
@@ -391,8 +391,8 @@ def _env(
     return env
 
 
-def _env_note(added: int, fraction: Fraction | None) -> str:
-    return f"set {added} memory env vars for GPU fraction {format_fraction(fraction) if fraction else ''}"
+def _env_note(added: int, fraction: Fraction) -> str:
+    return f"set {added} memory env vars for GPU fraction {format_fraction(fraction)}"
 
 
 def _merge_hints(env: list[Any], existing: dict[str, int], hints: tuple[EnvHint, ...], texts: list[str]) -> int:
