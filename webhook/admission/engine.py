@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.mutate import WARNING_PREFIX, mutate
+from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.policy import Enforcement, PolicySet
-from webhook.admission.validate import validate
+from webhook.admission.validate import Refusal, validate
+from webhook.admission.violation import WARNING_PREFIX
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -30,6 +31,10 @@ class Decision:
     violations: list[str] = field(default_factory=list)  # validation's lines, whatever the enforcement
     mutated: dict[str, Any] = field(default_factory=dict)  # the object after mutation
     mutation_kinds: list[str] = field(default_factory=list)  # one entry per change, e.g. "requests-into-limits"
+    # The lines of what the API server's own validation refuses in the GPU resources after mutation: denied
+    # whatever the enforcement, and by /mutate itself, so that kubectl shows these lines and not the API server's.
+    refusals: list[str] = field(default_factory=list)
+    refused_only: bool = False  # denied for the refusals alone (under `warn` or `audit`)
     skipped: bool = False  # allowed untouched, for `skip_reason`
     skip_reason: str = ""  # why the object was not judged (no pod spec, pod spec unchanged by an update, ...)
 
@@ -39,8 +44,10 @@ class Decision:
 
     @property
     def denials(self) -> list[str]:
-        """The lines that deny the object: validation's, under `enforce` only."""
-        return self.violations if self.decision == "deny" else []
+        """The lines that deny the object: validation's under `enforce`; else what the API server refuses."""
+        if self.decision != "deny":
+            return []
+        return self.refusals if self.refused_only else self.violations
 
 
 def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None) -> Decision:
@@ -57,18 +64,25 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
     result = mutate(obj, policy, spec_path)
-    violations = validate(result.obj, policy, spec_path)
+    found = validate(result.obj, policy, spec_path)
     warnings = result.warnings
-    if not violations:
+    violations = [violation.line for violation in found]
+    refusals = [violation.line for violation in found if type(violation) is Refusal] if found else []
+    refused_only = False
+    if not found:
         verdict = "allow"
     elif policy.enforcement is Enforcement.ENFORCE:
         verdict = "deny"
-    elif policy.enforcement is Enforcement.WARN:
-        verdict = "warn"
-        # Whole lines here (the CLI shows them whole); the server cuts each to 120 characters on the way out.
-        warnings = warnings + [WARNING_PREFIX + line for line in violations]
     else:
-        verdict = "audit"
+        # Under warn and audit, what the API server refuses is denied all the same (it would be anyway), and
+        # the policy's own violations are judged as usual: warnings carry their short forms.
+        if policy.enforcement is Enforcement.WARN:
+            shown = [WARNING_PREFIX + violation.short for violation in found if type(violation) is not Refusal]
+            warnings = warnings + shown
+        if refusals:
+            verdict, refused_only = "deny", True
+        else:
+            verdict = "warn" if policy.enforcement is Enforcement.WARN else "audit"
     # In field order, by position: keyword arguments to a class cost a dict per review (2,500 instructions).
     return Decision(
         verdict != "deny",  # allowed
@@ -79,6 +93,8 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
         violations,  # violations
         result.obj,  # mutated
         result.kinds,  # mutation_kinds
+        refusals,  # refusals
+        refused_only,  # refused_only
     )
 
 
