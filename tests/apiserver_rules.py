@@ -64,8 +64,8 @@ def container_errors(where: str, resources: Any) -> list[str]:
         for name, raw in resource_map.items():
             if not isinstance(name, str) or not is_extended(name):
                 continue
-            try:
-                value = parse_quantity(raw)
+            try:  # JSON null decodes as a zero Quantity (apimachinery resource.Quantity.UnmarshalJSON)
+                value = Fraction(0) if raw is None else parse_quantity(raw)
             except QuantityError:
                 errors.append(f"{where}.resources.{which}[{name}]: cannot decode {raw!r}")
                 continue

@@ -102,6 +102,8 @@ def short_offer(policy: Policy) -> str:
     return "ask for whole GPUs, or use a namespace with sharing"
 
 
+NO_REQUEST: Any = object()  # the request is absent (the API server defaults it to the limit), not null
+
 Holders = list[tuple[ContainerRef, dict[str, "int | Fraction"]]]
 Problems = list[Violation]
 
@@ -231,7 +233,7 @@ def _container(ref: ContainerRef, rules: _Rules, problems: Problems) -> dict[str
     counts: dict[str, int | Fraction] = {}
     for name, limit in limits.items():
         if is_managed(name):
-            count = _resource(ref, name, requests.get(name), limit, rules, problems)
+            count = _resource(ref, name, requests.get(name, NO_REQUEST), limit, rules, problems)
             if count is not None:
                 counts[name] = count
     for name in requests:
@@ -264,6 +266,8 @@ def _resource(
 ) -> int | Fraction | None:
     """Check one managed resource of a container; return its count when it is valid."""
     if limit_raw is None:  # only before mutation (which copies requests into limits)
+        if request_raw is NO_REQUEST:
+            return None  # a null limit alone: zero to the API server, and no GPU
         if _parsed(ref, name, "request", request_raw, problems) is not None:
             shown = quantity_text(request_raw)
             _add(ref, problems,
@@ -273,8 +277,10 @@ def _resource(
                  Refusal)
         return None
     limit = _parsed(ref, name, "limit", limit_raw, problems)
-    if request_raw is None or (type(request_raw) is type(limit_raw) and request_raw == limit_raw):
+    if request_raw is NO_REQUEST or (type(request_raw) is type(limit_raw) and request_raw == limit_raw):
         request = limit  # the same text: judged (and reported) once (`true` is not 1, though Python says so)
+    elif request_raw is None:
+        request = Fraction(0)  # JSON null decodes as a zero Quantity (apimachinery Quantity.UnmarshalJSON)
     else:
         request = _parsed(ref, name, "request", request_raw, problems)
     if limit is None or request is None:
