@@ -55,7 +55,7 @@ def container_errors(where: str, resources: Any) -> list[str]:
     if not isinstance(resources, dict):
         return [] if resources is None else [f"{where}.resources: cannot decode"]
     requests, limits = resources.get("requests"), resources.get("limits")
-    if (requests is not None and not isinstance(requests, dict)) or (limits is not None and not isinstance(limits, dict)):
+    if not all(part is None or isinstance(part, dict) for part in (requests, limits)):
         return [f"{where}.resources: cannot decode"]
     requests, limits = dict(requests or {}), limits or {}
     errors: list[str] = []
@@ -84,9 +84,8 @@ def container_errors(where: str, resources: Any) -> list[str]:
             continue
         if name not in limits:
             errors.append(f"{where}.resources.limits[{name}]: Limit must be set for non overcommitable resources")
-        elif ("requests", name) in parsed and ("limits", name) in parsed:
-            if parsed["requests", name] != parsed["limits", name]:
-                errors.append(f"{where}.resources.requests[{name}]: must be equal to {name} limit")
+        elif parsed.get(("requests", name), 0) != parsed.get(("limits", name), 0):
+            errors.append(f"{where}.resources.requests[{name}]: must be equal to {name} limit")
     return errors
 
 

@@ -195,7 +195,8 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
     run = gpu_webhook("policy", "explain", "--policies", "pol", "team-prod", "other", cwd=tied)
     assert (run.returncode, run.stderr) == (0, "")
     fractional = (
-        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API server refuses it anyway); request a whole number of '
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request a whole number of '
         'GPUs (policy "{}" gives whole GPUs only; ask for a namespace with sharing)'
     )
     assert run.stdout == (

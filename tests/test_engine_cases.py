@@ -112,7 +112,8 @@ def test_a_boolean_is_no_quantity_even_beside_the_number_python_thinks_it_equals
     decision = run(pod(container(requests={"nvidia.com/gpu": True}, limits={"nvidia.com/gpu": 1})), TIME_SLICING)
     assert decision.patch == []
     assert decision.violations == [
-        'container "app": nvidia.com/gpu request true is not a quantity (true/false) (the API server refuses it anyway); set a whole number of '
+        'container "app": nvidia.com/gpu request true is not a quantity (true/false) (the API server '
+        'refuses it anyway); set a whole number of '
         'devices such as "1"'
     ]
 
@@ -135,7 +136,8 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
     decision = run(pod(container("train", requests={"nvidia.com/gpu": "500m"})))
     assert decision.decision == "deny"
     assert decision.violations == [
-        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices (the API server refuses it anyway); request a whole '
+        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request a whole '
         'number of GPUs (policy "team" gives whole GPUs only; ask for a namespace with sharing)'
     ]
 
@@ -143,7 +145,8 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
 def test_fractional_in_a_time_slicing_namespace_points_at_the_replica():
     decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING)
     assert decision.violations == [
-        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API server refuses it anyway); request nvidia.com/gpu: 1,'
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request nvidia.com/gpu: 1,'
         ' which policy "team" turns into one of 4 time-slicing shares of a GPU (nvidia.com/gpu.shared)'
     ]
 
@@ -199,7 +202,8 @@ def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
     decision = run(obj, TIME_SLICING_FRACTIONAL)
     assert decision.patch == []
     assert decision.violations == [
-        'container "app": nvidia.com/gpu request "0.5" differs from limit "1"; GPUs cannot be overcommitted (the API server refuses it anyway): '
+        'container "app": nvidia.com/gpu request "0.5" differs from limit "1"; GPUs cannot be '
+        'overcommitted (the API server refuses it anyway): '
         "set request and limit to the same whole number"
     ]
 
@@ -366,7 +370,8 @@ def test_exclusive_gpus_get_no_env():
 def test_request_and_limit_must_agree():
     decision = run(pod(container("x", requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"})))
     assert decision.violations == [
-        'container "x": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be overcommitted (the API server refuses it anyway): '
+        'container "x": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be '
+        'overcommitted (the API server refuses it anyway): '
         "set request and limit to the same whole number"
     ]
 
@@ -504,9 +509,12 @@ def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("-1", 'nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a whole number of devices >= 0'),
-        ("lots", 'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki) (the API server refuses it anyway); set'),
-        ("1e309", 'nvidia.com/gpu limit "1e309" is too large (past int64) (the API server refuses it anyway); set a whole number'),
+        ("-1", 'nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a '
+         'whole number of devices >= 0'),
+        ("lots", 'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, '
+         '500m, 1e3, 2Ki) (the API server refuses it anyway); set'),
+        ("1e309", 'nvidia.com/gpu limit "1e309" is too large (past int64) (the API server refuses it '
+         'anyway); set a whole number'),
         ("9223372036854775808", 'limit "9223372036854775808" is too large (past int64)'),
         (True, "nvidia.com/gpu limit true is not a quantity (true/false)"),
         ([1], "nvidia.com/gpu limit a list is not a quantity (expected a string or number, got list)"),

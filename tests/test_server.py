@@ -96,7 +96,8 @@ def test_validate_denies_with_403_and_the_engine_line_while_mutate_allows(live_s
     assert response["status"] == {
         "code": 403,
         "reason": "Forbidden",
-        "message": 'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API server refuses it anyway); request a '
+        "message": 'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices '
+        '(the API server refuses it anyway); request a '
         'whole number of GPUs (policy "default" gives whole GPUs only; ask for a namespace with sharing)',
     }
     assert review(live_server, "mutate", obj)["allowed"] is True  # denying is /validate's job

@@ -811,7 +811,8 @@ def _parse_mig_profiles(
         if check.string(entry, where, "a MIG profile name") is _BAD:
             return _BAD
         if gpu is not None and gpu.profile(entry) is None:
-            check.problem(where, f"{_quote(entry)} is not a MIG profile of {gpu.name} (valid: {', '.join(gpu.profile_names())})")
+            valid = ", ".join(gpu.profile_names())
+            check.problem(where, f"{_quote(entry)} is not a MIG profile of {gpu.name} (valid: {valid})")
             return _BAD
         if not is_mig_profile_name(entry):
             check.problem(where, f"{_quote(entry)} is not a MIG profile name; use <slices>g.<memory>gb[+me]")

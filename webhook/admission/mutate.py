@@ -40,7 +40,6 @@ from webhook.admission.patch import index_token, pointer
 from webhook.admission.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
 from webhook.admission.resources import (
     GPU_MODELS,
     NVIDIA_GPU,
@@ -49,6 +48,7 @@ from webhook.admission.resources import (
     mig_resource,
     smallest_profile_for,
 )
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))

@@ -21,7 +21,6 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission.mutate import RECORDED_FRACTION, recorded_fraction
-
 from webhook.admission.podspec import (
     ALL_SECTIONS,
     VISIBLE_DEVICES,
