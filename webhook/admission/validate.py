@@ -342,7 +342,7 @@ def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, s
         names = ", ".join(profile.name for profile in profiles)
         return (
             f"{NVIDIA_GPU} {shown} is fractional, and no MIG slice offered here holds {format_fraction(value)} of "
-            f'a {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
+            f'one {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
             "or a MIG profile it offers",
             f"{NVIDIA_GPU} {_brief(shown, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
         )
