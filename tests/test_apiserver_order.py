@@ -97,8 +97,7 @@ def test_policy_violations_stay_with_validate_and_its_enforcement():
     warned = review(obj, WARN, "validate")
     assert warned["allowed"] is True
     assert warned["warnings"] == [
-        'gpu-admission: container "train": nvidia.com/gpu "9" is over the maximum of 8 per container; ask for 8 '
-        "or less"
+        'gpu-admission: container "train": nvidia.com/gpu "9": at most 8 per container; ask for fewer'
     ]
 
 

@@ -556,7 +556,7 @@ def test_warn_admits_and_tells_the_user():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.WARN))
     assert (decision.allowed, decision.decision, decision.denials) == (True, "warn", [])
     assert decision.warnings == [  # the short form; the CLI and the log carry the whole line
-        'gpu-admission: container "app": nvidia.com/gpu "9" is over the maximum of 8 per container; ask for 8 or less'
+        'gpu-admission: container "app": nvidia.com/gpu "9": at most 8 per container; ask for fewer'
     ]
     assert decision.violations == [
         'container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at '

@@ -150,7 +150,7 @@ def test_a_warning_from_a_long_container_name_names_it_by_its_place_and_keeps_it
     name = "a" * 63
     decision = run(pod(container(name, limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.WARN))
     assert decision.warnings == [
-        "gpu-admission: containers[0]: nvidia.com/gpu \"9\" is over the maximum of 8 per container; ask for 8 or less"
+        "gpu-admission: containers[0]: nvidia.com/gpu \"9\": at most 8 per container; ask for fewer"
     ]
     assert decision.violations == [  # the whole line, for the CLI and the log
         f'container "{name}": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request '

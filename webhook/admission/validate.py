@@ -95,10 +95,10 @@ def short_offer(policy: Policy) -> str:
         share = policy.share
         if share is not None and policy.fractional.value == "shared":
             return f"ask for {format_fraction(share)} or less, or {NVIDIA_GPU}: 1"
-        return f"ask for {NVIDIA_GPU}: 1 (a {mode} share)"
+        return f"ask for {NVIDIA_GPU}: 1 instead"
     if mode is Mode.MIG and policy.sharing.mig_profile:
-        return f"ask for {NVIDIA_GPU}: 1 (a {policy.sharing.mig_profile} slice)"
-    return "ask for whole GPUs, or use a namespace with sharing"
+        return f"ask for {NVIDIA_GPU}: 1 instead"
+    return "ask for whole GPUs (none are shared here)"
 
 
 NO_REQUEST: Any = object()  # the request is absent (the API server defaults it to the limit), not null
@@ -248,7 +248,7 @@ def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Proble
         shown = quantity_text(raw)
         _add(ref, problems,
              f'{name} {which} {shown} {error} ({APISERVER_TOO}); set a whole number of devices such as "1"',
-             f'{_brief(name)} {which} {_brief(shown, 12)} is not a quantity; set a whole number such as "1"',
+             f"{_brief(name)} {which} {_brief(shown, 12)} is not a quantity; set a whole number",
              Refusal)
         return None
     if value < 0:
@@ -272,7 +272,7 @@ def _resource(
             _add(ref, problems,
                  f"{name} request {shown} has no limit; GPUs cannot be overcommitted ({APISERVER_TOO}): "
                  f"set limits.{name} to the same value",
-                 f"{_brief(name)} request {_brief(shown, 12)} has no limit; set the limit to the same value",
+                 f"{_brief(name)} request {_brief(shown, 12)} has no limit; set an equal limit",
                  Refusal)
         return None
     limit = _parsed(ref, name, "limit", limit_raw, problems)
@@ -320,16 +320,15 @@ def _resource(
                  f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): {value} shared "
                  f"replicas are not {value} GPUs, and the device plugin refuses them; request 1, or use a "
                  "namespace with whole GPUs",
-                 f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1, "
-                 "or whole GPUs elsewhere")
+                 f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
         elif rules.one_mig_slice and name.startswith(MIG_PREFIX):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name), rules))
         else:
             _add(ref, problems,
                  f"{name} {shown} exceeds the per-container maximum of {maximum} ({where}); request at most "
                  f"{maximum}",
-                 f"{_brief(name)} {_brief(shown, 8)} is over the maximum of {maximum} per container; "
-                 f"ask for {maximum} or less")
+                 f"{_brief(name)} {_brief(shown, 8)}: at most {_brief(str(maximum), 8)} per container; "
+                 f"ask for fewer")
     return value
 
 
@@ -369,7 +368,7 @@ def _one_slice_line(what: str, rules: _Rules) -> str:
 
 
 def _one_slice_short(what: str, rules: _Rules) -> str:
-    return f"{what}: one MIG slice per container; ask for a bigger profile or whole GPUs"
+    return f"{what}: one MIG slice per container; ask for one bigger profile"
 
 
 def _over_mapped_maximum(ref: ContainerRef, value: Fraction, raw: Any, rules: _Rules, problems: Problems) -> None:
@@ -387,15 +386,14 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, raw: Any, rules: _R
         _add(ref, problems,
              f"{what} exceeds 1 per container (policy \"{policy.name}\"): {n} shared replicas are not {n} GPUs, "
              "and the device plugin refuses them; request 1, or whole GPUs in a namespace that has them",
-             f"{NVIDIA_GPU} {n}: one {policy.sharing.mode} share per container here; ask for 1, or whole GPUs "
-             "elsewhere")
+             f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1")
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
         _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}", rules))
     else:
         _add(ref, problems,
              f"{what} exceeds the per-container maximum of {maximum} (policy \"{policy.name}\"); request at most "
              f"{maximum}",
-             f"{NVIDIA_GPU} {n} is over the maximum of {maximum} per container; ask for {maximum} or less")
+             f"{NVIDIA_GPU} {_brief(str(n), 8)}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
 
 
 def _within_share(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
@@ -431,7 +429,7 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
         _add(ref, problems,
              f'{name} {shown} is a shared GPU, but policy "{policy.name}" gives this namespace whole GPUs '
              f"(mode exclusive); request {NVIDIA_GPU} instead",
-             f"{_brief(name)} is a shared GPU, but this namespace has whole GPUs; ask for {NVIDIA_GPU}")
+             f"{_brief(name)}: this namespace has whole GPUs only; ask for {NVIDIA_GPU}")
         return
     profile = mig_profile_of(name)
     if profile is None:
@@ -440,13 +438,13 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
         _add(ref, problems,
              f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
              f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
-             f"{_brief(name)}: {model.name} has no such MIG profile; see the policy for its profiles")
+             f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has")
     elif rules.offered is not None and profile not in rules.offered:
         _add(ref, problems,
              f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
              f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
              "use one of those",
-             f"{_brief(name)}: that MIG slice is not offered here; ask for one the policy lists")
+             f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists")
 
 
 def _visible_devices(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
@@ -472,7 +470,7 @@ def _visible_devices(ref: ContainerRef, rules: _Rules, problems: Problems) -> No
              f'"{VISIBLE_DEVICES.removeprefix(prefix)}") but requests no GPU; the NVIDIA container toolkit would '
              f'expose GPUs without allocating them (policy "{policy.name}"): use another prefix or request '
              f"{NVIDIA_GPU}",
-             f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} without a GPU; use another prefix')
+             f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix')
 
 
 def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
@@ -516,8 +514,8 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
                 "pod",
                 f"{name} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
                 f'{maximum} (policy "{rules.policy.name}"); request fewer or split the pod',
-                f"{_brief(name)} total {total} is over the per-pod maximum of {maximum}; ask for fewer or "
-                "split the pod",
+                f"{_brief(name)} total {_brief(str(total), 8)}: at most {_brief(str(maximum), 8)} per pod; ask for "
+                "fewer or split the pod",
             )
         )
 
