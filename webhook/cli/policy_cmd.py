@@ -180,7 +180,8 @@ def describe_policy(policy: Policy) -> str:
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
-    parts.append(f"max {policy.max_per_container} per container, {policy.limits.max_per_pod} per pod")
+    per_container = policy.mig_max_per_container if sharing.mode.value == "mig" else policy.max_per_container
+    parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
 
 
