@@ -337,7 +337,7 @@ def test_describe_policy_shows_a_memory_fraction_only_where_memory_hints_are_set
         "exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod"
     )
     assert describe_policy(mig) == (
-        "mig: one GPU becomes nvidia.com/mig-1g.10gb; enforcement enforce; fractional reject; max 8 per container, "
+        "mig: one GPU becomes nvidia.com/mig-1g.10gb; enforcement enforce; fractional reject; max 1 per container, "
         "8 per pod"
     )
     assert "; memory fraction 0.25; " in describe_policy(shared)
