@@ -190,3 +190,13 @@ def test_a_privileged_container_may_set_nvidia_visible_devices_and_an_unprivileg
         'container "plugin": sets NVIDIA_VISIBLE_DEVICES but requests no GPU; the NVIDIA container toolkit would '
         'expose GPUs without allocating them (policy "team"): remove the variable or request nvidia.com/gpu'
     ]
+
+
+def test_a_pod_total_of_mapped_requests_says_what_the_policy_made_of_them():
+    small_pods = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), limits=Limits(max_per_pod=1))
+    obj = pod(container("a", limits={"nvidia.com/gpu": "1"}), container("b", limits={"nvidia.com/gpu": "1"}))
+    assert run(obj, small_pods).violations == [
+        "pod: nvidia.com/gpu.shared (what nvidia.com/gpu becomes under time-slicing) effective total 2 (containers "
+        'running together: "a"=1, "b"=1) exceeds the per-pod maximum of 1 (policy "team"); request fewer or split '
+        "the pod"
+    ]

@@ -508,11 +508,15 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
             continue  # one container over its own maximum: its own line says it
         named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
         together = "containers running together" if len(running) > 1 else "container"
+        if name == rules.mapping_target:  # most likely written as nvidia.com/gpu: say what the policy made of it
+            shown = f"{name} (what {NVIDIA_GPU} becomes under {rules.policy.sharing.mode})"
+        else:
+            shown = name
         problems.append(
             _violation(
                 "pod",
                 "pod",
-                f"{name} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
+                f"{shown} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
                 f'{maximum} (policy "{rules.policy.name}"); request fewer or split the pod',
                 f"{_brief(name)} total {_brief(str(total), 8)}: at most {_brief(str(maximum), 8)} per pod; ask for "
                 "fewer or split the pod",
