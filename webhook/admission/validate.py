@@ -123,6 +123,7 @@ class _Rules:
     one_mig_slice: bool  # the maximum of 1 is MIG's (mig mode, no explicit maximum)
     mapping_target: str | None  # what mutation makes of `nvidia.com/gpu: N` here, if anything
     share: Fraction | None  # one replica's share of a GPU (time-slicing and MPS)
+    converts_to_shared: bool  # fractional: shared, which records the fraction it converted in the container
     block_visible_devices: bool
 
     def container_maximum(self, resource: str) -> int:
@@ -162,6 +163,7 @@ class _Rules:
             one_mig_slice=mode is Mode.MIG and explicit is None,
             mapping_target=None if target == NVIDIA_GPU else target,
             share=policy.share,
+            converts_to_shared=policy.share is not None and policy.fractional.value == "shared",
             block_visible_devices=policy.block_visible_devices_override,
         )
 
@@ -190,8 +192,8 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
             if counts:
                 holders.append((ref, counts))
                 count_sum += total
-                if rules.share is not None:
-                    _within_share(ref, counts, rules, problems)
+                if rules.converts_to_shared:
+                    _within_share(ref, rules, problems)
             if rules.block_visible_devices and not total:
                 _visible_devices(ref, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
@@ -396,13 +398,12 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, raw: Any, rules: _R
              f"{NVIDIA_GPU} {_brief(str(n), 8)}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
 
 
-def _within_share(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
-    """A fraction converted to a shared replica may not be more than one replica's share: the scheduler packs
-    `replicas` of them onto one GPU, and each would be told it may use more memory than it gets."""
+def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
+    """A fraction converted to a shared replica (mutation records it in the container) may not be more than one
+    replica's share: the scheduler packs `replicas` of them onto one GPU, and each would be told it may use more
+    memory than it gets."""
     share = rules.share
     assert share is not None
-    if not any(is_shared(name) or name == rules.mapping_target for name in counts):
-        return
     env = ref.body.get("env")
     if type(env) is not list:
         return
