@@ -251,3 +251,29 @@ def test_links_to_repository_files_resolve(page: Path):
     text = page.read_text(encoding="utf-8")
     broken = [target for target in _LINK.findall(text) if "://" not in target and not (page.parent / target).exists()]
     assert not broken, f"{_page_name(page)} links to files that do not exist: {broken}"
+
+
+_ANCHORED_LINK = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    return {_slug(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[_page_name(p) for p in PAGES])
+def test_links_to_headings_resolve(page: Path):
+    text = page.read_text(encoding="utf-8")
+    broken = []
+    for target, anchor in _ANCHORED_LINK.findall(text):
+        linked = (page.parent / target) if target else page
+        if "://" in target or linked.suffix != ".md" or not linked.exists():
+            continue
+        if anchor not in _anchors(linked):
+            broken.append(f"{target}#{anchor}")
+    assert not broken, f"{_page_name(page)} links to headings that do not exist: {broken}"
