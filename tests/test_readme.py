@@ -277,3 +277,34 @@ def test_links_to_headings_resolve(page: Path):
         if anchor not in _anchors(linked):
             broken.append(f"{target}#{anchor}")
     assert not broken, f"{_page_name(page)} links to headings that do not exist: {broken}"
+
+
+# --- README's policy examples load -----------------------------------------------------------------------------
+
+_YAML_FENCE = re.compile(r"^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def policy_examples(text: str) -> list[str]:
+    """README's policy examples as whole files: a block that shows only `spec:` gets a policy's header."""
+    found = []
+    for i, block in enumerate(_YAML_FENCE.findall(text)):
+        if block.startswith("spec:"):
+            block = f"apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata:\n  name: example-{i}\n{block}"
+        if "kind: GPUPolicy" in block:
+            found.append(block)
+    return found
+
+
+POLICIES = policy_examples(README.read_text(encoding="utf-8"))
+
+
+def test_readme_shows_a_policy_for_every_sharing_mode():
+    modes = {re.search(r"mode: ([\w-]+)", p)[1] for p in POLICIES}  # type: ignore[index]
+    assert modes == {"exclusive", "time-slicing", "mps", "mig"}
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=[re.search(r"mode: ([\w-]+)", p)[1] for p in POLICIES])  # type: ignore[index]
+def test_readme_policy_examples_load(policy: str):
+    from webhook.admission.loader import parse_policy_sources
+
+    parse_policy_sources({"README.md": policy})  # raises PolicyLoadError with every problem, one line each
