@@ -217,10 +217,16 @@ def test_readme_posts_a_review_file_that_is_shipped():
         assert data and (ROOT / data[1]).is_file(), f"README.md's `{example.command}` posts a file that is not shipped"
 
 
+@pytest.fixture(scope="module")
+def dev_server(start_server):
+    """What `make run` serves: the shipped policies, on a free port with a test CA."""
+    return start_server()
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 @pytest.mark.parametrize("example", CURLS, ids=[c.command for c in CURLS])
-def test_readme_curl_prints_what_readme_shows(example: CurlExample, start_server):
-    server = start_server()
+def test_readme_curl_prints_what_readme_shows(example: CurlExample, dev_server):
+    server = dev_server
     command = example.command.replace(_DEV_URL, server.url).replace(_DEV_CA, str(server.ca_file))
     run = subprocess.run(shlex.split(command), capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert run.returncode == 0, f"`{example.command}` failed: {run.stderr}"
