@@ -314,3 +314,13 @@ def test_readme_policy_examples_load(policy: str):
     from webhook.admission.loader import parse_policy_sources
 
     parse_policy_sources({"README.md": policy})  # raises PolicyLoadError with every problem, one line each
+
+
+_HISTORY = re.compile(r"\bissue \d+|\bwork items?\b|\bsessions?\b|\b(?:this|last|the) release\b|\bcut\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[_page_name(p) for p in PAGES])
+def test_pages_describe_the_code_not_its_history(page: Path):
+    prose = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    found = sorted({m[0] for m in _HISTORY.finditer(prose)})
+    assert not found, f"{_page_name(page)} speaks of work items or releases a reader cannot see: {found}"
