@@ -648,7 +648,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         memory_fraction = check.fraction(spec, "memoryFraction", "spec")
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
-    steering = check.enum(spec, "steering", "spec", Steering, Steering.AUTO)
+    steering = _parse_steering(spec, check)
 
     if problems or parsed.name is None or sharing is None:
         return parsed
@@ -786,6 +786,17 @@ def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker)
         mig_profile=profile,
         mig_strategy=strategy,
     )
+
+
+def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
+    """spec.steering: true, false, or auto (the default; `_resolve_steering` says where auto steers)."""
+    value = spec.get("steering", "auto")
+    if isinstance(value, bool):
+        return Steering.ON if value else Steering.OFF
+    if value != "auto":
+        check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
+        return _BAD
+    return Steering.AUTO
 
 
 def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:

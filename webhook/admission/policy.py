@@ -41,8 +41,8 @@ class Steering(StrEnum):
     """`spec.steering`: whether the webhook adds node affinity that keeps GPU pods on the matching pool."""
 
     AUTO = "auto"  # where the resource name alone does not: see `loader._resolve_steering`
-    ON = "on"
-    OFF = "off"
+    ON = "true"
+    OFF = "false"
 
 
 class Enforcement(StrEnum):
