@@ -153,7 +153,9 @@ def test_pods_without_the_policys_gpu_are_not_steered() -> None:
 
 
 def test_other_affinity_and_preferred_terms_and_tolerations_are_kept() -> None:
-    preferred = [{"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]
+    preferred = [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}
+    ]
     pod_affinity = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     obj = pod(
@@ -198,11 +200,13 @@ def test_a_compatible_node_selector_is_kept() -> None:
     decision = run(pod(gpu(), nodeSelector=selector), SLICED)
     assert decision.decision == "allow"
     assert decision.mutated["spec"]["nodeSelector"] == selector
-    assert required_terms(decision.mutated) == [{"matchExpressions": [r.expression for r in steering.requirements(SLICED)]}]
+    assert required_terms(decision.mutated) == [
+        {"matchExpressions": [r.expression for r in steering.requirements(SLICED)]}
+    ]
 
 
 SELECTOR_CONFLICT = (
-    "pod: nodeSelector nvidia.com/gpu.sharing-strategy=time-slicing conflicts with policy \"team\" (exclusive: whole "
+    'pod: nodeSelector nvidia.com/gpu.sharing-strategy=time-slicing conflicts with policy "team" (exclusive: whole '
     "GPUs), whose GPU pods run only on nodes with nvidia.com/gpu.sharing-strategy notin (mps,time-slicing); remove "
     "it, or use a namespace whose policy shares GPUs"
 )
@@ -292,7 +296,10 @@ SLICED_DOC = doc("sliced", "sliced", "  sharing: {mode: time-slicing, replicas: 
         (SLICED_DOC + doc("whole", "whole"), {"sliced": True, "whole": True}),
         (doc("whole", "whole"), {"whole": False}),  # no pool keeps the name: nvidia.com/gpu is a whole GPU anywhere
         (doc("r", "r", "  sharing: {mode: mps, replicas: 2}\n  gpu: {memoryMiB: 1000}\n"), {"r": False}),
-        (doc("r", "r", "  steering: true\n  sharing: {mode: mps, replicas: 2}\n  gpu: {memoryMiB: 1000}\n"), {"r": True}),
+        (
+            doc("r", "r", "  steering: true\n  sharing: {mode: mps, replicas: 2}\n  gpu: {memoryMiB: 1000}\n"),
+            {"r": True},
+        ),
         (SLICED_DOC + doc("whole", "whole", "  steering: false\n"), {"sliced": True, "whole": False}),
         (doc("m", "m", "  sharing: {mode: mig, migStrategy: single, migProfile: 1g.10gb}\n"), {"m": True}),
     ],
@@ -337,10 +344,14 @@ def test_policy_explain_shows_the_constraints(tmp_path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert explain(["sliced", "whole"], str(tmp_path), out, err) == 0
     lines = out.getvalue().splitlines()
-    assert "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy in " \
+    assert (
+        "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy in "
         "(time-slicing), nvidia.com/gpu.replicas in (4)" in lines
-    assert "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy notin " \
+    )
+    assert (
+        "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy notin "
         "(mps,time-slicing), nvidia.com/mig.strategy notin (single)" in lines
+    )
 
 
 # --- Properties: the merge selects exactly what both select ---------------------------------------------------
@@ -356,7 +367,9 @@ expressions = st.one_of(
         st.sampled_from(["In", "NotIn"]),
         st.lists(st.sampled_from(VALUES), min_size=1, max_size=3, unique=True),
     ),
-    st.builds(lambda k, o: {"key": k, "operator": o}, st.sampled_from(KEYS), st.sampled_from(["Exists", "DoesNotExist"])),
+    st.builds(
+        lambda k, o: {"key": k, "operator": o}, st.sampled_from(KEYS), st.sampled_from(["Exists", "DoesNotExist"])
+    ),
     st.builds(
         lambda k, o, v: {"key": k, "operator": o, "values": [v]},
         st.sampled_from(KEYS),
@@ -400,7 +413,9 @@ def user_specs(draw):
     if shape == "preferred":
         spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     elif shape == "required":
-        spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": draw(st.lists(terms, min_size=1, max_size=3))}}}
+        spec["affinity"] = {
+            "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": draw(st.lists(terms, min_size=1, max_size=3))}}
+        }
     return spec
 
 

@@ -150,9 +150,7 @@ def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
             step = 1 if expression["operator"] == "Gt" else -1
             candidates += [str(bound + step * n) for n in range(1, len(named) + 2)]
     key = expressions[0].get("key")
-    return any(
-        all(matches(e, {} if value is None else {key: value}) for e in expressions) for value in candidates
-    )
+    return any(all(matches(e, {} if value is None else {key: value}) for e in expressions) for value in candidates)
 
 
 def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement]) -> list[Requirement]:
@@ -343,5 +341,3 @@ def describe(policy: Policy) -> str:
     if not wanted:
         return "none"
     return f"pods holding {steered_resource(policy)} need node labels " + ", ".join(map(str, wanted))
-
-
