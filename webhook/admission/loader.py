@@ -876,7 +876,7 @@ def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
             steer = sharing.replica_resource is not None or (sharing.mode is Mode.EXCLUSIVE and name_kept)
         else:
             steer = entry.steering is Steering.ON
-        policies.append(replace(policy, steering=steer) if steer else policy)
+        policies.append(replace(policy, steering=steer, memo={}) if steer else policy)
     return tuple(policies)
 
 

@@ -38,6 +38,8 @@ def offer(policy: Policy) -> str:
     where = f'policy "{policy.name}"'
     if mode.is_shared:
         share = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
+        if policy.sharing.resource_name == NVIDIA_GPU:  # the device plugin keeps the name: no renaming
+            return f"request {NVIDIA_GPU}: 1, which is {share} of a GPU under {where}"
         return f"request {NVIDIA_GPU}: 1, which {where} turns into {share} of a GPU ({policy.sharing.resource_name})"
     if policy.sharing.is_mig_single:
         return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
