@@ -116,6 +116,15 @@ def test_mig_single_a_fraction_within_the_profiles_memory_share_is_one_slice(qua
     )
 
 
+def test_a_fraction_where_the_policy_rejects_them_is_advised_as_one_replica_that_keeps_its_name() -> None:
+    pol = policy(sharing=Sharing(Mode.TIME_SLICING, 4, "nvidia.com/gpu"), steering=True)
+    decision = run(pod(gpu("0.5")), pol)
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request nvidia.com/gpu: 1, '
+        'which is one of 4 time-slicing shares of a GPU under policy "team"'
+    ]
+
+
 def test_mig_single_a_fraction_above_the_slice_is_left_for_validation() -> None:
     decision = run(pod(gpu("0.75")), MIG_SINGLE)
     assert decision.decision == "deny"
