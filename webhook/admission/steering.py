@@ -104,7 +104,8 @@ def steered_resource(policy: Policy) -> str:
 def matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
     """Whether a node with `labels` satisfies one `matchExpressions` entry."""
     key, operator = expression.get("key"), expression.get("operator")
-    values = expression.get("values") or []
+    values = expression.get("values")
+    values = values if type(values) is list else []  # malformed: the API server rejects it; never a substring test
     present = key in labels
     if operator == "In":
         return present and labels[key] in values
