@@ -296,7 +296,11 @@ def doc(name: str, namespace: str, spec: str = "") -> str:
     )
 
 
-SLICED_DOC = doc("sliced", "sliced", "  sharing: {mode: time-slicing, replicas: 4, resourceName: nvidia.com/gpu}\n")
+SLICED_DOC = doc(
+    "sliced",
+    "sliced",
+    "  sharing: {mode: time-slicing, replicas: 4, resourceName: nvidia.com/gpu}\n  fractional: shared\n",
+)
 
 
 @pytest.mark.parametrize(
@@ -479,3 +483,34 @@ def test_steering_is_idempotent(spec, pol) -> None:
     again = evaluate(first.mutated, NS, policies)
     assert again.patch == []
     assert again.violations == first.violations
+
+
+# --- The real server ------------------------------------------------------------------------------------------
+
+
+def test_the_server_steers_and_denies_a_conflicting_selector(start_server, tmp_path) -> None:
+    import base64
+    import json
+
+    import jsonpatch
+
+    from tests.test_server import review
+
+    (tmp_path / "p.yaml").write_text(SLICED_DOC + doc("whole", "whole"))
+    server = start_server(tmp_path)
+    obj = pod(gpu("0.5"))
+    obj["metadata"]["namespace"] = "sliced"
+    response = review(server, "mutate", obj)
+    mutated = jsonpatch.apply_patch(copy.deepcopy(obj), json.loads(base64.b64decode(response["patch"])))
+    assert mutated["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert required_terms(mutated) == [{"matchExpressions": [r.expression for r in steering.requirements(SLICED)]}]
+    assert review(server, "validate", mutated)["allowed"] is True
+
+    conflicting = pod(gpu(), nodeSelector={SHARING_STRATEGY: "mps"})
+    conflicting["metadata"]["namespace"] = "whole"
+    assert "patch" not in review(server, "mutate", conflicting)  # nothing added that would make it unschedulable
+    denied = review(server, "validate", conflicting)
+    assert denied["allowed"] is False
+    assert (
+        'nodeSelector nvidia.com/gpu.sharing-strategy=mps conflicts with policy "whole"' in denied["status"]["message"]
+    )
