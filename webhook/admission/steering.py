@@ -155,14 +155,14 @@ def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
 
 
 def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement]) -> list[Requirement]:
-    """The requirements that no node matching `expressions` can also satisfy."""
-    return [
-        requirement
-        for requirement in wanted
-        if not _satisfiable(
-            [e for e in expressions if type(e) is dict and e.get("key") == requirement.key] + [requirement.expression]
-        )
-    ]
+    """The requirements that no node matching `expressions` can also satisfy (one alone always can: only the
+    user's expressions on the same label are looked at)."""
+    clashing = []
+    for requirement in wanted:
+        same = [e for e in expressions if type(e) is dict and e.get("key") == requirement.key]
+        if same and not _satisfiable([*same, requirement.expression]):
+            clashing.append(requirement)
+    return clashing
 
 
 # --- Merging into a pod spec ---------------------------------------------------------------------------------
