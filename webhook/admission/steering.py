@@ -159,8 +159,9 @@ def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement]) -> li
     user's expressions on the same label are looked at)."""
     clashing = []
     for requirement in wanted:
-        same = [e for e in expressions if type(e) is dict and e.get("key") == requirement.key]
-        if same and not _satisfiable([*same, requirement.expression]):
+        ours = requirement.expression  # itself again (a second pass) adds nothing to look at
+        same = [e for e in expressions if type(e) is dict and e.get("key") == requirement.key and e != ours]
+        if same and not _satisfiable([*same, ours]):
             clashing.append(requirement)
     return clashing
 
