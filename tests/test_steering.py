@@ -22,6 +22,7 @@ from webhook.admission.engine import evaluate
 from webhook.admission.loader import PolicyLoadError, parse_policy_sources
 from webhook.admission.policy import GPU, Enforcement, Fractional, MigStrategy, Mode, PolicySet, Sharing
 from webhook.admission.steering import MIG_STRATEGY, REPLICAS, REQUIRED, SHARING_STRATEGY, term_matches
+from webhook.admission.violation import SHORT_LIMIT
 
 WHOLE = policy(steering=True)
 SLICED = policy(sharing=Sharing(Mode.TIME_SLICING, 4, "nvidia.com/gpu"), fractional=Fractional.SHARED, steering=True)
@@ -240,6 +241,58 @@ def test_a_node_selector_for_another_replica_count_conflicts() -> None:
         'pod: nodeSelector nvidia.com/gpu.replicas=2 conflicts with policy "team" (time-slicing, 4 replicas), whose '
         "GPU pods run only on nodes with nvidia.com/gpu.replicas in (4); remove it, or make it select the policy's pool"
     ]
+
+
+@pytest.mark.parametrize(
+    ("pol", "product", "needed"),
+    [
+        (WHOLE, "Tesla-T4-SHARED", "nvidia.com/gpu.product neither ending in -SHARED nor holding -MIG-"),
+        (
+            WHOLE,
+            "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+            "nvidia.com/gpu.product neither ending in -SHARED nor holding -MIG-",
+        ),
+        (SLICED, "Tesla-T4", "nvidia.com/gpu.product ending in -SHARED"),
+        (MIG_SINGLE, "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "nvidia.com/gpu.product ending in -MIG-3g.40gb"),
+    ],
+    ids=["whole-on-sliced", "whole-on-mig", "sliced-on-whole", "mig-other-profile"],
+)
+def test_a_node_selector_for_a_product_of_another_pool_conflicts(pol, product, needed) -> None:
+    decision = run(pod(gpu(), nodeSelector={"nvidia.com/gpu.product": product}), pol)
+    assert len(decision.violations) == 1
+    assert decision.violations[0].startswith(f"pod: nodeSelector nvidia.com/gpu.product={product} conflicts with ")
+    assert f"whose GPU pods run only on nodes with {needed}; " in decision.violations[0]
+
+
+@pytest.mark.parametrize(
+    ("pol", "product"),
+    [(WHOLE, "Tesla-T4"), (SLICED, "Tesla-T4-SHARED"), (MIG_SINGLE, "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb")],
+)
+def test_a_node_selector_for_a_product_of_the_pool_is_kept(pol, product) -> None:
+    decision = run(pod(gpu(), nodeSelector={"nvidia.com/gpu.product": product}), pol)
+    assert decision.decision == "allow"
+    assert decision.mutated["spec"]["affinity"]
+
+
+def test_required_affinity_on_products_of_another_pool_conflicts() -> None:
+    products = {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["Tesla-T4-SHARED", "NVIDIA-L4-SHARED"]}
+    obj = pod(gpu(), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [products]}]}}})
+    decision = run(obj, WHOLE)
+    assert decision.violations == [
+        'pod: required node affinity on nvidia.com/gpu.product conflicts with policy "team" (exclusive: whole GPUs): '
+        "its only term excludes the nodes with nvidia.com/gpu.product neither ending in -SHARED nor holding -MIG-, "
+        "where its GPU pods must run; remove it, or use a namespace whose policy shares GPUs"
+    ]
+
+
+@pytest.mark.parametrize("name", ["team", "a-policy-name-as-long-as-kubernetes-allows-" + "x" * 200])
+def test_a_conflicts_short_form_fits_a_warning(name) -> None:
+    pol = policy(name=name, steering=True)
+    spec = {"containers": [gpu()], "nodeSelector": {"nvidia.com/gpu.product": "Tesla-T4-" + "y" * 60 + "-SHARED"}}
+    steered = steering.steer(spec, "/spec", pol)
+    assert steered is not None and steered.conflicts
+    short = steered.conflicts[0].short
+    assert len(short) <= SHORT_LIMIT and short.endswith("remove it")
 
 
 def test_required_affinity_conflicts_only_when_every_term_does() -> None:

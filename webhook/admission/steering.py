@@ -11,8 +11,10 @@ of one: only the node's labels do. GPU feature discovery sets them (NVIDIA/k8s-d
 - internal/lm/mig-strategy.go and strategy.go: `nvidia.com/mig.strategy` is `single` or `mixed` (absent for
   none); under single the slices are labelled as `nvidia.com/gpu` itself, with the MIG device's attributes
   (`nvidia.com/gpu.slices.gi`, the GPU instance's compute slices, among them).
-Node affinity cannot match a suffix, so the product label is not used: the sharing strategy, the replica count,
-the MIG strategy and the slice count say the same in values that `In`/`NotIn` can match.
+Node affinity cannot match a suffix, so the product label is not required: the sharing strategy, the replica
+count, the MIG strategy and the slice count say the same in values that `In`/`NotIn` can match. A user's
+nodeSelector or `In` on the product label is still judged by it: a product ending in `-SHARED` is a GPU shared
+without renaming, one with `-MIG-` a MIG-single slice (the profile as NVML names it, `+` dropped by `sanitise`).
 
 Nodes without these labels (no GPU feature discovery) match `NotIn` and not `In`: a whole-GPU namespace may
 still use them, a shared or MIG-single one may not, since nothing says that they slice as its policy does.
@@ -41,6 +43,7 @@ SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
 REPLICAS = "nvidia.com/gpu.replicas"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 GI_SLICES = "nvidia.com/gpu.slices.gi"
+PRODUCT = "nvidia.com/gpu.product"
 SHARED_STRATEGIES = ("mps", "time-slicing")  # the values of SHARING_STRATEGY on sliced nodes, sorted
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 STEERED_SECTIONS = ("containers", "initContainers")  # ephemeral containers hold no resources
@@ -154,16 +157,44 @@ def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
     return any(all(matches(e, {} if value is None else {key: value}) for e in expressions) for value in candidates)
 
 
-def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement]) -> list[Requirement]:
-    """The requirements that no node matching `expressions` can also satisfy (one alone always can: only the
-    user's expressions on the same label are looked at)."""
+def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement], policy: Policy) -> list[str]:
+    """The labels on which no node matching `expressions` can also satisfy the policy (one requirement alone
+    always can: only the user's expressions on the same label are looked at)."""
     clashing = []
     for requirement in wanted:
         ours = requirement.expression  # itself again (a second pass) adds nothing to look at
         same = [e for e in expressions if type(e) is dict and e.get("key") == requirement.key and e != ours]
         if same and not _satisfiable([*same, ours]):
-            clashing.append(requirement)
+            clashing.append(requirement.key)
+    for e in expressions:
+        values = e.get("values") if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In" else None
+        if type(values) is list and not any(_product_fits(policy, str(value)) for value in values):
+            clashing.append(PRODUCT)
+            break
     return clashing
+
+
+def _product_rule(policy: Policy) -> str | None:
+    """What GPU feature discovery's product label says on the policy's nodes, or None where it says nothing."""
+    sharing = policy.sharing
+    if sharing.mode is Mode.EXCLUSIVE:
+        return f"{PRODUCT} neither ending in -SHARED nor holding -MIG-"
+    if sharing.mode.is_shared and sharing.resource_name == NVIDIA_GPU:
+        return f"{PRODUCT} ending in -SHARED"
+    if sharing.is_mig_single and sharing.mig_profile:
+        return f"{PRODUCT} ending in -MIG-{sharing.mig_profile.replace('+', '')}"
+    return None
+
+
+def _product_fits(policy: Policy, product: str) -> bool:
+    sharing = policy.sharing
+    if sharing.mode is Mode.EXCLUSIVE:
+        return not product.endswith("-SHARED") and "-MIG-" not in product
+    if sharing.mode.is_shared and sharing.resource_name == NVIDIA_GPU:
+        return product.endswith("-SHARED")
+    if sharing.is_mig_single and sharing.mig_profile:
+        return product.endswith("-MIG-" + sharing.mig_profile.replace("+", ""))
+    return True
 
 
 # --- Merging into a pod spec ---------------------------------------------------------------------------------
@@ -219,7 +250,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
             new_terms.append(term)  # selects no node, and still none with more requirements
             continue
         live += 1
-        clash = _term_conflicts(expressions or [], wanted)
+        clash = _term_conflicts(expressions or [], wanted, policy)
         if clash:
             contradicted.append((index, clash))
         missing = [r.expression for r in wanted if r.expression not in _normalised(expressions or [], r.key)]
@@ -306,22 +337,30 @@ def _advice(policy: Policy) -> str:
 def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: Policy) -> list[Violation]:
     if type(selector) is not dict:
         return []
+    clashes = [
+        (requirement.key, str(requirement))
+        for requirement in wanted
+        if requirement.key in selector
+        and not matches(requirement.expression, {requirement.key: str(selector[requirement.key])})
+    ]
+    if PRODUCT in selector and not _product_fits(policy, str(selector[PRODUCT])):
+        clashes.append((PRODUCT, _product_rule(policy) or ""))
     conflicts = []
-    for requirement in wanted:
-        value = selector.get(requirement.key)
-        if requirement.key in selector and not matches(requirement.expression, {requirement.key: str(value)}):
-            shown = f"{requirement.key}={value}"
-            line = (
-                f"pod: nodeSelector {shown} conflicts with {_policy_words(policy)}, whose GPU pods run only on "
-                f"nodes with {requirement}; {_advice(policy)}"
-            )
-            conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
+    for key, needed in clashes:
+        shown = f"{key}={selector[key]}"
+        line = (
+            f"pod: nodeSelector {shown} conflicts with {_policy_words(policy)}, whose GPU pods run only on "
+            f"nodes with {needed}; {_advice(policy)}"
+        )
+        conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
     return conflicts
 
 
-def _affinity_conflict(contradicted: list[tuple[int, list[Requirement]]], policy: Policy) -> Violation:
-    labels = sorted({r.key for _, clash in contradicted for r in clash})
+def _affinity_conflict(contradicted: list[tuple[int, list[str]]], policy: Policy) -> Violation:
+    labels = sorted({label for _, clash in contradicted for label in clash})
     needed = "; ".join(str(r) for r in requirements(policy) if r.key in labels)
+    if PRODUCT in labels:
+        needed = "; ".join(filter(None, (needed, _product_rule(policy))))
     which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
     line = (
         f"pod: required node affinity on {', '.join(labels)} conflicts with {_policy_words(policy)}: "
@@ -334,7 +373,8 @@ def _short(what: str, policy: Policy) -> str:
     short = f'{what} conflicts with policy "{policy.name}"\'s GPU pool; remove it'
     if len(short) <= SHORT_LIMIT:
         return short
-    return f"{what[: SHORT_LIMIT - 36]}... conflicts with the GPU pool; remove it"
+    tail = "... conflicts with the policy's GPU pool; remove it"
+    return what[: SHORT_LIMIT - len(tail)] + tail
 
 
 def describe(policy: Policy) -> str:
