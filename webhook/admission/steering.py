@@ -223,12 +223,13 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     affinity = spec.get("affinity")
     at = f"{spec_at}/affinity"
     if affinity is None:
-        return _done(conflicts, _with_required(None, wanted), [_add(at, _with_required(None, wanted))], wanted)
+        value = {"nodeAffinity": _node_affinity(wanted)}
+        return _done(conflicts, value, [_add(at, value)], wanted)
     if type(affinity) is not dict:
         return _done(conflicts, None, None, wanted)
     node_affinity = affinity.get("nodeAffinity")
     if node_affinity is None:
-        value = _with_required(None, wanted)["nodeAffinity"]
+        value = _node_affinity(wanted)
         return _done(conflicts, {**affinity, "nodeAffinity": value}, [_add(f"{at}/nodeAffinity", value)], wanted)
     if type(node_affinity) is not dict:
         return _done(conflicts, None, None, wanted)
@@ -283,9 +284,9 @@ def _add(path: str, value: Any) -> dict[str, Any]:
     return {"op": "add", "path": path, "value": value}
 
 
-def _with_required(affinity: Any, wanted: tuple[Requirement, ...]) -> dict[str, Any]:
-    term = {"matchExpressions": [r.expression for r in wanted]}
-    return {**(affinity or {}), "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term]}}}
+def _node_affinity(wanted: tuple[Requirement, ...]) -> dict[str, Any]:
+    """A node affinity of one required term: the policy's requirements."""
+    return {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [r.expression for r in wanted]}]}}
 
 
 def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
