@@ -433,10 +433,19 @@ def test_check_diff_shows_the_constraints(tmp_path, capsys) -> None:
 def test_policy_explain_shows_the_constraints(tmp_path) -> None:
     from webhook.cli.policy_cmd import explain
 
-    (tmp_path / "p.yaml").write_text(SLICED_DOC + doc("whole", "whole"))
+    mig = doc("m", "m", "  gpu: {model: A100-80GB}\n  sharing: {mode: mig, migStrategy: single, migProfile: 3g.40gb}\n")
+    (tmp_path / "p.yaml").write_text(SLICED_DOC + doc("whole", "whole") + mig)
     out, err = io.StringIO(), io.StringIO()
-    assert explain(["sliced", "whole"], str(tmp_path), out, err) == 0
+    assert explain(["sliced", "whole", "m"], str(tmp_path), out, err) == 0
     lines = out.getvalue().splitlines()
+    assert (
+        "  settings  mig (single): nvidia.com/gpu is one 3g.40gb slice; GPU A100-80GB (81920 MiB); enforcement "
+        "enforce; fractional reject; max 8 per container, 8 per pod" in lines
+    )
+    assert (
+        "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/mig.strategy in (single), "
+        "nvidia.com/gpu.slices.gi in (3)" in lines
+    )
     assert (
         "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy in "
         "(time-slicing), nvidia.com/gpu.replicas in (4)" in lines
