@@ -113,7 +113,7 @@ class _Plan:
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
-            shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
+            shared_resource=sharing.shared_resource,
             maps_to_shared=sharing.mode.is_shared and mapping_target != NVIDIA_GPU,
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,

@@ -75,6 +75,12 @@ class Sharing:
     mig_strategy: MigStrategy = MigStrategy.MIXED
 
     @property
+    def shared_resource(self) -> str | None:
+        """The resource that is one time-slicing or MPS replica (`nvidia.com/gpu.shared`, or `nvidia.com/gpu`
+        where the device plugin keeps the name); None when GPUs are not shared."""
+        return self.resource_name if self.mode.is_shared else None
+
+    @property
     def replica_resource(self) -> str | None:
         """The resource that is one shared replica or one MIG slice under this sharing and is not named so
         (`*.shared`, `nvidia.com/mig-*`): `nvidia.com/gpu` where the device plugin keeps the name."""

@@ -93,7 +93,7 @@ class _Rules:
             and policy.max_per_container == 1
             and explicit is None,
             block_visible_devices=policy.block_visible_devices_override,
-            shared_resource=policy.sharing.resource_name if mode.is_shared else None,
+            shared_resource=policy.sharing.shared_resource,
         )
 
 
