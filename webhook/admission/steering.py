@@ -98,7 +98,7 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
 
 def steered_resource(policy: Policy) -> str:
     """The resource whose holders are steered: the shared replica's name, else `nvidia.com/gpu`."""
-    return policy.sharing.resource_name if policy.sharing.mode.is_shared else NVIDIA_GPU
+    return policy.sharing.shared_resource or NVIDIA_GPU
 
 
 # --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
