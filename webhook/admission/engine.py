@@ -58,6 +58,8 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
         return Decision(True, "allow", policy.name, mutated=obj)
     result = mutate(obj, policy, spec_path)
     violations = validate(result.obj, policy, spec_path)
+    if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
+        violations = violations + [conflict.line for conflict in result.conflicts]
     warnings = result.warnings
     if not violations:
         verdict = "allow"

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -34,10 +34,12 @@ from webhook.admission.policy import (
     Enforcement,
     Fractional,
     Limits,
+    MigStrategy,
     Mode,
     Policy,
     PolicySet,
     Sharing,
+    Steering,
     is_glob,
     is_namespace_name,
     parse_glob,
@@ -409,8 +411,9 @@ _SPEC_FIELDS = (
     "memoryFraction",
     "frameworkEnv",
     "blockVisibleDevicesOverride",
+    "steering",
 )
-_SHARING_FIELDS = ("mode", "replicas", "resourceName", "migProfile")
+_SHARING_FIELDS = ("mode", "replicas", "resourceName", "migProfile", "migStrategy")
 _GPU_FIELDS = ("model", "memoryMiB")
 _LIMITS_FIELDS = ("maxPerContainer", "maxPerPod")
 
@@ -423,6 +426,7 @@ class _Parsed:
     name: str | None = None
     namespaces: list[tuple[int, str]] = field(default_factory=list)
     policy: Policy | None = None
+    steering: Steering = Steering.AUTO  # as written: resolved for the whole set (`_resolve_steering`)
 
 
 class _DocumentChecker:
@@ -546,7 +550,7 @@ def _check_resource_name(name: str) -> str | None:
     if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
         return f"{_quote(name)} is in the kubernetes.io domain, which extended resources may not use; {rule}"
     if name == NVIDIA_GPU:
-        return f"{_quote(name)} would map the GPU to itself; use the shared resource's name, e.g. nvidia.com/gpu.shared"
+        return None  # the device plugin's default (renameByDefault: false): replicas keep the GPU's name
     if not (is_managed(name) and is_shared(name)):  # the rules, mentions_gpu and the matchConditions know these
         return (
             f"{_quote(name)} is not a shared GPU resource that the webhook checks; use nvidia.com/gpu.shared (the "
@@ -644,6 +648,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         memory_fraction = check.fraction(spec, "memoryFraction", "spec")
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
+    steering = _parse_steering(spec, check)
 
     if problems or parsed.name is None or sharing is None:
         return parsed
@@ -666,6 +671,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         block_visible_devices_override=block,
         source=source,
     )
+    parsed.steering = steering
     return parsed
 
 
@@ -737,6 +743,13 @@ def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker)
             resource_name = _BAD
         ok &= resource_name is not _BAD
 
+    strategy = MigStrategy.MIXED
+    if "migStrategy" in sharing and mode is not Mode.MIG:
+        check.problem(f"{path}.migStrategy", f"only applies when mode is mig (mode is {mode}); remove it")
+        ok = False
+    else:
+        strategy = check.enum(sharing, "migStrategy", path, MigStrategy, MigStrategy.MIXED)
+        ok &= strategy is not _BAD
     profile = None
     if "migProfile" in sharing and mode is not Mode.MIG:
         check.problem(f"{path}.migProfile", f"only applies when mode is mig (mode is {mode}); remove it")
@@ -771,7 +784,19 @@ def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker)
         replicas=None if replicas is _ABSENT else replicas,
         resource_name=resource_name,
         mig_profile=profile,
+        mig_strategy=strategy,
     )
+
+
+def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
+    """spec.steering: true, false, or auto (the default; `_resolve_steering` says where auto steers)."""
+    value = spec.get("steering", "auto")
+    if isinstance(value, bool):
+        return Steering.ON if value else Steering.OFF
+    if value != "auto":
+        check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
+        return _BAD
+    return Steering.AUTO
 
 
 def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:
@@ -833,7 +858,26 @@ def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
     problems += _set_problems(parsed)
     if problems:
         raise PolicyLoadError(problems)
-    return PolicySet(tuple(p.policy for p in parsed if p.policy is not None), files=tuple(files))
+    return PolicySet(_resolve_steering([p for p in parsed if p.policy is not None]), files=tuple(files))
+
+
+def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
+    """Each policy with `steering` decided. `auto` steers where the resource name alone cannot keep pods on the
+    right pool: a shared or MIG policy whose replicas or slices keep the name `nvidia.com/gpu`, and a whole-GPU
+    policy of a set that has such a policy (the cluster then has pools where `nvidia.com/gpu` is not a whole GPU).
+    `on` steers wherever node labels tell the pools apart (`.shared` replicas by their count too); `off` never."""
+    name_kept = any(p.policy.sharing.replica_resource is not None for p in parsed if p.policy is not None)
+    policies = []
+    for entry in parsed:
+        policy = entry.policy
+        assert policy is not None
+        if entry.steering is Steering.AUTO:
+            sharing = policy.sharing
+            steer = sharing.replica_resource is not None or (sharing.mode is Mode.EXCLUSIVE and name_kept)
+        else:
+            steer = entry.steering is Steering.ON
+        policies.append(replace(policy, steering=steer, memo={}) if steer else policy)
+    return tuple(policies)
 
 
 def _set_problems(parsed: list[_Parsed]) -> list[str]:

@@ -48,6 +48,8 @@ from webhook.admission.resources import (
     mig_resource,
     smallest_profile_for,
 )
+from webhook.admission.steering import steer
+from webhook.admission.violation import Violation
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
@@ -63,13 +65,14 @@ WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds ever
 class MutationResult:
     """What mutation gives the engine: the object, the patch against the original, warnings, change kinds."""
 
-    __slots__ = ("kinds", "obj", "patch", "warnings")
+    __slots__ = ("conflicts", "kinds", "obj", "patch", "warnings")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj = obj  # the mutated object: the original itself when nothing changed
         self.patch: list[dict[str, Any]] = []
         self.warnings: list[str] = []
         self.kinds: list[str] = []  # one per change: for metrics and counts
+        self.conflicts: list[Violation] = []  # user constraints that contradict the policy's node pool (steering)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +100,9 @@ class _Plan:
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
         mapping_target = None
-        if sharing.mode.is_shared:
+        if sharing.replica_resource is not None:
+            mapping_target = None  # the device plugin keeps the name: `nvidia.com/gpu: 1` is a replica or slice
+        elif sharing.mode.is_shared:
             mapping_target = sharing.resource_name
         elif sharing.mode is Mode.MIG and sharing.mig_profile:
             mapping_target = mig_resource(sharing.mig_profile)
@@ -108,7 +113,7 @@ class _Plan:
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
-            shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
+            shared_resource=sharing.shared_resource,
             maps_to_shared=sharing.mode.is_shared and mapping_target != NVIDIA_GPU,
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,
@@ -125,7 +130,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
     plan = _Plan.of(policy)
     spec = get_path(obj, spec_path)
     spec_at = SPEC_POINTERS.get(spec_path) or pointer(spec_path)
-    new_sections: dict[str, list[Any]] = {}
+    new_sections: dict[str, Any] = {}
     for section in MUTATED_SECTIONS:
         containers = spec.get(section)
         if type(containers) is not list:
@@ -140,13 +145,33 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
                 if new_list is None:
                     new_list = new_sections[section] = list(containers)
                 new_list[index] = changed
+    if policy.steering:
+        _steer(spec, spec_at, new_sections, policy, result)
     if new_sections:
         result.obj = _annotate(_with_sections(obj, spec_path, new_sections), policy, result.patch)
     return result
 
 
-def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: dict[str, list[Any]]) -> dict[str, Any]:
-    """A copy of `obj` with the pod spec's container lists replaced; only the maps on the way are copied."""
+def _steer(
+    spec: dict[str, Any], spec_at: str, new_sections: dict[str, Any], policy: Policy, result: MutationResult
+) -> None:
+    """Node-pool steering (steering.py), on the pod spec as the container steps left it."""
+    steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy)
+    if steered is None:
+        return
+    if steered.conflicts:
+        result.conflicts += steered.conflicts
+        return
+    new_sections["affinity"] = steered.affinity
+    result.patch += steered.patch or []
+    result.kinds.append("steering")
+    line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
+    result.warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+
+
+def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` with the pod spec's container lists (and affinity) replaced; only the maps on the way are
+    copied."""
     root = node = dict(obj)
     for key in spec_path:
         child = dict(node[key])
@@ -292,13 +317,27 @@ def _fractional(
     """Convert `nvidia.com/gpu: q`, 0 < q < 1: returns the memory share the container got (a shared replica's
     fraction; None for a MIG slice or no conversion)."""
     target = plan.fractional_shared
-    if plan.fractional_model is not None:
+    sharing = plan.policy.sharing
+    if plan.fractional_model is not None and sharing.is_mig_single:  # the nodes offer one profile, as nvidia.com/gpu
+        profile = plan.fractional_model.profile(sharing.mig_profile or "")
+        target = NVIDIA_GPU if profile is not None and q <= profile.memory_share else None
+    elif plan.fractional_model is not None:
         profile = smallest_profile_for(plan.fractional_model, q)
         target = mig_resource(profile.name) if profile else None
-    if target is None or not _rename(requests, limits, target, "1"):
+    if target is None:
         return None
-    kinds.append("fractional")
-    texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
+    if target == NVIDIA_GPU:  # a replica or slice that keeps the name: converted in place
+        for resource_map in (requests, limits):
+            if NVIDIA_GPU in resource_map:
+                resource_map[NVIDIA_GPU] = "1"
+        what = f"{sharing.mig_profile} MIG slice" if sharing.is_mig_single else f"{sharing.mode} replica"
+        kinds.append("fractional")
+        texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {NVIDIA_GPU} 1 (one {what})")
+    elif _rename(requests, limits, target, "1"):
+        kinds.append("fractional")
+        texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
+    else:
+        return None
     return q if plan.fractional_shared else None
 
 

@@ -29,6 +29,22 @@ class Mode(StrEnum):
         return self in (Mode.TIME_SLICING, Mode.MPS)
 
 
+class MigStrategy(StrEnum):
+    """How the device plugin advertises MIG slices (its `migStrategy`): `mixed` as `nvidia.com/mig-<profile>`,
+    `single` as `nvidia.com/gpu` on nodes whose GPUs are all cut into one profile."""
+
+    MIXED = "mixed"
+    SINGLE = "single"
+
+
+class Steering(StrEnum):
+    """`spec.steering`: whether the webhook adds node affinity that keeps GPU pods on the matching pool."""
+
+    AUTO = "auto"  # where the resource name alone does not: see `loader._resolve_steering`
+    ON = "true"
+    OFF = "false"
+
+
 class Enforcement(StrEnum):
     ENFORCE = "enforce"  # deny
     WARN = "warn"  # admit, tell the user
@@ -56,6 +72,25 @@ class Sharing:
     replicas: int | None = None
     resource_name: str = DEFAULT_SHARED_RESOURCE
     mig_profile: str | None = None
+    mig_strategy: MigStrategy = MigStrategy.MIXED
+
+    @property
+    def shared_resource(self) -> str | None:
+        """The resource that is one time-slicing or MPS replica (`nvidia.com/gpu.shared`, or `nvidia.com/gpu`
+        where the device plugin keeps the name); None when GPUs are not shared."""
+        return self.resource_name if self.mode.is_shared else None
+
+    @property
+    def replica_resource(self) -> str | None:
+        """The resource that is one shared replica or one MIG slice under this sharing and is not named so
+        (`*.shared`, `nvidia.com/mig-*`): `nvidia.com/gpu` where the device plugin keeps the name."""
+        if (self.mode.is_shared and self.resource_name == "nvidia.com/gpu") or self.is_mig_single:
+            return "nvidia.com/gpu"
+        return None
+
+    @property
+    def is_mig_single(self) -> bool:
+        return self.mode is Mode.MIG and self.mig_strategy is MigStrategy.SINGLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +117,9 @@ class Policy:
     memory_fraction: Fraction | None = None
     framework_env: tuple[str, ...] = DEFAULT_FRAMEWORK_ENV
     block_visible_devices_override: bool = True
+    # Node affinity for the pool this policy's GPUs are on (steering.py). Built policies and the built-in
+    # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
+    steering: bool = False
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)

@@ -38,7 +38,11 @@ def offer(policy: Policy) -> str:
     where = f'policy "{policy.name}"'
     if mode.is_shared:
         share = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
+        if policy.sharing.resource_name == NVIDIA_GPU:  # the device plugin keeps the name: no renaming
+            return f"request {NVIDIA_GPU}: 1, which is {share} of a GPU under {where}"
         return f"request {NVIDIA_GPU}: 1, which {where} turns into {share} of a GPU ({policy.sharing.resource_name})"
+    if policy.sharing.is_mig_single:
+        return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
     if mode is Mode.MIG and policy.sharing.mig_profile:
         return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
     return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
@@ -59,10 +63,15 @@ class _Rules:
     mig_model: GPUModel | None  # MIG mode on a known model: only its profiles are handed out
     one_shared_replica: bool  # the maximum of 1 is the device plugin's (shared mode, no explicit maximum)
     block_visible_devices: bool
+    shared_resource: str | None  # the policy's shared replica (`nvidia.com/gpu` where the plugin keeps the name)
+
+    def is_replica(self, resource: str) -> bool:
+        """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
+        return is_shared(resource) or resource == self.shared_resource
 
     def container_maximum(self, resource: str) -> int:
         """The most of `resource` one container may hold: shared replicas have a maximum of their own."""
-        return self.max_per_container if is_shared(resource) else self.max_whole_per_container
+        return self.max_per_container if self.is_replica(resource) else self.max_whole_per_container
 
     @staticmethod
     def of(policy: Policy) -> _Rules:
@@ -84,6 +93,7 @@ class _Rules:
             and policy.max_per_container == 1
             and explicit is None,
             block_visible_devices=policy.block_visible_devices_override,
+            shared_resource=policy.sharing.shared_resource,
         )
 
 
@@ -205,7 +215,7 @@ def _resource(
     maximum = rules.container_maximum(name)
     if value > maximum:
         shown = quantity_text(limit_raw)
-        if rules.one_shared_replica and is_shared(name):
+        if rules.one_shared_replica and rules.is_replica(name):
             problems.append(
                 f"{ref.label}: {name} {shown} exceeds 1 per container under {policy.sharing.mode} "
                 f'(policy "{policy.name}"): {value} shared replicas are not {value} GPUs, and the device plugin '

@@ -154,7 +154,9 @@ def _fraction_text(value: Fraction) -> str:
 def describe_policy(policy: Policy) -> str:
     """One line: what the policy's settings are (the engine decides what they do)."""
     sharing = policy.sharing
-    if sharing.mode.value == "mig":
+    if sharing.is_mig_single:
+        mode = f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
+    elif sharing.mode.value == "mig":
         mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
@@ -205,6 +207,7 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
 
 
 def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
+    from webhook.admission import steering
     from webhook.admission.engine import evaluate
 
     selection = policies.select(namespace)
@@ -220,6 +223,8 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
             file=out,
         )
     print(f"  settings  {describe_policy(policy)}", file=out)
+    if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
+        print(f"  steering  {steering.describe(policy)}", file=out)
     for quantity in EXPLAIN_QUANTITIES:
         decision = evaluate(_example_pod(namespace, quantity), namespace, policies)
         _print_decision(f"nvidia.com/gpu: {quantity}", decision, out)
