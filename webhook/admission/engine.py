@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission import clustercheck
+from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import WARNING_PREFIX, mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Enforcement, PolicySet
+from webhook.admission.policy import Check, Enforcement, PolicySet
 from webhook.admission.validate import validate
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -43,13 +45,19 @@ class Decision:
         return self.violations if self.decision == "deny" else []
 
 
-def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None) -> Decision:
+def evaluate(
+    obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None, cluster: ClusterView | None = None
+) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
     `old` is the object before an UPDATE (None for a CREATE, and offline). Templates are validated on the
-    mutation result too: their pods will be mutated when created.
+    mutation result too: their pods will be mutated when created. `cluster` is the node inventory's latest
+    trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
+    (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     """
     policy = policies.for_namespace(namespace)
+    if cluster is not None:
+        policy = clustercheck.resolve(policy, cluster)
     spec_path = pod_spec_path(obj)
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
@@ -59,6 +67,13 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
     result = mutate(obj, policy, spec_path)
     violations = validate(result.obj, policy, spec_path)
     warnings = result.warnings
+    if cluster is not None:
+        # The one call site of the cluster checks: `deny` lines join validation's (the policy's enforcement
+        # decides), `warn` lines are warnings whatever the enforcement.
+        found = clustercheck.check(result.obj, spec_path, policy, cluster)
+        if found:
+            violations = violations + [v.line for level, v in found if level is Check.DENY]
+            warnings = warnings + [WARNING_PREFIX + v.line for level, v in found if level is Check.WARN]
     if not violations:
         verdict = "allow"
     elif policy.enforcement is Enforcement.ENFORCE:
