@@ -146,6 +146,7 @@ class FakeKubeAPI:
         return self
 
     def stop(self) -> None:
+        self.disconnect()  # open watches end with the server, as connections to a dead API server do
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
