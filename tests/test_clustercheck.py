@@ -13,6 +13,7 @@ from webhook.admission.cluster import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
 from webhook.admission.policy import GPU, AssumedNode, Check, ClusterChecks, Enforcement, Mode, PolicySet, Sharing
+from webhook.admission.validate import validate
 from webhook.admission.violation import SHORT_LIMIT
 
 
@@ -280,8 +281,9 @@ def test_every_short_form_fits_a_warning():
         (pod(gpus("1", long_name)), shared, CLUSTER),
         (pod(gpus("1", long_name)), shared, SLICED),
     ]:
-        mutated = evaluate(obj, NS, PolicySet((pol,))).mutated
-        found = clustercheck.check(mutated, ("spec",), pol, nodes)
+        holders: list = []
+        validate(evaluate(obj, NS, PolicySet((pol,))).mutated, pol, ("spec",), holders)
+        found = clustercheck.check(holders, pol, nodes, False)
         assert found
         assert all(len(v.short) <= SHORT_LIMIT for _, v in found)
 

@@ -17,21 +17,19 @@ Everything per policy is worked out once per snapshot (`ClusterView.derived`), n
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from webhook.admission.cluster import ClusterView, NodeInfo
-from webhook.admission.podspec import ALL_SECTIONS, ContainerRef, get_path
+from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy
-from webhook.admission.quantity import QuantityError, parse_quantity, quantity_text
+from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
     MIG_PREFIX,
     NVIDIA_GPU,
     GPUModel,
-    is_managed,
     is_shared,
     mig_profile_of,
     mig_resource,
@@ -267,24 +265,53 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
 # --- The admission checks ---------------------------------------------------------------------------------
 
 
-def check(
-    obj: dict[str, Any], spec_path: Sequence[str], policy: Policy, view: ClusterView
-) -> list[tuple[Check, Violation]]:
-    """What the cluster checks find in `obj` (after mutation), each with the level its check is set to."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the checks need of one policy against one snapshot, worked out once: the hot path is then a few
+    set look-ups for a pod that fits."""
+
+    view: ClusterView
+    roomy: frozenset[str]  # resources whose largest node holds the policy's per-pod maximum: a valid pod fits
+    drift: tuple[Drift, ...]
+
+
+def _plan(policy: Policy, view: ClusterView) -> _Plan:
+    plan = policy.memo.get("cluster-plan")
+    if plan is None or plan.view is not view:  # a new snapshot (or policy): once per pair
+        maximum = policy.limits.max_per_pod
+        resources = {*view._largest, *(r for node in assumed_nodes(policy) for r in node.allocatable)}
+        roomy = frozenset(r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= maximum)
+        drift_found = drift(policy, view) if policy.cluster.drift is not Check.OFF else ()
+        plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found)
+    return plan
+
+
+def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> list[tuple[Check, Violation]]:
+    """What the cluster checks find in a pod (after mutation), each with the level its check is set to.
+
+    `holders` are validation's: the containers holding GPUs with their counts, in start order. `valid`: the
+    pod passed validation, so no resource's effective total exceeds the per-pod maximum, and a pod holding
+    only resources whose largest node holds that maximum fits (the common case, decided without a search).
+    """
+    plan = _plan(policy, view)
+    if valid and not plan.drift:
+        roomy = plan.roomy
+        for _, counts in holders:  # loops, not all() over a generator: this runs on every GPU review
+            for name in counts:
+                if name not in roomy:
+                    return _search(holders, policy, view, plan)
+        return []
+    return _search(holders, policy, view, plan)
+
+
+def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) -> list[tuple[Check, Violation]]:
     rules = policy.cluster
-    spec = get_path(obj, tuple(spec_path))
-    if not isinstance(spec, dict) or (
-        rules.fits is Check.OFF and rules.offered is Check.OFF and rules.drift is Check.OFF
-    ):
-        return []
-    holders = _holders(spec)
-    if not holders:
-        return []
     found: list[tuple[Check, Violation]] = []
     where = f'policy "{policy.name}"'
     covered: set[str] = set()  # resources whose one container already has a line
     for ref, counts in holders:
-        for resource, (value, raw) in counts.items():
+        for resource, value in counts.items():
+            raw = ref.resource_map("limits").get(resource, value)
             largest = _largest(policy, view, resource)
             if largest is None:
                 level = rules.offered if is_shared(resource) or resource.startswith(MIG_PREFIX) else rules.fits
@@ -295,47 +322,16 @@ def check(
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        plain: Holders = [(ref, {name: value for name, (value, _) in counts.items()}) for ref, counts in holders]
-        for resource in sorted({name for _, counts in plain for name in counts} - covered):
+        for resource in sorted({name for _, counts in holders for name in counts} - covered):
             largest = _largest(policy, view, resource)
-            total, running = effective_total(plain, resource)
+            total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
                 found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
-    if rules.drift is not Check.OFF:
-        held = {name for _, counts in holders for name in counts}
-        for item in drift(policy, view):
-            if _affects(item, held):
-                found.append((rules.drift, _drift_violation(item)))
+    held = {name for _, counts in holders for name in counts}
+    for item in plan.drift:
+        if _affects(item, held):
+            found.append((rules.drift, _drift_violation(item)))
     return found
-
-
-Counts = dict[str, tuple[int, Any]]  # resource -> (whole amount, as written)
-
-
-def _holders(spec: dict[str, Any]) -> list[tuple[ContainerRef, Counts]]:
-    """Every container's whole, positive managed limits, in start order (validation reports the others)."""
-    holders: list[tuple[ContainerRef, Counts]] = []
-    for section in ALL_SECTIONS[:2]:  # ephemeral containers are given no resources
-        containers = spec.get(section)
-        if not isinstance(containers, list):
-            continue
-        for index, body in enumerate(containers):
-            if not isinstance(body, dict):
-                continue
-            ref = ContainerRef(section, index, body)
-            counts: Counts = {}
-            for name, raw in ref.resource_map("limits").items():
-                if not is_managed(name):
-                    continue
-                try:
-                    value = parse_quantity(raw)
-                except QuantityError:
-                    continue
-                if value > 0 and value.denominator == 1:
-                    counts[name] = (int(value), raw)
-            if counts:
-                holders.append((ref, counts))
-    return holders
 
 
 def _largest(policy: Policy, view: ClusterView, resource: str) -> tuple[int, str] | None:

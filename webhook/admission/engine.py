@@ -15,7 +15,7 @@ from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import WARNING_PREFIX, mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.policy import Check, Enforcement, PolicySet
-from webhook.admission.validate import validate
+from webhook.admission.validate import Holders, validate
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -56,21 +56,22 @@ def evaluate(
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     """
     policy = policies.for_namespace(namespace)
-    if cluster is not None:
-        policy = clustercheck.resolve(policy, cluster)
     spec_path = pod_spec_path(obj)
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
+    if cluster is not None and policy.cluster.auto:
+        policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    violations = validate(result.obj, policy, spec_path)
+    counted: Holders | None = [] if cluster is not None else None
+    violations = validate(result.obj, policy, spec_path, counted)
     warnings = result.warnings
-    if cluster is not None:
+    if counted and cluster is not None:
         # The one call site of the cluster checks: `deny` lines join validation's (the policy's enforcement
         # decides), `warn` lines are warnings whatever the enforcement.
-        found = clustercheck.check(result.obj, spec_path, policy, cluster)
+        found = clustercheck.check(counted, policy, cluster, not violations)
         if found:
             violations = violations + [v.line for level, v in found if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.line for level, v in found if level is Check.WARN]

@@ -102,10 +102,10 @@ class ClusterChecks:
     assume_nodes: tuple[AssumedNode, ...] = ()
     auto_replicas: bool = False
     auto_model: bool = False
+    auto: bool = field(init=False, default=False, compare=False)  # either: read on every GPU review
 
-    @property
-    def auto(self) -> bool:
-        return self.auto_replicas or self.auto_model
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "auto", self.auto_replicas or self.auto_model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,11 @@ class _Rules:
         )
 
 
-def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> list[str]:
+def validate(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> list[str]:
+    """Every problem, one line each. `counted`, when given, receives the containers that hold GPUs with their
+    valid counts, in start order (the cluster checks read them: each count is parsed once per review)."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return []
@@ -117,6 +121,8 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
     # closer look.
     if count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
+    if counted is not None:
+        counted += holders
     return problems
 
 
