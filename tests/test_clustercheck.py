@@ -363,3 +363,28 @@ def test_each_cluster_section_problem_is_one_exact_line(spec, line):
     with pytest.raises(PolicyLoadError) as caught:
         parse_policy_sources({"p.yaml": _doc(spec)})
     assert caught.value.problems == [line]
+
+
+def test_a_new_snapshot_is_judged_afresh_for_the_same_policy():
+    """The per-snapshot plan (the resources whose largest node holds the per-pod maximum) follows the view."""
+    same = policy(cluster=DENY)
+    small = view(node("gpu-s", {"nvidia.com/gpu": "2"}))
+    assert run(pod(gpus("4")), same, CLUSTER).decision == "allow"
+    assert run(pod(gpus("4")), same, small).violations == [
+        'container "app": nvidia.com/gpu "4" fits on no node: the most one node holds is 2 (node "gpu-s"); '
+        'request at most 2, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    assert run(pod(gpus("4")), same, CLUSTER).decision == "allow"
+
+
+def test_a_pod_that_fails_validation_still_gets_its_cluster_lines():
+    """Under warn or audit a pod over the per-pod maximum is admitted: whether it fits on a node still matters."""
+    warn = policy(cluster=DENY, enforcement=Enforcement.WARN, limits=_limits(4))
+    decision = run(pod(gpus("4", "a"), gpus("6", "b")), warn)
+    assert decision.decision == "warn"
+    assert [line.split(":")[0] for line in decision.violations] == [
+        'container "b"',
+        "pod",
+        "pod",
+    ]
+    assert decision.violations[2].startswith("pod: nvidia.com/gpu effective total 10 (containers running together")
