@@ -40,7 +40,10 @@ from webhook.admission.violation import SHORT_LIMIT, Violation
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
-STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"  # none | time-slicing | mps (GFD's sharing labels)
+# none | time-slicing | mps: the GFD label table of newer device plugin releases; the stored snapshot of
+# NVIDIA/k8s-device-plugin internal/lm/nvml.go (newSharingLabeler) predates it and sets only mps.capable, so a
+# node without the label is never drift.
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
 MEMORY_TOLERANCE = Fraction(2, 100)  # NVML reports a little less than the nominal size: not drift
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
