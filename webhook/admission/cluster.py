@@ -104,6 +104,10 @@ class ClusterView:
         """The most of `resource` any one node can hold, and that node's name; None when no node has any."""
         return self._largest.get(resource)
 
+    def resources(self) -> Iterable[str]:
+        """Every resource some node advertises."""
+        return self._largest.keys()
+
     def offers(self, resource: str) -> bool:
         """Whether any node advertises `resource`."""
         return resource in self._largest

@@ -258,11 +258,11 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "set sharing.migProfile to a profile the nodes have, or change their MIG layout (mig-parted) "
                 "and use mig.strategy mixed",
             )
-    return tuple(
-        Drift(policy.name, field, details[key][0], says, tuple(sorted(names)), details[key][1], details[key][2])
-        for key, names in sorted(found.items())
-        for field, says in (key,)
-    )
+    drifts = []
+    for (field, says), names in sorted(found.items()):
+        policy_says, effect, fix = details[(field, says)]
+        drifts.append(Drift(policy.name, field, policy_says, says, tuple(sorted(names)), effect, fix))
+    return tuple(drifts)
 
 
 # --- The admission checks ---------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
     plan = policy.memo.get("cluster-plan")
     if plan is None or plan.view is not view:  # a new snapshot (or policy): once per pair
         maximum = policy.limits.max_per_pod
-        resources = {*view._largest, *(r for node in assumed_nodes(policy) for r in node.allocatable)}
+        resources = {*view.resources(), *(r for node in assumed_nodes(policy) for r in node.allocatable)}
         roomy = frozenset(r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= maximum)
         drift_found = drift(policy, view) if policy.cluster.drift is not Check.OFF else ()
         plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found)
