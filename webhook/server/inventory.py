@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.admission.cluster import ClusterView, NodeInfo
 from webhook.server.logs import LOGGER, log
@@ -151,7 +151,12 @@ def _status_message(body: bytes) -> str:
     return str(status.get("message", "")) if isinstance(status, dict) else ""
 
 
-NodeSource = KubeNodes  # what NodeInventory reads; tests may hand it anything with list_page and watch
+class NodeSource(Protocol):
+    """What the inventory reads: KubeNodes, or anything else that pages a list and streams a watch."""
+
+    def list_page(self, token: str | None) -> dict[str, Any]: ...
+
+    def watch(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]: ...
 
 
 class NodeInventory:
@@ -188,6 +193,11 @@ class NodeInventory:
         broken = self._broken_since
         if broken is not None and self._clock() - broken > self.stale_after:
             return None
+        return self._view
+
+    @property
+    def last_view(self) -> ClusterView | None:
+        """The latest snapshot, trusted or not (for /readyz's node count)."""
         return self._view
 
     def state(self) -> str:

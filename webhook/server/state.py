@@ -112,7 +112,7 @@ class ServerState:
         if inventory is None:
             return details
         details["inventory"] = inventory.state()
-        snapshot = inventory._view
+        snapshot = inventory.last_view
         details["nodes"] = len(snapshot.nodes) if snapshot is not None else 0
         if inventory.last_error:
             details["lastError"] = inventory.last_error
