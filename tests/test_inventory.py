@@ -138,3 +138,38 @@ def test_credentials_come_from_kubeconfig_or_are_off(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(path))
     found = find_credentials(None)
     assert found.source == f"kubeconfig {path}" and found.configuration.host == "http://127.0.0.1:1"
+
+
+def test_before_the_first_list_reviews_skip_the_checks_counted_and_logged_once(caplog):
+    from prometheus_client import REGISTRY
+
+    from webhook.admission.policy import PolicySet
+    from webhook.server.inventory import Credentials
+    from webhook.server.policies import PolicyStore
+    from webhook.server.state import ServerState
+
+    class Unreachable:
+        def list_page(self, token):
+            raise OSError("connection refused")
+
+        def watch(self, resource_version, timeout_s):
+            raise OSError("connection refused")
+
+    state = ServerState(PolicyStore(PolicySet()), cluster=Credentials(object(), "kubeconfig test"))
+    state.inventory = NodeInventory(Unreachable())  # not started: the first list never completes
+    before = REGISTRY.get_sample_value("gpu_admission_cluster_checks_skipped_total", {"reason": "listing"}) or 0
+    with caplog.at_level("WARNING"):
+        assert state.cluster_view() is None
+        assert state.cluster_view() is None
+    after = REGISTRY.get_sample_value("gpu_admission_cluster_checks_skipped_total", {"reason": "listing"})
+    assert after - before == 2
+    skipped = [r.getMessage() for r in caplog.records if "cluster checks skipped" in r.getMessage()]
+    assert skipped == ["cluster checks skipped: the first node list has not completed"]
+    assert state.readiness() == (
+        True,
+        {
+            "policies": 0,
+            "cluster": {"credentials": "kubeconfig test", "inventory": "listing", "nodes": 0},
+            "ready": True,
+        },
+    )
