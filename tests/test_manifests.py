@@ -261,13 +261,16 @@ def test_every_manifest_file_parses() -> None:
 def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict[str, Any]]], variant: str) -> None:
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
-        "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Service",
-        "ServiceAccount", "ValidatingWebhookConfiguration",
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
+        "PodDisruptionBudget", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
     assert kinds == expected
-    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ClusterRole",
+        "ClusterRoleBinding",
+    }  # fmt: skip
     for obj in rendered[variant]:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
 
@@ -294,7 +297,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 8
+    assert checked == 10
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -364,6 +367,18 @@ def test_the_deployment_runs_three_spread_replicas(default: list[dict[str, Any]]
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == APP_LABELS
 
 
+def test_the_service_account_may_get_list_and_watch_nodes_and_nothing_else(default: list[dict[str, Any]]) -> None:
+    role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]
+    }  # fmt: skip
+    account = one(default, "ServiceAccount")["metadata"]
+    subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    assert binding["subjects"] == [subject]
+    assert not [o for o in default if o["kind"] in ("Role", "RoleBinding")]
+
+
 def test_the_pod_is_locked_down_to_the_restricted_pod_security_standard(default: list[dict[str, Any]]) -> None:
     namespace = one(default, "Namespace")
     assert namespace["metadata"]["name"] == NAMESPACE
@@ -372,7 +387,7 @@ def test_the_pod_is_locked_down_to_the_restricted_pod_security_standard(default:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True  # for the node inventory: see the RBAC test
     assert pod["serviceAccountName"] == one(default, "ServiceAccount")["metadata"]["name"]
     assert not any(pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
     assert {next(k for k in v if k != "name") for v in pod["volumes"]} <= {"secret", "configMap", "emptyDir"}

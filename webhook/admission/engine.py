@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission import clustercheck
+from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import WARNING_PREFIX, mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Enforcement, PolicySet
-from webhook.admission.validate import validate
+from webhook.admission.policy import Check, Enforcement, PolicySet
+from webhook.admission.validate import Holders, validate
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -43,11 +45,15 @@ class Decision:
         return self.violations if self.decision == "deny" else []
 
 
-def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None) -> Decision:
+def evaluate(
+    obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None, cluster: ClusterView | None = None
+) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
     `old` is the object before an UPDATE (None for a CREATE, and offline). Templates are validated on the
-    mutation result too: their pods will be mutated when created.
+    mutation result too: their pods will be mutated when created. `cluster` is the node inventory's latest
+    trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
+    (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
@@ -56,11 +62,21 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
+    if cluster is not None and policy.cluster.auto:
+        policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    violations = validate(result.obj, policy, spec_path)
+    counted: Holders | None = [] if cluster is not None else None
+    violations = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         violations = violations + [conflict.line for conflict in result.conflicts]
     warnings = result.warnings
+    if counted and cluster is not None:
+        # The one call site of the cluster checks: `deny` lines join validation's (the policy's enforcement
+        # decides), `warn` lines are warnings whatever the enforcement.
+        found = clustercheck.check(counted, policy, cluster, not violations)
+        if found:
+            violations = violations + [v.line for level, v in found if level is Check.DENY]
+            warnings = warnings + [WARNING_PREFIX + v.line for level, v in found if level is Check.WARN]
     if not violations:
         verdict = "allow"
     elif policy.enforcement is Enforcement.ENFORCE:

@@ -31,6 +31,9 @@ from webhook.admission.policy import (
     DEFAULT_SHARED_RESOURCE,
     FRAMEWORKS,
     GPU,
+    AssumedNode,
+    Check,
+    ClusterChecks,
     Enforcement,
     Fractional,
     Limits,
@@ -412,10 +415,14 @@ _SPEC_FIELDS = (
     "frameworkEnv",
     "blockVisibleDevicesOverride",
     "steering",
+    "cluster",
 )
 _SHARING_FIELDS = ("mode", "replicas", "resourceName", "migProfile", "migStrategy")
 _GPU_FIELDS = ("model", "memoryMiB")
 _LIMITS_FIELDS = ("maxPerContainer", "maxPerPod")
+_CLUSTER_FIELDS = ("fits", "offered", "drift", "assumeNodes")
+_NODE_SHAPE_FIELDS = ("name", "allocatable", "labels")
+AUTO = "auto"  # sharing.replicas and gpu.model: taken from the nodes (cluster-aware admission)
 
 
 @dataclass
@@ -604,7 +611,10 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     limits_map = check.section(spec, "limits", "spec", _LIMITS_FIELDS)
 
     model = _ABSENT
-    if "model" in gpu_map:
+    auto_model = gpu_map.get("model") == AUTO
+    if auto_model:
+        pass  # resolved per inventory snapshot (clustercheck.resolve); unknown offline
+    elif "model" in gpu_map:
         model = check.string(gpu_map["model"], "spec.gpu.model")
         if model is not _BAD and model not in GPU_MODELS:
             hint = _suggest(model, GPU_MODELS)
@@ -616,14 +626,15 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             model = _BAD
     memory_mib = check.integer(gpu_map, "memoryMiB", "spec.gpu", 1, "the GPU's memory in MiB is at least 1")
 
-    mode, sharing = _parse_sharing(sharing_map, model, check)
-    if mode is Mode.MPS and model is _ABSENT and memory_mib is _ABSENT:
+    auto_replicas = sharing_map.get("replicas") == AUTO
+    mode, sharing = _parse_sharing(sharing_map, model, check, auto_replicas)
+    if mode is Mode.MPS and model is _ABSENT and memory_mib is _ABSENT and not auto_model:
         check.problem(
             "spec.gpu",
             "mps mode needs gpu.model or gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the "
             "GPU's memory; add one",
         )
-    if fractional is Fractional.MIG and model is _ABSENT:
+    if fractional is Fractional.MIG and model is _ABSENT and not auto_model:
         check.problem(
             "spec.fractional",
             "mig needs spec.gpu.model to pick the smallest MIG profile that holds the fraction; set gpu.model",
@@ -649,6 +660,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
     steering = _parse_steering(spec, check)
+    cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
 
     if problems or parsed.name is None or sharing is None:
         return parsed
@@ -669,6 +681,14 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         memory_fraction=memory_fraction,
         framework_env=framework_env,
         block_visible_devices_override=block,
+        cluster=ClusterChecks(
+            fits=cluster["fits"],
+            offered=cluster["offered"],
+            drift=cluster["drift"],
+            assume_nodes=cluster["assumeNodes"],
+            auto_replicas=auto_replicas,
+            auto_model=auto_model,
+        ),
         source=source,
     )
     parsed.steering = steering
@@ -716,17 +736,22 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
     return valid
 
 
-def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker) -> tuple[Any, Sharing | None]:
+def _parse_sharing(
+    sharing: dict[str, Any], model: Any, check: _DocumentChecker, auto_replicas: bool = False
+) -> tuple[Any, Sharing | None]:
     """spec.sharing's mode (or _BAD), and the whole section with the fields that mode needs and only those
-    (None when invalid: reported)."""
+    (None when invalid: reported). `replicas: auto` leaves the replicas unknown until the nodes say."""
     path = "spec.sharing"
     mode = check.enum(sharing, "mode", path, Mode, Mode.EXCLUSIVE)
     if mode is _BAD:
         return mode, None
     ok = True
-    replicas = check.integer(sharing, "replicas", path, 2, "time-slicing and mps share each GPU as at least 2 replicas")
+    replicas = _ABSENT
+    if not auto_replicas:
+        rule = "time-slicing and mps share each GPU as at least 2 replicas"
+        replicas = check.integer(sharing, "replicas", path, 2, rule)
     ok &= replicas is not _BAD
-    if mode.is_shared and replicas is _ABSENT:
+    if mode.is_shared and replicas is _ABSENT and not auto_replicas:
         check.problem(
             f"{path}.replicas", f"required when mode is {mode}; set the device plugin's replicas per GPU (>= 2)"
         )
@@ -797,6 +822,62 @@ def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
         check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
         return _BAD
     return Steering.AUTO
+def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str, Any]:
+    """spec.cluster: each check's level (warn unless set) and the node shapes the inventory cannot see."""
+    path = "spec.cluster"
+    parsed: dict[str, Any] = {}
+    for key in _CLUSTER_FIELDS[:3]:
+        # YAML 1.1 reads an unquoted `off` as false: that is what the user meant.
+        off = section.get(key) is False
+        parsed[key] = Check.OFF if off else check.enum(section, key, path, Check, Check.WARN)
+    shapes: list[AssumedNode] = []
+    entries = section.get("assumeNodes", [])
+    if not isinstance(entries, list):
+        check.expected(f"{path}.assumeNodes", entries, f"expected a list of node shapes, got {_describe(entries)}")
+        entries = []
+    for index, entry in enumerate(entries):
+        where = f"{path}.assumeNodes[{index}]"
+        shape = check.mapping(entry, where, _NODE_SHAPE_FIELDS)
+        if shape is None:
+            continue
+        name = _BAD
+        if "name" not in shape:
+            check.problem(f"{where}.name", "required; name the node shape (it appears in messages), e.g. a100-pool")
+        else:
+            name = check.string(shape["name"], f"{where}.name", "a name for the node shape, e.g. a100-pool")
+        allocatable: list[tuple[str, int]] = []
+        amounts = _open_mapping(shape, "allocatable", where, check)
+        for resource in amounts:
+            if not is_managed(resource):
+                check.problem(
+                    _join(f"{where}.allocatable", resource),
+                    "is not a GPU resource the webhook manages; list only GPU resources, e.g. nvidia.com/gpu: 8",
+                )
+                continue
+            amount = check.integer(amounts, resource, f"{where}.allocatable", 1, "a node shape holds at least 1")
+            if isinstance(amount, int):
+                allocatable.append((resource, amount))
+        if not amounts:
+            check.problem(
+                f"{where}.allocatable", "required; give the GPU resources one node holds, e.g. nvidia.com/gpu: 8"
+            )
+        labels: list[tuple[str, str]] = []
+        for key, value in _open_mapping(shape, "labels", where, check).items():
+            if check.string(value, _join(f"{where}.labels", key), "a label value (quote numbers)") is not _BAD:
+                labels.append((key, value))
+        if name is not _BAD:
+            shapes.append(AssumedNode(name, tuple(allocatable), tuple(labels)))
+    parsed["assumeNodes"] = tuple(shapes)
+    return parsed
+
+
+def _open_mapping(parent: dict[str, Any], key: str, path: str, check: _DocumentChecker) -> dict[str, Any]:
+    """An optional mapping whose keys are the user's (resource names, label keys); {} when absent or invalid."""
+    value = parent.get(key, {})
+    if isinstance(value, dict):
+        return value
+    check.expected(_join(path, key), value, f"expected a mapping, got {_describe(value)}")
+    return {}
 
 
 def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:

@@ -105,6 +105,44 @@ class Limits:
     max_per_pod: int = DEFAULT_MAX_PER_POD
 
 
+class Check(StrEnum):
+    """What a cluster check does with what it finds (`cluster.fits`, `cluster.offered`, `cluster.drift`)."""
+
+    DENY = "deny"  # a violation: the policy's enforcement decides (deny, warn or audit)
+    WARN = "warn"  # an admission warning, whatever the enforcement
+    OFF = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class AssumedNode:
+    """A node shape the inventory cannot see: an autoscaled pool at zero nodes (`cluster.assumeNodes`)."""
+
+    name: str
+    allocatable: tuple[tuple[str, int], ...] = ()  # managed resources, whole amounts
+    labels: tuple[tuple[str, str], ...] = ()  # GPU feature discovery labels the pool's nodes will carry
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChecks:
+    """`spec.cluster`, and the `auto` values of `sharing.replicas` and `gpu.model` (taken from the nodes).
+
+    Every check warns by default: the inventory cannot see a node pool that scales from zero, and denying
+    every pod that only such a pool can run would stop the pool from ever scaling up. A policy that lists its
+    pools in `assumeNodes` can set `deny`.
+    """
+
+    fits: Check = Check.WARN
+    offered: Check = Check.WARN
+    drift: Check = Check.WARN
+    assume_nodes: tuple[AssumedNode, ...] = ()
+    auto_replicas: bool = False
+    auto_model: bool = False
+    auto: bool = field(init=False, default=False, compare=False)  # either: read on every GPU review
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "auto", self.auto_replicas or self.auto_model)
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str
@@ -120,6 +158,7 @@ class Policy:
     # Node affinity for the pool this policy's GPUs are on (steering.py). Built policies and the built-in
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False
+    cluster: ClusterChecks = field(default_factory=ClusterChecks)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)

@@ -97,7 +97,11 @@ class _Rules:
         )
 
 
-def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> list[str]:
+def validate(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> list[str]:
+    """Every problem, one line each. `counted`, when given, receives the containers that hold GPUs with their
+    valid counts, in start order (the cluster checks read them: each count is parsed once per review)."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return []
@@ -127,6 +131,8 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
     # closer look.
     if count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
+    if counted is not None:
+        counted += holders
     return problems
 
 
@@ -262,35 +268,43 @@ def _visible_devices(ref: ContainerRef, rules: _Rules, problems: list[str]) -> N
         )
 
 
-def _pod_total(holders: Holders, rules: _Rules, problems: list[str]) -> None:
-    """The pod's effective request, as the scheduler computes it with sidecars (KEP-753).
+def effective_total(holders: Holders, name: str) -> tuple[int | Fraction, list[tuple[ContainerRef, int | Fraction]]]:
+    """The pod's effective request of `name`, as the scheduler computes it with sidecars (KEP-753), and the
+    containers that run together at that peak (so that their counts add up to the total).
 
     max(app containers + all sidecars, each regular init container + the sidecars started before it)
-    `holders` are in start order: init containers first. The line names the containers that run together at
-    that peak, so that their counts add up to the total it reports.
+    `holders` are in start order: init containers first. Validation's per-pod maximum and the cluster checks
+    (clustercheck.py) both count this way.
     """
+    sidecars: list[tuple[ContainerRef, int | Fraction]] = []  # started so far: they keep running
+    sidecar_total: int | Fraction = 0
+    app: list[tuple[ContainerRef, int | Fraction]] = []
+    init_total: int | Fraction = 0  # the highest regular init container + the sidecars started before it
+    init_peak: tuple[int, ContainerRef, int | Fraction] | None = None  # (sidecars started, it, its count)
+    for ref, counts in holders:
+        value = counts.get(name)
+        if not value:
+            continue
+        if ref.section == "containers":
+            app.append((ref, value))
+        elif ref.is_sidecar:
+            sidecars.append((ref, value))
+            sidecar_total += value
+        elif value + sidecar_total > init_total:
+            init_total, init_peak = value + sidecar_total, (len(sidecars), ref, value)
+    running, total = sidecars + app, sidecar_total + sum(value for _, value in app)
+    if init_peak is not None and init_total > total:
+        started, ref, value = init_peak
+        running, total = [*sidecars[:started], (ref, value)], init_total
+    return total, running
+
+
+def _pod_total(holders: Holders, rules: _Rules, problems: list[str]) -> None:
+    """The pod's effective request (`effective_total`) against the per-pod maximum. The line names the
+    containers that run together at that peak, so that their counts add up to the total it reports."""
     maximum = rules.max_per_pod
     for name in sorted({name for _, counts in holders for name in counts}):
-        sidecars: list[tuple[ContainerRef, int | Fraction]] = []  # started so far: they keep running
-        sidecar_total: int | Fraction = 0
-        app: list[tuple[ContainerRef, int | Fraction]] = []
-        init_total: int | Fraction = 0  # the highest regular init container + the sidecars started before it
-        init_peak: tuple[int, ContainerRef, int | Fraction] | None = None  # (sidecars started, it, its count)
-        for ref, counts in holders:
-            value = counts.get(name)
-            if not value:
-                continue
-            if ref.section == "containers":
-                app.append((ref, value))
-            elif ref.is_sidecar:
-                sidecars.append((ref, value))
-                sidecar_total += value
-            elif value + sidecar_total > init_total:
-                init_total, init_peak = value + sidecar_total, (len(sidecars), ref, value)
-        running, total = sidecars + app, sidecar_total + sum(value for _, value in app)
-        if init_peak is not None and init_total > total:
-            started, ref, value = init_peak
-            running, total = [*sidecars[:started], (ref, value)], init_total
+        total, running = effective_total(holders, name)
         if total <= maximum:
             continue
         if len(running) == 1 and total > rules.container_maximum(name):
@@ -303,4 +317,4 @@ def _pod_total(holders: Holders, rules: _Rules, problems: list[str]) -> None:
         )
 
 
-__all__ = ["format_fraction", "offer", "validate"]
+__all__ = ["Holders", "effective_total", "format_fraction", "offer", "validate"]

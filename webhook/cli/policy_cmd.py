@@ -44,6 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help=POLICIES_HELP,
     )
+    lint.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also compare each policy with the cluster's nodes (their GPU feature discovery labels) and print "
+        "the drift; exit 1 when there is any",
+    )
+    lint.add_argument("--kubeconfig", metavar="FILE", help="with --cluster (default: $KUBECONFIG, ~/.kube/config)")
+    lint.add_argument("--context", help="with --cluster: kubeconfig context (default: the current context)")
     explain = commands.add_parser(
         "explain",
         help="which policy a namespace gets, why, and what it does to nvidia.com/gpu: 1 and 0.5",
@@ -63,7 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.policy_command == "lint":
-        return lint(args.directory, sys.stdout)
+        if (args.kubeconfig or args.context) and not args.cluster:
+            sys.stderr.write("gpu-webhook policy lint: --kubeconfig and --context only apply with --cluster\n")
+            return 2
+        code = lint(args.directory, sys.stdout)
+        return lint_cluster(args, sys.stdout, sys.stderr) if args.cluster and code == 0 else code
     if args.policy_command == "explain":
         return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
@@ -130,6 +142,22 @@ def lint(directory: str | None, out: TextIO) -> int:
     print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
           f"no errors, {summary}", file=out)
     return 0
+
+
+def lint_cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The drift between the policies and the cluster's nodes: 0 when none, 1 when any, 2 when unlistable."""
+    from webhook.admission.loader import load_policies
+    from webhook.cli.check_cmd import CommandError, cluster_view
+    from webhook.cli.drift import drift_of, print_drift
+
+    try:
+        view = cluster_view(args.kubeconfig, args.context)
+    except CommandError as exc:
+        err.write(f"gpu-webhook policy lint: {exc}\n")
+        return 2
+    drift = drift_of(load_policies(policy_directory(args.directory)), view)
+    print_drift(drift, view, out)
+    return 1 if drift else 0
 
 
 def _is_glob(pattern: str) -> bool:
