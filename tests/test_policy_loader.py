@@ -376,7 +376,7 @@ SPEC_CASES = [
     # unknown and duplicate fields
     ("namespaces: [a]\nmemoryfraction: 0.5", 'p.yaml#0 spec.memoryfraction: unknown field (did you mean '
      '"memoryFraction"?)'),
-    ("namespaces: [a]\ncolour: blue", "p.yaml#0 spec.colour: unknown field (known fields: namespaces, enforcement, "
+    ("namespaces: [a]\nflavour: blue", "p.yaml#0 spec.flavour: unknown field (known fields: namespaces, enforcement, "
      "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, steering, cluster)"),
     ("namespaces: [a]\nenforcement: warn\nenforcement: enforce", "p.yaml#0 spec.enforcement: duplicate key; remove "
      "one of them"),
