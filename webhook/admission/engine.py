@@ -12,7 +12,7 @@ from typing import Any
 
 from webhook.admission.mutate import WARNING_PREFIX, mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Enforcement, PolicySet
+from webhook.admission.policy import Enforcement, Policy, PolicySet
 from webhook.admission.validate import validate
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -54,11 +54,24 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
+    if spec_path == POD_SPEC and type(old) is dict:
+        return _judge_added_ephemeral_containers(obj, old, policy)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
     result = mutate(obj, policy, spec_path)
     violations = validate(result.obj, policy, spec_path)
-    warnings = result.warnings
+    return _verdict(policy, result.patch, result.warnings, violations, result.obj, result.kinds)
+
+
+def _verdict(
+    policy: Policy,
+    patch: list[dict[str, Any]],
+    warnings: list[str],
+    violations: list[str],
+    mutated: dict[str, Any],
+    kinds: list[str],
+) -> Decision:
+    """Turn the policy's enforcement and validation's lines into the decision."""
     if not violations:
         verdict = "allow"
     elif policy.enforcement is Enforcement.ENFORCE:
@@ -74,12 +87,35 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
         verdict != "deny",  # allowed
         verdict,  # decision
         policy.name,  # policy
-        result.patch,  # patch
+        patch,  # patch
         warnings,  # warnings
         violations,  # violations
-        result.obj,  # mutated
-        result.kinds,  # mutation_kinds
+        mutated,  # mutated
+        kinds,  # mutation_kinds
     )
+
+
+def _judge_added_ephemeral_containers(obj: dict[str, Any], old: dict[str, Any], policy: Policy) -> Decision:
+    """A Pod UPDATE whose spec changed: `kubectl debug` adding containers through `pods/ephemeralcontainers`.
+
+    The rest of the Pod was judged when it was created (a Pod's containers and init containers cannot change
+    afterwards; the webhook configurations send Pod UPDATEs only for that subresource), so only the ephemeral
+    containers the update adds are judged: a policy tightened since must not keep anyone from debugging a
+    running Pod, and nothing is patched (ephemeral containers hold no resources, and the API server accepts
+    only ephemeralContainers changes through this subresource: kubernetes/kubernetes
+    pkg/apis/core/validation/validation.go, ValidatePodEphemeralContainersUpdate).
+    """
+    old_spec = get_path(old, POD_SPEC)
+    old_list = old_spec.get("ephemeralContainers") if type(old_spec) is dict else None
+    existing = {c.get("name") for c in old_list if type(c) is dict} if type(old_list) is list else set()
+    new_list = get_path(obj, POD_SPEC).get("ephemeralContainers")
+    added = (
+        [c for c in new_list if type(c) is not dict or c.get("name") not in existing] if type(new_list) is list else []
+    )
+    view = {"kind": "Pod", "metadata": obj.get("metadata"), "spec": {"ephemeralContainers": added}}
+    if not added or not mentions_gpu(view, POD_SPEC):
+        return Decision(True, "allow", policy.name, mutated=obj)
+    return _verdict(policy, [], [], validate(view, policy, POD_SPEC), obj, [])
 
 
 def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> str:
