@@ -58,7 +58,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fail /readyz this long before the certificate expires, so that it gets renewed (default 7d; 0d: "
         "only once expired; every replica shares the certificate, so all go unready together)",
     )
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="the least severe log records written (JSON lines on stderr; default: info)",
+    )
     # For tests: how often the certificate files are looked at (the default keeps rotation under 60 s).
     parser.add_argument("--cert-reload-interval", type=float, default=30.0, help=argparse.SUPPRESS)
     parser.add_argument("--policy-reload-interval", type=float, default=1.0, help=argparse.SUPPRESS)
