@@ -1,14 +1,16 @@
 """manifests/: what `kubectl apply -k manifests/` (and each overlay) would apply, checked property by property.
 
-There is no kustomize binary on the test machines, so `render` below resolves the few kustomize features the
-manifests use (resources, components, configMapGenerator, JSON patches, replacements, local-config) and fails
-on any other; where kubectl is installed, its built-in kustomize renders the same directories and must agree.
-Every rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field
-the API does not know (a typo) would be dropped on the way and fail the round trip.
+`render` below resolves the few kustomize features the manifests use (resources, components,
+configMapGenerator, JSON patches, replacements, local-config) and fails on any other; where kubectl is
+installed, its built-in kustomize renders the same directories and must agree (and renders the example
+overlay in examples/kustomize/, whose `behavior: replace` and `images:` only kustomize resolves). Every
+rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field the
+API does not know (a typo) would be dropped on the way and fail the round trip.
 
-No CEL library is installed, so the webhooks' matchConditions are checked for structure: each must be the
-documented expression (below) for its kinds' pod-spec path, which is the engine's own `POD_SPEC_PATHS`, and its
-resource names must pick exactly what the engine's `is_managed` picks.
+The webhooks' matchConditions are checked for structure (each must be the documented expression for its
+kinds' pod-spec path, the engine's own `POD_SPEC_PATHS`, and its resource names must pick exactly what the
+engine's `is_managed` picks) and evaluated with a CEL implementation (common-expression-language, with
+cel-go's heterogeneous equality) on objects with and without GPUs and with missing fields.
 """
 
 from __future__ import annotations
@@ -713,3 +715,181 @@ def test_kubectl_debug_is_matched_through_the_ephemeralcontainers_subresource(
          "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
     ]  # fmt: skip
     assert hook["matchConditions"][0]["expression"] == documented_condition(("spec",), EPHEMERAL_SECTIONS)
+
+
+# ------------------------------------------------------------------------------------ the monitoring overlay
+
+MONITORING = MANIFESTS / "overlays" / "monitoring"
+PROMETHEUS_OPERATOR_SCHEMAS = ROOT / "tests" / "fixtures" / "prometheus-operator"
+
+
+@pytest.fixture(scope="module")
+def monitoring() -> list[dict[str, Any]]:
+    objects = render(MONITORING)
+    if KUBECTL:
+        assert sorted(kubectl_kustomize(MONITORING), key=_key) == sorted(objects, key=_key)
+    return objects
+
+
+def test_the_monitoring_overlay_adds_a_service_monitor_and_rules_to_the_default(
+    monitoring: list[dict[str, Any]], default: list[dict[str, Any]]
+) -> None:
+    others = [o for o in monitoring if not o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(others, key=_key) == sorted(default, key=_key)
+    assert sorted(o["kind"] for o in monitoring if o not in others) == ["PrometheusRule", "ServiceMonitor"]
+
+
+@pytest.mark.parametrize(("kind", "schema_file"), [
+    ("ServiceMonitor", "servicemonitor.schema.yaml"), ("PrometheusRule", "prometheusrule.schema.yaml"),
+])  # fmt: skip
+def test_monitoring_objects_meet_the_prometheus_operator_crd_schemas(
+    monitoring: list[dict[str, Any]], kind: str, schema_file: str
+) -> None:
+    import jsonschema
+
+    schema = yaml.safe_load((PROMETHEUS_OPERATOR_SCHEMAS / schema_file).read_text())
+    obj = one(monitoring, kind)
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert obj["metadata"]["namespace"] == NAMESPACE
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(
+        schema).iter_errors(obj)]  # fmt: skip
+    assert errors == []
+
+
+def test_the_service_monitor_scrapes_the_services_metrics_port(monitoring: list[dict[str, Any]]) -> None:
+    service = one(monitoring, "Service")
+    spec = one(monitoring, "ServiceMonitor")["spec"]
+    assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]} and endpoint["port"] == "metrics"
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")  # the arbiter's plain-HTTP endpoint
+
+
+def test_the_alerts_watch_errors_latency_certificate_expiry_and_reloads(monitoring: list[dict[str, Any]]) -> None:
+    from webhook.server import metrics
+
+    (group,) = one(monitoring, "PrometheusRule")["spec"]["groups"]
+    alerts = {rule["alert"]: rule for rule in group["rules"]}
+    assert set(alerts) == {
+        "GPUAdmissionDown", "GPUAdmissionErrors", "GPUAdmissionSlow", "GPUAdmissionCertificateExpiresSoon",
+        "GPUAdmissionCertificateExpiresVerySoon", "GPUAdmissionPolicyReloadFailed",
+    }  # fmt: skip
+    # Each names series the server exports (prometheus_client adds _total to counters, _bucket to histograms).
+    exported = {
+        f"{metrics.REVIEWS._name}_total", f"{metrics.DURATION._name}_bucket", f"{metrics.RELOADS._name}_total",
+        "gpu_admission_certificate_expiry_timestamp_seconds",
+    }  # fmt: skip
+    used = {name for rule in alerts.values() for name in re.findall(r"gpu_admission_[a-z_]+", rule["expr"])}
+    assert used == exported
+    assert 'decision="error"' in alerts["GPUAdmissionErrors"]["expr"]
+    assert 'result="error"' in alerts["GPUAdmissionPolicyReloadFailed"]["expr"]
+    timeout = max(h["timeoutSeconds"] for c in webhook_configurations(monitoring) for h in c["webhooks"])
+    assert float(alerts["GPUAdmissionSlow"]["expr"].rsplit(">", 1)[1]) < timeout
+    for rule in alerts.values():
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+# ------------------------------------------------------------------------------------ customising: an overlay
+
+CUSTOM = ROOT / "examples" / "kustomize"
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
+def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: list[dict[str, Any]]) -> None:
+    from webhook.admission.loader import parse_policy_sources
+
+    objects = kubectl_kustomize(CUSTOM)
+    configmap = one(objects, "ConfigMap")
+    assert configmap["metadata"]["name"] == "gpu-admission-policies"  # the same fixed name: reloaded in place
+    files = {p.name: p.read_text() for p in sorted((CUSTOM / "policies").glob("*.yaml"))}
+    assert configmap["data"] == files  # replaced, not merged: the shipped default.yaml is gone
+    names = [p.name for p in parse_policy_sources(configmap["data"]).policies]
+    assert names == ["default", "notebooks-time-slicing"]
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/platform/gpu-admission:0.1.0"
+    # Nothing else differs from manifests/.
+    expected = copy.deepcopy(default)
+    one(expected, "ConfigMap")["data"] = files
+    one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
+    assert sorted(objects, key=_key) == sorted(expected, key=_key)
+
+
+# ------------------------------------------------------------------------------------ matchConditions, evaluated
+
+
+def _cel(expression: str, obj: dict[str, Any]) -> Any:
+    import cel  # common-expression-language: cel-go's semantics, heterogeneous equality included
+
+    return cel.evaluate(expression, {"object": obj})
+
+
+def _at(path: tuple[str, ...], spec: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "x"}}
+    node = obj
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = spec
+    return obj
+
+
+GPU_LIMIT = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+# Pod specs, and whether an object with that spec mentions a managed GPU (the engine's mentions_gpu agrees).
+CONDITION_CASES = [
+    ({"containers": [{"name": "a", **GPU_LIMIT}]}, True),
+    ({"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}, True),
+    ({"initContainers": [{"name": "a", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}], "containers": []}, True),
+    ({"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, True),
+    ({"containers": [{"name": "a", "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]}]}, True),
+    ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
+    ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
+    ({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "c"}}]}]}, False),
+    # Missing and null fields at every step: false, never an error (an error under failurePolicy Fail rejects).
+    ({}, False),
+    ({"containers": None, "initContainers": None}, False),
+    ({"containers": [{"name": "a"}]}, False),
+    # (resources is a struct in k8s.io/api core/v1 Container, never null in what the API server sends; env
+    # and envFrom are slices, guarded against null all the same.)
+    ({"containers": [{"name": "a", "resources": {}, "env": None, "envFrom": None}]}, False),
+    ({"containers": [{"name": "a", "resources": {"limits": None, "requests": {}}}]}, False),
+]
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+@pytest.mark.parametrize(("spec", "selected"), CONDITION_CASES)
+def test_match_conditions_select_what_the_engine_would_judge(
+    default: list[dict[str, Any]], kind: str, spec: dict[str, Any], selected: bool
+) -> None:
+    from webhook.admission.podspec import mentions_gpu
+
+    for hook in one(default, kind)["webhooks"]:
+        if is_ephemeral(hook):
+            continue
+        (condition,) = hook["matchConditions"]
+        (path,) = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
+        obj = _at(path, copy.deepcopy(spec))
+        assert _cel(condition["expression"], obj) is selected, hook["name"]
+        assert mentions_gpu(obj, path) is selected or spec.get("containers") is None, "the engine's twin differs"
+    # An object without the pod spec's parents at all is not selected either.
+    for hook in one(default, kind)["webhooks"]:
+        assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "selected"),
+    [
+        ([{"name": "debugger", "image": "busybox"}], False),
+        ([{"name": "debugger", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}], True),
+        ([{"name": "debugger", "envFrom": [{"prefix": "NVIDIA_VISIBLE_", "secretRef": {"name": "s"}}]}], True),
+        (None, False),
+    ],
+)
+def test_the_ephemeral_containers_condition_selects_debug_containers_that_can_reach_gpus(
+    default: list[dict[str, Any]], ephemeral: Any, selected: bool
+) -> None:
+    pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a", **GPU_LIMIT}]}}
+    if ephemeral is not None:
+        pod["spec"]["ephemeralContainers"] = ephemeral
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = [h for h in one(default, kind)["webhooks"] if is_ephemeral(h)]
+        assert _cel(hook["matchConditions"][0]["expression"], pod) is selected
