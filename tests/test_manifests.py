@@ -893,3 +893,15 @@ def test_the_ephemeral_containers_condition_selects_debug_containers_that_can_re
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         (hook,) = [h for h in one(default, kind)["webhooks"] if is_ephemeral(h)]
         assert _cel(hook["matchConditions"][0]["expression"], pod) is selected
+
+
+def test_the_webhook_configurations_and_nothing_else_are_labelled_to_apply_last(
+    default: list[dict[str, Any]],
+) -> None:
+    """Install: `kubectl apply -k manifests/ -l 'gpu-admission.io/apply-last!=true'`, wait for the rollout, then
+    `-l gpu-admission.io/apply-last=true`; uninstall in the reverse order. A selector `!=` also matches objects
+    without the label, so the two selectors split the objects in two."""
+    last = [o["kind"] for o in default if o["metadata"].get("labels", {}).get("gpu-admission.io/apply-last") == "true"]
+    assert sorted(last) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    labelled = [o for o in default if "gpu-admission.io/apply-last" in o["metadata"].get("labels", {})]
+    assert len(labelled) == 2
