@@ -36,7 +36,7 @@ manifests:
 
 # The image (Containerfile): wheels built here, at the versions installed in .venv, installed offline in the
 # build. podman if present, else docker. `make image BASE=...` builds on another Python 3.11 base image;
-# IMAGE names the result (push it to your registry and set it in the Deployment, see examples/kustomize/);
+# IMAGE names the result (push it to your registry and set it in the Deployment, see manifests/overlays/custom/);
 # BUILD_FLAGS adds build options (the tests: --isolation=chroot --layers=false).
 CONTAINER ?= $(shell command -v podman || command -v docker)
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)

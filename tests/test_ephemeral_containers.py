@@ -90,6 +90,15 @@ def test_the_same_pod_on_create_is_judged_whole():
     assert [line.split(":")[0] for line in result.violations] == ['container "train"']
 
 
+def test_an_update_that_changes_more_than_ephemeral_containers_is_judged_whole():
+    """No API server sends one for a Pod (the webhooks match Pod UPDATEs only through the subresource), and a
+    malformed old object is no reason to judge less."""
+    old = running_pod("1")
+    new = running_pod("2", [debugger()])  # the GPU count changed too
+    assert evaluate(new, "team-a", policies(), old).decision == "deny"
+    assert evaluate(new, "team-a", policies(), {"kind": "Pod", "spec": "not a spec"}).decision == "deny"
+
+
 @pytest.mark.parametrize(("enforcement", "allowed", "decision"), [("warn", True, "warn"), ("audit", True, "audit")])
 def test_an_added_container_follows_the_policys_enforcement(enforcement, allowed, decision):
     result = evaluate(running_pod("1", [debugger("peek", VISIBLE_ALL)]), "team-a", policies(enforcement), running_pod())

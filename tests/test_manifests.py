@@ -3,7 +3,7 @@
 `render` below resolves the few kustomize features the manifests use (resources, components,
 configMapGenerator, JSON patches, replacements, local-config) and fails on any other; where kubectl is
 installed, its built-in kustomize renders the same directories and must agree (and renders the example
-overlay in examples/kustomize/, whose `behavior: replace` and `images:` only kustomize resolves). Every
+overlay in overlays/custom/, whose `behavior: replace` and `images:` only kustomize resolves). Every
 rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field the
 API does not know (a typo) would be dropped on the way and fail the round trip.
 
@@ -792,7 +792,7 @@ def test_the_alerts_watch_errors_latency_certificate_expiry_and_reloads(monitori
 
 # ------------------------------------------------------------------------------------ customising: an overlay
 
-CUSTOM = ROOT / "examples" / "kustomize"
+CUSTOM = MANIFESTS / "overlays" / "custom"
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")

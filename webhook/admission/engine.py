@@ -54,7 +54,7 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
-    if spec_path == POD_SPEC and type(old) is dict:
+    if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
@@ -95,18 +95,29 @@ def _verdict(
     )
 
 
+def _only_ephemeral_containers_change(obj: dict[str, Any], old: Any) -> bool:
+    """Whether a Pod UPDATE changes its spec's ephemeralContainers and nothing else in the spec: what the
+    `pods/ephemeralcontainers` subresource can do. Any other update (and a malformed old object, which no API
+    server sends) is judged whole, as a CREATE is."""
+    old_spec = get_path(old, POD_SPEC) if type(old) is dict else None
+    new_spec = get_path(obj, POD_SPEC)
+    if type(old_spec) is not dict or type(new_spec) is not dict:
+        return False
+    rest = "ephemeralContainers"
+    return {k: v for k, v in new_spec.items() if k != rest} == {k: v for k, v in old_spec.items() if k != rest}
+
+
 def _judge_added_ephemeral_containers(obj: dict[str, Any], old: dict[str, Any], policy: Policy) -> Decision:
-    """A Pod UPDATE whose spec changed: `kubectl debug` adding containers through `pods/ephemeralcontainers`.
+    """A Pod UPDATE that changes only ephemeralContainers: `kubectl debug`, through `pods/ephemeralcontainers`.
 
     The rest of the Pod was judged when it was created (a Pod's containers and init containers cannot change
     afterwards; the webhook configurations send Pod UPDATEs only for that subresource), so only the ephemeral
     containers the update adds are judged: a policy tightened since must not keep anyone from debugging a
     running Pod, and nothing is patched (ephemeral containers hold no resources, and the API server accepts
-    only ephemeralContainers changes through this subresource: kubernetes/kubernetes
-    pkg/apis/core/validation/validation.go, ValidatePodEphemeralContainersUpdate).
+    only ephemeralContainers changes through this subresource, and no change to one already added:
+    kubernetes/kubernetes pkg/apis/core/validation/validation.go, ValidatePodEphemeralContainersUpdate).
     """
-    old_spec = get_path(old, POD_SPEC)
-    old_list = old_spec.get("ephemeralContainers") if type(old_spec) is dict else None
+    old_list = get_path(old, POD_SPEC).get("ephemeralContainers")
     existing = {c.get("name") for c in old_list if type(c) is dict} if type(old_list) is list else set()
     new_list = get_path(obj, POD_SPEC).get("ephemeralContainers")
     added = (
