@@ -14,7 +14,7 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import WARNING_PREFIX, mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Check, Enforcement, PolicySet
+from webhook.admission.policy import Check, Enforcement, Policy, PolicySet
 from webhook.admission.validate import Holders, validate
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -60,6 +60,8 @@ def evaluate(
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
+    if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
+        return _judge_added_ephemeral_containers(obj, old, policy)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
     if cluster is not None and policy.cluster.auto:
@@ -77,6 +79,18 @@ def evaluate(
         if found:
             violations = violations + [v.line for level, v in found if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.line for level, v in found if level is Check.WARN]
+    return _verdict(policy, result.patch, warnings, violations, result.obj, result.kinds)
+
+
+def _verdict(
+    policy: Policy,
+    patch: list[dict[str, Any]],
+    warnings: list[str],
+    violations: list[str],
+    mutated: dict[str, Any],
+    kinds: list[str],
+) -> Decision:
+    """Turn the policy's enforcement and validation's lines into the decision."""
     if not violations:
         verdict = "allow"
     elif policy.enforcement is Enforcement.ENFORCE:
@@ -92,12 +106,46 @@ def evaluate(
         verdict != "deny",  # allowed
         verdict,  # decision
         policy.name,  # policy
-        result.patch,  # patch
+        patch,  # patch
         warnings,  # warnings
         violations,  # violations
-        result.obj,  # mutated
-        result.kinds,  # mutation_kinds
+        mutated,  # mutated
+        kinds,  # mutation_kinds
     )
+
+
+def _only_ephemeral_containers_change(obj: dict[str, Any], old: Any) -> bool:
+    """Whether a Pod UPDATE changes its spec's ephemeralContainers and nothing else in the spec: what the
+    `pods/ephemeralcontainers` subresource can do. Any other update (and a malformed old object, which no API
+    server sends) is judged whole, as a CREATE is."""
+    old_spec = get_path(old, POD_SPEC) if type(old) is dict else None
+    new_spec = get_path(obj, POD_SPEC)
+    if type(old_spec) is not dict or type(new_spec) is not dict:
+        return False
+    rest = "ephemeralContainers"
+    return {k: v for k, v in new_spec.items() if k != rest} == {k: v for k, v in old_spec.items() if k != rest}
+
+
+def _judge_added_ephemeral_containers(obj: dict[str, Any], old: dict[str, Any], policy: Policy) -> Decision:
+    """A Pod UPDATE that changes only ephemeralContainers: `kubectl debug`, through `pods/ephemeralcontainers`.
+
+    The rest of the Pod was judged when it was created (a Pod's containers and init containers cannot change
+    afterwards; the webhook configurations send Pod UPDATEs only for that subresource), so only the ephemeral
+    containers the update adds are judged: a policy tightened since must not keep anyone from debugging a
+    running Pod, and nothing is patched (ephemeral containers hold no resources, and the API server accepts
+    only ephemeralContainers changes through this subresource, and no change to one already added:
+    kubernetes/kubernetes pkg/apis/core/validation/validation.go, ValidatePodEphemeralContainersUpdate).
+    """
+    old_list = get_path(old, POD_SPEC).get("ephemeralContainers")
+    existing = {c.get("name") for c in old_list if type(c) is dict} if type(old_list) is list else set()
+    new_list = get_path(obj, POD_SPEC).get("ephemeralContainers")
+    added = (
+        [c for c in new_list if type(c) is not dict or c.get("name") not in existing] if type(new_list) is list else []
+    )
+    view = {"kind": "Pod", "metadata": obj.get("metadata"), "spec": {"ephemeralContainers": added}}
+    if not added or not mentions_gpu(view, POD_SPEC):
+        return Decision(True, "allow", policy.name, mutated=obj)
+    return _verdict(policy, [], [], validate(view, policy, POD_SPEC), obj, [])
 
 
 def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> str:

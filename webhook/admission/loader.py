@@ -25,6 +25,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
+from webhook.admission import policyfields
 from webhook.admission.policy import (
     DEFAULT_FRAMEWORK_ENV,
     DEFAULT_MAX_PER_POD,
@@ -50,8 +51,8 @@ from webhook.admission.policy import (
 )
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
 
-API_VERSION = "gpu-admission.io/v1"
-KIND = "GPUPolicy"
+API_VERSION = policyfields.API_VERSION
+KIND = policyfields.KIND
 MAX_FILE_BYTES = 1024 * 1024  # the most a ConfigMap holds; real policy files are a few KiB
 MAX_DEPTH = 16  # a policy document nests 4 levels deep
 MAX_EVENTS = 50_000  # YAML events per file (values, collections, documents): ample, and read in well under 1 s
@@ -402,26 +403,15 @@ def _one_of(value: str, choices: Iterable[str]) -> str:
 _ABSENT = object()
 _BAD = object()  # present but invalid: already reported
 
-_TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
-_METADATA_FIELDS = ("name",)
-_SPEC_FIELDS = (
-    "namespaces",
-    "enforcement",
-    "sharing",
-    "gpu",
-    "limits",
-    "fractional",
-    "memoryFraction",
-    "frameworkEnv",
-    "blockVisibleDevicesOverride",
-    "steering",
-    "cluster",
-)
-_SHARING_FIELDS = ("mode", "replicas", "resourceName", "migProfile", "migStrategy")
-_GPU_FIELDS = ("model", "memoryMiB")
-_LIMITS_FIELDS = ("maxPerContainer", "maxPerPod")
-_CLUSTER_FIELDS = ("fits", "offered", "drift", "assumeNodes")
-_NODE_SHAPE_FIELDS = ("name", "allocatable", "labels")
+# The field tables live in policyfields.py, which the JSON Schema is generated from as well.
+_TOP_FIELDS = policyfields.names(policyfields.DOCUMENT)
+_METADATA_FIELDS = policyfields.names(policyfields.METADATA)
+_SPEC_FIELDS = policyfields.names(policyfields.SPEC)
+_SHARING_FIELDS = policyfields.names(policyfields.SHARING)
+_GPU_FIELDS = policyfields.names(policyfields.GPU)
+_LIMITS_FIELDS = policyfields.names(policyfields.LIMITS)
+_CLUSTER_FIELDS = policyfields.names(policyfields.CLUSTER)
+_NODE_SHAPE_FIELDS = policyfields.names(policyfields.NODE_SHAPE)
 AUTO = "auto"  # sharing.replicas and gpu.model: taken from the nodes (cluster-aware admission)
 
 
@@ -624,7 +614,13 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
                 + (f"; {hint}" if hint else "; or leave it out and give gpu.memoryMiB"),
             )
             model = _BAD
-    memory_mib = check.integer(gpu_map, "memoryMiB", "spec.gpu", 1, "the GPU's memory in MiB is at least 1")
+    memory_mib = check.integer(
+        gpu_map,
+        "memoryMiB",
+        "spec.gpu",
+        policyfields.minimum("spec.gpu.memoryMiB"),
+        "the GPU's memory in MiB is at least 1",
+    )
 
     auto_replicas = sharing_map.get("replicas") == AUTO
     mode, sharing = _parse_sharing(sharing_map, model, check, auto_replicas)
@@ -647,9 +643,19 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         )
 
     max_container = check.integer(
-        limits_map, "maxPerContainer", "spec.limits", 1, "a container may hold at least 1 GPU"
+        limits_map,
+        "maxPerContainer",
+        "spec.limits",
+        policyfields.minimum("spec.limits.maxPerContainer"),
+        "a container may hold at least 1 GPU",
     )
-    max_pod = check.integer(limits_map, "maxPerPod", "spec.limits", 1, "a pod may hold at least 1 GPU")
+    max_pod = check.integer(
+        limits_map,
+        "maxPerPod",
+        "spec.limits",
+        policyfields.minimum("spec.limits.maxPerPod"),
+        "a pod may hold at least 1 GPU",
+    )
     if "memoryFraction" in spec and mode is not _BAD and not mode.is_shared:  # a time-sliced or MPS replica's share
         check.problem(
             "spec.memoryFraction", f"only applies when mode is time-slicing or mps (mode is {mode}); remove it"
@@ -749,7 +755,7 @@ def _parse_sharing(
     replicas = _ABSENT
     if not auto_replicas:
         rule = "time-slicing and mps share each GPU as at least 2 replicas"
-        replicas = check.integer(sharing, "replicas", path, 2, rule)
+        replicas = check.integer(sharing, "replicas", path, policyfields.minimum("spec.sharing.replicas"), rule)
     ok &= replicas is not _BAD
     if mode.is_shared and replicas is _ABSENT and not auto_replicas:
         check.problem(

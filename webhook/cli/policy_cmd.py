@@ -1,4 +1,5 @@
-"""`gpu-webhook policy lint|explain`: check a policy directory; show which policy a namespace gets and why.
+"""`gpu-webhook policy lint|explain|schema`: check a policy directory; show which policy a namespace gets and
+why; print the policy files' JSON Schema.
 
 Both are views of the core: `loader.load_policies` finds every problem, `PolicySet.select` says which pattern
 won, `policy.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
@@ -42,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "directory",
         nargs="?",
         metavar="DIR",
+        help="the same as --policies DIR (the older form, kept working)",
+    )
+    lint.add_argument(
+        "--policies",
+        metavar="DIR",
         help=POLICIES_HELP,
     )
     lint.add_argument(
@@ -60,22 +66,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "a container requesting nvidia.com/gpu: 1 and nvidia.com/gpu: 0.5. Exit 2 on invalid policies."
         ),
     )
-    explain.add_argument("namespaces", nargs="+", metavar="NAMESPACE")
+    explain.add_argument("namespaces", nargs="+", metavar="NAMESPACE", help="namespace names to explain")
     explain.add_argument(
         "--policies",
         metavar="DIR",
         help=POLICIES_HELP,
+    )
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of policy files, for editors",
+        description=(
+            "Print the JSON Schema (draft 2020-12) of one policy document, generated from the loader's own "
+            "field tables; the repository keeps a copy in schema/gpu-policy.schema.json. Editors that use the "
+            "YAML language server check and complete a policy file that starts with "
+            "`# yaml-language-server: $schema=<path or URL of the schema>`."
+        ),
     )
     parser.set_defaults(handler=run, policy_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.policy_command == "lint":
+        if args.directory and args.policies and args.directory != args.policies:
+            print(
+                f"gpu-webhook policy lint: two directories given ({args.directory} and --policies {args.policies});"
+                " give one",
+                file=sys.stderr,
+            )
+            return 2
         if (args.kubeconfig or args.context) and not args.cluster:
             sys.stderr.write("gpu-webhook policy lint: --kubeconfig and --context only apply with --cluster\n")
             return 2
+        args.directory = args.policies or args.directory
         code = lint(args.directory, sys.stdout)
         return lint_cluster(args, sys.stdout, sys.stderr) if args.cluster and code == 0 else code
+    if args.policy_command == "schema":
+        from webhook.admission.schema import schema_text
+
+        sys.stdout.write(schema_text())
+        return 0
     if args.policy_command == "explain":
         return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)

@@ -72,7 +72,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=120.0,
         help="skip the cluster checks once the node watch has been broken this long (default 120)",
     )
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="the least severe log records written (JSON lines on stderr; default: info)",
+    )
     # For tests: how often the certificate files are looked at (the default keeps rotation under 60 s).
     parser.add_argument("--cert-reload-interval", type=float, default=30.0, help=argparse.SUPPRESS)
     parser.add_argument("--policy-reload-interval", type=float, default=1.0, help=argparse.SUPPRESS)
