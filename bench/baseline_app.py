@@ -7,6 +7,10 @@ same `WebhookServer` (worker class, workers, threads, keep-alive, TLS context an
 thread), so the difference from `gpu-webhook serve` is what the webhook does per review: checks, engine,
 patch, metrics and the log line.
 
+With `--webhook` it serves the real webhook app (engine, metrics in multiprocess mode and review log lines, as
+`gpu-webhook serve` has them). With `--stock` the app runs under gunicorn's own `gthread` worker, with gunicorn's
+own TLS handling, instead of the webhook's worker: the stock stack, for comparison.
+
 With `--fixed-decision` it serves the real webhook app instead (metrics in multiprocess mode and review log
 lines, as `gpu-webhook serve` has them), whose engine is replaced by the decision for the engine benchmark's
 review (a), computed once: what the webhook costs without the engine, for review (a) only.
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, request
+from gunicorn.app.base import BaseApplication
 
 
 def create_app() -> Flask:
@@ -56,10 +61,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--fixed-decision", action="store_true", help="the webhook app, without its engine")
+    parser.add_argument("--webhook", action="store_true", help="the webhook app, engine included")
+    parser.add_argument("--stock", action="store_true", help="gunicorn's own gthread worker, not the webhook's")
     args = parser.parse_args(argv)
 
     metrics_dir, arbiter = None, os.getpid()
-    if args.fixed_decision:  # as `gpu-webhook serve` does, before anything imports prometheus_client
+    if args.fixed_decision or args.webhook:  # as `gpu-webhook serve` does, before anything imports prometheus_client
         metrics_dir = tempfile.mkdtemp(prefix="gpu-admission-bench-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     try:
@@ -82,6 +89,10 @@ def _serve(args: argparse.Namespace) -> int:
         certificate=CertStore(args.cert_file, args.key_file),
     )
     app: Any = create_app()
+    if args.webhook:
+        from webhook.server.app import create_app as create_webhook_app
+
+        app = create_webhook_app(state)
     if args.fixed_decision:
         from bench.engine import NAMESPACE, SCENARIOS
         from webhook.admission.engine import evaluate
@@ -91,8 +102,43 @@ def _serve(args: argparse.Namespace) -> int:
         state.evaluate = lambda obj, namespace, policies, old: fixed
         app = create_webhook_app(state)
     options = ServeOptions(host=args.host, port=args.port, workers=args.workers, threads=args.threads)
-    WebhookServer(app, state, options).run()
+    if args.stock:
+        StockServer(app, args).run()
+    else:
+        WebhookServer(app, state, options).run()
     return 0
+
+
+class StockServer(BaseApplication):
+    """gunicorn as shipped: its own `gthread` worker and TLS, with the webhook's workers, threads and keep-alive."""
+
+    def __init__(self, wsgi_app: Any, args: argparse.Namespace) -> None:
+        self.wsgi_app = wsgi_app
+        self.args = args
+        super().__init__()
+
+    def load_config(self) -> None:
+        from webhook.server.runner import KEEPALIVE_SECONDS
+
+        settings: dict[str, Any] = {
+            "bind": [f"{self.args.host}:{self.args.port}"],
+            "workers": self.args.workers,
+            "worker_class": "gthread",
+            "threads": self.args.threads,
+            "keepalive": KEEPALIVE_SECONDS,
+            "preload_app": True,
+            "certfile": self.args.cert_file,
+            "keyfile": self.args.key_file,
+            "errorlog": "-",
+            "accesslog": None,
+            "control_socket_disable": True,
+        }
+        for key, value in settings.items():
+            if value is not None:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self.wsgi_app
 
 
 if __name__ == "__main__":

@@ -1,25 +1,31 @@
-"""Benchmark 2: the server over HTTPS with kept-alive connections, against a constant-allow baseline.
+"""Benchmark 2: the server over HTTPS, kept-alive, against a constant-allow baseline and the stock stack.
 
 `gpu-webhook serve` (its defaults: 2 workers, 8 threads, TLS, metrics on, one JSON log line per review to a
 file) serves review (a) of the engine benchmark, a 2-container pod in namespace `inference` mapped to
-time-slicing with env hints, on `/mutate`. A load generator in its own process (`bench/loadgen.py`, 8
-kept-alive TLS connections) drives it:
-- at saturation (closed loop: each connection sends its next review when the last is answered), in 5 rounds
-  of 3 s, each right before the same run against the baseline (`bench/baseline_app.py`: the same gunicorn,
-  worker class, workers, threads, TLS context and certificate around a Flask endpoint that answers every
-  review with a constant allow, echoing its uid), and then against `no-engine` (the webhook app whose engine
-  is replaced by the decision for review (a), computed once: what the engine costs inside the server). The
-  ratio is the median of the 5 paired ratios: the servers of a round see the same machine, and one disturbed
-  round does not decide;
+time-slicing with env hints, on `/mutate`. It is driven:
+- at saturation by `wrk` (a C load generator, Debian's `wrk` package: 1 thread, 8 kept-alive TLS connections,
+  `bench/wrk_review.lua` POSTing the review and checking that each answer is a 200 echoing its uid), so that
+  the load generator takes little of the server's CPU on a small machine. Rounds of 3 s (5 by default); in each,
+  right after one another, the webhook and four other servers (`bench/baseline_app.py`), all with the same
+  workers, threads, keep-alive and certificate:
+    baseline       the webhook's worker around a Flask endpoint that answers every review with a constant allow;
+    no-engine      the webhook app whose engine is replaced by the decision for review (a), computed once;
+    stock webhook  the webhook app under gunicorn's own `gthread` worker and TLS handling;
+    stock flask    the constant-allow Flask endpoint under gunicorn's own `gthread` worker: the stock stack.
+  Ratios are medians of the rounds' paired ratios: the servers of a round see the same machine, and one
+  disturbed round does not decide;
 - at fixed rates of 25, 50 and 75% of the webhook's (median) saturation, 5 s each (open loop: latency counts
   from each request's scheduled time, so waiting behind a slow answer is charged to the server), the
   baseline at the 50% rate, and the webhook's 50% once more.
-Each run also reports the server's CPU time per review and how many cores other work on the machine used
+  These runs use `bench/loadgen.py` (Python, its own process), since wrk has no fixed-rate mode.
+Each run also reports the server's CPU time per review (user + system time of the server's processes, from
+/proc/PID/stat of the arbiter and its workers, per answered review) and how many cores other work on the machine used
 meanwhile (this machine is shared: a neighbour's burst shows there, not only as a worse number).
 Targets (issue 5): saturation throughput >= 0.85 of the baseline's; p99 < 10 ms at half of saturation.
 
 Everything runs on this machine, loopback only: the load generator takes CPU from the server (its share is
-printed). Bounded: about 100 s.
+printed). Bounded: about 3 minutes. `BENCH_ROUNDS` and `BENCH_SECONDS` (environment) shorten it for a quick
+check that everything runs, e.g. `BENCH_ROUNDS=1 BENCH_SECONDS=1 python -m bench server`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import ssl
@@ -49,11 +56,18 @@ from webhook.admission.review import make_review
 
 WORKERS, THREADS = 2, 8  # `gpu-webhook serve`'s defaults
 CONNECTIONS = 8  # kept-alive connections of the load generator
-SATURATION_ROUNDS, SATURATION_SECONDS = 5, 3.0
+SATURATION_ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+SHORTENED = "BENCH_ROUNDS" in os.environ or "BENCH_SECONDS" in os.environ  # a check that it runs, not figures
+SATURATION_SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
 COLUMNS = ["run", "target/s", "reviews/s", "p50 ms", "p99 ms", "p99.9 ms", "server CPU µs/review", "others' cores",
            "errors"]  # fmt: skip
-RATE_FRACTIONS, RATE_SECONDS = (0.25, 0.50, 0.75), 5.0
+RATE_FRACTIONS = (0.25, 0.50, 0.75)
+RATE_SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
 WARMUP_SECONDS = 1.0
+WRK_SCRIPT = Path(__file__).resolve().parent / "wrk_review.lua"
+WRK_UID = "5d1c3a0e-8f5b-4c1e-9a57-0c6f3b2d7e91"
+# The servers of a saturation round, in the order they run; the first is the one the other targets refer to.
+SATURATION_SERVERS = ("webhook", "baseline", "no-engine", "stock webhook", "stock flask")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -181,15 +195,58 @@ def start_webhook(where: Setup, workers: int = WORKERS, threads: int = THREADS) 
     return _start("webhook", args, where, port)
 
 
-def start_baseline(where: Setup, workers: int = WORKERS, threads: int = THREADS, *, no_engine: bool = False) -> Server:
-    """The constant-allow baseline; with `no_engine`, the webhook app with a fixed decision for review (a)."""
+_BASELINE_FLAGS = {
+    "baseline": [],
+    "no-engine": ["--fixed-decision"],
+    "stock webhook": ["--stock", "--webhook"],
+    "stock flask": ["--stock"],
+}
+
+
+def start_baseline(where: Setup, workers: int = WORKERS, threads: int = THREADS, *, name: str = "baseline") -> Server:
+    """One of the servers the webhook is compared with (`_BASELINE_FLAGS`; see the module's docstring)."""
     port = free_port()
     args = [
         _python(), "-m", "bench.baseline_app", "--port", str(port), "--cert-file", str(where.cert_file),
         "--key-file", str(where.key_file), "--policies", str(where.policies),
-        "--workers", str(workers), "--threads", str(threads), *(["--fixed-decision"] if no_engine else []),
+        "--workers", str(workers), "--threads", str(threads), *_BASELINE_FLAGS[name],
     ]  # fmt: skip
-    return _start("no-engine" if no_engine else "baseline", args, where, port)
+    return _start(name, args, where, port)
+
+
+def saturate(server: Server, review_file: Path, seconds: float = SATURATION_SECONDS) -> dict[str, Any]:
+    """Drive `server` with wrk for `seconds` after a 1 s warm-up; the same keys as `load`'s results."""
+    url = f"https://127.0.0.1:{server.port}/mutate"
+    env = {**os.environ, "WRK_REVIEW_FILE": str(review_file), "WRK_REVIEW_UID": WRK_UID}
+
+    def wrk(duration: float) -> dict[str, Any]:
+        argv = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{max(1, round(duration))}s", "--timeout", "5s",
+                "-s", str(WRK_SCRIPT), url]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=duration + 30)
+        marker = [line for line in done.stdout.splitlines() if line.startswith("WRK-JSON ")]
+        if done.returncode != 0 or not marker:
+            raise RuntimeError(f"wrk failed ({done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
+        return json.loads(marker[-1].removeprefix("WRK-JSON "))
+
+    wrk(WARMUP_SECONDS)
+    before = (server.cpu_seconds(), _children_cpu_seconds(), _machine_cpu_seconds(), time.perf_counter())
+    run = wrk(seconds)
+    after = (server.cpu_seconds(), _children_cpu_seconds(), _machine_cpu_seconds(), time.perf_counter())
+    server_cpu, generator_cpu, machine_cpu, wall = (b - a for a, b in zip(before, after, strict=True))
+    errors = sum(run[k] for k in ("connect_errors", "read_errors", "write_errors", "status_errors", "timeouts"))
+    errors += run["bad"]
+    if errors:
+        print(f"  {server.name}: {errors} failed requests, e.g. {run['bad_sample'][:200]!r}")
+    answered = max(1, run["requests"])
+    return {
+        "connections": CONNECTIONS, "duration_s": run["duration_us"] / 1e6, "ok": run["requests"] - errors,
+        "errors": errors, "throughput": run["requests"] / (run["duration_us"] / 1e6),
+        "p50_ms": run["p50_us"] / 1000, "p99_ms": run["p99_us"] / 1000, "p999_ms": run["p999_us"] / 1000,
+        "max_ms": run["max_us"] / 1000, "loadgen_cpu_s": generator_cpu, "wall_s": wall,
+        "server_cpu_us": server_cpu / answered * 1e6,
+        "other_cores": max(0.0, machine_cpu - server_cpu - generator_cpu) / wall,
+        "load_generator": "wrk",
+    }  # fmt: skip
 
 
 def _machine_cpu_seconds() -> float:
@@ -317,18 +374,24 @@ def per_review_costs(rounds: int = 7, calls: int = 300) -> dict[str, float]:
 
 def main() -> bool:
     unpin()
+    if shutil.which("wrk") is None:
+        print("  the saturation runs need wrk, a C load generator: apt-get install wrk (Debian, Ubuntu)")
+        return False
     load_before = os.getloadavg()
     mutate = [{"path": "/mutate", "body": review_body()}]
     rounds: list[dict[str, dict[str, Any]]] = []
     with setup() as where:
+        review_file = where.directory / "review.json"
+        review_file.write_text(review_body().replace(PLACEHOLDER_UID, WRK_UID))
         webhook = start_webhook(where)
-        baseline = start_baseline(where)
-        no_engine = start_baseline(where, no_engine=True)
-        servers = (webhook, baseline, no_engine)
+        others = [start_baseline(where, name=name) for name in SATURATION_SERVERS[1:]]
+        servers = (webhook, *others)
+        baseline = others[0]
         try:
-            for _ in range(SATURATION_ROUNDS):  # alternate, so that all see the same machine
-                rounds.append({s.name: load(s, mutate, duration=SATURATION_SECONDS) for s in servers})
-            no_engine.stop()
+            for _ in range(SATURATION_ROUNDS):  # one after another, so that all see the same machine
+                rounds.append({s.name: saturate(s, review_file) for s in servers})
+            for other in others[1:]:
+                other.stop()
             saturation = statistics.median(r["webhook"]["throughput"] for r in rounds)
             rates = []
             for fraction in RATE_FRACTIONS:
@@ -344,11 +407,14 @@ def main() -> bool:
                 server.stop()
     costs = per_review_costs()
 
-    ratios = [r["webhook"]["throughput"] / r["baseline"]["throughput"] for r in rounds]
+    def paired(name: str, over: str = "webhook") -> list[float]:
+        return [r[over]["throughput"] / r[name]["throughput"] for r in rounds]
+
+    ratios = paired("baseline")
     ratio = statistics.median(ratios)
     rows: list[Sequence[Any]] = []
     for i, r in enumerate(rounds, 1):
-        for name in ("baseline", "webhook", "no-engine"):
+        for name in SATURATION_SERVERS:
             x = r[name]
             rows.append((f"{name}: saturation, round {i}", "-", x["throughput"], x["p50_ms"], x["p99_ms"],
                          x["p999_ms"], round(x["server_cpu_us"]), f"{x['other_cores']:.2f}", x["errors"]))  # fmt: skip
@@ -360,23 +426,30 @@ def main() -> bool:
     print(
         table(
             f"POST /mutate, review (a), HTTPS, {CONNECTIONS} kept-alive connections, {WORKERS} workers x {THREADS}"
-            f" threads ({os.cpu_count()} cores, load generator included)",
+            f" threads ({os.cpu_count()} cores, load generator included: wrk at saturation, bench/loadgen.py at"
+            " fixed rates)",
             COLUMNS,
             rows,
         )
     )
     generator = statistics.median(r["webhook"]["loadgen_cpu_s"] / r["webhook"]["wall_s"] for r in rounds)
-    print(f"  load generator: {generator:.2f} cores at saturation; load average before: "
+    print(f"  load generator (wrk): {generator:.2f} cores at saturation; load average before: "
           f"{', '.join(f'{x:.1f}' for x in load_before)}")  # fmt: skip
-    engine_ratio = statistics.median(r["no-engine"]["throughput"] / r["baseline"]["throughput"] for r in rounds)
+    throughput = {name: statistics.median(r[name]["throughput"] for r in rounds) for name in SATURATION_SERVERS}
+    cpu = {name: statistics.median(r[name]["server_cpu_us"] for r in rounds) for name in SATURATION_SERVERS}
+    print(table(
+        f"at saturation, medians of {len(rounds)} rounds",
+        ["server", "reviews/s", "server CPU µs/review", "webhook's reviews/s over this one's"],
+        [(name, throughput[name], round(cpu[name]), f"{statistics.median(paired(name)):.2f}")
+         for name in SATURATION_SERVERS],
+    ))  # fmt: skip
+    engine_ratio = statistics.median(paired("baseline", over="no-engine"))
     engine_cpu = statistics.median(r["webhook"]["server_cpu_us"] - r["no-engine"]["server_cpu_us"] for r in rounds)
-    cpu = {name: statistics.median(r[name]["server_cpu_us"] for r in rounds) for name in rounds[0]}
-    print(
-        f"  server CPU per review at saturation (medians, steadier than throughput on a shared machine): baseline "
-        f"{cpu['baseline']:,.0f} µs, webhook {cpu['webhook']:,.0f} µs: ratio {cpu['baseline'] / cpu['webhook']:.2f}"
-    )
+    worker_cpu = statistics.median(r["stock webhook"]["server_cpu_us"] - r["webhook"]["server_cpu_us"] for r in rounds)
     print(f"  no-engine (the webhook with a fixed decision for review (a)): {engine_ratio:.2f} x the baseline; the "
           f"engine adds {engine_cpu:,.0f} µs of server CPU per review (medians)")  # fmt: skip
+    print(f"  the webhook's worker against gunicorn's own gthread worker, same app: {worker_cpu:,.0f} µs of server "
+          f"CPU per review less (medians)")  # fmt: skip
     print(table("per review, in process, one core (no gunicorn, no TLS), best of 7", ["step", "µs"],
                 [(name, f"{us:,.1f}") for name, us in costs.items()]))  # fmt: skip
     half = min(dict(rates)[0.50], half_again, key=lambda x: x["p99_ms"])
@@ -392,16 +465,24 @@ def main() -> bool:
             ("no failed reviews", errors == 0, f"{errors} errors"),
         ]
     )  # fmt: skip
+    if SHORTENED:
+        print("  shortened by BENCH_ROUNDS/BENCH_SECONDS: bench/results/server.json is left as it was")
+        return ok
     write_results(
         "server",
         {
             "setup": {"workers": WORKERS, "threads": THREADS, "connections": CONNECTIONS, "review": "a",
-                      "load_generator": "bench/loadgen.py, own process", "loadavg_before": load_before},
+                      "load_generator": "wrk -t1 (saturation), bench/loadgen.py in its own process (fixed rates)",
+                      "saturation_rounds": SATURATION_ROUNDS, "saturation_seconds": SATURATION_SECONDS,
+                      "rate_seconds": RATE_SECONDS, "loadavg_before": load_before},
             "saturation_rounds": rounds,
             "ratio": ratio,
             "ratios": ratios,
+            "saturation_median": {"reviews_per_s": throughput, "server_cpu_us": cpu},
+            "webhook_over": {name: statistics.median(paired(name)) for name in SATURATION_SERVERS},
             "no_engine_ratio": engine_ratio,
             "engine_server_cpu_us": engine_cpu,
+            "worker_saves_server_cpu_us": worker_cpu,
             "server_cpu_us_median": cpu,
             "fixed_rates": [{"fraction": f, **x} for f, x in rates],
             "baseline_at_half": baseline_half,

@@ -4,17 +4,24 @@ Plain HTTP on 127.0.0.1 with a bearer token. It serves the collections `audit` l
 namespace, with real chunking: `limit` cuts a page, `metadata.continue` carries an opaque token, and the token
 is only valid for the query it came from. Modes reproduce the errors a real cluster gives: a wrong token is
 401, and `forbidden` resources answer 403 with a Kubernetes Status. Every request is recorded for assertions.
+
+Nodes can also be watched, as the API server does it: `?watch=true&resourceVersion=N` answers a chunked
+stream of JSON events (ADDED, MODIFIED, DELETED, BOOKMARK when `allowWatchBookmarks`), one per line, from the
+change after N; a version older than the history kept (`compact`) answers one ERROR event holding a 410
+Status; `timeoutSeconds` ends the stream; `disconnect` cuts every open watch without ending its chunks.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from time import monotonic as time_now
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,6 +36,7 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "ReplicaSet": ("/apis/apps/v1", "replicasets"),
     "Job": ("/apis/batch/v1", "jobs"),
     "CronJob": ("/apis/batch/v1", "cronjobs"),
+    "Node": ("/api/v1", "nodes"),
 }
 
 TOKEN = "fake-token"
@@ -43,6 +51,62 @@ class FakeKubeAPI:
     forbidden: set[str] = field(default_factory=set)  # resource plurals that answer 403
     requests: list[str] = field(default_factory=list)  # "GET /api/v1/pods?limit=2"
     _server: ThreadingHTTPServer | None = None
+    # The watch: every change to a Node, with the resourceVersion it made; history before `_oldest` is gone.
+    version: int = 100
+    _history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    _oldest: int = 0
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _cut: int = 0  # bumped by `disconnect`: open watches drop their connection
+
+    # --- Nodes: changes that watches see ------------------------------------------------------------------
+
+    def _record(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._changed:
+            self.version += 1
+            obj = copy.deepcopy(obj)
+            obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+            self._history.append((self.version, kind, obj))
+            self._changed.notify_all()
+
+    def put_node(self, node: dict[str, Any]) -> None:
+        """Add or replace a Node (by name): an ADDED or MODIFIED event."""
+        with self._changed:
+            nodes = self.objects.setdefault("Node", [])
+            name = node["metadata"]["name"]
+            existing = [i for i, n in enumerate(nodes) if n["metadata"]["name"] == name]
+            stored = copy.deepcopy(node)
+            stored.setdefault("metadata", {})["resourceVersion"] = str(self.version + 1)
+            if existing:
+                nodes[existing[0]] = stored
+            else:
+                nodes.append(stored)
+            self._record("MODIFIED" if existing else "ADDED", node)
+
+    def delete_node(self, name: str) -> None:
+        with self._changed:
+            nodes = self.objects.setdefault("Node", [])
+            gone = [n for n in nodes if n["metadata"]["name"] == name]
+            nodes[:] = [n for n in nodes if n["metadata"]["name"] != name]
+            for node in gone:
+                self._record("DELETED", node)
+
+    def bookmark(self) -> None:
+        """A BOOKMARK event on every open watch that asked for them."""
+        self._record("BOOKMARK", {"kind": "Node", "apiVersion": "v1", "metadata": {}})
+
+    def compact(self) -> None:
+        """Forget the history: a watch from any version before now gets 410 Gone."""
+        with self._changed:
+            self._oldest = self.version
+            self._history.clear()
+
+    def disconnect(self) -> None:
+        with self._changed:
+            self._cut += 1
+            self._changed.notify_all()
+
+    def watch_requests(self) -> list[str]:
+        return [r for r in self.requests if "watch=true" in r]
 
     def add(self, *objects: dict[str, Any]) -> None:
         for obj in objects:
@@ -60,6 +124,11 @@ class FakeKubeAPI:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 api.requests.append(f"GET {self.path}")
+                query = parse_qs(urlsplit(self.path).query)
+                watch = query.get("watch") == ["true"] and urlsplit(self.path).path == "/api/v1/nodes"
+                if watch and self.headers.get("Authorization", "") == f"Bearer {api.token}":
+                    api.stream_watch(self, {k: v[-1] for k, v in query.items()})
+                    return
                 status, body = api.handle(self.path, self.headers.get("Authorization", ""))
                 data = json.dumps(body).encode()
                 self.send_response(status)
@@ -77,10 +146,58 @@ class FakeKubeAPI:
         return self
 
     def stop(self) -> None:
+        self.disconnect()  # open watches end with the server, as connections to a dead API server do
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def stream_watch(self, handler: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
+        """One watch: a chunked HTTP/1.1 response of JSON events, as the API server streams them."""
+        since = int(query.get("resourceVersion") or self.version)
+        bookmarks = query.get("allowWatchBookmarks") == "true"
+        deadline = time_now() + float(query.get("timeoutSeconds") or 1800)
+        handler.protocol_version = "HTTP/1.1"
+        handler.close_connection = True
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+
+        def send(event: dict[str, Any]) -> None:
+            data = json.dumps(event).encode() + b"\n"
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+
+        try:
+            with self._changed:
+                cut = self._cut
+                if since < self._oldest:
+                    expired = _status(410, "Expired", f"too old resource version: {since} ({self._oldest})")
+                    send({"type": "ERROR", "object": expired})
+                    handler.wfile.write(b"0\r\n\r\n")
+                    return
+                sent = since
+                while True:
+                    for version, kind, obj in list(self._history):
+                        if version > sent:
+                            sent = version
+                            if kind == "BOOKMARK":
+                                if bookmarks:
+                                    mark = copy.deepcopy(obj)
+                                    mark["metadata"]["resourceVersion"] = str(version)
+                                    send({"type": "BOOKMARK", "object": mark})
+                            else:
+                                send({"type": kind, "object": obj})
+                    if self._cut != cut:
+                        return  # dropped: no closing chunk, as a broken connection
+                    left = deadline - time_now()
+                    if left <= 0:
+                        handler.wfile.write(b"0\r\n\r\n")
+                        return
+                    self._changed.wait(min(left, 0.2))
+        except (BrokenPipeError, ConnectionResetError):
+            return
 
     def write_kubeconfig(
         self, path: Path, *, token: str | None = None, context: str = "fake", user: dict[str, Any] | None = None
@@ -138,7 +255,7 @@ class FakeKubeAPI:
         limit = int(query["limit"]) if query.get("limit") else 0
         end = start + limit if limit > 0 else len(items)
         page = items[start:end]
-        metadata: dict[str, Any] = {"resourceVersion": "12345"}
+        metadata: dict[str, Any] = {"resourceVersion": str(self.version) if kind == "Node" else "12345"}
         if end < len(items):
             metadata["continue"] = base64.urlsafe_b64encode(
                 json.dumps({"path": parts.path, "start": end}).encode()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests import evanphx
 from webhook.admission.engine import evaluate
 from webhook.admission.mutate import mutate
-from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, Mode, Policy, PolicySet, Sharing
+from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Policy, PolicySet, Sharing
 from webhook.admission.resources import GPU_MODELS, is_managed
 from webhook.admission.validate import validate
 from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
@@ -109,7 +109,8 @@ def policies(draw):
         model = "H100-80GB"
     sharing = Sharing(mode=mode)
     if mode.is_shared:
-        sharing = Sharing(mode=mode, replicas=draw(st.integers(2, 8)))
+        name = draw(st.sampled_from(["nvidia.com/gpu.shared", "nvidia.com/gpu"]))  # renamed, or the name kept
+        sharing = Sharing(mode=mode, replicas=draw(st.integers(2, 8)), resource_name=name)
     elif mode is Mode.MIG:
         model = model or "A100-80GB"
         names = GPU_MODELS[model].profile_names()
@@ -117,7 +118,8 @@ def policies(draw):
         offered = None
         if draw(st.booleans()):  # a layout: the mapped profile and some others, as mig-parted would offer them
             offered = tuple(n for n in names if n == profile or draw(st.booleans()))
-        sharing = Sharing(mode=mode, mig_profile=profile, mig_profiles=offered)
+        strategy = draw(st.sampled_from(list(MigStrategy)))
+        sharing = Sharing(mode=mode, mig_profile=profile, mig_profiles=offered, mig_strategy=strategy)
     fractional_choices = [Fractional.REJECT]
     if mode.is_shared:
         fractional_choices.append(Fractional.SHARED)
@@ -137,6 +139,7 @@ def policies(draw):
         else None,
         framework_env=tuple(draw(st.lists(st.sampled_from(FRAMEWORKS), unique=True))),
         block_visible_devices_override=draw(st.booleans()),
+        steering=draw(st.booleans()),
     )
 
 
@@ -161,8 +164,10 @@ def has_managed(container) -> bool:
 
 
 def strip_mutable(obj):
-    """Everything no rule may change: the object less container resources/env and the policy annotation."""
+    """Everything no rule may change: the object less container resources/env, the policy annotation and the
+    affinity (the objects generated here have none: steering adds it)."""
     result = copy.deepcopy(obj)
+    pod_spec(result).pop("affinity", None)
     result["metadata"].get("annotations", {}).pop("gpu-admission.io/policy", None)
     if result["metadata"].get("annotations") == {}:
         del result["metadata"]["annotations"]
@@ -221,8 +226,8 @@ def test_unrelated_fields_and_gpu_free_containers_are_never_touched(obj, policy)
 def test_mutation_leaves_nothing_that_it_exists_to_fix(obj, policy):
     decision = evaluate(obj, NS, PolicySet((policy,)))
     assert not any("has no limit" in line for line in decision.violations)
-    if policy.fractional is Fractional.REJECT:
-        return
+    if policy.fractional is Fractional.REJECT or policy.sharing.is_mig_single:
+        return  # MIG single: a fraction above the one profile's share stays (test_steering.py)
     for c in pod_spec(obj)["containers"] + pod_spec(obj).get("initContainers", []):
         resources = c.get("resources")
         if not isinstance(resources, dict) or not all(

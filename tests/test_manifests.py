@@ -1,20 +1,23 @@
 """manifests/: what `kubectl apply -k manifests/` (and each overlay) would apply, checked property by property.
 
-There is no kustomize binary on the test machines, so `render` below resolves the few kustomize features the
-manifests use (resources, components, configMapGenerator, JSON patches, replacements, local-config) and fails
-on any other; where kubectl is installed, its built-in kustomize renders the same directories and must agree.
-Every rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field
-the API does not know (a typo) would be dropped on the way and fail the round trip.
+`render` below resolves the few kustomize features the manifests use (resources, components,
+configMapGenerator, JSON patches, replacements, local-config) and fails on any other; where kubectl is
+installed, its built-in kustomize renders the same directories and must agree (and renders the example
+overlay in overlays/custom/, whose `behavior: replace` and `images:` only kustomize resolves). Every
+rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field the
+API does not know (a typo) would be dropped on the way and fail the round trip.
 
-No CEL library is installed, so the webhooks' matchConditions are checked for structure: each must be the
-documented expression (below) for its kinds' pod-spec path, which is the engine's own `POD_SPEC_PATHS`, and its
-resource names must pick exactly what the engine's `is_managed` picks.
+The webhooks' matchConditions are checked for structure (each must be the documented expression for its
+kinds' pod-spec path, the engine's own `POD_SPEC_PATHS`, and its resource names must pick exactly what the
+engine's `is_managed` picks) and evaluated with a CEL implementation (common-expression-language, with
+cel-go's heterogeneous equality) on objects with and without GPUs and with missing fields.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 import re
 import shutil
@@ -45,6 +48,7 @@ EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "gpu-admission"]
 # (API group, resource) -> kind, for every kind the webhooks receive.
 RESOURCE_KINDS = {
     ("", "pods"): "Pod",
+    ("", "pods/ephemeralcontainers"): "Pod",  # `kubectl debug`
     ("apps", "deployments"): "Deployment",
     ("apps", "statefulsets"): "StatefulSet",
     ("apps", "daemonsets"): "DaemonSet",
@@ -73,10 +77,18 @@ GUARDS &&
       has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)))))"""
 
 
-def documented_condition(path: tuple[str, ...]) -> str:
+POD_SECTIONS = "['containers', 'initContainers']"
+EPHEMERAL_SECTIONS = "['ephemeralContainers']"  # an ephemeral container's env can set NVIDIA_VISIBLE_DEVICES
+
+
+def documented_condition(path: tuple[str, ...], sections: str = POD_SECTIONS) -> str:
     spec = ".".join(("object", *path))
     guards = " && ".join(f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path)))
-    return MATCH_CONDITION.replace("GUARDS", guards).replace("SPEC", spec)
+    return MATCH_CONDITION.replace("GUARDS", guards).replace("SPEC", spec).replace(POD_SECTIONS, sections)
+
+
+def is_ephemeral(hook: dict[str, Any]) -> bool:
+    return any(r["resources"] == ["pods/ephemeralcontainers"] for r in hook["rules"])
 
 
 # ------------------------------------------------------------------------------------ a small kustomize
@@ -261,13 +273,16 @@ def test_every_manifest_file_parses() -> None:
 def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict[str, Any]]], variant: str) -> None:
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
-        "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Service",
-        "ServiceAccount", "ValidatingWebhookConfiguration",
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
+        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
     assert kinds == expected
-    cluster_scoped = {"Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ClusterRole",
+        "ClusterRoleBinding",
+    }  # fmt: skip
     for obj in rendered[variant]:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
 
@@ -294,7 +309,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 8
+    assert checked == 11
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -308,46 +323,56 @@ def _policy_files(directory: Path) -> dict[str, str]:
     }
 
 
-def test_the_policy_copy_matches_policies_dir() -> None:
-    """kustomize reads only files under its root, so manifests/ carries a copy of policies/: keep it exact."""
-    source, copy_ = _policy_files(ROOT / "policies"), _policy_files(POLICY_COPY)
-    differing = sorted(name for name in source.keys() | copy_.keys() if source.get(name) != copy_.get(name))
-    assert not differing, f"manifests/base/policies/ differs from policies/ in {differing}: run `make manifests`"
+def first_day_copy() -> str:
+    """What manifests/sync-policies.sh writes: policies/default.yaml with two header lines, in audit."""
+    source = (ROOT / "policies" / "default.yaml").read_text()
+    header = (
+        "# Generated by manifests/sync-policies.sh (make manifests) from policies/default.yaml, in audit for the"
+        " first day.\n"
+        "# Rollout: audit (gpu-webhook audit lists what would change), then warn, then enforce: see the README.\n"
+    )
+    return header + re.sub(r"(?m)^  enforcement: enforce ", "  enforcement: audit   ", source)
+
+
+def test_the_policy_copy_is_the_default_policy_in_audit() -> None:
+    """kustomize reads only files under its root, so manifests/ carries a copy: policies/default.yaml, in audit."""
+    assert _policy_files(POLICY_COPY) == {"default.yaml": first_day_copy()}, "run `make manifests`"
     (generator,) = _kustomization(POLICY_COPY)["configMapGenerator"]
-    assert generator.get("files", []) == sorted(source), "run `make manifests` to list the policy files"
+    assert generator.get("files", []) == ["default.yaml"]
 
 
-def test_the_policy_configmap_holds_every_policy_file_under_a_fixed_name(default: list[dict[str, Any]]) -> None:
+def test_the_configmap_holds_only_the_default_policy_in_audit(default: list[dict[str, Any]]) -> None:
+    """The first day breaks nothing: no example policy goes live, and the default only logs and counts."""
+    from webhook.admission.loader import parse_policy_sources
+    from webhook.admission.policy import Enforcement
+
     configmap = one(default, "ConfigMap")
     assert configmap["metadata"]["name"] == "gpu-admission-policies"  # no hash suffix: updated in place
-    assert configmap.get("data", {}) == _policy_files(ROOT / "policies")
+    assert list(configmap.get("data", {})) == ["default.yaml"]
+    shipped = parse_policy_sources(configmap["data"])  # the loader's own check: raises PolicyLoadError
+    (policy,) = shipped.policies
+    assert policy.name == "default" and policy.enforcement is Enforcement.AUDIT
+    # Everything but the enforcement is the repository's default policy.
+    (repository,) = parse_policy_sources({"default.yaml": (ROOT / "policies" / "default.yaml").read_text()}).policies
+    assert repository.enforcement is Enforcement.ENFORCE
+    assert dataclasses.replace(repository, enforcement=Enforcement.AUDIT) == policy
 
 
-def test_the_policies_in_the_configmap_load(default: list[dict[str, Any]]) -> None:
-    """What the pods will read is a valid policy set (the loader's own check, not a copy of it)."""
-    from webhook.admission.loader import parse_policy_sources
-
-    parse_policy_sources(one(default, "ConfigMap").get("data", {}))  # raises PolicyLoadError, file#doc per line
-
-
-def test_the_sync_script_copies_and_lists_policy_files(tmp_path: Path) -> None:
+def test_the_sync_script_writes_the_first_day_default(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     shutil.copytree(MANIFESTS, root / "manifests")
-    (root / "policies").mkdir()
-    (root / "policies" / "b-team.yaml").write_text("name: b-team\nnamespaces: [b-*]\n")
-    (root / "policies" / "a.yml").write_text("name: a\n")
-    (root / "policies" / "README.md").write_text("not a policy\n")
+    shutil.copytree(ROOT / "policies", root / "policies")
     (root / "manifests" / "base" / "policies" / "stale.yaml").write_text("name: gone\n")
     result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "synced 2 policy file(s)" in result.stdout
-    (generator,) = _kustomization(root / "manifests" / "base" / "policies")["configMapGenerator"]
-    assert generator["files"] == ["a.yml", "b-team.yaml"]
+    assert result.stdout == "synced policies/default.yaml into manifests/base/policies (enforcement: audit)\n"
     assert not (root / "manifests" / "base" / "policies" / "stale.yaml").exists()
-    configmap = one(render(root / "manifests"), "ConfigMap")
-    assert configmap["data"] == {"b-team.yaml": "name: b-team\nnamespaces: [b-*]\n", "a.yml": "name: a\n"}
-    if KUBECTL:
-        assert one(kubectl_kustomize(root / "manifests"), "ConfigMap") == configmap
+    assert _policy_files(root / "manifests" / "base" / "policies") == {"default.yaml": first_day_copy()}
+    # A default.yaml whose enforcement line the script cannot find is an error, not a silent enforce.
+    (root / "policies" / "default.yaml").write_text("apiVersion: gpu-admission.io/v1\n")
+    result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "no '  enforcement: enforce ' line" in result.stderr
 
 
 # ---------------------------------------------------------------------------------------- the Deployment
@@ -364,6 +389,18 @@ def test_the_deployment_runs_three_spread_replicas(default: list[dict[str, Any]]
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == APP_LABELS
 
 
+def test_the_service_account_may_get_list_and_watch_nodes_and_nothing_else(default: list[dict[str, Any]]) -> None:
+    role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]
+    }  # fmt: skip
+    account = one(default, "ServiceAccount")["metadata"]
+    subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    assert binding["subjects"] == [subject]
+    assert not [o for o in default if o["kind"] in ("Role", "RoleBinding")]
+
+
 def test_the_pod_is_locked_down_to_the_restricted_pod_security_standard(default: list[dict[str, Any]]) -> None:
     namespace = one(default, "Namespace")
     assert namespace["metadata"]["name"] == NAMESPACE
@@ -372,7 +409,7 @@ def test_the_pod_is_locked_down_to_the_restricted_pod_security_standard(default:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True  # for the node inventory: see the RBAC test
     assert pod["serviceAccountName"] == one(default, "ServiceAccount")["metadata"]["name"]
     assert not any(pod.get(key) for key in ("hostNetwork", "hostPID", "hostIPC"))
     assert {next(k for k in v if k != "name") for v in pod["volumes"]} <= {"secret", "configMap", "emptyDir"}
@@ -474,7 +511,7 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
     configuration = one(default, kind)
     service = one(default, "Service")
     mutating = kind.startswith("Mutating")
-    assert len(configuration["webhooks"]) == 4
+    assert len(configuration["webhooks"]) == 5
     for hook in configuration["webhooks"]:
         assert hook["name"].endswith(".gpu-admission.io")
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -513,6 +550,10 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
 ) -> None:
     covered: dict[str, list[str]] = {}
     for hook in one(default, kind)["webhooks"]:
+        if is_ephemeral(hook):
+            (rule,) = hook["rules"]
+            assert rule["operations"] == ["UPDATE"] and rule["apiGroups"] == [""], "kubectl debug is an UPDATE"
+            continue
         kinds = _kinds_of(hook)
         assert not set(kinds) & set(covered), f"{hook['name']} repeats {set(kinds) & set(covered)}"
         covered.update(kinds)
@@ -530,7 +571,8 @@ def test_each_match_condition_is_the_documented_one_for_its_kinds_pod_spec_path(
         assert condition["name"] == "mentions-managed-gpu"
         paths = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
         assert len(paths) == 1, f"{hook['name']} mixes kinds whose pod specs live at {paths}"
-        assert condition["expression"] == documented_condition(paths.pop()), hook["name"]
+        sections = EPHEMERAL_SECTIONS if is_ephemeral(hook) else POD_SECTIONS
+        assert condition["expression"] == documented_condition(paths.pop(), sections), hook["name"]
 
 
 def test_the_documented_condition_is_well_formed_and_guards_every_step() -> None:
@@ -611,7 +653,7 @@ def test_the_documented_one_liner_fills_every_ca_bundle(tmp_path: Path) -> None:
         outputs.append(kubectl_kustomize(root / "manifests"))
     for objects in outputs:
         bundles = [h["clientConfig"]["caBundle"] for c in webhook_configurations(objects) for h in c["webhooks"]]
-        assert len(bundles) == 8
+        assert len(bundles) == 10
         assert {base64.b64decode(b, validate=True) for b in bundles} == {out.ca_cert.read_bytes()}
 
 
@@ -660,3 +702,221 @@ def test_the_service_name_matches_what_certs_generate_covers(default: list[dict[
     service = one(default, "Service")["metadata"]
     expected = f"{service['name']}.{service['namespace']}.svc"
     assert expected in certs.service_dns_names("gpu-admission", NAMESPACE)
+
+
+# ------------------------------------------------------------------------------------ first-day safety
+
+
+def test_a_fail_closed_webhook_runs_at_system_cluster_critical_priority(default: list[dict[str, Any]]) -> None:
+    pod = one(default, "Deployment")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    # Clusters that limit critical classes to namespaces with a quota naming them (limitedResources) admit it.
+    quota = one(default, "ResourceQuota")
+    assert quota["metadata"]["namespace"] == NAMESPACE
+    assert quota["spec"]["scopeSelector"] == {
+        "matchExpressions": [{"operator": "In", "scopeName": "PriorityClass", "values": ["system-cluster-critical"]}]
+    }
+    assert int(quota["spec"]["hard"]["pods"]) >= one(default, "Deployment")["spec"]["replicas"] + 1
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+def test_kubectl_debug_is_matched_through_the_ephemeralcontainers_subresource(
+    default: list[dict[str, Any]], kind: str
+) -> None:
+    (hook,) = [h for h in one(default, kind)["webhooks"] if is_ephemeral(h)]
+    assert hook["name"] == "ephemeralcontainers.gpu-admission.io"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+         "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+    ]  # fmt: skip
+    assert hook["matchConditions"][0]["expression"] == documented_condition(("spec",), EPHEMERAL_SECTIONS)
+
+
+# ------------------------------------------------------------------------------------ the monitoring overlay
+
+MONITORING = MANIFESTS / "overlays" / "monitoring"
+PROMETHEUS_OPERATOR_SCHEMAS = ROOT / "tests" / "fixtures" / "prometheus-operator"
+
+
+@pytest.fixture(scope="module")
+def monitoring() -> list[dict[str, Any]]:
+    objects = render(MONITORING)
+    if KUBECTL:
+        assert sorted(kubectl_kustomize(MONITORING), key=_key) == sorted(objects, key=_key)
+    return objects
+
+
+def test_the_monitoring_overlay_adds_a_service_monitor_and_rules_to_the_default(
+    monitoring: list[dict[str, Any]], default: list[dict[str, Any]]
+) -> None:
+    others = [o for o in monitoring if not o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(others, key=_key) == sorted(default, key=_key)
+    assert sorted(o["kind"] for o in monitoring if o not in others) == ["PrometheusRule", "ServiceMonitor"]
+
+
+@pytest.mark.parametrize(("kind", "schema_file"), [
+    ("ServiceMonitor", "servicemonitor.schema.yaml"), ("PrometheusRule", "prometheusrule.schema.yaml"),
+])  # fmt: skip
+def test_monitoring_objects_meet_the_prometheus_operator_crd_schemas(
+    monitoring: list[dict[str, Any]], kind: str, schema_file: str
+) -> None:
+    import jsonschema
+
+    schema = yaml.safe_load((PROMETHEUS_OPERATOR_SCHEMAS / schema_file).read_text())
+    obj = one(monitoring, kind)
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert obj["metadata"]["namespace"] == NAMESPACE
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(
+        schema).iter_errors(obj)]  # fmt: skip
+    assert errors == []
+
+
+def test_the_service_monitor_scrapes_the_services_metrics_port(monitoring: list[dict[str, Any]]) -> None:
+    service = one(monitoring, "Service")
+    spec = one(monitoring, "ServiceMonitor")["spec"]
+    assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]} and endpoint["port"] == "metrics"
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")  # the arbiter's plain-HTTP endpoint
+
+
+def test_the_alerts_watch_errors_latency_certificate_expiry_and_reloads(monitoring: list[dict[str, Any]]) -> None:
+    from webhook.server import metrics
+
+    (group,) = one(monitoring, "PrometheusRule")["spec"]["groups"]
+    alerts = {rule["alert"]: rule for rule in group["rules"]}
+    assert set(alerts) == {
+        "GPUAdmissionDown", "GPUAdmissionErrors", "GPUAdmissionSlow", "GPUAdmissionCertificateExpiresSoon",
+        "GPUAdmissionCertificateExpiresVerySoon", "GPUAdmissionPolicyReloadFailed",
+    }  # fmt: skip
+    # Each names series the server exports (prometheus_client adds _total to counters, _bucket to histograms).
+    exported = {
+        f"{metrics.REVIEWS._name}_total", f"{metrics.DURATION._name}_bucket", f"{metrics.RELOADS._name}_total",
+        "gpu_admission_certificate_expiry_timestamp_seconds",
+    }  # fmt: skip
+    used = {name for rule in alerts.values() for name in re.findall(r"gpu_admission_[a-z_]+", rule["expr"])}
+    assert used == exported
+    assert 'decision="error"' in alerts["GPUAdmissionErrors"]["expr"]
+    assert 'result="error"' in alerts["GPUAdmissionPolicyReloadFailed"]["expr"]
+    timeout = max(h["timeoutSeconds"] for c in webhook_configurations(monitoring) for h in c["webhooks"])
+    assert float(alerts["GPUAdmissionSlow"]["expr"].rsplit(">", 1)[1]) < timeout
+    for rule in alerts.values():
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+# ------------------------------------------------------------------------------------ customising: an overlay
+
+CUSTOM = MANIFESTS / "overlays" / "custom"
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
+def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: list[dict[str, Any]]) -> None:
+    from webhook.admission.loader import parse_policy_sources
+
+    objects = kubectl_kustomize(CUSTOM)
+    configmap = one(objects, "ConfigMap")
+    assert configmap["metadata"]["name"] == "gpu-admission-policies"  # the same fixed name: reloaded in place
+    files = {p.name: p.read_text() for p in sorted((CUSTOM / "policies").glob("*.yaml"))}
+    assert configmap["data"] == files  # replaced, not merged: the shipped default.yaml is gone
+    names = [p.name for p in parse_policy_sources(configmap["data"]).policies]
+    assert names == ["default", "notebooks-time-slicing"]
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/platform/gpu-admission:0.1.0"
+    # Nothing else differs from manifests/.
+    expected = copy.deepcopy(default)
+    one(expected, "ConfigMap")["data"] = files
+    one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
+    assert sorted(objects, key=_key) == sorted(expected, key=_key)
+
+
+# ------------------------------------------------------------------------------------ matchConditions, evaluated
+
+
+def _cel(expression: str, obj: dict[str, Any]) -> Any:
+    import cel  # common-expression-language: cel-go's semantics, heterogeneous equality included
+
+    return cel.evaluate(expression, {"object": obj})
+
+
+def _at(path: tuple[str, ...], spec: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "x"}}
+    node = obj
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = spec
+    return obj
+
+
+GPU_LIMIT = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+# Pod specs, and whether an object with that spec mentions a managed GPU (the engine's mentions_gpu agrees).
+CONDITION_CASES = [
+    ({"containers": [{"name": "a", **GPU_LIMIT}]}, True),
+    ({"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}, True),
+    ({"initContainers": [{"name": "a", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}], "containers": []}, True),
+    ({"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, True),
+    ({"containers": [{"name": "a", "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]}]}, True),
+    ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
+    ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
+    ({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "c"}}]}]}, False),
+    # Missing and null fields at every step: false, never an error (an error under failurePolicy Fail rejects).
+    ({}, False),
+    ({"containers": None, "initContainers": None}, False),
+    ({"containers": [{"name": "a"}]}, False),
+    # (resources is a struct in k8s.io/api core/v1 Container, never null in what the API server sends; env
+    # and envFrom are slices, guarded against null all the same.)
+    ({"containers": [{"name": "a", "resources": {}, "env": None, "envFrom": None}]}, False),
+    ({"containers": [{"name": "a", "resources": {"limits": None, "requests": {}}}]}, False),
+]
+
+
+@pytest.mark.parametrize("kind", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
+@pytest.mark.parametrize(("spec", "selected"), CONDITION_CASES)
+def test_match_conditions_select_what_the_engine_would_judge(
+    default: list[dict[str, Any]], kind: str, spec: dict[str, Any], selected: bool
+) -> None:
+    from webhook.admission.podspec import mentions_gpu
+
+    for hook in one(default, kind)["webhooks"]:
+        if is_ephemeral(hook):
+            continue
+        (condition,) = hook["matchConditions"]
+        (path,) = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
+        obj = _at(path, copy.deepcopy(spec))
+        assert _cel(condition["expression"], obj) is selected, hook["name"]
+        assert mentions_gpu(obj, path) is selected or spec.get("containers") is None, "the engine's twin differs"
+    # An object without the pod spec's parents at all is not selected either.
+    for hook in one(default, kind)["webhooks"]:
+        assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "selected"),
+    [
+        ([{"name": "debugger", "image": "busybox"}], False),
+        ([{"name": "debugger", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}], True),
+        ([{"name": "debugger", "envFrom": [{"prefix": "NVIDIA_VISIBLE_", "secretRef": {"name": "s"}}]}], True),
+        (None, False),
+    ],
+)
+def test_the_ephemeral_containers_condition_selects_debug_containers_that_can_reach_gpus(
+    default: list[dict[str, Any]], ephemeral: Any, selected: bool
+) -> None:
+    pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "a", **GPU_LIMIT}]}}
+    if ephemeral is not None:
+        pod["spec"]["ephemeralContainers"] = ephemeral
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = [h for h in one(default, kind)["webhooks"] if is_ephemeral(h)]
+        assert _cel(hook["matchConditions"][0]["expression"], pod) is selected
+
+
+def test_the_webhook_configurations_and_nothing_else_are_labelled_to_apply_last(
+    default: list[dict[str, Any]],
+) -> None:
+    """Install: `kubectl apply -k manifests/ -l 'gpu-admission.io/apply-last!=true'`, wait for the rollout, then
+    `-l gpu-admission.io/apply-last=true`; uninstall in the reverse order. A selector `!=` also matches objects
+    without the label, so the two selectors split the objects in two."""
+    last = [o["kind"] for o in default if o["metadata"].get("labels", {}).get("gpu-admission.io/apply-last") == "true"]
+    assert sorted(last) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    labelled = [o for o in default if "gpu-admission.io/apply-last" in o["metadata"].get("labels", {})]
+    assert len(labelled) == 2

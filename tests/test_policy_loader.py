@@ -258,7 +258,7 @@ SPEC_CASES = [
      "reject or mig, or change the mode"),
     # sharing
     ("namespaces: [a]\nsharing: mig", "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-     'migProfile, migProfiles; got "mig" (a string)'),
+     'migProfile, migProfiles, migStrategy; got "mig" (a string)'),
     ("namespaces: [a]\nsharing: {mode: timeslicing}", 'p.yaml#0 spec.sharing.mode: "timeslicing" is not one of '
      'exclusive, time-slicing, mps, mig (did you mean "time-slicing"?)'),
     ("namespaces: [a]\nsharing: {replica: 4}", 'p.yaml#0 spec.sharing.replica: unknown field '
@@ -288,9 +288,6 @@ SPEC_CASES = [
     ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: kubernetes.io/gpu}", 'p.yaml#0 '
      'spec.sharing.resourceName: "kubernetes.io/gpu" is in the kubernetes.io domain, which extended resources may '
      "not use; use <domain>/<name>, e.g. nvidia.com/gpu.shared"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: nvidia.com/gpu}", 'p.yaml#0 '
-     'spec.sharing.resourceName: "nvidia.com/gpu" would map the GPU to itself; use the shared resource\'s name, '
-     "e.g. nvidia.com/gpu.shared"),
     # The device plugin may rename to anything; the webhook's rules (and the manifests' matchConditions)
     # recognise only these, so another name would pass every check unseen.
     ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: nvidia.com/gpu-ts}", 'p.yaml#0 '
@@ -396,8 +393,8 @@ SPEC_CASES = [
     # unknown and duplicate fields
     ("namespaces: [a]\nmemoryfraction: 0.5", 'p.yaml#0 spec.memoryfraction: unknown field (did you mean '
      '"memoryFraction"?)'),
-    ("namespaces: [a]\ncolour: blue", "p.yaml#0 spec.colour: unknown field (known fields: namespaces, enforcement, "
-     "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride)"),
+    ("namespaces: [a]\nflavour: blue", "p.yaml#0 spec.flavour: unknown field (known fields: namespaces, enforcement, "
+     "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, steering, cluster)"),
     ("namespaces: [a]\nenforcement: warn\nenforcement: enforce", "p.yaml#0 spec.enforcement: duplicate key; remove "
      "one of them"),
 ]
@@ -438,7 +435,7 @@ def test_each_spec_problem_is_one_exact_line(spec: str, line: str) -> None:
          "p.yaml#0 metadata.name: expected a string, got 7 (a whole number)"),
         (HEAD, "p.yaml#0 spec: required; a policy needs at least spec.namespaces"),
         (HEAD + "spec: [a]\n", "p.yaml#0 spec: expected a mapping of namespaces, enforcement, sharing, gpu, limits, "
-         "fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride; got a list"),
+         "fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, steering, cluster; got a list"),
         (doc("namespaces: [a]") + "1: x\n", "p.yaml#0: keys must be strings, got 1 (a whole number)"),
         (doc("namespaces: [a]") + "? [a]\n: x\n", "p.yaml#0: keys must be strings, got a list"),
     ],
@@ -487,7 +484,7 @@ def test_a_key_that_is_not_plain_is_quoted_so_its_problem_stays_one_line() -> No
     text = doc('namespaces: [a]\n"foo\\nDENY fake\\u001b[31m": 1\n"x y": 2\nteam_a.b/c-d: 3')
     known = (
         "unknown field (known fields: namespaces, enforcement, sharing, gpu, limits, fractional, memoryFraction, "
-        "frameworkEnv, blockVisibleDevicesOverride)"
+        "frameworkEnv, blockVisibleDevicesOverride, steering, cluster)"
     )
     assert problems(text) == [
         f'p.yaml#0 spec."foo\\nDENY fake\\u001b[31m": {known}',

@@ -12,14 +12,19 @@ managed GPU resource, and GPU feature discovery's labels.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import is_managed
 
-# GPU feature discovery's labels that admission reads (NVIDIA/k8s-device-plugin, GFD).
+# GPU feature discovery's labels that admission reads (NVIDIA/k8s-device-plugin, GFD). Checked at the source,
+# NVIDIA/k8s-device-plugin internal/lm/resource.go: `<resource>.product` (the model, spaces as "-", "-SHARED"
+# appended when replicated and not renamed), `.count`, `.replicas` (0: sharing off, 1: not replicated, N: N
+# replicas per GPU) and `.memory` (MiB, from NVML) for `nvidia.com/gpu` and for each `nvidia.com/mig-<profile>`
+# under the mixed strategy; internal/lm/mig-strategy.go: `nvidia.com/mig.strategy` (none, single, mixed).
 GFD_LABELS = frozenset(
     {
         "nvidia.com/gpu.product",
@@ -66,27 +71,53 @@ class NodeInfo:
                 value = quantity_or_none(raw)
                 if value is not None and value > 0:
                     amounts[resource] = int(value)
-        kept = {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str) and is_kept_label(k)}
+        # Interned: thousands of nodes carry the same few keys and values, held once.
+        kept = {
+            sys.intern(k): sys.intern(v)
+            for k, v in labels.items()
+            if isinstance(k, str) and isinstance(v, str) and is_kept_label(k)
+        }
         return NodeInfo(name, amounts, kept, spec.get("unschedulable") is True)
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """An immutable snapshot of the nodes. Aggregates that reviews read are worked out once per snapshot."""
+    """An immutable snapshot of the nodes. What reviews read is worked out once per snapshot: the largest
+    amounts eagerly (the snapshot is built off the hot path), per-policy values on first use (`derived`)."""
 
     nodes: Mapping[str, NodeInfo]
     _largest: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False, compare=False)
+    _derived: dict[tuple[str, int], tuple[object, Any]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for node in self.nodes.values():
+            for name, amount in node.allocatable.items():
+                best = self._largest.get(name)
+                if best is None or amount > best[0]:
+                    self._largest[name] = (amount, node.name)
+
+    @staticmethod
+    def of(nodes: Iterable[NodeInfo]) -> ClusterView:
+        return ClusterView({node.name: node for node in nodes})
 
     def largest(self, resource: str) -> tuple[int, str] | None:
         """The most of `resource` any one node can hold, and that node's name; None when no node has any."""
-        if not self._largest and self.nodes:
-            for node in self.nodes.values():
-                for name, amount in node.allocatable.items():
-                    best = self._largest.get(name)
-                    if best is None or amount > best[0]:
-                        self._largest[name] = (amount, node.name)
         return self._largest.get(resource)
+
+    def resources(self) -> Iterable[str]:
+        """Every resource some node advertises."""
+        return self._largest.keys()
 
     def offers(self, resource: str) -> bool:
         """Whether any node advertises `resource`."""
-        return self.largest(resource) is not None
+        return resource in self._largest
+
+    def derived(self, key: str, owner: object, compute: Callable[[], Any]) -> Any:
+        """`compute()` for `owner` (a policy), worked out once per snapshot. Keyed by identity, and `owner` is
+        kept with the value, so that a policy set swapped on reload never reads another policy's entry."""
+        entry = self._derived.get((key, id(owner)))
+        if entry is None or entry[0] is not owner:
+            if len(self._derived) >= 4096:  # policy reloads leave entries behind: a bound, never reached in use
+                self._derived.clear()
+            entry = self._derived[(key, id(owner))] = (owner, compute())
+        return entry[1]

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission import clustercheck
+from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Enforcement, PolicySet
-from webhook.admission.validate import Refusal, validate
-from webhook.admission.violation import WARNING_PREFIX
+from webhook.admission.policy import Check, Enforcement, Policy, PolicySet
+from webhook.admission.validate import Holders, Refusal, validate
+from webhook.admission.violation import WARNING_PREFIX, Violation
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -50,25 +52,55 @@ class Decision:
         return self.refusals if self.refused_only else self.violations
 
 
-def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None) -> Decision:
+def evaluate(
+    obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None, cluster: ClusterView | None = None
+) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
     `old` is the object before an UPDATE (None for a CREATE, and offline). Templates are validated on the
-    mutation result too: their pods will be mutated when created.
+    mutation result too: their pods will be mutated when created. `cluster` is the node inventory's latest
+    trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
+    (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
+    if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
+        return _judge_added_ephemeral_containers(obj, old, policy)
     if not mentions_gpu(obj, spec_path):
         return Decision(True, "allow", policy.name, mutated=obj)
+    if cluster is not None and policy.cluster.auto:
+        policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    found = validate(result.obj, policy, spec_path)
+    counted: Holders | None = [] if cluster is not None else None
+    found = validate(result.obj, policy, spec_path, counted)
+    if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
+        found = found + result.conflicts
+    warnings = result.warnings
+    if counted and cluster is not None:
+        # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
+        # decides), `warn` ones are warnings whatever the enforcement.
+        checked = clustercheck.check(counted, policy, cluster, not found)
+        if checked:
+            found = found + [v for level, v in checked if level is Check.DENY]
+            warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
+    return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds)
+
+
+def _verdict(
+    policy: Policy,
+    patch: list[dict[str, Any]],
+    warnings: list[str],
+    found: list[Violation],
+    mutated: dict[str, Any],
+    kinds: list[str],
+) -> Decision:
+    """Turn the policy's enforcement and the violations found into the decision."""
     if not found:  # the usual case
         # In field order, by position: keyword arguments to a class cost a dict per review (2,500 instructions).
-        return Decision(True, "allow", policy.name, result.patch, result.warnings, [], result.obj, result.kinds)
-    warnings = result.warnings
+        return Decision(True, "allow", policy.name, patch, warnings, [], mutated, kinds)
     violations = [violation.line for violation in found]
     refusals = [violation.line for violation in found if type(violation) is Refusal]
     refused_only = False
@@ -88,14 +120,48 @@ def evaluate(obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any 
         verdict != "deny",  # allowed
         verdict,  # decision
         policy.name,  # policy
-        result.patch,  # patch
+        patch,  # patch
         warnings,  # warnings
         violations,  # violations
-        result.obj,  # mutated
-        result.kinds,  # mutation_kinds
+        mutated,  # mutated
+        kinds,  # mutation_kinds
         refusals,  # refusals
         refused_only,  # refused_only
     )
+
+
+def _only_ephemeral_containers_change(obj: dict[str, Any], old: Any) -> bool:
+    """Whether a Pod UPDATE changes its spec's ephemeralContainers and nothing else in the spec: what the
+    `pods/ephemeralcontainers` subresource can do. Any other update (and a malformed old object, which no API
+    server sends) is judged whole, as a CREATE is."""
+    old_spec = get_path(old, POD_SPEC) if type(old) is dict else None
+    new_spec = get_path(obj, POD_SPEC)
+    if type(old_spec) is not dict or type(new_spec) is not dict:
+        return False
+    rest = "ephemeralContainers"
+    return {k: v for k, v in new_spec.items() if k != rest} == {k: v for k, v in old_spec.items() if k != rest}
+
+
+def _judge_added_ephemeral_containers(obj: dict[str, Any], old: dict[str, Any], policy: Policy) -> Decision:
+    """A Pod UPDATE that changes only ephemeralContainers: `kubectl debug`, through `pods/ephemeralcontainers`.
+
+    The rest of the Pod was judged when it was created (a Pod's containers and init containers cannot change
+    afterwards; the webhook configurations send Pod UPDATEs only for that subresource), so only the ephemeral
+    containers the update adds are judged: a policy tightened since must not keep anyone from debugging a
+    running Pod, and nothing is patched (ephemeral containers hold no resources, and the API server accepts
+    only ephemeralContainers changes through this subresource, and no change to one already added:
+    kubernetes/kubernetes pkg/apis/core/validation/validation.go, ValidatePodEphemeralContainersUpdate).
+    """
+    old_list = get_path(old, POD_SPEC).get("ephemeralContainers")
+    existing = {c.get("name") for c in old_list if type(c) is dict} if type(old_list) is list else set()
+    new_list = get_path(obj, POD_SPEC).get("ephemeralContainers")
+    added = (
+        [c for c in new_list if type(c) is not dict or c.get("name") not in existing] if type(new_list) is list else []
+    )
+    view = {"kind": "Pod", "metadata": obj.get("metadata"), "spec": {"ephemeralContainers": added}}
+    if not added or not mentions_gpu(view, POD_SPEC):
+        return Decision(True, "allow", policy.name, mutated=obj)
+    return _verdict(policy, [], [], validate(view, policy, POD_SPEC), obj, [])
 
 
 def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> str:

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -25,19 +25,25 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
+from webhook.admission import policyfields
 from webhook.admission.policy import (
     DEFAULT_FRAMEWORK_ENV,
     DEFAULT_MAX_PER_POD,
     DEFAULT_SHARED_RESOURCE,
     FRAMEWORKS,
     GPU,
+    AssumedNode,
+    Check,
+    ClusterChecks,
     Enforcement,
     Fractional,
     Limits,
+    MigStrategy,
     Mode,
     Policy,
     PolicySet,
     Sharing,
+    Steering,
     is_glob,
     is_namespace_name,
     parse_glob,
@@ -46,8 +52,8 @@ from webhook.admission.policy import (
 from webhook.admission.quantity import format_fraction
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
 
-API_VERSION = "gpu-admission.io/v1"
-KIND = "GPUPolicy"
+API_VERSION = policyfields.API_VERSION
+KIND = policyfields.KIND
 MAX_FILE_BYTES = 1024 * 1024  # the most a ConfigMap holds; real policy files are a few KiB
 MAX_DEPTH = 16  # a policy document nests 4 levels deep
 MAX_EVENTS = 50_000  # YAML events per file (values, collections, documents): ample, and read in well under 1 s
@@ -398,22 +404,16 @@ def _one_of(value: str, choices: Iterable[str]) -> str:
 _ABSENT = object()
 _BAD = object()  # present but invalid: already reported
 
-_TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec")
-_METADATA_FIELDS = ("name",)
-_SPEC_FIELDS = (
-    "namespaces",
-    "enforcement",
-    "sharing",
-    "gpu",
-    "limits",
-    "fractional",
-    "memoryFraction",
-    "frameworkEnv",
-    "blockVisibleDevicesOverride",
-)
-_SHARING_FIELDS = ("mode", "replicas", "resourceName", "migProfile", "migProfiles")
-_GPU_FIELDS = ("model", "memoryMiB")
-_LIMITS_FIELDS = ("maxPerContainer", "maxPerPod")
+# The field tables live in policyfields.py, which the JSON Schema is generated from as well.
+_TOP_FIELDS = policyfields.names(policyfields.DOCUMENT)
+_METADATA_FIELDS = policyfields.names(policyfields.METADATA)
+_SPEC_FIELDS = policyfields.names(policyfields.SPEC)
+_SHARING_FIELDS = policyfields.names(policyfields.SHARING)
+_GPU_FIELDS = policyfields.names(policyfields.GPU)
+_LIMITS_FIELDS = policyfields.names(policyfields.LIMITS)
+_CLUSTER_FIELDS = policyfields.names(policyfields.CLUSTER)
+_NODE_SHAPE_FIELDS = policyfields.names(policyfields.NODE_SHAPE)
+AUTO = "auto"  # sharing.replicas and gpu.model: taken from the nodes (cluster-aware admission)
 
 
 @dataclass
@@ -424,6 +424,7 @@ class _Parsed:
     name: str | None = None
     namespaces: list[tuple[int, str]] = field(default_factory=list)
     policy: Policy | None = None
+    steering: Steering = Steering.AUTO  # as written: resolved for the whole set (`_resolve_steering`)
 
 
 class _DocumentChecker:
@@ -547,7 +548,7 @@ def _check_resource_name(name: str) -> str | None:
     if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
         return f"{_quote(name)} is in the kubernetes.io domain, which extended resources may not use; {rule}"
     if name == NVIDIA_GPU:
-        return f"{_quote(name)} would map the GPU to itself; use the shared resource's name, e.g. nvidia.com/gpu.shared"
+        return None  # the device plugin's default (renameByDefault: false): replicas keep the GPU's name
     if not (is_managed(name) and is_shared(name)):  # the rules, mentions_gpu and the matchConditions know these
         return (
             f"{_quote(name)} is not a shared GPU resource that the webhook checks; use nvidia.com/gpu.shared (the "
@@ -601,7 +602,10 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     limits_map = check.section(spec, "limits", "spec", _LIMITS_FIELDS)
 
     model = _ABSENT
-    if "model" in gpu_map:
+    auto_model = gpu_map.get("model") == AUTO
+    if auto_model:
+        pass  # resolved per inventory snapshot (clustercheck.resolve); unknown offline
+    elif "model" in gpu_map:
         model = check.string(gpu_map["model"], "spec.gpu.model")
         if model is not _BAD and model not in GPU_MODELS:
             hint = _suggest(model, GPU_MODELS)
@@ -611,16 +615,23 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
                 + (f"; {hint}" if hint else "; or leave it out and give gpu.memoryMiB"),
             )
             model = _BAD
-    memory_mib = check.integer(gpu_map, "memoryMiB", "spec.gpu", 1, "the GPU's memory in MiB is at least 1")
+    memory_mib = check.integer(
+        gpu_map,
+        "memoryMiB",
+        "spec.gpu",
+        policyfields.minimum("spec.gpu.memoryMiB"),
+        "the GPU's memory in MiB is at least 1",
+    )
 
-    mode, sharing = _parse_sharing(sharing_map, model, check)
-    if mode is Mode.MPS and model is _ABSENT and memory_mib is _ABSENT:
+    auto_replicas = sharing_map.get("replicas") == AUTO
+    mode, sharing = _parse_sharing(sharing_map, model, check, auto_replicas)
+    if mode is Mode.MPS and model is _ABSENT and memory_mib is _ABSENT and not auto_model:
         check.problem(
             "spec.gpu",
             "mps mode needs gpu.model or gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the "
             "GPU's memory; add one",
         )
-    if fractional is Fractional.MIG and model is _ABSENT:
+    if fractional is Fractional.MIG and model is _ABSENT and not auto_model:
         check.problem(
             "spec.fractional",
             "mig needs spec.gpu.model to pick the smallest MIG profile that holds the fraction; set gpu.model",
@@ -633,9 +644,19 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         )
 
     max_container = check.integer(
-        limits_map, "maxPerContainer", "spec.limits", 1, "a container may hold at least 1 GPU"
+        limits_map,
+        "maxPerContainer",
+        "spec.limits",
+        policyfields.minimum("spec.limits.maxPerContainer"),
+        "a container may hold at least 1 GPU",
     )
-    max_pod = check.integer(limits_map, "maxPerPod", "spec.limits", 1, "a pod may hold at least 1 GPU")
+    max_pod = check.integer(
+        limits_map,
+        "maxPerPod",
+        "spec.limits",
+        policyfields.minimum("spec.limits.maxPerPod"),
+        "a pod may hold at least 1 GPU",
+    )
     if "memoryFraction" in spec and mode is not _BAD and not mode.is_shared:  # a time-sliced or MPS replica's share
         check.problem(
             "spec.memoryFraction", f"only applies when mode is time-slicing or mps (mode is {mode}); remove it"
@@ -654,6 +675,8 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             memory_fraction = _BAD
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
+    steering = _parse_steering(spec, check)
+    cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
 
     if problems or parsed.name is None or sharing is None:
         return parsed
@@ -674,8 +697,17 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         memory_fraction=memory_fraction,
         framework_env=framework_env,
         block_visible_devices_override=block,
+        cluster=ClusterChecks(
+            fits=cluster["fits"],
+            offered=cluster["offered"],
+            drift=cluster["drift"],
+            assume_nodes=cluster["assumeNodes"],
+            auto_replicas=auto_replicas,
+            auto_model=auto_model,
+        ),
         source=source,
     )
+    parsed.steering = steering
     return parsed
 
 
@@ -720,17 +752,22 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
     return valid
 
 
-def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker) -> tuple[Any, Sharing | None]:
+def _parse_sharing(
+    sharing: dict[str, Any], model: Any, check: _DocumentChecker, auto_replicas: bool = False
+) -> tuple[Any, Sharing | None]:
     """spec.sharing's mode (or _BAD), and the whole section with the fields that mode needs and only those
-    (None when invalid: reported)."""
+    (None when invalid: reported). `replicas: auto` leaves the replicas unknown until the nodes say."""
     path = "spec.sharing"
     mode = check.enum(sharing, "mode", path, Mode, Mode.EXCLUSIVE)
     if mode is _BAD:
         return mode, None
     ok = True
-    replicas = check.integer(sharing, "replicas", path, 2, "time-slicing and mps share each GPU as at least 2 replicas")
+    replicas = _ABSENT
+    if not auto_replicas:
+        rule = "time-slicing and mps share each GPU as at least 2 replicas"
+        replicas = check.integer(sharing, "replicas", path, policyfields.minimum("spec.sharing.replicas"), rule)
     ok &= replicas is not _BAD
-    if mode.is_shared and replicas is _ABSENT:
+    if mode.is_shared and replicas is _ABSENT and not auto_replicas:
         check.problem(
             f"{path}.replicas", f"required when mode is {mode}; set the device plugin's replicas per GPU (>= 2)"
         )
@@ -747,6 +784,13 @@ def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker)
             resource_name = _BAD
         ok &= resource_name is not _BAD
 
+    strategy = MigStrategy.MIXED
+    if "migStrategy" in sharing and mode is not Mode.MIG:
+        check.problem(f"{path}.migStrategy", f"only applies when mode is mig (mode is {mode}); remove it")
+        ok = False
+    else:
+        strategy = check.enum(sharing, "migStrategy", path, MigStrategy, MigStrategy.MIXED)
+        ok &= strategy is not _BAD
     profile = None
     if "migProfile" in sharing and mode is not Mode.MIG:
         check.problem(f"{path}.migProfile", f"only applies when mode is mig (mode is {mode}); remove it")
@@ -783,6 +827,7 @@ def _parse_sharing(sharing: dict[str, Any], model: Any, check: _DocumentChecker)
         resource_name=resource_name,
         mig_profile=profile,
         mig_profiles=offered,
+        mig_strategy=strategy,
     )
 
 
@@ -829,6 +874,73 @@ def _parse_mig_profiles(
         )
         return _BAD
     return tuple(offered)
+
+
+def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
+    """spec.steering: true, false, or auto (the default; `_resolve_steering` says where auto steers)."""
+    value = spec.get("steering", "auto")
+    if isinstance(value, bool):
+        return Steering.ON if value else Steering.OFF
+    if value != "auto":
+        check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
+        return _BAD
+    return Steering.AUTO
+def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str, Any]:
+    """spec.cluster: each check's level (warn unless set) and the node shapes the inventory cannot see."""
+    path = "spec.cluster"
+    parsed: dict[str, Any] = {}
+    for key in _CLUSTER_FIELDS[:3]:
+        # YAML 1.1 reads an unquoted `off` as false: that is what the user meant.
+        off = section.get(key) is False
+        parsed[key] = Check.OFF if off else check.enum(section, key, path, Check, Check.WARN)
+    shapes: list[AssumedNode] = []
+    entries = section.get("assumeNodes", [])
+    if not isinstance(entries, list):
+        check.expected(f"{path}.assumeNodes", entries, f"expected a list of node shapes, got {_describe(entries)}")
+        entries = []
+    for index, entry in enumerate(entries):
+        where = f"{path}.assumeNodes[{index}]"
+        shape = check.mapping(entry, where, _NODE_SHAPE_FIELDS)
+        if shape is None:
+            continue
+        name = _BAD
+        if "name" not in shape:
+            check.problem(f"{where}.name", "required; name the node shape (it appears in messages), e.g. a100-pool")
+        else:
+            name = check.string(shape["name"], f"{where}.name", "a name for the node shape, e.g. a100-pool")
+        allocatable: list[tuple[str, int]] = []
+        amounts = _open_mapping(shape, "allocatable", where, check)
+        for resource in amounts:
+            if not is_managed(resource):
+                check.problem(
+                    _join(f"{where}.allocatable", resource),
+                    "is not a GPU resource the webhook manages; list only GPU resources, e.g. nvidia.com/gpu: 8",
+                )
+                continue
+            amount = check.integer(amounts, resource, f"{where}.allocatable", 1, "a node shape holds at least 1")
+            if isinstance(amount, int):
+                allocatable.append((resource, amount))
+        if not amounts:
+            check.problem(
+                f"{where}.allocatable", "required; give the GPU resources one node holds, e.g. nvidia.com/gpu: 8"
+            )
+        labels: list[tuple[str, str]] = []
+        for key, value in _open_mapping(shape, "labels", where, check).items():
+            if check.string(value, _join(f"{where}.labels", key), "a label value (quote numbers)") is not _BAD:
+                labels.append((key, value))
+        if name is not _BAD:
+            shapes.append(AssumedNode(name, tuple(allocatable), tuple(labels)))
+    parsed["assumeNodes"] = tuple(shapes)
+    return parsed
+
+
+def _open_mapping(parent: dict[str, Any], key: str, path: str, check: _DocumentChecker) -> dict[str, Any]:
+    """An optional mapping whose keys are the user's (resource names, label keys); {} when absent or invalid."""
+    value = parent.get(key, {})
+    if isinstance(value, dict):
+        return value
+    check.expected(_join(path, key), value, f"expected a mapping, got {_describe(value)}")
+    return {}
 
 
 def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:
@@ -890,7 +1002,26 @@ def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
     problems += _set_problems(parsed)
     if problems:
         raise PolicyLoadError(problems)
-    return PolicySet(tuple(p.policy for p in parsed if p.policy is not None), files=tuple(files))
+    return PolicySet(_resolve_steering([p for p in parsed if p.policy is not None]), files=tuple(files))
+
+
+def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
+    """Each policy with `steering` decided. `auto` steers where the resource name alone cannot keep pods on the
+    right pool: a shared or MIG policy whose replicas or slices keep the name `nvidia.com/gpu`, and a whole-GPU
+    policy of a set that has such a policy (the cluster then has pools where `nvidia.com/gpu` is not a whole GPU).
+    `on` steers wherever node labels tell the pools apart (`.shared` replicas by their count too); `off` never."""
+    name_kept = any(p.policy.sharing.replica_resource is not None for p in parsed if p.policy is not None)
+    policies = []
+    for entry in parsed:
+        policy = entry.policy
+        assert policy is not None
+        if entry.steering is Steering.AUTO:
+            sharing = policy.sharing
+            steer = sharing.replica_resource is not None or (sharing.mode is Mode.EXCLUSIVE and name_kept)
+        else:
+            steer = entry.steering is Steering.ON
+        policies.append(replace(policy, steering=steer, memo={}) if steer else policy)
+    return tuple(policies)
 
 
 def _set_problems(parsed: list[_Parsed]) -> list[str]:

@@ -48,7 +48,8 @@ from webhook.admission.resources import (
     mig_resource,
     smallest_profile_for,
 )
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
+from webhook.admission.steering import steer
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
@@ -62,13 +63,14 @@ WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION, PYTORCH_ALLOC_CONF}  # the en
 class MutationResult:
     """What mutation gives the engine: the object, the patch against the original, warnings, change kinds."""
 
-    __slots__ = ("kinds", "obj", "patch", "warnings")
+    __slots__ = ("conflicts", "kinds", "obj", "patch", "warnings")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj = obj  # the mutated object: the original itself when nothing changed
         self.patch: list[dict[str, Any]] = []
         self.warnings: list[str] = []
         self.kinds: list[str] = []  # one per change: for metrics and counts
+        self.conflicts: list[Violation] = []  # user constraints that contradict the policy's node pool (steering)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,9 @@ class _Plan:
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
         mapping_target = None
-        if sharing.mode.is_shared:
+        if sharing.replica_resource is not None:
+            mapping_target = None  # the device plugin keeps the name: `nvidia.com/gpu: 1` is a replica or slice
+        elif sharing.mode.is_shared:
             mapping_target = sharing.resource_name
         elif sharing.mode is Mode.MIG and sharing.mig_profile:
             mapping_target = mig_resource(sharing.mig_profile)
@@ -113,7 +117,7 @@ class _Plan:
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
             offered_profiles=sharing.mig_profiles,
             share=policy.share,
-            shared_resource=sharing.resource_name if sharing.mode.is_shared else None,
+            shared_resource=sharing.shared_resource,
             maps_to_shared=sharing.mode.is_shared and mapping_target != NVIDIA_GPU,
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,
@@ -130,7 +134,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
     plan = _Plan.of(policy)
     spec = get_path(obj, spec_path)
     spec_at = SPEC_POINTERS.get(spec_path) or pointer(spec_path)
-    new_sections: dict[str, list[Any]] = {}
+    new_sections: dict[str, Any] = {}
     for section in MUTATED_SECTIONS:
         containers = spec.get(section)
         if type(containers) is not list:
@@ -145,13 +149,33 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
                 if new_list is None:
                     new_list = new_sections[section] = list(containers)
                 new_list[index] = changed
+    if policy.steering:
+        _steer(spec, spec_at, new_sections, policy, result)
     if new_sections:
         result.obj = _annotate(_with_sections(obj, spec_path, new_sections), policy, result.patch)
     return result
 
 
-def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: dict[str, list[Any]]) -> dict[str, Any]:
-    """A copy of `obj` with the pod spec's container lists replaced; only the maps on the way are copied."""
+def _steer(
+    spec: dict[str, Any], spec_at: str, new_sections: dict[str, Any], policy: Policy, result: MutationResult
+) -> None:
+    """Node-pool steering (steering.py), on the pod spec as the container steps left it."""
+    steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy)
+    if steered is None:
+        return
+    if steered.conflicts:
+        result.conflicts += steered.conflicts
+        return
+    new_sections["affinity"] = steered.affinity
+    result.patch += steered.patch or []
+    result.kinds.append("steering")
+    line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
+    result.warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+
+
+def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` with the pod spec's container lists (and affinity) replaced; only the maps on the way are
+    copied."""
     root = node = dict(obj)
     for key in spec_path:
         child = dict(node[key])
@@ -301,13 +325,27 @@ def _fractional(
     """Convert `nvidia.com/gpu: q`, 0 < q < 1: returns the memory share the container got (a shared replica's
     fraction; None for a MIG slice or no conversion)."""
     target = plan.fractional_shared
-    if plan.fractional_model is not None:
+    sharing = plan.policy.sharing
+    if plan.fractional_model is not None and sharing.is_mig_single:  # the nodes offer one profile, as nvidia.com/gpu
+        profile = plan.fractional_model.profile(sharing.mig_profile or "")
+        target = NVIDIA_GPU if profile is not None and q <= profile.memory_share else None
+    elif plan.fractional_model is not None:
         profile = smallest_profile_for(plan.fractional_model, q, plan.offered_profiles)
         target = mig_resource(profile.name) if profile else None
-    if target is None or not _rename(requests, limits, target, "1"):
+    if target is None:
         return None
-    kinds.append("fractional")
-    texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
+    if target == NVIDIA_GPU:  # a replica or slice that keeps the name: converted in place
+        for resource_map in (requests, limits):
+            if NVIDIA_GPU in resource_map:
+                resource_map[NVIDIA_GPU] = "1"
+        what = f"{sharing.mig_profile} MIG slice" if sharing.is_mig_single else f"{sharing.mode} replica"
+        kinds.append("fractional")
+        texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {NVIDIA_GPU} 1 (one {what})")
+    elif _rename(requests, limits, target, "1"):
+        kinds.append("fractional")
+        texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
+    else:
+        return None
     return q if plan.fractional_shared else None
 
 

@@ -29,6 +29,22 @@ class Mode(StrEnum):
         return self in (Mode.TIME_SLICING, Mode.MPS)
 
 
+class MigStrategy(StrEnum):
+    """How the device plugin advertises MIG slices (its `migStrategy`): `mixed` as `nvidia.com/mig-<profile>`,
+    `single` as `nvidia.com/gpu` on nodes whose GPUs are all cut into one profile."""
+
+    MIXED = "mixed"
+    SINGLE = "single"
+
+
+class Steering(StrEnum):
+    """`spec.steering`: whether the webhook adds node affinity that keeps GPU pods on the matching pool."""
+
+    AUTO = "auto"  # where the resource name alone does not: see `loader._resolve_steering`
+    ON = "true"
+    OFF = "false"
+
+
 class Enforcement(StrEnum):
     ENFORCE = "enforce"  # deny
     WARN = "warn"  # admit, tell the user
@@ -61,6 +77,25 @@ class Sharing:
     mig_profile: str | None = None
     # The profiles the nodes' MIG layout offers (mig-parted's config); None: every profile of gpu.model.
     mig_profiles: tuple[str, ...] | None = None
+    mig_strategy: MigStrategy = MigStrategy.MIXED
+
+    @property
+    def shared_resource(self) -> str | None:
+        """The resource that is one time-slicing or MPS replica (`nvidia.com/gpu.shared`, or `nvidia.com/gpu`
+        where the device plugin keeps the name); None when GPUs are not shared."""
+        return self.resource_name if self.mode.is_shared else None
+
+    @property
+    def replica_resource(self) -> str | None:
+        """The resource that is one shared replica or one MIG slice under this sharing and is not named so
+        (`*.shared`, `nvidia.com/mig-*`): `nvidia.com/gpu` where the device plugin keeps the name."""
+        if (self.mode.is_shared and self.resource_name == "nvidia.com/gpu") or self.is_mig_single:
+            return "nvidia.com/gpu"
+        return None
+
+    @property
+    def is_mig_single(self) -> bool:
+        return self.mode is Mode.MIG and self.mig_strategy is MigStrategy.SINGLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +110,44 @@ class Limits:
     max_per_pod: int = DEFAULT_MAX_PER_POD
 
 
+class Check(StrEnum):
+    """What a cluster check does with what it finds (`cluster.fits`, `cluster.offered`, `cluster.drift`)."""
+
+    DENY = "deny"  # a violation: the policy's enforcement decides (deny, warn or audit)
+    WARN = "warn"  # an admission warning, whatever the enforcement
+    OFF = "off"
+
+
+@dataclass(frozen=True, slots=True)
+class AssumedNode:
+    """A node shape the inventory cannot see: an autoscaled pool at zero nodes (`cluster.assumeNodes`)."""
+
+    name: str
+    allocatable: tuple[tuple[str, int], ...] = ()  # managed resources, whole amounts
+    labels: tuple[tuple[str, str], ...] = ()  # GPU feature discovery labels the pool's nodes will carry
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChecks:
+    """`spec.cluster`, and the `auto` values of `sharing.replicas` and `gpu.model` (taken from the nodes).
+
+    Every check warns by default: the inventory cannot see a node pool that scales from zero, and denying
+    every pod that only such a pool can run would stop the pool from ever scaling up. A policy that lists its
+    pools in `assumeNodes` can set `deny`.
+    """
+
+    fits: Check = Check.WARN
+    offered: Check = Check.WARN
+    drift: Check = Check.WARN
+    assume_nodes: tuple[AssumedNode, ...] = ()
+    auto_replicas: bool = False
+    auto_model: bool = False
+    auto: bool = field(init=False, default=False, compare=False)  # either: read on every GPU review
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "auto", self.auto_replicas or self.auto_model)
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str
@@ -87,6 +160,10 @@ class Policy:
     memory_fraction: Fraction | None = None
     framework_env: tuple[str, ...] = DEFAULT_FRAMEWORK_ENV
     block_visible_devices_override: bool = True
+    # Node affinity for the pool this policy's GPUs are on (steering.py). Built policies and the built-in
+    # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
+    steering: bool = False
+    cluster: ClusterChecks = field(default_factory=ClusterChecks)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)

@@ -77,12 +77,18 @@ def offer(policy: Policy) -> str:
     share = policy.share
     if mode.is_shared:
         replica = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
+        if policy.sharing.resource_name == NVIDIA_GPU:  # the device plugin keeps the name: no renaming
+            what = f"is {replica} of a GPU under {where}"
+        else:
+            what = f"{where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
         if share is not None and policy.fractional.value == "shared":
             return (
                 f"request {format_fraction(share)} or less (up to one replica's share), or {NVIDIA_GPU}: 1, which "
-                f"{where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
+                f"{what}"
             )
-        return f"request {NVIDIA_GPU}: 1, which {where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
+        return f"request {NVIDIA_GPU}: 1, which {what}"
+    if policy.sharing.is_mig_single:
+        return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
     if mode is Mode.MIG and policy.sharing.mig_profile:
         return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
     return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
@@ -125,12 +131,18 @@ class _Rules:
     share: Fraction | None  # one replica's share of a GPU (time-slicing and MPS)
     converts_to_shared: bool  # fractional: shared, which records the fraction it converted in the container
     block_visible_devices: bool
+    shared_resource: str | None  # the policy's shared replica (`nvidia.com/gpu` where the plugin keeps the name)
+    mig_single_resource: str | None  # `nvidia.com/gpu` where it is one MIG slice (migStrategy: single)
+
+    def is_replica(self, resource: str) -> bool:
+        """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
+        return is_shared(resource) or resource == self.shared_resource
 
     def container_maximum(self, resource: str) -> int:
         """The most of `resource` one container may hold: shared replicas and MIG slices have their own."""
-        if is_shared(resource):
+        if self.is_replica(resource):
             return self.max_per_container
-        if resource.startswith(MIG_PREFIX):
+        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource:
             return self.max_mig_per_container
         return self.max_whole_per_container
 
@@ -148,7 +160,7 @@ class _Rules:
         target = None
         if mode.is_shared:
             target = sharing.resource_name
-        elif mode is Mode.MIG and sharing.mig_profile:
+        elif mode is Mode.MIG and sharing.mig_profile and not sharing.is_mig_single:
             target = mig_resource(sharing.mig_profile)
         return _Rules(
             policy=policy,
@@ -165,10 +177,16 @@ class _Rules:
             share=policy.share,
             converts_to_shared=policy.share is not None and policy.fractional.value == "shared",
             block_visible_devices=policy.block_visible_devices_override,
+            shared_resource=policy.sharing.shared_resource,
+            mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
         )
 
 
-def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> list[Violation]:
+def validate(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> list[Violation]:
+    """Every problem, one `Violation` each. `counted`, when given, receives the containers that hold GPUs with
+    their valid counts, in start order (the cluster checks read them: each count is parsed once per review)."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return []
@@ -200,6 +218,8 @@ def validate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | N
     # closer look.
     if count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
+    if counted is not None:
+        counted += holders
     return problems
 
 
@@ -317,13 +337,13 @@ def _resource(
     if value > maximum:
         shown = quantity_text(limit_raw)
         where = f'policy "{policy.name}"'
-        if rules.one_shared_replica and is_shared(name):
+        if rules.one_shared_replica and rules.is_replica(name):
             _add(ref, problems,
                  f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): {value} shared "
                  f"replicas are not {value} GPUs, and the device plugin refuses them; request 1, or use a "
                  "namespace with whole GPUs",
                  f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
-        elif rules.one_mig_slice and name.startswith(MIG_PREFIX):
+        elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name), rules))
         else:
             _add(ref, problems,
@@ -339,8 +359,17 @@ def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, s
     policy = rules.policy
     model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional.value == "mig" else None
     if model is not None:
-        profiles = offered_profiles(model, policy.sharing.mig_profiles)
+        sharing = policy.sharing
+        offered = (sharing.mig_profile,) if sharing.is_mig_single and sharing.mig_profile else sharing.mig_profiles
+        profiles = offered_profiles(model, offered)
         names = ", ".join(profile.name for profile in profiles)
+        if sharing.is_mig_single:  # the nodes offer one profile, as nvidia.com/gpu
+            return (
+                f"{NVIDIA_GPU} {shown} is fractional, and the one MIG slice offered here ({names}) does not hold "
+                f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"; {APISERVER_TOO}); request '
+                f"{NVIDIA_GPU}: 1 (one {names} slice), or whole GPUs in a namespace that has them",
+                f"{NVIDIA_GPU} {_brief(shown, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
+            )
         return (
             f"{NVIDIA_GPU} {shown} is fractional, and no MIG slice offered here holds {format_fraction(value)} of "
             f'one {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
@@ -474,35 +503,43 @@ def _visible_devices(ref: ContainerRef, rules: _Rules, problems: Problems) -> No
              f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix')
 
 
-def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
-    """The pod's effective request, as the scheduler computes it with sidecars (KEP-753).
+def effective_total(holders: Holders, name: str) -> tuple[int | Fraction, list[tuple[ContainerRef, int | Fraction]]]:
+    """The pod's effective request of `name`, as the scheduler computes it with sidecars (KEP-753), and the
+    containers that run together at that peak (so that their counts add up to the total).
 
     max(app containers + all sidecars, each regular init container + the sidecars started before it)
-    `holders` are in start order: init containers first. The line names the containers that run together at
-    that peak, so that their counts add up to the total it reports.
+    `holders` are in start order: init containers first. Validation's per-pod maximum and the cluster checks
+    (clustercheck.py) both count this way.
     """
+    sidecars: list[tuple[ContainerRef, int | Fraction]] = []  # started so far: they keep running
+    sidecar_total: int | Fraction = 0
+    app: list[tuple[ContainerRef, int | Fraction]] = []
+    init_total: int | Fraction = 0  # the highest regular init container + the sidecars started before it
+    init_peak: tuple[int, ContainerRef, int | Fraction] | None = None  # (sidecars started, it, its count)
+    for ref, counts in holders:
+        value = counts.get(name)
+        if not value:
+            continue
+        if ref.section == "containers":
+            app.append((ref, value))
+        elif ref.is_sidecar:
+            sidecars.append((ref, value))
+            sidecar_total += value
+        elif value + sidecar_total > init_total:
+            init_total, init_peak = value + sidecar_total, (len(sidecars), ref, value)
+    running, total = sidecars + app, sidecar_total + sum(value for _, value in app)
+    if init_peak is not None and init_total > total:
+        started, ref, value = init_peak
+        running, total = [*sidecars[:started], (ref, value)], init_total
+    return total, running
+
+
+def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
+    """The pod's effective request (`effective_total`) against the per-pod maximum. The line names the
+    containers that run together at that peak, so that their counts add up to the total it reports."""
     maximum = rules.max_per_pod
     for name in sorted({name for _, counts in holders for name in counts}):
-        sidecars: list[tuple[ContainerRef, int | Fraction]] = []  # started so far: they keep running
-        sidecar_total: int | Fraction = 0
-        app: list[tuple[ContainerRef, int | Fraction]] = []
-        init_total: int | Fraction = 0  # the highest regular init container + the sidecars started before it
-        init_peak: tuple[int, ContainerRef, int | Fraction] | None = None  # (sidecars started, it, its count)
-        for ref, counts in holders:
-            value = counts.get(name)
-            if not value:
-                continue
-            if ref.section == "containers":
-                app.append((ref, value))
-            elif ref.is_sidecar:
-                sidecars.append((ref, value))
-                sidecar_total += value
-            elif value + sidecar_total > init_total:
-                init_total, init_peak = value + sidecar_total, (len(sidecars), ref, value)
-        running, total = sidecars + app, sidecar_total + sum(value for _, value in app)
-        if init_peak is not None and init_total > total:
-            started, ref, value = init_peak
-            running, total = [*sidecars[:started], (ref, value)], init_total
+        total, running = effective_total(holders, name)
         if total <= maximum:
             continue
         if len(running) == 1 and total > rules.container_maximum(name):
@@ -525,4 +562,4 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
         )
 
 
-__all__ = ["Refusal", "format_fraction", "offer", "validate"]
+__all__ = ["Holders", "Refusal", "effective_total", "format_fraction", "offer", "validate"]

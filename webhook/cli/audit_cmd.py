@@ -34,6 +34,7 @@ from webhook.cli.check_cmd import (
 )
 
 if TYPE_CHECKING:
+    from webhook.admission.cluster import ClusterView
     from webhook.cli.kube import Resource
 
 
@@ -95,40 +96,46 @@ def _audit(args: argparse.Namespace) -> int:
         raise CommandError(f"--page-size {args.page_size}: must be at least 1")
     from webhook.cli.output import report
 
-    evaluator = local_evaluator(load_policy_set(args.policies))
+    policies = load_policy_set(args.policies)
 
     from webhook.cli.kube import RESOURCES, Cluster, ClusterError, Forbidden
 
     cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
     namespace = None if args.all_namespaces else args.namespace
-    results = []
-    covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
+    listed: list[tuple[Resource, list[dict[str, Any]]]] = []
     skipped: list[Forbidden] = []
     try:
         for resource in RESOURCES:  # owners before what they own: workloads, then Jobs, then Pods
             try:
-                objects = cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress)
+                listed.append(
+                    (resource, cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress))
+                )
             except Forbidden as exc:
                 skipped.append(exc)  # its objects cover nothing: what they own is judged on its own
-                continue
-            for obj in objects:
-                ref = controller_reference(obj)
-                if ref is not None and ref.get("uid") in covered and not args.include_owned:
-                    _cover(covered, obj)  # a ReplicaSet's Pods are its Deployment's too
-                    continue
-                result = evaluate_one(
-                    evaluator,
-                    obj,
-                    source=cluster.name,
-                    document=len(results),
-                    owner=f"{ref.get('kind', '?')}/{ref.get('name', '?')}" if ref is not None else None,
-                )
-                if not result.skipped:
-                    _cover(covered, obj)
-                results.append(result)
+        view = _nodes(cluster, args.page_size) if len(skipped) < len(RESOURCES) else None
     finally:
         cluster.close()
         _progress_done()
+    # Judged once the nodes are known: the policies' cluster checks run against them.
+    evaluator = local_evaluator(policies, view)
+    results = []
+    covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
+    for _resource, objects in listed:
+        for obj in objects:
+            ref = controller_reference(obj)
+            if ref is not None and ref.get("uid") in covered and not args.include_owned:
+                _cover(covered, obj)  # a ReplicaSet's Pods are its Deployment's too
+                continue
+            result = evaluate_one(
+                evaluator,
+                obj,
+                source=cluster.name,
+                document=len(results),
+                owner=f"{ref.get('kind', '?')}/{ref.get('name', '?')}" if ref is not None else None,
+            )
+            if not result.skipped:
+                _cover(covered, obj)
+            results.append(result)
     if len(skipped) == len(RESOURCES):
         first = skipped[0]
         raise ClusterError(
@@ -153,7 +160,30 @@ def _audit(args: argparse.Namespace) -> int:
             for exc in skipped
         ],
     )
+    if view is not None and args.output == "table" and not args.diff:
+        from webhook.cli.drift import drift_of, print_drift
+
+        drift = drift_of(policies, view)
+        if drift:  # under the objects' table: it is about the policies, and a clean cluster adds nothing
+            print(file=sys.stdout)
+            print_drift(drift, view, sys.stdout)
     return 2 if skipped and not args.allow_incomplete else code
+
+
+def _nodes(cluster: Any, page_size: int) -> ClusterView | None:
+    """The nodes, for the cluster checks and the drift; None (said on stderr) when the identity may not list
+    them: the objects are still judged, without the cluster checks."""
+    from webhook.cli.drift import list_view
+    from webhook.cli.kube import Forbidden
+
+    try:
+        return list_view(cluster, page_size=page_size)
+    except Forbidden as exc:
+        sys.stderr.write(
+            f"gpu-webhook audit: skipped nodes: forbidden (403): {exc.detail}; grant list on nodes for the "
+            "cluster checks and the policy drift\n"
+        )
+        return None
 
 
 def _resource_list(resources: Sequence[Resource]) -> str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
 
 if TYPE_CHECKING:
+    from webhook.admission.cluster import ClusterView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
     from webhook.cli.output import Result
@@ -75,6 +76,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"namespace for objects without metadata.namespace (default: {DEFAULT_NAMESPACE})",
     )
     add_report_arguments(parser)
+    nodes = parser.add_argument_group("against a cluster's nodes (off by default: check is offline)")
+    nodes.add_argument(
+        "--cluster",
+        action="store_true",
+        help="list the cluster's nodes (kubeconfig, as audit does) and run the policies' cluster checks: "
+        "fits, offered, drift",
+    )
+    nodes.add_argument("--kubeconfig", metavar="FILE", help="with --cluster (default: $KUBECONFIG, ~/.kube/config)")
+    nodes.add_argument("--context", help="with --cluster: kubeconfig context (default: the current context)")
     remote = parser.add_argument_group("against a running webhook")
     remote.add_argument(
         "--server", metavar="URL", help="send AdmissionReviews to this webhook (https://host:port)"
@@ -109,6 +119,10 @@ def _check(args: argparse.Namespace) -> int:
         raise CommandError("--ca-file and --insecure only apply with --server URL")
     if not args.timeout > 0:
         raise CommandError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    if (args.kubeconfig or args.context) and not args.cluster:
+        raise CommandError("--kubeconfig and --context only apply with --cluster")
+    if args.cluster and args.server:
+        raise CommandError("--cluster and --server: a running webhook uses its own node inventory; drop one")
 
     from webhook.cli.manifests import load_items
 
@@ -127,7 +141,8 @@ def _check(args: argparse.Namespace) -> int:
         evaluator: Evaluator = remote
     else:
         remote = None
-        evaluator = local_evaluator(load_policy_set(args.policies))
+        policies = load_policy_set(args.policies)
+        evaluator = local_evaluator(policies, cluster_view(args.kubeconfig, args.context) if args.cluster else None)
 
     from webhook.cli.output import report
 
@@ -174,15 +189,28 @@ def load_policy_set(directory: str | None) -> PolicySet:
         raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
 
 
-def local_evaluator(policies: PolicySet) -> Evaluator:
-    """The engine, after the API server's own defaulting (limits without requests get requests)."""
+def local_evaluator(policies: PolicySet, cluster: ClusterView | None = None) -> Evaluator:
+    """The engine, after the API server's own defaulting (limits without requests get requests); with
+    `cluster`, the policies' cluster checks run against it."""
     from webhook.admission.engine import evaluate
     from webhook.admission.podspec import default_requests_from_limits
 
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies)
+        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster)
 
     return evaluate_local
+
+
+def cluster_view(kubeconfig: str | None, context: str | None) -> ClusterView:
+    """The cluster's nodes, listed once (a ClusterError, one line, when that cannot be done)."""
+    from webhook.cli.drift import list_view
+    from webhook.cli.kube import Cluster
+
+    cluster = Cluster(kubeconfig=kubeconfig, context=context)
+    try:
+        return list_view(cluster)
+    finally:
+        cluster.close()
 
 
 def namespace_of(obj: dict[str, Any], default: str | None) -> str:

@@ -62,6 +62,9 @@ class Resource:
         return f"{root}{scope}/{self.plural}"
 
 
+# Nodes, for the cluster checks and the drift report (cluster-scoped: listed with no namespace).
+NODES = Resource("Node", "v1", "nodes", "CoreV1Api", "node")
+
 # Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
 RESOURCES: tuple[Resource, ...] = (
     Resource("Deployment", "apps/v1", "deployments.apps", "AppsV1Api", "deployment"),
@@ -215,7 +218,10 @@ class Cluster:
         if namespace:
             method = getattr(api, f"list_namespaced_{resource.method}")
             return method(namespace, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
-        method = getattr(api, f"list_{resource.method}_for_all_namespaces")
+        # Cluster-scoped kinds (nodes) have only `list_<method>`.
+        method = getattr(api, f"list_{resource.method}_for_all_namespaces", None) or getattr(
+            api, f"list_{resource.method}"
+        )
         return method(_request_timeout=REQUEST_TIMEOUT_S, **kwargs)
 
     def _get(

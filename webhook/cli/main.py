@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from webhook import __version__
 from webhook.cli import audit_cmd, certs_cmd, check_cmd, policy_cmd, serve_cmd
+from webhook.cli.options import add_examples
 
 COMMANDS = (serve_cmd, check_cmd, audit_cmd, policy_cmd, certs_cmd)
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         module.register(subparsers)
+    add_examples(parser)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 POLICIES_ENV = "GPU_ADMISSION_POLICIES"
@@ -25,3 +26,41 @@ def missing_policy_directory(given: str | None) -> str | None:
         return None
     hint = "" if given else f" (pass --policies DIR or set {POLICIES_ENV})"
     return f"policy directory {chosen} not found{hint}"
+
+
+# One example per command, shown at the end of its --help (tests/test_cli_help.py runs each through the parser).
+EXAMPLES = {
+    "": "gpu-webhook check examples/ --policies policies",
+    "serve": "gpu-webhook serve --dev --policies policies",
+    "check": "gpu-webhook check examples/pod-fractional.yaml --policies policies -n team-a --diff",
+    "audit": "gpu-webhook audit -A --policies policies -o table",
+    "policy": "gpu-webhook policy lint --policies policies",
+    "policy lint": "gpu-webhook policy lint --policies policies",
+    "policy explain": "gpu-webhook policy explain notebook-1 team-a --policies policies",
+    "policy schema": "gpu-webhook policy schema > schema/gpu-policy.schema.json",
+    "certs": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
+    "certs generate": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
+    "certs renew": "gpu-webhook certs renew --dir certs/prod --before 30d",
+    "certs inspect": "gpu-webhook certs inspect certs/prod/tls.crt",
+    "certs ca-bundle": "gpu-webhook certs ca-bundle certs/prod",
+}
+
+
+class _ExampleFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but an example stays on one line, as it would be pasted into a shell."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("example: "):
+            return indent + text
+        return super()._fill_text(text, width, indent)
+
+
+def add_examples(parser: argparse.ArgumentParser, command: str = "") -> None:
+    """Give `parser` and every subcommand under it its example, as the last line of --help."""
+    parser.epilog = f"example: {EXAMPLES[command]}"
+    if parser.formatter_class is argparse.HelpFormatter:
+        parser.formatter_class = _ExampleFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, subparser in action.choices.items():
+                add_examples(subparser, f"{command} {name}".strip())

@@ -1,4 +1,5 @@
-"""`gpu-webhook policy lint|explain`: check a policy directory; show which policy a namespace gets and why.
+"""`gpu-webhook policy lint|explain|schema`: check a policy directory; show which policy a namespace gets and
+why; print the policy files' JSON Schema.
 
 Both are views of the core: `loader.load_policies` finds every problem, `PolicySet.select` says which pattern
 won, `policy.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
@@ -42,8 +43,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "directory",
         nargs="?",
         metavar="DIR",
+        help="the same as --policies DIR (the older form, kept working)",
+    )
+    lint.add_argument(
+        "--policies",
+        metavar="DIR",
         help=POLICIES_HELP,
     )
+    lint.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also compare each policy with the cluster's nodes (their GPU feature discovery labels) and print "
+        "the drift; exit 1 when there is any",
+    )
+    lint.add_argument("--kubeconfig", metavar="FILE", help="with --cluster (default: $KUBECONFIG, ~/.kube/config)")
+    lint.add_argument("--context", help="with --cluster: kubeconfig context (default: the current context)")
     explain = commands.add_parser(
         "explain",
         help="which policy a namespace gets, why, and what it does to nvidia.com/gpu: 1 and 0.5",
@@ -52,18 +66,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "a container requesting nvidia.com/gpu: 1 and nvidia.com/gpu: 0.5. Exit 2 on invalid policies."
         ),
     )
-    explain.add_argument("namespaces", nargs="+", metavar="NAMESPACE")
+    explain.add_argument("namespaces", nargs="+", metavar="NAMESPACE", help="namespace names to explain")
     explain.add_argument(
         "--policies",
         metavar="DIR",
         help=POLICIES_HELP,
+    )
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of policy files, for editors",
+        description=(
+            "Print the JSON Schema (draft 2020-12) of one policy document, generated from the loader's own "
+            "field tables; the repository keeps a copy in schema/gpu-policy.schema.json. Editors that use the "
+            "YAML language server check and complete a policy file that starts with "
+            "`# yaml-language-server: $schema=<path or URL of the schema>`."
+        ),
     )
     parser.set_defaults(handler=run, policy_parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.policy_command == "lint":
-        return lint(args.directory, sys.stdout)
+        if args.directory and args.policies and args.directory != args.policies:
+            print(
+                f"gpu-webhook policy lint: two directories given ({args.directory} and --policies {args.policies});"
+                " give one",
+                file=sys.stderr,
+            )
+            return 2
+        if (args.kubeconfig or args.context) and not args.cluster:
+            sys.stderr.write("gpu-webhook policy lint: --kubeconfig and --context only apply with --cluster\n")
+            return 2
+        args.directory = args.policies or args.directory
+        code = lint(args.directory, sys.stdout)
+        return lint_cluster(args, sys.stdout, sys.stderr) if args.cluster and code == 0 else code
+    if args.policy_command == "schema":
+        from webhook.admission.schema import schema_text
+
+        sys.stdout.write(schema_text())
+        return 0
     if args.policy_command == "explain":
         return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
@@ -143,6 +184,22 @@ def lint(directory: str | None, out: TextIO) -> int:
     return 0
 
 
+def lint_cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The drift between the policies and the cluster's nodes: 0 when none, 1 when any, 2 when unlistable."""
+    from webhook.admission.loader import load_policies
+    from webhook.cli.check_cmd import CommandError, cluster_view
+    from webhook.cli.drift import drift_of, print_drift
+
+    try:
+        view = cluster_view(args.kubeconfig, args.context)
+    except CommandError as exc:
+        err.write(f"gpu-webhook policy lint: {exc}\n")
+        return 2
+    drift = drift_of(load_policies(policy_directory(args.directory)), view)
+    print_drift(drift, view, out)
+    return 1 if drift else 0
+
+
 def _is_glob(pattern: str) -> bool:
     from webhook.admission.policy import is_glob
 
@@ -165,7 +222,9 @@ def _fraction_text(value: Fraction) -> str:
 def describe_policy(policy: Policy) -> str:
     """One line: what the policy's settings are (the engine decides what they do)."""
     sharing = policy.sharing
-    if sharing.mode.value == "mig":
+    if sharing.is_mig_single:
+        mode = f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
+    elif sharing.mode.value == "mig":
         mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
@@ -240,6 +299,7 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
 
 
 def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
+    from webhook.admission import steering
     from webhook.admission.engine import evaluate
 
     selection = policies.select(namespace)
@@ -256,6 +316,8 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
         )
     print(f"  settings  {describe_policy(policy)}", file=out)
     print(f"  share     {describe_share(policy)}", file=out)
+    if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
+        print(f"  steering  {steering.describe(policy)}", file=out)
     for quantity in EXPLAIN_QUANTITIES:
         decision = evaluate(_example_pod(namespace, quantity), namespace, policies)
         _print_decision(f"nvidia.com/gpu: {quantity}", decision, out)

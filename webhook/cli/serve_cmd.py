@@ -58,7 +58,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fail /readyz this long before the certificate expires, so that it gets renewed (default 7d; 0d: "
         "only once expired; every replica shares the certificate, so all go unready together)",
     )
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        default=None,
+        help="for the cluster checks' node inventory when not running in a pod (default $KUBECONFIG; in a pod, "
+        "its service account; with neither, the cluster checks are off)",
+    )
+    parser.add_argument(
+        "--cluster-stale-after",
+        metavar="SECONDS",
+        type=float,
+        default=120.0,
+        help="skip the cluster checks once the node watch has been broken this long (default 120)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="the least severe log records written (JSON lines on stderr; default: info)",
+    )
     # For tests: how often the certificate files are looked at (the default keeps rotation under 60 s).
     parser.add_argument("--cert-reload-interval", type=float, default=30.0, help=argparse.SUPPRESS)
     parser.add_argument("--policy-reload-interval", type=float, default=1.0, help=argparse.SUPPRESS)
@@ -93,6 +112,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ServeError(f"--unready-before-expiry: {exc}") from None
     if args.workers < 1 or args.threads < 1:
         raise ServeError("--workers and --threads must be at least 1")
+    if args.cluster_stale_after <= 0:
+        raise ServeError(f"--cluster-stale-after {args.cluster_stale_after:g}: must be more than 0 seconds")
+    if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
+        raise ServeError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.metrics_port and args.metrics_port == args.port:
         raise ServeError(f"--metrics-port {args.metrics_port} is the HTTPS port too: pick another")
 
@@ -178,11 +201,16 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         certificate = CertStore(cert_file, key_file, unready_before=args.unready_before)
     except Exception as exc:  # ssl.SSLError: a pair the TLS library refuses
         raise ServeError(f"cannot use {cert_file} with {key_file}: {exc}") from None
+    from webhook.server.inventory import find_credentials
+
+    cluster = find_credentials(args.kubeconfig)  # each worker watches with these, after the fork
     state = ServerState(
         policies=policies,
         certificate=certificate,
         policy_interval=args.policy_reload_interval,
         cert_interval=args.cert_reload_interval,
+        cluster=cluster,
+        cluster_stale_after=args.cluster_stale_after,
     )
     notice = certificate.expiry_notice()
     if notice:
@@ -191,7 +219,7 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
     if args.metrics_port:
         _start_metrics(host, args.metrics_port)
-    _banner(args, host, policy_dir, len(policies.current.policies), cert_file)
+    _banner(args, host, policy_dir, len(policies.current.policies), cert_file, cluster.source)
     options = ServeOptions(
         host=host, port=args.port, workers=args.workers, threads=args.threads, log_level=args.log_level
     )
@@ -211,7 +239,9 @@ def _start_metrics(host: str, port: int) -> None:
         raise ServeError(f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}") from None
 
 
-def _banner(args: argparse.Namespace, host: str, policy_dir: Path, count: int, cert_file: Path) -> None:
+def _banner(
+    args: argparse.Namespace, host: str, policy_dir: Path, count: int, cert_file: Path, cluster: str
+) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
     lines = [f"gpu-webhook: serving https://{shown}:{args.port} ({count} policies from {policy_dir})"]
@@ -223,4 +253,5 @@ def _banner(args: argparse.Namespace, host: str, policy_dir: Path, count: int, c
         lines.append(f"  try:    curl --cacert {ca} https://{shown}:{args.port}/healthz")
     else:
         lines.append(f"  certificate: {cert_file}")
+    lines.append(f"  cluster checks: {cluster}")  # said once: the credentials, or why the checks are off
     print("\n".join(lines), flush=True)

@@ -238,7 +238,8 @@ def _decide(state: ServerState, webhook: str, body: bytes, started: float) -> An
         policies = state.policies.current  # read once: a reload mid-review cannot mix two sets
         try:
             old = review.old_object if review.operation == "UPDATE" else None
-            decision = state.evaluate(review.object, review.engine_namespace, policies, old)  # type: ignore[arg-type]
+            cluster = state.cluster_view()  # the inventory's snapshot, or None: never waits
+            decision = state.evaluate(review.object, review.engine_namespace, policies, old, cluster)  # type: ignore[arg-type]
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:

@@ -39,6 +39,15 @@ RELOADS = Counter(
     "Policy reloads after a change in the policy directory, by result (ok, error), per worker.",
     ["result"],
 )
+CLUSTER_SKIPS = Counter(
+    "gpu_admission_cluster_checks_skipped",
+    "Reviews judged without the cluster checks because the node inventory had no trusted view, by reason "
+    "(listing: the first list has not completed; stale: the watch has been broken too long).",
+    ["reason"],
+)
+_inventory_nodes: Gauge | None = None  # created in a worker, as the certificate gauge
+_drift_nodes: Gauge | None = None
+_drift_shown: set[tuple[str, str]] = set()
 _cert_expiry: Gauge | None = None  # created in the first worker that sets it, see set_certificate_expiry
 
 # Label children are looked up once: `.labels()` costs a lock and a dict lookup per call.
@@ -71,6 +80,33 @@ def observe_review(webhook: str, decision: str, seconds: float, mutation_kinds: 
 
 def count_reload(ok: bool) -> None:
     RELOADS.labels(result="ok" if ok else "error").inc()
+
+
+def count_cluster_skip(reason: str) -> None:
+    CLUSTER_SKIPS.labels(reason=reason).inc()
+
+
+def set_inventory(nodes: int, drift: dict[tuple[str, str], int]) -> None:
+    """Publish the inventory's node count and the policy drift: per (policy, field), the nodes that disagree
+    (0 once they agree again). Created on first use in a worker, so that the arbiter reports no zero."""
+    global _inventory_nodes, _drift_nodes
+    if _inventory_nodes is None or _drift_nodes is None:
+        _inventory_nodes = Gauge(
+            "gpu_admission_inventory_nodes", "Nodes in the webhook's node inventory.", multiprocess_mode="livemax"
+        )
+        _drift_nodes = Gauge(
+            "gpu_admission_policy_drift_nodes",
+            "Nodes whose GPU labels disagree with a policy field (sharing.replicas, sharing.mode, gpu.model, "
+            "gpu.memoryMiB, sharing.migProfile): see /readyz or `gpu-webhook policy lint --cluster`.",
+            ["policy", "field"],
+            multiprocess_mode="livemax",
+        )
+    _inventory_nodes.set(nodes)
+    for key in _drift_shown - drift.keys():
+        _drift_nodes.labels(policy=key[0], field=key[1]).set(0)
+    for (policy, field), count in drift.items():
+        _drift_nodes.labels(policy=policy, field=field).set(count)
+    _drift_shown.update(drift)
 
 
 def set_certificate_expiry(timestamp: float) -> None:

@@ -99,6 +99,7 @@ class WebhookServer(BaseApplication):
         def post_worker_init(_worker: Any) -> None:
             assert state.certificate is not None
             metrics.set_certificate_expiry(state.certificate.not_after.timestamp())
+            state.start_inventory()  # one list + watch per worker: threads do not survive the fork
             state.start_watcher()
 
         def worker_exit(_server: Any, _worker: Any) -> None:

@@ -14,9 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission import clustercheck
+from webhook.admission.cluster import ClusterView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy import PolicySet
 from webhook.server import metrics
+from webhook.server.inventory import STALE_AFTER_S, Credentials, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import CertStore
@@ -25,7 +28,8 @@ _log = logging.getLogger(f"{LOGGER}.watch")
 
 EXPIRY_WARNING_EVERY = 3600.0  # seconds between log lines about a certificate close to expiry
 
-Evaluate = Callable[[dict[str, Any], str, PolicySet, Any], Decision]  # (object, namespace, policies, old)
+# (object, namespace, policies, old, cluster)
+Evaluate = Callable[[dict[str, Any], str, PolicySet, Any, "ClusterView | None"], Decision]
 
 
 @dataclass
@@ -35,6 +39,10 @@ class ServerState:
     evaluate: Evaluate = evaluate  # injectable so the shell's failure handling can be tested
     policy_interval: float = 1.0  # seconds between looks at the policy directory
     cert_interval: float = 30.0  # seconds between looks at the certificate files
+    cluster: Credentials | None = None  # the node inventory's credentials; None or unconfigured: checks off
+    cluster_stale_after: float = STALE_AFTER_S
+    inventory: NodeInventory | None = None  # this worker's (start_inventory)
+    _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
 
@@ -51,10 +59,74 @@ class ServerState:
             problem = self.certificate.problem()
             if problem:
                 problems.append(problem)
+        if self.cluster is not None and self.cluster.configuration is not None:
+            details["cluster"] = self.cluster_details()
         details["ready"] = not problems
         if problems:
             details["reasons"] = problems
         return not problems, details
+
+    # ---------------------------------------------------------------------------- the node inventory
+
+    def start_inventory(self) -> None:
+        """This worker's list + watch of Nodes (after the fork: threads do not survive one)."""
+        if self.cluster is None or self.cluster.configuration is None or self.inventory is not None:
+            return
+        self.inventory = NodeInventory(KubeNodes(self.cluster.configuration), stale_after=self.cluster_stale_after)
+        self.inventory.start()
+
+    def cluster_view(self) -> ClusterView | None:
+        """The snapshot a review is judged against; None (checks skipped, counted, logged once) when the
+        inventory has none it trusts. Never waits."""
+        inventory = self.inventory
+        if inventory is None:
+            return None
+        view = inventory.view()
+        if view is None:
+            reason = inventory.state()
+            metrics.count_cluster_skip(reason)
+            if self._skipping != reason:
+                self._skipping = reason
+                why = "the first node list has not completed" if reason == "listing" else (
+                    f"the node watch has been broken for over {inventory.stale_after:g} s ({inventory.last_error})"
+                )
+                log(_log, logging.WARNING, f"cluster checks skipped: {why}", event="cluster-checks-skipped",
+                    reason=reason)
+        elif self._skipping:
+            self._skipping = ""
+            log(_log, logging.INFO, "cluster checks running again", event="cluster-checks-resumed")
+        return view
+
+    def drift(self) -> list[clustercheck.Drift]:
+        """Every policy's drift against the current snapshot (worked out once per snapshot and policy)."""
+        view = self.inventory.view() if self.inventory is not None else None
+        if view is None:
+            return []
+        return [item for policy in self.policies.current.policies for item in clustercheck.drift(policy, view)]
+
+    def cluster_details(self) -> dict[str, Any]:
+        """For /readyz: where the credentials came from, the inventory's state, its nodes, and the drift."""
+        assert self.cluster is not None
+        details: dict[str, Any] = {"credentials": self.cluster.source}
+        inventory = self.inventory
+        if inventory is None:
+            return details
+        details["inventory"] = inventory.state()
+        snapshot = inventory.last_view
+        details["nodes"] = len(snapshot.nodes) if snapshot is not None else 0
+        if inventory.last_error:
+            details["lastError"] = inventory.last_error
+        drift = self.drift()
+        if drift:
+            details["drift"] = [item.line for item in drift]
+        return details
+
+    def publish_inventory(self) -> None:
+        if self.inventory is None or self.inventory.view() is None:
+            return
+        view = self.inventory.view()
+        assert view is not None
+        metrics.set_inventory(len(view.nodes), {(d.policy, d.field): len(d.nodes) for d in self.drift()})
 
     # ---------------------------------------------------------------------------- refreshing, per worker
 
@@ -95,6 +167,8 @@ class ServerState:
 
     def stop_watcher(self) -> None:
         self._stop.set()
+        if self.inventory is not None:
+            self.inventory.stop()
 
     def _watch(self) -> None:
         next_cert = time.monotonic() + self.cert_interval
@@ -104,5 +178,6 @@ class ServerState:
                 if self.certificate is not None and time.monotonic() >= next_cert:
                     next_cert = time.monotonic() + self.cert_interval
                     self.refresh_certificate()
+                self.publish_inventory()
             except Exception:  # never let the watcher die: the next tick tries again
                 _log.exception("watcher: unexpected error")

@@ -1,0 +1,110 @@
+"""The real `gpu-webhook serve` with a node inventory watched from a loopback API server: the cluster checks'
+verdicts over HTTPS, drift in /readyz and the metrics, and the skip once the watch has been broken too long."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LiveServer
+from tests.fake_kube_api import FakeKubeAPI
+from tests.test_clustercheck import A100, node
+from tests.test_server import pod, review
+
+POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: training}
+spec:
+  namespaces: [train]
+  limits: {maxPerContainer: 16, maxPerPod: 16}
+  cluster: {fits: deny}
+---
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: shared}
+spec:
+  namespaces: [notebooks]
+  sharing: {mode: time-slicing, replicas: 4}
+"""
+SLICED = {**A100, "nvidia.com/gpu.replicas": "8", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+
+
+@pytest.fixture
+def cluster_server(start_server: Callable[..., LiveServer], tmp_path: Path):
+    api = FakeKubeAPI().start()
+    api.put_node(node("gpu-a", {"nvidia.com/gpu": "8"}, A100))
+    api.put_node(node("ts-a", {"nvidia.com/gpu.shared": "32"}, SLICED))
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "p.yaml").write_text(POLICY)
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig), "--cluster-stale-after", "1"])
+    yield server, api
+    api.stop()
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def cluster_of(server: LiveServer) -> dict:
+    return server.get("/readyz").json().get("cluster", {})
+
+
+def test_a_pod_no_node_can_hold_is_denied_and_one_that_fits_is_allowed(cluster_server):
+    server, api = cluster_server
+    eventually(lambda: cluster_of(server).get("inventory") == "current")
+    assert review(server, "validate", pod("train", "8"))["allowed"] is True
+    denied = review(server, "validate", pod("train", "9"))
+    assert denied["status"]["message"] == (
+        'container "main": nvidia.com/gpu "9" fits on no node: the most one node holds is 8 (node "gpu-a"); '
+        'request at most 8, or list a larger node pool in cluster.assumeNodes (policy "training", cluster.fits)'
+    )
+    api.put_node(node("gpu-big", {"nvidia.com/gpu": "16"}, A100))  # a bigger node joins: the watch tells
+    eventually(lambda: review(server, "validate", pod("train", "9"))["allowed"] is True)
+
+
+def test_drift_is_in_readyz_and_the_metrics(cluster_server):
+    server, _ = cluster_server
+    eventually(lambda: cluster_of(server).get("inventory") == "current")
+    details = cluster_of(server)
+    assert details["credentials"].startswith("kubeconfig ")
+    assert details["nodes"] == 2
+    assert details["drift"] == [
+        'policy "shared" sharing.replicas is 4, but 1 node (ts-a) say 8: each pod is told it has 1/4 of a GPU, '
+        "but the GPU is shared 8 ways; set sharing.replicas: 8 (or auto), or change the device plugin's sharing "
+        "config"
+    ]
+    key = 'gpu_admission_policy_drift_nodes{field="sharing.replicas",policy="shared"}'
+    eventually(lambda: server.metrics().get(key) == 1.0)
+    assert server.metrics()["gpu_admission_inventory_nodes"] == 2.0
+    warned = review(server, "mutate", pod("notebooks", "1"))  # drift warns by default
+    assert warned["allowed"] is True
+    assert any("sharing.replicas 4 but 1 nodes say 8" in warning for warning in warned["warnings"])  # short form
+
+
+def test_a_broken_watch_skips_the_checks_after_the_set_time_and_says_so(cluster_server):
+    server, api = cluster_server
+    eventually(lambda: cluster_of(server).get("inventory") == "current")
+    assert review(server, "validate", pod("train", "9"))["allowed"] is False
+    api.stop()
+    eventually(lambda: cluster_of(server).get("inventory") == "stale")
+    assert review(server, "validate", pod("train", "9"))["allowed"] is True  # never fails closed
+    record = server.wait_for_log(lambda r: r.get("event") == "cluster-checks-skipped")
+    assert record["message"].startswith("cluster checks skipped: the node watch has been broken for over 1 s (")
+    assert server.metrics()['gpu_admission_cluster_checks_skipped_total{reason="stale"}'] >= 1
+
+
+def test_without_credentials_the_checks_are_off_and_the_banner_says_so(start_server, monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    server = start_server()
+    assert "  cluster checks: off: not in a cluster, and neither --kubeconfig nor $KUBECONFIG is set" in server.log()
+    assert "cluster" not in server.get("/readyz").json()

@@ -1,0 +1,386 @@
+"""Node-pool steering: the node affinity that keeps a namespace's GPU pods on nodes whose GPUs are shared the
+way its policy says, merged with the user's own constraints, and the user's constraints that contradict it.
+
+Where the device plugin keeps the name `nvidia.com/gpu` for time-slicing or MPS replicas (renameByDefault:
+false) or for MIG slices (migStrategy: single), the resource name no longer tells a whole GPU from a quarter
+of one: only the node's labels do. GPU feature discovery sets them (NVIDIA/k8s-device-plugin):
+- internal/lm/resource.go, baseLabeler: `nvidia.com/gpu.sharing-strategy` is `none` unless the resource has
+  more than 1 replica, then the sharing config's strategy (`time-slicing` or `mps`); `nvidia.com/gpu.replicas`
+  is the replica count (1 when not shared, 0 for MIG-enabled GPUs); `nvidia.com/gpu.product` gets a `-SHARED`
+  suffix when shared and not renamed, and is `<model>-MIG-<profile>` for MIG slices under the single strategy.
+- internal/lm/mig-strategy.go and strategy.go: `nvidia.com/mig.strategy` is `single` or `mixed` (absent for
+  none); under single the slices are labelled as `nvidia.com/gpu` itself, with the MIG device's attributes
+  (`nvidia.com/gpu.slices.gi`, the GPU instance's compute slices, among them).
+Node affinity cannot match a suffix, so the product label is not required: the sharing strategy, the replica
+count, the MIG strategy and the slice count say the same in values that `In`/`NotIn` can match. A user's
+nodeSelector or `In` on the product label is still judged by it: a product ending in `-SHARED` is a GPU shared
+without renaming, one with `-MIG-` a MIG-single slice (the profile as NVML names it, `+` dropped by `sanitise`).
+
+Nodes without these labels (no GPU feature discovery) match `NotIn` and not `In`: a whole-GPU namespace may
+still use them, a shared or MIG-single one may not, since nothing says that they slice as its policy does.
+
+Merging (a required node affinity's terms are ORed, its expressions ANDed): every requirement is added to every
+term, so the result selects exactly the nodes both select; an empty term, which selects nothing, stays empty;
+preferred terms, tolerations and the nodeSelector are never changed. A nodeSelector or a required affinity
+that no node could satisfy together with the policy's requirements is a conflict: a `Violation`, and no patch
+(under warn and audit the pod is admitted as the user wrote it: adding the policy's constraints would leave it
+unschedulable, which is worse than where it would have landed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.admission.patch import index_token
+from webhook.admission.policy import Mode, Policy
+from webhook.admission.quantity import quantity_or_none
+from webhook.admission.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.violation import SHORT_LIMIT, Violation
+
+SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
+REPLICAS = "nvidia.com/gpu.replicas"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+GI_SLICES = "nvidia.com/gpu.slices.gi"
+PRODUCT = "nvidia.com/gpu.product"
+SHARED_STRATEGIES = ("mps", "time-slicing")  # the values of SHARING_STRATEGY on sliced nodes, sorted
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+STEERED_SECTIONS = ("containers", "initContainers")  # ephemeral containers hold no resources
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One node selector requirement (`matchExpressions` entry) that a policy implies."""
+
+    key: str
+    operator: str  # In | NotIn
+    values: tuple[str, ...]
+
+    @property
+    def expression(self) -> dict[str, Any]:
+        return {"key": self.key, "operator": self.operator, "values": list(self.values)}
+
+    def __str__(self) -> str:
+        """Label selector syntax, as kubectl reads it: `nvidia.com/gpu.replicas in (4)`."""
+        return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
+
+
+def requirements(policy: Policy) -> tuple[Requirement, ...]:
+    """The requirements every GPU pod of the namespace gets (none where the policy does not steer)."""
+    return policy.derived("steering-requirements", _requirements)
+
+
+def _requirements(policy: Policy) -> tuple[Requirement, ...]:
+    if not policy.steering:
+        return ()
+    sharing = policy.sharing
+    if sharing.mode.is_shared:
+        if sharing.resource_name not in (NVIDIA_GPU, NVIDIA_GPU_SHARED):
+            return ()  # a MIG slice's replicas: labelled under its own resource name, not steered
+        return (
+            Requirement(SHARING_STRATEGY, "In", (str(sharing.mode),)),
+            Requirement(REPLICAS, "In", (str(sharing.replicas),)),
+        )
+    if sharing.is_mig_single:
+        slices = sharing.mig_profile.split("g.", 1)[0] if sharing.mig_profile else None
+        return (
+            Requirement(MIG_STRATEGY, "In", ("single",)),
+            *((Requirement(GI_SLICES, "In", (slices,)),) if slices else ()),
+        )
+    if sharing.mode is Mode.EXCLUSIVE:
+        return (
+            Requirement(SHARING_STRATEGY, "NotIn", SHARED_STRATEGIES),
+            Requirement(MIG_STRATEGY, "NotIn", ("single",)),
+        )
+    return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
+
+
+def steered_resource(policy: Policy) -> str:
+    """The resource whose holders are steered: the shared replica's name, else `nvidia.com/gpu`."""
+    return policy.sharing.shared_resource or NVIDIA_GPU
+
+
+# --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
+
+
+def matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a node with `labels` satisfies one `matchExpressions` entry."""
+    key, operator = expression.get("key"), expression.get("operator")
+    values = expression.get("values")
+    values = values if type(values) is list else []  # malformed: the API server rejects it; never a substring test
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        label, bound = _integer(labels[key]), _integer(values[0])
+        if label is None or bound is None:
+            return False
+        return label > bound if operator == "Gt" else label < bound
+    return False
+
+
+def term_matches(term: Any, labels: dict[str, str]) -> bool:
+    """A node selector term's `matchExpressions` (ANDed); an empty term matches no node (its API docs)."""
+    if type(term) is not dict:
+        return False
+    expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    return all(type(e) is dict and matches(e, labels) for e in expressions)
+
+
+def _integer(text: Any) -> int | None:
+    try:
+        return int(text) if type(text) is str else None
+    except ValueError:
+        return None
+
+
+def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
+    """Whether one label value (or its absence) satisfies every expression, all on the same key: tried on
+    every value that can decide it (each value named, integers just past each bound, one named by none)."""
+    named = [str(v) for e in expressions for v in (e.get("values") or [])]
+    candidates: list[str | None] = [None, "\x00 none of them", *named]
+    for expression in expressions:
+        bound = _integer((expression.get("values") or [None])[0])
+        if expression.get("operator") in ("Gt", "Lt") and bound is not None:
+            step = 1 if expression["operator"] == "Gt" else -1
+            candidates += [str(bound + step * n) for n in range(1, len(named) + 2)]
+    key = expressions[0].get("key")
+    return any(all(matches(e, {} if value is None else {key: value}) for e in expressions) for value in candidates)
+
+
+def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement], policy: Policy) -> list[str]:
+    """The labels on which no node matching `expressions` can also satisfy the policy (one requirement alone
+    always can: only the user's expressions on the same label are looked at)."""
+    clashing = []
+    for requirement in wanted:
+        ours = requirement.expression  # itself again (a second pass) adds nothing to look at
+        same = [e for e in expressions if type(e) is dict and e.get("key") == requirement.key and e != ours]
+        if same and not _satisfiable([*same, ours]):
+            clashing.append(requirement.key)
+    for e in expressions:
+        values = e.get("values") if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In" else None
+        if type(values) is list and not any(_product_fits(policy, str(value)) for value in values):
+            clashing.append(PRODUCT)
+            break
+    return clashing
+
+
+def _product_rule(policy: Policy) -> str | None:
+    """What GPU feature discovery's product label says on the policy's nodes, or None where it says nothing."""
+    sharing = policy.sharing
+    if sharing.mode is Mode.EXCLUSIVE:
+        return f"{PRODUCT} neither ending in -SHARED nor holding -MIG-"
+    if sharing.mode.is_shared and sharing.resource_name == NVIDIA_GPU:
+        return f"{PRODUCT} ending in -SHARED"
+    if sharing.is_mig_single and sharing.mig_profile:
+        return f"{PRODUCT} ending in -MIG-{sharing.mig_profile.replace('+', '')}"
+    return None
+
+
+def _product_fits(policy: Policy, product: str) -> bool:
+    sharing = policy.sharing
+    if sharing.mode is Mode.EXCLUSIVE:
+        return not product.endswith("-SHARED") and "-MIG-" not in product
+    if sharing.mode.is_shared and sharing.resource_name == NVIDIA_GPU:
+        return product.endswith("-SHARED")
+    if sharing.is_mig_single and sharing.mig_profile:
+        return product.endswith("-MIG-" + sharing.mig_profile.replace("+", ""))
+    return True
+
+
+# --- Merging into a pod spec ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Steered:
+    """What steering does to one pod spec: its new `affinity` and the patch that sets it, or its conflicts."""
+
+    affinity: Any = None
+    patch: list[dict[str, Any]] | None = None
+    conflicts: list[Violation] | None = None
+    added: tuple[Requirement, ...] = ()
+
+
+def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
+    """Merge the policy's requirements into `spec` (the pod spec after mutation, at JSON Pointer `spec_at`).
+
+    None when nothing is to be done: the policy does not steer, no container holds its GPU, the constraints
+    are already there, or the affinity is malformed (the API server rejects it; nothing is added to it).
+    """
+    wanted = requirements(policy)
+    if not wanted or not _holds(spec, steered_resource(policy)):
+        return None
+    conflicts = _selector_conflicts(spec.get("nodeSelector"), wanted, policy)
+    affinity = spec.get("affinity")
+    at = f"{spec_at}/affinity"
+    if affinity is None:
+        value = {"nodeAffinity": _node_affinity(wanted)}
+        return _done(conflicts, value, [_add(at, value)], wanted)
+    if type(affinity) is not dict:
+        return _done(conflicts, None, None, wanted)
+    node_affinity = affinity.get("nodeAffinity")
+    if node_affinity is None:
+        value = _node_affinity(wanted)
+        return _done(conflicts, {**affinity, "nodeAffinity": value}, [_add(f"{at}/nodeAffinity", value)], wanted)
+    if type(node_affinity) is not dict:
+        return _done(conflicts, None, None, wanted)
+    at = f"{at}/nodeAffinity/{REQUIRED}"
+    required = node_affinity.get(REQUIRED)
+    terms = required.get("nodeSelectorTerms") if type(required) is dict else None
+    if required is None or (type(required) is dict and not terms):
+        value = {**(required or {}), "nodeSelectorTerms": [{"matchExpressions": [r.expression for r in wanted]}]}
+        new = {**affinity, "nodeAffinity": {**node_affinity, REQUIRED: value}}
+        return _done(conflicts, new, [_add(at, value)], wanted)
+    if type(terms) is not list or not all(type(term) is dict for term in terms):
+        return _done(conflicts, None, None, wanted)
+    new_terms, patch, contradicted, live = [], [], [], 0
+    for index, term in enumerate(terms):
+        expressions = term.get("matchExpressions")
+        if expressions is not None and type(expressions) is not list:
+            return _done(conflicts, None, None, wanted)
+        if not expressions and not term.get("matchFields"):
+            new_terms.append(term)  # selects no node, and still none with more requirements
+            continue
+        live += 1
+        clash = _term_conflicts(expressions or [], wanted, policy)
+        if clash:
+            contradicted.append((index, clash))
+        missing = [r.expression for r in wanted if r.expression not in _normalised(expressions or [], r.key)]
+        term_at = f"{at}/nodeSelectorTerms/{index_token(index)}/matchExpressions"
+        if not missing:
+            new_terms.append(term)
+        elif expressions is None:
+            patch.append(_add(term_at, missing))
+            new_terms.append({**term, "matchExpressions": missing})
+        else:
+            patch += [_add(f"{term_at}/-", expression) for expression in missing]
+            new_terms.append({**term, "matchExpressions": [*expressions, *missing]})
+    if live and len(contradicted) == live:
+        conflicts.append(_affinity_conflict(contradicted, policy))
+    new = {**affinity, "nodeAffinity": {**node_affinity, REQUIRED: {**required, "nodeSelectorTerms": new_terms}}}
+    return _done(conflicts, new, patch, wanted)
+
+
+def _done(
+    conflicts: list[Violation], affinity: Any, patch: list[dict[str, Any]] | None, wanted: tuple[Requirement, ...]
+) -> Steered | None:
+    if conflicts:
+        return Steered(conflicts=conflicts)  # no patch: see the module's docstring
+    if not patch:
+        return None
+    return Steered(affinity=affinity, patch=patch, added=wanted)
+
+
+def _add(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "add", "path": path, "value": value}
+
+
+def _node_affinity(wanted: tuple[Requirement, ...]) -> dict[str, Any]:
+    """A node affinity of one required term: the policy's requirements."""
+    return {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [r.expression for r in wanted]}]}}
+
+
+def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
+    """The term's expressions on `key` as the policy writes its own (values sorted), to find ours among them."""
+    found = []
+    for e in expressions:
+        if type(e) is dict and e.get("key") == key and type(e.get("values")) is list:
+            found.append({"key": key, "operator": e.get("operator"), "values": sorted(map(str, e["values"]))})
+    return found
+
+
+def _holds(spec: dict[str, Any], resource: str) -> bool:
+    """Whether a container or init container asks for some of `resource`."""
+    for section in STEERED_SECTIONS:
+        containers = spec.get(section)
+        if type(containers) is not list:
+            continue
+        for body in containers:
+            resources = body.get("resources") if type(body) is dict else None
+            if type(resources) is not dict:
+                continue
+            for which in ("limits", "requests"):
+                amounts = resources.get(which)
+                if type(amounts) is dict and resource in amounts:
+                    value = quantity_or_none(amounts[resource])
+                    if value is not None and value > 0:
+                        return True
+    return False
+
+
+# --- Conflicts ---------------------------------------------------------------------------------------------
+
+
+def _policy_words(policy: Policy) -> str:
+    sharing = policy.sharing
+    if sharing.is_mig_single:
+        return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
+    if sharing.mode.is_shared:
+        return f'policy "{policy.name}" ({sharing.mode}, {sharing.replicas} replicas)'
+    return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'
+
+
+def _advice(policy: Policy) -> str:
+    if policy.sharing.mode is Mode.EXCLUSIVE:
+        return "remove it, or use a namespace whose policy shares GPUs"
+    return "remove it, or make it select the policy's pool"
+
+
+def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: Policy) -> list[Violation]:
+    if type(selector) is not dict:
+        return []
+    clashes = [
+        (requirement.key, str(requirement))
+        for requirement in wanted
+        if requirement.key in selector
+        and not matches(requirement.expression, {requirement.key: str(selector[requirement.key])})
+    ]
+    if PRODUCT in selector and not _product_fits(policy, str(selector[PRODUCT])):
+        clashes.append((PRODUCT, _product_rule(policy) or ""))
+    conflicts = []
+    for key, needed in clashes:
+        shown = f"{key}={selector[key]}"
+        line = (
+            f"pod: nodeSelector {shown} conflicts with {_policy_words(policy)}, whose GPU pods run only on "
+            f"nodes with {needed}; {_advice(policy)}"
+        )
+        conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
+    return conflicts
+
+
+def _affinity_conflict(contradicted: list[tuple[int, list[str]]], policy: Policy) -> Violation:
+    labels = sorted({label for _, clash in contradicted for label in clash})
+    needed = "; ".join(str(r) for r in requirements(policy) if r.key in labels)
+    if PRODUCT in labels:
+        needed = "; ".join(filter(None, (needed, _product_rule(policy))))
+    which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
+    line = (
+        f"pod: required node affinity on {', '.join(labels)} conflicts with {_policy_words(policy)}: "
+        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {_advice(policy)}"
+    )
+    return Violation(line, _short(f"pod: node affinity on {', '.join(labels)}", policy))
+
+
+def _short(what: str, policy: Policy) -> str:
+    short = f'{what} conflicts with policy "{policy.name}"\'s GPU pool; remove it'
+    if len(short) <= SHORT_LIMIT:
+        return short
+    tail = "... conflicts with the policy's GPU pool; remove it"
+    return what[: SHORT_LIMIT - len(tail)] + tail
+
+
+def describe(policy: Policy) -> str:
+    """The constraints a namespace's GPU pods get, for `policy explain`."""
+    wanted = requirements(policy)
+    if not wanted:
+        return "none"
+    return f"pods holding {steered_resource(policy)} need node labels " + ", ".join(map(str, wanted))

@@ -1,0 +1,308 @@
+"""The Node inventory: a list + watch of Nodes that keeps an immutable `ClusterView` for the engine.
+
+The protocol is the API server's (kubernetes.io/docs/reference/using-api/api-concepts, "Efficient detection
+of changes"): list in pages, then watch from the list's resourceVersion with allowWatchBookmarks; every
+event moves the resourceVersion on; a watch that ends is resumed from it; an ERROR event with a 410 Status
+(the version is older than the API server keeps) means list again. Errors back off, doubling up to a cap.
+
+A new view is published only when something admission reads changed (NodeInfo: managed allocatable, GFD
+labels, cordoned): node heartbeats and condition updates arrive as MODIFIED events every few seconds per node
+and change nothing it keeps. Reviews read `view()` and never wait: before the first list completes, or once
+the watch has been broken for longer than `stale_after`, it is None and the cluster checks are skipped.
+
+Under gunicorn each worker process runs its own inventory (a thread started after the fork): threads do not
+survive a fork, and sharing one view across processes would need serialising 5,000 nodes to every worker on
+each change. A watch is cheap for the API server (served from its watch cache), and the workers are few.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.server.logs import LOGGER, log
+
+_log = logging.getLogger(f"{LOGGER}.inventory")
+
+NODES_PATH = "/api/v1/nodes"
+PAGE_SIZE = 500
+STALE_AFTER_S = 120.0  # a watch broken this long: the view may be wrong, the checks are skipped
+WATCH_TIMEOUT_S = (300, 600)  # the server ends each watch after a random time in this range (as client-go)
+BACKOFF_S = (0.5, 30.0)  # first retry, cap
+CONNECT_TIMEOUT_S = 10.0
+
+
+class WatchExpired(Exception):
+    """410 Gone: the resourceVersion is older than the API server keeps; list again."""
+
+
+class APIError(Exception):
+    """The API server refused or could not be reached: one line for the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Where the inventory's credentials came from, for the start-up line and /readyz."""
+
+    configuration: Any | None  # kubernetes.client.Configuration; None: the cluster checks are off
+    source: str  # "in-cluster", "kubeconfig FILE", or why they are off
+
+
+def find_credentials(kubeconfig: str | None) -> Credentials:
+    """In-cluster credentials in a pod, else `--kubeconfig` or `$KUBECONFIG`, else none (checks off).
+
+    `~/.kube/config` is not read: a server that finds someone's personal kubeconfig by accident would judge
+    pods against another cluster's nodes.
+    """
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
+            config.load_incluster_config(client_configuration=configuration)
+            return Credentials(configuration, "in-cluster service account")
+        files = kubeconfig or os.environ.get("KUBECONFIG")
+        if not files:
+            return Credentials(None, "off: not in a cluster, and neither --kubeconfig nor $KUBECONFIG is set")
+        config.load_kube_config(config_file=files, client_configuration=configuration, persist_config=False)
+        return Credentials(configuration, f"kubeconfig {files}")
+    except Exception as exc:  # the client raises assorted exceptions on broken files
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Credentials(None, f"off: cannot load credentials ({first})")
+
+
+class KubeNodes:
+    """Nodes over the API, raw JSON (no model classes): one page of a list, or a watch's events."""
+
+    def __init__(self, configuration: Any) -> None:
+        from kubernetes import client
+
+        configuration.retries = False  # retries are the inventory's, with backoff
+        self._client = client.ApiClient(configuration)
+
+    def _get(self, query: list[tuple[str, Any]], read_timeout: float) -> Any:
+        from urllib3.exceptions import HTTPError
+
+        request = self._client.param_serialize(
+            method="GET",
+            resource_path=NODES_PATH,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._client.call_api(*request, _request_timeout=(CONNECT_TIMEOUT_S, read_timeout))
+        except (HTTPError, OSError) as exc:
+            raise APIError(f"cannot reach the API server: {exc}") from None
+        if response.status == 410:
+            raise WatchExpired
+        if response.status != 200:
+            raise APIError(f"listing nodes: HTTP {response.status} {_status_message(response.read())}")
+        return response
+
+    def list_page(self, token: str | None) -> dict[str, Any]:
+        query: list[tuple[str, Any]] = [("limit", PAGE_SIZE)]
+        if token:
+            query.append(("continue", token))
+        response = self._get(query, 60.0)
+        try:
+            return json.loads(response.read())
+        except ValueError:
+            raise APIError("the API server's node list is not JSON") from None
+
+    def watch(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """The events of one watch, until the server ends it (after `timeout_s`) or the connection drops."""
+        from urllib3.exceptions import HTTPError
+
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_s),
+        ]
+        response = self._get(query, timeout_s + 30.0).response
+        pending = b""
+        try:
+            for chunk in response.stream(65536, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        except (HTTPError, OSError, ValueError) as exc:
+            raise APIError(f"the node watch broke: {exc}") from None
+        finally:
+            response.release_conn()
+
+
+def _status_message(body: bytes) -> str:
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return ""
+    return str(status.get("message", "")) if isinstance(status, dict) else ""
+
+
+class NodeSource(Protocol):
+    """What the inventory reads: KubeNodes, or anything else that pages a list and streams a watch."""
+
+    def list_page(self, token: str | None) -> dict[str, Any]: ...
+
+    def watch(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]: ...
+
+
+class NodeInventory:
+    """The latest trusted snapshot of the nodes, kept by a daemon thread."""
+
+    def __init__(
+        self,
+        source: NodeSource,
+        *,
+        stale_after: float = STALE_AFTER_S,
+        watch_timeout: tuple[int, int] = WATCH_TIMEOUT_S,
+        backoff: tuple[float, float] = BACKOFF_S,
+        on_change: Callable[[ClusterView], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self.stale_after = stale_after
+        self._watch_timeout = watch_timeout
+        self._backoff = backoff
+        self._on_change = on_change
+        self._clock = clock
+        self._view: ClusterView | None = None
+        self._broken_since: float | None = None
+        self._nodes: dict[str, NodeInfo] = {}
+        self._version = ""
+        self.lists = 0  # completed lists (the first, and relists after a 410)
+        self.last_error = ""
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------------------------ the hot path
+
+    def view(self) -> ClusterView | None:
+        """The snapshot, or None while it cannot be trusted (never listed; watch broken too long)."""
+        broken = self._broken_since
+        if broken is not None and self._clock() - broken > self.stale_after:
+            return None
+        return self._view
+
+    @property
+    def last_view(self) -> ClusterView | None:
+        """The latest snapshot, trusted or not (for /readyz's node count)."""
+        return self._view
+
+    def state(self) -> str:
+        """listing (no list yet), current, or stale."""
+        if self._view is None:
+            return "listing"
+        return "current" if self.view() is not None else "stale"
+
+    # ------------------------------------------------------------------------------------ the thread
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="gpu-admission-inventory", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        delay = self._backoff[0]
+        while not self._stop.is_set():
+            try:
+                if not self._version:
+                    self._list()
+                self._watch()
+                delay = self._backoff[0]  # the watch ended as watches do: resume from the last version
+            except WatchExpired:
+                log(_log, logging.INFO, "node watch expired (410 Gone): listing again", event="inventory-relist")
+                self._version = ""
+            except Exception as exc:  # never let the thread die: back off and try again
+                self._broken(str(exc))
+                self._stop.wait(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self._backoff[1])
+
+    def _broken(self, why: str) -> None:
+        if self._broken_since is None:
+            self._broken_since = self._clock()
+            log(_log, logging.WARNING, f"node inventory: {why}; retrying with backoff", event="inventory-broken")
+        self.last_error = why
+
+    def _healthy(self) -> None:
+        if self._broken_since is not None:
+            log(_log, logging.INFO, "node inventory: watching again", event="inventory-recovered")
+        self._broken_since = None
+        self.last_error = ""
+
+    def _list(self) -> None:
+        nodes: dict[str, NodeInfo] = {}
+        token: str | None = None
+        while True:
+            page = self._source.list_page(token)
+            for item in page.get("items") or []:
+                info = NodeInfo.from_object(item)
+                if info is not None:
+                    nodes[info.name] = info
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                break
+        self._nodes = nodes
+        self._version = str(metadata.get("resourceVersion") or "")
+        self.lists += 1
+        self._publish()
+        self._healthy()
+        log(_log, logging.INFO, f"node inventory: listed {len(nodes)} nodes", event="inventory-listed",
+            nodes=len(nodes))
+
+    def _watch(self) -> None:
+        timeout = random.randint(*self._watch_timeout)
+        events = self._source.watch(self._version, timeout)
+        first = True
+        for event in events:
+            if first:
+                self._healthy()
+                first = False
+            if self._stop.is_set():
+                return
+            self._apply(event)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object")
+        if not isinstance(obj, dict):
+            return
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise WatchExpired
+            raise APIError(f"the node watch sent an error: {obj.get('message', obj)}")
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        version = metadata.get("resourceVersion")
+        if isinstance(version, str) and version:
+            self._version = version
+        if kind == "BOOKMARK":
+            return
+        info = NodeInfo.from_object(obj)
+        if info is None:
+            return
+        if kind == "DELETED":
+            if self._nodes.pop(info.name, None) is not None:
+                self._publish()
+        elif kind in ("ADDED", "MODIFIED") and self._nodes.get(info.name) != info:
+            self._nodes[info.name] = info
+            self._publish()
+
+    def _publish(self) -> None:
+        view = ClusterView(dict(self._nodes))
+        self._view = view
+        if self._on_change is not None:
+            self._on_change(view)
