@@ -11,7 +11,7 @@ import yaml
 from tests.engine_support import EXCLUSIVE, container, env_of, pod, policy, run
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import load_policies
-from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, Mode, Sharing
+from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Sharing
 from webhook.admission.violation import WARNING_LIMIT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,4 +199,36 @@ def test_a_pod_total_of_mapped_requests_says_what_the_policy_made_of_them():
         "pod: nvidia.com/gpu.shared (what nvidia.com/gpu becomes under time-slicing) effective total 2 (containers "
         'running together: "a"=1, "b"=1) exceeds the per-pod maximum of 1 (policy "team"); request fewer or split '
         "the pod"
+    ]
+
+
+# The same rules where the device plugin keeps the name nvidia.com/gpu (time-slicing, MPS, MIG single)
+
+
+def test_a_replica_that_keeps_the_name_is_one_share_too():
+    kept = policy(
+        name="inference",
+        sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4, resource_name="nvidia.com/gpu"),
+        fractional=Fractional.SHARED,
+    )
+    decision = run(pod(container("srv", limits={"nvidia.com/gpu": "0.5"})), kept)
+    assert decision.mutated["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert env_of(decision)["GPU_MEMORY_FRACTION"] == "0.25"
+    assert decision.violations == [
+        'container "srv": nvidia.com/gpu 0.5 is more than one share here (time-slicing gives 1/4 of a GPU per '
+        'replica, policy "inference"); ask for 0.25 or less, or for whole GPUs in a namespace that has them'
+    ]
+
+
+def test_under_mig_single_nvidia_gpu_is_one_slice_per_container():
+    single = policy(
+        name="batch-mig",
+        sharing=Sharing(mode=Mode.MIG, mig_profile="3g.40gb", mig_strategy=MigStrategy.SINGLE),
+        gpu=GPU(model="A100-80GB"),
+    )
+    decision = run(pod(container("train", limits={"nvidia.com/gpu": "2"})), single)
+    assert decision.violations == [
+        'container "train": nvidia.com/gpu "2" is more than one MIG slice per container (policy "batch-mig"): CUDA '
+        "sees one MIG device per process, and slices have no NVLink or P2P between them; request one bigger "
+        "profile, or whole GPUs in a namespace that has them"
     ]
