@@ -93,7 +93,7 @@ def test_table_lists_every_object_then_each_denial_and_warning_and_exits_1_on_a_
     assert len(deny) == 1
     assert deny[0].startswith('DENY manifests/denied.yaml#0 Pod/half: container "train": nvidia.com/gpu 0.5')
     warn = [line for line in lines if line.startswith("WARN ")]
-    assert any(line.startswith("WARN manifests/warn.yaml#1 Pod/half: ") for line in warn), (
+    assert any(line.startswith("WARN manifests/warn.yaml#1 Pod/nine: ") for line in warn), (
         "audit violations show"
     )
     assert lines[-1] == "11 objects: 10 allowed, 1 denied, 4 mutated, 2 skipped, 6 with warnings"
@@ -110,7 +110,7 @@ def test_admitted_manifests_exit_0_and_namespace_and_policies_come_from_flags_an
     # No metadata.namespace: --namespace applies; a manifest's own namespace always wins.
     assert results[("clean.yaml#0", "whole-gpu")]["namespace"] == "shared-ml"
     assert results[("clean.yaml#0", "whole-gpu")]["policy"] == "shared"
-    assert results[("pods.yaml#1", "half")]["namespace"] == "shared-ml"
+    assert results[("pods.yaml#1", "quarter")]["namespace"] == "shared-ml"
 
 
 # --- json -----------------------------------------------------------------------------------------------
@@ -145,12 +145,13 @@ def test_json_has_exactly_the_documented_shape():
     )
     assert fixed["warnings"], "each mutation is announced as an admission warning"
 
-    # Half a GPU in a time-slicing namespace becomes one shared replica with memory-fraction env vars.
-    half = results[("pods.yaml#1", "half")]
+    # A quarter of a GPU (one replica's share) in a time-slicing namespace becomes one shared replica with
+    # memory-fraction env vars.
+    half = results[("pods.yaml#1", "quarter")]
     resources = half["object"]["spec"]["containers"][0]["resources"]
     assert set(resources["limits"]) == {"nvidia.com/gpu.shared"}
     env = {e["name"]: e["value"] for e in half["object"]["spec"]["containers"][0]["env"]}
-    assert env["GPU_MEMORY_FRACTION"] == "0.5"
+    assert env["GPU_MEMORY_FRACTION"] == "0.25"
 
     # A List's items are evaluated one by one: the Deployment's template is mutated, the Service skipped.
     items = [r for r in report["results"] if r["source"] == "manifests/list.yaml"]
@@ -170,15 +171,15 @@ def test_json_has_exactly_the_documented_shape():
     assert cronjob["namespace"] == "batch" and cronjob["mutated"]
 
     # warn: admitted, the violation is a warning; audit: admitted quietly, yet the CLI shows the violation.
-    warned = results[("warn.yaml#0", "half")]
-    audited = results[("warn.yaml#1", "half")]
+    warned = results[("warn.yaml#0", "nine")]
+    audited = results[("warn.yaml#1", "nine")]
     assert (
-        warned["allowed"] and warned["denials"] == [] and any("fractional" in w for w in warned["warnings"])
+        warned["allowed"] and warned["denials"] == [] and any("per container" in w for w in warned["warnings"])
     )
     assert (
         audited["allowed"]
         and audited["denials"] == []
-        and any("fractional" in w for w in audited["warnings"])
+        and any("per-container maximum" in w for w in audited["warnings"])
     )
 
 
@@ -226,10 +227,10 @@ def test_diff_shows_each_mutated_object_before_and_after():
     assert out.startswith(
         "--- a/manifests/pods.yaml#0 Pod/requests-only\n+++ b/manifests/pods.yaml#0 Pod/requests-only\n@@"
     )
-    assert "--- a/manifests/pods.yaml#1 Pod/half\n" in out
+    assert "--- a/manifests/pods.yaml#1 Pod/quarter\n" in out
     assert "clean.yaml" not in out and "settings" not in out, "unchanged objects have no diff"
     assert "+      limits:\n+        nvidia.com/gpu: 1\n" in out
-    assert "-        nvidia.com/gpu: 500m\n" in out
+    assert "-        nvidia.com/gpu: 250m\n" in out
     assert (
         run.stderr.splitlines()[-1] == "5 objects: 5 allowed, 0 denied, 2 mutated, 1 skipped, 2 with warnings"
     )
@@ -536,3 +537,22 @@ def test_server_connection_errors_are_one_line(capsys):
     )
     assert main(["check", "--server", f"https://127.0.0.1:{port}", "--ca-file", "missing.pem", denied]) == 2
     assert capsys.readouterr().err == "gpu-webhook check: --ca-file missing.pem: no such file\n"
+
+
+def test_a_fraction_in_a_warn_namespace_is_denied_with_the_line_the_server_sends(server):
+    """The API server refuses a fraction of an extended resource whatever the policy, so /mutate denies it under
+    `warn` too, and `check` shows the same verdict and line, offline and through --server."""
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: half, namespace: sandbox}\nspec:\n  containers:\n"
+        "    - name: train\n      image: busybox\n      resources: {limits: {nvidia.com/gpu: 0.5}}\n"
+    )
+    line = (
+        'DENY <stdin>#0 Pod/half: container "train": nvidia.com/gpu 0.5 is fractional, but GPUs are whole devices '
+        '(the API server refuses it anyway); request a whole number of GPUs (policy "lenient" gives whole GPUs '
+        "only; ask for a namespace with sharing)"
+    )
+    local = gpu_webhook("check", "--policies", "policies", "-", stdin=pod)
+    remote = gpu_webhook("check", "--server", server.url, "--ca-file", str(server.ca_file), "-", stdin=pod)
+    for run in (local, remote):
+        assert run.returncode == 1, run.stderr
+        assert line in run.stdout.splitlines()

@@ -195,7 +195,8 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
     run = gpu_webhook("policy", "explain", "--policies", "pol", "team-prod", "other", cwd=tied)
     assert (run.returncode, run.stderr) == (0, "")
     fractional = (
-        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request a whole number of '
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request a whole number of '
         'GPUs (policy "{}" gives whole GPUs only; ask for a namespace with sharing)'
     )
     assert run.stdout == (
@@ -204,6 +205,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  why       glob 'team-*' (5 literal characters) in pol/a.yaml#0\n"
         '  tie       glob "*-prod" of policy prod (pol/b.yaml#0) matches as specifically; file order picked teams\n'
         "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
+        "  share     whole GPUs only\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -216,13 +218,14 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  policy    everyone (pol/a.yaml#1)\n"
         "  why       glob '*' (0 literal characters) in pol/a.yaml#1\n"
         "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
+        "  share     whole GPUs only\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
-        "  nvidia.com/gpu: 0.5\n"
-        "    verdict    audit\n"
+        "  nvidia.com/gpu: 0.5\n"  # the API server refuses a fraction: denied under audit too
+        "    verdict    deny\n"
         "    resources  nvidia.com/gpu: 0.5 (requests = limits)\n"
-        f"    audited    {fractional.format('everyone')}\n"
+        f"    denied     {fractional.format('everyone')}\n"
     )
 
 
@@ -270,7 +273,13 @@ def test_explain_the_shipped_examples() -> None:
     notebook, inference, batch, team = run.stdout.split("\n\n")
     assert "  policy    notebooks-time-slicing (policies/time-slicing.yaml#0)" in notebook
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M" in inference  # 1/4 of an H100-80GB (81,559 MiB)
-    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40779M" in inference  # 0.5 of it
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40779M" not in inference  # 0.5 is more than one replica's share
+    assert "  share     one nvidia.com/gpu.shared is 1/4 of a GPU (mps); nvidia.com/gpu up to 0.25 becomes one, " \
+        "more is denied" in inference
+    assert (
+        "  share     MIG slices of A100-80GB, 1 per container; offered: 1g.10gb (0.125 of the memory), 2g.20gb "
+        "(0.25 of the memory), 3g.40gb (0.5 of the memory)" in batch
+    )
     assert "nvidia.com/mig-3g.40gb: 1" in batch
     assert "    verdict    deny" in team
 
@@ -328,8 +337,40 @@ def test_describe_policy_shows_a_memory_fraction_only_where_memory_hints_are_set
         "exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod"
     )
     assert describe_policy(mig) == (
-        "mig: one GPU becomes nvidia.com/mig-1g.10gb; enforcement enforce; fractional reject; max 8 per container, "
+        "mig: one GPU becomes nvidia.com/mig-1g.10gb; enforcement enforce; fractional reject; max 1 per container, "
         "8 per pod"
     )
     assert "; memory fraction 0.25; " in describe_policy(shared)
 
+
+
+def test_lint_warns_when_fractional_mig_may_pick_a_profile_the_nodes_do_not_offer(tmp_path: Path) -> None:
+    (tmp_path / "pol").mkdir()
+    spec = "namespaces: [batch]\nsharing: {mode: mig, migProfile: 1g.10gb}\ngpu: {model: A100-80GB}\nfractional: mig"
+    (tmp_path / "pol" / "mig.yaml").write_text(policy("batch-mig", spec))
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.splitlines()[-2:] == [
+        "warning: policy batch-mig (pol/mig.yaml#0) has fractional: mig without sharing.migProfiles: a fraction "
+        "may become any MIG profile of A100-80GB, not only 1g.10gb, and a pod asking for a slice the nodes lack "
+        "stays Pending; list the profiles the nodes' MIG layout offers (mig-parted's config) in "
+        "sharing.migProfiles",
+        "1 policy in 1 file: no errors, no glob ties, 1 MIG layout warning",
+    ]
+    listed = spec.replace("migProfile: 1g.10gb}", "migProfile: 1g.10gb, migProfiles: [1g.10gb, 3g.40gb]}")
+    (tmp_path / "pol" / "mig.yaml").write_text(policy("batch-mig", listed))
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert run.stdout.splitlines()[-1] == "1 policy in 1 file: no errors, no glob ties"
+
+
+def test_lint_refuses_a_memory_fraction_that_overcommits_every_gpu(tmp_path: Path) -> None:
+    (tmp_path / "pol").mkdir()
+    spec = "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 8}\nmemoryFraction: 0.9"
+    (tmp_path / "pol" / "ts.yaml").write_text(policy("ts", spec))
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stdout == (
+        "pol/ts.yaml#0 spec.memoryFraction: 0.9 is more than one replica's share (1/8 of a GPU): 8 containers "
+        "share each GPU, so every GPU would be overcommitted; set at most 0.125\n"
+        "1 problem in pol: nothing was loaded\n"
+    )

@@ -112,7 +112,8 @@ def test_a_boolean_is_no_quantity_even_beside_the_number_python_thinks_it_equals
     decision = run(pod(container(requests={"nvidia.com/gpu": True}, limits={"nvidia.com/gpu": 1})), TIME_SLICING)
     assert decision.patch == []
     assert decision.violations == [
-        'container "app": nvidia.com/gpu request true is not a quantity (true/false); set a whole number of '
+        'container "app": nvidia.com/gpu request true is not a quantity (true/false) (the API server '
+        'refuses it anyway); set a whole number of '
         'devices such as "1"'
     ]
 
@@ -135,7 +136,8 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
     decision = run(pod(container("train", requests={"nvidia.com/gpu": "500m"})))
     assert decision.decision == "deny"
     assert decision.violations == [
-        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices; request a whole '
+        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request a whole '
         'number of GPUs (policy "team" gives whole GPUs only; ask for a namespace with sharing)'
     ]
 
@@ -143,40 +145,41 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
 def test_fractional_in_a_time_slicing_namespace_points_at_the_replica():
     decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING)
     assert decision.violations == [
-        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request nvidia.com/gpu: 1,'
+        'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request nvidia.com/gpu: 1,'
         ' which policy "team" turns into one of 4 time-slicing shares of a GPU (nvidia.com/gpu.shared)'
     ]
 
 
 def test_fractional_becomes_a_shared_replica_with_its_memory_fraction():
-    decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING_FRACTIONAL)
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.2"})), TIME_SLICING_FRACTIONAL)
     assert decision.decision == "allow"
     resources = decision.mutated["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
     assert env_of(decision) == {
-        "GPU_ADMISSION_MEMORY_FRACTION": "0.5",  # recorded: gpu.shared 1 alone no longer says 0.5
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.48",
+        "GPU_ADMISSION_MEMORY_FRACTION": "0.2",  # recorded: gpu.shared 1 alone no longer says 0.2
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.18",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-        "CUPY_GPU_MEMORY_LIMIT": "50%",
-        "CUDA_MEMORY_FRACTION": "0.5",
-        "GPU_MEMORY_FRACTION": "0.5",
+        "CUPY_GPU_MEMORY_LIMIT": "20%",
+        "CUDA_MEMORY_FRACTION": "0.2",
+        "GPU_MEMORY_FRACTION": "0.2",
     }
     assert decision.mutation_kinds == ["requests-into-limits", "fractional", "env"]
 
 
 def test_a_user_set_recorded_fraction_is_neither_duplicated_nor_replaced():
-    env = [{"name": "GPU_ADMISSION_MEMORY_FRACTION", "value": "0.9"}]
-    decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"}, env=env)), TIME_SLICING_FRACTIONAL)
+    env = [{"name": "GPU_ADMISSION_MEMORY_FRACTION", "value": "0.1"}]
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.2"}, env=env)), TIME_SLICING_FRACTIONAL)
     names = [e["name"] for e in decision.mutated["spec"]["containers"][0]["env"]]
     assert names.count("GPU_ADMISSION_MEMORY_FRACTION") == 1
-    assert env_of(decision)["GPU_ADMISSION_MEMORY_FRACTION"] == "0.9"
-    assert env_of(decision)["GPU_MEMORY_FRACTION"] == "0.5"  # the conversion's own fraction
+    assert env_of(decision)["GPU_ADMISSION_MEMORY_FRACTION"] == "0.1"
+    assert env_of(decision)["GPU_MEMORY_FRACTION"] == "0.2"  # the conversion's own fraction
 
 
 def test_a_second_pass_over_a_converted_fraction_keeps_it_silently():
     # The API server calls the webhook again (reinvocation, then /validate); a template's pods arrive mutated.
-    first = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING_FRACTIONAL)
+    first = run(pod(container(requests={"nvidia.com/gpu": "0.25"})), TIME_SLICING_FRACTIONAL)
     again = run(first.mutated, TIME_SLICING_FRACTIONAL)
     assert (again.patch, again.warnings, again.decision) == ([], [], "allow")
 
@@ -199,7 +202,8 @@ def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
     decision = run(obj, TIME_SLICING_FRACTIONAL)
     assert decision.patch == []
     assert decision.violations == [
-        'container "app": nvidia.com/gpu request "0.5" differs from limit "1"; GPUs cannot be overcommitted: '
+        'container "app": nvidia.com/gpu request "0.5" differs from limit "1"; GPUs cannot be '
+        'overcommitted (the API server refuses it anyway): '
         "set request and limit to the same whole number"
     ]
 
@@ -257,7 +261,9 @@ def test_memory_fraction_overrides_one_over_replicas():
 
 
 def test_mig_maps_whole_gpus_to_the_policys_profile():
-    decision = run(pod(container(requests={"nvidia.com/gpu": "2"})), MIG)
+    decision = run(pod(container(requests={"nvidia.com/gpu": "2"})), policy(
+        sharing=MIG.sharing, gpu=MIG.gpu, limits=Limits(max_per_container=2)  # slices per container, set
+    ))
     resources = decision.mutated["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"nvidia.com/mig-1g.10gb": "2"}, "limits": {"nvidia.com/mig-1g.10gb": "2"}}
     assert decision.mutation_kinds == ["requests-into-limits", "mapping"]
@@ -364,7 +370,8 @@ def test_exclusive_gpus_get_no_env():
 def test_request_and_limit_must_agree():
     decision = run(pod(container("x", requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"})))
     assert decision.violations == [
-        'container "x": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be overcommitted: '
+        'container "x": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be '
+        'overcommitted (the API server refuses it anyway): '
         "set request and limit to the same whole number"
     ]
 
@@ -378,10 +385,11 @@ def test_per_container_maximum():
 
 def test_two_shared_replicas_are_not_two_gpus():
     decision = run(pod(container(limits={"nvidia.com/gpu": "2"})), TIME_SLICING)
+    assert decision.patch == []  # left as written: the line names what the user wrote
     assert decision.violations == [
-        'container "app": nvidia.com/gpu.shared "2" exceeds 1 per container under time-slicing (policy "team"): '
-        "2 shared replicas are not 2 GPUs, and the device plugin refuses them; request 1, or use a namespace "
-        "with whole GPUs"
+        'container "app": nvidia.com/gpu 2 (nvidia.com/gpu.shared 2 under time-slicing) exceeds 1 per container '
+        '(policy "team"): 2 shared replicas are not 2 GPUs, and the device plugin refuses them; request 1, or '
+        "whole GPUs in a namespace that has them"
     ]
 
 
@@ -501,9 +509,12 @@ def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("-1", 'nvidia.com/gpu limit "-1" is negative; set a whole number of devices >= 0'),
-        ("lots", 'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, 500m, 1e3, 2Ki); set'),
-        ("1e309", 'nvidia.com/gpu limit "1e309" is too large (past int64); set a whole number'),
+        ("-1", 'nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a '
+         'whole number of devices >= 0'),
+        ("lots", 'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, '
+         '500m, 1e3, 2Ki) (the API server refuses it anyway); set'),
+        ("1e309", 'nvidia.com/gpu limit "1e309" is too large (past int64) (the API server refuses it '
+         'anyway); set a whole number'),
         ("9223372036854775808", 'limit "9223372036854775808" is too large (past int64)'),
         (True, "nvidia.com/gpu limit true is not a quantity (true/false)"),
         ([1], "nvidia.com/gpu limit a list is not a quantity (expected a string or number, got list)"),
@@ -544,9 +555,12 @@ def test_keys_that_are_not_strings_are_left_alone():
 def test_warn_admits_and_tells_the_user():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.WARN))
     assert (decision.allowed, decision.decision, decision.denials) == (True, "warn", [])
-    assert decision.warnings == [
-        'gpu-admission: container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); '
-        "request at most 8"
+    assert decision.warnings == [  # the short form; the CLI and the log carry the whole line
+        'gpu-admission: container "app": nvidia.com/gpu "9": at most 8 per container; ask for fewer'
+    ]
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at '
+        "most 8"
     ]
 
 

@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 
 from tests import evanphx
 from webhook.admission.engine import evaluate
+from webhook.admission.mutate import mutate
 from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Policy, PolicySet, Sharing
 from webhook.admission.resources import GPU_MODELS, is_managed
+from webhook.admission.validate import validate
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
 
 NS = "ns"
 RESOURCES = [
@@ -110,8 +113,13 @@ def policies(draw):
         sharing = Sharing(mode=mode, replicas=draw(st.integers(2, 8)), resource_name=name)
     elif mode is Mode.MIG:
         model = model or "A100-80GB"
-        profile = draw(st.sampled_from(GPU_MODELS[model].profile_names()))
-        sharing = Sharing(mode=mode, mig_profile=profile, mig_strategy=draw(st.sampled_from(list(MigStrategy))))
+        names = GPU_MODELS[model].profile_names()
+        profile = draw(st.sampled_from(names))
+        offered = None
+        if draw(st.booleans()):  # a layout: the mapped profile and some others, as mig-parted would offer them
+            offered = tuple(n for n in names if n == profile or draw(st.booleans()))
+        strategy = draw(st.sampled_from(list(MigStrategy)))
+        sharing = Sharing(mode=mode, mig_profile=profile, mig_profiles=offered, mig_strategy=strategy)
     fractional_choices = [Fractional.REJECT]
     if mode.is_shared:
         fractional_choices.append(Fractional.SHARED)
@@ -125,7 +133,10 @@ def policies(draw):
         gpu=GPU(model=model),
         limits=Limits(max_per_container=draw(st.sampled_from([None, 1, 4])), max_per_pod=draw(st.sampled_from([1, 8]))),
         fractional=draw(st.sampled_from(fractional_choices)),
-        memory_fraction=draw(st.sampled_from([None, Fraction(1, 10), Fraction(1, 3)])),
+        # Shared modes only, and at most one replica's share, as the loader has it.
+        memory_fraction=draw(st.sampled_from([None, Fraction(1, 10), Fraction(1, sharing.replicas)]))
+        if mode.is_shared
+        else None,
         framework_env=tuple(draw(st.lists(st.sampled_from(FRAMEWORKS), unique=True))),
         block_visible_devices_override=draw(st.booleans()),
         steering=draw(st.booleans()),
@@ -231,3 +242,53 @@ def test_mutation_leaves_nothing_that_it_exists_to_fix(obj, policy):
             continue  # the conversion target may already be there; validation explains that case
         assert not any(f'container "{c["name"]}": nvidia.com/gpu' in line and "fractional" in line
                        for line in decision.violations), decision.violations  # fmt: skip
+
+
+MEMORY_VARIABLES = ("GPU_MEMORY_FRACTION", "CUDA_MEMORY_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
+def _said_fraction(name: str, value: str, memory_mib: int | None) -> Fraction | None:
+    """The share of a GPU that an injected variable tells the container it may use."""
+    if name in MEMORY_VARIABLES:
+        return Fraction(value)
+    if name == "CUPY_GPU_MEMORY_LIMIT":
+        return Fraction(value.removesuffix("%")) / 100
+    if name == "PYTORCH_CUDA_ALLOC_CONF" and "per_process_memory_fraction:" in value:
+        return Fraction(value.rsplit("per_process_memory_fraction:", 1)[1].split(",")[0])
+    if name == "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" and memory_mib:
+        return Fraction(int(value.removeprefix("0=").removesuffix("M")), memory_mib)
+    if name == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE":
+        return Fraction(int(value), 100)
+    return None
+
+
+@SETTINGS
+@given(objects(), policies())
+def test_no_admitted_container_is_told_it_may_use_more_than_its_share(obj, policy):
+    """Under time-slicing and MPS a replica is 1/replicas of a GPU: no variable the webhook injects says more
+    (the MPS limits are then at most what the device plugin's MPS daemon sets per replica). Under MIG a slice
+    is a GPU of its own, and no memory variable is injected at all. A user's own value is the user's."""
+    decision = evaluate(obj, NS, PolicySet((policy,)))
+    if not decision.allowed:
+        return
+    share = policy.share
+    for section in ("containers", "initContainers"):
+        for before, after in zip(
+            pod_spec(obj).get(section, []), pod_spec(decision.mutated).get(section, []), strict=True
+        ):
+            env_before = before.get("env") if isinstance(before.get("env"), list) else []
+            injected = [e for e in after.get("env") or [] if isinstance(e, dict) and e not in env_before]
+            for entry in injected:
+                said = _said_fraction(entry["name"], entry.get("value", ""), policy.gpu_memory_mib)
+                if said is None:
+                    continue
+                assert share is not None, (policy.sharing.mode, entry)  # only shared modes inject them
+                assert said <= share, (entry, share)
+
+
+@SETTINGS
+@given(objects(), policies())
+def test_every_violation_has_a_short_form_that_fits_a_warning_whole(obj, policy):
+    for violation in validate(mutate(obj, policy).obj, policy):
+        assert len(WARNING_PREFIX + violation.short) <= WARNING_LIMIT, violation.short
+        assert not violation.short.endswith("..."), violation.short

@@ -130,8 +130,8 @@ def test_a_mig_policy() -> None:
     [
         ("0.1", Fraction(1, 10)),
         ("0.25", Fraction(1, 4)),
-        ("1", Fraction(1)),
-        ("1.0", Fraction(1)),
+        ("0.50", Fraction(1, 2)),  # one replica's share of 2, the most memoryFraction may be here
+        ("5.0e-1", Fraction(1, 2)),
         ("0.333_3", Fraction(3333, 10000)),
         ("2.5e-1", Fraction(1, 4)),
         (".5", Fraction(1, 2)),
@@ -258,7 +258,7 @@ SPEC_CASES = [
      "reject or mig, or change the mode"),
     # sharing
     ("namespaces: [a]\nsharing: mig", "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-     'migProfile, migStrategy; got "mig" (a string)'),
+     'migProfile, migProfiles, migStrategy; got "mig" (a string)'),
     ("namespaces: [a]\nsharing: {mode: timeslicing}", 'p.yaml#0 spec.sharing.mode: "timeslicing" is not one of '
      'exclusive, time-slicing, mps, mig (did you mean "time-slicing"?)'),
     ("namespaces: [a]\nsharing: {replica: 4}", 'p.yaml#0 spec.sharing.replica: unknown field '
@@ -335,6 +335,23 @@ SPEC_CASES = [
     ("namespaces: [a]\nlimits:", "p.yaml#0 spec.limits: expected a mapping of maxPerContainer, maxPerPod; got an "
      "empty value (null)"),
     # memoryFraction
+    (SHARED + "memoryFraction: 0.75", "p.yaml#0 spec.memoryFraction: 0.75 is more than one replica's share (1/2 of "
+     "a GPU): 2 containers share each GPU, so every GPU would be overcommitted; set at most 0.5"),
+    (SHARED + "memoryFraction: 1", "p.yaml#0 spec.memoryFraction: 1 is more than one replica's share (1/2 of "
+     "a GPU): 2 containers share each GPU, so every GPU would be overcommitted; set at most 0.5"),
+    # migProfiles
+    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [2g.20gb]}\ngpu: {model: A100-80GB}",
+     'p.yaml#0 spec.sharing.migProfile: "1g.10gb" is not in migProfiles (2g.20gb): one GPU would become a slice '
+     "the nodes do not offer; pick one of them"),
+    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [1g.10gb, 1g.5gb]}\n"
+     "gpu: {model: A100-80GB}",
+     'p.yaml#0 spec.sharing.migProfiles[1]: "1g.5gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, '
+     "1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"),
+    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: []}\ngpu: {model: A100-80GB}",
+     "p.yaml#0 spec.sharing.migProfiles: is empty; list the profiles the nodes' MIG layout offers (mig-parted's "
+     "config)"),
+    (SHARED.replace("replicas: 2", "replicas: 2, migProfiles: [1g.10gb]"),
+     "p.yaml#0 spec.sharing.migProfiles: only applies when mode is mig (mode is time-slicing); remove it"),
     (SHARED + "memoryFraction: 0", "p.yaml#0 spec.memoryFraction: 0 is out of range; a share of the GPU's "
      "memory is greater than 0 and at most 1, e.g. 0.25"),
     (SHARED + "memoryFraction: 1.5", "p.yaml#0 spec.memoryFraction: 1.5 is out of range; a share of the "

@@ -36,6 +36,8 @@ LOADER_ONLY = (
     "is not a shared GPU resource",
     "duplicate key",  # YAML: a parser keeps one of the two values before any schema sees them
     "is too large",  # YAML integers beyond 64 bits
+    "is more than one replica's share",  # memoryFraction against 1/replicas
+    "is not in migProfiles",  # migProfile against the profiles listed beside it
 )
 
 
@@ -125,7 +127,7 @@ VALID_SPECS = [
     "namespaces: ['*', team-a]\nenforcement: audit\nlimits: {maxPerContainer: 1, maxPerPod: 1}",
     SHARED + "memoryFraction: 0.5\nfractional: shared",
     "namespaces: [a]\nsharing: {mode: mps, replicas: 4, resourceName: nvidia.com/gpu.shared}\ngpu: {memoryMiB: 81920}",
-    "namespaces: [a]\nsharing: {mode: mps, replicas: 4}\ngpu: {model: A100-80GB}\nmemoryFraction: 1",
+    "namespaces: [a]\nsharing: {mode: mps, replicas: 4}\ngpu: {model: A100-80GB}\nmemoryFraction: 0.25",
     "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb}\ngpu: {model: A100-80GB}\nfractional: mig",
     "namespaces: [a]\nframeworkEnv: [pytorch, jax]\nblockVisibleDevicesOverride: false",
     "namespaces: [a]\nframeworkEnv: []",

@@ -89,17 +89,29 @@ def test_requests_without_limits_get_limits(live_server):
     assert mutated["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
 
 
-def test_validate_denies_with_403_and_the_engine_line_while_mutate_allows(live_server):
+def test_what_the_api_server_refuses_is_denied_by_mutate_itself_with_the_engine_line(live_server):
+    # The API server validates between the two webhooks: /validate would never see this pod, and kubectl would
+    # show the API server's own message. /mutate denies it, and /validate says the same.
     obj = pod("team-a", "0.5")
-    response = review(live_server, "validate", obj)
-    assert response["allowed"] is False
+    response = review(live_server, "mutate", obj)
+    assert response["allowed"] is False and "patch" not in response
+    assert review(live_server, "validate", obj)["status"] == response["status"]
     assert response["status"] == {
         "code": 403,
         "reason": "Forbidden",
-        "message": 'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices; request a '
+        "message": 'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices '
+        '(the API server refuses it anyway); request a '
         'whole number of GPUs (policy "default" gives whole GPUs only; ask for a namespace with sharing)',
     }
-    assert review(live_server, "mutate", obj)["allowed"] is True  # denying is /validate's job
+
+
+def test_a_policy_violation_is_left_to_validate(live_server):
+    obj = pod("team-a", "9")  # valid to the API server; over the policy's maximum
+    assert review(live_server, "mutate", obj)["allowed"] is True
+    assert review(live_server, "validate", obj)["status"]["message"] == (
+        'container "main": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "default"); request '
+        "at most 8"
+    )
 
 
 def test_warn_enforcement_admits_with_warnings_within_the_api_servers_limits(live_server):
@@ -107,8 +119,7 @@ def test_warn_enforcement_admits_with_warnings_within_the_api_servers_limits(liv
     assert response["allowed"] is True and "status" not in response
     warnings = response["warnings"]
     assert all(len(w) <= WARNING_MAX_CHARS for w in warnings)
-    exceeds = 'gpu-admission: container "main": nvidia.com/gpu.shared "2" exceeds 1 per container'
-    assert any(w.startswith(exceeds) for w in warnings)
+    assert 'gpu-admission: container "main": nvidia.com/gpu 2: one mps share per container; ask for 1' in warnings
 
 
 def test_v1beta1_is_answered_in_v1beta1(live_server):

@@ -87,7 +87,7 @@ def test_drift_is_in_readyz_and_the_metrics(cluster_server):
     assert server.metrics()["gpu_admission_inventory_nodes"] == 2.0
     warned = review(server, "mutate", pod("notebooks", "1"))  # drift warns by default
     assert warned["allowed"] is True
-    assert any("sharing.replicas is 4" in warning for warning in warned["warnings"])
+    assert any("sharing.replicas 4 but 1 nodes say 8" in warning for warning in warned["warnings"])  # short form
 
 
 def test_a_broken_watch_skips_the_checks_after_the_set_time_and_says_so(cluster_server):

@@ -37,8 +37,10 @@ spec:
 
 
 def allowed(server: LiveServer, namespace: str) -> bool:
-    """Whether a fractional GPU (denied under enforce, admitted under warn) is admitted in `namespace`."""
-    sent = make_review(pod(namespace, "0.5"), namespace=namespace)
+    """Whether 9 GPUs in a container (over the maximum: denied under enforce, admitted under warn) are admitted
+    in `namespace`. (Not a fraction: the API server refuses that whatever the enforcement, and so does the
+    webhook.)"""
+    sent = make_review(pod(namespace, "9"), namespace=namespace)
     answer = server.post("/validate", sent)
     assert answer.status_code == 200, answer.text
     return answer.json()["response"]["allowed"]

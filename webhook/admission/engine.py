@@ -12,10 +12,11 @@ from typing import Any
 
 from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView
-from webhook.admission.mutate import WARNING_PREFIX, mutate
+from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.policy import Check, Enforcement, Policy, PolicySet
-from webhook.admission.validate import Holders, validate
+from webhook.admission.validate import Holders, Refusal, validate
+from webhook.admission.violation import WARNING_PREFIX, Violation
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -32,6 +33,10 @@ class Decision:
     violations: list[str] = field(default_factory=list)  # validation's lines, whatever the enforcement
     mutated: dict[str, Any] = field(default_factory=dict)  # the object after mutation
     mutation_kinds: list[str] = field(default_factory=list)  # one entry per change, e.g. "requests-into-limits"
+    # The lines of what the API server's own validation refuses in the GPU resources after mutation: denied
+    # whatever the enforcement, and by /mutate itself, so that kubectl shows these lines and not the API server's.
+    refusals: list[str] = field(default_factory=list)
+    refused_only: bool = False  # denied for the refusals alone (under `warn` or `audit`)
     skipped: bool = False  # allowed untouched, for `skip_reason`
     skip_reason: str = ""  # why the object was not judged (no pod spec, pod spec unchanged by an update, ...)
 
@@ -41,8 +46,10 @@ class Decision:
 
     @property
     def denials(self) -> list[str]:
-        """The lines that deny the object: validation's, under `enforce` only."""
-        return self.violations if self.decision == "deny" else []
+        """The lines that deny the object: validation's under `enforce`; else what the API server refuses."""
+        if self.decision != "deny":
+            return []
+        return self.refusals if self.refused_only else self.violations
 
 
 def evaluate(
@@ -68,40 +75,47 @@ def evaluate(
         policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
     counted: Holders | None = [] if cluster is not None else None
-    violations = validate(result.obj, policy, spec_path, counted)
+    found = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
-        violations = violations + [conflict.line for conflict in result.conflicts]
+        found = found + result.conflicts
     warnings = result.warnings
     if counted and cluster is not None:
-        # The one call site of the cluster checks: `deny` lines join validation's (the policy's enforcement
-        # decides), `warn` lines are warnings whatever the enforcement.
-        found = clustercheck.check(counted, policy, cluster, not violations)
-        if found:
-            violations = violations + [v.line for level, v in found if level is Check.DENY]
-            warnings = warnings + [WARNING_PREFIX + v.line for level, v in found if level is Check.WARN]
-    return _verdict(policy, result.patch, warnings, violations, result.obj, result.kinds)
+        # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
+        # decides), `warn` ones are warnings whatever the enforcement.
+        checked = clustercheck.check(counted, policy, cluster, not found)
+        if checked:
+            found = found + [v for level, v in checked if level is Check.DENY]
+            warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
+    return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds)
 
 
 def _verdict(
     policy: Policy,
     patch: list[dict[str, Any]],
     warnings: list[str],
-    violations: list[str],
+    found: list[Violation],
     mutated: dict[str, Any],
     kinds: list[str],
 ) -> Decision:
-    """Turn the policy's enforcement and validation's lines into the decision."""
-    if not violations:
-        verdict = "allow"
-    elif policy.enforcement is Enforcement.ENFORCE:
+    """Turn the policy's enforcement and the violations found into the decision."""
+    if not found:  # the usual case
+        # In field order, by position: keyword arguments to a class cost a dict per review (2,500 instructions).
+        return Decision(True, "allow", policy.name, patch, warnings, [], mutated, kinds)
+    violations = [violation.line for violation in found]
+    refusals = [violation.line for violation in found if type(violation) is Refusal]
+    refused_only = False
+    if policy.enforcement is Enforcement.ENFORCE:
         verdict = "deny"
-    elif policy.enforcement is Enforcement.WARN:
-        verdict = "warn"
-        # Whole lines here (the CLI shows them whole); the server cuts each to 120 characters on the way out.
-        warnings = warnings + [WARNING_PREFIX + line for line in violations]
     else:
-        verdict = "audit"
-    # In field order, by position: keyword arguments to a class cost a dict per review (2,500 instructions).
+        # Under warn and audit, what the API server refuses is denied all the same (it would be anyway), and
+        # the policy's own violations are judged as usual: warnings carry their short forms.
+        if policy.enforcement is Enforcement.WARN:
+            shown = [WARNING_PREFIX + violation.short for violation in found if type(violation) is not Refusal]
+            warnings = warnings + shown
+        if refusals:
+            verdict, refused_only = "deny", True
+        else:
+            verdict = "warn" if policy.enforcement is Enforcement.WARN else "audit"
     return Decision(
         verdict != "deny",  # allowed
         verdict,  # decision
@@ -111,6 +125,8 @@ def _verdict(
         violations,  # violations
         mutated,  # mutated
         kinds,  # mutation_kinds
+        refusals,  # refusals
+        refused_only,  # refused_only
     )
 
 

@@ -114,6 +114,11 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
         elif framework == "pytorch":
             hints.append(EnvHint("pytorch", PYTORCH_CUDA_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
     if policy.sharing.mode is Mode.MPS and memory:
+        # The device plugin's MPS control daemon sets every replica's limits itself (NVIDIA/k8s-device-plugin,
+        # cmd/mps-control-daemon/mps/daemon.go: `set_default_device_pinned_mem_limit <index> <M>M` with M the
+        # GPU's total memory / replicas in MiB, perDevicePinnedDeviceMemoryLimits; and
+        # `set_default_active_thread_percentage` 100 / replicas, activeThreadPercentage). A client can only
+        # lower them; mutation never passes a fraction above 1/replicas, so these round down to at most theirs.
         limit_mib = int(fraction * memory)
         hints.append(EnvHint("mps", MPS_MEMORY_LIMIT, f"0={limit_mib}M"))
         hints.append(EnvHint("mps", MPS_THREAD_PERCENTAGE, str(whole_percent(fraction))))

@@ -49,6 +49,7 @@ from webhook.admission.policy import (
     parse_glob,
     quote,
 )
+from webhook.admission.quantity import format_fraction
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
 
 API_VERSION = policyfields.API_VERSION
@@ -663,6 +664,15 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         memory_fraction = None
     else:
         memory_fraction = check.fraction(spec, "memoryFraction", "spec")
+        replicas = sharing.replicas if sharing is not None else None
+        if memory_fraction not in (None, _BAD) and replicas and memory_fraction > Fraction(1, replicas):
+            check.problem(
+                "spec.memoryFraction",
+                f"{format_fraction(memory_fraction)} is more than one replica's share (1/{replicas} of a GPU): "
+                f"{replicas} containers share each GPU, so every GPU would be overcommitted; set at most "
+                f"{format_fraction(Fraction(1, replicas))}",
+            )
+            memory_fraction = _BAD
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
     steering = _parse_steering(spec, check)
@@ -808,15 +818,62 @@ def _parse_sharing(
                 f"{_quote(profile)} is not a MIG profile name; use <slices>g.<memory>gb[+me], {example}",
             )
             return mode, None
-    if not ok:
+    offered = _parse_mig_profiles(sharing, mode, model, profile, check)
+    if not ok or offered is _BAD:
         return mode, None
     return mode, Sharing(
         mode=mode,
         replicas=None if replicas is _ABSENT else replicas,
         resource_name=resource_name,
         mig_profile=profile,
+        mig_profiles=offered,
         mig_strategy=strategy,
     )
+
+
+def _parse_mig_profiles(
+    sharing: dict[str, Any], mode: Mode, model: Any, profile: str | None, check: _DocumentChecker
+) -> Any:
+    """spec.sharing.migProfiles: the profiles the nodes' MIG layout offers (mig-parted's config), as a tuple;
+    None when absent; _BAD when invalid (reported). `migProfile` must be among them: it is handed out too."""
+    path = "spec.sharing.migProfiles"
+    if "migProfiles" not in sharing:
+        return None
+    if mode is not Mode.MIG:
+        check.problem(path, f"only applies when mode is mig (mode is {mode}); remove it")
+        return _BAD
+    entries = sharing["migProfiles"]
+    if not isinstance(entries, list):
+        check.expected(path, entries, f"expected a list of MIG profiles, got {_describe(entries)}")
+        return _BAD
+    if not entries:
+        check.problem(path, "is empty; list the profiles the nodes' MIG layout offers (mig-parted's config)")
+        return _BAD
+    gpu = GPU_MODELS.get(model) if isinstance(model, str) else None
+    offered: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{path}[{index}]"
+        if check.string(entry, where, "a MIG profile name") is _BAD:
+            return _BAD
+        if gpu is not None and gpu.profile(entry) is None:
+            valid = ", ".join(gpu.profile_names())
+            check.problem(where, f"{_quote(entry)} is not a MIG profile of {gpu.name} (valid: {valid})")
+            return _BAD
+        if not is_mig_profile_name(entry):
+            check.problem(where, f"{_quote(entry)} is not a MIG profile name; use <slices>g.<memory>gb[+me]")
+            return _BAD
+        if entry in offered:
+            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+            return _BAD
+        offered.append(entry)
+    if profile is not None and profile not in offered:
+        check.problem(
+            "spec.sharing.migProfile",
+            f"{_quote(profile)} is not in migProfiles ({', '.join(offered)}): one GPU would become a slice the "
+            "nodes do not offer; pick one of them",
+        )
+        return _BAD
+    return tuple(offered)
 
 
 def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:

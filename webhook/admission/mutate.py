@@ -49,7 +49,7 @@ from webhook.admission.resources import (
     smallest_profile_for,
 )
 from webhook.admission.steering import steer
-from webhook.admission.violation import Violation
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
@@ -58,8 +58,6 @@ SPEC_POINTERS = {path: pointer(path) for path in POD_SPEC_PATHS.values()}
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
 WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION, PYTORCH_ALLOC_CONF}  # the env names that the env step reads
-WARNING_PREFIX = "gpu-admission: "
-WARNING_LIMIT = 120  # the API server's advice; review.limit_warnings holds every warning to it
 
 
 class MutationResult:
@@ -81,9 +79,12 @@ class _Plan:
 
     policy: Policy
     mapping_target: str | None  # where `nvidia.com/gpu: N` goes, if anywhere
+    mapping_maximum: int  # the most of mapping_target one container may hold: a larger N is left as written
     mode_text: str  # the sharing mode, for messages
     fractional_shared: str | None  # the shared resource a fraction becomes (fractional: shared)
     fractional_model: Any  # the GPUModel whose MIG slices fractions become (fractional: mig)
+    offered_profiles: tuple[str, ...] | None  # the MIG profiles the nodes offer (None: every one of the model)
+    share: Fraction | None  # one replica's share of a GPU: no memory variable may say more
     shared_resource: str | None  # the resource that counts as a shared GPU besides `*.shared`
     maps_to_shared: bool  # mapping gives a shared GPU: the env step need not look for one
     default_fraction: Fraction | None  # `memoryFraction`, else 1/replicas: what most containers get
@@ -110,9 +111,12 @@ class _Plan:
         return _Plan(
             policy=policy,
             mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
+            mapping_maximum=policy.max_per_container if sharing.mode.is_shared else policy.mig_max_per_container,
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
+            offered_profiles=sharing.mig_profiles,
+            share=policy.share,
             shared_resource=sharing.shared_resource,
             maps_to_shared=sharing.mode.is_shared and mapping_target != NVIDIA_GPU,
             default_fraction=policy.shared_fraction,
@@ -198,7 +202,8 @@ def _annotate(root: dict[str, Any], policy: Policy, patch: list[dict[str, Any]])
     return root
 
 
-def _recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
+def recorded_fraction(entry: dict[str, Any]) -> Fraction | None:
+    """The fraction in a RECORDED_FRACTION entry, when it is one in (0, 1]."""
     value = entry.get("value")
     try:
         fraction = Fraction(value) if isinstance(value, str) and len(value) <= 16 else None
@@ -247,11 +252,14 @@ def _container(
     env_change = _env(old_env, limits, share, mapped_to_shared, plan, kinds, texts)
     if not texts:
         return None
-    # Each text is a user-facing admission warning: prefixed, and at most 120 characters (the API server's advice).
+    # Each text is a user-facing admission warning: prefixed, and at most 120 characters (the API server's advice),
+    # whole: a container whose long name would not leave room is named by its place instead (`containers[0]`).
     about = f"{WARNING_PREFIX}{container_label(section, index, body)}: "
     warnings = result.warnings
     for text in texts:
         line = about + text
+        if len(line) > WARNING_LIMIT:
+            line = f"{WARNING_PREFIX}{section}[{index}]: {text}"
         warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
     if not kinds:  # notices only (a user's value kept)
         return None
@@ -322,7 +330,7 @@ def _fractional(
         profile = plan.fractional_model.profile(sharing.mig_profile or "")
         target = NVIDIA_GPU if profile is not None and q <= profile.memory_share else None
     elif plan.fractional_model is not None:
-        profile = smallest_profile_for(plan.fractional_model, q)
+        profile = smallest_profile_for(plan.fractional_model, q, plan.offered_profiles)
         target = mig_resource(profile.name) if profile else None
     if target is None:
         return None
@@ -353,7 +361,12 @@ def _mapping(
     """Map `nvidia.com/gpu: N`, N >= 1; returns whether it became the policy's target."""
     target = plan.mapping_target
     text, value = gpu
-    if target is None or value.denominator != 1 or not _rename(requests, limits, target, text):
+    if (
+        target is None
+        or value.denominator != 1
+        or value > plan.mapping_maximum  # left as written, so that validation's line names what the user wrote
+        or not _rename(requests, limits, target, text)
+    ):
         return False
     kinds.append("mapping")
     texts.append(f"{NVIDIA_GPU} {value} became {target} {value} ({plan.mode_text} policy)")
@@ -410,7 +423,9 @@ def _env(
             env.append({"name": RECORDED_FRACTION, "value": format_fraction(share)})
             added += 1
     elif RECORDED_FRACTION in existing:
-        share = _recorded_fraction(env[existing[RECORDED_FRACTION]])
+        share = recorded_fraction(env[existing[RECORDED_FRACTION]])
+    if share is not None and plan.share is not None and share > plan.share:
+        share = plan.share  # more than one replica's share: validation says so; the variables never do
     policy = plan.policy
     if policy.memory_fraction is None and share is not None:
         fraction, hints = share, hints_for(policy, share)

@@ -64,6 +64,9 @@ DEFAULT_MAX_PER_CONTAINER = 8
 DEFAULT_MAX_PER_POD = 8
 # The device plugin's sharing config sets failRequestsGreaterThanOne: a container gets one replica.
 SHARED_MAX_PER_CONTAINER = 1
+# CUDA enumerates one MIG device per process, and slices have no NVLink/P2P between them: two slices in one
+# container are not a 2-GPU machine (validate.py cites the MIG user guide).
+MIG_MAX_PER_CONTAINER = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,8 @@ class Sharing:
     replicas: int | None = None
     resource_name: str = DEFAULT_SHARED_RESOURCE
     mig_profile: str | None = None
+    # The profiles the nodes' MIG layout offers (mig-parted's config); None: every profile of gpu.model.
+    mig_profiles: tuple[str, ...] | None = None
     mig_strategy: MigStrategy = MigStrategy.MIXED
 
     @property
@@ -101,7 +106,7 @@ class GPU:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_per_container: int | None = None  # None: the mode's default (1 when shared, else 8)
+    max_per_container: int | None = None  # None: the mode's default (1 when shared, 1 MIG slice, else 8)
     max_per_pod: int = DEFAULT_MAX_PER_POD
 
 
@@ -175,6 +180,21 @@ class Policy:
         if self.limits.max_per_container is not None:
             return self.limits.max_per_container
         return SHARED_MAX_PER_CONTAINER if self.sharing.mode.is_shared else DEFAULT_MAX_PER_CONTAINER
+
+    @property
+    def mig_max_per_container(self) -> int:
+        """The most MIG slices one container may hold: `maxPerContainer`, else 1 under mig, else 8."""
+        if self.limits.max_per_container is not None:
+            return self.limits.max_per_container
+        return MIG_MAX_PER_CONTAINER if self.sharing.mode is Mode.MIG else DEFAULT_MAX_PER_CONTAINER
+
+    @property
+    def share(self) -> Fraction | None:
+        """One replica's share of a GPU under time-slicing and MPS (1/replicas): the most memory a shared
+        container may be told it has, since the scheduler packs `replicas` of them onto one GPU."""
+        if self.sharing.mode.is_shared and self.sharing.replicas:
+            return Fraction(1, self.sharing.replicas)
+        return None
 
     @property
     def shared_fraction(self) -> Fraction | None:

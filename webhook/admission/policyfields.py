@@ -91,6 +91,11 @@ SHARING = (
         pattern=MIG_PROFILE,
     ),
     Field(
+        "migProfiles", "array", "mig: the profiles the nodes' MIG layout offers (mig-parted's config); fractions "
+        "become only these, and migProfile must be one of them. Default: every profile of gpu.model.",
+        items="string", min_items=1, unique=True,
+    ),
+    Field(
         "migStrategy", "string", "mig: how the device plugin advertises slices: mixed as nvidia.com/mig-<profile>, "
         "single as nvidia.com/gpu.", choices=_values(MigStrategy), default=MigStrategy.MIXED.value,
     ),

@@ -143,12 +143,22 @@ GPU_MODELS: dict[str, GPUModel] = {
 }
 
 
-def smallest_profile_for(model: GPUModel, fraction: Fraction) -> MigProfile | None:
-    """The smallest profile holding at least `fraction` of the model's memory, fewest compute slices on ties.
+def offered_profiles(model: GPUModel, offered: tuple[str, ...] | None) -> list[MigProfile]:
+    """The model's profiles that the nodes offer (`sharing.migProfiles`; None: all of them), in table order."""
+    return [p for p in model.mig_profiles if offered is None or p.name in offered]
+
+
+def smallest_profile_for(
+    model: GPUModel, fraction: Fraction, offered: tuple[str, ...] | None = None
+) -> MigProfile | None:
+    """The smallest profile holding at least `fraction` of the model's memory, fewest compute slices on ties,
+    among those the nodes offer (`offered`; None: every profile of the model).
 
     Media-extension profiles are never picked: they cost the same slices and hold the GPU's only decoders.
     """
-    candidates = [p for p in model.mig_profiles if not p.media_extensions and p.memory_share >= fraction]
+    candidates = [
+        p for p in offered_profiles(model, offered) if not p.media_extensions and p.memory_share >= fraction
+    ]
     if not candidates:
         return None
     return min(candidates, key=lambda p: (p.memory_share, p.compute_slices))

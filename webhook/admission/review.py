@@ -290,7 +290,9 @@ AUDIT_ANNOTATION_LIMIT = 2048
 def build_response(request: AdmissionRequest, decision: Decision | None, *, mode: str) -> dict[str, Any]:
     """The AdmissionReview answering `request`, in its version, echoing its uid.
 
-    `mode` "mutate": always allowed (denying is /validate's job), with the JSON Patch when there is one.
+    `mode` "mutate": allowed with the JSON Patch when there is one, unless the API server's own validation
+    would refuse the mutated object (`decision.refusals`): then denied here, whatever the enforcement, so that
+    the user reads the webhook's lines rather than the API server's (which runs between the two webhooks).
     `mode` "validate": allowed unless the decision denies; a denial carries status 403 and the engine's
     lines. Both carry the warnings. `decision` None (DELETE, CONNECT) allows untouched.
     """
@@ -298,11 +300,11 @@ def build_response(request: AdmissionRequest, decision: Decision | None, *, mode
         raise ValueError(f"mode must be 'mutate' or 'validate', not {mode!r}")
     response: dict[str, Any] = {"uid": request.uid, "allowed": True}
     if decision is not None:
-        if mode == "validate" and not decision.allowed:
+        if not decision.allowed and (mode == "validate" or decision.refusals):
             lines = decision.denials or decision.violations or [f"denied by policy {decision.policy}"]
             response["allowed"] = False
             response["status"] = {"code": 403, "reason": "Forbidden", "message": "\n".join(lines)}
-        if mode == "mutate" and decision.patch:
+        elif mode == "mutate" and decision.patch:
             patch = _COMPACT.encode(decision.patch).encode("utf-8")
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(patch).decode("ascii")

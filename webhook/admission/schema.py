@@ -96,10 +96,14 @@ def _spec_rules() -> list[dict[str, Any]]:
                 "not": {"required": ["memoryFraction"]},
             },
         },
-        {  # mig needs migProfile, which applies only there
+        {  # mig needs migProfile, which applies only there, as migProfiles does
             "if": _mode_is([mig]),
             "then": {"properties": {"sharing": {"required": ["migProfile"]}}},
-            "else": {"properties": {"sharing": {"not": {"required": ["migProfile"]}}}},
+            "else": {
+                "properties": {
+                    "sharing": {"not": {"anyOf": [{"required": ["migProfile"]}, {"required": ["migProfiles"]}]}}
+                }
+            },
         },
         {  # mps sets a memory limit from the GPU's memory: a model or memoryMiB
             "if": _mode_is([Mode.MPS.value]),

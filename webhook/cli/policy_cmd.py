@@ -165,9 +165,20 @@ def lint(directory: str | None, out: TextIO) -> int:
             "make one glob more specific or list those namespaces by name",
             file=out,
         )
+    unlisted = [p for p in policies.policies if p.fractional.value == "mig" and p.sharing.mig_profiles is None]
+    for policy in unlisted:
+        print(
+            f"warning: policy {policy.name} ({policy.source}) has fractional: mig without sharing.migProfiles: a "
+            f"fraction may become any MIG profile of {policy.gpu.model}, not only {policy.sharing.mig_profile}, "
+            "and a pod asking for a slice the nodes lack stays Pending; list the profiles the nodes' MIG layout "
+            "offers (mig-parted's config) in sharing.migProfiles",
+            file=out,
+        )
     files = len({policy.source.rsplit("#", 1)[0] for policy in policies.policies})
     count = len(policies.policies)
     summary = f"{len(ties)} glob tie warning{'s' if len(ties) != 1 else ''}" if ties else "no glob ties"
+    if unlisted:
+        summary += f", {len(unlisted)} MIG layout warning{'s' if len(unlisted) != 1 else ''}"
     print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
           f"no errors, {summary}", file=out)
     return 0
@@ -228,8 +239,32 @@ def describe_policy(policy: Policy) -> str:
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
-    parts.append(f"max {policy.max_per_container} per container, {policy.limits.max_per_pod} per pod")
+    per_container = policy.mig_max_per_container if sharing.mode.value == "mig" else policy.max_per_container
+    parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
+
+
+def describe_share(policy: Policy) -> str:
+    """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
+    from webhook.admission.resources import GPU_MODELS, offered_profiles
+
+    sharing = policy.sharing
+    if sharing.mode.is_shared and policy.share is not None:
+        text = f"one {sharing.resource_name} is 1/{sharing.replicas} of a GPU ({sharing.mode})"
+        if policy.fractional.value == "shared":
+            text += f"; nvidia.com/gpu up to {_fraction_text(policy.share)} becomes one, more is denied"
+        return text
+    if sharing.mode.value == "mig":
+        model = GPU_MODELS.get(policy.gpu.model or "")
+        if model is None:
+            return f"one GPU is a nvidia.com/mig-{sharing.mig_profile} slice"
+        slices = ", ".join(
+            f"{p.name} ({_fraction_text(p.memory_share)} of the memory)"
+            for p in offered_profiles(model, sharing.mig_profiles)
+        )
+        offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
+        return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
+    return "whole GPUs only"
 
 
 # --- explain -----------------------------------------------------------------------------------------------
@@ -280,6 +315,7 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
             file=out,
         )
     print(f"  settings  {describe_policy(policy)}", file=out)
+    print(f"  share     {describe_share(policy)}", file=out)
     if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
         print(f"  steering  {steering.describe(policy)}", file=out)
     for quantity in EXPLAIN_QUANTITIES:
