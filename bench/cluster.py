@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import gc
 import statistics
-import time
 import tracemalloc
 from typing import Any
 
-from bench.common import check, percentile, pin_to_one_core, table, write_results
-from bench.engine import NAMESPACE, SCENARIOS, policy_sources
+from bench.common import check, pin_to_one_core, table, write_results
+from bench.engine import NAMESPACE, SCENARIOS, measure, policy_sources
 from webhook.admission.cluster import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
@@ -71,24 +70,6 @@ def inventory_memory() -> tuple[float, ClusterView]:
     return held / MB, view
 
 
-def measure(obj: dict[str, Any], policies, cluster: ClusterView | None, seconds: float) -> dict[str, float]:
-    for _ in range(200):
-        evaluate(obj, NAMESPACE, policies, None, cluster)
-    samples: list[float] = []
-    clock = time.perf_counter_ns
-    deadline = time.perf_counter() + seconds
-    gc.collect()
-    start = clock()
-    while time.perf_counter() < deadline:
-        for _ in range(100):
-            t0 = clock()
-            evaluate(obj, NAMESPACE, policies, None, cluster)
-            samples.append(clock() - t0)
-    elapsed = (clock() - start) / 1e9
-    samples.sort()
-    return {"reviews_per_s": len(samples) / elapsed, "p50_us": percentile(samples, 0.5) / 1000}
-
-
 def main(seconds: float = 0.5, rounds: int = 7) -> bool:
     core = pin_to_one_core()
     memory_mb, view = inventory_memory()
@@ -102,7 +83,7 @@ def main(seconds: float = 0.5, rounds: int = 7) -> bool:
         for round_number in range(rounds):
             pair = [("none", None), (f"{NODES:,} nodes", view)]
             for label, cluster in pair if round_number % 2 == 0 else reversed(pair):
-                runs[label].append(measure(obj, policies, cluster, seconds))
+                runs[label].append(measure(obj, policies, seconds, cluster))
         costs[name] = statistics.median(
             1 - with_view["reviews_per_s"] / without["reviews_per_s"]
             for without, with_view in zip(runs["none"], runs[f"{NODES:,} nodes"], strict=True)

@@ -32,6 +32,7 @@ from webhook.cli.check_cmd import (
     load_policy_set,
     local_evaluator,
 )
+from webhook.cli.options import add_kubeconfig_arguments
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -48,10 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "or when a resource could not be listed (403: skipped, the rest reported; see --allow-incomplete)."
         ),
     )
-    parser.add_argument(
-        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
-    )
-    parser.add_argument("--context", help="kubeconfig context (default: the current context)")
+    add_kubeconfig_arguments(parser)
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="audit one namespace (default: all namespaces)")
     scope.add_argument(

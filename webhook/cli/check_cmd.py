@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
+from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, missing_policy_directory, policy_directory
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -83,8 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="list the cluster's nodes (kubeconfig, as audit does) and run the policies' cluster checks: "
         "fits, offered, drift",
     )
-    nodes.add_argument("--kubeconfig", metavar="FILE", help="with --cluster (default: $KUBECONFIG, ~/.kube/config)")
-    nodes.add_argument("--context", help="with --cluster: kubeconfig context (default: the current context)")
+    add_kubeconfig_arguments(nodes, when="--cluster")
     remote = parser.add_argument_group("against a running webhook")
     remote.add_argument(
         "--server", metavar="URL", help="send AdmissionReviews to this webhook (https://host:port)"

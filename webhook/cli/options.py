@@ -64,3 +64,13 @@ def add_examples(parser: argparse.ArgumentParser, command: str = "") -> None:
         if isinstance(action, argparse._SubParsersAction):
             for name, subparser in action.choices.items():
                 add_examples(subparser, f"{command} {name}".strip())
+
+
+def add_kubeconfig_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, when: str = "") -> None:
+    """`--kubeconfig FILE` and `--context NAME`, as every command that reads a cluster takes them (`when`: the
+    flag they go with, for the help text)."""
+    prefix = f"with {when}: " if when else ""
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help=f"{prefix}kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help=f"{prefix}kubeconfig context (default: the current context)")

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.cli.options import POLICIES_HELP, policy_directory
+from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, policy_directory
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -56,8 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also compare each policy with the cluster's nodes (their GPU feature discovery labels) and print "
         "the drift; exit 1 when there is any",
     )
-    lint.add_argument("--kubeconfig", metavar="FILE", help="with --cluster (default: $KUBECONFIG, ~/.kube/config)")
-    lint.add_argument("--context", help="with --cluster: kubeconfig context (default: the current context)")
+    add_kubeconfig_arguments(lint, when="--cluster")
     explain = commands.add_parser(
         "explain",
         help="which policy a namespace gets, why, and what it does to nvidia.com/gpu: 1 and 0.5",
