@@ -174,11 +174,19 @@ def test_explain_reports_a_value_its_yaml_tag_cannot_hold_and_exits_2(mistagged:
     ]
 
 
-def test_lint_of_the_shipped_policies() -> None:
+def test_lint_of_the_shipped_policy() -> None:
     run = gpu_webhook("policy", "lint", cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout.endswith("4 policies in 4 files: no errors, no glob ties\n")
+    assert run.stdout.endswith("1 policy in 1 file: no errors, no glob ties\n")
     assert "  *                        -> default  (glob, 0 literal characters)\n" in run.stdout
+    assert "warning" not in run.stdout
+
+
+def test_lint_of_the_example_policies() -> None:
+    run = gpu_webhook("policy", "lint", "examples/policies", cwd=ROOT)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.endswith("3 policies in 3 files: no errors, no glob ties\n")
+    assert "  notebook-*               -> notebooks-time-slicing  (glob, 9 literal characters)\n" in run.stdout
     assert "warning" not in run.stdout
 
 

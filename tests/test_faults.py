@@ -80,7 +80,9 @@ def expected_response(sources: dict[str, str], namespace: str, body: Callable[..
 
 
 SHIPPED = {  # what live_server serves: the shipped default policy and the examples
-    path.name: path.read_text() for directory in (SHIPPED_POLICIES, EXAMPLE_POLICIES) for path in directory.glob("*.yaml")
+    path.name: path.read_text()
+    for directory in (SHIPPED_POLICIES, EXAMPLE_POLICIES)
+    for path in sorted(directory.glob("*.yaml"))
 }
 
 

@@ -20,7 +20,15 @@ from gunicorn import sock as gunicorn_sockets
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
-from tests.conftest import ROOT, EXAMPLE_POLICIES, SHIPPED_POLICIES, LiveServer, free_port, gpu_webhook_command, wait_until_ready
+from tests.conftest import (
+    EXAMPLE_POLICIES,
+    ROOT,
+    SHIPPED_POLICIES,
+    LiveServer,
+    free_port,
+    gpu_webhook_command,
+    wait_until_ready,
+)
 from tests.test_server import pod
 from tests.test_server_app import write_chain
 from webhook import certs
