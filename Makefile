@@ -11,8 +11,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
+# A development server that shows every sharing mode: the example policies (time-slicing in notebooks and
+# notebook-*, MPS in inference and inference-*, MIG in batch and mig-*); every other namespace gets the
+# built-in defaults, which are policies/default.yaml's rules (tests/test_policy_loader.py holds them equal).
+# policies/ alone is what a cluster gets (make manifests), and would show whole GPUs only.
 run: $(STAMP)
-	$(BIN)/gpu-webhook serve --dev --policies policies
+	$(BIN)/gpu-webhook serve --dev --policies examples/policies
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -21,6 +25,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/gpu-webhook policy lint policies
+	$(BIN)/gpu-webhook policy lint examples/policies
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -27,7 +27,7 @@ import yaml
 from bench.common import check, table, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
-POLICIES = ROOT / "policies"
+POLICIES = ROOT / "examples" / "policies"  # a policy per sharing mode; the built-in defaults elsewhere
 FILES, DOCS_PER_FILE = 100, 10
 RUNS = 3
 NAMESPACES = ["notebooks", "notebook-ml", "inference", "inference-eu", "batch", "mig-a", "team-a", "default"]

@@ -3,7 +3,8 @@
 # posture: nothing that runs today is denied or changed in behaviour; the webhook logs and counts what it
 # would deny). kustomize reads only files inside its kustomization's directory, hence the copy. `make
 # manifests` runs it; tests/test_manifests.py fails while the copy differs from what this script writes.
-# The other policies in policies/ are examples: ship them with an overlay (manifests/overlays/custom/), not here.
+# policies/ holds only what ships; the sharing policies in examples/policies/ go with an overlay
+# (manifests/overlays/custom/), not here.
 set -eu
 cd "$(dirname "$0")/.."
 export LC_ALL=C

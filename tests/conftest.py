@@ -3,8 +3,8 @@
 - `dev_certs` (session): a CA and serving certificate for localhost and 127.0.0.1 in a temporary directory.
 - `start_server(policies_dir=..., cert=..., **opts)` (session): starts a server and waits for /readyz;
   every server it started is stopped at the end of the session (SIGTERM, then SIGKILL).
-- `live_server` (module): one server per test module, on a copy of the shipped `policies/` that the
-  module's tests may edit.
+- `live_server` (module): one server per test module, on a copy of the shipped `policies/` (the default
+  policy) and the example sharing policies of `examples/policies/`, which the module's tests may edit.
 
 Tests talk HTTPS with `requests`, verifying the generated CA (`server.session()`).
 """
@@ -28,10 +28,13 @@ from typing import Any
 import pytest
 import requests
 
+from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy import PolicySet
 from webhook.certs import CertPaths, certificate_not_after, generate_dev_certs
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_POLICIES = ROOT / "policies"
+SHIPPED_POLICIES = ROOT / "policies"  # what the project ships: the default policy, which the manifests carry
+EXAMPLE_POLICIES = ROOT / "examples" / "policies"  # one policy per sharing mode: time-slicing, MPS, MIG
 READY_TIMEOUT = 20.0  # seconds; a server is normally ready in well under 2
 
 
@@ -139,11 +142,20 @@ def dev_certs(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
     return generate_dev_certs(tmp_path_factory.mktemp("dev-certs"))
 
 
-def copy_policies(destination: Path, source: Path = SHIPPED_POLICIES) -> Path:
+def shipped_and_example_policies() -> PolicySet:
+    """The shipped default policy and the example policies in one set, read where they are (as `live_server`
+    serves them), each named by its path in the repository."""
+    files = [path for directory in (SHIPPED_POLICIES, EXAMPLE_POLICIES) for path in sorted(directory.glob("*.yaml"))]
+    return parse_policy_sources({path.relative_to(ROOT).as_posix(): path.read_text() for path in files})
+
+
+def copy_policies(destination: Path, *sources: Path) -> Path:
+    """The policy files of `sources` (default: the shipped and the example policies) in one directory."""
     destination.mkdir(parents=True, exist_ok=True)
-    for path in sorted(source.iterdir()):
-        if path.is_file():
-            shutil.copy(path, destination / path.name)
+    for source in sources or (SHIPPED_POLICIES, EXAMPLE_POLICIES):
+        for path in sorted(source.iterdir()):
+            if path.is_file():
+                shutil.copy(path, destination / path.name)
     return destination
 
 

@@ -303,6 +303,60 @@ def test_a_directory_without_manifests_is_an_error(tmp_path, capsys):
     assert capsys.readouterr().err.endswith(": no *.yaml, *.yml or *.json files in this directory\n")
 
 
+# --- policies among the manifests: a GPUPolicy is read by --policies, not judged as a workload -----------
+
+ROOT = FIXTURES.parent.parent.parent
+POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team-a}\nspec: {containers: [{name: c, image: i}]}\n"
+
+
+def test_check_examples_skips_the_example_policies_with_one_line_each(monkeypatch, capsys):
+    """`check examples/` meets examples/policies/: each policy is left out of the report with one line saying
+    so, here as the policies this run applies."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("GPU_ADMISSION_POLICIES", raising=False)
+    assert main(["check", "-o", "json", "--policies", "examples/policies", "examples/"]) == 1  # pod-denied.yaml
+    out, err = capsys.readouterr()
+    assert not any(r["kind"] == "GPUPolicy" for r in json.loads(out)["results"])
+    assert err.splitlines() == [
+        "SKIP examples/policies/mig.yaml#0 GPUPolicy/batch-mig: a policy (read from --policies examples/policies), "
+        "not a workload",
+        "SKIP examples/policies/mps.yaml#0 GPUPolicy/inference-mps: a policy (read from --policies "
+        "examples/policies), not a workload",
+        "SKIP examples/policies/time-slicing.yaml#0 GPUPolicy/notebooks-time-slicing: a policy (read from "
+        "--policies examples/policies), not a workload",
+    ]
+
+
+@pytest.mark.parametrize("output", ["table", "json", "yaml"])
+def test_a_policy_that_this_run_does_not_apply_says_how_to_apply_it(tmp_path, monkeypatch, capsys, output):
+    policy = "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata: {name: lab}\nspec: {namespaces: [lab]}\n"
+    (tmp_path / "lab.yaml").write_text(policy + "---\n" + POD)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "-o", output, "--policies", str(FIXTURES / "policies"), "lab.yaml"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1] == (
+        "SKIP lab.yaml#0 GPUPolicy/lab: a gpu-admission policy, not a workload; to apply it, give its directory "
+        "to --policies"
+    )
+    if output == "json":
+        assert [r["kind"] for r in json.loads(out)["results"]] == ["Pod"]
+    elif output == "yaml":  # a post-renderer passes every document on: the policy unchanged
+        assert next(yaml.safe_load_all(out)) == yaml.safe_load(policy)
+    else:
+        assert out.splitlines()[-1] == "1 object: 1 allowed, 0 denied, 0 mutated, 0 skipped, 0 with warnings"
+
+
+def test_only_the_gpu_admission_group_makes_a_policy(tmp_path, monkeypatch, capsys):
+    """Another group's kind GPUPolicy is someone else's object: judged (skipped: no pod spec) like any other."""
+    (tmp_path / "other.yaml").write_text("apiVersion: example.com/v1\nkind: GPUPolicy\nmetadata: {name: x}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "-o", "json", "--policies", str(FIXTURES / "policies"), "other.yaml"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    ((result,),) = [json.loads(out)["results"]]
+    assert (result["kind"], result["skipped"]) == ("GPUPolicy", True)
+
+
 # --- start-up and terminals -------------------------------------------------------------------------------
 
 

@@ -174,11 +174,19 @@ def test_explain_reports_a_value_its_yaml_tag_cannot_hold_and_exits_2(mistagged:
     ]
 
 
-def test_lint_of_the_shipped_policies() -> None:
+def test_lint_of_the_shipped_policy() -> None:
     run = gpu_webhook("policy", "lint", cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout.endswith("4 policies in 4 files: no errors, no glob ties\n")
+    assert run.stdout.endswith("1 policy in 1 file: no errors, no glob ties\n")
     assert "  *                        -> default  (glob, 0 literal characters)\n" in run.stdout
+    assert "warning" not in run.stdout
+
+
+def test_lint_of_the_example_policies() -> None:
+    run = gpu_webhook("policy", "lint", "examples/policies", cwd=ROOT)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.endswith("3 policies in 3 files: no errors, no glob ties\n")
+    assert "  notebook-*               -> notebooks-time-slicing  (glob, 9 literal characters)\n" in run.stdout
     assert "warning" not in run.stdout
 
 
@@ -267,11 +275,12 @@ def test_explain_an_exact_name_and_the_built_in_defaults(tmp_path: Path) -> None
     ]
 
 
-def test_explain_the_shipped_examples() -> None:
-    run = gpu_webhook("policy", "explain", "notebook-alice", "inference", "batch", "team-a", cwd=ROOT)
+def test_explain_the_example_policies() -> None:
+    namespaces = ("notebook-alice", "inference", "batch", "team-a")
+    run = gpu_webhook("policy", "explain", "--policies", "examples/policies", *namespaces, cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
     notebook, inference, batch, team = run.stdout.split("\n\n")
-    assert "  policy    notebooks-time-slicing (policies/time-slicing.yaml#0)" in notebook
+    assert "  policy    notebooks-time-slicing (examples/policies/time-slicing.yaml#0)" in notebook
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M" in inference  # 1/4 of an H100-80GB (81,559 MiB)
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40779M" not in inference  # 0.5 is more than one replica's share
     assert "  share     one nvidia.com/gpu.shared is 1/4 of a GPU (mps); nvidia.com/gpu up to 0.25 becomes one, " \
@@ -281,6 +290,7 @@ def test_explain_the_shipped_examples() -> None:
         "(0.25 of the memory), 3g.40gb (0.5 of the memory)" in batch
     )
     assert "nvidia.com/mig-3g.40gb: 1" in batch
+    assert "  policy    built-in-default (<built-in defaults>)" in team  # what policies/default.yaml says
     assert "    verdict    deny" in team
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import shipped_and_example_policies
 from tests.engine_support import EXCLUSIVE, container, env_of, pod, policy, run
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import load_policies
@@ -138,7 +139,7 @@ def test_a_profile_the_layout_does_not_offer_is_refused():
 
 
 def test_the_shipped_mig_policy_offers_exactly_mig_parteds_all_balanced_layout():
-    shipped = load_policies(ROOT / "policies").for_namespace("batch")
+    shipped = load_policies(ROOT / "examples" / "policies").for_namespace("batch")
     assert shipped.sharing.mig_profiles == BALANCED
     assert shipped.sharing.mig_profile in BALANCED
 
@@ -173,9 +174,9 @@ STACK = sorted((ROOT / "tests" / "fixtures" / "gpu-stack").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("manifest", STACK, ids=[path.stem for path in STACK])
-def test_the_gpu_stacks_own_pods_are_admitted_unchanged_under_every_shipped_policy(manifest):
+def test_the_gpu_stacks_own_pods_are_admitted_unchanged_under_the_default_and_every_example_policy(manifest):
     obj = yaml.safe_load(manifest.read_text())
-    policies = load_policies(ROOT / "policies")
+    policies = shipped_and_example_policies()
     for namespace in ("gpu-operator", "notebooks", "inference", "batch"):
         decision = evaluate(obj, namespace, policies)
         assert (decision.decision, decision.patch, decision.warnings) == ("allow", [], []), namespace

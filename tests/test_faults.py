@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from tests.conftest import SHIPPED_POLICIES, LiveServer, gpu_webhook_command
+from tests.conftest import EXAMPLE_POLICIES, SHIPPED_POLICIES, LiveServer, gpu_webhook_command
 from tests.test_hostile import worker_pids
 from tests.test_server_app import configmap_swap
 from webhook import certs
@@ -79,7 +79,11 @@ def expected_response(sources: dict[str, str], namespace: str, body: Callable[..
     return response
 
 
-SHIPPED = {path.name: path.read_text() for path in sorted(SHIPPED_POLICIES.glob("*.yaml"))}
+SHIPPED = {  # what live_server serves: the shipped default policy and the examples
+    path.name: path.read_text()
+    for directory in (SHIPPED_POLICIES, EXAMPLE_POLICIES)
+    for path in sorted(directory.glob("*.yaml"))
+}
 
 
 def answered_as(expected: dict[str, Any]) -> Callable[[dict[str, Any]], str]:

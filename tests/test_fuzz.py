@@ -20,7 +20,6 @@ import json
 import os
 from collections.abc import Callable
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -28,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SHIPPED_POLICIES, LiveServer
+from tests.conftest import LiveServer, copy_policies
 from webhook.admission.quantity import INT64_MAX, MAX_EXPONENT, MAX_TEXT, parse_quantity
 from webhook.admission.review import WARNING_MAX_CHARS, WARNINGS_MAX_TOTAL_CHARS, make_review
 from webhook.server.app import create_app
@@ -342,8 +341,8 @@ def check_answer(status: int, content_type: str, payload: bytes, sent: bytes, en
 
 
 @pytest.fixture(scope="module")
-def app_client():
-    store = PolicyStore.from_directory(Path(SHIPPED_POLICIES))
+def app_client(tmp_path_factory: pytest.TempPathFactory):
+    store = PolicyStore.from_directory(copy_policies(tmp_path_factory.mktemp("policies")))
     return create_app(ServerState(policies=store)).test_client()
 
 

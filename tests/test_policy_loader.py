@@ -24,7 +24,7 @@ from webhook.admission.loader import (
     load_policies,
     parse_policy_sources,
 )
-from webhook.admission.policy import Enforcement, Fractional, Mode, Policy, PolicySet
+from webhook.admission.policy import DEFAULT_POLICY, Enforcement, Fractional, Mode, Policy, PolicySet
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata:\n  name: p\n"
@@ -183,24 +183,32 @@ def test_the_set_is_immutable() -> None:
         policies.policies[0].name = "other"  # type: ignore[misc]
 
 
-def test_the_shipped_policies_load() -> None:
-    policies = load_policies(ROOT / "policies")
-    by_name = {p.name: p for p in policies.policies}
-    assert set(by_name) == {"default", "notebooks-time-slicing", "inference-mps", "batch-mig"}
-    default = by_name["default"]
-    assert default.namespaces == ("*",)
+def test_the_shipped_policies_are_the_default_only_and_the_examples_cover_every_sharing_mode() -> None:
+    """policies/ holds what the manifests ship: nothing that maps pods to resources a cluster may not
+    advertise. The sharing policies are examples, each for its own example namespaces."""
+    (default,) = load_policies(ROOT / "policies").policies
+    assert (default.name, default.namespaces) == ("default", ("*",))
     assert (default.sharing.mode, default.enforcement, default.fractional) == (
         Mode.EXCLUSIVE,
         Enforcement.ENFORCE,
         Fractional.REJECT,
     )
     assert (default.max_per_container, default.limits.max_per_pod) == (8, 8)
-    for name in ("notebooks-time-slicing", "inference-mps", "batch-mig"):
-        assert "*" not in by_name[name].namespaces  # examples select example namespaces only
-    assert by_name["notebooks-time-slicing"].sharing.mode is Mode.TIME_SLICING
-    assert by_name["inference-mps"].sharing.mode is Mode.MPS
-    assert by_name["batch-mig"].sharing.mode is Mode.MIG
-    assert policies.for_namespace("some-team").name == "default"
+    examples = load_policies(ROOT / "examples" / "policies")
+    modes = {p.name: p.sharing.mode for p in examples.policies}
+    assert modes == {"batch-mig": Mode.MIG, "inference-mps": Mode.MPS, "notebooks-time-slicing": Mode.TIME_SLICING}
+    for policy in examples.policies:
+        assert "*" not in policy.namespaces  # examples select example namespaces only
+    assert examples.for_namespace("some-team") is DEFAULT_POLICY
+
+
+def test_the_built_in_defaults_are_the_shipped_default_policy() -> None:
+    """So a server given only examples/policies (`make run`) treats every other namespace as a cluster with
+    policies/ would."""
+    (default,) = load_policies(ROOT / "policies").policies
+    built_in = DEFAULT_POLICY
+    assert dataclasses.replace(default, name=built_in.name, source=built_in.source, limits=built_in.limits) == built_in
+    assert (default.max_per_container, default.limits.max_per_pod) == (built_in.max_per_container, 8)
 
 
 # --- Every problem, with its exact line ---------------------------------------------------------------------

@@ -249,12 +249,10 @@ def test_pairs_that_tie_for_different_namespaces_are_separate_warnings() -> None
     ]
 
 
-def test_the_shipped_policies_have_no_ties() -> None:
-    from pathlib import Path
+def test_the_shipped_and_example_policies_have_no_ties() -> None:
+    from tests.conftest import shipped_and_example_policies
 
-    from webhook.admission.loader import load_policies
-
-    assert glob_ties(load_policies(Path(__file__).resolve().parent.parent / "policies")) == []
+    assert glob_ties(shipped_and_example_policies()) == []
 
 
 def reference_glob_ties(policy_set: PolicySet) -> list[GlobTie]:

@@ -1,9 +1,10 @@
 """The documentation's examples, run as written: README.md and every page of docs/.
 
 Users copy these commands and compare the output. Every `$ gpu-webhook check ...` or `$ gpu-webhook policy ...`
-line in a code block of README.md or docs/*.md whose inputs are this repository's `examples/` and `policies/`
-is run in a copy of those two directories, and its output (stdout, then stderr) must be the lines that follow
-it in the block, up to the next `$ ` line; a following `$ echo $?` gives the exit code. Trailing white space is ignored.
+line in a code block of README.md or docs/*.md whose inputs are this repository's `examples/` (with the example
+policies in `examples/policies/`) and `policies/` is run in a copy of those two directories, and its output
+(stdout, then stderr) must be the lines that follow it in the block, up to the next `$ ` line; a following
+`$ echo $?` gives the exit code. Trailing white space is ignored.
 
 An example is left out when it cannot run here: it asks a server (`--server`), is part of a pipeline,
 reads an input that is not shipped (`train.yaml`, `pol/`), elides its output (`...`), or shows files that
@@ -11,7 +12,7 @@ are not shipped (the lint errors of a hypothetical `policies/teams.yaml`). So th
 broken parser or a renamed file cannot quietly leave everything out, every output format of `check` and both
 `policy` commands must have a runnable example.
 
-README's `curl` examples are run against the real server (`gpu-webhook serve`, TLS, the shipped policies), with
+README's `curl` examples are run against the real server (`gpu-webhook serve`, TLS, `make run`'s policies), with
 its address and CA in place of `make run`'s; a `"patch"` shown shortened (`"W3sib3Ai..."`) must begin the real one.
 Every page of docs/ starts with a title and a one-line purpose, and its links to files in the repository resolve.
 """
@@ -38,7 +39,7 @@ SHIPPED = ("examples", "policies")
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _VALUED = {"-n", "--namespace", "--policies", "-o", "--output", "--server", "--ca-file", "--timeout"}
-_SHIPPED_FILE = re.compile(r"\b(?:examples|policies)/[\w.-]+\.(?:yaml|yml|json)\b")
+_SHIPPED_FILE = re.compile(r"(?<![\w./-])(?:examples|policies)/(?:[\w.-]+/)*[\w.-]+\.(?:yaml|yml|json)\b")
 
 
 @dataclass
@@ -138,6 +139,12 @@ def test_every_output_format_and_policy_command_has_a_runnable_example():
     assert wanted <= covered, f"no runnable README example for {sorted(wanted - covered)}; left out:\n{left_out}"
 
 
+def test_a_file_shown_in_an_output_is_named_by_its_whole_path():
+    """examples/policies/mig.yaml is shipped; reading it as policies/mig.yaml would quietly skip the example."""
+    shown = "batch-mig  (examples/policies/mig.yaml#0)\ndefault (policies/default.yaml#0) pol/policies/x.yaml"
+    assert _SHIPPED_FILE.findall(shown) == ["examples/policies/mig.yaml", "policies/default.yaml"]
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of examples/ and policies/, so that the commands print the same relative paths as README."""
@@ -219,8 +226,9 @@ def test_readme_posts_a_review_file_that_is_shipped():
 
 @pytest.fixture(scope="module")
 def dev_server(start_server):
-    """What `make run` serves: the shipped policies, on a free port with a test CA."""
-    return start_server()
+    """What `make run` serves: the example policies (the built-in defaults elsewhere), on a free port with a
+    test CA."""
+    return start_server(policies_dir=ROOT / "examples" / "policies")
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")

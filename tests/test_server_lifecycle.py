@@ -20,7 +20,15 @@ from gunicorn import sock as gunicorn_sockets
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
 
-from tests.conftest import ROOT, SHIPPED_POLICIES, LiveServer, free_port, gpu_webhook_command, wait_until_ready
+from tests.conftest import (
+    EXAMPLE_POLICIES,
+    ROOT,
+    SHIPPED_POLICIES,
+    LiveServer,
+    free_port,
+    gpu_webhook_command,
+    wait_until_ready,
+)
 from tests.test_server import pod
 from tests.test_server_app import write_chain
 from webhook import certs
@@ -110,10 +118,12 @@ def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, t
 
 @pytest.mark.parametrize(("host", "shown"), [(None, "127.0.0.1"), ("127.0.0.2", "127.0.0.2"), ("::1", "[::1]")])
 def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path, host, shown):
-    """The dev certificate names the address the server listens on, so the banner's command verifies."""
-    shutil.copytree(SHIPPED_POLICIES, tmp_path / "policies")
+    """The dev certificate names the address the server listens on, so the banner's command verifies. The
+    policies are `make run`'s: the examples, one per sharing mode."""
+    shutil.copytree(EXAMPLE_POLICIES, tmp_path / "examples" / "policies")
     port = free_port()
-    args = [*gpu_webhook_command(), "serve", "--dev", "--port", str(port), "--metrics-port", "0", "--workers", "1"]
+    args = [*gpu_webhook_command(), "serve", "--dev", "--policies", "examples/policies", "--port", str(port),
+            "--metrics-port", "0", "--workers", "1"]  # fmt: skip
     args += ["--host", host] if host else []
     env = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
     started = time.monotonic()
@@ -124,12 +134,12 @@ def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path, h
         banner = [process.stdout.readline().rstrip() for _ in range(3)]  # type: ignore[union-attr]
         url = f"https://{shown}:{port}"
         assert banner == [
-            f"gpu-webhook: serving {url} (4 policies from policies)",
+            f"gpu-webhook: serving {url} (3 policies from examples/policies)",
             "  dev CA: certs/dev/ca.crt",
             f"  try:    curl --cacert certs/dev/ca.crt {url}/healthz",
         ]
         ca = tmp_path / "certs" / "dev" / "ca.crt"
-        server = LiveServer(url, ca, "", tmp_path / "policies",
+        server = LiveServer(url, ca, "", tmp_path / "examples" / "policies",
                             certs.CertPaths.in_dir(ca.parent), process, tmp_path / "none")  # fmt: skip
         wait_until_ready(server)
         ready_after = time.monotonic() - started

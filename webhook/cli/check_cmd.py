@@ -130,7 +130,10 @@ def _check(args: argparse.Namespace) -> int:
         for error in errors:
             fail("check", str(error))
         return 2
+    policies_given = [item for item in items if item.is_policy]  # e.g. `check examples/` meets examples/policies/
+    items = [item for item in items if not item.is_policy]
 
+    applied_policies = None  # the directory whose policies this run applies (the server's own, with --server)
     if args.server:
         from webhook.cli.remote import RemoteEvaluator  # its errors are CommandErrors
 
@@ -140,6 +143,7 @@ def _check(args: argparse.Namespace) -> int:
         evaluator: Evaluator = remote
     else:
         remote = None
+        applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
         evaluator = local_evaluator(policies, cluster_view(args.kubeconfig, args.context) if args.cluster else None)
 
@@ -160,7 +164,7 @@ def _check(args: argparse.Namespace) -> int:
     finally:
         if remote is not None:
             remote.close()
-    return report(
+    code = report(
         results,
         args.output,
         sys.stdout,
@@ -169,6 +173,9 @@ def _check(args: argparse.Namespace) -> int:
         documents=documents,
         fail_on_warn=args.fail_on_warn,
     )
+    sys.stdout.flush()
+    sys.stderr.write("".join(item.policy_note(applied_policies) + "\n" for item in policies_given))
+    return code
 
 
 def load_policy_set(directory: str | None) -> PolicySet:

@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 from yaml import events
 
+from webhook.admission.loader import API_VERSION, KIND
 from webhook.cli import goyaml
 
 STDIN = "-"
+POLICY_GROUP, POLICY_KIND = API_VERSION.split("/")[0], KIND  # a GPUPolicy document, as the loader reads it
 STDIN_LABEL = "<stdin>"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -53,6 +55,35 @@ class Item:
     def label(self) -> str:
         suffix = f" items[{self.item}]" if self.item is not None else ""
         return self.document.label + suffix
+
+    @property
+    def is_policy(self) -> bool:
+        """A gpu-admission policy (kind GPUPolicy in the gpu-admission.io group): what `--policies` reads, never
+        an object the API server sends the webhook, so `check` does not judge it as one."""
+        api_version = self.obj.get("apiVersion")
+        return (
+            self.obj.get("kind") == POLICY_KIND
+            and isinstance(api_version, str)
+            and api_version.startswith(POLICY_GROUP + "/")
+        )
+
+    def policy_note(self, policy_directory: str | None) -> str:
+        """The one line `check` prints for a policy among the manifests it was given: whether it is one of the
+        policies this run applies (a file directly in `policy_directory`), or one it does not."""
+        metadata = self.obj.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        where = f"{self.label} {POLICY_KIND}/{name if isinstance(name, str) and name else '?'}"
+        source = self.document.source
+        if policy_directory and source != STDIN_LABEL and _same_directory(Path(source).parent, policy_directory):
+            return f"SKIP {where}: a policy (read from --policies {policy_directory}), not a workload"
+        return f"SKIP {where}: a gpu-admission policy, not a workload; to apply it, give its directory to --policies"
+
+
+def _same_directory(a: Path, b: str) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
 
 
 class ManifestError(Exception):

@@ -30,13 +30,13 @@ def missing_policy_directory(given: str | None) -> str | None:
 
 # One example per command, shown at the end of its --help (tests/test_cli_help.py runs each through the parser).
 EXAMPLES = {
-    "": "gpu-webhook check examples/ --policies policies",
+    "": "gpu-webhook check examples/ --policies examples/policies",
     "serve": "gpu-webhook serve --dev --policies policies",
     "check": "gpu-webhook check examples/pod-fractional.yaml --policies policies -n team-a --diff",
     "audit": "gpu-webhook audit -A --policies policies -o table",
     "policy": "gpu-webhook policy lint --policies policies",
     "policy lint": "gpu-webhook policy lint --policies policies",
-    "policy explain": "gpu-webhook policy explain notebook-1 team-a --policies policies",
+    "policy explain": "gpu-webhook policy explain notebook-1 team-a --policies examples/policies",
     "policy schema": "gpu-webhook policy schema > schema/gpu-policy.schema.json",
     "certs": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
     "certs generate": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
