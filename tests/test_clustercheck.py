@@ -116,7 +116,7 @@ def test_warn_is_the_default_and_never_denies():
     assert decision.decision == "allow"
     assert decision.violations == []
     assert decision.warnings == [  # the short form
-        'gpu-admission: "app": nvidia.com/gpu "9" fits on no node (most: 8); request at most 8'
+        'gpu-admission: container "app": nvidia.com/gpu "9" fits on no node (most: 8); request at most 8'
     ]
 
 

@@ -34,7 +34,7 @@ from webhook.admission.resources import (
     mig_profile_of,
     mig_resource,
 )
-from webhook.admission.validate import Holders, effective_total
+from webhook.admission.validate import Holders, container_violation, effective_total, pod_violation
 from webhook.admission.violation import SHORT_LIMIT, Violation
 
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
@@ -352,22 +352,15 @@ def _node(largest: tuple[int, str], view: ClusterView) -> str:
     return f'node "{largest[1]}"' + (", cordoned" if node is not None and node.unschedulable else "")
 
 
-def _short(text: str, fallback: str) -> str:
-    return text if len(text) <= SHORT_LIMIT else fallback[:SHORT_LIMIT]
-
-
 def _too_big(
     ref: ContainerRef, resource: str, raw: Any, largest: tuple[int, str], view: ClusterView, where: str
 ) -> Violation:
     amount, shown = largest[0], quantity_text(raw)
-    return Violation(
-        f"{ref.label}: {resource} {shown} fits on no node: the most one node holds is {amount} "
-        f"({_node(largest, view)}); request at most {amount}, or list a larger node pool in cluster.assumeNodes "
-        f"({where}, cluster.fits)",
-        _short(
-            f'"{ref.name}": {resource} {shown} fits on no node (most: {amount}); request at most {amount}',
-            f"{resource} {shown} fits on no node (most: {amount}); request at most {amount}",
-        ),
+    return container_violation(
+        ref,
+        f"{resource} {shown} fits on no node: the most one node holds is {amount} ({_node(largest, view)}); "
+        f"request at most {amount}, or list a larger node pool in cluster.assumeNodes ({where}, cluster.fits)",
+        f"{resource} {shown} fits on no node (most: {amount}); request at most {amount}",
     )
 
 
@@ -381,14 +374,11 @@ def _pod_too_big(
 ) -> Violation:
     amount = largest[0]
     named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
-    return Violation(
-        f"pod: {resource} effective total {total} (containers running together: {named}) fits on no node: the "
+    return pod_violation(
+        f"{resource} effective total {total} (containers running together: {named}) fits on no node: the "
         f"most one node holds is {amount} ({_node(largest, view)}); request at most {amount} in all, or split the "
         f"pod ({where}, cluster.fits)",
-        _short(
-            f"pod: {resource} total {total} fits on no node (most: {amount}); request fewer or split the pod",
-            f"pod: {resource} total {total} fits on no node; request at most {amount} in all",
-        ),
+        f"{resource} total {total} fits on no node; request at most {amount} in all",
     )
 
 
@@ -397,20 +387,20 @@ def _not_offered(ref: ContainerRef, resource: str, raw: Any, policy: Policy, whe
     if sharing.mode.is_shared and resource == sharing.resource_name:
         why = f", which the policy maps {NVIDIA_GPU} to"
         fix = "check the device plugin's sharing config (replicas, renameByDefault) or set sharing.resourceName"
+        short_fix = "check the device plugin config"
     elif sharing.mode is Mode.MIG and sharing.mig_profile and resource == mig_resource(sharing.mig_profile):
         why = f", which the policy converts {NVIDIA_GPU} to"
         fix = "check the nodes' MIG layout and mig.strategy (mixed), or set sharing.migProfile to one they have"
+        short_fix = "check the nodes' MIG layout"
     else:
         why = ""
         fix = "request a resource the nodes advertise, or list the autoscaled pool that has it in cluster.assumeNodes"
+        short_fix = "request one the nodes have"
     check_name = "cluster.offered" if is_shared(resource) or resource.startswith(MIG_PREFIX) else "cluster.fits"
-    return Violation(
-        f"{ref.label}: {resource} {shown}{why}: no node advertises it, so the pod would stay Pending; {fix} "
-        f"({where}, {check_name})",
-        _short(
-            f"{resource} is advertised by no node: the pod would stay Pending; {fix.split(',')[0]}",
-            f"{resource} is advertised by no node: the pod would stay Pending",
-        ),
+    return container_violation(
+        ref,
+        f"{resource} {shown}{why}: no node advertises it, so the pod would stay Pending; {fix} ({where}, {check_name})",
+        f"no node offers {resource}; {short_fix}",
     )
 
 
@@ -425,10 +415,8 @@ def _affects(item: Drift, held: set[str]) -> bool:
 
 
 def _drift_violation(item: Drift) -> Violation:
-    return Violation(
-        f"pod: {item.line} (cluster.drift)",
-        _short(
-            f"policy {item.field} {item.policy_says} but {len(item.nodes)} nodes say {item.nodes_say}; ask an admin",
-            f"policy {item.field} disagrees with {len(item.nodes)} nodes; ask an admin to fix the policy",
-        ),
-    )
+    nodes = len(item.nodes)
+    short = f"policy {item.field} {item.policy_says} but {nodes} nodes say {item.nodes_say}; ask an admin"
+    if len(f"pod: {short}") > SHORT_LIMIT:  # the values are the user's: shown whole in the long line
+        short = f"policy {item.field} disagrees with {nodes} nodes; ask an admin to fix the policy"
+    return pod_violation(f"{item.line} (cluster.drift)", short)

@@ -227,8 +227,18 @@ def _compact(ref: ContainerRef) -> str:
     return f"{ref.section}[{ref.index}]"
 
 
+def container_violation(ref: ContainerRef, line: str, short: str, kind: type[Violation] = Violation) -> Violation:
+    """A violation about one container: its label in front of both forms (the short one falls back to its place)."""
+    return _violation(ref.label, _compact(ref), line, short, kind)
+
+
+def pod_violation(line: str, short: str) -> Violation:
+    """A violation about the pod as a whole."""
+    return _violation("pod", "pod", line, short)
+
+
 def _add(ref: ContainerRef, problems: Problems, line: str, short: str, kind: type[Violation] = Violation) -> None:
-    problems.append(_violation(ref.label, _compact(ref), line, short, kind))
+    problems.append(container_violation(ref, line, short, kind))
 
 
 def _container(ref: ContainerRef, rules: _Rules, problems: Problems) -> dict[str, int | Fraction]:
@@ -551,9 +561,7 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
         else:
             shown = name
         problems.append(
-            _violation(
-                "pod",
-                "pod",
+            pod_violation(
                 f"{shown} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
                 f'{maximum} (policy "{rules.policy.name}"); request fewer or split the pod',
                 f"{_brief(name)} total {_brief(str(total), 8)}: at most {_brief(str(maximum), 8)} per pod; ask for "
@@ -562,4 +570,13 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
         )
 
 
-__all__ = ["Holders", "Refusal", "effective_total", "format_fraction", "offer", "validate"]
+__all__ = [
+    "Holders",
+    "Refusal",
+    "container_violation",
+    "effective_total",
+    "format_fraction",
+    "offer",
+    "pod_violation",
+    "validate",
+]
