@@ -28,6 +28,7 @@ WARM_UP = 200  # calls before counting: memos filled, as in a long-running worke
 # cost per call (a few hundred instructions, included in every other count).
 PARTS = {
     "a: evaluate": "a: 2 containers, mutate",
+    "a: evaluate, 5,000-node snapshot": "a: 2 containers, mutate",
     "a: mutate": "a: 2 containers, mutate",
     "a: validate (the mutated pod)": "a: 2 containers, mutate",
     "a: relevance check": "a: 2 containers, mutate",
@@ -53,6 +54,12 @@ def _call(part: str) -> Callable[[], Any]:
         return lambda: None
     if part.endswith("evaluate"):
         return lambda: evaluate(obj, NAMESPACE, policies)
+    if part.endswith("snapshot"):  # the cluster checks' cost (bench/cluster.py times it)
+        from bench.cluster import node_object
+        from webhook.admission.cluster import ClusterView, NodeInfo
+
+        view = ClusterView.of(NodeInfo.from_object(node_object(i)) for i in range(5_000))
+        return lambda: evaluate(obj, NAMESPACE, policies, None, view)
     if part == "a: mutate":
         return lambda: mutate(obj, policy, spec_path)
     if part.startswith("a: validate"):
