@@ -10,6 +10,7 @@ Targets (issue 18): the snapshot costs (a) at most 5%; 5,000 nodes hold under 50
 from __future__ import annotations
 
 import gc
+import shutil
 import statistics
 import tracemalloc
 from typing import Any
@@ -96,15 +97,32 @@ def main(seconds: float = 0.5, rounds: int = 15) -> bool:
             rows.append((name, label, stats["reviews_per_s"], stats["p50_us"]))
     print(table(f"engine.evaluate with a node snapshot, one core (core {core}), medians of {rounds} paired rounds",
                 ["scenario", "snapshot", "reviews/s", "p50 µs"], rows))  # fmt: skip
-    cost = costs["a: 2 containers, mutate"]
+    timed = costs["a: 2 containers, mutate"]
+    # The target compares one code path with and without a snapshot: counted in instructions where valgrind is
+    # present (exact; single timed pairs scatter by several percent on a virtual machine), else timed.
+    counted = _instruction_cost()
+    cost, how = (counted, "instructions") if counted is not None else (timed, "median of paired rounds")
+    print(f"  (a) with the snapshot, timed: {timed:+.1%} (median of {rounds} paired rounds)")
     ok = check(
         [
-            (f"a {NODES:,}-node snapshot costs (a) <= 5%", cost <= 0.05, f"{cost:+.1%} (median of paired rounds)"),
+            (f"a {NODES:,}-node snapshot costs (a) <= 5%", cost <= 0.05, f"{cost:+.1%} ({how})"),
             (f"{NODES:,} nodes hold < 50 MB", memory_mb < 50, f"{memory_mb:.1f} MB"),
         ]
     )
-    write_results("cluster", {"results": results, "cost": costs, "inventory_mb": memory_mb, "targets_met": ok})
+    write_results(
+        "cluster",
+        {"results": results, "cost": costs, "instruction_cost": counted, "inventory_mb": memory_mb, "targets_met": ok},
+    )
     return ok
+
+
+def _instruction_cost() -> float | None:
+    """Review (a)'s instructions with a 5,000-node snapshot over without (bench/instructions.py), or None."""
+    if shutil.which("valgrind") is None:
+        return None
+    from bench.instructions import count
+
+    return count("a: evaluate, 5,000-node snapshot") / count("a: evaluate") - 1
 
 
 if __name__ == "__main__":
