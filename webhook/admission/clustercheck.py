@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.cluster import (
+    MEMORY_LABEL,
+    MIG_STRATEGY_LABEL,
+    PRODUCT_LABEL,
+    REPLICAS_LABEL,
+    STRATEGY_LABEL,
+    ClusterView,
+    NodeInfo,
+)
 from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy
 from webhook.admission.quantity import quantity_text
@@ -37,14 +45,6 @@ from webhook.admission.resources import (
 from webhook.admission.validate import Holders, container_violation, effective_total, pod_violation
 from webhook.admission.violation import SHORT_LIMIT, Violation
 
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-MEMORY_LABEL = "nvidia.com/gpu.memory"
-# none | time-slicing | mps: the GFD label table of newer device plugin releases; the stored snapshot of
-# NVIDIA/k8s-device-plugin internal/lm/nvml.go (newSharingLabeler) predates it and sets only mps.capable, so a
-# node without the label is never drift.
-STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
 MEMORY_TOLERANCE = Fraction(2, 100)  # NVML reports a little less than the nominal size: not drift
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
 
@@ -208,7 +208,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 if replicas > 1
                 else "set replicas in the device plugin's sharing config, or use mode exclusive",
             )
-        strategy = node.labels.get(STRATEGY_LABEL)
+        strategy = node.labels.get(STRATEGY_LABEL)  # older device plugins set none: never drift
         expected = str(mode) if mode.is_shared else "none"
         if strategy is not None and strategy != expected and mode is not Mode.MIG:
             note(
