@@ -109,10 +109,6 @@ class ClusterView:
         """Every resource some node advertises."""
         return self._largest.keys()
 
-    def offers(self, resource: str) -> bool:
-        """Whether any node advertises `resource`."""
-        return resource in self._largest
-
     def derived(self, key: str, owner: object, compute: Callable[[], Any]) -> Any:
         """`compute()` for `owner` (a policy), worked out once per snapshot. Keyed by identity, and `owner` is
         kept with the value, so that a policy set swapped on reload never reads another policy's entry."""
