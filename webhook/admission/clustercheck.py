@@ -312,6 +312,7 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
     found: list[tuple[Check, Violation]] = []
     where = f'policy "{policy.name}"'
     covered: set[str] = set()  # resources whose one container already has a line
+    held = {name for _, counts in holders for name in counts}
     for ref, counts in holders:
         for resource, value in counts.items():
             raw = ref.resource_map("limits").get(resource, value)
@@ -325,12 +326,11 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted({name for _, counts in holders for name in counts} - covered):
+        for resource in sorted(held - covered):
             largest = _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
                 found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
-    held = {name for _, counts in holders for name in counts}
     for item in plan.drift:
         if _affects(item, held):
             found.append((rules.drift, _drift_violation(item)))
