@@ -318,9 +318,11 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
             raw = ref.resource_map("limits").get(resource, value)
             largest = _largest(policy, view, resource)
             if largest is None:
-                level = rules.offered if is_shared(resource) or resource.startswith(MIG_PREFIX) else rules.fits
+                offered = is_shared(resource) or resource.startswith(MIG_PREFIX)  # a shared or MIG resource
+                level = rules.offered if offered else rules.fits
                 if level is not Check.OFF:
-                    found.append((level, _not_offered(ref, resource, raw, policy, where)))
+                    check_name = "cluster.offered" if offered else "cluster.fits"
+                    found.append((level, _not_offered(ref, resource, raw, policy, f"{where}, {check_name}")))
                 covered.add(resource)
             elif value > largest[0] and rules.fits is not Check.OFF:
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
@@ -396,10 +398,9 @@ def _not_offered(ref: ContainerRef, resource: str, raw: Any, policy: Policy, whe
         why = ""
         fix = "request a resource the nodes advertise, or list the autoscaled pool that has it in cluster.assumeNodes"
         short_fix = "request one the nodes have"
-    check_name = "cluster.offered" if is_shared(resource) or resource.startswith(MIG_PREFIX) else "cluster.fits"
     return container_violation(
         ref,
-        f"{resource} {shown}{why}: no node advertises it, so the pod would stay Pending; {fix} ({where}, {check_name})",
+        f"{resource} {shown}{why}: no node advertises it, so the pod would stay Pending; {fix} ({where})",
         f"no node offers {resource}; {short_fix}",
     )
 
