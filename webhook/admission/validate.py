@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.mutate import RECORDED_FRACTION, recorded_fraction
+from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
     VISIBLE_DEVICES,
@@ -157,11 +157,6 @@ class _Rules:
         mode = sharing.mode
         explicit = policy.limits.max_per_container
         mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
-        target = None
-        if mode.is_shared:
-            target = sharing.resource_name
-        elif mode is Mode.MIG and sharing.mig_profile and not sharing.is_mig_single:
-            target = mig_resource(sharing.mig_profile)
         return _Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
@@ -173,7 +168,7 @@ class _Rules:
             offered=sharing.mig_profiles if mode is Mode.MIG else None,
             one_shared_replica=mode.is_shared and policy.max_per_container == 1 and explicit is None,
             one_mig_slice=mode is Mode.MIG and explicit is None,
-            mapping_target=None if target == NVIDIA_GPU else target,
+            mapping_target=mapping_target(sharing),
             share=policy.share,
             converts_to_shared=policy.share is not None and policy.fractional.value == "shared",
             block_visible_devices=policy.block_visible_devices_override,
