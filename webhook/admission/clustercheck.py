@@ -31,7 +31,7 @@ from webhook.admission.cluster import (
     NodeInfo,
 )
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy
+from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
@@ -181,6 +181,11 @@ class Drift:
 def drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
     """Every disagreement between `policy` and its nodes, worked out once per snapshot."""
     return view.derived("cluster-drift", policy, lambda: _drift(policy, view))
+
+
+def drift_of(policies: PolicySet, view: ClusterView) -> list[Drift]:
+    """Every policy's drift, in the set's order (for /readyz, the metric, `policy lint --cluster` and `audit`)."""
+    return [item for policy in policies.policies for item in drift(policy, view)]
 
 
 def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:

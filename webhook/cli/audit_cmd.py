@@ -159,7 +159,8 @@ def _audit(args: argparse.Namespace) -> int:
         ],
     )
     if view is not None and args.output == "table" and not args.diff:
-        from webhook.cli.drift import drift_of, print_drift
+        from webhook.admission.clustercheck import drift_of
+        from webhook.cli.drift import print_drift
 
         drift = drift_of(policies, view)
         if drift:  # under the objects' table: it is about the policies, and a clean cluster adds nothing

@@ -185,9 +185,10 @@ def lint(directory: str | None, out: TextIO) -> int:
 
 def lint_cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The drift between the policies and the cluster's nodes: 0 when none, 1 when any, 2 when unlistable."""
+    from webhook.admission.clustercheck import drift_of
     from webhook.admission.loader import load_policies
     from webhook.cli.check_cmd import CommandError, cluster_view
-    from webhook.cli.drift import drift_of, print_drift
+    from webhook.cli.drift import print_drift
 
     try:
         view = cluster_view(args.kubeconfig, args.context)
