@@ -190,12 +190,11 @@ def drift_of(policies: PolicySet, view: ClusterView) -> list[Drift]:
 
 def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
     nodes = policy_nodes(policy, view)
-    found: dict[tuple[str, str], list[str]] = {}  # (field, nodes_say) -> node names
-    details: dict[tuple[str, str], tuple[str, str, str]] = {}  # -> (policy_says, effect, fix)
+    # (field, nodes_say) -> (policy_says, effect, fix, node names): the first three follow from the key
+    found: dict[tuple[str, str], tuple[str, str, str, list[str]]] = {}
 
     def note(field: str, says: str, node: NodeInfo, policy_says: str, effect: str, fix: str) -> None:
-        found.setdefault((field, says), []).append(node.name)
-        details[(field, says)] = (policy_says, effect, fix)
+        found.setdefault((field, says), (policy_says, effect, fix, []))[3].append(node.name)
 
     sharing, mode = policy.sharing, policy.sharing.mode
     fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster.auto_replicas else None
@@ -264,8 +263,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "and use mig.strategy mixed",
             )
     drifts = []
-    for (field, says), names in sorted(found.items()):
-        policy_says, effect, fix = details[(field, says)]
+    for (field, says), (policy_says, effect, fix, names) in sorted(found.items()):
         drifts.append(Drift(policy.name, field, policy_says, says, tuple(sorted(names)), effect, fix))
     return tuple(drifts)
 
