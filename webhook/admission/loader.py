@@ -885,6 +885,8 @@ def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
         check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
         return _BAD
     return Steering.AUTO
+
+
 def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str, Any]:
     """spec.cluster: each check's level (warn unless set) and the node shapes the inventory cannot see."""
     path = "spec.cluster"
