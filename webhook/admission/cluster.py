@@ -25,15 +25,16 @@ from webhook.admission.resources import is_managed
 # appended when replicated and not renamed), `.count`, `.replicas` (0: sharing off, 1: not replicated, N: N
 # replicas per GPU) and `.memory` (MiB, from NVML) for `nvidia.com/gpu` and for each `nvidia.com/mig-<profile>`
 # under the mixed strategy; internal/lm/mig-strategy.go: `nvidia.com/mig.strategy` (none, single, mixed).
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+MEMORY_LABEL = "nvidia.com/gpu.memory"
+COUNT_LABEL = "nvidia.com/gpu.count"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+# none | time-slicing | mps: the GFD label table of newer device plugin releases; the stored snapshot of
+# NVIDIA/k8s-device-plugin internal/lm/nvml.go (newSharingLabeler) predates it and sets only mps.capable.
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
 GFD_LABELS = frozenset(
-    {
-        "nvidia.com/gpu.product",
-        "nvidia.com/gpu.memory",
-        "nvidia.com/gpu.count",
-        "nvidia.com/gpu.replicas",
-        "nvidia.com/gpu.sharing-strategy",
-        "nvidia.com/mig.strategy",
-    }
+    {PRODUCT_LABEL, MEMORY_LABEL, COUNT_LABEL, REPLICAS_LABEL, STRATEGY_LABEL, MIG_STRATEGY_LABEL}
 )
 # Per-profile MIG labels under the mixed strategy, e.g. `nvidia.com/mig-1g.10gb.count`.
 _MIG_LABEL = re.compile(r"^nvidia\.com/mig-[0-9a-z.+-]+\.(count|memory|slices\.ci|slices\.gi|engines\.[a-z]+)$")
@@ -107,10 +108,6 @@ class ClusterView:
     def resources(self) -> Iterable[str]:
         """Every resource some node advertises."""
         return self._largest.keys()
-
-    def offers(self, resource: str) -> bool:
-        """Whether any node advertises `resource`."""
-        return resource in self._largest
 
     def derived(self, key: str, owner: object, compute: Callable[[], Any]) -> Any:
         """`compute()` for `owner` (a policy), worked out once per snapshot. Keyed by identity, and `owner` is

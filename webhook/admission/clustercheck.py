@@ -21,9 +21,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.cluster import (
+    MEMORY_LABEL,
+    MIG_STRATEGY_LABEL,
+    PRODUCT_LABEL,
+    REPLICAS_LABEL,
+    STRATEGY_LABEL,
+    ClusterView,
+    NodeInfo,
+)
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy
+from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
@@ -37,14 +45,6 @@ from webhook.admission.resources import (
 from webhook.admission.validate import Holders, container_violation, effective_total, pod_violation
 from webhook.admission.violation import SHORT_LIMIT, Violation
 
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-MEMORY_LABEL = "nvidia.com/gpu.memory"
-# none | time-slicing | mps: the GFD label table of newer device plugin releases; the stored snapshot of
-# NVIDIA/k8s-device-plugin internal/lm/nvml.go (newSharingLabeler) predates it and sets only mps.capable, so a
-# node without the label is never drift.
-STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
 MEMORY_TOLERANCE = Fraction(2, 100)  # NVML reports a little less than the nominal size: not drift
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
 
@@ -183,14 +183,18 @@ def drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
     return view.derived("cluster-drift", policy, lambda: _drift(policy, view))
 
 
+def drift_of(policies: PolicySet, view: ClusterView) -> list[Drift]:
+    """Every policy's drift, in the set's order (for /readyz, the metric, `policy lint --cluster` and `audit`)."""
+    return [item for policy in policies.policies for item in drift(policy, view)]
+
+
 def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
     nodes = policy_nodes(policy, view)
-    found: dict[tuple[str, str], list[str]] = {}  # (field, nodes_say) -> node names
-    details: dict[tuple[str, str], tuple[str, str, str]] = {}  # -> (policy_says, effect, fix)
+    # (field, nodes_say) -> (policy_says, effect, fix, node names): the first three follow from the key
+    found: dict[tuple[str, str], tuple[str, str, str, list[str]]] = {}
 
     def note(field: str, says: str, node: NodeInfo, policy_says: str, effect: str, fix: str) -> None:
-        found.setdefault((field, says), []).append(node.name)
-        details[(field, says)] = (policy_says, effect, fix)
+        found.setdefault((field, says), (policy_says, effect, fix, []))[3].append(node.name)
 
     sharing, mode = policy.sharing, policy.sharing.mode
     fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster.auto_replicas else None
@@ -208,7 +212,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 if replicas > 1
                 else "set replicas in the device plugin's sharing config, or use mode exclusive",
             )
-        strategy = node.labels.get(STRATEGY_LABEL)
+        strategy = node.labels.get(STRATEGY_LABEL)  # older device plugins set none: never drift
         expected = str(mode) if mode.is_shared else "none"
         if strategy is not None and strategy != expected and mode is not Mode.MIG:
             note(
@@ -259,8 +263,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "and use mig.strategy mixed",
             )
     drifts = []
-    for (field, says), names in sorted(found.items()):
-        policy_says, effect, fix = details[(field, says)]
+    for (field, says), (policy_says, effect, fix, names) in sorted(found.items()):
         drifts.append(Drift(policy.name, field, policy_says, says, tuple(sorted(names)), effect, fix))
     return tuple(drifts)
 
@@ -312,25 +315,27 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
     found: list[tuple[Check, Violation]] = []
     where = f'policy "{policy.name}"'
     covered: set[str] = set()  # resources whose one container already has a line
+    held = {name for _, counts in holders for name in counts}
     for ref, counts in holders:
         for resource, value in counts.items():
             raw = ref.resource_map("limits").get(resource, value)
             largest = _largest(policy, view, resource)
             if largest is None:
-                level = rules.offered if is_shared(resource) or resource.startswith(MIG_PREFIX) else rules.fits
+                offered = is_shared(resource) or resource.startswith(MIG_PREFIX)  # a shared or MIG resource
+                level = rules.offered if offered else rules.fits
                 if level is not Check.OFF:
-                    found.append((level, _not_offered(ref, resource, raw, policy, where)))
+                    check_name = "cluster.offered" if offered else "cluster.fits"
+                    found.append((level, _not_offered(ref, resource, raw, policy, f"{where}, {check_name}")))
                 covered.add(resource)
             elif value > largest[0] and rules.fits is not Check.OFF:
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted({name for _, counts in holders for name in counts} - covered):
+        for resource in sorted(held - covered):
             largest = _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
                 found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
-    held = {name for _, counts in holders for name in counts}
     for item in plan.drift:
         if _affects(item, held):
             found.append((rules.drift, _drift_violation(item)))
@@ -396,10 +401,9 @@ def _not_offered(ref: ContainerRef, resource: str, raw: Any, policy: Policy, whe
         why = ""
         fix = "request a resource the nodes advertise, or list the autoscaled pool that has it in cluster.assumeNodes"
         short_fix = "request one the nodes have"
-    check_name = "cluster.offered" if is_shared(resource) or resource.startswith(MIG_PREFIX) else "cluster.fits"
     return container_violation(
         ref,
-        f"{resource} {shown}{why}: no node advertises it, so the pod would stay Pending; {fix} ({where}, {check_name})",
+        f"{resource} {shown}{why}: no node advertises it, so the pod would stay Pending; {fix} ({where})",
         f"no node offers {resource}; {short_fix}",
     )
 

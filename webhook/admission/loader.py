@@ -64,7 +64,7 @@ POLICY_SUFFIXES = (".yaml", ".yml")
 # libyaml when present: about ten times faster than pure Python on a hostile 1 MiB file.
 _Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_SUBDOMAIN = re.compile(policyfields.DNS_SUBDOMAIN)
 _RESOURCE_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DECIMAL = re.compile(r"^[-+]?(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?$")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]+")
@@ -885,6 +885,8 @@ def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
         check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
         return _BAD
     return Steering.AUTO
+
+
 def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str, Any]:
     """spec.cluster: each check's level (warn unless set) and the node shapes the inventory cannot see."""
     path = "spec.cluster"

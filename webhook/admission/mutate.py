@@ -38,7 +38,7 @@ from webhook.admission.envhints import (
 )
 from webhook.admission.patch import index_token, pointer
 from webhook.admission.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
-from webhook.admission.policy import Fractional, Mode, Policy
+from webhook.admission.policy import Fractional, Mode, Policy, Sharing
 from webhook.admission.quantity import format_fraction, quantity_or_none
 from webhook.admission.resources import (
     GPU_MODELS,
@@ -100,17 +100,10 @@ class _Plan:
     @staticmethod
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
-        mapping_target = None
-        if sharing.replica_resource is not None:
-            mapping_target = None  # the device plugin keeps the name: `nvidia.com/gpu: 1` is a replica or slice
-        elif sharing.mode.is_shared:
-            mapping_target = sharing.resource_name
-        elif sharing.mode is Mode.MIG and sharing.mig_profile:
-            mapping_target = mig_resource(sharing.mig_profile)
         default_hints = hints_for(policy, policy.shared_fraction) if policy.shared_fraction else ()
         return _Plan(
             policy=policy,
-            mapping_target=None if mapping_target == NVIDIA_GPU else mapping_target,
+            mapping_target=mapping_target(sharing),
             mapping_maximum=policy.max_per_container if sharing.mode.is_shared else policy.mig_max_per_container,
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
@@ -118,12 +111,24 @@ class _Plan:
             offered_profiles=sharing.mig_profiles,
             share=policy.share,
             shared_resource=sharing.shared_resource,
-            maps_to_shared=sharing.mode.is_shared and mapping_target != NVIDIA_GPU,
+            maps_to_shared=sharing.mode.is_shared,  # mapped under time-slicing or MPS: to the shared resource
             default_fraction=policy.shared_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
             default_note=_env_note(len(default_hints), policy.shared_fraction) if default_hints else "",
         )
+
+
+def mapping_target(sharing: Sharing) -> str | None:
+    """What mutation renames `nvidia.com/gpu: N` to: the shared resource, or the MIG profile's resource; None
+    where nothing is renamed (whole GPUs, or the device plugin keeps the name for a replica or slice)."""
+    if sharing.replica_resource is not None:
+        return None  # `nvidia.com/gpu: 1` is itself a replica or slice
+    if sharing.mode.is_shared:
+        return sharing.resource_name
+    if sharing.mode is Mode.MIG and sharing.mig_profile:
+        return mig_resource(sharing.mig_profile)
+    return None
 
 
 def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> MutationResult:

@@ -26,13 +26,13 @@ from webhook.admission.policy import (
     MigStrategy,
     Mode,
 )
-from webhook.admission.resources import GPU_MODELS
+from webhook.admission.resources import GPU_MODELS, MIG_PROFILE_PATTERN
 
 API_VERSION = "gpu-admission.io/v1"
 KIND = "GPUPolicy"
-# Kubernetes' DNS subdomain (metadata.name) and MIG profile names (webhook.admission.resources).
+# Kubernetes' DNS subdomain (metadata.name, which the loader checks with it too) and MIG profile names.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-MIG_PROFILE = r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$"
+MIG_PROFILE = MIG_PROFILE_PATTERN
 
 
 @dataclass(frozen=True, slots=True)

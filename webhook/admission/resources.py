@@ -29,7 +29,8 @@ MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)(\.shared)?$")
-_MIG_PROFILE = re.compile(r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$")
+MIG_PROFILE_PATTERN = r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$"  # also the policy schema's (policyfields.py)
+_MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
 
 
 def is_mig_profile_name(name: str) -> bool:

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webhook.admission.mutate import WARNING_LIMIT
+from webhook.admission.violation import WARNING_LIMIT
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision

@@ -33,17 +33,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission.cluster import MIG_STRATEGY_LABEL as MIG_STRATEGY
+from webhook.admission.cluster import PRODUCT_LABEL as PRODUCT
+from webhook.admission.cluster import REPLICAS_LABEL as REPLICAS
+from webhook.admission.cluster import STRATEGY_LABEL as SHARING_STRATEGY
 from webhook.admission.patch import index_token
 from webhook.admission.policy import Mode, Policy
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
 from webhook.admission.violation import SHORT_LIMIT, Violation
 
-SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
-REPLICAS = "nvidia.com/gpu.replicas"
-MIG_STRATEGY = "nvidia.com/mig.strategy"
 GI_SLICES = "nvidia.com/gpu.slices.gi"
-PRODUCT = "nvidia.com/gpu.product"
 SHARED_STRATEGIES = ("mps", "time-slicing")  # the values of SHARING_STRATEGY on sliced nodes, sorted
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 STEERED_SECTIONS = ("containers", "initContainers")  # ephemeral containers hold no resources

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.mutate import RECORDED_FRACTION, recorded_fraction
+from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
     VISIBLE_DEVICES,
@@ -157,11 +157,6 @@ class _Rules:
         mode = sharing.mode
         explicit = policy.limits.max_per_container
         mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
-        target = None
-        if mode.is_shared:
-            target = sharing.resource_name
-        elif mode is Mode.MIG and sharing.mig_profile and not sharing.is_mig_single:
-            target = mig_resource(sharing.mig_profile)
         return _Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
@@ -173,7 +168,7 @@ class _Rules:
             offered=sharing.mig_profiles if mode is Mode.MIG else None,
             one_shared_replica=mode.is_shared and policy.max_per_container == 1 and explicit is None,
             one_mig_slice=mode is Mode.MIG and explicit is None,
-            mapping_target=None if target == NVIDIA_GPU else target,
+            mapping_target=mapping_target(sharing),
             share=policy.share,
             converts_to_shared=policy.share is not None and policy.fractional.value == "shared",
             block_visible_devices=policy.block_visible_devices_override,
@@ -341,7 +336,7 @@ def _resource(
     if value and (rules.exclusive or rules.mig_model or rules.offered):
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
-        _over_mapped_maximum(ref, value, limit_raw, rules, problems)
+        _over_mapped_maximum(ref, value, rules, problems)
         return value
     maximum = rules.container_maximum(name)
     if value > maximum:
@@ -354,7 +349,7 @@ def _resource(
                  "namespace with whole GPUs",
                  f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
         elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
-            _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name), rules))
+            _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
             _add(ref, problems,
                  f"{name} {shown} exceeds the per-container maximum of {maximum} ({where}); request at most "
@@ -408,11 +403,11 @@ def _one_slice_line(what: str, rules: _Rules) -> str:
     )
 
 
-def _one_slice_short(what: str, rules: _Rules) -> str:
+def _one_slice_short(what: str) -> str:
     return f"{what}: one MIG slice per container; ask for one bigger profile"
 
 
-def _over_mapped_maximum(ref: ContainerRef, value: Fraction, raw: Any, rules: _Rules, problems: Problems) -> None:
+def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, problems: Problems) -> None:
     """`nvidia.com/gpu: N` in a namespace that maps it (mutation leaves it as written when N is more than the
     target allows): the line names the request as written and what the policy makes of it."""
     target = rules.mapping_target
@@ -429,7 +424,7 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, raw: Any, rules: _R
              "and the device plugin refuses them; request 1, or whole GPUs in a namespace that has them",
              f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1")
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
-        _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}", rules))
+        _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
     else:
         _add(ref, problems,
              f"{what} exceeds the per-container maximum of {maximum} (policy \"{policy.name}\"); request at most "

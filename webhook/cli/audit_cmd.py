@@ -100,14 +100,12 @@ def _audit(args: argparse.Namespace) -> int:
 
     cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
     namespace = None if args.all_namespaces else args.namespace
-    listed: list[tuple[Resource, list[dict[str, Any]]]] = []
+    listed: list[list[dict[str, Any]]] = []  # each resource's objects, owners first
     skipped: list[Forbidden] = []
     try:
         for resource in RESOURCES:  # owners before what they own: workloads, then Jobs, then Pods
             try:
-                listed.append(
-                    (resource, cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress))
-                )
+                listed.append(cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress))
             except Forbidden as exc:
                 skipped.append(exc)  # its objects cover nothing: what they own is judged on its own
         view = _nodes(cluster, args.page_size) if len(skipped) < len(RESOURCES) else None
@@ -118,7 +116,7 @@ def _audit(args: argparse.Namespace) -> int:
     evaluator = local_evaluator(policies, view)
     results = []
     covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
-    for _resource, objects in listed:
+    for objects in listed:
         for obj in objects:
             ref = controller_reference(obj)
             if ref is not None and ref.get("uid") in covered and not args.include_owned:
@@ -159,7 +157,8 @@ def _audit(args: argparse.Namespace) -> int:
         ],
     )
     if view is not None and args.output == "table" and not args.diff:
-        from webhook.cli.drift import drift_of, print_drift
+        from webhook.admission.clustercheck import drift_of
+        from webhook.cli.drift import print_drift
 
         drift = drift_of(policies, view)
         if drift:  # under the objects' table: it is about the policies, and a clean cluster adds nothing

@@ -14,7 +14,6 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView, NodeInfo
 
 if TYPE_CHECKING:
-    from webhook.admission.policy import PolicySet
     from webhook.cli.kube import Cluster
 
 HEADERS = ("POLICY", "FIELD", "POLICY SAYS", "NODES SAY", "NODES", "FIX")
@@ -26,10 +25,6 @@ def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
 
     nodes = cluster.list_objects(NODES, None, page_size=page_size)
     return ClusterView.of(info for info in map(NodeInfo.from_object, nodes) if info is not None)
-
-
-def drift_of(policies: PolicySet, view: ClusterView) -> list[clustercheck.Drift]:
-    return [item for policy in policies.policies for item in clustercheck.drift(policy, view)]
 
 
 def print_drift(drift: Sequence[clustercheck.Drift], view: ClusterView, out: TextIO) -> None:

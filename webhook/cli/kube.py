@@ -49,7 +49,8 @@ class Resource:
     api_version: str
     name: str  # the resource as kubectl spells it (for messages and RBAC): "deployments.apps"
     api: str  # the `kubernetes.client` class
-    method: str  # list_namespaced_<method> / list_<method>_for_all_namespaces
+    method: str  # list_namespaced_<method> / list_<method>_for_all_namespaces (list_<method> if cluster-scoped)
+    cluster_scoped: bool = False  # nodes: listed with no namespace, and the client has only list_<method>
 
     @property
     def plural(self) -> str:
@@ -63,7 +64,7 @@ class Resource:
 
 
 # Nodes, for the cluster checks and the drift report (cluster-scoped: listed with no namespace).
-NODES = Resource("Node", "v1", "nodes", "CoreV1Api", "node")
+NODES = Resource("Node", "v1", "nodes", "CoreV1Api", "node", cluster_scoped=True)
 
 # Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
 RESOURCES: tuple[Resource, ...] = (
@@ -218,10 +219,8 @@ class Cluster:
         if namespace:
             method = getattr(api, f"list_namespaced_{resource.method}")
             return method(namespace, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
-        # Cluster-scoped kinds (nodes) have only `list_<method>`.
-        method = getattr(api, f"list_{resource.method}_for_all_namespaces", None) or getattr(
-            api, f"list_{resource.method}"
-        )
+        scope = "" if resource.cluster_scoped else "_for_all_namespaces"
+        method = getattr(api, f"list_{resource.method}{scope}")
         return method(_request_timeout=REQUEST_TIMEOUT_S, **kwargs)
 
     def _get(

@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write("gpu-webhook policy lint: --kubeconfig and --context only apply with --cluster\n")
             return 2
         args.directory = args.policies or args.directory
-        code = lint(args.directory, sys.stdout)
-        return lint_cluster(args, sys.stdout, sys.stderr) if args.cluster and code == 0 else code
+        code, policies = lint(args.directory, sys.stdout)
+        return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
         from webhook.admission.schema import schema_text
 
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
 # --- lint --------------------------------------------------------------------------------------------------
 
 
-def lint(directory: str | None, out: TextIO) -> int:
+def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
+    """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
     from webhook.admission.loader import PolicyLoadError, load_policies
     from webhook.admission.policy import glob_ties
 
@@ -125,7 +126,7 @@ def lint(directory: str | None, out: TextIO) -> int:
             print(problem, file=out)
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''} in {chosen}: nothing was loaded", file=out)
-        return 1
+        return 1, None
     if not policies.policies:
         read = len(policies.files)
         if not read:
@@ -137,7 +138,7 @@ def lint(directory: str | None, out: TextIO) -> int:
             )
         print(f"{chosen}: {what}: every namespace gets the built-in defaults", file=out)
         print(f"  {describe_policy(policies.for_namespace('default'))}", file=out)
-        return 0
+        return 0, policies
 
     for policy in policies.policies:
         print(f"{policy.name}  ({policy.source})", file=out)
@@ -180,21 +181,22 @@ def lint(directory: str | None, out: TextIO) -> int:
         summary += f", {len(unlisted)} MIG layout warning{'s' if len(unlisted) != 1 else ''}"
     print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
           f"no errors, {summary}", file=out)
-    return 0
+    return 0, policies
 
 
-def lint_cluster(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The drift between the policies and the cluster's nodes: 0 when none, 1 when any, 2 when unlistable."""
-    from webhook.admission.loader import load_policies
+def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO) -> int:
+    """The drift between the policies lint loaded and the cluster's nodes: 0 when none, 1 when any, 2 when the
+    nodes cannot be listed."""
+    from webhook.admission.clustercheck import drift_of
     from webhook.cli.check_cmd import CommandError, cluster_view
-    from webhook.cli.drift import drift_of, print_drift
+    from webhook.cli.drift import print_drift
 
     try:
         view = cluster_view(args.kubeconfig, args.context)
     except CommandError as exc:
         err.write(f"gpu-webhook policy lint: {exc}\n")
         return 2
-    drift = drift_of(load_policies(policy_directory(args.directory)), view)
+    drift = drift_of(policies, view)
     print_drift(drift, view, out)
     return 1 if drift else 0
 

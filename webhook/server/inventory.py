@@ -171,14 +171,12 @@ class NodeInventory:
         stale_after: float = STALE_AFTER_S,
         watch_timeout: tuple[int, int] = WATCH_TIMEOUT_S,
         backoff: tuple[float, float] = BACKOFF_S,
-        on_change: Callable[[ClusterView], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._source = source
         self.stale_after = stale_after
         self._watch_timeout = watch_timeout
         self._backoff = backoff
-        self._on_change = on_change
         self._clock = clock
         self._view: ClusterView | None = None
         self._broken_since: float | None = None
@@ -304,7 +302,4 @@ class NodeInventory:
             self._publish()
 
     def _publish(self) -> None:
-        view = ClusterView(dict(self._nodes))
-        self._view = view
-        if self._on_change is not None:
-            self._on_change(view)
+        self._view = ClusterView(dict(self._nodes))

@@ -100,9 +100,7 @@ class ServerState:
     def drift(self) -> list[clustercheck.Drift]:
         """Every policy's drift against the current snapshot (worked out once per snapshot and policy)."""
         view = self.inventory.view() if self.inventory is not None else None
-        if view is None:
-            return []
-        return [item for policy in self.policies.current.policies for item in clustercheck.drift(policy, view)]
+        return clustercheck.drift_of(self.policies.current, view) if view is not None else []
 
     def cluster_details(self) -> dict[str, Any]:
         """For /readyz: where the credentials came from, the inventory's state, its nodes, and the drift."""
@@ -122,11 +120,11 @@ class ServerState:
         return details
 
     def publish_inventory(self) -> None:
-        if self.inventory is None or self.inventory.view() is None:
+        view = self.inventory.view() if self.inventory is not None else None
+        if view is None:
             return
-        view = self.inventory.view()
-        assert view is not None
-        metrics.set_inventory(len(view.nodes), {(d.policy, d.field): len(d.nodes) for d in self.drift()})
+        drift = clustercheck.drift_of(self.policies.current, view)  # of the same snapshot as the node count
+        metrics.set_inventory(len(view.nodes), {(d.policy, d.field): len(d.nodes) for d in drift})
 
     # ---------------------------------------------------------------------------- refreshing, per worker
 
