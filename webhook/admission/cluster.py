@@ -20,6 +20,8 @@ from typing import Any
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import is_managed
 
+STALE_AFTER_S = 120.0  # a watch broken this long: the snapshot may be wrong, and the checks are skipped
+
 # GPU feature discovery's labels that admission reads (NVIDIA/k8s-device-plugin, GFD). Checked at the source,
 # NVIDIA/k8s-device-plugin internal/lm/resource.go: `<resource>.product` (the model, spaces as "-", "-SHARED"
 # appended when replicated and not renamed), `.count`, `.replicas` (0: sharing off, 1: not replicated, N: N

@@ -12,7 +12,13 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, missing_policy_directory, policy_directory
+from webhook.cli.options import (
+    POLICIES_HELP,
+    add_kubeconfig_arguments,
+    kubeconfig_without_cluster,
+    missing_policy_directory,
+    policy_directory,
+)
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -118,8 +124,8 @@ def _check(args: argparse.Namespace) -> int:
         raise CommandError("--ca-file and --insecure only apply with --server URL")
     if not args.timeout > 0:
         raise CommandError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
-    if (args.kubeconfig or args.context) and not args.cluster:
-        raise CommandError("--kubeconfig and --context only apply with --cluster")
+    if (misuse := kubeconfig_without_cluster(args)) is not None:
+        raise CommandError(misuse)
     if args.cluster and args.server:
         raise CommandError("--cluster and --server: a running webhook uses its own node inventory; drop one")
 

@@ -66,6 +66,14 @@ def add_examples(parser: argparse.ArgumentParser, command: str = "") -> None:
                 add_examples(subparser, f"{command} {name}".strip())
 
 
+def kubeconfig_without_cluster(args: argparse.Namespace) -> str | None:
+    """The complaint when `--kubeconfig` or `--context` is given to a command that reads no cluster without
+    `--cluster`, else None."""
+    if (args.kubeconfig or args.context) and not args.cluster:
+        return "--kubeconfig and --context only apply with --cluster"
+    return None
+
+
 def add_kubeconfig_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, when: str = "") -> None:
     """`--kubeconfig FILE` and `--context NAME`, as every command that reads a cluster takes them (`when`: the
     flag they go with, for the help text)."""

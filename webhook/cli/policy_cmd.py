@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, policy_directory
+from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, kubeconfig_without_cluster, policy_directory
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if (args.kubeconfig or args.context) and not args.cluster:
-            sys.stderr.write("gpu-webhook policy lint: --kubeconfig and --context only apply with --cluster\n")
+        if (misuse := kubeconfig_without_cluster(args)) is not None:
+            sys.stderr.write(f"gpu-webhook policy lint: {misuse}\n")
             return 2
         args.directory = args.policies or args.directory
         code, policies = lint(args.directory, sys.stdout)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from webhook.admission.cluster import STALE_AFTER_S
 from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
 
 DEV_CERTS_DIR = Path("certs/dev")
@@ -69,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cluster-stale-after",
         metavar="SECONDS",
         type=float,
-        default=120.0,
+        default=STALE_AFTER_S,
         help="skip the cluster checks once the node watch has been broken this long (default 120)",
     )
     parser.add_argument(

@@ -27,14 +27,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.cluster import STALE_AFTER_S, ClusterView, NodeInfo
 from webhook.server.logs import LOGGER, log
 
 _log = logging.getLogger(f"{LOGGER}.inventory")
 
 NODES_PATH = "/api/v1/nodes"
 PAGE_SIZE = 500
-STALE_AFTER_S = 120.0  # a watch broken this long: the view may be wrong, the checks are skipped
 WATCH_TIMEOUT_S = (300, 600)  # the server ends each watch after a random time in this range (as client-go)
 BACKOFF_S = (0.5, 30.0)  # first retry, cap
 CONNECT_TIMEOUT_S = 10.0

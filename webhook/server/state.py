@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission import clustercheck
-from webhook.admission.cluster import ClusterView
+from webhook.admission.cluster import STALE_AFTER_S, ClusterView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy import PolicySet
 from webhook.server import metrics
-from webhook.server.inventory import STALE_AFTER_S, Credentials, KubeNodes, NodeInventory
+from webhook.server.inventory import Credentials, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 from webhook.server.policies import PolicyStore
 from webhook.server.tls import CertStore
