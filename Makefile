@@ -1,15 +1,47 @@
 # gpu-admission: every entry point creates .venv itself, so a fresh clone needs only `make run` or `make test`.
+# .venv holds the locked set (requirements/test.txt: exact versions with hashes), so the suite runs with the
+# versions it was proven with; `make lock` refreshes the locks, `make test-latest` tries the newest allowed.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOCK   := requirements/test.txt
+PIP    := python -m pip --quiet --disable-pip-version-check
 
-.PHONY: run test lint bench soak manifests wheels image clean
+.PHONY: run test test-latest lint lock audit bench soak manifests wheels image clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/$(PIP) install --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/$(PIP) install --no-deps -e .
 	touch $(STAMP)
+
+# pip-tools and pip-audit, themselves locked (requirements/tools.txt), in a venv of their own.
+TOOLS       := .venv-tools
+TOOLS_STAMP := $(TOOLS)/.installed
+$(TOOLS_STAMP): requirements/tools.txt
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/$(PIP) install --require-hashes --no-deps -r requirements/tools.txt
+	touch $(TOOLS_STAMP)
+
+# The locks: pyproject.toml keeps the ranges for people who install the package; these pin what `make test`,
+# CI and the image install. Hashes for every file of each version, so any platform installs from them.
+COMPILE := $(TOOLS)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links
+lock: $(TOOLS_STAMP)
+	$(COMPILE) --upgrade --extra test -o requirements/test.txt pyproject.toml
+	$(COMPILE) --upgrade -o requirements/runtime.txt pyproject.toml
+	$(COMPILE) --upgrade --allow-unsafe -o requirements/tools.txt requirements/tools.in
+
+# Known vulnerabilities in the locked set (PyPI's advisory database); skipped, with a line, where it is not reachable.
+audit: $(TOOLS_STAMP)
+	$(TOOLS)/bin/python .ci/audit.py $(TOOLS)/bin/pip-audit requirements/test.txt
+
+# The suite on the newest versions pyproject.toml allows, in a venv of its own: what the next `make lock` brings.
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/$(PIP) install --upgrade -e '.[test]'
+	.venv-latest/bin/python -m pytest -n 2 -q
 
 # A development server that shows every sharing mode: the example policies (time-slicing in notebooks and
 # notebook-*, MPS in inference and inference-*, MIG in batch and mig-*); every other namespace gets the
@@ -59,4 +91,4 @@ image: wheels
 		$(if $(BASE),--build-arg BASE=$(BASE)) .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis certs/dev
+	rm -rf $(VENV) $(TOOLS) .venv-latest .pytest_cache .ruff_cache .hypothesis certs/dev

@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.admission import loader
 from webhook.admission.loader import (
     MAX_DEPTH,
     MAX_EVENTS,
@@ -25,6 +26,7 @@ from webhook.admission.loader import (
     parse_policy_sources,
 )
 from webhook.admission.policy import DEFAULT_POLICY, Enforcement, Fractional, Mode, Policy, PolicySet
+from webhook.admission.yamltext import FAST_PARSER, PURE_PARSER
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata:\n  name: p\n"
@@ -674,6 +676,16 @@ def test_deep_nesting_fails_fast_without_recursion() -> None:
     start = time.perf_counter()
     assert problems(deep)[0].startswith(f"p.yaml#0: nesting deeper than {MAX_DEPTH} levels")
     assert time.perf_counter() - start < 1
+
+
+@pytest.mark.parametrize("parser", [FAST_PARSER, PURE_PARSER], ids=["libyaml", "pure-python"])
+@pytest.mark.parametrize("depth", [40, 1_500, 50_000])
+def test_the_nesting_message_is_ours_whichever_parser_reads(parser: type, depth: int) -> None:
+    # libyaml from 0.2.6 refuses 1,000 levels itself, in words of its own: the loader's limit must speak first.
+    _, stopped = loader._read_documents("a: " + "[" * depth + "]" * depth + "\n", parser)
+    assert stopped == f"nesting deeper than {MAX_DEPTH} levels at line 1, column {MAX_DEPTH + 3}; " + (
+        "a policy document nests 4 levels deep"
+    )
 
 
 # --- load_policies: the directory ---------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from webhook.admission.policy import (
 )
 from webhook.admission.quantity import format_fraction
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
+from webhook.admission.yamltext import FAST_PARSER, reader_for_retry
 
 API_VERSION = policyfields.API_VERSION
 KIND = policyfields.KIND
@@ -61,8 +62,6 @@ MAX_PROBLEMS_PER_FILE = 100
 MAX_GLOB_LENGTH = 253
 POLICY_SUFFIXES = (".yaml", ".yml")
 
-# libyaml when present: about ten times faster than pure Python on a hostile 1 MiB file.
-_Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _DNS_SUBDOMAIN = re.compile(policyfields.DNS_SUBDOMAIN)
 _RESOURCE_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -262,11 +261,16 @@ def _invalid(event: events.ScalarEvent, why: str) -> _Invalid:
     return _Invalid(f"{shown} at {_where(event.start_mark)} {why}")
 
 
-def _read_documents(text: str) -> tuple[list[_Document], str | None]:
-    """The documents of `text` (None for empty ones), and why reading stopped early, if it did."""
+def _read_documents(text: str, parser_class: type = FAST_PARSER) -> tuple[list[_Document], str | None]:
+    """The documents of `text` (None for empty ones), and why reading stopped early, if it did.
+
+    libyaml (about ten times faster than pure Python on a hostile 1 MiB file) reads first; where it gives up on
+    a text that may nest past its own limit, the text is read again without it (yamltext.py), so that this
+    module's limit and message decide.
+    """
     documents: list[_Document] = []
     try:
-        parser = _Parser(text)
+        parser = parser_class(text)
     except UnicodeError:
         return documents, _NOT_UNICODE
     stack: list[_Container] = []
@@ -337,6 +341,9 @@ def _read_documents(text: str) -> tuple[list[_Document], str | None]:
     except _Refused as exc:
         return documents, str(exc)
     except yaml.MarkedYAMLError as exc:
+        retry = reader_for_retry(parser_class, text)
+        if retry is not None:
+            return _read_documents(text, retry)
         mark = exc.problem_mark or exc.context_mark
         where = f" at {_where(mark)}" if mark is not None else ""
         context = f" ({exc.context})" if exc.context and exc.problem else ""

@@ -18,6 +18,7 @@ import yaml
 from yaml import events
 
 from webhook.admission.loader import API_VERSION, KIND
+from webhook.admission.yamltext import may_nest_deeper_than, reader_for_retry
 from webhook.cli import goyaml
 
 STDIN = "-"
@@ -185,31 +186,22 @@ def _skip_space(text: str, at: int) -> int:
 # Before PyYAML builds a document (recursively, in C: tens of thousands of levels crash the process), a text
 # that could nest deeply or holds aliases has its events read flat and measured: how deep it nests, and how
 # many values its aliases expand to (a "billion laughs" of 1 KB expands to 10**9; kubectl refuses it too, as
-# "excessive aliasing"). Nesting that is merely deep (past Python's ~1,000 frames) is refused while the
-# document is turned into JSON.
-MAX_DEPTH = 5_000
+# "excessive aliasing"). The depth limit sits below libyaml's own (1,000 levels) and Python's ~1,000 frames, and
+# far above any real object (a CRD's schema nests a few dozen levels), so the message is always this one.
+MAX_DEPTH = 500
 MAX_VALUES = 1_000_000  # per document, aliases expanded: a 3 MiB object holds a few hundred thousand
 NESTED_TOO_DEEPLY = "nested too deeply to be a Kubernetes object"
 
 
-def _may_nest_deeper_than(text: str, depth: int) -> bool:
-    """A cheap bound: each level takes a character; a flow collection opens with `[` or `{`; and block
-    collections nest by indentation, at most two a column (a sequence may sit at its key's column)."""
-    if len(text) <= depth:
-        return False
-    flow = text.count("[") + text.count("{")
-    widest = max(map(len, text.splitlines()), default=0)
-    return flow + 2 * (widest + 1) > depth
-
-
-def _check_shape(source: str, text: str) -> None:
+def _check_shape(source: str, text: str, parser_class: type = goyaml.Loader) -> None:
     """ManifestError for a document nested deeper than MAX_DEPTH or holding more than MAX_VALUES values.
 
-    Syntax errors end the scan quietly: loading the documents reports them, with their line.
+    Syntax errors end the scan quietly: loading the documents reports them, with their line. Where libyaml
+    gives up on a text that may nest past its own limit, the text is measured again without it (yamltext.py).
     """
-    if "*" not in text and not _may_nest_deeper_than(text, MAX_DEPTH):
+    if "*" not in text and not may_nest_deeper_than(text, MAX_DEPTH):
         return  # no alias, and not deep: nothing to measure (most manifests)
-    parser = goyaml.Loader(text)
+    parser = parser_class(text)
     document = -1
     stack: list[list[Any]] = []  # per open collection, the document's at the bottom: [values, anchor]
     sizes: dict[str, int] = {}  # anchor -> the values it stands for
@@ -248,7 +240,9 @@ def _check_shape(source: str, text: str) -> None:
                     document=document,
                 )
     except yaml.YAMLError:
-        return
+        retry = reader_for_retry(parser_class, text)
+        if retry is not None:
+            _check_shape(source, text, retry)
     finally:
         parser.dispose()
 
