@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 LOCK   := requirements/test.txt
 PIP    := python -m pip --quiet --disable-pip-version-check
 
-.PHONY: run test test-latest lint lock audit bench soak manifests wheels image clean
+.PHONY: run test test-latest lint lock audit bench soak manifests wheels image image-offline clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,7 @@ COMPILE := $(TOOLS)/bin/pip-compile --quiet --generate-hashes --strip-extras --n
 lock: $(TOOLS_STAMP)
 	$(COMPILE) --upgrade --extra test -o requirements/test.txt pyproject.toml
 	$(COMPILE) --upgrade -o requirements/runtime.txt pyproject.toml
+	$(COMPILE) --upgrade --allow-unsafe -o requirements/build.txt requirements/build.in
 	$(COMPILE) --upgrade --allow-unsafe -o requirements/tools.txt requirements/tools.in
 
 # Known vulnerabilities in the locked set (PyPI's advisory database); skipped, with a line, where it is not reachable.
@@ -71,24 +72,32 @@ soak: $(STAMP)
 manifests:
 	sh manifests/sync-policies.sh
 
-# The image (Containerfile): wheels built here, at the versions installed in .venv, installed offline in the
-# build. podman if present, else docker. `make image BASE=...` builds on another Python 3.11 base image;
-# IMAGE names the result (push it to your registry and set it in the Deployment, see manifests/overlays/custom/);
-# BUILD_FLAGS adds build options (the tests: --isolation=chroot --layers=false).
+# The image (Containerfile): the plain build command, which installs the locked set from the package index.
+# podman if present, else docker. `make image BASE=...` builds on another Python 3.11+ base image; IMAGE names
+# the result (push it to your registry and set it in the Deployment, see manifests/overlays/custom/);
+# BUILD_FLAGS adds build options (the tests: --isolation=chroot --layers=false; buildx: --platform ...).
+# Air-gapped: `make wheels` (PLATFORM=manylinux2014_aarch64 for arm64 nodes) where the index is reachable,
+# then `make image-offline` where it is not.
 CONTAINER ?= $(shell command -v podman || command -v docker)
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE     ?= gpu-admission:$(VERSION)
+PLATFORM  ?=
+BUILD     = $(CONTAINER) build $(BUILD_FLAGS) --file Containerfile --tag $(IMAGE) --build-arg VERSION=$(VERSION) \
+            $(if $(BASE),--build-arg BASE=$(BASE))
 
-wheels: $(STAMP)
-	rm -rf build/wheels
-	mkdir -p build
-	$(BIN)/python -m pip freeze --exclude-editable > build/constraints.txt
-	$(BIN)/python -m pip wheel --quiet --wheel-dir build/wheels --constraint build/constraints.txt .
-
-image: wheels
+image:
 	@test -n "$(CONTAINER)" || { echo "make image: neither podman nor docker is installed" >&2; exit 1; }
-	$(CONTAINER) build $(BUILD_FLAGS) --file Containerfile --tag $(IMAGE) --build-arg VERSION=$(VERSION) \
-		$(if $(BASE),--build-arg BASE=$(BASE)) .
+	$(BUILD) .
+
+wheels:
+	find offline-wheels -name '*.whl' -delete
+	$(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --require-hashes --dest offline-wheels \
+		$(if $(PLATFORM),--only-binary=:all: --platform $(PLATFORM) --python-version 3.11) \
+		-r requirements/runtime.txt -r requirements/build.txt
+
+image-offline:
+	@test -n "$(CONTAINER)" || { echo "make image-offline: neither podman nor docker is installed" >&2; exit 1; }
+	$(BUILD) --build-arg PIP_NO_INDEX=1 .
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .venv-latest .pytest_cache .ruff_cache .hypothesis certs/dev
