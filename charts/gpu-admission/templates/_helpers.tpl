@@ -1,0 +1,76 @@
+{{/* The labels every object carries: the same as manifests/base, so both install paths select alike. */}}
+{{- define "gpu-admission.labels" -}}
+app.kubernetes.io/name: gpu-admission
+{{- end }}
+
+{{- define "gpu-admission.webhookLabels" -}}
+app.kubernetes.io/name: gpu-admission
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{- define "gpu-admission.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/*
+The matchConditions expression for one pod-spec location: true when a container (of the given sections)
+names a managed GPU resource in its requests or limits, or sets NVIDIA_VISIBLE_DEVICES (by name, or through
+an envFrom prefix that can make it). Every step is guarded (has() and `in`), so no object makes it raise an
+error, which failurePolicy Fail would turn into a refusal. Called with (list PATH SECTIONS), PATH such as
+"object.spec.template.spec".
+*/}}
+{{- define "gpu-admission.mentionsGpu" -}}
+{{- $path := index . 0 -}}
+{{- $sections := index . 1 -}}
+{{- $steps := splitList "." $path -}}
+{{- $guards := list -}}
+{{- range $i, $_ := rest $steps -}}
+{{- $guards = append $guards (printf "has(%s)" (join "." (slice $steps 0 (add $i 2)))) -}}
+{{- end -}}
+{{ join " && " $guards }} &&
+{{ $sections }}.exists(section,
+  section in {{ $path }} && {{ $path }}[section] != null &&
+  {{ $path }}[section].exists(c,
+    (has(c.resources) && ['limits', 'requests'].exists(amounts,
+      amounts in c.resources && c.resources[amounts] != null &&
+      c.resources[amounts].exists(r,
+        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu'] ||
+        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
+    (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
+    (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
+      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)))))
+{{- end }}
+
+{{/*
+The webhooks, one entry per place the pod spec lives (match conditions are ANDed, so each entry's condition
+reads a single path): name, rules, pod-spec path and container sections.
+*/}}
+{{- define "gpu-admission.webhookEntries" -}}
+- name: pods.gpu-admission.io
+  path: object.spec
+  sections: "['containers', 'initContainers']"
+  rules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods], scope: Namespaced}
+- name: ephemeralcontainers.gpu-admission.io
+  path: object.spec
+  sections: "['ephemeralContainers']"
+  rules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [UPDATE], resources: [pods/ephemeralcontainers], scope: Namespaced}
+- name: workloads.gpu-admission.io
+  path: object.spec.template.spec
+  sections: "['containers', 'initContainers']"
+  rules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments, statefulsets, daemonsets, replicasets], scope: Namespaced}
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [replicationcontrollers], scope: Namespaced}
+    - {apiGroups: [batch], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [jobs], scope: Namespaced}
+- name: cronjobs.gpu-admission.io
+  path: object.spec.jobTemplate.spec.template.spec
+  sections: "['containers', 'initContainers']"
+  rules:
+    - {apiGroups: [batch], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [cronjobs], scope: Namespaced}
+- name: podtemplates.gpu-admission.io
+  path: object.template.spec
+  sections: "['containers', 'initContainers']"
+  rules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [podtemplates], scope: Namespaced}
+{{- end }}

@@ -1,0 +1,212 @@
+"""The Helm chart (charts/gpu-admission/): linted and rendered by a real helm, and held equal to the kustomize
+manifests, so that the two install paths never drift apart.
+
+helm and kubectl come from tests/k8s_tools.py (`make test` unpacks both); where either is missing, these tests
+skip and say so.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from tests import k8s_tools
+from webhook.admission.loader import parse_policy_sources
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "gpu-admission"
+MANIFESTS = ROOT / "manifests"
+HELM = k8s_tools.binary("helm")
+KUBECTL = k8s_tools.binary("kubectl")
+NAMESPACE = "gpu-admission"
+
+pytestmark = pytest.mark.skipif(
+    HELM is None or KUBECTL is None,
+    reason=f"helm or kubectl not found ({k8s_tools.SKIP_HINT})",
+)
+
+Key = tuple[str, str]
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    assert HELM is not None
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
+
+
+def render(*values: str, namespace: str = NAMESPACE, files: tuple[str, ...] = ()) -> dict[Key, dict[str, Any]]:
+    """`helm template` with `--set` values (and `--set-file` ones), as objects by (kind, name)."""
+    flags = [arg for value in values for arg in ("--set", value)]
+    flags += [arg for value in files for arg in ("--set-file", value)]
+    run = helm("template", "gpu-admission", str(CHART), "--namespace", namespace, *flags)
+    assert run.returncode == 0, run.stderr
+    return by_key(yaml.safe_load_all(run.stdout))
+
+
+def kustomize(directory: Path) -> dict[Key, dict[str, Any]]:
+    assert KUBECTL is not None
+    run = subprocess.run([KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return by_key(yaml.safe_load_all(run.stdout))
+
+
+def by_key(documents: Any) -> dict[Key, dict[str, Any]]:
+    objects = {}
+    for document in documents:
+        if document:
+            key = (document["kind"], document["metadata"]["name"])
+            assert key not in objects, f"{key} rendered twice"
+            objects[key] = document
+    return objects
+
+
+def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path) -> None:
+    custom = tmp_path / "values.yaml"
+    custom.write_text(
+        yaml.safe_dump(
+            {
+                "image": {"repository": "registry.example.com/platform/gpu-admission", "tag": "0.1.0"},
+                "replicas": 2,
+                "certificates": {"source": "certManager", "secretName": "gpu-admission-tls"},
+                "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+                "excludedNamespaces": ["kube-system", "kube-node-lease", "gpu-operator"],
+            }
+        )
+    )
+    for extra in ([], ["--values", str(custom)]):
+        run = helm("lint", "--strict", str(CHART), *extra)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "1 chart(s) linted, 0 chart(s) failed" in run.stdout
+
+
+def test_the_default_render_is_the_kustomize_base_but_for_the_namespace() -> None:
+    """`helm install --namespace` needs the namespace first, so the chart makes it only when asked."""
+    base = kustomize(MANIFESTS / "base")
+    namespace = base.pop(("Namespace", NAMESPACE))
+    assert render() == base
+    assert render("namespace.create=true") == {**base, ("Namespace", NAMESPACE): namespace}
+
+
+def test_cert_manager_renders_the_cert_manager_overlay() -> None:
+    overlay = kustomize(MANIFESTS / "overlays" / "cert-manager")
+    overlay.pop(("Namespace", NAMESPACE))
+    assert render("certificates.source=certManager") == overlay
+
+
+def test_monitoring_renders_the_monitoring_overlays_objects_with_the_labels_asked_for() -> None:
+    overlay = kustomize(MANIFESTS / "overlays" / "monitoring")
+    monitoring = {key: value for key, value in overlay.items() if key[0] in ("ServiceMonitor", "PrometheusRule")}
+    assert len(monitoring) == 2
+    rendered = render("monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true")
+    assert {key: rendered[key] for key in monitoring} == monitoring
+    labelled = render(
+        "monitoring.serviceMonitor.enabled=true", "monitoring.serviceMonitor.labels.release=prometheus",
+        "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=prometheus",
+    )  # fmt: skip
+    for key in monitoring:
+        assert labelled[key]["metadata"]["labels"] == {**monitoring[key]["metadata"]["labels"], "release": "prometheus"}
+
+
+def test_without_match_conditions_the_webhooks_are_the_older_clusters_overlays() -> None:
+    overlay = kustomize(MANIFESTS / "overlays" / "no-match-conditions")
+    rendered = render("webhooks.matchConditions=false")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        webhooks = overlay[(kind, "gpu-admission")]["webhooks"]
+        for webhook in webhooks:
+            webhook["clientConfig"].pop("caBundle")  # the overlay's placeholder; the chart's default has none
+        assert rendered[(kind, "gpu-admission")]["webhooks"] == webhooks
+
+
+def test_values_reach_every_place_that_must_agree() -> None:
+    notebooks_file = ROOT / "examples" / "policies" / "time-slicing.yaml"
+    default_file = ROOT / "policies" / "default.yaml"
+    notebooks, default = notebooks_file.read_text(), default_file.read_text()
+    rendered = render(
+        "image.repository=registry.example.com/gpu-admission", "image.tag=9.9.9", "replicas=5", "workers=4",
+        "excludedNamespaces={kube-system,kube-node-lease,gpu-operator}", "certificates.caBundle=Q0E=",
+        "certificates.secretName=my-tls", "webhooks.timeoutSeconds=3", "priorityClassName=",
+        "clusterChecks.rbac=false",
+        namespace="platform",
+        files=(f"policies.notebooks\\.yaml={notebooks_file}", f"policies.default\\.yaml={default_file}"),
+    )  # fmt: skip
+    deployment = rendered[("Deployment", "gpu-admission")]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["metadata"]["namespace"] == "platform"
+    assert deployment["spec"]["replicas"] == 5
+    assert container["image"] == "registry.example.com/gpu-admission:9.9.9"
+    assert container["command"][container["command"].index("--workers") + 1] == "4"
+    assert pod["volumes"][0]["secret"]["secretName"] == "my-tls"
+    assert "priorityClassName" not in pod and ("ResourceQuota", "gpu-admission-critical-pods") not in rendered
+    assert pod["automountServiceAccountToken"] is False and ("ClusterRole", "gpu-admission-nodes") not in rendered
+    # The policies ConfigMap holds the files as given, and they load as policies.
+    data = rendered[("ConfigMap", "gpu-admission-policies")]["data"]
+    assert data == {"notebooks.yaml": notebooks, "default.yaml": default}
+    assert {policy.name for policy in parse_policy_sources(data).policies} >= {"default", "notebooks-time-slicing"}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for webhook in rendered[(kind, "gpu-admission")]["webhooks"]:
+            assert webhook["clientConfig"]["service"] == {
+                "name": "gpu-admission", "namespace": "platform", "path": webhook["clientConfig"]["service"]["path"],
+                "port": 443,
+            }  # fmt: skip
+            assert webhook["clientConfig"]["caBundle"] == "Q0E="
+            assert webhook["timeoutSeconds"] == 3
+            (names, ignore) = webhook["namespaceSelector"]["matchExpressions"]
+            assert names["values"] == ["kube-system", "kube-node-lease", "gpu-operator", "platform"]
+            assert ignore == {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]}
+
+
+def test_an_ordered_install_registers_no_webhook_until_asked() -> None:
+    rendered = render("webhooks.register=false")
+    assert not [key for key in rendered if key[0].endswith("WebhookConfiguration")]
+    assert ("Deployment", "gpu-admission") in rendered
+
+
+def test_generated_certificates_serve_the_service_name_and_are_signed_by_the_ca_bundle() -> None:
+    rendered = render("certificates.source=generate", "certificates.generate.days=30", namespace="platform")
+    secret = rendered[("Secret", "gpu-admission-tls")]
+    assert secret["type"] == "kubernetes.io/tls"
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    authority = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "gpu-admission.platform.svc" in names.get_values_for_type(x509.DNSName)
+    lifetime = certificate.not_valid_after_utc - certificate.not_valid_before_utc
+    assert datetime.timedelta(days=29) < lifetime <= datetime.timedelta(days=31)
+    public_key = authority.public_key()
+    assert isinstance(public_key, rsa.RSAPublicKey)
+    assert certificate.signature_hash_algorithm is not None
+    signed = certificate.tbs_certificate_bytes
+    public_key.verify(certificate.signature, signed, padding.PKCS1v15(), certificate.signature_hash_algorithm)
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for webhook in rendered[(kind, "gpu-admission")]["webhooks"]:
+            assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("certificates.source=vault", "value must be one of 'secret', 'certManager', 'generate'"),
+        ("excludedNamespaces={gpu-operator}", "at '/excludedNamespaces'"),
+        ("policies.notes\\.txt=x", "'notes.txt' does not match pattern"),
+        ("replicas=0", "at '/replicas'"),
+        ("webhooks.timeoutSeconds=60", "at '/webhooks/timeoutSeconds'"),
+        ("imge.tag=1", "additional properties 'imge' not allowed"),
+    ],
+)
+def test_the_values_schema_refuses_what_would_break_the_install(value: str, message: str) -> None:
+    run = helm("template", "gpu-admission", str(CHART), "--set", value)
+    assert run.returncode != 0
+    assert message in run.stderr, run.stderr
+
+
+def test_the_charts_default_policy_is_the_manifests_first_day_copy() -> None:
+    """Both are written by `make manifests` (manifests/sync-policies.sh)."""
+    shipped = (MANIFESTS / "base" / "policies" / "default.yaml").read_text()
+    assert (CHART / "files" / "default.yaml").read_text() == shipped
