@@ -78,7 +78,7 @@ def test_drift_is_in_readyz_and_the_metrics(cluster_server):
     assert details["credentials"].startswith("kubeconfig ")
     assert details["nodes"] == 2
     assert details["drift"] == [
-        'policy "shared" sharing.replicas is 4, but 1 node (ts-a) say 8: each pod is told it has 1/4 of a GPU, '
+        'policy "shared" sharing.replicas is 4, but 1 node (ts-a) says 8: each pod is told it has 1/4 of a GPU, '
         "but the GPU is shared 8 ways; set sharing.replicas: 8 (or auto), or change the device plugin's sharing "
         "config"
     ]
@@ -87,7 +87,7 @@ def test_drift_is_in_readyz_and_the_metrics(cluster_server):
     assert server.metrics()["gpu_admission_inventory_nodes"] == 2.0
     warned = review(server, "mutate", pod("notebooks", "1"))  # drift warns by default
     assert warned["allowed"] is True
-    assert any("sharing.replicas 4 but 1 nodes say 8" in warning for warning in warned["warnings"])  # short form
+    assert any("sharing.replicas 4 but 1 node says 8" in warning for warning in warned["warnings"])  # short form
 
 
 def test_a_broken_watch_skips_the_checks_after_the_set_time_and_says_so(cluster_server):

@@ -29,7 +29,7 @@ unschedulable, which is worse than where it would have landed).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,15 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
     return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
 
 
+def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -> bool:
+    """Whether the policy's steering lets its GPU pods onto a node with `labels` (True where it does not steer).
+    With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
+    slice size: the nodes whose values clustercheck's drift compares with the policy's."""
+    return all(
+        matches(r.expression, labels) for r in requirements(policy) if values or r.key not in (REPLICAS, GI_SLICES)
+    )
+
+
 def steered_resource(policy: Policy) -> str:
     """The resource whose holders are steered: the shared replica's name, else `nvidia.com/gpu`."""
     return policy.sharing.shared_resource or NVIDIA_GPU
@@ -104,7 +113,7 @@ def steered_resource(policy: Policy) -> str:
 # --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
 
 
-def matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+def matches(expression: dict[str, Any], labels: Mapping[str, str]) -> bool:
     """Whether a node with `labels` satisfies one `matchExpressions` entry."""
     key, operator = expression.get("key"), expression.get("operator")
     values = expression.get("values")
