@@ -17,7 +17,8 @@ Everything per policy is worked out once per snapshot (`ClusterView.derived`), n
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import fnmatch
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -33,7 +34,7 @@ from webhook.admission.cluster import (
     NodeInfo,
 )
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
+from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
@@ -354,6 +355,61 @@ def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str]
         "set sharing.migProfile to a profile the nodes have, or change their MIG layout (mig-parted) and use "
         "mig.strategy mixed",
     )
+
+
+# --- Namespaces -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnmatchedNamespace:
+    """A policy's `namespaces` entry that no namespace of the cluster has (for `policy lint --cluster`): a
+    misspelt name selects nothing, and the namespace meant falls to another policy, silently."""
+
+    policy: str
+    source: str
+    entry: str
+    glob: bool
+    meant: str | None  # the cluster's namespace the entry most likely means
+    meant_gets: str | None  # what that namespace gets now: `policy "default" (glob "*")`
+    read: int  # the namespaces read
+
+    @property
+    def line(self) -> str:
+        what = f'glob "{self.entry}" matches' if self.glob else f'"{self.entry}" is'
+        head = (
+            f'policy "{self.policy}" ({self.source}) spec.namespaces: {what} no namespace of the cluster '
+            f"({self.read} read)"
+        )
+        if self.meant is not None:
+            return f'{head}; did you mean "{self.meant}", which gets {self.meant_gets} instead? correct the entry'
+        return f"{head}: it selects nothing; correct it, or remove it until such a namespace exists"
+
+
+def unmatched_namespaces(policies: PolicySet, namespaces: Iterable[str]) -> list[UnmatchedNamespace]:
+    """Every policy's `namespaces` entries that match none of `namespaces`, in the set's order; an exact name
+    with the closest namespace it may have meant (difflib), and the policy that namespace gets now."""
+    import difflib
+
+    names = sorted(set(namespaces))
+    found = []
+    for policy in policies.policies:
+        for entry in policy.namespaces:
+            glob = is_glob(entry)
+            if any(fnmatch.fnmatchcase(name, entry) for name in names) if glob else entry in names:
+                continue
+            close = [] if glob else difflib.get_close_matches(entry, names, n=1, cutoff=0.75)
+            meant = close[0] if close else None
+            gets = None
+            selection = policies.select(meant) if meant is not None else None
+            if selection is not None and selection.policy is policy:  # it has that namespace already
+                meant = None
+            elif selection is not None:
+                gets = f'policy "{selection.policy.name}"'
+                if selection.pattern is not None:
+                    kind = "glob" if is_glob(selection.pattern) else "namespace"
+                    gets += f' ({kind} "{selection.pattern}")'
+            found.append(UnmatchedNamespace(policy.name, policy.source, entry, glob, meant, gets, len(names)))
+    return found
 
 
 # --- The admission checks ---------------------------------------------------------------------------------
