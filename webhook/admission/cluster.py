@@ -31,8 +31,8 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 COUNT_LABEL = "nvidia.com/gpu.count"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-# none | time-slicing | mps: the GFD label table of newer device plugin releases; the stored snapshot of
-# NVIDIA/k8s-device-plugin internal/lm/nvml.go (newSharingLabeler) predates it and sets only mps.capable.
+# none | time-slicing | mps: internal/lm/resource.go, baseLabeler (`none` unless more than 1 replica); device
+# plugins older than the label set none, which never counts as drift.
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
 GFD_LABELS = frozenset(
