@@ -226,3 +226,16 @@ def test_an_unverified_api_server_is_one_line_of_ours_not_a_warning_per_request(
         assert (audit.returncode, audit.stderr) == (0, said)  # ten pages and more: still one line
     finally:
         api.stop()
+
+
+def test_check_cluster_gives_whole_gpu_pods_no_drift_warning(mixed, tmp_path):
+    _, kubeconfig, policies = mixed
+    manifest = tmp_path / "train.json"
+    training = {**POD, "metadata": {"name": "big", "namespace": "training"}}
+    manifest.write_text(json.dumps(training).replace('"12"', '"8"'))
+    run = gpu_webhook("check", "--cluster", "--kubeconfig", kubeconfig, "--policies", str(policies), str(manifest))
+    assert (run.returncode, run.stderr) == (0, "")
+    assert [line for line in run.stdout.splitlines() if line.startswith("WARN")] == [
+        f"WARN {manifest}#0 Pod/big: gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, "
+        "nvidia.com/mig.strategy"
+    ]
