@@ -46,6 +46,11 @@ def is_kept_label(key: str) -> bool:
     return key in GFD_LABELS or _MIG_LABEL.match(key) is not None
 
 
+def nodes_text(count: int) -> str:
+    """`1 node`, `3 nodes`: for every message that counts nodes."""
+    return f"{count} node{'s' if count != 1 else ''}"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     """One node, as admission sees it."""

@@ -32,6 +32,7 @@ from webhook.admission.cluster import (
     STRATEGY_LABEL,
     ClusterView,
     NodeInfo,
+    nodes_text,
 )
 from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
@@ -183,11 +184,6 @@ def _resolve(policy: Policy, view: ClusterView) -> Policy:
             memory = min((m for m in map(_memory, nodes) if m is not None), default=gpu.memory_mib)
             gpu = GPU(model=None, memory_mib=memory)
     return dataclasses.replace(policy, sharing=sharing, gpu=gpu, memo={})
-
-
-def nodes_text(count: int) -> str:
-    """`1 node`, `3 nodes`."""
-    return f"{count} node{'s' if count != 1 else ''}"
 
 
 # --- Drift ------------------------------------------------------------------------------------------------

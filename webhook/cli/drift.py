@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.admission import clustercheck
-from webhook.admission.cluster import ClusterView, NodeInfo
-from webhook.admission.clustercheck import nodes_text
+from webhook.admission.cluster import ClusterView, NodeInfo, nodes_text
 
 if TYPE_CHECKING:
     from webhook.cli.kube import Cluster
