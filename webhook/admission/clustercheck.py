@@ -7,8 +7,12 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
   come back. Node pools that scale from zero are invisible until they scale: `assumeNodes` describes them.
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
-- drift: the policy's replicas, sharing mode, GPU model or memory and MIG profile against what the nodes'
-  GPU feature discovery labels say (labels: cluster.py). A mismatch makes the memory fractions wrong.
+- drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
+  feature discovery labels (cluster.py) of the nodes its pods can land on say (`policy_nodes`: the resource
+  they hold after mutation, the pool its steering selects). A mismatch makes the memory fractions wrong.
+
+`unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none of
+the cluster's namespaces.
 
 `resolve` turns `replicas: auto` and `gpu.model: auto` into the nodes' values (the smallest share wins).
 Everything per policy is worked out once per snapshot (`ClusterView.derived`), never per review. Pure.

@@ -100,8 +100,9 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
     """Whether the policy's steering lets its GPU pods onto a node with `labels` (True where it does not steer).
     With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
     slice size: the nodes whose values clustercheck's drift compares with the policy's."""
+    node = dict(labels)
     return all(
-        matches(r.expression, labels) for r in requirements(policy) if values or r.key not in (REPLICAS, GI_SLICES)
+        matches(r.expression, node) for r in requirements(policy) if values or r.key not in (REPLICAS, GI_SLICES)
     )
 
 
@@ -113,7 +114,7 @@ def steered_resource(policy: Policy) -> str:
 # --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
 
 
-def matches(expression: dict[str, Any], labels: Mapping[str, str]) -> bool:
+def matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
     """Whether a node with `labels` satisfies one `matchExpressions` entry."""
     key, operator = expression.get("key"), expression.get("operator")
     values = expression.get("values")
