@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import ssl
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "Job": ("/apis/batch/v1", "jobs"),
     "CronJob": ("/apis/batch/v1", "cronjobs"),
     "Node": ("/api/v1", "nodes"),
+    "Namespace": ("/api/v1", "namespaces"),
 }
 
 TOKEN = "fake-token"
@@ -57,6 +59,7 @@ class FakeKubeAPI:
     _oldest: int = 0
     _changed: threading.Condition = field(default_factory=threading.Condition)
     _cut: int = 0  # bumped by `disconnect`: open watches drop their connection
+    _tls: bool = False  # serving HTTPS (`start(certificate=...)`)
 
     # --- Nodes: changes that watches see ------------------------------------------------------------------
 
@@ -112,13 +115,17 @@ class FakeKubeAPI:
         for obj in objects:
             self.objects.setdefault(obj["kind"], []).append(obj)
 
+    def add_namespaces(self, *names: str) -> None:
+        self.add(*({"kind": "Namespace", "metadata": {"name": name}} for name in names))
+
     @property
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self._tls else 'http'}://{host}:{port}"
 
-    def start(self) -> FakeKubeAPI:
+    def start(self, certificate: tuple[Path, Path] | None = None) -> FakeKubeAPI:
+        """Serve on a free port; HTTPS with `certificate` (certificate file, key file)."""
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,6 +149,11 @@ class FakeKubeAPI:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if certificate is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*map(str, certificate))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._tls = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -200,15 +212,24 @@ class FakeKubeAPI:
             return
 
     def write_kubeconfig(
-        self, path: Path, *, token: str | None = None, context: str = "fake", user: dict[str, Any] | None = None
+        self,
+        path: Path,
+        *,
+        token: str | None = None,
+        context: str = "fake",
+        user: dict[str, Any] | None = None,
+        insecure: bool = False,
     ) -> Path:
         """A kubeconfig whose current context points at this server with a bearer token (or `user`'s credentials:
-        an `exec` plugin, say)."""
+        an `exec` plugin, say); `insecure`: `insecure-skip-tls-verify: true`."""
         credentials = user if user is not None else {"token": token if token is not None else self.token}
+        server: dict[str, Any] = {"server": self.url}
+        if insecure:
+            server["insecure-skip-tls-verify"] = True
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake-cluster", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake-cluster", "cluster": server}],
             "users": [{"name": "auditor", "user": credentials}],
             "contexts": [
                 {"name": context, "context": {"cluster": "fake-cluster", "user": "auditor"}},

@@ -12,7 +12,17 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import GPU, AssumedNode, Check, ClusterChecks, Enforcement, Mode, PolicySet, Sharing
+from webhook.admission.policy import (
+    GPU,
+    AssumedNode,
+    Check,
+    ClusterChecks,
+    Enforcement,
+    MigStrategy,
+    Mode,
+    PolicySet,
+    Sharing,
+)
 from webhook.admission.validate import validate
 from webhook.admission.violation import SHORT_LIMIT
 
@@ -167,7 +177,7 @@ def test_offered_names_the_converted_mig_profile_that_no_node_advertises():
         'container "app": nvidia.com/mig-1g.10gb "1", which the policy converts nvidia.com/gpu to: no node '
         "advertises it, so the pod would stay Pending; check the nodes' MIG layout and mig.strategy (mixed), or "
         'set sharing.migProfile to one they have (policy "team", cluster.offered)',
-        'pod: policy "team" sharing.migProfile is 1g.10gb, but 1 node (mig-a) say 3g.40gb x2: pods converted to '
+        'pod: policy "team" sharing.migProfile is 1g.10gb, but 1 node (mig-a) says 3g.40gb x2: pods converted to '
         "nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile the nodes have, or change "
         "their MIG layout (mig-parted) and use mig.strategy mixed (cluster.drift)",
     ]
@@ -386,3 +396,141 @@ def test_a_pod_that_fails_validation_still_gets_its_cluster_lines():
         "pod",
     ]
     assert decision.violations[2].startswith("pod: nvidia.com/gpu effective total 10 (containers running together")
+
+
+# --- A mixed cluster, labelled as GPU feature discovery labels it (tests/gfd_cluster.py) --------------------
+
+
+def _mixed(*nodes: dict) -> tuple[PolicySet, ClusterView]:
+    from tests import gfd_cluster
+
+    return parse_policy_sources({"p.yaml": gfd_cluster.POLICIES}), view(*(nodes or gfd_cluster.nodes()))
+
+
+def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
+    policies, nodes = _mixed()
+    assert {p.name: [n.name for n in clustercheck.policy_nodes(p, nodes)] for p in policies.policies} == {
+        "default": ["a100-whole-0", "a100-whole-1"],  # nvidia.com/gpu, steered off the time-sliced pool
+        "training": ["a100-whole-0", "a100-whole-1"],
+        "notebooks": ["a100-ts-0", "a100-ts-1"],  # nvidia.com/gpu, steered onto time-slicing
+        "research": ["a100-mig-1g-0", "a100-mig-3g-0"],  # every profile of migProfiles
+        "inference": ["h100-mps-0"],  # nvidia.com/gpu.shared
+    }
+    assert clustercheck.drift_of(policies, nodes) == []
+
+
+@pytest.mark.parametrize(
+    ("namespace", "quantity", "warnings"),
+    [
+        ("training", "1", ["pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"]),
+        ("elsewhere", "2", ["pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"]),
+        (
+            "notebooks",
+            "1",
+            [
+                'container "app": set 6 memory env vars for GPU fraction 0.25',
+                "pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.replicas",
+            ],
+        ),
+        ("research", "0.5", ['container "app": nvidia.com/gpu 0.5 became nvidia.com/mig-3g.40gb 1']),
+        ("research", "1", ['container "app": nvidia.com/gpu 1 became nvidia.com/mig-1g.10gb 1 (mig policy)']),
+        (
+            "inference",
+            "1",
+            [
+                'container "app": nvidia.com/gpu 1 became nvidia.com/gpu.shared 1 (mps policy)',
+                'container "app": set 8 memory env vars for GPU fraction 0.125',
+            ],
+        ),
+    ],
+)
+def test_no_pod_of_the_mixed_cluster_gets_a_drift_warning(namespace, quantity, warnings):
+    policies, nodes = _mixed()
+    decision = evaluate(pod(gpus(quantity)), namespace, policies, cluster=nodes)
+    assert (decision.decision, decision.violations) == ("allow", [])
+    assert decision.warnings == [f"gpu-admission: {w}" for w in warnings]
+
+
+def test_a_relabelled_pool_drifts_on_its_own_policy_only():
+    from tests import gfd_cluster
+
+    policies, nodes = _mixed(*gfd_cluster.nodes(gfd_cluster.TWO_REPLICAS, 16))
+    assert [d.line for d in clustercheck.drift_of(policies, nodes)] == [
+        'policy "notebooks" sharing.replicas is 4, but 2 nodes (a100-ts-0, a100-ts-1) say 2: each pod is told it has '
+        "1/4 of a GPU, but the GPU is shared 2 ways; set sharing.replicas: 2 (or auto), or change the device "
+        "plugin's sharing config"
+    ]
+    whole = evaluate(pod(gpus("1")), "training", policies, cluster=nodes)
+    assert "drift" not in " ".join(whole.warnings)
+    shared = evaluate(pod(gpus("1")), "notebooks", policies, cluster=nodes)
+    assert shared.warnings[-1] == "gpu-admission: pod: policy sharing.replicas 4 but 2 nodes say 2; ask an admin"
+
+
+def test_a_pool_whose_sharing_mode_changed_is_judged_by_the_policy_written_for_it():
+    """The kept-name pool went to MPS: no policy's steering reaches it, and the time-slicing policy, which then
+    reaches no node, is compared with the shared nodes (the whole-GPU policies still are not)."""
+    from tests import gfd_cluster
+
+    switched = {**gfd_cluster.TIME_SLICED, "nvidia.com/gpu.sharing-strategy": "mps"}
+    policies, nodes = _mixed(*gfd_cluster.nodes(switched))
+    assert [(d.policy, d.field, d.nodes_say, d.nodes) for d in clustercheck.drift_of(policies, nodes)] == [
+        ("notebooks", "sharing.mode", "sharing-strategy mps", ("a100-ts-0", "a100-ts-1"))
+    ]
+
+
+MIG_POLICY = policy(
+    sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_profiles=("1g.10gb", "3g.40gb")),
+    gpu=GPU(model="A100-80GB"),
+)
+
+
+def _mig_node(name: str, profile: str, count: int) -> dict:
+    labels = {"nvidia.com/mig.strategy": "mixed", f"nvidia.com/mig-{profile}.count": str(count)}
+    return node(name, {f"nvidia.com/mig-{profile}": str(count)}, labels)
+
+
+def test_mig_drift_is_judged_against_every_offered_profile():
+    both = view(_mig_node("mig-1g", "1g.10gb", 56), _mig_node("mig-3g", "3g.40gb", 16))
+    assert clustercheck.drift(MIG_POLICY, both) == ()
+    # another pool's layout (2g.20gb, not offered): not the policy's nodes
+    other = view(_mig_node("mig-1g", "1g.10gb", 56), _mig_node("mig-2g", "2g.20gb", 24))
+    assert clustercheck.drift(MIG_POLICY, other) == ()
+    # no node has the profile nvidia.com/gpu converts to
+    only_3g = view(_mig_node("mig-3g", "3g.40gb", 16))
+    assert [d.line for d in clustercheck.drift(MIG_POLICY, only_3g)] == [
+        'policy "team" sharing.migProfile is 1g.10gb, but 1 node (mig-3g) says no 1g.10gb slice: pods converted to '
+        "nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles the nodes "
+        "have, or change their MIG layout (mig-parted)"
+    ]
+    # no node has any listed profile: judged on the MIG nodes there are
+    only_2g = view(_mig_node("mig-2g", "2g.20gb", 24))
+    assert [d.line for d in clustercheck.drift(MIG_POLICY, only_2g)] == [
+        'policy "team" sharing.migProfile is 1g.10gb, but 1 node (mig-2g) says no 1g.10gb slice: pods converted to '
+        "nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles the nodes "
+        "have, or change their MIG layout (mig-parted)",
+        'policy "team" sharing.migProfiles is 1g.10gb, 3g.40gb, but 1 node (mig-2g) says 2g.20gb x24: pods '
+        "converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot run there; list the profiles the "
+        "nodes have in sharing.migProfiles, or change their MIG layout (mig-parted) and use mig.strategy mixed",
+    ]
+
+
+def test_a_mig_single_node_is_judged_by_its_slice_not_by_the_slice_memory():
+    """Under mig.strategy single GFD labels the slice as nvidia.com/gpu: `gpu.memory` is the slice's memory."""
+    single = policy(
+        sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_strategy=MigStrategy.SINGLE),
+        gpu=GPU(model="A100-80GB"),
+        steering=True,
+    )
+    labels = {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+        "nvidia.com/gpu.memory": "9728",
+        "nvidia.com/gpu.slices.gi": "1",
+    }
+    assert clustercheck.drift(single, view(node("s-1g", {"nvidia.com/gpu": "56"}, labels))) == ()
+    bigger = {**labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb", "nvidia.com/gpu.slices.gi": "3"}
+    assert [d.line for d in clustercheck.drift(single, view(node("s-3g", {"nvidia.com/gpu": "16"}, bigger)))] == [
+        'policy "team" sharing.migProfile is 1g.10gb, but 1 node (s-3g) says 3g.40gb slices (mig.strategy single): '
+        "pods are told a nvidia.com/gpu is a 1g.10gb slice, but it is a 3g.40gb one; set sharing.migProfile: "
+        "3g.40gb, or change the nodes' MIG layout (mig-parted)"
+    ]

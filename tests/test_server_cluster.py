@@ -78,7 +78,7 @@ def test_drift_is_in_readyz_and_the_metrics(cluster_server):
     assert details["credentials"].startswith("kubeconfig ")
     assert details["nodes"] == 2
     assert details["drift"] == [
-        'policy "shared" sharing.replicas is 4, but 1 node (ts-a) say 8: each pod is told it has 1/4 of a GPU, '
+        'policy "shared" sharing.replicas is 4, but 1 node (ts-a) says 8: each pod is told it has 1/4 of a GPU, '
         "but the GPU is shared 8 ways; set sharing.replicas: 8 (or auto), or change the device plugin's sharing "
         "config"
     ]
@@ -87,7 +87,7 @@ def test_drift_is_in_readyz_and_the_metrics(cluster_server):
     assert server.metrics()["gpu_admission_inventory_nodes"] == 2.0
     warned = review(server, "mutate", pod("notebooks", "1"))  # drift warns by default
     assert warned["allowed"] is True
-    assert any("sharing.replicas 4 but 1 nodes say 8" in warning for warning in warned["warnings"])  # short form
+    assert any("sharing.replicas 4 but 1 node says 8" in warning for warning in warned["warnings"])  # short form
 
 
 def test_a_broken_watch_skips_the_checks_after_the_set_time_and_says_so(cluster_server):
@@ -108,3 +108,44 @@ def test_without_credentials_the_checks_are_off_and_the_banner_says_so(start_ser
     server = start_server()
     assert "  cluster checks: off: not in a cluster, and neither --kubeconfig nor $KUBECONFIG is set" in server.log()
     assert "cluster" not in server.get("/readyz").json()
+
+
+def test_a_correct_mixed_cluster_has_no_drift_and_a_relabelled_pool_drifts_on_its_policy(start_server, tmp_path):
+    """The cluster of tests/gfd_cluster.py: /readyz, the drift gauge and the reviews' warnings."""
+    from tests import gfd_cluster
+
+    api = FakeKubeAPI().start()
+    for item in gfd_cluster.nodes():
+        api.put_node(item)
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "cluster.yaml").write_text(gfd_cluster.POLICIES)
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    try:
+        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+        eventually(lambda: cluster_of(server).get("nodes") == 7)
+        assert "drift" not in cluster_of(server)
+        for namespace, gpus in [("training", "1"), ("elsewhere", "2"), ("notebooks", "1"), ("research", "0.5")]:
+            answer = review(server, "mutate", pod(namespace, gpus))
+            assert answer["allowed"] is True
+            assert not any("drift" in w or "nodes say" in w for w in answer.get("warnings", [])), answer["warnings"]
+        for item in gfd_cluster.nodes(gfd_cluster.TWO_REPLICAS, 16):
+            api.put_node(item)
+        eventually(lambda: "drift" in cluster_of(server))
+        assert cluster_of(server)["drift"] == [
+            'policy "notebooks" sharing.replicas is 4, but 2 nodes (a100-ts-0, a100-ts-1) say 2: each pod is told it '
+            "has 1/4 of a GPU, but the GPU is shared 2 ways; set sharing.replicas: 2 (or auto), or change the device "
+            "plugin's sharing config"
+        ]
+        key = 'gpu_admission_policy_drift_nodes{field="sharing.replicas",policy="notebooks"}'
+        eventually(lambda: server.metrics().get(key) == 2.0)
+        gauges = server.metrics().items()
+        assert [k for k, v in gauges if k.startswith("gpu_admission_policy_drift_nodes") and v] == [key]
+        whole = review(server, "mutate", pod("training", "1"))
+        assert whole["warnings"] == [
+            "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"
+        ]
+        shared = review(server, "mutate", pod("notebooks", "1"))
+        assert shared["warnings"][-1] == "gpu-admission: pod: policy sharing.replicas 4 but 2 nodes say 2; ask an admin"
+    finally:
+        api.stop()

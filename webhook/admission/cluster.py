@@ -31,8 +31,8 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 COUNT_LABEL = "nvidia.com/gpu.count"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-# none | time-slicing | mps: the GFD label table of newer device plugin releases; the stored snapshot of
-# NVIDIA/k8s-device-plugin internal/lm/nvml.go (newSharingLabeler) predates it and sets only mps.capable.
+# none | time-slicing | mps: internal/lm/resource.go, baseLabeler (`none` unless more than 1 replica); device
+# plugins older than the label set none, which never counts as drift.
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
 GFD_LABELS = frozenset(
@@ -44,6 +44,11 @@ _MIG_LABEL = re.compile(r"^nvidia\.com/mig-[0-9a-z.+-]+\.(count|memory|slices\.c
 
 def is_kept_label(key: str) -> bool:
     return key in GFD_LABELS or _MIG_LABEL.match(key) is not None
+
+
+def nodes_text(count: int) -> str:
+    """`1 node`, `3 nodes`: for every message that counts nodes."""
+    return f"{count} node{'s' if count != 1 else ''}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,12 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
   come back. Node pools that scale from zero are invisible until they scale: `assumeNodes` describes them.
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
-- drift: the policy's replicas, sharing mode, GPU model or memory and MIG profile against what the nodes'
-  GPU feature discovery labels say (labels: cluster.py). A mismatch makes the memory fractions wrong.
+- drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
+  feature discovery labels (cluster.py) of the nodes its pods can land on say (`policy_nodes`: the resource
+  they hold after mutation, the pool its steering selects). A mismatch makes the memory fractions wrong.
+
+`unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none of
+the cluster's namespaces.
 
 `resolve` turns `replicas: auto` and `gpu.model: auto` into the nodes' values (the smallest share wins).
 Everything per policy is worked out once per snapshot (`ClusterView.derived`), never per review. Pure.
@@ -17,10 +21,13 @@ Everything per policy is worked out once per snapshot (`ClusterView.derived`), n
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission import steering
 from webhook.admission.cluster import (
     MEMORY_LABEL,
     MIG_STRATEGY_LABEL,
@@ -29,9 +36,10 @@ from webhook.admission.cluster import (
     STRATEGY_LABEL,
     ClusterView,
     NodeInfo,
+    nodes_text,
 )
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
+from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
@@ -66,21 +74,52 @@ def _assumed_node(shape: AssumedNode) -> NodeInfo:
 
 
 def policy_nodes(policy: Policy, view: ClusterView) -> tuple[NodeInfo, ...]:
-    """The nodes (assumed ones included) whose GPUs the policy's pods get, by what they advertise: the shared
-    resource under time-slicing and MPS (else `nvidia.com/gpu` on nodes that replicate it without renaming),
-    MIG devices under mig, `nvidia.com/gpu` otherwise. Pods' node selectors are not known here."""
+    """The nodes (assumed ones included) that the policy's GPU pods can land on: those advertising a resource
+    its pods hold after mutation (`_holds`) that its steering lets them onto (steering.reaches, by the kind of
+    pool only: a pool whose replica count or slice size changed is still the policy's, and its drift).
+
+    Where the policy reaches no node, the nodes of its kind stand in (shared GPUs for a shared policy, MIG nodes
+    for a MIG one), so that a policy whose pods can run nowhere is still compared with the nodes it was
+    probably written for (a renamed resource that the device plugin keeps, a sharing mode that changed)."""
     return view.derived("cluster-policy-nodes", policy, lambda: _policy_nodes(policy, view))
 
 
 def _policy_nodes(policy: Policy, view: ClusterView) -> tuple[NodeInfo, ...]:
     nodes = [*view.nodes.values(), *assumed_nodes(policy)]
+    holds = _holds(policy)
+    reached = tuple(
+        n for n in nodes if any(map(holds, n.allocatable)) and steering.reaches(policy, n.labels, values=False)
+    )
+    if reached:
+        return reached
     mode = policy.sharing.mode
     if mode.is_shared:
-        named = [n for n in nodes if policy.sharing.resource_name in n.allocatable]
-        return tuple(named or [n for n in nodes if NVIDIA_GPU in n.allocatable and _replicas(n) > 1])
+        return tuple(n for n in nodes if NVIDIA_GPU in n.allocatable and _replicas(n) > 1)
     if mode is Mode.MIG:
         return tuple(n for n in nodes if n.labels.get(MIG_STRATEGY_LABEL) in ("single", "mixed") or _mig_counts(n))
-    return tuple(n for n in nodes if NVIDIA_GPU in n.allocatable)
+    return ()
+
+
+def _holds(policy: Policy) -> Callable[[str], bool]:
+    """Whether a resource is one the policy's GPU pods hold after mutation: the shared replica, the MIG slices
+    it converts to (those of `migProfiles`; any MIG slice where it lists none: a fraction may become any
+    profile), else `nvidia.com/gpu` (whole GPUs, and MIG slices under the single strategy)."""
+    sharing = policy.sharing
+    if sharing.mode.is_shared:
+        return sharing.resource_name.__eq__
+    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
+        if sharing.mig_profiles is None:
+            return lambda resource: resource.startswith(MIG_PREFIX)
+        return frozenset(map(mig_resource, sharing.mig_profiles)).__contains__
+    return NVIDIA_GPU.__eq__
+
+
+def _offered(policy: Policy) -> tuple[str, ...]:
+    """The MIG profiles the policy says its nodes have: `migProfiles`, else the one `migProfile` converts to."""
+    sharing = policy.sharing
+    if sharing.mig_profiles is not None:
+        return sharing.mig_profiles
+    return (sharing.mig_profile,) if sharing.mig_profile else ()
 
 
 def _replicas(node: NodeInfo) -> int:
@@ -89,6 +128,9 @@ def _replicas(node: NodeInfo) -> int:
 
 
 def _memory(node: NodeInfo) -> int | None:
+    """The GPU's memory in MiB; None under MIG single, where GFD labels the slice's memory."""
+    if "-MIG-" in node.labels.get(PRODUCT_LABEL, ""):
+        return None
     text = node.labels.get(MEMORY_LABEL, "")
     return int(text) if text.isdigit() and int(text) > 0 else None
 
@@ -168,13 +210,17 @@ class Drift:
     def where(self) -> str:
         """`3 nodes (a, b, c)`, `12 nodes (a, b, c, ...)`."""
         shown = ", ".join(self.nodes[:NAMED_NODES]) + (", ..." if len(self.nodes) > NAMED_NODES else "")
-        return f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''} ({shown})"
+        return f"{nodes_text(len(self.nodes))} ({shown})"
+
+    @property
+    def verb(self) -> str:
+        return "says" if len(self.nodes) == 1 else "say"
 
     @property
     def line(self) -> str:
         return (
-            f'policy "{self.policy}" {self.field} is {self.policy_says}, but {self.where} say {self.nodes_say}: '
-            f"{self.effect}; {self.fix}"
+            f'policy "{self.policy}" {self.field} is {self.policy_says}, but {self.where} {self.verb} '
+            f"{self.nodes_say}: {self.effect}; {self.fix}"
         )
 
 
@@ -244,28 +290,126 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "memory limits are worked out for another GPU's memory",
                 f"set gpu.memoryMiB: {memory}",
             )
-        if mode is Mode.MIG and sharing.mig_profile:
-            strategy = node.labels.get(MIG_STRATEGY_LABEL)
-            counts = _mig_counts(node)
-            if strategy == "single":
-                says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
-            elif counts and sharing.mig_profile not in counts:
-                says = ", ".join(f"{profile} x{count}" for profile, count in sorted(counts.items()))
-            else:
-                continue
-            note(
-                "sharing.migProfile",
-                says,
-                node,
-                sharing.mig_profile,
-                f"pods converted to {mig_resource(sharing.mig_profile)} cannot run there",
-                "set sharing.migProfile to a profile the nodes have, or change their MIG layout (mig-parted) "
-                "and use mig.strategy mixed",
-            )
+        layout = _mig_drift(policy, node) if mode is Mode.MIG and sharing.mig_profile else None
+        if layout is not None:
+            note(*layout[:2], node, *layout[2:])
+    listed = mode is Mode.MIG and not sharing.is_mig_single and sharing.mig_profiles is not None
+    if listed and sharing.mig_profile and not any(sharing.mig_profile in _mig_counts(n) for n in nodes):
+        # Every node has a listed profile, but none has the one that `nvidia.com/gpu` converts to
+        for node in nodes:
+            if _mig_counts(node):
+                note(
+                    "sharing.migProfile",
+                    f"no {sharing.mig_profile} slice",
+                    node,
+                    sharing.mig_profile,
+                    f"pods converted to {mig_resource(sharing.mig_profile)} cannot run there",
+                    "set sharing.migProfile to a profile of migProfiles the nodes have, or change their MIG "
+                    "layout (mig-parted)",
+                )
     drifts = []
     for (field, says), (policy_says, effect, fix, names) in sorted(found.items()):
         drifts.append(Drift(policy.name, field, policy_says, says, tuple(sorted(names)), effect, fix))
     return tuple(drifts)
+
+
+def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str] | None:
+    """(field, nodes_say, policy_says, effect, fix) where a MIG node's layout has none of the profiles the
+    policy offers (`migProfiles`, else `migProfile`), or is advertised under another strategy or slice size."""
+    sharing = policy.sharing
+    profile = sharing.mig_profile or ""
+    effect = f"pods converted to {mig_resource(profile)} cannot run there"
+    if sharing.is_mig_single:
+        product = node.labels.get(PRODUCT_LABEL, "")
+        sliced = product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
+        if sliced is None or sliced == profile.replace("+", ""):
+            return None
+        return (
+            "sharing.migProfile",
+            f"{sliced} slices (mig.strategy single)",
+            profile,
+            f"pods are told a {NVIDIA_GPU} is a {profile} slice, but it is a {sliced} one",
+            f"set sharing.migProfile: {sliced}, or change the nodes' MIG layout (mig-parted)",
+        )
+    counts = _mig_counts(node)
+    if node.labels.get(MIG_STRATEGY_LABEL) == "single":
+        says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
+    elif counts and not counts.keys() & set(_offered(policy)):
+        says = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
+    else:
+        return None
+    if sharing.mig_profiles is not None:
+        return (
+            "sharing.migProfiles",
+            says,
+            ", ".join(sharing.mig_profiles),
+            f"pods converted to {', '.join(map(mig_resource, sharing.mig_profiles))} cannot run there",
+            "list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted) "
+            "and use mig.strategy mixed",
+        )
+    return (
+        "sharing.migProfile",
+        says,
+        profile,
+        effect,
+        "set sharing.migProfile to a profile the nodes have, or change their MIG layout (mig-parted) and use "
+        "mig.strategy mixed",
+    )
+
+
+# --- Namespaces -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnmatchedNamespace:
+    """A policy's `namespaces` entry that no namespace of the cluster has (for `policy lint --cluster`): a
+    misspelt name selects nothing, and the namespace meant falls to another policy, silently."""
+
+    policy: str
+    source: str
+    entry: str
+    glob: bool
+    meant: str | None  # the cluster's namespace the entry most likely means
+    meant_gets: str | None  # what that namespace gets now: `policy "default" (glob "*")`
+    read: int  # the namespaces read
+
+    @property
+    def line(self) -> str:
+        what = f'glob "{self.entry}" matches' if self.glob else f'"{self.entry}" is'
+        head = (
+            f'policy "{self.policy}" ({self.source}) spec.namespaces: {what} no namespace of the cluster '
+            f"({self.read} read)"
+        )
+        if self.meant is not None:
+            return f'{head}; did you mean "{self.meant}", which gets {self.meant_gets} instead? correct the entry'
+        return f"{head}: it selects nothing; correct it, or remove it until such a namespace exists"
+
+
+def unmatched_namespaces(policies: PolicySet, namespaces: Iterable[str]) -> list[UnmatchedNamespace]:
+    """Every policy's `namespaces` entries that match none of `namespaces`, in the set's order; an exact name
+    with the closest namespace it may have meant (difflib), and the policy that namespace gets now."""
+    import difflib
+
+    names = sorted(set(namespaces))
+    found = []
+    for policy in policies.policies:
+        for entry in policy.namespaces:
+            glob = is_glob(entry)
+            if any(fnmatch.fnmatchcase(name, entry) for name in names) if glob else entry in names:
+                continue
+            close = [] if glob else difflib.get_close_matches(entry, names, n=1, cutoff=0.75)
+            meant = close[0] if close else None
+            gets = None
+            selection = policies.select(meant) if meant is not None else None
+            if selection is not None and selection.policy is policy:  # it has that namespace already
+                meant = None
+            elif selection is not None:
+                gets = f'policy "{selection.policy.name}"'
+                if selection.pattern is not None:
+                    kind = "glob" if is_glob(selection.pattern) else "namespace"
+                    gets += f' ({kind} "{selection.pattern}")'
+            found.append(UnmatchedNamespace(policy.name, policy.source, entry, glob, meant, gets, len(names)))
+    return found
 
 
 # --- The admission checks ---------------------------------------------------------------------------------
@@ -413,14 +557,14 @@ def _affects(item: Drift, held: set[str]) -> bool:
     MIG devices, the model and memory to any GPU."""
     if item.field in ("sharing.replicas", "sharing.mode"):
         return any(is_shared(name) for name in held) or NVIDIA_GPU in held
-    if item.field == "sharing.migProfile":
+    if item.field in ("sharing.migProfile", "sharing.migProfiles"):
         return any(name.startswith(MIG_PREFIX) for name in held)
     return True
 
 
 def _drift_violation(item: Drift) -> Violation:
-    nodes = len(item.nodes)
-    short = f"policy {item.field} {item.policy_says} but {nodes} nodes say {item.nodes_say}; ask an admin"
+    nodes = nodes_text(len(item.nodes))
+    short = f"policy {item.field} {item.policy_says} but {nodes} {item.verb} {item.nodes_say}; ask an admin"
     if len(f"pod: {short}") > SHORT_LIMIT:  # the values are the user's: shown whole in the long line
-        short = f"policy {item.field} disagrees with {nodes} nodes; ask an admin to fix the policy"
+        short = f"policy {item.field} disagrees with {nodes}; ask an admin to fix the policy"
     return pod_violation(f"{item.line} (cluster.drift)", short)

@@ -29,7 +29,7 @@ unschedulable, which is worse than where it would have landed).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +94,16 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
             Requirement(MIG_STRATEGY, "NotIn", ("single",)),
         )
     return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
+
+
+def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -> bool:
+    """Whether the policy's steering lets its GPU pods onto a node with `labels` (True where it does not steer).
+    With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
+    slice size: the nodes whose values clustercheck's drift compares with the policy's."""
+    node = dict(labels)
+    return all(
+        matches(r.expression, node) for r in requirements(policy) if values or r.key not in (REPLICAS, GI_SLICES)
+    )
 
 
 def steered_resource(policy: Policy) -> str:

@@ -143,6 +143,10 @@ def _audit(args: argparse.Namespace) -> int:
             f"gpu-webhook audit: skipped {exc.resource.name} {exc.where}: forbidden (403): {exc.detail}; "
             f"grant list on {exc.resource.name} for a complete report\n"
         )
+    from webhook.admission.clustercheck import drift_of
+    from webhook.cli.drift import drift_json, print_drift
+
+    drift = drift_of(policies, view) if view is not None else None
     code = report(
         results,
         args.output,
@@ -155,15 +159,15 @@ def _audit(args: argparse.Namespace) -> int:
             {"resource": exc.resource.name, "namespace": exc.namespace, "status": 403, "message": exc.detail}
             for exc in skipped
         ],
+        drift=[drift_json(item) for item in drift] if drift is not None else None,
     )
-    if view is not None and args.output == "table" and not args.diff:
-        from webhook.admission.clustercheck import drift_of
-        from webhook.cli.drift import print_drift
-
-        drift = drift_of(policies, view)
-        if drift:  # under the objects' table: it is about the policies, and a clean cluster adds nothing
-            print(file=sys.stdout)
-            print_drift(drift, view, sys.stdout)
+    if drift and view is not None and (args.output != "json" or args.diff):
+        # Under the objects' table (it is about the policies, and a clean cluster adds nothing); on stderr under
+        # YAML and a diff, whose stdout is for tools
+        stream = sys.stdout if args.output == "table" and not args.diff else sys.stderr
+        if stream is sys.stdout:
+            print(file=stream)
+        print_drift(drift, view, stream)
     return 2 if skipped and not args.allow_incomplete else code
 
 

@@ -2,16 +2,18 @@
 
 One list of Nodes with the kubeconfig's credentials becomes the same `ClusterView` the server watches; the
 drift of each policy (clustercheck.drift) is printed as a table a person can act on: which policy field,
-what it says, what the nodes say, which nodes, and the fix.
+what it says, what the nodes say, which nodes, and the fix; or as JSON or YAML (`-o`), for a pipeline.
+`policy lint --cluster` also lists the namespaces once, for the entries of the policies that match none
+(clustercheck.unmatched_namespaces).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.admission import clustercheck
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.cluster import ClusterView, NodeInfo, nodes_text
 
 if TYPE_CHECKING:
     from webhook.cli.kube import Cluster
@@ -27,12 +29,48 @@ def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
     return ClusterView.of(info for info in map(NodeInfo.from_object, nodes) if info is not None)
 
 
+def list_namespaces(cluster: Cluster, page_size: int = 500) -> list[str]:
+    """The name of every Namespace."""
+    from webhook.cli.kube import NAMESPACES
+
+    names = []
+    for namespace in cluster.list_objects(NAMESPACES, None, page_size=page_size):
+        metadata = namespace.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
+
+
+def drift_json(item: clustercheck.Drift) -> dict[str, Any]:
+    return {
+        "policy": item.policy,
+        "field": item.field,
+        "policySays": item.policy_says,
+        "nodesSay": item.nodes_say,
+        "nodes": list(item.nodes),
+        "effect": item.effect,
+        "fix": item.fix,
+        "line": item.line,
+    }
+
+
+def unmatched_json(item: clustercheck.UnmatchedNamespace) -> dict[str, Any]:
+    return {
+        "policy": item.policy,
+        "source": item.source,
+        "entry": item.entry,
+        "glob": item.glob,
+        "meant": item.meant,
+        "line": item.line,
+    }
+
+
 def print_drift(drift: Sequence[clustercheck.Drift], view: ClusterView, out: TextIO) -> None:
     """The table, then one summary line (also when there is no drift: the reader knows it was looked at)."""
-    count = len(view.nodes)
+    read = nodes_text(len(view.nodes))
     if not drift:
-        print(f"no policy drift: every policy agrees with the GPU labels of {count} node"
-              f"{'s' if count != 1 else ''}", file=out)
+        print(f"no policy drift: every policy agrees with the nodes its pods can land on ({read} read)", file=out)
         return
     rows = [(d.policy, d.field, d.policy_says, d.nodes_say, d.where, d.fix) for d in drift]
     widths = [max(len(row[i]) for row in [HEADERS, *rows]) for i in range(len(HEADERS) - 1)]
@@ -42,7 +80,25 @@ def print_drift(drift: Sequence[clustercheck.Drift], view: ClusterView, out: Tex
     policies = len({d.policy for d in drift})
     print(
         f"policy drift: {len(drift)} disagreement{'s' if len(drift) != 1 else ''} in {policies} "
-        f"polic{'ies' if policies != 1 else 'y'} ({count} nodes read); until fixed, memory fractions and MIG "
+        f"polic{'ies' if policies != 1 else 'y'} ({read} read); until fixed, memory fractions and MIG "
         "conversions are wrong for the pods on those nodes",
+        file=out,
+    )
+
+
+def print_unmatched(unmatched: Sequence[clustercheck.UnmatchedNamespace], read: int, out: TextIO) -> None:
+    """One line per entry, then a summary line (also when every entry matches)."""
+    for item in unmatched:
+        print(item.line, file=out)
+    namespaces = f"{read} namespace{'s' if read != 1 else ''} read"
+    if not unmatched:
+        print(f"every namespace entry of the policies matches a namespace of the cluster ({namespaces})", file=out)
+        return
+    policies = len({item.policy for item in unmatched})
+    count = len(unmatched)
+    print(
+        f"unmatched namespaces: {count} entr{'ies' if count != 1 else 'y'} in {policies} "
+        f"polic{'ies' if policies != 1 else 'y'} match no namespace ({namespaces}); the namespaces they were "
+        "meant for get another policy",
         file=out,
     )

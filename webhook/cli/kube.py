@@ -65,6 +65,8 @@ class Resource:
 
 # Nodes, for the cluster checks and the drift report (cluster-scoped: listed with no namespace).
 NODES = Resource("Node", "v1", "nodes", "CoreV1Api", "node", cluster_scoped=True)
+# Namespaces, for `policy lint --cluster`: a policy's namespaces entry that names none of them.
+NAMESPACES = Resource("Namespace", "v1", "namespaces", "CoreV1Api", "namespace", cluster_scoped=True)
 
 # Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
 RESOURCES: tuple[Resource, ...] = (
@@ -102,6 +104,8 @@ class Cluster:
             where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
             raise ClusterError(f"kubeconfig {where}: not a valid kubeconfig ({exc})") from None
         configuration.retries = False  # an unreachable cluster is one clear error, not three slow ones
+        if not configuration.verify_ssl and configuration.host.startswith("https:"):
+            _say_unverified(configuration.host, self.name)
         self.host = configuration.host
         self._client = client.ApiClient(configuration)
         self._apis: dict[str, Any] = {}
@@ -296,6 +300,21 @@ class Cluster:
         if oserror:
             return f"{who}: cannot run {plugin}: {oserror[1]}; install it, or fix the exec command in the kubeconfig"
         return f"{who}: {plugin} failed: {_first_line(reason)}; fix the plugin or its exec section in the kubeconfig"
+
+
+def _say_unverified(host: str, name: str) -> None:
+    """One line of our own for a kubeconfig with `insecure-skip-tls-verify: true`, instead of urllib3's
+    InsecureRequestWarning, which repeats on every request (ten for one audit) and names no setting to fix.
+    Filtered by category only: a warning about anything else still shows."""
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+    sys.stderr.write(
+        f"gpu-webhook: warning: the API server's certificate is not verified ({host}): context {name} sets "
+        "insecure-skip-tls-verify; set certificate-authority(-data) in the kubeconfig instead\n"
+    )
 
 
 class _Expired(Exception):

@@ -250,14 +250,18 @@ def render_json(
     *,
     summary: Summary | None = None,
     skipped_resources: Sequence[dict[str, Any]] | None = None,
+    drift: Sequence[dict[str, Any]] | None = None,
 ) -> None:
-    """`results` and `summary`; audit adds `skipped_resources` (what it could not list), empty when complete."""
+    """`results` and `summary`; audit adds `skipped_resources` (what it could not list), empty when complete,
+    and `drift` (the policies' drift against the nodes) when it could list the nodes."""
     report: dict[str, Any] = {
         "results": [r.to_json() for r in results],
         "summary": (summary or summarize(results)).to_json(),
     }
     if skipped_resources is not None:
         report["skipped_resources"] = list(skipped_resources)
+    if drift is not None:
+        report["drift"] = list(drift)
     stream.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump's many small writes are slow
 
 
@@ -338,6 +342,7 @@ def report(
     fail_on_warn: bool = False,
     only_affected: bool = False,
     skipped_resources: Sequence[dict[str, Any]] | None = None,
+    drift: Sequence[dict[str, Any]] | None = None,
 ) -> int:
     """Write `results` in `fmt` (or as a diff) and return the exit code.
 
@@ -345,7 +350,8 @@ def report(
     listed. YAML and diff output keep stdout machine-readable (a post-renderer, a patch to review), so their
     denial and warning lines go to stderr. `skipped_resources` (audit's unlistable resources) go into JSON and
     under the table (a saved report says it is incomplete); YAML and diff have no room for them, and audit
-    says them on stderr whatever the format.
+    says them on stderr whatever the format. `drift` (audit's, as JSON objects) goes into JSON only: the
+    caller prints its table under the table, and on stderr under YAML and diff.
     """
     summary = summarize(results)
     shown = [r for r in results if r.affected] if only_affected else list(results)
@@ -354,7 +360,7 @@ def report(
         lines = message_lines(shown, colour=use_colour(stderr))
         stderr.write("".join(line + "\n" for line in lines) + summary.line() + "\n")
     elif fmt == "json":
-        render_json(shown, stdout, summary=summary, skipped_resources=skipped_resources)
+        render_json(shown, stdout, summary=summary, skipped_resources=skipped_resources, drift=drift)
     elif fmt == "yaml":
         render_yaml(shown, stdout, documents)
         stderr.write("".join(line + "\n" for line in message_lines(shown, colour=use_colour(stderr))))

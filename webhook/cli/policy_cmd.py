@@ -9,6 +9,7 @@ decides anything. Heavy modules are imported inside the handlers so `gpu-webhook
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -56,6 +57,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also compare each policy with the cluster's nodes (their GPU feature discovery labels) and print "
         "the drift; exit 1 when there is any",
     )
+    lint.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="with --cluster: the drift and the unmatched namespaces as a table (default), or as one JSON or YAML "
+        "document on stdout (the lint's own lines then go to stderr)",
+    )
     add_kubeconfig_arguments(lint, when="--cluster")
     explain = commands.add_parser(
         "explain",
@@ -96,8 +105,11 @@ def run(args: argparse.Namespace) -> int:
         if (misuse := kubeconfig_without_cluster(args)) is not None:
             sys.stderr.write(f"gpu-webhook policy lint: {misuse}\n")
             return 2
+        if args.output != "table" and not args.cluster:
+            sys.stderr.write("gpu-webhook policy lint: -o/--output only applies with --cluster\n")
+            return 2
         args.directory = args.policies or args.directory
-        code, policies = lint(args.directory, sys.stdout)
+        code, policies = lint(args.directory, sys.stdout if args.output == "table" else sys.stderr)
         return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
         from webhook.admission.schema import schema_text
@@ -185,20 +197,40 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
 
 
 def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO) -> int:
-    """The drift between the policies lint loaded and the cluster's nodes: 0 when none, 1 when any, 2 when the
-    nodes cannot be listed."""
-    from webhook.admission.clustercheck import drift_of
-    from webhook.cli.check_cmd import CommandError, cluster_view
-    from webhook.cli.drift import print_drift
+    """The drift between the policies lint loaded and the cluster's nodes, and the policies' namespace entries
+    that match no namespace: 0 when neither, 1 when any, 2 when the nodes or namespaces cannot be listed."""
+    from webhook.admission.clustercheck import drift_of, unmatched_namespaces
+    from webhook.cli.check_cmd import CommandError
+    from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 
     try:
-        view = cluster_view(args.kubeconfig, args.context)
+        from webhook.cli.kube import Cluster
+
+        cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+        try:
+            view = list_view(cluster)
+            namespaces = list_namespaces(cluster)
+        finally:
+            cluster.close()
     except CommandError as exc:
         err.write(f"gpu-webhook policy lint: {exc}\n")
         return 2
     drift = drift_of(policies, view)
-    print_drift(drift, view, out)
-    return 1 if drift else 0
+    unmatched = unmatched_namespaces(policies, namespaces)
+    if args.output == "table":
+        print_drift(drift, view, out)
+        print_unmatched(unmatched, len(namespaces), out)
+    else:
+        from webhook.cli.output import dump_yaml
+
+        document = {
+            "nodes": len(view.nodes),
+            "namespaces": len(namespaces),
+            "drift": [drift_json(item) for item in drift],
+            "unmatchedNamespaces": [unmatched_json(item) for item in unmatched],
+        }
+        out.write(json.dumps(document, indent=2) + "\n" if args.output == "json" else dump_yaml(document))
+    return 1 if drift or unmatched else 0
 
 
 def _is_glob(pattern: str) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.admission.cluster import STALE_AFTER_S, ClusterView, NodeInfo
+from webhook.admission.cluster import STALE_AFTER_S, ClusterView, NodeInfo, nodes_text
 from webhook.server.logs import LOGGER, log
 
 _log = logging.getLogger(f"{LOGGER}.inventory")
@@ -261,7 +261,7 @@ class NodeInventory:
         self.lists += 1
         self._publish()
         self._healthy()
-        log(_log, logging.INFO, f"node inventory: listed {len(nodes)} nodes", event="inventory-listed",
+        log(_log, logging.INFO, f"node inventory: listed {nodes_text(len(nodes))}", event="inventory-listed",
             nodes=len(nodes))
 
     def _watch(self) -> None:
