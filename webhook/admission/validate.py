@@ -219,7 +219,7 @@ def validate(
     rules = _Rules.of(policy)
     problems: Problems = []
     blocks = rules.block_visible_devices
-    scheduler = spec.get("schedulerName") if rules.trusted_schedulers else None
+    scheduler = spec.get("schedulerName")
     devices = {name: path for name, path in host_paths(spec).items() if is_gpu_device_path(path)} if blocks else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
