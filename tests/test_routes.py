@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -298,3 +300,12 @@ def test_a_5000_digit_integer_gets_400_with_a_clear_line_and_no_traceback(server
         "it as a quantity string",
     )
     assert "Traceback" not in server.log()
+
+
+def test_tls_1_2_sessions_get_no_ticket(server):
+    host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection((host, port)) as raw, context.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() == "TLSv1.2"
+        assert tls.session is not None and tls.session.has_ticket is False
