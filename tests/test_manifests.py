@@ -274,14 +274,15 @@ def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
-        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
+        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
     assert kinds == expected
     cluster_scoped = {
         "Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ClusterRole",
-        "ClusterRoleBinding",
+        "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     for obj in rendered[variant]:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
@@ -309,7 +310,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 11
+    assert checked == 13
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -920,3 +921,87 @@ def test_the_webhook_configurations_and_nothing_else_are_labelled_to_apply_last(
     assert sorted(last) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
     labelled = [o for o in default if "gpu-admission.io/apply-last" in o["metadata"].get("labels", {})]
     assert len(labelled) == 2
+
+
+# ------------------------------------------------------------------------------------ who may opt a namespace out
+
+OPT_OUT_GROUP = "gpu-admission:namespace-opt-out"
+
+
+def _namespace(labels: dict[str, str] | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "team-a"}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def _admission_policy_verdict(
+    policy: dict[str, Any], operation: str, new: dict[str, Any], old: dict[str, Any] | None, groups: list[str] | None
+) -> tuple[bool, str]:
+    """What the API server does with a ValidatingAdmissionPolicy: its variables in order (each may read the
+    ones before), then each validation; the first false one denies with its message."""
+    user: dict[str, Any] = {"username": "someone"}
+    if groups is not None:
+        user["groups"] = groups
+    context: dict[str, Any] = {
+        "object": new, "oldObject": old, "request": {"operation": operation, "userInfo": user}, "variables": {},
+    }  # fmt: skip
+    import cel
+
+    for variable in policy["spec"]["variables"]:
+        context["variables"][variable["name"]] = cel.evaluate(variable["expression"], context)
+    for validation in policy["spec"]["validations"]:
+        if cel.evaluate(validation["expression"], context) is not True:
+            return False, cel.evaluate(validation["messageExpression"], context)
+    return True, ""
+
+
+OPT_OUT_MESSAGE = (
+    "the label gpu-admission.io/ignore takes a namespace out of the GPU admission webhooks: only members of the "
+    f"group {OPT_OUT_GROUP} may set, change or remove it; ask a cluster admin"
+)
+IGNORED = {"gpu-admission.io/ignore": "true"}
+
+
+@pytest.mark.parametrize(
+    ("operation", "old", "new", "groups", "allowed"),
+    [
+        ("CREATE", None, None, ["system:authenticated"], True),
+        ("CREATE", None, {"team": "a"}, None, True),
+        ("CREATE", None, IGNORED, ["system:authenticated"], False),
+        ("CREATE", None, IGNORED, None, False),
+        ("CREATE", None, IGNORED, [OPT_OUT_GROUP], True),
+        ("UPDATE", {"team": "a"}, {"team": "b"}, ["system:authenticated"], True),
+        ("UPDATE", None, IGNORED, ["system:authenticated"], False),
+        ("UPDATE", {"gpu-admission.io/ignore": "false"}, IGNORED, ["system:masters"], False),
+        ("UPDATE", IGNORED, {}, ["system:authenticated"], False),
+        ("UPDATE", IGNORED, None, ["system:authenticated"], False),
+        ("UPDATE", IGNORED, {**IGNORED, "team": "a"}, ["system:authenticated"], True),
+        ("UPDATE", None, IGNORED, ["system:authenticated", OPT_OUT_GROUP], True),
+        ("UPDATE", IGNORED, {}, [OPT_OUT_GROUP], True),
+    ],
+)
+def test_only_the_named_group_may_set_change_or_remove_the_opt_out_label(
+    default: list[dict[str, Any]], operation: str, old: Any, new: Any, groups: Any, allowed: bool
+) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy")
+    verdict = _admission_policy_verdict(
+        policy, operation, _namespace(new), _namespace(old) if operation == "UPDATE" else None, groups
+    )
+    assert verdict == ((True, "") if allowed else (False, OPT_OUT_MESSAGE))
+
+
+def test_the_opt_out_guard_matches_namespaces_and_its_binding_denies(default: list[dict[str, Any]]) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy")
+    binding = one(default, "ValidatingAdmissionPolicyBinding")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}
+    ]
+    assert policy["spec"]["variables"][0] == {"name": "allowedGroup", "expression": f"'{OPT_OUT_GROUP}'"}
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    # The label it guards is the one the webhooks skip.
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in one(default, kind)["webhooks"]:
+            keys = [e["key"] for e in hook["namespaceSelector"]["matchExpressions"]]
+            assert "gpu-admission.io/ignore" in keys
