@@ -63,7 +63,9 @@ RESOURCE_KINDS = {
 # guarded (has(), `in`, != null), because an expression that errors under failurePolicy Fail rejects the
 # request; CEL's && and || also absorb an error when the other side decides the result.
 MATCH_CONDITION = """\
-GUARDS &&
+GUARDS && (
+(has(SPEC.volumes) && SPEC.volumes != null && SPEC.volumes.exists(v,
+  has(v.hostPath) && v.hostPath != null && has(v.hostPath.path) && v.hostPath.path.contains('dev'))) ||
 ['containers', 'initContainers'].exists(section,
   section in SPEC && SPEC[section] != null &&
   SPEC[section].exists(c,
@@ -74,7 +76,9 @@ GUARDS &&
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
-      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)))))"""
+      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
+    (has(c.volumeMounts) && c.volumeMounts != null && c.volumeMounts.exists(m,
+      has(m.mountPath) && m.mountPath.contains('nvidia-container-devices'))))))"""
 
 
 POD_SECTIONS = "['containers', 'initContainers']"
@@ -583,7 +587,9 @@ def test_the_documented_condition_is_well_formed_and_guards_every_step() -> None
         depth += {"(": 1, ")": -1}.get(char, 0)
         assert depth >= 0
     assert depth == 0
-    assert expression.startswith("has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) &&\n")
+    assert expression.startswith(
+        "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) && (\n"
+    )
     assert "oldObject" not in expression  # absent on CREATE; the new object is what gets admitted
     # Every indexed or iterated value is tested first.
     for guarded, use in [
@@ -591,6 +597,10 @@ def test_the_documented_condition_is_well_formed_and_guards_every_step() -> None
          "object.spec.template.spec[section].exists("),
         ("amounts in c.resources && c.resources[amounts] != null", "c.resources[amounts].exists("),
         ("has(c.env) && c.env != null", "c.env.exists("),
+        ("has(c.volumeMounts) && c.volumeMounts != null", "c.volumeMounts.exists("),
+        ("has(object.spec.template.spec.volumes) && object.spec.template.spec.volumes != null",
+         "object.spec.template.spec.volumes.exists("),
+        ("has(v.hostPath) && v.hostPath != null && has(v.hostPath.path)", "v.hostPath.path.contains("),
     ]:  # fmt: skip
         assert expression.index(guarded) < expression.index(use)
 
@@ -860,6 +870,15 @@ CONDITION_CASES = [
     ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
     ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
     ({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "c"}}]}]}, False),
+    # The container toolkit's device list, and hostPaths that may hold the node's device nodes.
+    ({"containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/run/nvidia-container-devices/0"}]}]},
+     True),
+    ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "/dev/nvidia0"}}]}, True),
+    ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "//./dev"}}]}, True),
+    ({"containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+      "volumes": [{"name": "d", "hostPath": {"path": "/var/lib/data"}}, {"name": "e", "emptyDir": {}}]}, False),
+    ({"containers": [{"name": "a", "volumeMounts": None}], "volumes": None}, False),
+    ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": None}]}, False),
     # Missing and null fields at every step: false, never an error (an error under failurePolicy Fail rejects).
     ({}, False),
     ({"containers": None, "initContainers": None}, False),
