@@ -752,3 +752,67 @@ def test_one_container_over_its_own_maximum_gets_one_line_not_two():
     assert decision.violations == [
         'container "big": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
     ]
+
+
+# --- device selection through volumes, and the pool each mode serves ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host_path", "mount_path", "denied"),
+    [
+        ("//dev/./nvidia-uvm", "/dev/nvidia-uvm", True),
+        ("/dev/", "/host-dev", True),
+        ("/dev/shm", "/dev/shm", False),
+        ("/var/lib/data", "/var/run/../run/nvidia-container-devices/GPU-0", True),
+        ("/var/lib/data", "/var/run/nvidia-container-devices", True),
+        ("/var/lib/data", "/data", False),
+    ],
+)
+def test_device_paths_are_read_as_the_node_resolves_them(host_path, mount_path, denied):
+    volumes = [{"name": "v", "hostPath": {"path": host_path}}]
+    obj = pod(container(volumeMounts=[{"name": "v", "mountPath": mount_path}]), volumes=volumes)
+    assert (run(obj).decision == "deny") is denied
+    # Not mounted by any container, a volume selects nothing.
+    assert run(pod(container(), volumes=volumes)).decision == "allow"
+
+
+def test_a_debug_container_that_mounts_the_pods_dev_volume_is_denied():
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import PolicySet
+
+    running = pod(container(), volumes=[{"name": "devs", "hostPath": {"path": "/dev"}}])
+    debugged = pod(
+        container(),
+        volumes=[{"name": "devs", "hostPath": {"path": "/dev"}}],
+        ephemeralContainers=[{"name": "debug", "volumeMounts": [{"name": "devs", "mountPath": "/d"}]}],
+    )
+    decision = evaluate(debugged, NS, PolicySet((EXCLUSIVE,)), running)
+    assert decision.violations == [
+        'ephemeral container "debug": mounts hostPath /dev (volume "devs"): the node\'s GPU device nodes, outside the '
+        'device plugin\'s allocation (policy "team"); remove the volume and request nvidia.com/gpu'
+    ]
+
+
+def test_each_mode_serves_its_own_pool():
+    from webhook.admission.policy import MigStrategy
+
+    kept_name = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4, resource_name="nvidia.com/gpu"))
+    assert run(pod(container(limits={"nvidia.com/gpu.shared": "1"})), kept_name).violations == [
+        'container "app": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this namespace '
+        "time-slicing replicas as nvidia.com/gpu; request nvidia.com/gpu instead"
+    ]
+    single = policy(sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_strategy=MigStrategy.SINGLE))
+    assert run(pod(container(limits={"nvidia.com/mig-1g.10gb": "1"})), single).violations == [
+        'container "app": nvidia.com/mig-1g.10gb "1" is a MIG slice, but policy "team" gives this namespace one '
+        "1g.10gb MIG slice per nvidia.com/gpu (migStrategy single); request nvidia.com/gpu instead"
+    ]
+    unknown_model = policy(sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"))
+    assert run(pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), unknown_model).violations == []
+    assert run(pod(container(limits={"nvidia.com/mig-1g.10gb.shared": "1"})), MIG).violations == [
+        'container "app": nvidia.com/mig-1g.10gb.shared "1" is a shared GPU, but policy "team" gives this namespace '
+        "MIG slices (nvidia.com/mig-1g.10gb, nvidia.com/mig-1g.10gb.me, nvidia.com/mig-1g.20gb, "
+        "nvidia.com/mig-2g.20gb, nvidia.com/mig-3g.40gb, nvidia.com/mig-4g.40gb, nvidia.com/mig-7g.80gb); request "
+        "nvidia.com/gpu: 1 (it becomes nvidia.com/mig-1g.10gb) or one of those"
+    ]
+    # Other vendors' devices are not NVIDIA's pools.
+    assert run(pod(container(limits={"amd.com/gpu": "1"})), MIG).violations == []
