@@ -23,6 +23,8 @@ from typing import Any
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
+    DEVICE_LIST_MARK,
+    DEVICE_PATH_MARK,
     VISIBLE_DEVICES,
     ContainerRef,
     get_path,
@@ -220,7 +222,7 @@ def validate(
     problems: Problems = []
     blocks = rules.block_visible_devices
     scheduler = spec.get("schedulerName")
-    devices = {name: path for name, path in host_paths(spec).items() if is_gpu_device_path(path)} if blocks else {}
+    devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
     for section in ALL_SECTIONS:
@@ -238,8 +240,9 @@ def validate(
                 count_sum += total
                 if rules.converts_to_shared:
                     _within_share(ref, rules, problems)
-            if blocks and not _privileged(ref):
-                _visible_devices(ref, rules, problems, bool(total), scheduler)
+            if blocks and ("env" in body or "envFrom" in body or "volumeMounts" in body) and not _privileged(ref):
+                if "env" in body or "envFrom" in body:
+                    _visible_devices(ref, rules, problems, bool(total), scheduler)
                 if "volumeMounts" in body:
                     _device_mounts(ref, devices, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
@@ -600,10 +603,16 @@ def _visible_devices(
     of the node while one is allocated. A scheduler the policy trusts (`trustedSchedulers`, matched against
     spec.schedulerName) may set it from a ConfigMap key, as KAI Scheduler's GPU sharing does (a ConfigMap it
     owns and writes when it binds the pod); a literal value is never trusted."""
+    entry = None
+    env = ref.body.get("env")
+    if type(env) is list:
+        for item in env:
+            if type(item) is dict and item.get("name") == VISIBLE_DEVICES:
+                entry = item
+                break
+    if entry is None and "envFrom" not in ref.body:
+        return  # the usual case
     policy = rules.policy
-    entry = next(
-        (e for e in ref.env() if type(e) is dict and e.get("name") == VISIBLE_DEVICES), None
-    ) if "env" in ref.body else None
     if holds_gpu:
         state = "beside its GPU request"
         why = ("the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, "
@@ -635,13 +644,22 @@ def _visible_devices(
              f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix')
 
 
+def _device_volumes(spec: dict[str, Any]) -> dict[str, str]:
+    """The pod's hostPath volumes that hold the node's GPU device nodes: volume name -> host path."""
+    return {
+        name: path
+        for name, path in host_paths(spec).items()
+        if DEVICE_PATH_MARK in path and is_gpu_device_path(path)
+    }
+
+
 def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: _Rules, problems: Problems) -> None:
     """Device selection past the device plugin through volumes, in an unprivileged container: a mount under the
     container toolkit's device-list root (its `volume-mounts` strategy reads the mount paths there as the
     devices to give, whatever the volume is), or a hostPath of the node's /dev or /dev/nvidia*."""
     where = f'policy "{rules.policy.name}"'
     for volume, path in volume_mounts(ref.body):
-        if is_device_list_mount(path):
+        if DEVICE_LIST_MARK in path and is_device_list_mount(path):
             _add(ref, problems,
                  f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give '
                  f"the container the GPUs named there without allocating them ({where}); remove the mount and "
