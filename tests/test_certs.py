@@ -176,6 +176,17 @@ def test_keys_are_mode_0600_even_under_a_permissive_umask(tmp_path: Path) -> Non
     assert sorted(p.name for p in paths.directory.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
 
 
+def test_the_directory_it_creates_is_mode_0700_under_any_umask(tmp_path: Path) -> None:
+    for umask in (0, 0o022, 0o277):
+        previous = os.umask(umask)
+        try:
+            result = cli("generate", "--service", "hook", "--namespace", "ns", "--out", str(tmp_path / f"{umask:o}"))
+        finally:
+            os.umask(previous)
+        assert result.returncode == 0, result.stderr
+        assert stat.S_IMODE((tmp_path / f"{umask:o}").stat().st_mode) == 0o700
+
+
 def test_every_san_verifies_in_a_real_tls_handshake_and_other_names_do_not(generated: certs.CertPaths) -> None:
     with tls_server(generated.tls_cert, generated.tls_key) as port:
         for name in EXPECTED_DNS + EXPECTED_IPS:

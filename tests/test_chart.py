@@ -210,3 +210,11 @@ def test_the_charts_default_policy_is_the_manifests_first_day_copy() -> None:
     """Both are written by `make manifests` (manifests/sync-policies.sh)."""
     shipped = (MANIFESTS / "base" / "policies" / "default.yaml").read_text()
     assert (CHART / "files" / "default.yaml").read_text() == shipped
+
+
+def test_the_opt_out_guard_names_the_group_asked_for_or_is_left_out() -> None:
+    rendered = render("ignoreLabelGuard.allowedGroup=platform-admins")
+    guard = rendered[("ValidatingAdmissionPolicy", "gpu-admission-ignore-label")]
+    assert guard["spec"]["variables"][0] == {"name": "allowedGroup", "expression": "'platform-admins'"}
+    left_out = render("ignoreLabelGuard.enabled=false")
+    assert not [key for key in left_out if key[0].startswith("ValidatingAdmissionPolicy")]

@@ -14,6 +14,7 @@ from tests.engine_support import (
     MIG,
     MIG_FRACTIONAL,
     MPS,
+    NS,
     TIME_SLICING,
     TIME_SLICING_FRACTIONAL,
     Enforcement,
@@ -394,8 +395,8 @@ def test_two_shared_replicas_are_not_two_gpus():
 
 
 def test_the_one_replica_rule_is_for_shared_replicas_only():
-    # Under time-slicing, whole devices of other kinds (an AMD GPU, MIG slices) keep the usual maximum of 8.
-    obj = pod(container(limits={"amd.com/gpu": "2", "nvidia.com/mig-1g.10gb": "2"}))
+    # Under time-slicing, whole devices of another vendor keep the usual maximum of 8.
+    obj = pod(container(limits={"amd.com/gpu": "2"}))
     assert run(obj, TIME_SLICING).violations == []
     decision = run(pod(container(limits={"amd.com/gpu": "9"})), TIME_SLICING)
     assert decision.violations == [
@@ -461,7 +462,6 @@ def test_visible_devices_without_a_gpu_is_denied():
         'container "sneaky": sets NVIDIA_VISIBLE_DEVICES but requests no GPU; the NVIDIA container toolkit would '
         'expose GPUs without allocating them (policy "team"): remove the variable or request nvidia.com/gpu'
     ]
-    assert run(pod(container(env=env, limits={"nvidia.com/gpu": "1"}))).decision == "allow"
     assert run(pod(container(env=env)), policy(block_visible_devices_override=False)).decision == "allow"
 
 
@@ -643,7 +643,6 @@ def test_an_update_is_judged_only_when_it_changes_the_pod_spec():
 @pytest.mark.parametrize(
     ("metadata", "reason"),
     [
-        ({"deletionTimestamp": "2026-11-22T10:00:00Z"}, "it is being deleted"),
         (
             {"ownerReferences": [{"kind": "MyOperator", "name": "o", "uid": "1", "controller": True}]},
             "its pod template comes from its controller",
@@ -653,6 +652,21 @@ def test_an_update_is_judged_only_when_it_changes_the_pod_spec():
 def test_workloads_being_deleted_or_owned_by_a_controller_are_left_alone(metadata, reason):
     decision = run(workload("0.5", **metadata))
     assert (decision.allowed, decision.patch, decision.skipped, decision.skip_reason) == (True, [], True, reason)
+
+
+def test_a_deletion_timestamp_counts_only_where_the_stored_object_is_being_deleted():
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import PolicySet
+
+    policies = PolicySet((EXCLUSIVE,))
+    finalizing = workload("0.5", deletionTimestamp="2026-11-22T10:00:00Z", finalizers=["f"])
+    done = workload("0.5", deletionTimestamp="2026-11-22T10:00:00Z")
+    decision = evaluate(done, NS, policies, finalizing)  # the last finalizer removed
+    assert (decision.allowed, decision.patch, decision.skip_reason) == (True, [], "it is being deleted")
+    # On CREATE the timestamp is the client's own (the API server clears it after the mutating webhooks).
+    assert evaluate(done, NS, policies).decision == "deny"
+    # Nor does an UPDATE of a stored object that is not being deleted skip the review.
+    assert evaluate(done, NS, policies, workload("1")).decision == "deny"
 
 
 def test_owner_references_without_a_controller_and_owned_pods_are_still_judged():
@@ -738,3 +752,67 @@ def test_one_container_over_its_own_maximum_gets_one_line_not_two():
     assert decision.violations == [
         'container "big": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
     ]
+
+
+# --- device selection through volumes, and the pool each mode serves ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host_path", "mount_path", "denied"),
+    [
+        ("//dev/./nvidia-uvm", "/dev/nvidia-uvm", True),
+        ("/dev/", "/host-dev", True),
+        ("/dev/shm", "/dev/shm", False),
+        ("/var/lib/data", "/var/run/../run/nvidia-container-devices/GPU-0", True),
+        ("/var/lib/data", "/var/run/nvidia-container-devices", True),
+        ("/var/lib/data", "/data", False),
+    ],
+)
+def test_device_paths_are_read_as_the_node_resolves_them(host_path, mount_path, denied):
+    volumes = [{"name": "v", "hostPath": {"path": host_path}}]
+    obj = pod(container(volumeMounts=[{"name": "v", "mountPath": mount_path}]), volumes=volumes)
+    assert (run(obj).decision == "deny") is denied
+    # Not mounted by any container, a volume selects nothing.
+    assert run(pod(container(), volumes=volumes)).decision == "allow"
+
+
+def test_a_debug_container_that_mounts_the_pods_dev_volume_is_denied():
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import PolicySet
+
+    running = pod(container(), volumes=[{"name": "devs", "hostPath": {"path": "/dev"}}])
+    debugged = pod(
+        container(),
+        volumes=[{"name": "devs", "hostPath": {"path": "/dev"}}],
+        ephemeralContainers=[{"name": "debug", "volumeMounts": [{"name": "devs", "mountPath": "/d"}]}],
+    )
+    decision = evaluate(debugged, NS, PolicySet((EXCLUSIVE,)), running)
+    assert decision.violations == [
+        'ephemeral container "debug": mounts hostPath /dev (volume "devs"): the node\'s GPU device nodes, outside the '
+        'device plugin\'s allocation (policy "team"); remove the volume and request nvidia.com/gpu'
+    ]
+
+
+def test_each_mode_serves_its_own_pool():
+    from webhook.admission.policy import MigStrategy
+
+    kept_name = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4, resource_name="nvidia.com/gpu"))
+    assert run(pod(container(limits={"nvidia.com/gpu.shared": "1"})), kept_name).violations == [
+        'container "app": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this namespace '
+        "time-slicing replicas as nvidia.com/gpu; request nvidia.com/gpu instead"
+    ]
+    single = policy(sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_strategy=MigStrategy.SINGLE))
+    assert run(pod(container(limits={"nvidia.com/mig-1g.10gb": "1"})), single).violations == [
+        'container "app": nvidia.com/mig-1g.10gb "1" is a MIG slice, but policy "team" gives this namespace one '
+        "1g.10gb MIG slice per nvidia.com/gpu (migStrategy single); request nvidia.com/gpu instead"
+    ]
+    unknown_model = policy(sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"))
+    assert run(pod(container(limits={"nvidia.com/mig-3g.40gb": "1"})), unknown_model).violations == []
+    assert run(pod(container(limits={"nvidia.com/mig-1g.10gb.shared": "1"})), MIG).violations == [
+        'container "app": nvidia.com/mig-1g.10gb.shared "1" is a shared GPU, but policy "team" gives this namespace '
+        "MIG slices (nvidia.com/mig-1g.10gb, nvidia.com/mig-1g.10gb.me, nvidia.com/mig-1g.20gb, "
+        "nvidia.com/mig-2g.20gb, nvidia.com/mig-3g.40gb, nvidia.com/mig-4g.40gb, nvidia.com/mig-7g.80gb); request "
+        "nvidia.com/gpu: 1 (it becomes nvidia.com/mig-1g.10gb) or one of those"
+    ]
+    # Other vendors' devices are not NVIDIA's pools.
+    assert run(pod(container(limits={"amd.com/gpu": "1"})), MIG).violations == []

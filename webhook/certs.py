@@ -476,9 +476,15 @@ def write_certificate(path: Path, cert: x509.Certificate) -> None:
     _write_atomic(Path(path), cert.public_bytes(serialization.Encoding.PEM), CERT_MODE)
 
 
+DIR_MODE = 0o700  # the directory holds the CA's private key: its listing and files are the owner's alone
+
+
 def _make_dir(directory: Path) -> None:
+    """Create `directory` as 0700 whatever the umask (one that exists is left as its owner made it)."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.exists():
+            directory.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+            os.chmod(directory, DIR_MODE)
     except OSError as exc:
         raise CertError(f"{directory}: cannot create the directory: {exc.strerror}") from None
     if not directory.is_dir():

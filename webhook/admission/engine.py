@@ -158,7 +158,9 @@ def _judge_added_ephemeral_containers(obj: dict[str, Any], old: dict[str, Any], 
     added = (
         [c for c in new_list if type(c) is not dict or c.get("name") not in existing] if type(new_list) is list else []
     )
-    view = {"kind": "Pod", "metadata": obj.get("metadata"), "spec": {"ephemeralContainers": added}}
+    # The pod's volumes come along: a debug container may mount one of them (validate's device rules).
+    spec = {"ephemeralContainers": added, "volumes": get_path(obj, POD_SPEC).get("volumes")}
+    view = {"kind": "Pod", "metadata": obj.get("metadata"), "spec": spec}
     if not added or not mentions_gpu(view, POD_SPEC):
         return Decision(True, "allow", policy.name, mutated=obj)
     return _verdict(policy, [], [], validate(view, policy, POD_SPEC), obj, [])
@@ -169,7 +171,9 @@ def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> st
 
     Every Pod is judged when it is created, whatever made it; workloads are judged for early feedback, and
     judging them where nobody asked for their pod spec to change does harm:
-    - an object being deleted: a denied update would keep its finalizers, and it would never go away;
+    - an object being deleted: a denied update would keep its finalizers, and it would never go away. Only an
+      UPDATE of a stored object that has a deletionTimestamp counts: the API server clears a client's on CREATE
+      only after the mutating webhooks ran, so the one in a CREATE (where `old` is None) is the client's own;
     - an UPDATE that leaves the pod spec as it was (a scale, a label, a finalizer): denying it would stop
       controllers from scaling down a workload that no longer fits the policy, and patching it would change
       a Job's immutable template (rejected) or start a Deployment rollout that nobody asked for;
@@ -177,11 +181,15 @@ def _left_alone(obj: dict[str, Any], old: Any, spec_path: tuple[str, ...]) -> st
       template is the controller's, which was judged; a patched copy would no longer match it, and the
       Deployment controller would make new ReplicaSets, one after another.
     """
-    metadata = obj.get("metadata")
-    if type(metadata) is dict and metadata.get("deletionTimestamp"):
+    if type(old) is dict and _being_deleted(old):
         return "it is being deleted"
     if spec_path != POD_SPEC and controller_reference(obj) is not None:
         return "its pod template comes from its controller"
     if type(old) is dict and get_path(old, spec_path) == get_path(obj, spec_path):
         return "this update leaves its pod spec as it was"
     return ""
+
+
+def _being_deleted(obj: dict[str, Any]) -> bool:
+    metadata = obj.get("metadata")
+    return type(metadata) is dict and bool(metadata.get("deletionTimestamp"))

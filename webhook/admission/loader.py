@@ -682,6 +682,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             memory_fraction = _BAD
     framework_env = _parse_frameworks(spec, check)
     block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
+    trusted = _parse_trusted_schedulers(spec, check)
     steering = _parse_steering(spec, check)
     cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
 
@@ -704,6 +705,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         memory_fraction=memory_fraction,
         framework_env=framework_env,
         block_visible_devices_override=block,
+        trusted_schedulers=trusted,
         cluster=ClusterChecks(
             fits=cluster["fits"],
             offered=cluster["offered"],
@@ -969,6 +971,31 @@ def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[st
             continue
         if entry not in FRAMEWORKS:
             check.problem(where, _one_of(entry, FRAMEWORKS))
+        elif entry in chosen:
+            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+        else:
+            chosen.append(entry)
+    return tuple(chosen)
+
+
+def _parse_trusted_schedulers(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:
+    """spec.trustedSchedulers: scheduler names as a pod's spec.schedulerName holds them (DNS subdomains)."""
+    path = "spec.trustedSchedulers"
+    entries = spec.get("trustedSchedulers", [])
+    if not isinstance(entries, list):
+        check.expected(path, entries, f"expected a list of scheduler names, got {_describe(entries)}")
+        return ()
+    chosen: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{path}[{index}]"
+        if check.string(entry, where, "a scheduler name") is _BAD:
+            continue
+        if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
+            check.problem(
+                where,
+                f"{_quote(entry)} is not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase "
+                "letters, digits, '-' and '.'); write it as pods name it, e.g. kai-scheduler",
+            )
         elif entry in chosen:
             check.problem(where, f"{_quote(entry)} is listed twice; remove one")
         else:

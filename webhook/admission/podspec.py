@@ -6,6 +6,7 @@ extended-resource rules, so a requests-only Deployment is rejected before any Po
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +29,14 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# The NVIDIA container toolkit's device list as volume mounts (its `volume-mounts` device-list strategy): a
+# mount whose destination starts with this root names the devices the container gets (nvidia-container-
+# toolkit, internal/config/image: DeviceListAsVolumeMountsRoot, matched as a string prefix). /var/run is a
+# link to /run on current distributions, so both spellings are read.
+DEVICE_LIST_ROOTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
+# What the matchConditions and `mentions_gpu` look for, loosely (a superset of what validation denies).
+DEVICE_LIST_MARK = "nvidia-container-devices"
+DEVICE_PATH_MARK = "dev"
 MUTATED_SECTIONS = ("containers", "initContainers")  # ephemeral containers cannot hold resources
 ALL_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
 SECTION_NOUNS = {
@@ -147,6 +156,49 @@ def visible_devices_prefix(body: dict[str, Any]) -> str | None:
     return None
 
 
+def normal_path(path: str) -> str:
+    """A path as the node resolves its `..` and `.` and repeated slashes (symbolic links are beyond sight)."""
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def is_device_list_mount(mount_path: str) -> bool:
+    """A volume mount that the container toolkit reads as a list of devices to give the container."""
+    return any(path.startswith(DEVICE_LIST_ROOTS) for path in (mount_path, normal_path(mount_path)))
+
+
+def is_gpu_device_path(host_path: str) -> bool:
+    """A hostPath that holds the node's NVIDIA device nodes: /dev itself, or /dev/nvidia* (nvidia0, nvidiactl,
+    nvidia-uvm, nvidia-caps, ...)."""
+    path = normal_path(host_path)
+    return path == "/dev" or path.startswith("/dev/nvidia")
+
+
+def host_paths(spec: dict[str, Any]) -> dict[str, str]:
+    """The pod's hostPath volumes: volume name -> host path."""
+    volumes = spec.get("volumes")
+    found: dict[str, str] = {}
+    if type(volumes) is list:
+        for volume in volumes:
+            if type(volume) is dict and type(volume.get("name")) is str:
+                host = volume.get("hostPath")
+                path = host.get("path") if type(host) is dict else None
+                if type(path) is str:
+                    found[volume["name"]] = path
+    return found
+
+
+def volume_mounts(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """A container's volume mounts as (volume name, mount path), the well-formed ones."""
+    mounts = body.get("volumeMounts")
+    if type(mounts) is not list:
+        return []
+    return [
+        (m["name"], m["mountPath"])
+        for m in mounts
+        if type(m) is dict and type(m.get("name")) is str and type(m.get("mountPath")) is str
+    ]
+
+
 def iter_containers(
     obj: dict[str, Any], spec_path: tuple[str, ...], sections: tuple[str, ...] = MUTATED_SECTIONS
 ) -> Iterator[ContainerRef]:
@@ -163,14 +215,17 @@ def iter_containers(
 
 
 def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
-    """Whether any rule could apply: a managed resource, resources that are not maps, or NVIDIA_VISIBLE_DEVICES
-    (by name, or through an envFrom prefix).
+    """Whether any rule could apply: a managed resource, resources that are not maps, NVIDIA_VISIBLE_DEVICES
+    (by name, or through an envFrom prefix), a hostPath volume whose path holds "dev", or a volume mount whose
+    path holds "nvidia-container-devices" (the toolkit's device list).
 
     A pre-filter, the engine's twin of the manifests' matchConditions: most pods hold no GPU, and for them
     the answer is "allow, untouched" without running mutation and validation. It may say True needlessly,
     never False wrongly.
     """
     spec = get_path(obj, spec_path)
+    if "volumes" in spec and any(DEVICE_PATH_MARK in path for path in host_paths(spec).values()):
+        return True
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if containers is None:
@@ -195,6 +250,8 @@ def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
             ):
                 return True
             if "envFrom" in body and visible_devices_prefix(body) is not None:
+                return True
+            if "volumeMounts" in body and any(DEVICE_LIST_MARK in path for _, path in volume_mounts(body)):
                 return True
     return False
 

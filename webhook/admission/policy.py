@@ -160,6 +160,9 @@ class Policy:
     memory_fraction: Fraction | None = None
     framework_env: tuple[str, ...] = DEFAULT_FRAMEWORK_ENV
     block_visible_devices_override: bool = True
+    # Schedulers (spec.schedulerName) that set NVIDIA_VISIBLE_DEVICES themselves from a ConfigMap they own (KAI
+    # Scheduler's GPU sharing): their pods may take the variable from a ConfigMap key. None by default.
+    trusted_schedulers: tuple[str, ...] = ()
     # Node affinity for the pool this policy's GPUs are on (steering.py). Built policies and the built-in
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False

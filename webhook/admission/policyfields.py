@@ -169,6 +169,12 @@ SPEC = (
         "requesting a GPU.", default=True,
     ),
     Field(
+        "trustedSchedulers", "array", "Schedulers (spec.schedulerName) that set NVIDIA_VISIBLE_DEVICES themselves "
+        "from a ConfigMap they own, such as kai-scheduler: their pods may take the variable from a ConfigMap key "
+        "(never a literal value). Any pod can name a scheduler: list one only where that is acceptable.",
+        items="string", unique=True, default=(), pattern=DNS_SUBDOMAIN, max_length=253,
+    ),
+    Field(
         "steering", "boolean", "Add node affinity that keeps the namespace's GPU pods on nodes whose sharing "
         "matches the policy (GPU feature discovery labels); auto: where the resource name alone does not.",
         default="auto", alternatives=("auto",),

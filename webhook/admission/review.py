@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,12 +65,18 @@ class AdmissionRequest:
 
     @property
     def engine_namespace(self) -> str:
-        """The namespace whose policy applies: the request's, else the object's, else `default`."""
-        if self.namespace:
-            return self.namespace
-        metadata = (self.object or {}).get("metadata")
-        namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
-        return namespace if isinstance(namespace, str) and namespace else "default"
+        """The namespace whose policy applies: the request's (the object's may not say otherwise: `parse_review`),
+        else `default`."""
+        return self.namespace or "default"
+
+    @property
+    def engine_object(self) -> dict[str, Any] | None:
+        """The object as the engine reads it: its kind is the request's (`request.kind`; the object's may not say
+        otherwise, and where it says nothing the request's is filled in)."""
+        obj = self.object
+        if obj is not None and not obj.get("kind"):
+            obj = {**obj, "kind": self.kind["kind"]}
+        return obj
 
     @property
     def object_name(self) -> str:
@@ -144,6 +151,13 @@ def _load_json(body: bytes) -> Any:
     except RecursionError:
         raise ReviewError(
             "body: JSON nested too deeply (over several hundred levels); no Kubernetes object is"
+        ) from None
+    except ReviewError:
+        raise  # a duplicate key or a NaN, said by the hooks (ReviewError is a ValueError too)
+    except ValueError:  # an integer past Python's limit on digits (4,300): int() refuses to convert it
+        raise ReviewError(
+            f"body: a number with more than {sys.get_int_max_str_digits()} digits; no Kubernetes field holds one "
+            "(an int64 has 19 digits): send it as a quantity string"
         ) from None
 
 
@@ -227,6 +241,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
         if metadata is not None:
             for key in ("name", "namespace", "generateName"):
                 _field(metadata, key, f"{where}.metadata", str, required=False, nullable=True)
+        _agrees_with_request(value, where, gvk, namespace)
 
     return AdmissionRequest(
         api_version=api_version,
@@ -241,6 +256,35 @@ def parse_review(body: bytes) -> AdmissionRequest:
         resource=resource,
         sub_resource=sub_resource,
     )
+
+
+def _agrees_with_request(obj: dict[str, Any], where: str, gvk: dict[str, str], namespace: str) -> None:
+    """The policy is chosen by `request.namespace` and the pod spec found by `request.kind`: what the API server
+    authorized and will store. An object that says another namespace, kind or version is not what an API server
+    sends (it sets an empty namespace to the request's and refuses a different one before admission), so the
+    review is refused rather than judged under a policy or a kind of the sender's choosing."""
+    metadata = obj.get("metadata")
+    stated = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if stated and stated != namespace:
+        said = f"request.namespace {namespace[:80]!r}" if namespace else "no request.namespace"
+        raise ReviewError(
+            f"{where}.metadata.namespace: {stated[:80]!r} differs from {said}; the API server sends the namespace "
+            "the object is stored in: send the two equal"
+        )
+    kind = obj.get("kind")
+    if kind and kind != gvk["kind"]:
+        raise ReviewError(
+            f"{where}.kind: {kind[:80]!r} differs from request.kind.kind {gvk['kind'][:80]!r}; the API server sends "
+            "the kind it admits: send the two equal"
+        )
+    api_version = obj.get("apiVersion")
+    if api_version and "version" in gvk:
+        expected = f"{gvk['group']}/{gvk['version']}" if gvk.get("group") else gvk["version"]
+        if api_version != expected:
+            raise ReviewError(
+                f"{where}.apiVersion: {api_version[:80]!r} differs from request.kind ({expected[:80]!r}); the API "
+                "server sends the object in the version it names: send the two equal"
+            )
 
 
 # ----------------------------------------------------------------------------------------------- response

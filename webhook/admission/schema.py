@@ -31,10 +31,11 @@ def field_schema(field: Field) -> dict[str, Any]:
         schema["const"] = field.const
     if field.choices and field.kind != "array":
         schema["enum"] = list(field.choices)
+    text = schema if field.kind != "array" else {}  # an array's pattern and length are its items'
     if field.pattern is not None:
-        schema["pattern"] = field.pattern
+        text["pattern"] = field.pattern
     if field.max_length is not None:
-        schema["maxLength"] = field.max_length
+        text["maxLength"] = field.max_length
     if field.minimum is not None:
         schema["minimum"] = field.minimum
     if field.above is not None:
@@ -47,6 +48,7 @@ def field_schema(field: Field) -> dict[str, Any]:
             items["enum"] = list(field.choices)
         if field.items == "object":
             items.update(section_schema(field.fields))
+        items.update(text)
         schema["items"] = items
         if field.min_items is not None:
             schema["minItems"] = field.min_items

@@ -23,11 +23,17 @@ from typing import Any
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
+    DEVICE_LIST_MARK,
+    DEVICE_PATH_MARK,
     VISIBLE_DEVICES,
     ContainerRef,
     get_path,
+    host_paths,
+    is_device_list_mount,
+    is_gpu_device_path,
     pod_spec_path,
     visible_devices_prefix,
+    volume_mounts,
 )
 from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
@@ -36,6 +42,7 @@ from webhook.admission.resources import (
     GPU_MODELS,
     MIG_PREFIX,
     NVIDIA_GPU,
+    SHARED_SUFFIX,
     GPUModel,
     is_managed,
     is_shared,
@@ -133,6 +140,10 @@ class _Rules:
     block_visible_devices: bool
     shared_resource: str | None  # the policy's shared replica (`nvidia.com/gpu` where the plugin keeps the name)
     mig_single_resource: str | None  # `nvidia.com/gpu` where it is one MIG slice (migStrategy: single)
+    trusted_schedulers: tuple[str, ...]  # their pods may take NVIDIA_VISIBLE_DEVICES from a ConfigMap key
+    # The NVIDIA resources this namespace's pool hands out (`_served`): one rule per sharing mode.
+    served: frozenset[str]
+    any_mig_profile: bool  # MIG on an unknown model with no migProfiles: any `nvidia.com/mig-<profile>` is served
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -174,7 +185,26 @@ class _Rules:
             block_visible_devices=policy.block_visible_devices_override,
             shared_resource=policy.sharing.shared_resource,
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
+            trusted_schedulers=policy.trusted_schedulers,
+            served=_served_resources(policy, mig_model),
+            any_mig_profile=mode is Mode.MIG and not sharing.is_mig_single and mig_model is None
+            and sharing.mig_profiles is None,
         )
+
+
+def _served_resources(policy: Policy, mig_model: GPUModel | None) -> frozenset[str]:
+    """What each sharing mode hands out: whole GPUs `nvidia.com/gpu`; time-slicing and MPS their shared resource
+    (`nvidia.com/gpu` maps to it); MIG the offered profiles (`nvidia.com/gpu` maps to `migProfile`), or under
+    `migStrategy: single` `nvidia.com/gpu` alone. Anything else of NVIDIA's is another pool."""
+    sharing = policy.sharing
+    if sharing.mode.is_shared:
+        return frozenset({NVIDIA_GPU, sharing.resource_name})
+    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
+        profiles = sharing.mig_profiles or (tuple(mig_model.profile_names()) if mig_model else ())
+        if sharing.mig_profile:
+            profiles = (*profiles, sharing.mig_profile)
+        return frozenset({NVIDIA_GPU, *(mig_resource(profile) for profile in profiles)})
+    return frozenset({NVIDIA_GPU})
 
 
 def validate(
@@ -190,6 +220,9 @@ def validate(
         return []
     rules = _Rules.of(policy)
     problems: Problems = []
+    blocks = rules.block_visible_devices
+    scheduler = spec.get("schedulerName")
+    devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
     for section in ALL_SECTIONS:
@@ -207,8 +240,11 @@ def validate(
                 count_sum += total
                 if rules.converts_to_shared:
                     _within_share(ref, rules, problems)
-            if rules.block_visible_devices and not total:
-                _visible_devices(ref, rules, problems)
+            if blocks and ("env" in body or "envFrom" in body or "volumeMounts" in body) and not _privileged(ref):
+                if "env" in body or "envFrom" in body:
+                    _visible_devices(ref, rules, problems, bool(total), scheduler)
+                if "volumeMounts" in body:
+                    _device_mounts(ref, devices, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
     if count_sum > rules.max_per_pod:
@@ -265,7 +301,26 @@ def _container(ref: ContainerRef, rules: _Rules, problems: Problems) -> dict[str
     for name in requests:
         if name not in limits and is_managed(name):
             _resource(ref, name, requests[name], None, rules, problems)  # no limit: never a count
+    if len(counts) > 1 and not all(counts.values()) and any(counts.values()):
+        _zero_companions(ref, counts, limits, rules, problems)
     return counts
+
+
+def _zero_companions(
+    ref: ContainerRef, counts: dict[str, int | Fraction], limits: dict[str, Any], rules: _Rules, problems: Problems
+) -> None:
+    """A managed resource set to 0 beside a GPU request. The scheduler and the device plugin skip it, but it
+    keeps mutation from mapping the request (its target is already there): `nvidia.com/gpu: 1` with
+    `nvidia.com/gpu.shared: "0"` would stay a whole GPU in a sharing namespace. A 0 alone asks for nothing and
+    is left as written (charts write `nvidia.com/gpu: 0` for their CPU variant)."""
+    held = next(f"{name} {quantity_text(limits[name])}" for name, count in counts.items() if count)
+    for name, count in counts.items():
+        if not count:
+            shown = quantity_text(limits[name])
+            _add(ref, problems,
+                 f"{name} {shown} beside {held} asks for no device, and a zero keeps the webhook from making the "
+                 f'request what policy "{rules.policy.name}" gives; remove {name}',
+                 f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it")
 
 
 def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> Fraction | None:
@@ -333,10 +388,11 @@ def _resource(
         return None
     if name in DEVICE_AMOUNTS:
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
-    if value and (rules.exclusive or rules.mig_model or rules.offered):
+    if value and name not in rules.served and name.startswith("nvidia.com/"):
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
-        _over_mapped_maximum(ref, value, rules, problems)
+        if value and not _over_mapped_maximum(ref, value, rules, problems):
+            _left_unmapped(ref, limit_raw, rules, problems)
         return value
     maximum = rules.container_maximum(name)
     if value > maximum:
@@ -407,14 +463,27 @@ def _one_slice_short(what: str) -> str:
     return f"{what}: one MIG slice per container; ask for one bigger profile"
 
 
-def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, problems: Problems) -> None:
+def _left_unmapped(ref: ContainerRef, raw: Any, rules: _Rules, problems: Problems) -> None:
+    """`nvidia.com/gpu: N` still there after mutation in a namespace that maps it: mutation leaves it only where
+    the container already holds the target (`nvidia.com/gpu.shared: "0"` beside it, say), and a whole GPU would
+    then be drawn from a pool this namespace is not given."""
+    target = rules.mapping_target
+    policy = rules.policy
+    shown = quantity_text(raw)
+    _add(ref, problems,
+         f"{NVIDIA_GPU} {shown} stays a whole GPU beside {target}, but under policy \"{policy.name}\" "
+         f"({policy.sharing.mode}) {NVIDIA_GPU} becomes {target}; request {target} or {NVIDIA_GPU}, not both",
+         f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both")
+
+
+def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, problems: Problems) -> bool:
     """`nvidia.com/gpu: N` in a namespace that maps it (mutation leaves it as written when N is more than the
-    target allows): the line names the request as written and what the policy makes of it."""
+    target allows): the line names the request as written and what the policy makes of it. Whether it was."""
     target = rules.mapping_target
     assert target is not None
     maximum = rules.container_maximum(target)
     if value <= maximum:
-        return
+        return False
     policy = rules.policy
     n = int(value)
     what = f"{NVIDIA_GPU} {n} ({target} {n} under {policy.sharing.mode})"
@@ -430,6 +499,7 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, prob
              f"{what} exceeds the per-container maximum of {maximum} (policy \"{policy.name}\"); request at most "
              f"{maximum}",
              f"{NVIDIA_GPU} {_brief(str(n), 8)}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+    return True
 
 
 def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
@@ -457,55 +527,149 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
 
 
 def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Problems) -> None:
-    """Resources that the namespace's sharing mode does not hand out."""
+    """An NVIDIA resource that this namespace's pool does not hand out (`_served_resources`): the pod would draw
+    on another team's pool (a MIG slice in a whole-GPU namespace, a shared replica in a MIG one)."""
     policy, model = rules.policy, rules.mig_model
     shown = quantity_text(raw)
-    if rules.exclusive and is_shared(name):
-        _add(ref, problems,
-             f'{name} {shown} is a shared GPU, but policy "{policy.name}" gives this namespace whole GPUs '
-             f"(mode exclusive); request {NVIDIA_GPU} instead",
-             f"{_brief(name)}: this namespace has whole GPUs only; ask for {NVIDIA_GPU}")
-        return
     profile = mig_profile_of(name)
-    if profile is None:
-        return
-    if model is not None and model.profile(profile) is None:
-        _add(ref, problems,
-             f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
-             f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
-             f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has")
-    elif rules.offered is not None and profile not in rules.offered:
-        _add(ref, problems,
-             f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
-             f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
-             "use one of those",
-             f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists")
+    if profile is not None and not name.endswith(SHARED_SUFFIX) and policy.sharing.mode is Mode.MIG:
+        if rules.any_mig_profile or policy.sharing.is_mig_single:
+            if rules.any_mig_profile:
+                return  # an unknown model's profiles: any is one
+        elif model is not None and model.profile(profile) is None:
+            _add(ref, problems,
+                 f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
+                 f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
+                 f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has")
+            return
+        elif rules.offered is not None:
+            _add(ref, problems,
+                 f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
+                 f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
+                 "use one of those",
+                 f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists")
+            return
+    if is_shared(name):
+        what = "a shared GPU"
+    elif profile is not None:
+        what = "a MIG slice"
+    else:
+        what = "an NVIDIA resource"
+    gives, instead, short = _pool(rules)
+    _add(ref, problems,
+         f'{name} {shown} is {what}, but policy "{policy.name}" gives this namespace {gives}; request {instead}',
+         f"{_brief(name)}: not this namespace's GPUs; {short}")
 
 
-def _visible_devices(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
-    """NVIDIA_VISIBLE_DEVICES in a container that counts no GPU (called only where the policy blocks it).
+def _pool(rules: _Rules) -> tuple[str, str, str]:
+    """What the namespace's pool is, what to request instead of another pool's resource, and that in short."""
+    sharing = rules.policy.sharing
+    if sharing.mode.is_shared:
+        name = sharing.resource_name
+        if name == NVIDIA_GPU:
+            return f"{sharing.mode} replicas as {NVIDIA_GPU}", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+        return (f"{sharing.mode} replicas ({name})", f"{NVIDIA_GPU}: 1 (it becomes {name}: 1) or {name}",
+                f"ask for {NVIDIA_GPU}: 1")
+    if sharing.mode is Mode.MIG:
+        if sharing.is_mig_single:
+            gives = f"one {sharing.mig_profile} MIG slice per {NVIDIA_GPU} (migStrategy single)"
+            return gives, f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+        target = mig_resource(sharing.mig_profile) if sharing.mig_profile else None
+        offered = sorted(name for name in rules.served if name != NVIDIA_GPU)
+        listed = ", ".join(offered) if offered else f"{MIG_PREFIX}<profile>"
+        into = f" (it becomes {target})" if target else ""
+        return f"MIG slices ({listed})", f"{NVIDIA_GPU}: 1{into} or one of those", f"ask for {NVIDIA_GPU}: 1"
+    return "whole GPUs (mode exclusive)", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
 
-    A privileged container is left alone: it sees every device node of the host whatever the variable says, so
-    the rule protects nothing there, and the GPU stack's own pods (device plugin, DCGM exporter, GPU feature
-    discovery) run privileged with NVIDIA_VISIBLE_DEVICES=all and no GPU request. Pod Security admission is the
-    fence for privileged containers.
-    """
+
+def _privileged(ref: ContainerRef) -> bool:
+    """A privileged container sees every device node of the host whatever it asks for: the device rules
+    protect nothing there, and the GPU stack's own pods (device plugin, DCGM exporter, GPU feature discovery)
+    run privileged with NVIDIA_VISIBLE_DEVICES=all and no GPU request. Pod Security admission is the fence for
+    privileged containers."""
     security = ref.body.get("securityContext")
-    if type(security) is dict and security.get("privileged") is True:
-        return
+    return type(security) is dict and security.get("privileged") is True
+
+
+TRUST_HINT = "policy's trustedSchedulers"
+
+
+def _visible_devices(
+    ref: ContainerRef, rules: _Rules, problems: Problems, holds_gpu: bool, scheduler: Any
+) -> None:
+    """NVIDIA_VISIBLE_DEVICES in an unprivileged container (called only where the policy blocks it), whatever
+    the container requests: the kubelet puts the pod's env after the device plugin's, and the container
+    toolkit keeps the last value, so `nvidia.com/gpu: 1` beside `NVIDIA_VISIBLE_DEVICES=all` sees every GPU
+    of the node while one is allocated. A scheduler the policy trusts (`trustedSchedulers`, matched against
+    spec.schedulerName) may set it from a ConfigMap key, as KAI Scheduler's GPU sharing does (a ConfigMap it
+    owns and writes when it binds the pod); a literal value is never trusted."""
+    entry = None
+    env = ref.body.get("env")
+    if type(env) is list:
+        for item in env:
+            if type(item) is dict and item.get("name") == VISIBLE_DEVICES:
+                entry = item
+                break
+    if entry is None and "envFrom" not in ref.body:
+        return  # the usual case
     policy = rules.policy
-    if VISIBLE_DEVICES in ref.env_names():
-        _add(ref, problems,
-             f"sets {VISIBLE_DEVICES} but requests no GPU; the NVIDIA container toolkit would expose GPUs without "
-             f'allocating them (policy "{policy.name}"): remove the variable or request {NVIDIA_GPU}',
-             f"sets {VISIBLE_DEVICES} but requests no GPU; remove it or request {NVIDIA_GPU}")
-    elif (prefix := visible_devices_prefix(ref.body)) is not None:
+    if holds_gpu:
+        state = "beside its GPU request"
+        why = ("the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, "
+               "so the container would see GPUs not allocated to it")
+    else:
+        state = "but requests no GPU"
+        why = "the NVIDIA container toolkit would expose GPUs without allocating them"
+    where = f'policy "{policy.name}"'
+    if entry is not None:
+        source = entry.get("valueFrom")
+        from_config_map = type(source) is dict and type(source.get("configMapKeyRef")) is dict
+        if from_config_map and type(scheduler) is str and scheduler in rules.trusted_schedulers:
+            return
+        fix = "remove the variable (the device plugin sets it)" if holds_gpu else \
+            f"remove the variable or request {NVIDIA_GPU}"
+        short = "remove it" if holds_gpu else f"remove it or request {NVIDIA_GPU}"
+        if from_config_map:  # the shape a scheduler writes: say how to trust one
+            named = f'spec.schedulerName "{scheduler}"' if type(scheduler) is str else "no spec.schedulerName"
+            fix += (f"; if a scheduler sets it (KAI Scheduler's GPU sharing), list that scheduler in the "
+                    f"{TRUST_HINT} ({named} is not listed)")
+            short = f"{short}, or list its scheduler in {TRUST_HINT}"
+        _add(ref, problems, f"sets {VISIBLE_DEVICES} {state}; {why} ({where}): {fix}",
+             f"sets {VISIBLE_DEVICES} {state}; {short}")
+    elif "envFrom" in ref.body and (prefix := visible_devices_prefix(ref.body)) is not None:
+        fix = "use another prefix" if holds_gpu else f"use another prefix or request {NVIDIA_GPU}"
         _add(ref, problems,
              f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key '
-             f'"{VISIBLE_DEVICES.removeprefix(prefix)}") but requests no GPU; the NVIDIA container toolkit would '
-             f'expose GPUs without allocating them (policy "{policy.name}"): use another prefix or request '
-             f"{NVIDIA_GPU}",
+             f'"{VISIBLE_DEVICES.removeprefix(prefix)}") {state}; {why} ({where}): {fix}',
              f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix')
+
+
+def _device_volumes(spec: dict[str, Any]) -> dict[str, str]:
+    """The pod's hostPath volumes that hold the node's GPU device nodes: volume name -> host path."""
+    return {
+        name: path
+        for name, path in host_paths(spec).items()
+        if DEVICE_PATH_MARK in path and is_gpu_device_path(path)
+    }
+
+
+def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: _Rules, problems: Problems) -> None:
+    """Device selection past the device plugin through volumes, in an unprivileged container: a mount under the
+    container toolkit's device-list root (its `volume-mounts` strategy reads the mount paths there as the
+    devices to give, whatever the volume is), or a hostPath of the node's /dev or /dev/nvidia*."""
+    where = f'policy "{rules.policy.name}"'
+    for volume, path in volume_mounts(ref.body):
+        if DEVICE_LIST_MARK in path and is_device_list_mount(path):
+            _add(ref, problems,
+                 f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give '
+                 f"the container the GPUs named there without allocating them ({where}); remove the mount and "
+                 f"request {NVIDIA_GPU}",
+                 f"mounts {_brief(path, 40)}, the toolkit's device list; remove it, request {NVIDIA_GPU}")
+        elif volume in devices:
+            _add(ref, problems,
+                 f'mounts hostPath {devices[volume]} (volume "{volume}"): the node\'s GPU device nodes, outside '
+                 f"the device plugin's allocation ({where}); remove the volume and request {NVIDIA_GPU}",
+                 f"mounts hostPath {_brief(devices[volume], 30)}; remove it and request {NVIDIA_GPU}")
 
 
 def effective_total(holders: Holders, name: str) -> tuple[int | Fraction, list[tuple[ContainerRef, int | Fraction]]]:

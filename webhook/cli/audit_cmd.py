@@ -155,6 +155,7 @@ def _audit(args: argparse.Namespace) -> int:
         diff=args.diff,
         fail_on_warn=args.fail_on_warn,
         only_affected=not args.show_all,
+        redact=not args.show_env_values,  # other teams' workloads: their values are theirs
         skipped_resources=[
             {"resource": exc.resource.name, "namespace": exc.namespace, "status": 403, "message": exc.detail}
             for exc in skipped

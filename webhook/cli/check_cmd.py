@@ -58,6 +58,12 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fail-on-warn", action="store_true", help="exit 1 on warnings too, not only on denials"
     )
+    parser.add_argument(
+        "--show-env-values",
+        action="store_true",
+        help="print containers' env values in --diff (and in audit's yaml and json); by default they are "
+        "redacted, all but the webhook's own memory-fraction variables",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -178,6 +184,7 @@ def _check(args: argparse.Namespace) -> int:
         diff=args.diff,
         documents=documents,
         fail_on_warn=args.fail_on_warn,
+        redact=args.diff and not args.show_env_values,  # yaml and json: the user's own manifests, as written
     )
     sys.stdout.flush()
     sys.stderr.write("".join(item.policy_note(applied_policies) + "\n" for item in policies_given))

@@ -331,6 +331,56 @@ def render_diff(results: Sequence[Result], stream: TextIO, *, colour: bool = Fal
                 stream.write(line)
 
 
+REDACTED = "<redacted: --show-env-values>"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # the whole manifest, env values included
+
+
+def redact_env_values(result: Result) -> Result:
+    """`result` with the env values it carries replaced by REDACTED, in the object before and after and in the
+    patch: a listing of other teams' workloads (audit) or a diff pasted into a review must not spread their
+    values, secrets included. The values the webhook writes (its memory-fraction variables) stay readable, as
+    do references (`valueFrom`), names and everything else. So does kubectl's last-applied annotation, which
+    holds them all, is redacted whole."""
+    from dataclasses import replace
+
+    patch = [_redact_op(op) for op in result.patch]
+    return replace(result, object=_redact(result.object), original=_redact(result.original), patch=patch)
+
+
+def _redact(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        if key == "annotations" and isinstance(value.get(LAST_APPLIED), str):
+            value = {**value, LAST_APPLIED: REDACTED}
+        return {k: _redact(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        if key == "env":
+            return [_redact_entry(entry) for entry in value]
+        return [_redact(item) for item in value]
+    return value
+
+
+def _redact_entry(entry: Any) -> Any:
+    from webhook.admission.mutate import WATCHED_ENV
+
+    if isinstance(entry, dict) and "value" in entry and entry.get("name") not in WATCHED_ENV:
+        return {**entry, "value": REDACTED}
+    return entry
+
+
+def _redact_op(op: dict[str, Any]) -> dict[str, Any]:
+    path, value = op.get("path"), op.get("value")
+    if not isinstance(path, str) or "value" not in op:
+        return op
+    parts = path.split("/")
+    if parts[-1] == "env" and isinstance(value, list):
+        return {**op, "value": [_redact_entry(entry) for entry in value]}
+    if "env" in parts[:-1]:  # one entry (`/env/-`, `/env/3`) or one entry's value (`/env/3/value`)
+        if parts[-1] == "value" and parts[-2] != "env":
+            return {**op, "value": REDACTED}
+        return {**op, "value": _redact_entry(value)}
+    return {**op, "value": _redact(value, parts[-1])}
+
+
 def report(
     results: Sequence[Result],
     fmt: str,
@@ -343,8 +393,11 @@ def report(
     only_affected: bool = False,
     skipped_resources: Sequence[dict[str, Any]] | None = None,
     drift: Sequence[dict[str, Any]] | None = None,
+    redact: bool = False,
 ) -> int:
     """Write `results` in `fmt` (or as a diff) and return the exit code.
+
+    With `redact`, env values are printed as REDACTED (`redact_env_values`); the table shows none anyway.
 
     With `only_affected` (audit), objects the webhook would leave alone are counted in the summary but not
     listed. YAML and diff output keep stdout machine-readable (a post-renderer, a patch to review), so their
@@ -355,6 +408,8 @@ def report(
     """
     summary = summarize(results)
     shown = [r for r in results if r.affected] if only_affected else list(results)
+    if redact:
+        shown = [redact_env_values(r) for r in shown]
     if diff:
         render_diff(shown, stdout, colour=use_colour(stdout))
         lines = message_lines(shown, colour=use_colour(stderr))

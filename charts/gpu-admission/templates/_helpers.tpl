@@ -13,9 +13,10 @@ app.kubernetes.io/component: webhook
 {{- end }}
 
 {{/*
-The matchConditions expression for one pod-spec location: true when a container (of the given sections)
-names a managed GPU resource in its requests or limits, or sets NVIDIA_VISIBLE_DEVICES (by name, or through
-an envFrom prefix that can make it). Every step is guarded (has() and `in`), so no object makes it raise an
+The matchConditions expression for one pod-spec location: true when the pod mounts a hostPath under /dev, or
+a container (of the given sections) names a managed GPU resource in its requests or limits, sets
+NVIDIA_VISIBLE_DEVICES (by name, or through an envFrom prefix that can make it), or mounts something at the
+container toolkit's device-list path. Every step is guarded (has() and `in`), so no object makes it raise an
 error, which failurePolicy Fail would turn into a refusal. Called with (list PATH SECTIONS), PATH such as
 "object.spec.template.spec".
 */}}
@@ -27,7 +28,9 @@ error, which failurePolicy Fail would turn into a refusal. Called with (list PAT
 {{- range $i, $_ := rest $steps -}}
 {{- $guards = append $guards (printf "has(%s)" (join "." (slice $steps 0 (add $i 2)))) -}}
 {{- end -}}
-{{ join " && " $guards }} &&
+{{ join " && " $guards }} && (
+({{ printf "has(%s.volumes) && %s.volumes != null && %s.volumes.exists(v," $path $path $path }}
+  has(v.hostPath) && v.hostPath != null && has(v.hostPath.path) && v.hostPath.path.contains('dev'))) ||
 {{ $sections }}.exists(section,
   section in {{ $path }} && {{ $path }}[section] != null &&
   {{ $path }}[section].exists(c,
@@ -38,7 +41,9 @@ error, which failurePolicy Fail would turn into a refusal. Called with (list PAT
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
-      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix)))))
+      has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
+    (has(c.volumeMounts) && c.volumeMounts != null && c.volumeMounts.exists(m,
+      has(m.mountPath) && m.mountPath.contains('nvidia-container-devices'))))))
 {{- end }}
 
 {{/*
