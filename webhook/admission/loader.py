@@ -33,6 +33,7 @@ from webhook.admission.policy import (
     FRAMEWORKS,
     GPU,
     AssumedNode,
+    Backend,
     Check,
     ClusterChecks,
     Enforcement,
@@ -40,6 +41,7 @@ from webhook.admission.policy import (
     Limits,
     MigStrategy,
     Mode,
+    Placement,
     Policy,
     PolicySet,
     Sharing,
@@ -638,6 +640,18 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             "mps mode needs gpu.model or gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the "
             "GPU's memory; add one",
         )
+    if mode is Mode.MEMORY and model is _ABSENT and memory_mib is _ABSENT and not auto_model:
+        check.problem(
+            "spec.gpu",
+            "memory mode needs gpu.model or gpu.memoryMiB: a fraction of a GPU becomes that share of its memory; "
+            "add one",
+        )
+    if mode is Mode.MEMORY and "fractional" in spec:
+        check.problem(
+            "spec.fractional",
+            "does not apply when mode is memory: every fraction becomes the backend's share of the GPU's memory; "
+            "remove it",
+        )
     if fractional is Fractional.MIG and model is _ABSENT and not auto_model:
         check.problem(
             "spec.fractional",
@@ -828,7 +842,8 @@ def _parse_sharing(
             )
             return mode, None
     offered = _parse_mig_profiles(sharing, mode, model, profile, check)
-    if not ok or offered is _BAD:
+    backend, placement = _parse_memory(sharing, mode, check)
+    if not ok or offered is _BAD or backend is _BAD or placement is _BAD:
         return mode, None
     return mode, Sharing(
         mode=mode,
@@ -837,7 +852,38 @@ def _parse_sharing(
         mig_profile=profile,
         mig_profiles=offered,
         mig_strategy=strategy,
+        backend=backend,
+        placement=placement,
     )
+
+
+def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) -> tuple[Any, Any]:
+    """spec.sharing.backend (required under memory) and placement (optional): each None where absent, _BAD
+    where invalid (reported)."""
+    path = "spec.sharing"
+    if mode is not Mode.MEMORY:
+        bad = False
+        for key in ("backend", "placement"):
+            if key in sharing:
+                check.problem(f"{path}.{key}", f"only applies when mode is memory (mode is {mode}); remove it")
+                bad = True
+        return (_BAD, _BAD) if bad else (None, None)
+    if "backend" not in sharing:
+        check.problem(
+            f"{path}.backend",
+            "required when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano",
+        )
+        return _BAD, _BAD
+    backend = check.enum(sharing, "backend", path, Backend, None)
+    placement = check.enum(sharing, "placement", path, Placement, None)
+    if backend is Backend.VOLCANO and placement not in (None, _BAD):
+        check.problem(
+            f"{path}.placement",
+            "Volcano reads binpack or spread only from its scheduler's configuration (the deviceshare plugin's "
+            "deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement",
+        )
+        placement = _BAD
+    return backend, placement
 
 
 def _parse_mig_profiles(
@@ -1054,6 +1100,8 @@ def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
         if entry.steering is Steering.AUTO:
             sharing = policy.sharing
             steer = sharing.replica_resource is not None or (sharing.mode is Mode.EXCLUSIVE and name_kept)
+            # ACK's shared pools differ by node label alone (`share` does not isolate memory), as does placement.
+            steer = steer or sharing.backend is Backend.ACK
         else:
             steer = entry.steering is Steering.ON
         policies.append(replace(policy, steering=steer, memo={}) if steer else policy)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission import memshare
 from webhook.admission.envhints import (
     ENV_HINT_NAMES,
     JAX_FRACTION_VARS,
@@ -158,7 +159,24 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
         _steer(spec, spec_at, new_sections, policy, result)
     if new_sections:
         result.obj = _annotate(_with_sections(obj, spec_path, new_sections), policy, result.patch)
+    if policy.sharing.placement is not None:
+        _place(result, spec_path, policy, annotated=bool(new_sections))
     return result
+
+
+def _place(result: MutationResult, spec_path: tuple[str, ...], policy: Policy, annotated: bool) -> None:
+    """Placement that a backend reads from the pod's annotations (memshare.place: HAMi's binpack or spread)."""
+    placed, patch = memshare.place(result.obj, spec_path, policy)
+    if not patch:
+        return
+    if not annotated:  # the policy annotation first: its patch operation may create the annotations map
+        result.obj = _annotate(dict(result.obj), policy, result.patch)  # a copy: it sets the root's metadata
+        placed, patch = memshare.place(result.obj, spec_path, policy)
+    result.obj = placed
+    result.patch += patch
+    result.kinds.append("placement")
+    assert policy.sharing.placement is not None
+    result.warnings.append(f"{WARNING_PREFIX}pod: set {memshare.placement_text(policy.sharing.placement)}")
 
 
 def _steer(
@@ -248,7 +266,9 @@ def _container(
     gpu = _gpu_value(requests, limits)
     share: Fraction | None = None  # the memory share of a fraction converted to a shared replica
     mapped_to_shared = False
-    if gpu is not None:
+    if gpu is not None and plan.policy.sharing.mode is Mode.MEMORY:  # the backend's memory share (memshare.py)
+        memshare.convert(requests, limits, gpu, plan.policy, plan.mapping_maximum, kinds, texts)
+    elif gpu is not None:
         if 0 < gpu[1] < 1:
             share = _fractional(requests, limits, gpu[1], plan, kinds, texts)
         elif gpu[1] >= 1:

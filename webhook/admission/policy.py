@@ -22,6 +22,7 @@ class Mode(StrEnum):
     TIME_SLICING = "time-slicing"
     MPS = "mps"
     MIG = "mig"
+    MEMORY = "memory"  # memory-isolated slices of one GPU, by a device plugin (sharing.backend; memshare.py)
 
     @property
     def is_shared(self) -> bool:
@@ -35,6 +36,22 @@ class MigStrategy(StrEnum):
 
     MIXED = "mixed"
     SINGLE = "single"
+
+
+class Backend(StrEnum):
+    """`sharing.backend` under mode memory: whose device plugin slices a GPU's memory and caps what a container
+    sees (memshare.py holds each one's resources and units)."""
+
+    ACK = "ack"  # Alibaba Cloud ACK's GPU sharing (cGPU): aliyun.com/gpu-mem in GiB
+    HAMI = "hami"  # Project-HAMi: nvidia.com/gpu with nvidia.com/gpumem (MiB) and nvidia.com/gpucores (%)
+    VOLCANO = "volcano"  # Volcano's vGPU: volcano.sh/vgpu-number, -memory (MiB), -cores (%)
+
+
+class Placement(StrEnum):
+    """`sharing.placement` under mode memory: fill one GPU before the next, or one pod per GPU where possible."""
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
 
 
 class Steering(StrEnum):
@@ -78,6 +95,8 @@ class Sharing:
     # The profiles the nodes' MIG layout offers (mig-parted's config); None: every profile of gpu.model.
     mig_profiles: tuple[str, ...] | None = None
     mig_strategy: MigStrategy = MigStrategy.MIXED
+    backend: Backend | None = None  # mode memory: whose device plugin slices the memory (required there)
+    placement: Placement | None = None  # mode memory: binpack or spread; None: the backend's own default
 
     @property
     def shared_resource(self) -> str | None:

@@ -20,11 +20,13 @@ from webhook.admission.policy import (
     DEFAULT_MAX_PER_POD,
     DEFAULT_SHARED_RESOURCE,
     FRAMEWORKS,
+    Backend,
     Check,
     Enforcement,
     Fractional,
     MigStrategy,
     Mode,
+    Placement,
 )
 from webhook.admission.resources import GPU_MODELS, MIG_PROFILE_PATTERN
 
@@ -75,8 +77,9 @@ METADATA = (
 
 SHARING = (
     Field(
-        "mode", "string", "How one GPU is handed out: whole (exclusive), as time-sliced or MPS replicas, or as MIG "
-        "slices.", choices=_values(Mode), default=Mode.EXCLUSIVE.value,
+        "mode", "string", "How one GPU is handed out: whole (exclusive), as time-sliced or MPS replicas, as MIG "
+        "slices, or as memory-isolated slices of a device plugin (memory).", choices=_values(Mode),
+        default=Mode.EXCLUSIVE.value,
     ),
     Field(
         "replicas", "integer", "time-slicing and mps: the device plugin's replicas per GPU (required there); auto: "
@@ -98,6 +101,16 @@ SHARING = (
     Field(
         "migStrategy", "string", "mig: how the device plugin advertises slices: mixed as nvidia.com/mig-<profile>, "
         "single as nvidia.com/gpu.", choices=_values(MigStrategy), default=MigStrategy.MIXED.value,
+    ),
+    Field(
+        "backend", "string", "memory: the device plugin that slices the GPU's memory (required there): ack "
+        "(aliyun.com/gpu-mem), hami (nvidia.com/gpumem) or volcano (volcano.sh/vgpu-memory).",
+        choices=_values(Backend),
+    ),
+    Field(
+        "placement", "string", "memory: binpack (fill one GPU before the next) or spread (one pod per GPU where "
+        "possible), in the form the backend reads; the backend's default when absent. Not for volcano.",
+        choices=_values(Placement),
     ),
 )  # fmt: skip
 

@@ -38,9 +38,26 @@ def is_mig_profile_name(name: str) -> bool:
     return _MIG_PROFILE.match(name) is not None
 
 
+# The memory-sliced backends' resources (memshare.py says what each is): a request for a share of one GPU's
+# memory, its compute, or a count of virtual GPUs.
+ACK_MEMORY = "aliyun.com/gpu-mem"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_CORES = "nvidia.com/gpucores"
+VOLCANO_NUMBER = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY = "volcano.sh/vgpu-memory"
+VOLCANO_MEMORY_PERCENT = "volcano.sh/vgpu-memory-percentage"
+VOLCANO_CORES = "volcano.sh/vgpu-cores"
+MEMORY_SLICE_RESOURCES = frozenset(
+    {ACK_MEMORY, HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES, VOLCANO_NUMBER, VOLCANO_MEMORY,
+     VOLCANO_MEMORY_PERCENT, VOLCANO_CORES}
+)  # fmt: skip
+
+
 def _managed(resource: object) -> bool:
     return type(resource) is str and (
         resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
+        or resource in MEMORY_SLICE_RESOURCES
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
     )
@@ -54,7 +71,12 @@ is_managed: Callable[[object], bool] = BoundedMemo(_managed).__getitem__
 # Intel's GPU Aware Scheduling resources that are amounts of one GPU, not numbers of devices: thousandths of
 # its compute, bytes of its memory, its tiles (intel-device-plugins-for-kubernetes, gpu_plugin fractional.md).
 # Like every extended resource they are whole numbers with request = limit; the GPU maximums do not count them.
-DEVICE_AMOUNTS = frozenset({"gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"})
+# The memory-sliced backends' memory and compute amounts are amounts of one GPU in the same way (memshare.py
+# counts them as GPUs' worth of memory).
+DEVICE_AMOUNTS = frozenset(
+    {"gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles",
+     *(MEMORY_SLICE_RESOURCES - {VOLCANO_NUMBER})}
+)  # fmt: skip
 
 
 def _shared(resource: object) -> bool:

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission import memshare
 from webhook.admission.cluster import MIG_STRATEGY_LABEL as MIG_STRATEGY
 from webhook.admission.cluster import PRODUCT_LABEL as PRODUCT
 from webhook.admission.cluster import REPLICAS_LABEL as REPLICAS
@@ -75,6 +76,8 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
     if not policy.steering:
         return ()
     sharing = policy.sharing
+    if sharing.mode is Mode.MEMORY:  # the backend's node labels (memshare.py): ACK's isolating pools, placement
+        return tuple(Requirement(key, operator, values) for key, operator, values in memshare.node_requirements(policy))
     if sharing.mode.is_shared:
         if sharing.resource_name not in (NVIDIA_GPU, NVIDIA_GPU_SHARED):
             return ()  # a MIG slice's replicas: labelled under its own resource name, not steered
@@ -107,7 +110,10 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
 
 
 def steered_resource(policy: Policy) -> str:
-    """The resource whose holders are steered: the shared replica's name, else `nvidia.com/gpu`."""
+    """The resource whose holders are steered: the shared replica's name, the memory backend's, else
+    `nvidia.com/gpu`."""
+    if policy.sharing.mode is Mode.MEMORY:
+        return memshare.steered_resource(policy)
     return policy.sharing.shared_resource or NVIDIA_GPU
 
 
@@ -336,6 +342,9 @@ def _policy_words(policy: Policy) -> str:
         return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
     if sharing.mode.is_shared:
         return f'policy "{policy.name}" ({sharing.mode}, {sharing.replicas} replicas)'
+    if sharing.mode is Mode.MEMORY:
+        placement = f", {sharing.placement}" if sharing.placement else ""
+        return f'policy "{policy.name}" (memory slices by {sharing.backend}{placement})'
     return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission import memshare
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -40,6 +41,7 @@ from webhook.admission.quantity import QuantityError, format_fraction, parse_qua
 from webhook.admission.resources import (
     DEVICE_AMOUNTS,
     GPU_MODELS,
+    MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
     NVIDIA_GPU,
     SHARED_SUFFIX,
@@ -197,6 +199,8 @@ def _served_resources(policy: Policy, mig_model: GPUModel | None) -> frozenset[s
     (`nvidia.com/gpu` maps to it); MIG the offered profiles (`nvidia.com/gpu` maps to `migProfile`), or under
     `migStrategy: single` `nvidia.com/gpu` alone. Anything else of NVIDIA's is another pool."""
     sharing = policy.sharing
+    if sharing.mode is Mode.MEMORY:  # the backend's resources (memshare.py)
+        return memshare.served(policy)
     if sharing.mode.is_shared:
         return frozenset({NVIDIA_GPU, sharing.resource_name})
     if sharing.mode is Mode.MIG and not sharing.is_mig_single:
@@ -225,6 +229,8 @@ def validate(
     devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
+    memory = policy.sharing.mode is Mode.MEMORY
+    worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -234,6 +240,8 @@ def validate(
                 continue
             ref = ContainerRef(section, index, body)
             counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
+            if memory and counts is not None:
+                _memory_share(ref, counts, rules, problems, worths)
             total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
             if counts:
                 holders.append((ref, counts))
@@ -247,7 +255,9 @@ def validate(
                     _device_mounts(ref, devices, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
-    if count_sum > rules.max_per_pod:
+    if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
+        _memory_pod_total(worths, rules, problems)
+    elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
     if counted is not None:
         counted += holders
@@ -386,9 +396,12 @@ def _resource(
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
         _add(ref, problems, line, short, Refusal)
         return None
+    foreign = value and name not in rules.served and (name.startswith("nvidia.com/") or name in MEMORY_SLICE_RESOURCES)
     if name in DEVICE_AMOUNTS:
+        if foreign:  # another pool's memory slice (memshare.py)
+            _served(ref, name, limit_raw, rules, problems)
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
-    if value and name not in rules.served and name.startswith("nvidia.com/"):
+    if foreign:
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
         if value and not _over_mapped_maximum(ref, value, rules, problems):
@@ -418,6 +431,8 @@ def _resource(
 def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, str]:
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert."""
     policy = rules.policy
+    if policy.sharing.mode is Mode.MEMORY:  # too small for one unit of the backend, or the memory unknown
+        return memshare.fraction_advice(shown, value, policy)
     model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional.value == "mig" else None
     if model is not None:
         sharing = policy.sharing
@@ -551,6 +566,8 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
             return
     if is_shared(name):
         what = "a shared GPU"
+    elif name in MEMORY_SLICE_RESOURCES:
+        what = "a memory slice of a GPU"
     elif profile is not None:
         what = "a MIG slice"
     else:
@@ -564,6 +581,8 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
 def _pool(rules: _Rules) -> tuple[str, str, str]:
     """What the namespace's pool is, what to request instead of another pool's resource, and that in short."""
     sharing = rules.policy.sharing
+    if sharing.mode is Mode.MEMORY:
+        return memshare.pool_words(rules.policy)
     if sharing.mode.is_shared:
         name = sharing.resource_name
         if name == NVIDIA_GPU:
@@ -580,6 +599,50 @@ def _pool(rules: _Rules) -> tuple[str, str, str]:
         into = f" (it becomes {target})" if target else ""
         return f"MIG slices ({listed})", f"{NVIDIA_GPU}: 1{into} or one of those", f"ask for {NVIDIA_GPU}: 1"
     return "whole GPUs (mode exclusive)", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+
+
+MEMORY_WORTH = "GPU memory"  # mode memory: the pseudo-resource that `effective_total` adds up
+
+
+def _memory_share(
+    ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems, worths: Holders
+) -> None:
+    """Mode memory: the container's backend resources as GPUs' worth of memory (memshare.held), checked against
+    the per-container maximum as whole GPUs are; `worths` gathers them for the pod's maximum."""
+    limits = ref.resource_map("limits")
+    if not limits:
+        return
+    got = memshare.held(limits, rules.policy)
+    for line, short in got.problems:
+        _add(ref, problems, line, short)
+    if not got.worth:
+        return
+    worths.append((ref, {MEMORY_WORTH: got.worth}))
+    maximum = rules.max_whole_per_container
+    if got.worth > maximum and not any(count > rules.container_maximum(name) for name, count in counts.items()):
+        policy = rules.policy
+        _add(ref, problems,
+             f"holds {memshare.worth_text(got.worth)} ({policy.sharing.backend}), more than the per-container "
+             f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
+             f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less")
+
+
+def _memory_pod_total(worths: Holders, rules: _Rules, problems: Problems) -> None:
+    """Mode memory: the pod's effective GPUs' worth of memory (`effective_total`) against the per-pod maximum."""
+    maximum = rules.max_per_pod
+    total, running = effective_total(worths, MEMORY_WORTH)
+    if total <= maximum or (len(running) == 1 and total > rules.max_whole_per_container):
+        return  # within the maximum, or one container over its own: its line says it
+    named = ", ".join(f'"{ref.name}"={format_fraction(Fraction(value))}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    policy = rules.policy
+    problems.append(
+        pod_violation(
+            f"{memshare.worth_text(Fraction(total))} in effect ({together}: {named}) exceeds the per-pod maximum "
+            f'of {maximum} GPUs (policy "{policy.name}", {policy.sharing.backend}); request less or split the pod',
+            f"{memshare.worth_text(Fraction(total))}: at most {maximum} GPUs per pod; ask for less or split the pod",
+        )
+    )
 
 
 def _privileged(ref: ContainerRef) -> bool:
