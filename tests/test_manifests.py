@@ -73,7 +73,7 @@ GUARDS && (
     (has(c.resources) && ['limits', 'requests'].exists(amounts,
       amounts in c.resources && c.resources[amounts] != null &&
       c.resources[amounts].exists(r,
-        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu'] ||
+        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu', 'aliyun.com/gpu-mem', 'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'volcano.sh/vgpu-number', 'volcano.sh/vgpu-memory', 'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-cores'] ||
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
@@ -619,6 +619,9 @@ def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> Non
         "nvidia.com/mig-1g.10gb.me", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
         "cpu", "memory", "ephemeral-storage", "nvidia.com/gpux", "nvidia.com/mig", "amd.com/cpu",
         "intel.com/gpu", "hugepages-2Mi", "example.com/nvidia.com/gpu", "nvidia.com/gpu.shared.extra",
+        "aliyun.com/gpu-mem", "aliyun.com/gpu-count", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores", "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-memory-percentage",
+        "volcano.sh/vgpu-cores", "volcano.sh/vgpu",
     ]  # fmt: skip
     for resource in samples:
         selected = resource in names or any(resource.startswith(p) for p in prefixes)

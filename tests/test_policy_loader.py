@@ -268,9 +268,9 @@ SPEC_CASES = [
      "reject or mig, or change the mode"),
     # sharing
     ("namespaces: [a]\nsharing: mig", "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-     'migProfile, migProfiles, migStrategy; got "mig" (a string)'),
+     'migProfile, migProfiles, migStrategy, backend, placement; got "mig" (a string)'),
     ("namespaces: [a]\nsharing: {mode: timeslicing}", 'p.yaml#0 spec.sharing.mode: "timeslicing" is not one of '
-     'exclusive, time-slicing, mps, mig (did you mean "time-slicing"?)'),
+     'exclusive, time-slicing, mps, mig, memory (did you mean "time-slicing"?)'),
     ("namespaces: [a]\nsharing: {replica: 4}", 'p.yaml#0 spec.sharing.replica: unknown field '
      '(did you mean "replicas"?)'),
     ("namespaces: [a]\nsharing: {mode: time-slicing}", "p.yaml#0 spec.sharing.replicas: required when mode is "
@@ -333,6 +333,27 @@ SPEC_CASES = [
     ("namespaces: [a]\ngpu: {memory: 1}", 'p.yaml#0 spec.gpu.memory: unknown field (did you mean "memoryMiB"?)'),
     ("namespaces: [a]\nsharing: {mode: mps, replicas: 2}", "p.yaml#0 spec.gpu: mps mode needs gpu.model or "
      "gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the GPU's memory; add one"),
+    # memory-sliced sharing
+    ("namespaces: [a]\nsharing: {mode: memory}\ngpu: {model: A100-80GB}", "p.yaml#0 spec.sharing.backend: required "
+     "when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: gke}\ngpu: {model: A100-80GB}", 'p.yaml#0 '
+     'spec.sharing.backend: "gke" is not one of ack, hami, volcano'),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: hami, placement: pack}\ngpu: {model: A100-80GB}",
+     'p.yaml#0 spec.sharing.placement: "pack" is not one of binpack, spread (did you mean "binpack"?)'),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: ack}", "p.yaml#0 spec.gpu: memory mode needs gpu.model or "
+     "gpu.memoryMiB: a fraction of a GPU becomes that share of its memory; add one"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: volcano, placement: spread}\ngpu: {memoryMiB: 24576}",
+     "p.yaml#0 spec.sharing.placement: Volcano reads binpack or spread only from its scheduler's configuration "
+     "(the deviceshare plugin's deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nfractional: shared",
+     "p.yaml#0 spec.fractional: does not apply when mode is memory: every fraction becomes the backend's share of "
+     "the GPU's memory; remove it"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nmemoryFraction: 0.5",
+     "p.yaml#0 spec.memoryFraction: only applies when mode is time-slicing or mps (mode is memory); remove it"),
+    ("namespaces: [a]\nsharing: {backend: ack}", "p.yaml#0 spec.sharing.backend: only applies when mode is memory "
+     "(mode is exclusive); remove it"),
+    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, placement: spread}", "p.yaml#0 "
+     "spec.sharing.placement: only applies when mode is memory (mode is mig); remove it"),
     # limits
     ("namespaces: [a]\nlimits: {maxPerContainer: 0}", "p.yaml#0 spec.limits.maxPerContainer: 0 is too small; a "
      "container may hold at least 1 GPU"),
