@@ -17,7 +17,19 @@ from hypothesis import strategies as st
 from tests import evanphx
 from webhook.admission.engine import evaluate
 from webhook.admission.mutate import mutate
-from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Policy, PolicySet, Sharing
+from webhook.admission.policy import (
+    GPU,
+    Backend,
+    Enforcement,
+    Fractional,
+    Limits,
+    MigStrategy,
+    Mode,
+    Placement,
+    Policy,
+    PolicySet,
+    Sharing,
+)
 from webhook.admission.resources import GPU_MODELS, is_managed
 from webhook.admission.validate import validate
 from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
@@ -30,6 +42,11 @@ RESOURCES = [
     "nvidia.com/mig-3g.40gb",
     "amd.com/gpu",
     "gpu.intel.com/i915",
+    "aliyun.com/gpu-mem",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-memory",
     "cpu",
     "memory",
     5,  # YAML keys need not be strings (`5: 1`), and the CLI reads YAML
@@ -120,10 +137,15 @@ def policies(draw):
             offered = tuple(n for n in names if n == profile or draw(st.booleans()))
         strategy = draw(st.sampled_from(list(MigStrategy)))
         sharing = Sharing(mode=mode, mig_profile=profile, mig_profiles=offered, mig_strategy=strategy)
+    elif mode is Mode.MEMORY:
+        model = model or "A30-24GB"
+        backend = draw(st.sampled_from(list(Backend)))
+        placement = draw(st.sampled_from([None, *Placement])) if backend is not Backend.VOLCANO else None
+        sharing = Sharing(mode=mode, backend=backend, placement=placement)
     fractional_choices = [Fractional.REJECT]
     if mode.is_shared:
         fractional_choices.append(Fractional.SHARED)
-    if model is not None:
+    if model is not None and mode is not Mode.MEMORY:
         fractional_choices.append(Fractional.MIG)
     return Policy(
         name="p",
