@@ -73,7 +73,9 @@ GUARDS && (
     (has(c.resources) && ['limits', 'requests'].exists(amounts,
       amounts in c.resources && c.resources[amounts] != null &&
       c.resources[amounts].exists(r,
-        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu', 'aliyun.com/gpu-mem', 'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'volcano.sh/vgpu-number', 'volcano.sh/vgpu-memory', 'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-cores'] ||
+        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu', 'aliyun.com/gpu-mem',
+          'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'volcano.sh/vgpu-number',
+          'volcano.sh/vgpu-memory', 'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-cores'] ||
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,

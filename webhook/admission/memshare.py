@@ -377,3 +377,28 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
 
 def worth_text(worth: Fraction) -> str:
     return f"{format_fraction(worth)} GPUs' worth of memory"
+
+
+# --- For people (`policy lint` and `policy explain`) --------------------------------------------------------
+
+
+def describe_mode(policy: Policy) -> str:
+    """The policy's sharing in a few words: `memory: ack (aliyun.com/gpu-mem in GiB), spread`."""
+    spec = spec_of(policy)
+    assert spec is not None
+    placement = policy.sharing.placement or "the backend's default placement"
+    return f"memory: {spec.backend} ({spec.memory} in {spec.unit}), {placement}"
+
+
+def describe_share(policy: Policy) -> str:
+    """What `nvidia.com/gpu: f` and `N` become here."""
+    spec = spec_of(policy)
+    assert spec is not None
+    gpu_mib = policy.gpu_memory_mib
+    if gpu_mib is None:
+        return f"nvidia.com/gpu: f becomes f of the GPU's memory as {spec.memory}, once the nodes say how much"
+    example = share(spec, Fraction(1, 4), gpu_mib)
+    shown = ", ".join(f"{name} {amount}" for name, amount in example.resources)
+    kept = "stays nvidia.com/gpu: N (exclusive nodes)" if whole(spec, "N") is None else "becomes N whole GPUs"
+    least = format_fraction(smallest(spec, gpu_mib))
+    return f"nvidia.com/gpu 0.25 becomes {shown}; at least {least}; nvidia.com/gpu: N {kept}"

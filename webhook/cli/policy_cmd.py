@@ -261,6 +261,10 @@ def describe_policy(policy: Policy) -> str:
         mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
+    elif sharing.mode.value == "memory":
+        from webhook.admission import memshare
+
+        mode = memshare.describe_mode(policy)
     else:
         mode = "exclusive: whole GPUs"
     parts = [mode]
@@ -268,7 +272,8 @@ def describe_policy(policy: Policy) -> str:
         memory = policy.gpu_memory_mib
         parts.append(f"GPU {policy.gpu.model or 'memory'} ({memory} MiB)" if memory else f"GPU {policy.gpu.model}")
     parts.append(f"enforcement {policy.enforcement}")
-    parts.append(f"fractional {policy.fractional}")
+    if sharing.mode.value != "memory":  # memory mode converts every fraction itself
+        parts.append(f"fractional {policy.fractional}")
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
@@ -297,6 +302,10 @@ def describe_share(policy: Policy) -> str:
         )
         offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
         return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
+    if sharing.mode.value == "memory":
+        from webhook.admission import memshare
+
+        return memshare.describe_share(policy)
     return "whole GPUs only"
 
 
