@@ -168,9 +168,10 @@ def convert(
             return  # too small: validation names the smallest that works
         _replace(requests, limits, converted.resources)
         kinds.append("memory-share")
+        # The count (1 vGPU) is left out, or said as "1" where it keeps the name: within a warning's 120 characters.
         got = ", ".join(f"{name} {amount}" for name, amount in converted.resources if name != spec.count)
-        one = " (1 vGPU)" if spec.count else ""
-        texts.append(f"{NVIDIA_GPU} {format_fraction(Fraction(value))} became {got}{one}")
+        kept = "1 with " if spec.count == NVIDIA_GPU else ""
+        texts.append(f"{NVIDIA_GPU} {format_fraction(Fraction(value))} became {kept}{got}")
     elif value >= 1 and value.denominator == 1 and value <= maximum:
         resources = whole(spec, text)
         if resources is None:

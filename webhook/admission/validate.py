@@ -567,7 +567,7 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
     if is_shared(name):
         what = "a shared GPU"
     elif name in MEMORY_SLICE_RESOURCES:
-        what = "a memory slice of a GPU"
+        what = "a memory-sliced GPU resource"
     elif profile is not None:
         what = "a MIG slice"
     else:
