@@ -318,6 +318,12 @@ def test_check_examples_skips_the_example_policies_with_one_line_each(monkeypatc
     out, err = capsys.readouterr()
     assert not any(r["kind"] == "GPUPolicy" for r in json.loads(out)["results"])
     assert err.splitlines() == [
+        "SKIP examples/policies/memory-ack.yaml#0 GPUPolicy/notebooks-ack-sharing: a policy (read from --policies "
+        "examples/policies), not a workload",
+        "SKIP examples/policies/memory-hami.yaml#0 GPUPolicy/inference-hami: a policy (read from --policies "
+        "examples/policies), not a workload",
+        "SKIP examples/policies/memory-volcano.yaml#0 GPUPolicy/batch-volcano-vgpu: a policy (read from --policies "
+        "examples/policies), not a workload",
         "SKIP examples/policies/mig.yaml#0 GPUPolicy/batch-mig: a policy (read from --policies examples/policies), "
         "not a workload",
         "SKIP examples/policies/mps.yaml#0 GPUPolicy/inference-mps: a policy (read from --policies "

@@ -185,7 +185,7 @@ def test_lint_of_the_shipped_policy() -> None:
 def test_lint_of_the_example_policies() -> None:
     run = gpu_webhook("policy", "lint", "examples/policies", cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout.endswith("3 policies in 3 files: no errors, no glob ties\n")
+    assert run.stdout.endswith("6 policies in 6 files: no errors, no glob ties\n")
     assert "  notebook-*               -> notebooks-time-slicing  (glob, 9 literal characters)\n" in run.stdout
     assert "warning" not in run.stdout
 

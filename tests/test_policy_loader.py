@@ -25,7 +25,7 @@ from webhook.admission.loader import (
     load_policies,
     parse_policy_sources,
 )
-from webhook.admission.policy import DEFAULT_POLICY, Enforcement, Fractional, Mode, Policy, PolicySet
+from webhook.admission.policy import DEFAULT_POLICY, Backend, Enforcement, Fractional, Mode, Policy, PolicySet
 from webhook.admission.yamltext import FAST_PARSER, PURE_PARSER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,7 +198,11 @@ def test_the_shipped_policies_are_the_default_only_and_the_examples_cover_every_
     assert (default.max_per_container, default.limits.max_per_pod) == (8, 8)
     examples = load_policies(ROOT / "examples" / "policies")
     modes = {p.name: p.sharing.mode for p in examples.policies}
-    assert modes == {"batch-mig": Mode.MIG, "inference-mps": Mode.MPS, "notebooks-time-slicing": Mode.TIME_SLICING}
+    assert modes == {
+        "batch-mig": Mode.MIG, "inference-mps": Mode.MPS, "notebooks-time-slicing": Mode.TIME_SLICING,
+        "notebooks-ack-sharing": Mode.MEMORY, "inference-hami": Mode.MEMORY, "batch-volcano-vgpu": Mode.MEMORY,
+    }  # fmt: skip
+    assert {p.sharing.backend for p in examples.policies if p.sharing.mode is Mode.MEMORY} == set(Backend)
     for policy in examples.policies:
         assert "*" not in policy.namespaces  # examples select example namespaces only
     assert examples.for_namespace("some-team") is DEFAULT_POLICY
