@@ -9,18 +9,24 @@ volcano.sh/vgpu-memory in MiB, volcano.sh/vgpu-cores in percent), not taken from
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 from fractions import Fraction
 from pathlib import Path
 
+import jsonpatch
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import copy_policies
 from tests.engine_support import container, env_of, pod, policy, run
+from tests.test_clustercheck import node, view
 from tests.test_engine_properties import SETTINGS
 from tests.test_server import review
+from webhook.admission import clustercheck
+from webhook.admission.cluster import NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
 from webhook.admission.policy import GPU, Backend, Limits, Mode, Placement, PolicySet, Sharing
@@ -390,8 +396,6 @@ def _namespaced(obj: dict, namespace: str) -> dict:
 
 
 def test_the_server_gives_each_backends_share_and_placement(memory_server) -> None:
-    import jsonpatch
-
     expected = {
         "ack-notebooks": {"aliyun.com/gpu-mem": "6"},  # 0.25 x 24 GiB
         "hami-serving": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"},
@@ -401,9 +405,6 @@ def test_the_server_gives_each_backends_share_and_placement(memory_server) -> No
         obj = _namespaced(gpu_pod("0.25"), namespace)
         response = review(memory_server, "mutate", obj)
         assert response["allowed"] is True, response
-        import base64
-        import json
-
         mutated = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
         assert mutated["spec"]["containers"][0]["resources"] == {"requests": wanted, "limits": wanted}
         assert review(memory_server, "validate", mutated)["allowed"] is True
@@ -436,3 +437,59 @@ def test_the_server_judges_a_request_written_for_volcano(memory_server) -> None:
         'Volcano vGPU gives each share the memory of one GPU (policy "batch-volcano-vgpu"); request at most 81559, '
         "or whole GPUs as nvidia.com/gpu: N"
     )
+
+
+# --- the cluster view, drift, `policy lint --cluster` ---------------------------------------------------------
+
+
+def _ack_node(name: str, schedule: str, placement: str | None = None, gib: str = "96", gpus: str = "4") -> dict:
+    """A shared ACK node as the API sends it: 4 A10s (24 GiB each) as aliyun.com/gpu-mem and aliyun.com/gpu-count."""
+    labels = {"ack.node.gpu.schedule": schedule, **({"ack.node.gpu.placement": placement} if placement else {})}
+    return node(name, {"aliyun.com/gpu-mem": gib, "aliyun.com/gpu-count": gpus}, labels)
+
+
+def test_the_node_snapshot_keeps_the_backends_labels_and_resources() -> None:
+    info = NodeInfo.from_object(_ack_node("ack-0", "cgpu", "spread"))
+    assert info is not None
+    assert dict(info.allocatable) == {"aliyun.com/gpu-mem": 96, "aliyun.com/gpu-count": 4}
+    assert dict(info.labels) == {"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "spread"}
+    vgpu = NodeInfo.from_object(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472",
+                                             "volcano.sh/vgpu-cores": "800"}))  # fmt: skip
+    assert vgpu is not None and set(vgpu.allocatable) == {
+        "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores",
+    }  # fmt: skip
+
+
+ACK_A10 = memory(Backend.ACK, GPU(memory_mib=24576), placement=Placement.SPREAD, steering=True)
+
+
+def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() -> None:
+    cluster = view(
+        _ack_node("ack-0", "cgpu", "spread"),  # agrees
+        _ack_node("ack-1", "cgpu"),  # binpack, ACK's default
+        _ack_node("ack-2", "core_mem", "spread", gib="64", gpus="4"),  # 16 GiB GPUs
+    )
+    assert [d.line for d in clustercheck.drift(ACK_A10, cluster)] == [
+        'policy "team" gpu.memoryMiB is 24576 MiB, but 1 node (ack-2) says 16 GiB per GPU: each fraction is taken '
+        "of another GPU's memory; set gpu.memoryMiB: 16384, or give these nodes' namespaces their own policy",
+        'policy "team" sharing.placement is spread, but 1 node (ack-1) says ack.node.gpu.placement binpack: pods '
+        "steered to spread nodes cannot run there; set sharing.placement: binpack, or label the node pool "
+        "ack.node.gpu.placement=spread",
+    ]
+    only_share = view(_ack_node("ack-9", "share", "spread"))  # the policy's pods reach no node: its kind stands in
+    assert [d.line for d in clustercheck.drift(ACK_A10, only_share)] == [
+        'policy "team" sharing.backend is ack (memory isolated by cGPU), but 1 node (ack-9) says '
+        "ack.node.gpu.schedule share: a container there sees the whole GPU's memory, not its share; label the node "
+        "pool ack.node.gpu.schedule=cgpu (or core_mem)"
+    ]
+
+
+def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
+    """The offered check: a converted request that no node advertises warns (the pod would stay Pending)."""
+    plain = view(node("gpu-0", {"nvidia.com/gpu": "8"}))
+    decision = evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=plain)
+    assert decision.warnings[-1] == (
+        'gpu-admission: container "app": no node offers volcano.sh/vgpu-number; request one the nodes have'
+    )
+    with_vgpu = view(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472"}))
+    assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=with_vgpu).warnings) == 1

@@ -31,6 +31,7 @@ from fractions import Fraction
 from math import ceil
 from typing import Any
 
+from webhook.admission.cluster import ACK_PLACEMENT_LABEL, ACK_SCHEDULE_LABEL, NodeInfo
 from webhook.admission.patch import pointer
 from webhook.admission.policy import Backend, Mode, Placement, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
@@ -49,8 +50,6 @@ from webhook.admission.resources import (
 
 ACK_COUNT = "aliyun.com/gpu-count"  # what a shared ACK node advertises beside aliyun.com/gpu-mem: its GPUs
 
-ACK_SCHEDULE_LABEL = "ack.node.gpu.schedule"
-ACK_PLACEMENT_LABEL = "ack.node.gpu.placement"
 ACK_ISOLATED = ("cgpu", "core_mem")  # the shared modes that cap a container's memory (`share` does not)
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
@@ -403,3 +402,51 @@ def describe_share(policy: Policy) -> str:
     kept = "stays nvidia.com/gpu: N (exclusive nodes)" if whole(spec, "N") is None else "becomes N whole GPUs"
     least = format_fraction(smallest(spec, gpu_mib))
     return f"nvidia.com/gpu 0.25 becomes {shown}; at least {least}; nvidia.com/gpu: N {kept}"
+
+
+# --- The nodes (clustercheck.py reads these) -----------------------------------------------------------------
+
+
+def node_resource(policy: Policy) -> str:
+    """What a node of the policy's backend advertises: ACK's aliyun.com/gpu-mem, Volcano's vGPUs, HAMi's vGPUs
+    (as nvidia.com/gpu: the resource alone does not tell a HAMi node from a plain one)."""
+    spec = spec_of(policy)
+    assert spec is not None
+    return spec.count or spec.memory
+
+
+# (field, nodes_say, policy_says, effect, fix): one disagreement between a memory policy and one node.
+NodeDrift = tuple[str, str, str, str, str]
+
+
+def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
+    """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
+    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi and Volcano
+    nodes say none of this in labels or resources (their GPUs' memory is in the device plugins' annotations)."""
+    sharing = policy.sharing
+    if sharing.backend is not Backend.ACK:
+        return []
+    found: list[NodeDrift] = []
+    schedule = node.labels.get(ACK_SCHEDULE_LABEL)
+    if schedule is not None and schedule not in ACK_ISOLATED:
+        found.append((
+            "sharing.backend", f"{ACK_SCHEDULE_LABEL} {schedule}", "ack (memory isolated by cGPU)",
+            "a container there sees the whole GPU's memory, not its share",
+            f"label the node pool {ACK_SCHEDULE_LABEL}=cgpu (or core_mem)",
+        ))  # fmt: skip
+    placement = node.labels.get(ACK_PLACEMENT_LABEL, Placement.BINPACK.value)
+    if sharing.placement is not None and placement != sharing.placement:
+        found.append((
+            "sharing.placement", f"{ACK_PLACEMENT_LABEL} {placement}", str(sharing.placement),
+            f"pods steered to {sharing.placement} nodes cannot run there",
+            f"set sharing.placement: {placement}, or label the node pool {ACK_PLACEMENT_LABEL}={sharing.placement}",
+        ))  # fmt: skip
+    gpus, gib = node.allocatable.get(ACK_COUNT), node.allocatable.get(ACK_MEMORY)
+    gpu_mib = policy.gpu_memory_mib
+    if gpus and gib and gpu_mib and gib // gpus != gpu_mib // 1024:
+        found.append((
+            "gpu.memoryMiB" if policy.gpu.memory_mib else "gpu.model", f"{gib // gpus} GiB per GPU",
+            f"{gpu_mib} MiB", "each fraction is taken of another GPU's memory",
+            f"set gpu.memoryMiB: {gib // gpus * 1024}, or give these nodes' namespaces their own policy",
+        ))  # fmt: skip
+    return found

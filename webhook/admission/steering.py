@@ -104,9 +104,8 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
     With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
     slice size: the nodes whose values clustercheck's drift compares with the policy's."""
     node = dict(labels)
-    return all(
-        matches(r.expression, node) for r in requirements(policy) if values or r.key not in (REPLICAS, GI_SLICES)
-    )
+    counted = (REPLICAS, GI_SLICES, memshare.ACK_PLACEMENT_LABEL)  # values: placement too
+    return all(matches(r.expression, node) for r in requirements(policy) if values or r.key not in counted)
 
 
 def steered_resource(policy: Policy) -> str:
