@@ -493,3 +493,20 @@ def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
     )
     with_vgpu = view(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472"}))
     assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=with_vgpu).warnings) == 1
+
+
+def test_the_policy_references_memory_policies_load_and_are_the_example_files() -> None:
+    from tests.test_readme import policy_examples
+
+    root = Path(__file__).resolve().parent.parent
+    blocks = [b for b in policy_examples((root / "docs" / "policies.md").read_text()) if "mode: memory" in b]
+    shown = {p.name: p for b in blocks for p in parse_policy_sources({"policies.md": b}).policies}
+    files = {p.name: p for p in parse_policy_sources({
+        name: (root / "examples" / "policies" / name).read_text()
+        for name in ("memory-ack.yaml", "memory-hami.yaml", "memory-volcano.yaml")
+    }).policies}  # fmt: skip
+    assert set(shown) == set(files) == {"notebooks-ack-sharing", "inference-hami", "batch-volcano-vgpu"}
+    for name, shown_policy in shown.items():
+        assert (shown_policy.sharing, shown_policy.gpu, shown_policy.limits, shown_policy.steering) == (
+            files[name].sharing, files[name].gpu, files[name].limits, files[name].steering,
+        )  # fmt: skip
