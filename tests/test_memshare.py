@@ -510,3 +510,12 @@ def test_the_policy_references_memory_policies_load_and_are_the_example_files() 
         assert (shown_policy.sharing, shown_policy.gpu, shown_policy.limits, shown_policy.steering) == (
             files[name].sharing, files[name].gpu, files[name].limits, files[name].steering,
         )  # fmt: skip
+
+
+def test_a_fraction_beside_the_backends_own_resources_is_refused_saying_so() -> None:
+    written = pod(container(limits={"nvidia.com/gpu": "0.5", "nvidia.com/gpumem": "4096"}))
+    assert run(written, HAMI).denials == [
+        'container "app": nvidia.com/gpu "0.5" is fractional beside HAMi\'s own resources, which the webhook leaves '
+        'as written (policy "team"); request the fraction alone (it becomes nvidia.com/gpumem), or nvidia.com/gpu: '
+        "1 with nvidia.com/gpumem"
+    ]

@@ -310,6 +310,13 @@ def fraction_advice(shown: str, value: Fraction, policy: Policy) -> tuple[str, s
             f"share ({where}); request a fraction below 1 or a whole number of GPUs",
             f"{NVIDIA_GPU} {shown}: ask for a fraction below 1 or whole GPUs",
         )
+    if share(spec, value, gpu_mib).resources:  # it would convert: the container holds the backend's own resources
+        instead = f"{NVIDIA_GPU}: 1 with {spec.memory}" if spec.count == NVIDIA_GPU else f"{spec.memory} alone"
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional beside {spec.title}'s own resources, which the webhook leaves as "
+            f"written ({where}); request the fraction alone (it becomes {spec.memory}), or {instead}",
+            f"{NVIDIA_GPU} {shown} beside {spec.memory}: ask for one of them",
+        )
     least = format_fraction(smallest(spec, gpu_mib))
     unit = f"1 {spec.unit} of the GPU's {gpu_mib} MiB" + (" and 1% of its compute" if spec.cores else "")
     return (
