@@ -519,3 +519,31 @@ def test_a_fraction_beside_the_backends_own_resources_is_refused_saying_so() -> 
         'as written (policy "team"); request the fraction alone (it becomes nvidia.com/gpumem), or nvidia.com/gpu: '
         "1 with nvidia.com/gpumem"
     ]
+
+
+def test_policy_lint_cluster_reports_acks_drift_from_the_nodes_list(tmp_path) -> None:
+    """`policy lint --cluster` on a loopback Kubernetes API whose ACK nodes pack while the policy spreads."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_audit import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces("default", "ack-notebooks")
+        api.put_node(_ack_node("ack-0", "cgpu", "binpack"))
+        api.put_node(_ack_node("ack-1", "cgpu", "binpack"))
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        root = Path(__file__).resolve().parent.parent
+        (policies / "ack.yaml").write_text((root / "examples" / "policies" / "memory-ack.yaml").read_text())
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.splitlines()[-4:-1] == [
+        "POLICY                 FIELD              POLICY SAYS  NODES SAY" + " " * 23 + "NODES" + " " * 19 + "FIX",
+        "notebooks-ack-sharing  sharing.placement  spread       ack.node.gpu.placement binpack  2 nodes (ack-0, "
+        "ack-1)  set sharing.placement: binpack, or label the node pool ack.node.gpu.placement=spread",
+        "policy drift: 1 disagreement in 1 policy (2 nodes read); until fixed, memory fractions and MIG conversions "
+        "are wrong for the pods on those nodes",
+    ]
