@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests import evanphx
 from webhook.admission.engine import evaluate
+from webhook.admission.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 from webhook.admission.mutate import mutate
 from webhook.admission.policy import (
     GPU,
@@ -165,6 +166,22 @@ def policies(draw):
     )
 
 
+def pod_template(obj):
+    """The pod template (a workload's), or the Pod itself."""
+    return {
+        "Pod": lambda: obj,
+        "Deployment": lambda: obj["spec"]["template"],
+        "Job": lambda: obj["spec"]["template"],
+        "CronJob": lambda: obj["spec"]["jobTemplate"]["spec"]["template"],
+        "PodTemplate": lambda: obj["template"],
+    }[obj["kind"]]()
+
+
+def pod_metadata(obj):
+    """A workload's pod template metadata (None for a Pod, whose metadata is the object's)."""
+    return None if obj["kind"] == "Pod" else pod_template(obj).get("metadata")
+
+
 def pod_spec(obj):
     return {
         "Pod": lambda: obj["spec"],
@@ -191,8 +208,15 @@ def strip_mutable(obj):
     result = copy.deepcopy(obj)
     pod_spec(result).pop("affinity", None)
     result["metadata"].get("annotations", {}).pop("gpu-admission.io/policy", None)
-    if result["metadata"].get("annotations") == {}:
-        del result["metadata"]["annotations"]
+    for metadata in (result["metadata"], pod_metadata(result)):  # HAMi's placement, on the pod (memshare.py)
+        if metadata is None:
+            continue
+        for key in (HAMI_NODE_POLICY, HAMI_GPU_POLICY):
+            metadata.get("annotations", {}).pop(key, None)
+        if metadata.get("annotations") == {}:
+            del metadata["annotations"]
+        if metadata is not result["metadata"] and metadata == {}:
+            del pod_template(result)["metadata"]
     for section in ("containers", "initContainers"):
         for c in pod_spec(result).get(section, []):
             if has_managed(c):

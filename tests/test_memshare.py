@@ -20,10 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests import evanphx
 from tests.conftest import copy_policies
 from tests.engine_support import container, env_of, pod, policy, run
 from tests.test_clustercheck import node, view
-from tests.test_engine_properties import SETTINGS
+from tests.test_engine_properties import SETTINGS, objects, strip_mutable
 from tests.test_server import review
 from webhook.admission import clustercheck
 from webhook.admission.cluster import NodeInfo
@@ -547,3 +548,26 @@ def test_policy_lint_cluster_reports_acks_drift_from_the_nodes_list(tmp_path) ->
         "policy drift: 1 disagreement in 1 policy (2 nodes read); until fixed, memory fractions and MIG conversions "
         "are wrong for the pods on those nodes",
     ]
+
+
+@st.composite
+def memory_policies(draw):
+    backend = draw(st.sampled_from(list(Backend)))
+    placement = None if backend is Backend.VOLCANO else draw(st.sampled_from([None, *Placement]))
+    gpu = GPU(model=draw(st.sampled_from(list(GPU_MODELS))))
+    return memory(backend, gpu, placement=placement, steering=draw(st.booleans()),
+                  limits=Limits(max_per_container=draw(st.sampled_from([None, 1, 4]))))  # fmt: skip
+
+
+@SETTINGS
+@given(objects(), memory_policies())
+def test_memory_mutation_applies_is_idempotent_and_touches_nothing_else(obj, pol) -> None:
+    """The engine's properties (test_engine_properties.py) on memory policies alone, placement included."""
+    original = copy.deepcopy(obj)
+    policies = PolicySet((pol,))
+    decision = evaluate(obj, "team", policies)  # the namespace of `memory`'s policies
+    assert decision.policy == "team"
+    assert obj == original
+    assert evanphx.apply(original, decision.patch) == decision.mutated
+    assert evaluate(decision.mutated, "team", policies).patch == []
+    assert strip_mutable(decision.mutated) == strip_mutable(obj)
