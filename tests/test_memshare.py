@@ -571,3 +571,20 @@ def test_memory_mutation_applies_is_idempotent_and_touches_nothing_else(obj, pol
     assert evanphx.apply(original, decision.patch) == decision.mutated
     assert evaluate(decision.mutated, "team", policies).patch == []
     assert strip_mutable(decision.mutated) == strip_mutable(obj)
+
+
+def test_policy_lint_warns_about_an_ack_policy_that_does_not_steer(tmp_path) -> None:
+    from tests.test_cli_policy import gpu_webhook
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "examples" / "policies" / "memory-ack.yaml").read_text() + "  steering: false\n"
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "ack.yaml").write_text(text)
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-2:] == [
+        "warning: policy notebooks-ack-sharing (pol/ack.yaml#0) has backend ack with steering: false: its pods may "
+        "land on nodes labelled ack.node.gpu.schedule=share, which do not isolate memory, and placement never reaches "
+        "ACK (it reads node labels); remove steering: false",
+        "1 policy in 1 file: no errors, no glob ties, 1 steering warning",
+    ]

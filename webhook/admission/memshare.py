@@ -457,3 +457,14 @@ def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
             f"set gpu.memoryMiB: {gib // gpus * 1024}, or give these nodes' namespaces their own policy",
         ))  # fmt: skip
     return found
+
+
+UNSTEERED = (
+    "has backend ack with steering: false: its pods may land on nodes labelled ack.node.gpu.schedule=share, "
+    "which do not isolate memory, and placement never reaches ACK (it reads node labels); remove steering: false"
+)
+
+
+def unsteered(policy: Policy) -> bool:
+    """An ACK policy that does not steer: `policy lint` warns (UNSTEERED)."""
+    return policy.sharing.mode is Mode.MEMORY and policy.sharing.backend is Backend.ACK and not policy.steering

@@ -186,11 +186,18 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
             "offers (mig-parted's config) in sharing.migProfiles",
             file=out,
         )
+    from webhook.admission import memshare
+
+    unsteered = [p for p in policies.policies if memshare.unsteered(p)]
+    for policy in unsteered:
+        print(f"warning: policy {policy.name} ({policy.source}) {memshare.UNSTEERED}", file=out)
     files = len({policy.source.rsplit("#", 1)[0] for policy in policies.policies})
     count = len(policies.policies)
     summary = f"{len(ties)} glob tie warning{'s' if len(ties) != 1 else ''}" if ties else "no glob ties"
     if unlisted:
         summary += f", {len(unlisted)} MIG layout warning{'s' if len(unlisted) != 1 else ''}"
+    if unsteered:
+        summary += f", {len(unsteered)} steering warning{'s' if len(unsteered) != 1 else ''}"
     print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
           f"no errors, {summary}", file=out)
     return 0, policies
