@@ -103,11 +103,9 @@ def spec_of(policy: Policy) -> BackendSpec | None:
 
 @dataclass(frozen=True, slots=True)
 class Share:
-    """What `nvidia.com/gpu: f` becomes: the backend's resources (in order), or why none."""
+    """What `nvidia.com/gpu: f` becomes: the backend's resources, in order; none where f is below one unit."""
 
     resources: tuple[tuple[str, str], ...] = ()
-    memory_mib: int = 0  # what the container is given, in MiB
-    smallest: Fraction | None = None  # set when f is too small for one unit: the smallest fraction that works
 
 
 def share(spec: BackendSpec, fraction: Fraction, gpu_mib: int) -> Share:
@@ -116,13 +114,13 @@ def share(spec: BackendSpec, fraction: Fraction, gpu_mib: int) -> Share:
     units = int(fraction * gpu_mib // spec.unit_mib)
     cores = int(fraction * 100) if spec.cores else 1
     if units < 1 or cores < 1:
-        return Share(smallest=smallest(spec, gpu_mib))
+        return Share()
     if spec.backend is Backend.ACK:
         resources: tuple[tuple[str, str], ...] = ((spec.memory, str(units)),)
     else:
         assert spec.count is not None and spec.cores is not None
         resources = ((spec.count, "1"), (spec.memory, str(units)), (spec.cores, str(cores)))
-    return Share(resources, units * spec.unit_mib)
+    return Share(resources)
 
 
 def smallest(spec: BackendSpec, gpu_mib: int) -> Fraction:
