@@ -32,7 +32,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.common import percentile, table, write_results
@@ -309,8 +308,9 @@ def main() -> bool:
         server = start(where, probe_port)
         try:
             rows, results["held"] = held(server, probe_port)
-            print(table(f"\nheld: {IDLE} idle TCP connections and {HALF_OPEN} half-open TLS handshakes on the webhook port "
-                  f"(re-opened when closed: {results['held']['reopened']}); new connections, {PROBE_TIMEOUT:g} s timeout",
+            print(table(f"\nheld: {IDLE} idle TCP connections and {HALF_OPEN} half-open TLS handshakes on the webhook "
+                        f"port (re-opened when closed: {results['held']['reopened']}); new connections, "
+                        f"{PROBE_TIMEOUT:g} s timeout",
                         ["on a new connection", "tries", "failed", "p50 ms", "max ms"], rows))
             rows, results["metrics"] = metrics_held(server)
             print(table(f"\nmetrics port: {HALF_SENT} half-sent requests held; server threads "
