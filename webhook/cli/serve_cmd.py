@@ -241,12 +241,10 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
 def _start_metrics(host: str, port: int) -> None:
     """The metrics endpoint: a thread in this (the arbiter) process, summing every worker's files."""
-    from prometheus_client import start_http_server
-
-    from webhook.server.metrics import multiprocess_registry
+    from webhook.server.metrics import multiprocess_registry, serve_metrics
 
     try:
-        start_http_server(port, addr=host, registry=multiprocess_registry())
+        serve_metrics(host, port, multiprocess_registry())
     except OSError as exc:
         raise ServeError(f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}") from None
 

@@ -9,8 +9,14 @@ tests) the metrics live in process memory.
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
+from contextlib import suppress
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -133,6 +139,67 @@ def multiprocess_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     return registry
+
+
+# The metrics endpoint: prometheus_client's server runs a thread per connection, reads with no timeout and
+# keeps no count, so 40 clients that send half a request hold 40 threads for ever. Here a request must arrive
+# within METRICS_READ_TIMEOUT, and beyond METRICS_CONNECTIONS a new connection closes the oldest.
+METRICS_READ_TIMEOUT = 5.0
+METRICS_CONNECTIONS = 16
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = METRICS_READ_TIMEOUT  # each read: StreamRequestHandler sets it on the socket
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing: a scrape every 30 s is not news."""
+
+
+def serve_metrics(host: str, port: int, registry: CollectorRegistry) -> Any:
+    """Serve `registry` on http://host:port/metrics from a daemon thread; returns the server."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    class MetricsServer(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.open: OrderedDict[socket.socket, float] = OrderedDict()  # connection -> when its deadline ends
+            self.open_lock = threading.Lock()
+            super().__init__(*args, **kwargs)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self.open_lock:
+                self.open[request] = time.monotonic() + METRICS_READ_TIMEOUT
+                while len(self.open) > METRICS_CONNECTIONS:
+                    _close_for_good(self.open.popitem(last=False)[0])
+            super().process_request(request, client_address)
+
+        def shutdown_request(self, request: Any) -> None:
+            with self.open_lock:
+                self.open.pop(request, None)
+            super().shutdown_request(request)
+
+        def service_actions(self) -> None:
+            """Every half second (serve_forever's poll): a connection whose request is still incomplete after
+            METRICS_READ_TIMEOUT, read byte by byte or not, is closed, and its thread ends."""
+            now = time.monotonic()
+            with self.open_lock:
+                while self.open and next(iter(self.open.values())) <= now:
+                    _close_for_good(self.open.popitem(last=False)[0])
+
+    server = make_server(host, port, make_wsgi_app(registry), MetricsServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+def _close_for_good(connection: socket.socket) -> None:
+    """Wake the thread reading it (its read returns nothing) rather than close the descriptor under it."""
+    with suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
 
 
 def mark_worker_dead(pid: int) -> None:
