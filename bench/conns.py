@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench.common import percentile, table, write_results
@@ -43,6 +44,7 @@ PROBE_SECONDS = 6.0
 LARGE_SENDERS, LARGE_BYTES, SMALL_RATE, LARGE_SECONDS = 6, 2 * 1024 * 1024, 20.0, 8.0
 PROBE_TIMEOUT = 2.0  # the Deployment's timeoutSeconds
 HALF_HELLO = b"\x16\x03\x01\x00\xc8\x01\x00"  # a TLS record header and the start of a ClientHello
+HALF_SENT_METRICS = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"  # no blank line: the request never ends
 
 
 def has_probe_port() -> bool:
@@ -93,8 +95,8 @@ def review(name: str, size: int = 0) -> bytes:
 
 
 class Holder(threading.Thread):
-    """Keeps `idle` silent TCP connections and `half_open` half-ClientHellos open to `port`, re-opening any the
-    server closes; `port_metrics`/`half_sent`: half-sent HTTP requests to the metrics port, likewise."""
+    """Keeps `idle` silent TCP connections and `half_open` ones that sent `first` (half a ClientHello, or half an
+    HTTP request) open to `port`, opening again at once any that the server closes."""
 
     def __init__(self, port: int, idle: int, half_open: int, first: bytes = HALF_HELLO) -> None:
         super().__init__(daemon=True)
@@ -145,6 +147,47 @@ class Holder(threading.Thread):
         self.join(10)
         for key in list(self.selector.get_map().values()):
             key.fileobj.close()  # type: ignore[union-attr]
+
+
+def raise_open_files() -> int:
+    """This process's open-files limit, raised to its hard limit (at most 65,536); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return max(soft, wanted)
+
+
+def _hold(port: int, idle: int, half_open: int, first: bytes, filled: Any, stop: Any, reopened: Any) -> None:
+    raise_open_files()
+    holder = Holder(port, idle, half_open, first)
+    holder.start()
+    holder.filled.wait(60)
+    filled.set()
+    while not stop.wait(0.05):
+        reopened.value = holder.reopened
+    reopened.value = holder.reopened
+    holder.close()
+
+
+@contextlib.contextmanager
+def held_connections(port: int, idle: int, half_open: int, first: bytes = HALF_HELLO) -> Iterator[Any]:
+    """`Holder`'s connections, held by a child process (its loop would slow this process's own clients down);
+    yields a shared counter of the connections the server closed and the child opened again."""
+    context = multiprocessing.get_context("fork")
+    filled, stop, reopened = context.Event(), context.Event(), context.Value("q", 0)
+    child = context.Process(target=_hold, args=(port, idle, half_open, first, filled, stop, reopened), daemon=True)
+    child.start()
+    try:
+        if not filled.wait(60):
+            raise RuntimeError(f"could not open {idle + half_open} connections to port {port} within 60 s")
+        yield reopened
+    finally:
+        stop.set()
+        child.join(15)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
 
 
 def timed(action: Any) -> float | None:
@@ -199,25 +242,21 @@ def summary(name: str, times: list[float | None]) -> list[str]:
 
 
 def held(server: Server, probe_port: int | None) -> tuple[list[list[str]], dict[str, Any]]:
-    holder = Holder(server.port, IDLE, HALF_OPEN)
-    holder.start()
-    holder.filled.wait(60)
-    time.sleep(0.5)
     probes: dict[str, list[float | None]] = {"probe https /healthz": [], "review (new connection)": []}
     if probe_port:
         probes["probe http /healthz (probe port)"] = []
     body = review("small")
-    deadline = time.monotonic() + PROBE_SECONDS
-    while time.monotonic() < deadline:
-        probes["probe https /healthz"].append(timed(lambda: https_get(server, "/healthz")))
-        probes["review (new connection)"].append(timed(lambda: https_review(server, body)))
-        if probe_port:
-            probes["probe http /healthz (probe port)"].append(timed(lambda: http_get(probe_port, "/healthz")))
-        time.sleep(0.2)
-    kept = dict(holder.open)
-    holder.close()
+    with held_connections(server.port, IDLE, HALF_OPEN) as reopened:
+        time.sleep(0.5)
+        deadline = time.monotonic() + PROBE_SECONDS
+        while time.monotonic() < deadline:
+            probes["probe https /healthz"].append(timed(lambda: https_get(server, "/healthz")))
+            probes["review (new connection)"].append(timed(lambda: https_review(server, body)))
+            if probe_port:
+                probes["probe http /healthz (probe port)"].append(timed(lambda: http_get(probe_port, "/healthz")))
+            time.sleep(0.2)
     rows = [summary(name, times) for name, times in probes.items()]
-    return rows, {"held": kept, "reopened": holder.reopened, "rows": rows}
+    return rows, {"reopened": reopened.value, "rows": rows}
 
 
 def threads_of(pid: int) -> int:
@@ -227,18 +266,15 @@ def threads_of(pid: int) -> int:
 def metrics_held(server: Server) -> tuple[list[list[str]], dict[str, Any]]:
     port = server.metrics_port  # type: ignore[attr-defined]
     before = threads_of(server.process.pid)
-    holder = Holder(port, 0, HALF_SENT, first=b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-    holder.start()
-    holder.filled.wait(60)
-    time.sleep(0.5)
-    during = threads_of(server.process.pid)
     scrapes = []
-    for _ in range(10):
-        scrapes.append(timed(lambda: http_get(port, "/metrics")))
-        time.sleep(0.2)
-    holder.close()
+    with held_connections(port, 0, HALF_SENT, first=HALF_SENT_METRICS) as reopened:
+        time.sleep(0.5)
+        during = threads_of(server.process.pid)
+        for _ in range(10):
+            scrapes.append(timed(lambda: http_get(port, "/metrics")))
+            time.sleep(0.2)
     rows = [summary("metrics scrape (new connection)", scrapes)]
-    return rows, {"threads_before": before, "threads_held": during, "reopened": holder.reopened, "rows": rows}
+    return rows, {"threads_before": before, "threads_held": during, "reopened": reopened.value, "rows": rows}
 
 
 # ------------------------------------------------------------------------------------------------ large reviews
@@ -300,8 +336,7 @@ def large(server: Server) -> tuple[list[list[str]], dict[str, Any]]:
 
 
 def main() -> bool:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    raise_open_files()
     probe_port = free_port() if has_probe_port() else None
     results: dict[str, Any] = {}
     with setup() as where:

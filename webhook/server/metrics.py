@@ -164,6 +164,7 @@ def serve_metrics(host: str, port: int, registry: CollectorRegistry) -> Any:
 
     class MetricsServer(ThreadingMixIn, WSGIServer):
         daemon_threads = True
+        request_queue_size = 128  # socketserver's 5 would drop new connections (SYN retried after 1 s) in a burst
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
