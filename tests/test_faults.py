@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import functools
 import http.client
+import itertools
 import json
 import os
 import re
@@ -823,3 +824,41 @@ def test_silent_and_half_open_connections_are_closed_within_their_limits(start_s
     assert SILENT_TIMEOUT - 0.1 <= closed["silent"] < SILENT_TIMEOUT + 1.1, closed
     assert closed["silent probe"] < SILENT_TIMEOUT + 1.1, closed
     assert HANDSHAKE_TIMEOUT - 0.1 <= closed["half hello"] < HANDSHAKE_TIMEOUT + 1.1, closed
+
+
+# --- large reviews ---------------------------------------------------------------------------------------------
+
+
+def test_large_reviews_take_turns_across_workers_for_at_most_a_quarter_of_the_time(tmp_path, monkeypatch):
+    """Each LargeReviews stands for one worker (its own open file, as after the fork): three at once run one after
+    another, each starting only after a pause three times as long as the last one ran (LARGE_SHARE, a quarter);
+    one whose turn would come after LARGE_WAIT_SECONDS is refused at once (the server answers it with a 503)."""
+    from webhook.server.app import LARGE_SHARE, LARGE_WAIT_SECONDS, LargeReviews
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # where `serve` puts the shared lock file
+    spans: list[tuple[float, float]] = []
+    work = 0.15
+
+    def review(large: LargeReviews, seconds: float) -> bool:
+        with large.turn() as turn:
+            if turn:
+                started = time.monotonic()
+                time.sleep(seconds)
+                spans.append((started, time.monotonic()))
+            return turn
+
+    threads = [threading.Thread(target=review, args=(LargeReviews(), work)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(spans) == 3
+    spans.sort()
+    pause = work * (1 / LARGE_SHARE - 1)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start - end >= pause - 0.01, spans
+
+    assert review(LargeReviews(), LARGE_WAIT_SECONDS / 2)  # a pause of 1.5 x LARGE_WAIT_SECONDS follows
+    started = time.monotonic()
+    assert not review(LargeReviews(), 0.0)
+    assert time.monotonic() - started < 0.5  # refused at once: no use waiting past the API server's patience
