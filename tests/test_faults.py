@@ -787,6 +787,7 @@ def test_thousands_of_idle_and_half_open_connections_cost_new_ones_nothing(start
             assert result.error == "", result
             assert max(https, plain, result.done - result.sent) < 1.0, (https, plain, result)
         assert reopened.value > 0, "the server closed none of them: they held its places"
+    assert server.metrics()['gpu_admission_connections_closed_total{reason="full"}'] > 0
     arbiter_threads = len(os.listdir(f"/proc/{server.process.pid}/task"))
     with held_connections(metrics_port, 0, 100, first=HALF_SENT_METRICS):
         time.sleep(0.5)
@@ -824,6 +825,9 @@ def test_silent_and_half_open_connections_are_closed_within_their_limits(start_s
     assert SILENT_TIMEOUT - 0.1 <= closed["silent"] < SILENT_TIMEOUT + 1.1, closed
     assert closed["silent probe"] < SILENT_TIMEOUT + 1.1, closed
     assert HANDSHAKE_TIMEOUT - 0.1 <= closed["half hello"] < HANDSHAKE_TIMEOUT + 1.1, closed
+    counted = server.metrics()
+    assert counted['gpu_admission_connections_closed_total{reason="silent"}'] == 2
+    assert counted['gpu_admission_connections_closed_total{reason="handshake"}'] == 1
 
 
 # --- large reviews ---------------------------------------------------------------------------------------------

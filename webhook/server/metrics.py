@@ -51,6 +51,14 @@ CLUSTER_SKIPS = Counter(
     "(listing: the first list has not completed; stale: the watch has been broken too long).",
     ["reason"],
 )
+CONNECTIONS_CLOSED = Counter(
+    "gpu_admission_connections_closed",
+    "Connections closed before a request on them was answered, by reason (full: to make room for a new one; "
+    "silent: nothing sent in time; handshake: TLS handshake unfinished in time; incomplete: request unfinished in "
+    "time). Many, without a rise in reviews: something holds connections open against the webhook.",
+    ["reason"],
+)
+CLOSE_REASONS = ("full", "silent", "handshake", "incomplete")
 _inventory_nodes: Gauge | None = None  # created in a worker, as the certificate gauge
 _drift_nodes: Gauge | None = None
 _drift_shown: set[tuple[str, str]] = set()
@@ -62,6 +70,7 @@ _DURATION_CHILDREN = {w: DURATION.labels(webhook=w) for w in WEBHOOKS}
 _MUTATION_CHILDREN: dict[str, Any] = {}  # filled as kinds appear (the engine names them)
 for _result in ("ok", "error"):
     RELOADS.labels(result=_result)
+_CLOSED_CHILDREN = {reason: CONNECTIONS_CLOSED.labels(reason=reason) for reason in CLOSE_REASONS}
 
 
 def observe_review(webhook: str, decision: str, seconds: float, mutation_kinds: Iterable[str] = ()) -> None:
@@ -82,6 +91,11 @@ def observe_review(webhook: str, decision: str, seconds: float, mutation_kinds: 
         if child is None:
             child = _MUTATION_CHILDREN[kind] = MUTATIONS.labels(kind=kind)
         child.inc(count)
+
+
+def count_closed(reason: str) -> None:
+    """One connection closed early (worker.py), for CLOSE_REASONS' `reason`."""
+    _CLOSED_CHILDREN[reason].inc()
 
 
 def count_reload(ok: bool) -> None:

@@ -47,6 +47,7 @@ from typing import Any
 from gunicorn import http, sock, util
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
+from webhook.server.metrics import count_closed
 from webhook.server.tls import BoundedSSLSocket
 
 SILENT_TIMEOUT = 2.0  # seconds from accept to the first byte (of a ClientHello; of a request on the probe port)
@@ -190,7 +191,6 @@ class WebhookWorker(ThreadWorker):
         self.silent: OrderedDict[_Conn, None] = OrderedDict()  # accepted, nothing received yet
         self.handshaking: OrderedDict[_Conn, None] = OrderedDict()  # TLS handshake under way
         self.reading: OrderedDict[_Conn, None] = OrderedDict()  # part of a request read
-        self.evicted = 0  # connections closed to make room for new ones
         self.lingering: deque[tuple[float, socket.socket]] = deque()
         self.writing: dict[_Conn, Any] = {}  # connection -> its thread's future, while the main loop writes
         self._stop_deadline: float | None = None
@@ -280,17 +280,16 @@ class WebhookWorker(ThreadWorker):
         for waiting in (self.silent, self.handshaking):
             if waiting:
                 self._drop(next(iter(waiting)))
-                self.evicted += 1
+                count_closed("full")
                 return True
         for idle in (self.pending_conns, self.keepalived_conns):
             if idle:
-                conn = idle.popleft()
-                self._drop(conn)
-                self.evicted += 1
+                self._drop(idle.popleft())
+                count_closed("full")
                 return True
         if self.reading:
             self._drop(next(iter(self.reading)))
-            self.evicted += 1
+            count_closed("full")
             return True
         return False
 
@@ -476,12 +475,15 @@ class WebhookWorker(ThreadWorker):
         while self.silent and (conn := next(iter(self.silent))).deadline <= now:
             self.log.debug("closed %s: nothing sent within %.0f s", conn.client, SILENT_TIMEOUT)
             self._drop(conn)
+            count_closed("silent")
         while self.handshaking and (conn := next(iter(self.handshaking))).deadline <= now:
             self.log.debug("TLS handshake timed out for %s", conn.client)
             self._drop(conn)
+            count_closed("handshake")
         while self.reading and (conn := next(iter(self.reading))).deadline <= now:
             self.log.info("closed %s: request incomplete after %.0f s", conn.client, BoundedSSLSocket.request_timeout)
             self._drop(conn)
+            count_closed("incomplete")
         if self.writing:
             for conn in [c for c in self.writing if c.deadline <= now]:
                 self.log.info("closed %s: nothing of the response read for %.0f s", conn.client,
