@@ -34,6 +34,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 Key = tuple[str, str]
+# The one value without a default (the API server's addresses), set to the kustomize base's placeholder.
+REQUIRED = ("networkPolicy.apiServerCIDRs={REPLACE-WITH-THE-API-SERVER-CIDRS}",)
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -43,7 +45,7 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 def render(*values: str, namespace: str = NAMESPACE, files: tuple[str, ...] = ()) -> dict[Key, dict[str, Any]]:
     """`helm template` with `--set` values (and `--set-file` ones), as objects by (kind, name)."""
-    flags = [arg for value in values for arg in ("--set", value)]
+    flags = [arg for value in (*REQUIRED, *values) for arg in ("--set", value)]
     flags += [arg for value in files for arg in ("--set-file", value)]
     run = helm("template", "gpu-admission", str(CHART), "--namespace", namespace, *flags)
     assert run.returncode == 0, run.stderr
@@ -81,13 +83,14 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
         )
     )
     for extra in ([], ["--values", str(custom)]):
-        run = helm("lint", "--strict", str(CHART), *extra)
+        run = helm("lint", "--strict", str(CHART), "--set", REQUIRED[0], *extra)
         assert run.returncode == 0, run.stdout + run.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in run.stdout
 
 
 def test_the_default_render_is_the_kustomize_base_but_for_the_namespace() -> None:
-    """`helm install --namespace` needs the namespace first, so the chart makes it only when asked."""
+    """`helm install --namespace` needs the namespace first, so the chart makes it only when asked. The API
+    server's addresses have no default in either (REQUIRED sets the base's placeholder)."""
     base = kustomize(MANIFESTS / "base")
     namespace = base.pop(("Namespace", NAMESPACE))
     assert render() == base
@@ -163,6 +166,16 @@ def test_values_reach_every_place_that_must_agree() -> None:
             assert ignore == {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]}
 
 
+def test_without_the_api_servers_addresses_the_install_stops_with_a_line_saying_where_to_find_them() -> None:
+    run = helm("template", "gpu-admission", str(CHART))
+    assert run.returncode == 1
+    assert "networkPolicy.apiServerCIDRs: list the addresses the API server calls the webhook from" in run.stderr
+    three = render("networkPolicy.apiServerCIDRs={10.0.0.10/32,10.0.0.11/32,10.0.0.12/32}")
+    overlay = kustomize(MANIFESTS / "overlays" / "custom")  # the example overlay lists the same three
+    assert three[("NetworkPolicy", "gpu-admission")] == overlay[("NetworkPolicy", "gpu-admission")]
+    assert ("NetworkPolicy", "gpu-admission") not in render("networkPolicy.enabled=false")
+
+
 def test_an_ordered_install_registers_no_webhook_until_asked() -> None:
     rendered = render("webhooks.register=false")
     assert not [key for key in rendered if key[0].endswith("WebhookConfiguration")]
@@ -201,7 +214,7 @@ def test_generated_certificates_serve_the_service_name_and_are_signed_by_the_ca_
     ],
 )
 def test_the_values_schema_refuses_what_would_break_the_install(value: str, message: str) -> None:
-    run = helm("template", "gpu-admission", str(CHART), "--set", value)
+    run = helm("template", "gpu-admission", str(CHART), "--set", REQUIRED[0], "--set", value)
     assert run.returncode != 0
     assert message in run.stderr, run.stderr
 

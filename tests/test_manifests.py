@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import ipaddress
 import json
 import re
 import shutil
@@ -279,8 +280,8 @@ def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
-        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
+        "NetworkPolicy", "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
@@ -315,7 +316,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 13
+    assert checked == 14
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -463,7 +464,8 @@ def test_the_server_command_points_at_the_mounted_certificate_and_policies(defau
     assert volumes["policies"]["configMap"]["name"] == one(default, "ConfigMap")["metadata"]["name"]
     assert mounts["tmp"]["mountPath"] == "/tmp" and "emptyDir" in volumes["tmp"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"https": 8443, "metrics": 9090}
+    assert ports == {"https": 8443, "metrics": 9090, "probes": 8080}
+    assert flags["--probe-port"] == "8080"
 
 
 def test_the_server_command_is_one_the_cli_accepts(default: list[dict[str, Any]]) -> None:
@@ -492,10 +494,59 @@ def test_the_pre_stop_delay_needs_only_the_images_python(default: list[dict[str,
     assert container["lifecycle"] == {"preStop": {"exec": {"command": ["python3", "-c", "import time; time.sleep(5)"]}}}
 
 
-def test_probes_use_readyz_and_healthz_over_https(default: list[dict[str, Any]]) -> None:
+def test_probes_use_readyz_and_healthz_on_the_probe_listener(default: list[dict[str, Any]]) -> None:
+    """Plain HTTP on a port of their own (`serve --probe-port`): connections held against the webhook port
+    cannot fail them."""
     (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8443, "scheme": "HTTPS"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8443, "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8080, "scheme": "HTTP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8080, "scheme": "HTTP"}
+
+
+def _container_ports(objects: list[dict[str, Any]]) -> dict[str, int]:
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+def test_the_network_policy_lets_only_the_api_server_call_and_monitoring_scrape(
+    default: list[dict[str, Any]],
+) -> None:
+    """The webhook port from the API server's addresses (manifests/api-server/, an obvious placeholder until
+    set), the metrics port from the monitoring namespace, and nothing else: the probe port is the kubelet's,
+    which comes from the node."""
+    policy = one(default, "NetworkPolicy")
+    assert policy["spec"]["podSelector"] == {"matchLabels": APP_LABELS}
+    assert one(default, "Deployment")["spec"]["template"]["metadata"]["labels"] == APP_LABELS
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    api_server, monitoring = policy["spec"]["ingress"]
+    ports = _container_ports(default)
+    assert api_server["ports"] == [{"port": ports["https"], "protocol": "TCP"}]
+    assert monitoring["ports"] == [{"port": ports["metrics"], "protocol": "TCP"}]
+    assert monitoring["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    (source,) = api_server["from"]
+    assert source == {"ipBlock": {"cidr": "REPLACE-WITH-THE-API-SERVER-CIDRS"}}
+    with pytest.raises(ValueError):  # so the API server refuses the policy rather than apply a guess
+        ipaddress.ip_network(source["ipBlock"]["cidr"])
+    service_ports = {p["targetPort"] for p in one(default, "Service")["spec"]["ports"]}
+    assert service_ports == {ports["https"], ports["metrics"]}  # the probe port is not in the Service either
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_sets_the_api_server_addresses_in_one_place(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    """Each installable variant takes the addresses from manifests/api-server/api-server.yaml."""
+    data = yaml.safe_load((VARIANTS[variant] / "kustomization.yaml").read_text())
+    assert any(Path(c).name == "api-server" for c in data.get("components", [])), variant
+    assert one(rendered[variant], "NetworkPolicy") == one(rendered["default"], "NetworkPolicy")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
+def test_the_example_overlay_sets_its_own_api_server_addresses() -> None:
+    objects = kubectl_kustomize(MANIFESTS / "overlays" / "custom")
+    policy = one(objects, "NetworkPolicy")
+    networks = [ipaddress.ip_network(s["ipBlock"]["cidr"]) for s in policy["spec"]["ingress"][0]["from"]]
+    assert [str(n) for n in networks] == ["10.0.0.10/32", "10.0.0.11/32", "10.0.0.12/32"]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": _container_ports(objects)["https"], "protocol": "TCP"}]
 
 
 def test_the_disruption_budget_and_service(default: list[dict[str, Any]]) -> None:
@@ -841,6 +892,8 @@ def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: l
     expected = copy.deepcopy(default)
     one(expected, "ConfigMap")["data"] = files
     one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
+    addresses = one(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"]  # the API server's: its own
+    one(expected, "NetworkPolicy")["spec"]["ingress"][0]["from"] = addresses
     assert sorted(objects, key=_key) == sorted(expected, key=_key)
 
 
