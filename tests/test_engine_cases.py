@@ -388,8 +388,21 @@ def test_two_shared_replicas_are_not_two_gpus():
     assert decision.patch == []  # left as written: the line names what the user wrote
     assert decision.violations == [
         'container "app": nvidia.com/gpu 2 (nvidia.com/gpu.shared 2 under time-slicing) exceeds 1 per container '
-        '(policy "team"): 2 shared replicas are not 2 GPUs, and the device plugin refuses them; request 1, or '
-        "whole GPUs in a namespace that has them"
+        '(policy "team"): 2 time-slicing replicas are not 2 GPUs: the device plugin hands them out '
+        "(failRequestsGreaterThanOne is off by default), on one GPU or several, each still shared with other pods; "
+        "request 1, or whole GPUs in a namespace that has them"
+    ]
+
+
+def test_two_mps_replicas_are_refused_by_the_device_plugin():
+    # The device plugin turns failRequestsGreaterThanOne on for MPS unless its config turns it off.
+    decision = run(pod(container(limits={"nvidia.com/gpu": "2"})), MPS)
+    assert decision.decision == "deny"
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu 2 (nvidia.com/gpu.shared 2 under mps) exceeds 1 per container '
+        '(policy "team"): 2 MPS replicas are not 2 GPUs, and the device plugin refuses them '
+        "(its failRequestsGreaterThanOne is on by default under MPS: the kubelet fails the pod with "
+        "UnexpectedAdmissionError); request 1, or whole GPUs in a namespace that has them"
     ]
 
 
@@ -498,6 +511,25 @@ def test_a_mig_profile_that_the_model_lacks_is_denied():
     assert run(pod(container(limits={"nvidia.com/mig-2g.20gb": "1"})), MIG).decision == "allow"
 
 
+def test_mig_advice_lists_only_the_profiles_the_policy_offers():
+    # A profile the model lacks: the advice is what the nodes offer, not the model's whole table (following it
+    # to 1g.20gb would be the next denial).
+    offered = policy(
+        sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_profiles=("1g.10gb", "3g.40gb")),
+        gpu=GPU(model="A100-80GB"),
+    )
+    decision = run(pod(container(limits={"nvidia.com/mig-1g.5gb": "1"})), offered)
+    assert decision.violations == [
+        'container "app": nvidia.com/mig-1g.5gb "1" asks for MIG profile 1g.5gb, which A100-80GB does not have '
+        '(policy "team"); use one of 1g.10gb, 3g.40gb'
+    ]
+    decision = run(pod(container(limits={"nvidia.com/mig-1g.20gb": "1"})), offered)
+    assert decision.violations == [
+        'container "app": nvidia.com/mig-1g.20gb "1" asks for MIG profile 1g.20gb, which the nodes\' MIG layout '
+        'does not offer (policy "team" offers 1g.10gb, 3g.40gb): the pod would stay Pending; use one of those'
+    ]
+
+
 def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
     decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"})))
     assert decision.violations == [
@@ -574,6 +606,27 @@ def test_enforce_denies():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})))
     assert (decision.allowed, decision.decision) == (False, "deny")
     assert decision.denials == decision.violations
+
+
+@pytest.mark.parametrize("enforcement", [Enforcement.ENFORCE, Enforcement.WARN])
+def test_a_denied_objects_warnings_do_not_list_mutations_as_done(enforcement):
+    # Requests into limits and the mapping would have been done, but the object is denied: nothing was done.
+    # (Under warn, a refusal denies: its line is the denial, and the policy's own violation stays a warning.)
+    obj = pod(
+        container(requests={"nvidia.com/gpu": "1"}),
+        container("big", limits={"nvidia.com/gpu": "9"}),
+        container("half", requests={"amd.com/gpu": "0.5"}, limits={"amd.com/gpu": "0.5"}),
+    )
+    decision = run(obj, policy(enforcement=enforcement, sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4)))
+    assert (decision.allowed, decision.decision) == (False, "deny")
+    assert all("became" not in w and "set limits" not in w and "memory env" not in w for w in decision.warnings)
+    if enforcement is Enforcement.ENFORCE:
+        assert decision.warnings == []
+    else:
+        assert decision.warnings == [
+            'gpu-admission: container "big": nvidia.com/gpu 9: one time-slicing share per container; ask for 1'
+        ]
+    assert decision.patch != []  # the patch is what /mutate would return had the object been admitted
 
 
 # --- kinds ----------------------------------------------------------------------------------------------

@@ -102,8 +102,10 @@ def test_at_most_one_replica_per_container_as_for_shared() -> None:
     decision = run(pod(gpu("2")), SLICED)
     assert decision.decision == "deny"
     assert decision.violations == [
-        'container "app": nvidia.com/gpu "2" exceeds 1 per container under time-slicing (policy "team"): 2 shared '
-        "replicas are not 2 GPUs, and the device plugin refuses them; request 1, or use a namespace with whole GPUs"
+        'container "app": nvidia.com/gpu "2" exceeds 1 per container under time-slicing (policy "team"): 2 '
+        "time-slicing replicas are not 2 GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
+        "by default), on one GPU or several, each still shared with other pods; request 1, or use a namespace with "
+        "whole GPUs"
     ]
 
 

@@ -344,9 +344,8 @@ def _resource(
         where = f'policy "{policy.name}"'
         if rules.one_shared_replica and rules.is_replica(name):
             _add(ref, problems,
-                 f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): {value} shared "
-                 f"replicas are not {value} GPUs, and the device plugin refuses them; request 1, or use a "
-                 "namespace with whole GPUs",
+                 f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
+                 f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
                  f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
         elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
@@ -357,6 +356,24 @@ def _resource(
                  f"{_brief(name)} {_brief(shown, 8)}: at most {_brief(str(maximum), 8)} per container; "
                  f"ask for fewer")
     return value
+
+
+def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
+    """What becomes of a request for `n` > 1 shared replicas, as the device plugin (NVIDIA/k8s-device-plugin)
+    does it: internal/rm/rm.go ValidateRequest fails it only where the sharing config's
+    `failRequestsGreaterThanOne` is true. The plugin leaves that unset (false) for time-slicing, and so does the
+    GPU Operator's documented config; api/config/v1/config.go sets it true for MPS unless the config says
+    otherwise. Unset, the replicas are handed out, spread over the node's GPUs where it can (its `distributed`
+    allocation policy) and on one GPU where it cannot, each still shared with other pods."""
+    if mode is Mode.MPS:
+        return (
+            f"{n} MPS replicas are not {n} GPUs, and the device plugin refuses them (its failRequestsGreaterThanOne "
+            "is on by default under MPS: the kubelet fails the pod with UnexpectedAdmissionError)"
+        )
+    return (
+        f"{n} {mode} replicas are not {n} GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
+        "by default), on one GPU or several, each still shared with other pods"
+    )
 
 
 def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, str]:
@@ -420,8 +437,8 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, prob
     what = f"{NVIDIA_GPU} {n} ({target} {n} under {policy.sharing.mode})"
     if rules.one_shared_replica and is_shared(target):
         _add(ref, problems,
-             f"{what} exceeds 1 per container (policy \"{policy.name}\"): {n} shared replicas are not {n} GPUs, "
-             "and the device plugin refuses them; request 1, or whole GPUs in a namespace that has them",
+             f"{what} exceeds 1 per container (policy \"{policy.name}\"): {_replicas_fate(policy.sharing.mode, n)}; "
+             "request 1, or whole GPUs in a namespace that has them",
              f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1")
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
         _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
@@ -470,9 +487,12 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
     if profile is None:
         return
     if model is not None and model.profile(profile) is None:
+        # The advice is what the nodes offer: another profile of the model that they do not offer would be
+        # the next denial.
+        choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
         _add(ref, problems,
              f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
-             f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
+             f'(policy "{policy.name}"); use one of {", ".join(choices)}',
              f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has")
     elif rules.offered is not None and profile not in rules.offered:
         _add(ref, problems,
