@@ -136,7 +136,7 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
     decision = run(pod(container("train", requests={"nvidia.com/gpu": "500m"})))
     assert decision.decision == "deny"
     assert decision.violations == [
-        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices (the API '
+        'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
         'server refuses it anyway); request a whole '
         'number of GPUs (policy "team" gives whole GPUs only; ask for a namespace with sharing)'
     ]
@@ -206,6 +206,28 @@ def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
         'overcommitted (the API server refuses it anyway): '
         "set request and limit to the same whole number"
     ]
+
+
+def test_a_quantity_the_api_server_rewrote_is_named_with_its_value():
+    # The API server sends 0.5 to webhooks as "500m": every line names what arrived and what it means.
+    decision = run(pod(container(requests={"nvidia.com/gpu": "250m"})), TIME_SLICING_FRACTIONAL)
+    assert decision.warnings[1] == (
+        'gpu-admission: container "app": nvidia.com/gpu "250m" (0.25 GPU) became nvidia.com/gpu.shared 1'
+    )
+    obj = pod(container(requests={"nvidia.com/gpu": "250m"}, limits={"nvidia.com/gpu": "1"}))
+    assert run(obj, TIME_SLICING).violations == [
+        'container "app": nvidia.com/gpu request "250m" (0.25 GPU) differs from limit "1"; GPUs cannot be '
+        "overcommitted (the API server refuses it anyway): set request and limit to the same whole number"
+    ]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "5e-1", "amd.com/gpu": "500m"})))
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu "5e-1" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request a whole number of GPUs (policy "team" gives whole GPUs only; ask for '
+        "a namespace with sharing)",
+        'container "app": amd.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API server '
+        "refuses it anyway); request a whole number",
+    ]
+    assert decision.warnings == []  # the short forms name the text alone (under enforce: no warnings)
 
 
 # --- mapping --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from webhook.admission.memo import BoundedMemo
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
+AMD_GPU = "amd.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
@@ -40,7 +41,7 @@ def is_mig_profile_name(name: str) -> bool:
 
 def _managed(resource: object) -> bool:
     return type(resource) is str and (
-        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
+        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU)
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
     )

@@ -30,8 +30,9 @@ from webhook.admission.podspec import (
     visible_devices_prefix,
 )
 from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
-from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
+from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_shown, quantity_text
 from webhook.admission.resources import (
+    AMD_GPU,
     DEVICE_AMOUNTS,
     GPU_MODELS,
     MIG_PREFIX,
@@ -315,7 +316,8 @@ def _resource(
     if request != limit:
         request_shown, limit_shown = quantity_text(request_raw), quantity_text(limit_raw)
         _add(ref, problems,
-             f"{name} request {request_shown} differs from limit {limit_shown}; GPUs cannot be overcommitted "
+             f"{name} request {_amount(name, request_raw, request)} differs from limit "
+             f"{_amount(name, limit_raw, limit)}; GPUs cannot be overcommitted "
              f"({APISERVER_TOO}): set request and limit to the same whole number",
              f"{_brief(name)} request {_brief(request_shown, 10)} != limit {_brief(limit_shown, 10)}; "
              "set both to one whole number",
@@ -325,9 +327,12 @@ def _resource(
     if value.denominator != 1:
         shown = quantity_text(limit_raw)
         if name == NVIDIA_GPU:
-            line, short = _fraction_advice(shown, value, rules)
+            line, short = _fraction_advice(_amount(name, limit_raw, value), value, rules, shown)
         else:
-            line = f"{name} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); request a whole number"
+            line = (
+                f"{name} {_amount(name, limit_raw, value)} is fractional, but GPUs are whole devices "
+                f"({APISERVER_TOO}); request a whole number"
+            )
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
         _add(ref, problems, line, short, Refusal)
         return None
@@ -376,8 +381,14 @@ def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
     )
 
 
-def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, str]:
-    """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert."""
+def _amount(name: str, raw: Any, value: Fraction) -> str:
+    """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
+    return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
+
+
+def _fraction_advice(shown: str, value: Fraction, rules: _Rules, written: str) -> tuple[str, str]:
+    """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
+    line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
     model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional.value == "mig" else None
     if model is not None:
@@ -390,17 +401,17 @@ def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, s
                 f"{NVIDIA_GPU} {shown} is fractional, and the one MIG slice offered here ({names}) does not hold "
                 f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"; {APISERVER_TOO}); request '
                 f"{NVIDIA_GPU}: 1 (one {names} slice), or whole GPUs in a namespace that has them",
-                f"{NVIDIA_GPU} {_brief(shown, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
+                f"{NVIDIA_GPU} {_brief(written, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
             )
         return (
             f"{NVIDIA_GPU} {shown} is fractional, and no MIG slice offered here holds {format_fraction(value)} of "
             f'one {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
             "or a MIG profile it offers",
-            f"{NVIDIA_GPU} {_brief(shown, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
+            f"{NVIDIA_GPU} {_brief(written, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
         )
     return (
         f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); {offer(policy)}",
-        f"{NVIDIA_GPU} {_brief(shown, 10)} is fractional; {short_offer(policy)}",
+        f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {short_offer(policy)}",
     )
 
 
