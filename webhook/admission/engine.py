@@ -79,6 +79,11 @@ def evaluate(
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
     warnings = result.warnings
+    if cluster is not None and spec_path is not None:
+        # A pod that names its node is never steered (steering.py): it is judged against that node instead.
+        spec = get_path(result.obj, spec_path)
+        if type(spec) is dict and spec.get("nodeName"):
+            found = found + clustercheck.bound_node(spec, policy, cluster)
     if counted and cluster is not None:
         # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
         # decides), `warn` ones are warnings whatever the enforcement.
