@@ -304,8 +304,8 @@ def test_a_container_that_already_holds_the_target_is_not_renamed():
 
 
 def test_user_set_variables_are_kept_with_a_warning():
-    env = [
-        {"name": "GPU_MEMORY_FRACTION", "value": "0.9"},
+    env = [  # within the share (1/4): kept as written
+        {"name": "GPU_MEMORY_FRACTION", "value": "0.2"},
         {"name": "CUDA_MEMORY_FRACTION", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
     ]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
@@ -322,6 +322,72 @@ def test_user_set_variables_are_kept_with_a_warning():
     )
     assert 'gpu-admission: container "app": kept GPU_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
     assert {"op": "replace", "path": "/spec/containers/0/env", "value": result} in decision.patch
+
+
+SHARED_A100 = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), gpu=GPU(model="A100-80GB"))
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line", "short"),
+    [
+        ("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9",
+         "XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 lets JAX take 0.9 of the GPU's memory, but this container's share is "
+         '1/4 (time-slicing, policy "team"): set XLA_PYTHON_CLIENT_MEM_FRACTION=0.2437, or remove it and the '
+         "webhook sets it",
+         "XLA_PYTHON_CLIENT_MEM_FRACTION: 0.9 of the GPU is over the 1/4 share; set 0.2437"),
+        ("CUDA_MEMORY_FRACTION", "0.93",
+         "CUDA_MEMORY_FRACTION=0.93 lets Text Generation Inference take 0.93 of the GPU's memory, but this "
+         'container\'s share is 1/4 (time-slicing, policy "team"): set CUDA_MEMORY_FRACTION=0.25, or remove it and '
+         "the webhook sets it",
+         "CUDA_MEMORY_FRACTION: 0.93 of the GPU is over the 1/4 share; set 0.25"),
+        ("CUPY_GPU_MEMORY_LIMIT", "50%",
+         "CUPY_GPU_MEMORY_LIMIT=50% lets CuPy take 0.5 of the GPU's memory, but this container's share is 1/4 "
+         '(time-slicing, policy "team"): set CUPY_GPU_MEMORY_LIMIT=25%, or remove it and the webhook sets it',
+         "CUPY_GPU_MEMORY_LIMIT: 0.5 of the GPU is over the 1/4 share; set 25%"),
+        ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,per_process_memory_fraction:0.9",
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,per_process_memory_fraction:0.9 lets PyTorch take 0.9 of "
+         'the GPU\'s memory, but this container\'s share is 1/4 (time-slicing, policy "team"): set '
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,per_process_memory_fraction:0.25, or remove it and the "
+         "webhook sets it",
+         "PYTORCH_CUDA_ALLOC_CONF: 0.9 of the GPU is over the 1/4 share; set its fraction to 0.25"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("enforcement", [Enforcement.ENFORCE, Enforcement.WARN])
+def test_a_users_memory_variable_above_the_share_is_denied_with_the_value_to_write(
+    name, value, line, short, enforcement
+):
+    pol = policy(sharing=SHARED_A100.sharing, gpu=SHARED_A100.gpu, enforcement=enforcement)
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=[{"name": name, "value": value}])), pol)
+    assert decision.violations == [f'container "app": {line}']
+    if enforcement is Enforcement.ENFORCE:
+        assert (decision.decision, decision.warnings) == ("deny", [])
+    else:
+        assert decision.decision == "warn"
+        assert decision.warnings[-1] == f'gpu-admission: container "app": {short}'
+        assert f"{name}={value}" in [f"{e['name']}={e.get('value')}" for e in env_of_list(decision)]  # kept
+
+
+def env_of_list(decision) -> list[dict]:
+    return decision.mutated["spec"]["containers"][0]["env"]
+
+
+def test_a_memory_variable_within_the_share_is_kept_as_written():
+    for value in ("0.25", "0.1"):
+        env = [{"name": "CUDA_MEMORY_FRACTION", "value": value}]
+        decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
+        assert (decision.decision, decision.violations) == ("allow", [])
+        assert env_of(decision)["CUDA_MEMORY_FRACTION"] == value
+    # A converted fraction's share is what it asked for: 0.2 here, so 0.25 is over it.
+    env = [{"name": "GPU_MEMORY_FRACTION", "value": "0.25"}]
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.2"}, env=env)), TIME_SLICING_FRACTIONAL)
+    assert decision.violations == [
+        'container "app": GPU_MEMORY_FRACTION=0.25 lets the application take 0.25 of the GPU\'s memory, but this '
+        'container\'s share is 0.2 (time-slicing, policy "team"): set GPU_MEMORY_FRACTION=0.2, or remove it and the '
+        "webhook sets it"
+    ]
+    # Whole GPUs are not shared: a user's 0.9 is theirs to choose.
+    env = [{"name": "CUDA_MEMORY_FRACTION", "value": "0.9"}]
+    assert run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env))).violations == []
 
 
 EVERY_FRAMEWORK = policy(
@@ -346,7 +412,7 @@ def test_no_variable_a_policy_injects_is_ever_duplicated_or_overwritten(variable
 
 @pytest.mark.parametrize("variable", ["XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"])
 def test_jax_hints_are_skipped_when_the_user_set_a_jax_fraction(variable):
-    env = [{"name": variable, "value": ".5"}]
+    env = [{"name": variable, "value": ".2"}]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
     names = [e["name"] for e in decision.mutated["spec"]["containers"][0]["env"]]
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in names

@@ -66,7 +66,7 @@ def quantity_shown(value: object, amount: int | Fraction | None, unit: str = "")
     text = quantity_text(value)
     if amount is None or amount < 0 or written_plainly(value):
         return text
-    return f"{text} ({format_fraction(Fraction(amount))}{unit})"
+    return f"{text} ({format_fraction(Fraction(amount), 9)}{unit})"  # quantities are exact to 1n
 
 
 def written_plainly(value: object) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission.envhints import MEMORY_VARIABLES, memory_claim, memory_value
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -208,6 +209,8 @@ def validate(
                 count_sum += total
                 if rules.converts_to_shared:
                     _within_share(ref, rules, problems)
+                if rules.share is not None and "env" in body:
+                    _memory_variables(ref, counts, rules, problems)
             if rules.block_visible_devices and not total:
                 _visible_devices(ref, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
@@ -482,6 +485,40 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
                      f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share (1/{policy.sharing.replicas}); "
                      f"ask for {limit} or less, or whole GPUs")
             return
+
+
+def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
+    """A user's own memory variable (envhints.MEMORY_VARIABLES) in a container that holds a shared replica may
+    not let its framework take more than the container's share of the GPU: the scheduler packs `replicas` such
+    containers onto one GPU, and one that takes 0.9 of it starves or crashes the others as surely as a fraction
+    over the share would. The share is the fraction the container converted (recorded by mutation), else one
+    replica's. Within the share, the value is kept as written (mutation says so when it differs from its own)."""
+    if not any(rules.is_replica(name) for name in counts):
+        return
+    env = ref.body.get("env")
+    if type(env) is not list:
+        return
+    policy, share = rules.policy, rules.share
+    assert share is not None
+    entries = [e for e in env if type(e) is dict and type(e.get("value")) is str]
+    for entry in entries:
+        if entry.get("name") == RECORDED_FRACTION:
+            share = min(share, recorded_fraction(entry) or share)
+    memory = policy.gpu_memory_mib
+    for entry in entries:
+        name, value = entry.get("name"), entry["value"]
+        reader = MEMORY_VARIABLES.get(name) if type(name) is str else None
+        claim = memory_claim(name, value, memory) if reader else None
+        if claim is None or claim <= share:
+            continue
+        instead = memory_value(name, value, share, memory)
+        portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+        _add(ref, problems,
+             f"{name}={_brief(value, 60)} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this "
+             f'container\'s share is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set '
+             f"{name}={instead}, or remove it and the webhook sets it",
+             f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
+             + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
 
 
 def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Problems) -> None:
