@@ -704,3 +704,49 @@ def test_the_same_pod_without_a_node_name_is_steered() -> None:
     del obj["spec"]["nodeName"]
     decision = run(obj, WHOLE)
     assert required_terms(decision.mutated) == [{"matchExpressions": WHOLE_TERM}]
+
+
+# --- Pinned to GPUs shared without renaming, in a namespace whose policy renames them --------------------------
+
+PINNED_LINE = (
+    "pod: {pin} pins it to nodes whose time-slicing replicas keep the name nvidia.com/gpu (GPU feature discovery's "
+    '-SHARED suffix), but policy "team" gives this namespace nvidia.com/gpu.shared (what nvidia.com/gpu becomes '
+    "here), which those nodes do not advertise: the pod would stay Pending; remove it, or use a namespace whose "
+    "policy keeps the name nvidia.com/gpu"
+)
+
+
+@pytest.mark.parametrize("steer", [False, True])  # renamed replicas are not steered unless the policy says so
+@pytest.mark.parametrize(
+    ("spec", "pin"),
+    [
+        ({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}},
+         "nodeSelector nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED"),
+        ({"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4-SHARED", "NVIDIA-A10-SHARED"]},
+        ]}]}}}},
+         "required node affinity nvidia.com/gpu.product in (NVIDIA-L4-SHARED,NVIDIA-A10-SHARED)"),
+    ],
+)  # fmt: skip
+def test_a_pod_pinned_to_a_shared_product_that_keeps_the_name_is_denied_in_a_renamed_namespace(spec, pin, steer):
+    pol = policy(sharing=Sharing(Mode.TIME_SLICING, 4), steering=steer)
+    decision = run(pod(gpu("1"), **copy.deepcopy(spec)), pol)  # mapped to nvidia.com/gpu.shared
+    assert decision.decision == "deny"
+    assert decision.violations == [PINNED_LINE.format(pin=pin)]
+    decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"}), **copy.deepcopy(spec)), pol)
+    assert decision.violations == [PINNED_LINE.format(pin=pin)]  # written so by the user: the same
+
+
+def test_other_pins_in_a_renamed_namespace_are_fine():
+    pol = policy(sharing=Sharing(Mode.TIME_SLICING, 4))
+    for spec in (
+        {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4-SHARED"]}]},
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]}]},
+        ]}}}},  # one term can select renamed nodes
+    ):  # fmt: skip
+        assert run(pod(gpu("1"), **copy.deepcopy(spec)), pol).decision == "allow"
+    # A namespace that keeps the name is what a -SHARED pin needs.
+    spec = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}}
+    assert run(pod(gpu("1"), **spec), SLICED).decision == "allow"

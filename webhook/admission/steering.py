@@ -275,6 +275,35 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     return _done(conflicts, new, patch, wanted)
 
 
+def kept_name_pin(spec: dict[str, Any]) -> str | None:
+    """How the pod spec pins itself to GPUs shared without renaming, or None: a nodeSelector on a product ending
+    in `-SHARED`, or a required node affinity each of whose terms selects only such products. The text names it
+    as the user wrote it (`nodeSelector nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED`)."""
+    selector = spec.get("nodeSelector")
+    product = selector.get(PRODUCT) if type(selector) is dict else None
+    if type(product) is str and product.endswith("-SHARED"):
+        return f"nodeSelector {PRODUCT}={product}"
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if type(affinity) is dict else None
+    required = node_affinity.get(REQUIRED) if type(node_affinity) is dict else None
+    terms = required.get("nodeSelectorTerms") if type(required) is dict else None
+    if type(terms) is not list or not terms:
+        return None
+    pinned = []
+    for term in terms:
+        expressions = term.get("matchExpressions") if type(term) is dict else None
+        values = [
+            e.get("values")
+            for e in (expressions if type(expressions) is list else [])
+            if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In"
+        ]
+        shared = [v for v in values if type(v) is list and v and all(str(x).endswith("-SHARED") for x in v)]
+        if not shared:
+            return None  # this term can select other nodes
+        pinned += shared[0]
+    return f"required node affinity {PRODUCT} in ({','.join(map(str, pinned))})"
+
+
 def bound_node(spec: dict[str, Any]) -> str | None:
     """The node a pod spec names itself (`spec.nodeName`), or None: such a pod is placed by nobody else."""
     name = spec.get("nodeName")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission import steering
 from webhook.admission.envhints import MEMORY_VARIABLES, memory_claim, memory_value
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
@@ -135,6 +136,7 @@ class _Rules:
     block_visible_devices: bool
     shared_resource: str | None  # the policy's shared replica (`nvidia.com/gpu` where the plugin keeps the name)
     mig_single_resource: str | None  # `nvidia.com/gpu` where it is one MIG slice (migStrategy: single)
+    renamed_replica: str | None  # the shared replica under its own name (`nvidia.com/gpu.shared`), if any
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -176,6 +178,7 @@ class _Rules:
             block_visible_devices=policy.block_visible_devices_override,
             shared_resource=policy.sharing.shared_resource,
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
+            renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
         )
 
 
@@ -213,6 +216,8 @@ def validate(
                     _memory_variables(ref, counts, rules, problems)
             if rules.block_visible_devices and not total:
                 _visible_devices(ref, rules, problems)
+    if rules.renamed_replica is not None and holders:
+        _pinned_to_kept_name(spec, holders, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
     if count_sum > rules.max_per_pod:
@@ -519,6 +524,32 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
              f"{name}={instead}, or remove it and the webhook sets it",
              f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
              + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
+
+
+def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, problems: Problems) -> None:
+    """A pod pinned to GPUs shared without renaming, holding the renamed replica: it would never schedule.
+
+    GPU feature discovery appends `-SHARED` to `nvidia.com/gpu.product` on nodes whose time-slicing or MPS
+    replicas keep the name `nvidia.com/gpu` (NVIDIA/k8s-device-plugin internal/lm/resource.go,
+    getProductName: shared and not renamed). Those nodes advertise no `nvidia.com/gpu.shared`, so a pod that
+    holds it (what the policy maps `nvidia.com/gpu` to) and selects only such products stays Pending.
+    """
+    renamed = rules.renamed_replica
+    if not any(counts.get(renamed) for _, counts in holders):
+        return
+    pinned = steering.kept_name_pin(spec)
+    if pinned is None:
+        return
+    policy = rules.policy
+    problems.append(
+        pod_violation(
+            f"{pinned} pins it to nodes whose {policy.sharing.mode} replicas keep the name {NVIDIA_GPU} (GPU feature "
+            f'discovery\'s -SHARED suffix), but policy "{policy.name}" gives this namespace {renamed} (what '
+            f"{NVIDIA_GPU} becomes here), which those nodes do not advertise: the pod would stay Pending; remove "
+            f"it, or use a namespace whose policy keeps the name {NVIDIA_GPU}",
+            f"{_brief(pinned, 48)} selects nodes without {_brief(renamed, 24)}; remove it",
+        )
+    )
 
 
 def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Problems) -> None:
