@@ -331,24 +331,23 @@ SHARED_A100 = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), gpu=GP
     ("name", "value", "line", "short"),
     [
         ("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9",
-         "XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 lets JAX take 0.9 of the GPU's memory, but this container's share is "
+         "XLA_PYTHON_CLIENT_MEM_FRACTION lets JAX take 0.9 of the GPU's memory, but this container's share is "
          '1/4 (time-slicing, policy "team"): set XLA_PYTHON_CLIENT_MEM_FRACTION=0.2437, or remove it and the '
          "webhook sets it",
          "XLA_PYTHON_CLIENT_MEM_FRACTION: 0.9 of the GPU is over the 1/4 share; set 0.2437"),
         ("CUDA_MEMORY_FRACTION", "0.93",
-         "CUDA_MEMORY_FRACTION=0.93 lets Text Generation Inference take 0.93 of the GPU's memory, but this "
+         "CUDA_MEMORY_FRACTION lets Text Generation Inference take 0.93 of the GPU's memory, but this "
          'container\'s share is 1/4 (time-slicing, policy "team"): set CUDA_MEMORY_FRACTION=0.25, or remove it and '
          "the webhook sets it",
          "CUDA_MEMORY_FRACTION: 0.93 of the GPU is over the 1/4 share; set 0.25"),
         ("CUPY_GPU_MEMORY_LIMIT", "50%",
-         "CUPY_GPU_MEMORY_LIMIT=50% lets CuPy take 0.5 of the GPU's memory, but this container's share is 1/4 "
+         "CUPY_GPU_MEMORY_LIMIT lets CuPy take 0.5 of the GPU's memory, but this container's share is 1/4 "
          '(time-slicing, policy "team"): set CUPY_GPU_MEMORY_LIMIT=25%, or remove it and the webhook sets it',
          "CUPY_GPU_MEMORY_LIMIT: 0.5 of the GPU is over the 1/4 share; set 25%"),
         ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,per_process_memory_fraction:0.9",
-         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,per_process_memory_fraction:0.9 lets PyTorch take 0.9 of "
-         'the GPU\'s memory, but this container\'s share is 1/4 (time-slicing, policy "team"): set '
-         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,per_process_memory_fraction:0.25, or remove it and the "
-         "webhook sets it",
+         "PYTORCH_CUDA_ALLOC_CONF lets PyTorch take 0.9 of the GPU's memory, but this container's share is 1/4 "
+         '(time-slicing, policy "team"): set per_process_memory_fraction:0.25 in PYTORCH_CUDA_ALLOC_CONF, or remove '
+         "it and the webhook sets it",
          "PYTORCH_CUDA_ALLOC_CONF: 0.9 of the GPU is over the 1/4 share; set its fraction to 0.25"),
     ],
 )  # fmt: skip
@@ -381,7 +380,7 @@ def test_a_memory_variable_within_the_share_is_kept_as_written():
     env = [{"name": "GPU_MEMORY_FRACTION", "value": "0.25"}]
     decision = run(pod(container(requests={"nvidia.com/gpu": "0.2"}, env=env)), TIME_SLICING_FRACTIONAL)
     assert decision.violations == [
-        'container "app": GPU_MEMORY_FRACTION=0.25 lets the application take 0.25 of the GPU\'s memory, but this '
+        'container "app": GPU_MEMORY_FRACTION lets the application take 0.25 of the GPU\'s memory, but this '
         'container\'s share is 0.2 (time-slicing, policy "team"): set GPU_MEMORY_FRACTION=0.2, or remove it and the '
         "webhook sets it"
     ]

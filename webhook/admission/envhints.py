@@ -164,16 +164,15 @@ def memory_claim(name: str, value: str, gpu_memory_mib: int | None) -> Fraction 
     return _decimal(text)
 
 
-def memory_value(name: str, value: str, share: Fraction, gpu_memory_mib: int | None) -> str:
-    """What to write instead in `name` for a container that may use `share` of a GPU: the value the webhook
-    itself sets for it (envhints' hints), the user's other allocator settings kept."""
+def memory_value(name: str, share: Fraction, gpu_memory_mib: int | None) -> str:
+    """What to write in `name` for a container that may use `share` of a GPU, as the webhook's own hint for it
+    writes it (for PyTorch's allocator config, the one key: the user's other keys stay)."""
     if name in JAX_FRACTION_VARS:
         return format_fraction(jax_fraction(share, gpu_memory_mib))
     if name == CUPY_LIMIT:
         return f"{whole_percent(share)}%"
     if name in (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF):
-        kept = [item for item in value.split(",") if item.split(":", 1)[0].strip() != PYTORCH_FRACTION_KEY]
-        return ",".join([*filter(str.strip, kept), f"{PYTORCH_FRACTION_KEY}:{format_fraction(share)}"])
+        return f"{PYTORCH_FRACTION_KEY}:{format_fraction(share)}"
     return format_fraction(share)
 
 

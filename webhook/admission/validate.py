@@ -516,12 +516,14 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
         claim = memory_claim(name, value, memory) if reader else None
         if claim is None or claim <= share:
             continue
-        instead = memory_value(name, value, share, memory)
+        instead = memory_value(name, share, memory)
+        setting = f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
         portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+        # The value as written is not quoted (the log keeps every line): what it lets the framework take is.
         _add(ref, problems,
-             f"{name}={_brief(value, 60)} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this "
-             f'container\'s share is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set '
-             f"{name}={instead}, or remove it and the webhook sets it",
+             f"{name} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this container's share "
+             f'is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set {setting}, or remove it and the '
+             "webhook sets it",
              f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
              + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
 
