@@ -186,10 +186,16 @@ def _alloc_conf_fraction(conf: str) -> str | None:
 
 def _decimal(text: str) -> Fraction | None:
     """A non-negative decimal as frameworks parse it (`0.9`, `.93`, `1e-1`), exactly; None otherwise."""
-    if not text or len(text) > 32:
-        return None
+    return _DECIMALS[text] if text and len(text) <= 32 else None
+
+
+def _parse_decimal(text: str) -> Fraction | None:
     try:
         number = Fraction(text.strip())
     except (ValueError, ZeroDivisionError):
         return None
     return number if number >= 0 else None
+
+
+# The same few values arrive in every review (the webhook's own hints among them): parsed once.
+_DECIMALS = BoundedMemo(_parse_decimal, limit=1024)

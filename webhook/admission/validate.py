@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission import steering
-from webhook.admission.envhints import MEMORY_VARIABLES, memory_claim, memory_value
+from webhook.admission.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -137,6 +137,10 @@ class _Rules:
     shared_resource: str | None  # the policy's shared replica (`nvidia.com/gpu` where the plugin keeps the name)
     mig_single_resource: str | None  # `nvidia.com/gpu` where it is one MIG slice (migStrategy: single)
     renamed_replica: str | None  # the shared replica under its own name (`nvidia.com/gpu.shared`), if any
+    gpu_memory_mib: int | None  # the policy's GPU memory, for CuPy's byte counts
+    # The (name, value) of each variable the policy itself sets for one replica's share: within it by design
+    own_memory_values: frozenset[tuple[str, str]]
+    own_env_tail: list[dict[str, str]]  # the entries mutation appends to a container that set none of them
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -179,6 +183,15 @@ class _Rules:
             shared_resource=policy.sharing.shared_resource,
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
             renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
+            gpu_memory_mib=policy.gpu_memory_mib,
+            own_memory_values=frozenset(
+                (hint.name, hint.value)
+                for fraction in {policy.share, policy.shared_fraction} - {None}
+                for hint in hints_for(policy, fraction)
+            ),
+            own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
+            if policy.shared_fraction
+            else [],
         )
 
 
@@ -216,7 +229,7 @@ def validate(
                     _memory_variables(ref, counts, rules, problems)
             if rules.block_visible_devices and not total:
                 _visible_devices(ref, rules, problems)
-    if rules.renamed_replica is not None and holders:
+    if rules.renamed_replica is not None and holders and ("nodeSelector" in spec or "affinity" in spec):
         _pinned_to_kept_name(spec, holders, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
@@ -492,31 +505,46 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
             return
 
 
+MEMORY_READS = frozenset({*MEMORY_VARIABLES, RECORDED_FRACTION})  # the env names the memory rule reads
+
+
 def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
     """A user's own memory variable (envhints.MEMORY_VARIABLES) in a container that holds a shared replica may
     not let its framework take more than the container's share of the GPU: the scheduler packs `replicas` such
     containers onto one GPU, and one that takes 0.9 of it starves or crashes the others as surely as a fraction
     over the share would. The share is the fraction the container converted (recorded by mutation), else one
     replica's. Within the share, the value is kept as written (mutation says so when it differs from its own)."""
-    if not any(rules.is_replica(name) for name in counts):
-        return
     env = ref.body.get("env")
-    if type(env) is not list:
+    if type(env) is not list or not any(map(rules.is_replica, counts)):
         return
-    policy, share = rules.policy, rules.share
+    own, share, tail = rules.own_memory_values, rules.share, rules.own_env_tail
     assert share is not None
-    entries = [e for e in env if type(e) is dict and type(e.get("value")) is str]
-    for entry in entries:
-        if entry.get("name") == RECORDED_FRACTION:
+    judged: list[tuple[str, str]] = []  # (name, value) of the variables to judge: not from a ConfigMap or Secret
+    owned: list[tuple[str, str]] = []  # those exactly as the policy sets them for one replica's share
+    hints = ()
+    if tail and env[-len(tail) :] == tail:  # the usual case: the user's entries, then the policy's own hints
+        hints, env = tail, env[: -len(tail)]
+    for entry in env:
+        if type(entry) is not dict:
+            continue
+        name, value = entry.get("name"), entry.get("value")
+        if type(value) is not str or type(name) is not str or name not in MEMORY_READS:
+            continue
+        if name == RECORDED_FRACTION:
             share = min(share, recorded_fraction(entry) or share)
-    memory = policy.gpu_memory_mib
-    for entry in entries:
-        name, value = entry.get("name"), entry["value"]
-        reader = MEMORY_VARIABLES.get(name) if type(name) is str else None
-        claim = memory_claim(name, value, memory) if reader else None
+        elif (name, value) in own:
+            owned.append((name, value))
+        else:
+            judged.append((name, value))
+    if share is not rules.share and share != rules.share:  # a converted fraction's smaller share: the
+        judged += owned + [(entry["name"], entry["value"]) for entry in hints]  # policy's own may exceed it
+    policy = rules.policy
+    for name, value in judged:
+        claim = memory_claim(name, value, rules.gpu_memory_mib)
         if claim is None or claim <= share:
             continue
-        instead = memory_value(name, share, memory)
+        reader = MEMORY_VARIABLES[name]
+        instead = memory_value(name, share, rules.gpu_memory_mib)
         setting = f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
         portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
         # The value as written is not quoted (the log keeps every line): what it lets the framework take is.
