@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,28 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
         assert "1 chart(s) linted, 0 chart(s) failed" in run.stdout
 
 
-def test_the_default_render_is_the_kustomize_base_but_for_the_namespace() -> None:
+def base_with_its_lists(tmp_path: Path) -> dict[Key, dict[str, Any]]:
+    """manifests/base with the two lists every variant copies in (the excluded namespaces, the API server's
+    addresses), and without caBundle, which the chart leaves out by default."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS / "base", tmp_path)],
+                "components": [
+                    os.path.relpath(MANIFESTS / name, tmp_path) for name in ("api-server", "excluded-namespaces")
+                ],
+            }
+        )
+    )
+    return kustomize(tmp_path)
+
+
+def test_the_default_render_is_the_kustomize_base_but_for_the_namespace(tmp_path: Path) -> None:
     """`helm install --namespace` needs the namespace first, so the chart makes it only when asked. The API
     server's addresses have no default in either (REQUIRED sets the base's placeholder)."""
-    base = kustomize(MANIFESTS / "base")
+    base = base_with_its_lists(tmp_path)
     namespace = base.pop(("Namespace", NAMESPACE))
     assert render() == base
     assert render("namespace.create=true") == {**base, ("Namespace", NAMESPACE): namespace}
@@ -162,7 +181,7 @@ def test_values_reach_every_place_that_must_agree() -> None:
             assert webhook["clientConfig"]["caBundle"] == "Q0E="
             assert webhook["timeoutSeconds"] == 3
             (names, ignore) = webhook["namespaceSelector"]["matchExpressions"]
-            assert names["values"] == ["kube-system", "kube-node-lease", "gpu-operator", "platform"]
+            assert names["values"] == ["kube-system", "kube-node-lease", "gpu-operator", "platform"]  # platform's own
             assert ignore == {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]}
 
 

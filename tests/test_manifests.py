@@ -45,7 +45,12 @@ NAMESPACE = "gpu-admission"
 KUBECTL = k8s_tools.binary("kubectl")
 LOCAL_CONFIG = "config.kubernetes.io/local-config"
 APP_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "webhook"}
-EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "gpu-admission"]
+# The one list of namespaces never sent to the webhook; the component that copies it into both configurations.
+EXCLUDED_LIST = MANIFESTS / "base" / "excluded-namespaces.yaml"
+EXCLUDED_COMPONENT = MANIFESTS / "excluded-namespaces"
+# Where the GPU stack installs by default (checked at the source: see the list's comments): an outage of the
+# webhook must never stop it.
+GPU_STACK_NAMESPACES = ["gpu-operator", "nvidia-gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu"]
 
 # (API group, resource) -> kind, for every kind the webhooks receive.
 RESOURCE_KINDS = {
@@ -144,13 +149,20 @@ def _apply_patches(objects: list[dict[str, Any]], directory: Path, patches: list
             objects[index] = jsonpatch.apply_patch(objects[index], operations)
 
 
+def _split_field_path(path: str) -> list[str]:
+    """A dotted field path split as kustomize splits it: a `[key=value]` selector is one part, dots and all."""
+    return [part for part in re.split(r"\.(?![^\[]*\])", path) if part]
+
+
 def _field_nodes(node: Any, parts: list[str], create: bool) -> Iterator[tuple[dict[str, Any], str]]:
-    """(parent, key) pairs that a dotted field path with `*` list wildcards names."""
+    """(parent, key) pairs that a dotted field path with `*` list wildcards and `[key=value]` selectors names."""
     head, rest = parts[0], parts[1:]
-    if head == "*":
+    if head == "*" or head.startswith("["):
         assert isinstance(node, list)
+        key, _, wanted = head.strip("[]").partition("=")
         for item in node:
-            yield from _field_nodes(item, rest, create)
+            if head == "*" or (isinstance(item, dict) and item.get(key) == wanted):
+                yield from _field_nodes(item, rest, create)
         return
     if not rest:
         if head in node or create:
@@ -175,7 +187,7 @@ def _apply_replacements(objects: list[dict[str, Any]], replacements: list[dict[s
             assert matched, f"replacement target {target['select']} matches nothing"
             for obj in matched:
                 for field_path in target["fieldPaths"]:
-                    for parent, key in _field_nodes(obj, field_path.split("."), create):
+                    for parent, key in _field_nodes(obj, _split_field_path(field_path), create):
                         parent[key] = copy.deepcopy(value)
 
 
@@ -586,10 +598,76 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
         }
         assert hook["namespaceSelector"] == {
             "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXCLUDED_NAMESPACES},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded_namespaces()},
                 {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]},
             ]
         }
+
+
+def excluded_namespaces() -> list[str]:
+    (listing,) = load_documents(EXCLUDED_LIST)
+    assert listing["metadata"]["annotations"] == {LOCAL_CONFIG: "true"}  # read by kustomize, never applied
+    return listing["namespaces"]
+
+
+def name_exclusions(objects: list[dict[str, Any]]) -> list[list[str]]:
+    """Each webhook entry's `kubernetes.io/metadata.name NotIn` values, in order (ten entries)."""
+    found = []
+    for configuration in [o for o in objects if o["kind"].endswith("WebhookConfiguration")]:
+        for hook in configuration["webhooks"]:
+            (names,) = [
+                e["values"]
+                for e in hook["namespaceSelector"]["matchExpressions"]
+                if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+            ]
+            found.append(names)
+    return found
+
+
+def test_the_gpu_stacks_default_namespaces_are_in_the_one_list() -> None:
+    assert excluded_namespaces() == ["kube-system", "kube-node-lease", NAMESPACE, *GPU_STACK_NAMESPACES]
+    # The base holds no copy: each entry's values come from the list, through the component.
+    for name in ("mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"):
+        (configuration,) = load_documents(MANIFESTS / "base" / name)
+        assert name_exclusions([configuration]) == [[]] * 5
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_webhook_entry_excludes_every_listed_namespace(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    found = name_exclusions(rendered[variant])
+    assert found == [excluded_namespaces()] * 10
+    # Everything else still fails closed while no replica answers: tenants' GPU pods are refused, not let through.
+    for configuration in webhook_configurations(rendered[variant]):
+        assert {hook["failurePolicy"] for hook in configuration["webhooks"]} == {"Fail"}
+
+
+def test_an_overlay_adds_a_namespace_to_the_list_with_one_patch(tmp_path: Path) -> None:
+    """What an admin writes in an overlay of their own: a component, listed before the one that copies the list
+    in, that adds to the list; every webhook entry of both configurations then excludes it."""
+    root = tmp_path / "repo"
+    shutil.copytree(MANIFESTS, root / "manifests")
+    overlay = tmp_path / "repo" / "site"
+    (overlay / "gpu-stack").mkdir(parents=True)
+    (overlay / "gpu-stack" / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\n"
+        "kind: Component\n"
+        "patches:\n"
+        "  - target: {kind: ExcludedNamespaces, name: gpu-admission-excluded-namespaces}\n"
+        "    patch: |-\n"
+        "      - {op: add, path: /namespaces/-, value: gpu-system}\n"
+    )
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "resources: [../manifests/base]\n"
+        "components: [../manifests/ca-bundle, gpu-stack, ../manifests/excluded-namespaces]\n"
+    )
+    outputs = [render(overlay)] + ([kubectl_kustomize(overlay)] if KUBECTL else [])
+    for objects in outputs:
+        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * 10
+        assert not [o for o in objects if o["kind"] == "ExcludedNamespaces"]  # local-config: never applied
 
 
 def _kinds_of(hook: dict[str, Any]) -> dict[str, list[str]]:
@@ -894,6 +972,10 @@ def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: l
     one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
     addresses = one(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"]  # the API server's: its own
     one(expected, "NetworkPolicy")["spec"]["ingress"][0]["from"] = addresses
+    # Its more-excluded-namespaces/ component adds gpu-system to the namespaces never sent to the webhook.
+    for configuration in webhook_configurations(expected):
+        for hook in configuration["webhooks"]:
+            hook["namespaceSelector"]["matchExpressions"][0]["values"].append("gpu-system")
     assert sorted(objects, key=_key) == sorted(expected, key=_key)
 
 

@@ -39,7 +39,7 @@ from webhook.admission.envhints import (
 from webhook.admission.patch import index_token, pointer
 from webhook.admission.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
 from webhook.admission.policy import Fractional, Mode, Policy, Sharing
-from webhook.admission.quantity import format_fraction, quantity_or_none
+from webhook.admission.quantity import format_fraction, quantity_or_none, quantity_shown, written_plainly
 from webhook.admission.resources import (
     GPU_MODELS,
     NVIDIA_GPU,
@@ -339,16 +339,18 @@ def _fractional(
         target = mig_resource(profile.name) if profile else None
     if target is None:
         return None
+    raw = limits.get(NVIDIA_GPU)  # `"500m" (0.5 GPU)` where the API server sent 0.5 as 500m
+    shown = format_fraction(q) if written_plainly(raw) else quantity_shown(raw, q, " GPU")
     if target == NVIDIA_GPU:  # a replica or slice that keeps the name: converted in place
         for resource_map in (requests, limits):
             if NVIDIA_GPU in resource_map:
                 resource_map[NVIDIA_GPU] = "1"
         what = f"{sharing.mig_profile} MIG slice" if sharing.is_mig_single else f"{sharing.mode} replica"
         kinds.append("fractional")
-        texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {NVIDIA_GPU} 1 (one {what})")
+        texts.append(f"{NVIDIA_GPU} {shown} became {NVIDIA_GPU} 1 (one {what})")
     elif _rename(requests, limits, target, "1"):
         kinds.append("fractional")
-        texts.append(f"{NVIDIA_GPU} {format_fraction(q)} became {target} 1")
+        texts.append(f"{NVIDIA_GPU} {shown} became {target} 1")
     else:
         return None
     return q if plan.fractional_shared else None

@@ -62,7 +62,8 @@ DEFAULT_FRAMEWORK_ENV = ("jax", "tensorflow", "cupy", "tgi", "generic")
 DEFAULT_SHARED_RESOURCE = "nvidia.com/gpu.shared"
 DEFAULT_MAX_PER_CONTAINER = 8
 DEFAULT_MAX_PER_POD = 8
-# The device plugin's sharing config sets failRequestsGreaterThanOne: a container gets one replica.
+# One shared replica per container: N replicas are not N GPUs. The device plugin refuses more than one only
+# where its config sets failRequestsGreaterThanOne (its default under MPS, not under time-slicing).
 SHARED_MAX_PER_CONTAINER = 1
 # CUDA enumerates one MIG device per process, and slices have no NVLink/P2P between them: two slices in one
 # container are not a 2-GPU machine (validate.py cites the MIG user guide).

@@ -25,6 +25,7 @@ from webhook.admission.memo import BoundedMemo
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
+AMD_GPU = "amd.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
@@ -40,7 +41,7 @@ def is_mig_profile_name(name: str) -> bool:
 
 def _managed(resource: object) -> bool:
     return type(resource) is str and (
-        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
+        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU)
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
     )
@@ -163,3 +164,16 @@ def smallest_profile_for(
     if not candidates:
         return None
     return min(candidates, key=lambda p: (p.memory_share, p.compute_slices))
+
+
+def slices_fractions_become(
+    model: GPUModel, offered: tuple[str, ...] | None = None
+) -> list[tuple[Fraction, MigProfile]]:
+    """Each slice a fraction below one GPU becomes (smallest_profile_for), with the largest fraction that becomes
+    it: `[(1/8, 1g.10gb), (1/4, 1g.20gb), (1/2, 3g.40gb), (1, 7g.80gb)]` for every profile of an A100-80GB."""
+    found: dict[str, tuple[Fraction, MigProfile]] = {}
+    for profile in offered_profiles(model, offered):
+        chosen = smallest_profile_for(model, profile.memory_share, offered)
+        if chosen is not None and chosen.name not in found:
+            found[chosen.name] = (chosen.memory_share, chosen)
+    return sorted(found.values(), key=lambda item: item[0])

@@ -16,6 +16,11 @@ count, the MIG strategy and the slice count say the same in values that `In`/`No
 nodeSelector or `In` on the product label is still judged by it: a product ending in `-SHARED` is a GPU shared
 without renaming, one with `-MIG-` a MIG-single slice (the profile as NVML names it, `+` dropped by `sanitise`).
 
+A pod with `spec.nodeName` is never steered: the scheduler does not place it, and the kubelet of that node
+rejects it (NodeAffinity) if the affinity added does not match the node, as for the GPU Operator's validator,
+which names the node itself. Where the node snapshot knows that node, clustercheck.bound_node judges the pod
+against the node's labels instead; elsewhere its placement is left alone.
+
 Nodes without these labels (no GPU feature discovery) match `NotIn` and not `In`: a whole-GPU namespace may
 still use them, a shared or MIG-single one may not, since nothing says that they slice as its policy does.
 
@@ -178,13 +183,13 @@ def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement], polic
             clashing.append(requirement.key)
     for e in expressions:
         values = e.get("values") if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In" else None
-        if type(values) is list and not any(_product_fits(policy, str(value)) for value in values):
+        if type(values) is list and not any(product_fits(policy, str(value)) for value in values):
             clashing.append(PRODUCT)
             break
     return clashing
 
 
-def _product_rule(policy: Policy) -> str | None:
+def product_rule(policy: Policy) -> str | None:
     """What GPU feature discovery's product label says on the policy's nodes, or None where it says nothing."""
     sharing = policy.sharing
     if sharing.mode is Mode.EXCLUSIVE:
@@ -196,7 +201,7 @@ def _product_rule(policy: Policy) -> str | None:
     return None
 
 
-def _product_fits(policy: Policy, product: str) -> bool:
+def product_fits(policy: Policy, product: str) -> bool:
     sharing = policy.sharing
     if sharing.mode is Mode.EXCLUSIVE:
         return not product.endswith("-SHARED") and "-MIG-" not in product
@@ -227,7 +232,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     are already there, or the affinity is malformed (the API server rejects it; nothing is added to it).
     """
     wanted = requirements(policy)
-    if not wanted or not _holds(spec, steered_resource(policy)):
+    if not wanted or bound_node(spec) or not _holds(spec, steered_resource(policy)):
         return None
     conflicts = _selector_conflicts(spec.get("nodeSelector"), wanted, policy)
     affinity = spec.get("affinity")
@@ -280,6 +285,46 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     return _done(conflicts, new, patch, wanted)
 
 
+def kept_name_pin(spec: dict[str, Any]) -> str | None:
+    """How the pod spec pins itself to GPUs shared without renaming, or None: a nodeSelector on a product ending
+    in `-SHARED`, or a required node affinity each of whose terms selects only such products. The text names it
+    as the user wrote it (`nodeSelector nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED`)."""
+    selector = spec.get("nodeSelector")
+    product = selector.get(PRODUCT) if type(selector) is dict else None
+    if type(product) is str and product.endswith("-SHARED"):
+        return f"nodeSelector {PRODUCT}={product}"
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if type(affinity) is dict else None
+    required = node_affinity.get(REQUIRED) if type(node_affinity) is dict else None
+    terms = required.get("nodeSelectorTerms") if type(required) is dict else None
+    if type(terms) is not list or not terms:
+        return None
+    pinned = []
+    for term in terms:
+        expressions = term.get("matchExpressions") if type(term) is dict else None
+        values = [
+            e.get("values")
+            for e in (expressions if type(expressions) is list else [])
+            if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In"
+        ]
+        shared = [v for v in values if type(v) is list and v and all(str(x).endswith("-SHARED") for x in v)]
+        if not shared:
+            return None  # this term can select other nodes
+        pinned += shared[0]
+    return f"required node affinity {PRODUCT} in ({','.join(map(str, pinned))})"
+
+
+def bound_node(spec: dict[str, Any]) -> str | None:
+    """The node a pod spec names itself (`spec.nodeName`), or None: such a pod is placed by nobody else."""
+    name = spec.get("nodeName")
+    return name if type(name) is str and name else None
+
+
+def holds_steered(spec: dict[str, Any], policy: Policy) -> bool:
+    """Whether a container or init container of the pod spec asks for the resource the policy steers."""
+    return _holds(spec, steered_resource(policy))
+
+
 def _done(
     conflicts: list[Violation], affinity: Any, patch: list[dict[str, Any]] | None, wanted: tuple[Requirement, ...]
 ) -> Steered | None:
@@ -330,7 +375,7 @@ def _holds(spec: dict[str, Any], resource: str) -> bool:
 # --- Conflicts ---------------------------------------------------------------------------------------------
 
 
-def _policy_words(policy: Policy) -> str:
+def policy_words(policy: Policy) -> str:
     sharing = policy.sharing
     if sharing.is_mig_single:
         return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
@@ -339,7 +384,7 @@ def _policy_words(policy: Policy) -> str:
     return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'
 
 
-def _advice(policy: Policy) -> str:
+def advice(policy: Policy) -> str:
     if policy.sharing.mode is Mode.EXCLUSIVE:
         return "remove it, or use a namespace whose policy shares GPUs"
     return "remove it, or make it select the policy's pool"
@@ -354,14 +399,14 @@ def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: 
         if requirement.key in selector
         and not matches(requirement.expression, {requirement.key: str(selector[requirement.key])})
     ]
-    if PRODUCT in selector and not _product_fits(policy, str(selector[PRODUCT])):
-        clashes.append((PRODUCT, _product_rule(policy) or ""))
+    if PRODUCT in selector and not product_fits(policy, str(selector[PRODUCT])):
+        clashes.append((PRODUCT, product_rule(policy) or ""))
     conflicts = []
     for key, needed in clashes:
         shown = f"{key}={selector[key]}"
         line = (
-            f"pod: nodeSelector {shown} conflicts with {_policy_words(policy)}, whose GPU pods run only on "
-            f"nodes with {needed}; {_advice(policy)}"
+            f"pod: nodeSelector {shown} conflicts with {policy_words(policy)}, whose GPU pods run only on "
+            f"nodes with {needed}; {advice(policy)}"
         )
         conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
     return conflicts
@@ -371,11 +416,11 @@ def _affinity_conflict(contradicted: list[tuple[int, list[str]]], policy: Policy
     labels = sorted({label for _, clash in contradicted for label in clash})
     needed = "; ".join(str(r) for r in requirements(policy) if r.key in labels)
     if PRODUCT in labels:
-        needed = "; ".join(filter(None, (needed, _product_rule(policy))))
+        needed = "; ".join(filter(None, (needed, product_rule(policy))))
     which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
     line = (
-        f"pod: required node affinity on {', '.join(labels)} conflicts with {_policy_words(policy)}: "
-        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {_advice(policy)}"
+        f"pod: required node affinity on {', '.join(labels)} conflicts with {policy_words(policy)}: "
+        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {advice(policy)}"
     )
     return Violation(line, _short(f"pod: node affinity on {', '.join(labels)}", policy))
 
