@@ -662,6 +662,10 @@ SHARED_IN_WHOLE = (
     'init container "plugin-validation": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this '
     "namespace whole GPUs (mode exclusive); request nvidia.com/gpu instead"
 )
+SHARED_IN_KEPT_NAME = (
+    'init container "plugin-validation": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this '
+    "namespace time-slicing replicas as nvidia.com/gpu; request nvidia.com/gpu instead"
+)
 
 
 @pytest.mark.parametrize(
@@ -677,7 +681,8 @@ SHARED_IN_WHOLE = (
         (SLICED, "gpu-sliced", "nvidia.com/gpu", False, []),
         (SLICED, "gpu-sliced", "nvidia.com/gpu", True, []),
         (SLICED, "gpu-whole", "nvidia.com/gpu", True, [BOUND_SLICED_ON_WHOLE]),
-        (SLICED, "gpu-renamed", "nvidia.com/gpu.shared", True, []),
+        # Another team's pool (renamed replicas) asked for by name: the per-mode pool rule, nodeName or not.
+        (SLICED, "gpu-renamed", "nvidia.com/gpu.shared", True, [SHARED_IN_KEPT_NAME]),
     ],
 )
 def test_a_pod_bound_to_its_node_is_never_steered_and_is_judged_against_that_node(
