@@ -72,7 +72,7 @@ WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION, PYTORCH_ALLOC_CONF}  # the en
 class MutationResult:
     """What mutation gives the engine: the object, the patch against the original, warnings, change kinds."""
 
-    __slots__ = ("conflicts", "kinds", "obj", "patch", "warnings")
+    __slots__ = ("conflicts", "edits", "kinds", "obj", "patch", "warnings")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj = obj  # the mutated object: the original itself when nothing changed
@@ -80,6 +80,7 @@ class MutationResult:
         self.warnings: list[str] = []
         self.kinds: list[str] = []  # one per change: for metrics and counts
         self.conflicts: list[Violation] = []  # user constraints that contradict the policy's node pool (steering)
+        self.edits: list[Violation] = []  # the webhook's earlier output edited by hand (reapply.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
     if record is not None:
         rebuilt, edits = reapply.rebuild(original, record)
         if edits:  # the webhook's output edited by hand: judged as it stands, the record left as it was
-            result.conflicts += edits
+            result.edits = edits
             keep_record = True
         elif rebuilt:
             spec = {**original, **rebuilt}

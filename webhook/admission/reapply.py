@@ -214,13 +214,13 @@ def _hand_edit(
     written = ", ".join(f"{w} {k} {json.dumps(v)}" for w in WHICH for k, v in user.get(w, {}).items()) or "none"
     was = out.get(which, {}).get(name)
     line = (
-        f"{label}: {which} {name} {json.dumps(value)} is an edit of what gpu-admission set ({json.dumps(was)}, "
-        f"from {written} as written); the webhook's output is not to be edited: change the request as written "
-        f"(and drop the webhook's {name}) instead"
+        f"{label}: {which} {name} {json.dumps(value)} edits what gpu-admission set ({json.dumps(was)}, from "
+        f"{written} as written), and the webhook makes its output again from the request on every update: "
+        f"change the request as written instead"
     )
-    short = f"{label}: {which} {name} was edited by hand; change the request as written instead"
+    short = f"{label}: {which} {name} edits gpu-admission's output; change the request as written instead"
     if len(short) > SHORT_LIMIT:
-        short = f"{section}[{index}]: {which} {name} was edited by hand; change the request as written instead"
+        short = f"{section}[{index}]: {which} {name} edits gpu-admission's output; change the request instead"
     return Violation(line, short[:SHORT_LIMIT])
 
 
