@@ -162,24 +162,27 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
         elif rebuilt:
             spec = {**original, **rebuilt}
     spec_at = SPEC_POINTERS.get(spec_path) or pointer(spec_path)
+    rebuilt_input = spec is not original
     new_sections: dict[str, Any] = {}  # the sections that mutation changed, against `spec`
     for section in MUTATED_SECTIONS:
         containers = spec.get(section)
         if type(containers) is not list:
             continue
+        section_at = None if rebuilt_input else f"{spec_at}/{section}/"
         for index, body in enumerate(containers):
             if type(body) is not dict or "resources" not in body:
                 continue  # no resources: no GPU
-            changed = _container(body, section, index, plan, result)
+            at = None if section_at is None else section_at + index_token(index)
+            changed = _container(body, section, index, plan, result, at)
             if changed is not None:
                 new_list = new_sections.get(section)
                 if new_list is None:
                     new_list = new_sections[section] = list(containers)
                 new_list[index] = changed
     steering_ops = _steer(spec, spec_at, new_sections, policy, result) if policy.steering else []
-    if spec is original and not new_sections:
+    if not rebuilt_input and not new_sections:
         return result  # the usual case for an object the webhook leaves alone
-    # The patch, against the object as it came: each container's resources whole, its env entry by entry.
+    # The patch for a rebuilt input, against the object as it came (the containers' copies compared by value).
     sections: dict[str, Any] = {}
     entries: dict[str, Any] = {}
     keys = reapply.container_keys(spec) if recorded and not keep_record else {}
@@ -190,45 +193,55 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
             continue
         if after is not before:
             sections[section] = after
-            _container_ops(f"{spec_at}/{section}/", before, after, result.patch)
-        if after is not given:
+            if rebuilt_input:
+                _container_ops(f"{spec_at}/{section}/", before, after, result.patch)
+        if keys and after is not given:
             for index, body in enumerate(after):
                 key = keys.get((section, index))
                 entry = reapply.entry_for(given[index], body) if key is not None else None
                 if entry is not None:
                     entries[key] = entry
-    result.patch += steering_ops
-    if "affinity" in new_sections:
+    if steering_ops:
+        result.patch += steering_ops
         sections["affinity"] = new_sections["affinity"]
-    record_text = _annotation(obj, reapply.RECORD) if keep_record else reapply.dump(entries)
-    if not result.patch and record_text == _annotation(obj, reapply.RECORD):
-        # The object already holds what its input as written becomes (a re-apply, the API server's second
-        # call): nothing changed, nothing to say.
-        result.warnings.clear()
-        result.kinds.clear()
-        return result
+    record_text: str | None = None
+    if recorded:
+        existing = _annotation(obj, reapply.RECORD)
+        record_text = existing if keep_record else reapply.dump(entries)
+        if not result.patch and record_text == existing:
+            # The object already holds what its input as written becomes (a re-apply, the API server's second
+            # call): nothing changed, nothing to say.
+            result.warnings.clear()
+            result.kinds.clear()
+            return result
     root = _with_sections(obj, spec_path, sections) if sections else dict(obj)
-    result.obj = _annotate(root, policy.name if sections else None, record_text, result.patch)
+    result.obj = _annotate(root, policy.name if sections else None, recorded, record_text, result.patch)
     return result
 
 
 def _container_ops(section_at: str, before: list[Any], after: list[Any], ops: list[dict[str, Any]]) -> None:
-    """The operations for the containers of one section that differ: `resources` set whole (quantities only),
-    `env` changed entry by entry (reapply.env_ops), so that the user's env values are not copied into it."""
+    """The operations for the containers of one section that differ by value (a rebuilt input's)."""
     for index, (old, new) in enumerate(zip(before, after, strict=True)):
-        if new is old or new == old:
-            continue
-        at = section_at + index_token(index)
-        if new.get("resources") != old.get("resources"):
-            # `add` sets a member that is absent; `replace` needs one that is there.
-            op = "replace" if "resources" in old else "add"
-            ops.append({"op": op, "path": at + "/resources", "value": new["resources"]})
-        new_env, old_env = new.get("env"), old.get("env")
-        if new_env != old_env:
-            if type(new_env) is list:
-                ops += reapply.env_ops(at, old_env, new_env)
-            else:  # only a rebuilt input that the policy no longer adds to: the webhook's entries go
-                ops.append({"op": "remove", "path": at + "/env"})
+        if new is not old and new != old:
+            _body_ops(section_at + index_token(index), old, new, True, ops)
+
+
+def _body_ops(at: str, old: dict[str, Any], new: dict[str, Any], compare: bool, ops: list[dict[str, Any]]) -> None:
+    """One container's operations: `resources` set whole (quantities only), `env` changed entry by entry
+    (reapply.env_ops), so that the user's env values are not copied into the patch. With `compare`, parts are
+    compared by value; else a part that changed is a new object, and one that did not the same object."""
+    new_resources, old_resources = new.get("resources"), old.get("resources")
+    if new_resources is not old_resources and (not compare or new_resources != old_resources):
+        # `add` sets a member that is absent; `replace` needs one that is there.
+        ops.append(
+            {"op": "replace" if "resources" in old else "add", "path": at + "/resources", "value": new_resources}
+        )
+    new_env, old_env = new.get("env"), old.get("env")
+    if new_env is not old_env and (not compare or new_env != old_env):
+        if type(new_env) is list:
+            ops += reapply.env_ops(at, old_env, new_env)
+        else:  # only a rebuilt input that the policy no longer adds to: the webhook's entries go
+            ops.append({"op": "remove", "path": at + "/env"})
 
 
 def _annotation(obj: dict[str, Any], name: str) -> Any:
@@ -267,9 +280,10 @@ def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: di
 
 
 def _annotate(
-    root: dict[str, Any], policy_name: str | None, record: str | None, patch: list[dict[str, Any]]
+    root: dict[str, Any], policy_name: str | None, recorded: bool, record: str | None, patch: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Record the policy's name (when the pod spec changed) and the re-apply record (reapply.py) on the object.
+    """Record the policy's name (when the pod spec changed) and, on a workload (`recorded`), the re-apply record
+    (reapply.py; None: none) on the object.
 
     The operations go first: one may create the annotations map. The user's annotations are never sent.
     """
@@ -277,25 +291,26 @@ def _annotate(
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(metadata, dict) or not (annotations is None or isinstance(annotations, dict)):
         return root  # malformed metadata: the API server rejects the object anyway
-    wanted = dict(annotations or {})
-    if policy_name is not None:
-        wanted[POLICY_ANNOTATION] = policy_name
-    if record is not None:
-        wanted[reapply.RECORD] = record
-    else:
-        wanted.pop(reapply.RECORD, None)
-    if wanted == (annotations or {}):
+    changes: list[tuple[str, str, str | None]] = []  # (name, pointer, value; None: removed)
+    if policy_name is not None and (annotations is None or annotations.get(POLICY_ANNOTATION) != policy_name):
+        changes.append((POLICY_ANNOTATION, ANNOTATION_POINTER, policy_name))
+    if recorded and (annotations.get(reapply.RECORD) if annotations else None) != record:
+        changes.append((reapply.RECORD, RECORD_POINTER, record))
+    if not changes:
         return root
     if annotations is None:
+        wanted = {name: value for name, _, value in changes if value is not None}
         patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": wanted})
     else:
+        wanted = dict(annotations)
         ops = []
-        for name, at in ((POLICY_ANNOTATION, ANNOTATION_POINTER), (reapply.RECORD, RECORD_POINTER)):
-            if name not in wanted:
-                if name in annotations:
-                    ops.append({"op": "remove", "path": at})
-            elif annotations.get(name) != wanted[name]:
-                ops.append({"op": "replace" if name in annotations else "add", "path": at, "value": wanted[name]})
+        for name, at, value in changes:
+            if value is None:
+                ops.append({"op": "remove", "path": at})
+                del wanted[name]
+            else:
+                ops.append({"op": "replace" if name in annotations else "add", "path": at, "value": value})
+                wanted[name] = value
         patch[:0] = ops
     root["metadata"] = dict(metadata, annotations=wanted)
     return root
@@ -315,10 +330,13 @@ GPUValue = tuple[Any, int | Fraction] | None  # `nvidia.com/gpu` as (text, value
 
 
 def _container(
-    body: dict[str, Any], section: str, index: int, plan: _Plan, result: MutationResult
+    body: dict[str, Any], section: str, index: int, plan: _Plan, result: MutationResult, at: str | None
 ) -> dict[str, Any] | None:
     """The four steps for one container: its changed copy (its warnings and kinds added to `result`), or None
-    when nothing changed or it is too malformed to touch (validation explains)."""
+    when nothing changed or it is too malformed to touch (validation explains).
+
+    `at` is the container's JSON Pointer where `body` is the object's own container: its patch operations are
+    added to `result` here (None for a rebuilt input, whose patch mutate works out against the object)."""
     resources = body["resources"]
     if type(resources) is not dict:
         return None
@@ -370,6 +388,8 @@ def _container(
         new_body["resources"] = new_resources
     if env_change is not None:
         new_body["env"] = env_change
+    if at is not None:
+        _body_ops(at, body, new_body, False, result.patch)
     return new_body
 
 

@@ -236,6 +236,10 @@ def env_ops(at: str, old: Any, new: list[Any]) -> list[dict[str, Any]]:
     """
     if type(old) is not list:
         return [{"op": "add", "path": at + "/env", "value": new}]  # absent or null: only the webhook's entries
+    kept = len(old)
+    if new[:kept] == old:  # the usual case: entries appended
+        end = at + "/env/-"
+        return [{"op": "add", "path": end, "value": entry} for entry in new[kept:]]
     pairs = _common(old, new)
     ops: list[dict[str, Any]] = []
     length, pos, i, j = len(old), 0, 0, 0
