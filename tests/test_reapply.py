@@ -503,6 +503,17 @@ def test_a_forged_record_changes_what_is_mutated_never_what_passes():
     assert any("nvidia.com/gpu" in line and "2" in line for line in decision.violations)
 
 
+@pytest.mark.parametrize(
+    "text", ["not json", "[1]", '{"containers/main": 5}', "[" * 30000 + "]" * 30000, '{"containers/main": {"u": 1}}']
+)
+def test_a_record_that_is_not_one_is_ignored(text):
+    """Whatever a client writes into the annotation, the review is judged, never a crash."""
+    stored = admit(decoded(deployment(0.25)), POLICIES)
+    stored["metadata"]["annotations"][RECORD] = text
+    decision = evaluate(stored, "ts-a", POLICIES)
+    assert (decision.allowed, decision.patch, decision.violations) == (True, [], [])  # taken as written
+
+
 # --- The env patch -------------------------------------------------------------------------------------------
 
 

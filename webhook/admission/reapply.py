@@ -67,7 +67,7 @@ def read(obj: dict[str, Any]) -> Record | None:
         return None
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit: not one of ours
         return None
     if type(record) is not dict:
         return None
