@@ -78,6 +78,8 @@ def evaluate(
     found = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
+    if result.edits:  # the webhook's output edited by hand: said first, since it explains the rest
+        found = result.edits + found
     warnings = result.warnings
     if cluster is not None and spec_path is not None:
         # A pod that names its node is never steered (steering.py): it is judged against that node instead.
