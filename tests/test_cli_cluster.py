@@ -238,5 +238,5 @@ def test_check_cluster_gives_whole_gpu_pods_no_drift_warning(mixed, tmp_path):
     assert (run.returncode, run.stderr) == (0, "")
     assert [line for line in run.stdout.splitlines() if line.startswith("WARN")] == [
         f"WARN {manifest}#0 Pod/big: gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, "
-        "nvidia.com/mig.strategy"
+        "nvidia.com/gpu.slices.gi"
     ]
