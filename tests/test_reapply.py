@@ -585,3 +585,28 @@ def test_the_server_refuses_a_hand_edit_with_the_line(reapply_server):
     assert response["allowed"] is False
     line = response["status"]["message"]
     assert line.startswith('container "main": limits nvidia.com/gpu "2" edits what gpu-admission set')
+
+
+def test_a_converted_fraction_under_mps_with_a_smaller_policy_fraction_is_judged_without_error() -> None:
+    """Found by the property above: a fraction converted to one MPS replica whose share is below one replica's,
+    in a policy whose memoryFraction is smaller still. The rule judging memory variables then looked at the
+    policy's own MPS limits as if they were a framework's fraction, and raised KeyError (a 500 at the server)."""
+    from fractions import Fraction
+
+    from tests.engine_support import policy
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import GPU, Fractional, Mode, PolicySet, Sharing
+
+    pol = policy(
+        sharing=Sharing(mode=Mode.MPS, replicas=2), gpu=GPU(model="H100-80GB"), fractional=Fractional.SHARED,
+        memory_fraction=Fraction(1, 10),
+    )  # fmt: skip
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w", "namespace": "team-a"},
+        "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "img"}], "initContainers": [
+            {"name": "init", "image": "img", "resources": {"requests": {"nvidia.com/gpu": "250m"}}}]}}},
+    }  # fmt: skip
+    decision = evaluate(deployment, pol.namespaces[0], PolicySet((pol,)))
+    assert decision.allowed and decision.violations == []
+    again = evaluate(decision.mutated, pol.namespaces[0], PolicySet((pol,)))
+    assert again.allowed and again.patch == []
