@@ -31,7 +31,7 @@ def field_schema(field: Field) -> dict[str, Any]:
         schema["const"] = field.const
     if field.choices and field.kind != "array":
         schema["enum"] = list(field.choices)
-    if field.pattern is not None:
+    if field.pattern is not None and field.kind != "array":
         schema["pattern"] = field.pattern
     if field.max_length is not None:
         schema["maxLength"] = field.max_length
@@ -45,6 +45,8 @@ def field_schema(field: Field) -> dict[str, Any]:
         items: dict[str, Any] = {"type": field.items}
         if field.choices:
             items["enum"] = list(field.choices)
+        if field.pattern is not None:  # an array's pattern is its items'
+            items["pattern"] = field.pattern
         if field.items == "object":
             items.update(section_schema(field.fields))
         schema["items"] = items
