@@ -185,8 +185,8 @@ APISERVER = "(the API server refuses it anyway)"
 @pytest.mark.parametrize(
     ("obj", "line"),
     [
-        (claim(exactly(count=0)),
-         f'request "gpu": gpu.nvidia.com count 0 is not a whole number greater than zero {APISERVER}; ask for 1 or '
+        (claim(exactly(count=-1)),
+         f'request "gpu": gpu.nvidia.com count -1 is not a whole number greater than zero {APISERVER}; ask for 1 or '
          "more devices"),
         (claim({"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All",
                                            "count": 2}}),
@@ -213,7 +213,7 @@ APISERVER = "(the API server refuses it anyway)"
         (claim(*(exactly(f"r{i}", "rdma.example.com") for i in range(33))),
          f"claim: 33 device requests, more than the 32 a claim may hold {APISERVER}; split it into several claims"),
     ],
-    ids=["count-0", "count-with-all", "mode", "name", "duplicate", "neither", "no-class", "config-ref", "33"],
+    ids=["count-negative", "count-with-all", "mode", "name", "duplicate", "neither", "no-class", "config-ref", "33"],
 )  # fmt: skip
 def test_what_the_api_server_refuses_is_denied_by_mutate_whatever_the_enforcement(obj: dict, line: str):
     decision = run(obj, WARN)
@@ -368,10 +368,10 @@ def test_the_server_judges_claims_and_templates(start_server, tmp_path: Path):
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "capped.yaml").write_text(POLICY_FILE)
     server = start_server(tmp_path / "policies")
-    refused = make_review(claim(exactly(count=0)), namespace="team", uid="u-1")
+    refused = make_review(claim(exactly(count=-1)), namespace="team", uid="u-1")
     answer = server.post("/mutate", refused).json()["response"]
     assert (answer["allowed"], answer["status"]["message"]) == (False, (
-        'request "gpu": gpu.nvidia.com count 0 is not a whole number greater than zero (the API server refuses it '
+        'request "gpu": gpu.nvidia.com count -1 is not a whole number greater than zero (the API server refuses it '
         "anyway); ask for 1 or more devices"))  # fmt: skip
     warned = make_review(fixture("four-gpus"), namespace="team", uid="u-2")
     answer = server.post("/validate", warned).json()["response"]

@@ -268,8 +268,8 @@ def _device_request(
             label, f'{device_class} allocationMode "{_cut(str(mode), 20)}" is neither ExactCount nor All '
             f"({APISERVER_TOO}); use ExactCount with a count", "unknown allocationMode; use ExactCount", Refusal))
         return None
-    if count is None:
-        count = 1  # the API server's default for ExactCount
+    if count is None or (type(count) is int and count == 0):
+        count = 1  # the API server's default for ExactCount (count is omitempty: 0 reads as absent)
     if type(count) is not int or count <= 0:
         problems.append(_problem(
             label, f"{device_class} count {_cut(str(count), 20)} is not a whole number greater than zero "
