@@ -380,3 +380,60 @@ def test_the_server_judges_claims_and_templates(start_server, tmp_path: Path):
         'gpu-admission: request "gpu": gpu.nvidia.com count 4: at most 2 per container; ask for fewer'
     ]
     assert json.dumps(answer["auditAnnotations"]) == '{"policy": "capped", "decision": "warn"}'
+
+
+# --- hostile claims: every shape gives a verdict, never an error (an error would deny under failurePolicy Fail)
+
+
+def _claims() -> Any:
+    from hypothesis import strategies as st
+
+    from tests.test_fuzz import json_values, maybe
+
+    counts = maybe(st.one_of(st.integers(-2, 40), st.none()))
+    body = maybe(st.fixed_dictionaries({}, optional={
+        "deviceClassName": maybe(st.sampled_from(["gpu.nvidia.com", "mig.nvidia.com", "rdma.example.com", "", "A_B"])),
+        "allocationMode": maybe(st.sampled_from(["ExactCount", "All", "Some"])),
+        "count": counts,
+        "adminAccess": maybe(st.booleans()),
+        "selectors": maybe(st.lists(maybe(st.fixed_dictionaries({"cel": maybe(st.fixed_dictionaries(
+            {"expression": maybe(st.sampled_from(["device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",
+                                                  "device.attributes['gpu.nvidia.com'].profile == '9g.9gb'"]))}))})),
+                                    max_size=2)),
+    }))  # fmt: skip
+    names = maybe(st.sampled_from(["gpu", "big", "small", "GPU", ""]))
+    alternative = st.builds(lambda name, rest: {**rest, "name": name} if isinstance(rest, dict) else rest, names, body)
+    request = maybe(st.fixed_dictionaries({"name": names}, optional={
+        "exactly": body, "firstAvailable": maybe(st.lists(alternative, max_size=3)),
+    }))  # fmt: skip
+    config = maybe(st.fixed_dictionaries({}, optional={
+        "requests": maybe(st.lists(maybe(names), max_size=2)),
+        "opaque": maybe(st.fixed_dictionaries({"driver": maybe(st.just("gpu.nvidia.com")), "parameters": maybe(
+            st.fixed_dictionaries({"kind": maybe(st.sampled_from(["GpuConfig", "MigDeviceConfig"])),
+                                   "sharing": maybe(st.fixed_dictionaries({"strategy": maybe(st.sampled_from(
+                                       ["TimeSlicing", "MPS", "Fabric"]))}))}))})),
+    }))  # fmt: skip
+    devices = maybe(st.fixed_dictionaries({}, optional={
+        "requests": maybe(st.lists(request, max_size=4)), "config": maybe(st.lists(config, max_size=2)),
+    }))  # fmt: skip
+    return st.tuples(st.sampled_from(["ResourceClaim", "ResourceClaimTemplate"]), devices, json_values)
+
+
+def test_any_claim_gets_a_verdict_and_is_never_mutated():
+    from hypothesis import given, settings
+
+    from tests.engine_support import MIG
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(_claims())
+    def check(case: tuple[str, Any, Any]) -> None:
+        kind, devices, anything = case
+        spec = {"devices": devices} if devices is not None else anything
+        obj = {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": {"name": "c"},
+               "spec": {"spec": spec} if kind == "ResourceClaimTemplate" else spec}  # fmt: skip
+        for pol in (CAPPED, TIME_SLICED, MIG, WARN):
+            decision = evaluate(copy.deepcopy(obj), "team", PolicySet((pol,)))
+            assert decision.patch == [] and decision.decision in ("allow", "deny", "warn")
+            assert all(len(warning) <= 120 for warning in decision.warnings)  # the API server's advice
+
+    check()
