@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import get_path
 from webhook.admission.policy import Mode, Policy
 from webhook.admission.validate import APISERVER_TOO, Refusal, _Rules
@@ -106,13 +107,19 @@ def _label(ref: str) -> str:
     return f'request "{_cut(ref, 70)}"'
 
 
-def _class_kind(name: str, policy: Policy) -> str:
+def _class_kinds(policy: Policy) -> dict[str, str]:
+    """class name -> "gpu" or "mig", worked out once per policy."""
     classes = policy.device_classes
-    if name in classes.gpu_classes:
-        return "gpu"
-    if name in classes.mig_classes:
-        return "mig"
-    return ""
+    return {**{name: "mig" for name in classes.mig_classes}, **{name: "gpu" for name in classes.gpu_classes}}
+
+
+def _class_kind(name: str, policy: Policy) -> str:
+    return (policy.memo.get("dra-classes") or policy.derived("dra-classes", _class_kinds)).get(name, "")
+
+
+# The API server's name rules, memoized: the same few names come in claim after claim.
+_is_label: Any = BoundedMemo(lambda name: len(name) <= 63 and _DNS_LABEL.match(name) is not None).__getitem__
+_is_subdomain: Any = BoundedMemo(lambda name: len(name) <= 253 and _DNS_SUBDOMAIN.match(name) is not None).__getitem__
 
 
 def judge(obj: dict[str, Any], policy: Policy, path: tuple[str, ...]) -> list[Violation]:
@@ -227,7 +234,7 @@ def _request(
 
 
 def _name_ok(name: Any, where: str, problems: list[Violation]) -> bool:
-    if type(name) is str and len(name) <= 63 and _DNS_LABEL.match(name):
+    if type(name) is str and _is_label(name):
         return True
     shown = "no name" if name in (None, "") else f'name "{_cut(str(name))}"'
     problems.append(_problem(
@@ -245,8 +252,7 @@ def _device_request(
                                  f"{field} must be a map; fix the manifest", Refusal))
         return None
     device_class = body.get("deviceClassName")
-    if type(device_class) is not str or not device_class or len(device_class) > 253 \
-            or not _DNS_SUBDOMAIN.match(device_class):
+    if type(device_class) is not str or not _is_subdomain(device_class):
         shown = "no deviceClassName" if device_class in (None, "") else f'deviceClassName "{_cut(str(device_class))}"'
         problems.append(_problem(
             label, f"has {shown}; a request names its DeviceClass, a DNS subdomain ({APISERVER_TOO}); set it, e.g. "

@@ -63,13 +63,13 @@ def evaluate(
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     """
     policy = policies.for_namespace(namespace)
-    if (claim_path := dra.claim_spec_path(obj)) is not None:  # DRA claims and claim templates: judged, never mutated
+    spec_path = pod_spec_path(obj)
+    if spec_path is None and (claim_path := dra.claim_spec_path(obj)) is not None:  # judged, never mutated
         if reason := dra.left_alone(obj, old, claim_path):
             return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
         if cluster is not None and policy.cluster.auto:
             policy = clustercheck.resolve(policy, cluster)
         return _verdict(policy, [], [], dra.judge(obj, policy, claim_path), obj, [])
-    spec_path = pod_spec_path(obj)
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)

@@ -138,6 +138,7 @@ class _Rules:
     # counted with them as the same whole GPUs (`nvidia.com/gpu` where it is whole GPUs).
     class_gpus: frozenset[str]
     class_migs: frozenset[str]
+    class_names: frozenset[str]  # both
     whole_gpus: frozenset[str]
 
     def is_replica(self, resource: str) -> bool:
@@ -164,6 +165,7 @@ class _Rules:
         explicit = policy.limits.max_per_container
         mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
         class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
+        class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
         whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
         return _Rules(
             policy=policy,
@@ -183,7 +185,8 @@ class _Rules:
             shared_resource=policy.sharing.shared_resource,
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
             class_gpus=class_gpus,
-            class_migs=frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes),
+            class_migs=class_migs,
+            class_names=class_gpus | class_migs,
             whole_gpus=class_gpus | whole,
         )
 
@@ -224,7 +227,11 @@ def validate(
     # closer look.
     if count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
-    classes = any(name.startswith(DEVICE_CLASS_PREFIX) for _, counts in holders for name in counts)
+    classes = False  # any DeviceClass's resource counted (only GPU classes are)
+    for _, counts in holders:
+        if not rules.class_names.isdisjoint(counts):
+            classes = True
+            break
     if classes:
         _whole_gpus(holders, rules, problems)
     if counted is not None:
@@ -348,7 +355,7 @@ def _resource(
         return None
     if name in DEVICE_AMOUNTS:
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
-    if name.startswith(DEVICE_CLASS_PREFIX) and name not in rules.class_gpus and name not in rules.class_migs:
+    if name not in rules.class_names and name.startswith(DEVICE_CLASS_PREFIX):
         return None  # a DeviceClass whose devices are no GPU here: an extended resource, not a GPU
     if value and (rules.exclusive or rules.mig_model or rules.offered):
         _served(ref, name, limit_raw, rules, problems)
