@@ -437,3 +437,21 @@ def test_any_claim_gets_a_verdict_and_is_never_mutated():
             assert all(len(warning) <= 120 for warning in decision.warnings)  # the API server's advice
 
     check()
+
+
+def test_policy_explain_says_which_device_classes_are_gpus(tmp_path: Path):
+    import subprocess
+    import sys
+
+    (tmp_path / "p.yaml").write_text(POLICY_WITH_CLASSES)
+    script = Path(sys.executable).with_name("gpu-webhook")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "webhook"]
+    result = subprocess.run([*command, "policy", "explain", "--policies", str(tmp_path), "team", "other"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("  dra ")]
+    assert lines == [
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com, gpu.example.com; MIG devices from mig.nvidia.com, "
+        "slices.example.com",
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com",  # built-in defaults
+    ]
