@@ -280,7 +280,7 @@ def test_a_real_api_server_takes_the_two_step_install_an_upgrade_and_the_uninsta
     assert upgrade.returncode == 0, upgrade.stderr
     for kind in kinds:
         configuration = kube_apiserver.request("GET", hooks.format(kind)).json()
-        assert len(configuration["webhooks"]) == 5
+        assert len(configuration["webhooks"]) == 7  # 5 pod-spec places, claims, claim templates
         assert {hook["clientConfig"]["service"]["namespace"] for hook in configuration["webhooks"]} == {namespace}
     assert kube_apiserver.request("GET", secret).json()["data"]["tls.crt"] == certificate  # kept (lookup)
 
