@@ -55,7 +55,7 @@ AUDIT_MIG = policy(sharing=MIG.sharing, gpu=MIG.gpu, enforcement=Enforcement.AUD
     [
         # The two measured on a real kube-apiserver: a fraction in a whole-GPU namespace, request 1 and limit 2.
         (WARN, {"limits": {"nvidia.com/gpu": "500m"}},
-         'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices (the API server '
+         'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API server '
          'refuses it anyway); request a whole number of GPUs (policy "team" gives whole GPUs only; ask for a '
          "namespace with sharing)"),
         (AUDIT, {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 Key = tuple[str, str]
+# The one value without a default (the API server's addresses), set to the kustomize base's placeholder.
+REQUIRED = ("networkPolicy.apiServerCIDRs={REPLACE-WITH-THE-API-SERVER-CIDRS}",)
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -43,7 +46,7 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 def render(*values: str, namespace: str = NAMESPACE, files: tuple[str, ...] = ()) -> dict[Key, dict[str, Any]]:
     """`helm template` with `--set` values (and `--set-file` ones), as objects by (kind, name)."""
-    flags = [arg for value in values for arg in ("--set", value)]
+    flags = [arg for value in (*REQUIRED, *values) for arg in ("--set", value)]
     flags += [arg for value in files for arg in ("--set-file", value)]
     run = helm("template", "gpu-admission", str(CHART), "--namespace", namespace, *flags)
     assert run.returncode == 0, run.stderr
@@ -81,14 +84,33 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
         )
     )
     for extra in ([], ["--values", str(custom)]):
-        run = helm("lint", "--strict", str(CHART), *extra)
+        run = helm("lint", "--strict", str(CHART), "--set", REQUIRED[0], *extra)
         assert run.returncode == 0, run.stdout + run.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in run.stdout
 
 
-def test_the_default_render_is_the_kustomize_base_but_for_the_namespace() -> None:
-    """`helm install --namespace` needs the namespace first, so the chart makes it only when asked."""
-    base = kustomize(MANIFESTS / "base")
+def base_with_its_lists(tmp_path: Path) -> dict[Key, dict[str, Any]]:
+    """manifests/base with the two lists every variant copies in (the excluded namespaces, the API server's
+    addresses), and without caBundle, which the chart leaves out by default."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS / "base", tmp_path)],
+                "components": [
+                    os.path.relpath(MANIFESTS / name, tmp_path) for name in ("api-server", "excluded-namespaces")
+                ],
+            }
+        )
+    )
+    return kustomize(tmp_path)
+
+
+def test_the_default_render_is_the_kustomize_base_but_for_the_namespace(tmp_path: Path) -> None:
+    """`helm install --namespace` needs the namespace first, so the chart makes it only when asked. The API
+    server's addresses have no default in either (REQUIRED sets the base's placeholder)."""
+    base = base_with_its_lists(tmp_path)
     namespace = base.pop(("Namespace", NAMESPACE))
     assert render() == base
     assert render("namespace.create=true") == {**base, ("Namespace", NAMESPACE): namespace}
@@ -159,8 +181,18 @@ def test_values_reach_every_place_that_must_agree() -> None:
             assert webhook["clientConfig"]["caBundle"] == "Q0E="
             assert webhook["timeoutSeconds"] == 3
             (names, ignore) = webhook["namespaceSelector"]["matchExpressions"]
-            assert names["values"] == ["kube-system", "kube-node-lease", "gpu-operator", "platform"]
+            assert names["values"] == ["kube-system", "kube-node-lease", "gpu-operator", "platform"]  # platform's own
             assert ignore == {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]}
+
+
+def test_without_the_api_servers_addresses_the_install_stops_with_a_line_saying_where_to_find_them() -> None:
+    run = helm("template", "gpu-admission", str(CHART))
+    assert run.returncode == 1
+    assert "networkPolicy.apiServerCIDRs: list the addresses the API server calls the webhook from" in run.stderr
+    three = render("networkPolicy.apiServerCIDRs={10.0.0.10/32,10.0.0.11/32,10.0.0.12/32}")
+    overlay = kustomize(MANIFESTS / "overlays" / "custom")  # the example overlay lists the same three
+    assert three[("NetworkPolicy", "gpu-admission")] == overlay[("NetworkPolicy", "gpu-admission")]
+    assert ("NetworkPolicy", "gpu-admission") not in render("networkPolicy.enabled=false")
 
 
 def test_an_ordered_install_registers_no_webhook_until_asked() -> None:
@@ -201,7 +233,7 @@ def test_generated_certificates_serve_the_service_name_and_are_signed_by_the_ca_
     ],
 )
 def test_the_values_schema_refuses_what_would_break_the_install(value: str, message: str) -> None:
-    run = helm("template", "gpu-admission", str(CHART), "--set", value)
+    run = helm("template", "gpu-admission", str(CHART), "--set", REQUIRED[0], "--set", value)
     assert run.returncode != 0
     assert message in run.stderr, run.stderr
 
@@ -218,3 +250,42 @@ def test_the_opt_out_guard_names_the_group_asked_for_or_is_left_out() -> None:
     assert guard["spec"]["variables"][0] == {"name": "allowedGroup", "expression": "'platform-admins'"}
     left_out = render("ignoreLabelGuard.enabled=false")
     assert not [key for key in left_out if key[0].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_a_real_api_server_takes_the_two_step_install_an_upgrade_and_the_uninstall(
+    kube_apiserver: Any, tmp_path: Path
+) -> None:
+    """The README's Helm install on kube-apiserver v1.36 (no kubelet: the replicas never start, so no --wait):
+    nothing registered in the first step, both configurations in the second (the API server compiles their CEL
+    and the guard's), the generated certificate kept by the upgrade, and nothing left after the uninstall."""
+    namespace = "chart-install"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    assert kube_apiserver.request("POST", "/api/v1/namespaces", body).status_code == 201
+    common = ["--namespace", namespace, "--kubeconfig", str(kube_apiserver.kubeconfig)]
+    unvalidated = "--disable-openapi-validation"  # this API server build cannot serve OpenAPI v2 as protobuf
+    install = helm(
+        "install", "gpu-admission", str(CHART), *common, unvalidated,
+        "--set", "networkPolicy.apiServerCIDRs={10.0.0.10/32}",
+        "--set", "certificates.source=generate", "--set", "webhooks.register=false",
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    hooks = "/apis/admissionregistration.k8s.io/v1/{}/gpu-admission"
+    kinds = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+    assert [kube_apiserver.request("GET", hooks.format(kind)).status_code for kind in kinds] == [404, 404]
+    secret = f"/api/v1/namespaces/{namespace}/secrets/gpu-admission-tls"
+    certificate = kube_apiserver.request("GET", secret).json()["data"]["tls.crt"]
+
+    register = ("--reuse-values", "--set", "webhooks.register=true")
+    upgrade = helm("upgrade", "gpu-admission", str(CHART), *common, unvalidated, *register)
+    assert upgrade.returncode == 0, upgrade.stderr
+    for kind in kinds:
+        configuration = kube_apiserver.request("GET", hooks.format(kind)).json()
+        assert len(configuration["webhooks"]) == 7  # 5 pod-spec places, claims, claim templates
+        assert {hook["clientConfig"]["service"]["namespace"] for hook in configuration["webhooks"]} == {namespace}
+    assert kube_apiserver.request("GET", secret).json()["data"]["tls.crt"] == certificate  # kept (lookup)
+
+    uninstall = helm("uninstall", "gpu-admission", *common)
+    assert uninstall.returncode == 0, uninstall.stderr
+    assert [kube_apiserver.request("GET", hooks.format(kind)).status_code for kind in kinds] == [404, 404]
+    deployment = f"/apis/apps/v1/namespaces/{namespace}/deployments/gpu-admission"
+    assert kube_apiserver.request("GET", deployment).status_code == 404

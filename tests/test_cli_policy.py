@@ -185,9 +185,15 @@ def test_lint_of_the_shipped_policy() -> None:
 def test_lint_of_the_example_policies() -> None:
     run = gpu_webhook("policy", "lint", "examples/policies", cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout.endswith("6 policies in 6 files: no errors, no glob ties\n")
+    assert run.stdout.endswith("6 policies in 6 files: no errors, no glob ties, 1 MIG slice size warning\n")
     assert "  notebook-*               -> notebooks-time-slicing  (glob, 9 literal characters)\n" in run.stdout
-    assert "warning" not in run.stdout
+    # The example's batch-mig keeps 1g.10gb for a whole GPU, the trade-off its comments describe: lint says so.
+    assert [line for line in run.stdout.splitlines() if line.startswith("warning")] == [
+        "warning: policy batch-mig (examples/policies/mig.yaml#0) makes nvidia.com/gpu: 1 one 1g.10gb slice "
+        "(sharing.migProfile), smaller than the slices fractions become (2g.20gb for up to 0.25, 3g.40gb for up to "
+        "0.5): asking for a whole GPU gets less memory than asking for a fraction of one; set sharing.migProfile to "
+        "3g.40gb, or fractional: reject"
+    ]
 
 
 def test_policy_without_a_subcommand_prints_help_and_exits_2(tmp_path: Path) -> None:
@@ -214,6 +220,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         '  tie       glob "*-prod" of policy prod (pol/b.yaml#0) matches as specifically; file order picked teams\n'
         "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -227,6 +234,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  why       glob '*' (0 literal characters) in pol/a.yaml#1\n"
         "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -360,17 +368,45 @@ def test_lint_warns_when_fractional_mig_may_pick_a_profile_the_nodes_do_not_offe
     (tmp_path / "pol" / "mig.yaml").write_text(policy("batch-mig", spec))
     run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
     assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout.splitlines()[-2:] == [
+    lines = run.stdout.splitlines()
+    assert lines[-3] == (
         "warning: policy batch-mig (pol/mig.yaml#0) has fractional: mig without sharing.migProfiles: a fraction "
         "may become any MIG profile of A100-80GB, not only 1g.10gb, and a pod asking for a slice the nodes lack "
         "stays Pending; list the profiles the nodes' MIG layout offers (mig-parted's config) in "
-        "sharing.migProfiles",
-        "1 policy in 1 file: no errors, no glob ties, 1 MIG layout warning",
-    ]
-    listed = spec.replace("migProfile: 1g.10gb}", "migProfile: 1g.10gb, migProfiles: [1g.10gb, 3g.40gb]}")
+        "sharing.migProfiles"
+    )
+    assert lines[-1] == "1 policy in 1 file: no errors, no glob ties, 1 MIG layout warning, 1 MIG slice size warning"
+    listed = spec.replace("migProfile: 1g.10gb}", "migProfile: 1g.10gb, migProfiles: [1g.10gb]}")
     (tmp_path / "pol" / "mig.yaml").write_text(policy("batch-mig", listed))
     run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
     assert run.stdout.splitlines()[-1] == "1 policy in 1 file: no errors, no glob ties"
+
+
+def test_lint_warns_when_a_whole_gpu_becomes_a_smaller_mig_slice_than_a_fraction(tmp_path: Path) -> None:
+    (tmp_path / "pol").mkdir()
+    spec = (
+        "namespaces: [batch]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]}\n"
+        "gpu: {model: A100-80GB}\nfractional: mig"
+    )
+    (tmp_path / "pol" / "mig.yaml").write_text(policy("batch-mig", spec))
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")  # a warning: the policy is valid
+    assert run.stdout.splitlines()[-2:] == [
+        "warning: policy batch-mig (pol/mig.yaml#0) makes nvidia.com/gpu: 1 one 1g.10gb slice (sharing.migProfile), "
+        "smaller than the slices fractions become (3g.40gb for up to 0.5, 7g.80gb for up to 1): asking for a whole "
+        "GPU gets less memory than asking for a fraction of one; set sharing.migProfile to 7g.80gb, or fractional: "
+        "reject",
+        "1 policy in 1 file: no errors, no glob ties, 1 MIG slice size warning",
+    ]
+    clean = [
+        spec.replace("migProfile: 1g.10gb", "migProfile: 7g.80gb"),  # a whole GPU is the largest slice
+        spec.replace("[1g.10gb, 3g.40gb, 7g.80gb]", "[1g.10gb]"),  # no larger slice is offered
+        spec.replace("fractional: mig", "fractional: reject"),  # fractions are denied, not converted
+    ]
+    for text in clean:
+        (tmp_path / "pol" / "mig.yaml").write_text(policy("batch-mig", text))
+        run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+        assert run.stdout.splitlines()[-1] == "1 policy in 1 file: no errors, no glob ties", text
 
 
 def test_lint_refuses_a_memory_fraction_that_overcommits_every_gpu(tmp_path: Path) -> None:

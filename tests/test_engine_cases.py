@@ -4,6 +4,7 @@
 give the mutated object, that the input is untouched, and that a second pass changes nothing.
 """
 
+import json
 from typing import Any
 
 import pytest
@@ -68,19 +69,26 @@ def test_limit_added_into_existing_limits_map_keeps_its_entries():
     assert decision.mutated["spec"]["containers"][0]["resources"] == resources
 
 
-def test_the_patch_sets_each_changed_part_of_a_container_whole_and_nothing_else():
-    """One operation for `resources` and one for `env`, each with its value after mutation: they apply whatever
-    the parts held, in any order. An `env` that is absent or null is added (`replace` needs a member there)."""
+def test_the_patch_sets_resources_whole_and_appends_env_entries():
+    """One operation for `resources`, with its value after mutation; `env` gets the entries mutation adds, one
+    `add` each at its end, so that the user's entries (literal values, secrets among them) are never in the
+    patch, which the API server may keep in audit logs. An `env` that is absent or null is added whole: it
+    holds the webhook's entries alone."""
     body = {"name": "app", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}, "claims": [{"name": "c"}]}}
-    for env, op in (({}, "add"), ({"env": None}, "add"), ({"env": [{"name": "A", "value": "1"}]}, "replace")):
+    for env in ({}, {"env": None}, {"env": [{"name": "A", "value": "s3cret"}]}):
         decision = run(pod({**body, **env}), TIME_SLICING)
         mutated = decision.mutated["spec"]["containers"][0]
+        users = env.get("env") or []
+        env_ops = [{"op": "add", "path": "/spec/containers/0/env/-", "value": e} for e in mutated["env"][len(users) :]]
+        if not users:
+            env_ops = [{"op": "add", "path": "/spec/containers/0/env", "value": mutated["env"]}]
         assert decision.patch[1:] == [
             {"op": "replace", "path": "/spec/containers/0/resources", "value": mutated["resources"]},
-            {"op": op, "path": "/spec/containers/0/env", "value": mutated["env"]},
+            *env_ops,
         ]
+        assert "s3cret" not in json.dumps(decision.patch)
         assert mutated["resources"]["claims"] == [{"name": "c"}]
-        assert mutated["env"][: len(env.get("env") or [])] == (env.get("env") or [])
+        assert mutated["env"][: len(users)] == users
     # Already mapped: only the env hints are missing, so only `env` is in the patch.
     decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"})), TIME_SLICING)
     assert [op["path"] for op in decision.patch] == ["/metadata/annotations", "/spec/containers/0/env"]
@@ -137,7 +145,7 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
     decision = run(pod(container("train", requests={"nvidia.com/gpu": "500m"})))
     assert decision.decision == "deny"
     assert decision.violations == [
-        'container "train": nvidia.com/gpu "500m" is fractional, but GPUs are whole devices (the API '
+        'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
         'server refuses it anyway); request a whole '
         'number of GPUs (policy "team" gives whole GPUs only; ask for a namespace with sharing)'
     ]
@@ -207,6 +215,28 @@ def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
         'overcommitted (the API server refuses it anyway): '
         "set request and limit to the same whole number"
     ]
+
+
+def test_a_quantity_the_api_server_rewrote_is_named_with_its_value():
+    # The API server sends 0.5 to webhooks as "500m": every line names what arrived and what it means.
+    decision = run(pod(container(requests={"nvidia.com/gpu": "250m"})), TIME_SLICING_FRACTIONAL)
+    assert decision.warnings[1] == (
+        'gpu-admission: container "app": nvidia.com/gpu "250m" (0.25 GPU) became nvidia.com/gpu.shared 1'
+    )
+    obj = pod(container(requests={"nvidia.com/gpu": "250m"}, limits={"nvidia.com/gpu": "1"}))
+    assert run(obj, TIME_SLICING).violations == [
+        'container "app": nvidia.com/gpu request "250m" (0.25 GPU) differs from limit "1"; GPUs cannot be '
+        "overcommitted (the API server refuses it anyway): set request and limit to the same whole number"
+    ]
+    decision = run(pod(container(limits={"nvidia.com/gpu": "5e-1", "amd.com/gpu": "500m"})))
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu "5e-1" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
+        'server refuses it anyway); request a whole number of GPUs (policy "team" gives whole GPUs only; ask for '
+        "a namespace with sharing)",
+        'container "app": amd.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API server '
+        "refuses it anyway); request a whole number",
+    ]
+    assert decision.warnings == []  # the short forms name the text alone (under enforce: no warnings)
 
 
 # --- mapping --------------------------------------------------------------------------------------------
@@ -283,8 +313,8 @@ def test_a_container_that_already_holds_the_target_is_not_renamed():
 
 
 def test_user_set_variables_are_kept_with_a_warning():
-    env = [
-        {"name": "GPU_MEMORY_FRACTION", "value": "0.9"},
+    env = [  # within the share (1/4): kept as written
+        {"name": "GPU_MEMORY_FRACTION", "value": "0.2"},
         {"name": "CUDA_MEMORY_FRACTION", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
     ]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
@@ -300,7 +330,74 @@ def test_user_set_variables_are_kept_with_a_warning():
         'gpu-admission: container "app": kept CUDA_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
     )
     assert 'gpu-admission: container "app": kept GPU_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
-    assert {"op": "replace", "path": "/spec/containers/0/env", "value": result} in decision.patch
+    # Appended one by one: the user's entries (literal values, often secrets) are not copied into the patch.
+    appended = [{"op": "add", "path": "/spec/containers/0/env/-", "value": e} for e in result[2:]]
+    assert [op for op in decision.patch if "/env" in op["path"]] == appended
+
+
+SHARED_A100 = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), gpu=GPU(model="A100-80GB"))
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line", "short"),
+    [
+        ("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9",
+         "XLA_PYTHON_CLIENT_MEM_FRACTION lets JAX take 0.9 of the GPU's memory, but this container's share is "
+         '1/4 (time-slicing, policy "team"): set XLA_PYTHON_CLIENT_MEM_FRACTION=0.2437, or remove it and the '
+         "webhook sets it",
+         "XLA_PYTHON_CLIENT_MEM_FRACTION: 0.9 of the GPU is over the 1/4 share; set 0.2437"),
+        ("CUDA_MEMORY_FRACTION", "0.93",
+         "CUDA_MEMORY_FRACTION lets Text Generation Inference take 0.93 of the GPU's memory, but this "
+         'container\'s share is 1/4 (time-slicing, policy "team"): set CUDA_MEMORY_FRACTION=0.25, or remove it and '
+         "the webhook sets it",
+         "CUDA_MEMORY_FRACTION: 0.93 of the GPU is over the 1/4 share; set 0.25"),
+        ("CUPY_GPU_MEMORY_LIMIT", "50%",
+         "CUPY_GPU_MEMORY_LIMIT lets CuPy take 0.5 of the GPU's memory, but this container's share is 1/4 "
+         '(time-slicing, policy "team"): set CUPY_GPU_MEMORY_LIMIT=25%, or remove it and the webhook sets it',
+         "CUPY_GPU_MEMORY_LIMIT: 0.5 of the GPU is over the 1/4 share; set 25%"),
+        ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,per_process_memory_fraction:0.9",
+         "PYTORCH_CUDA_ALLOC_CONF lets PyTorch take 0.9 of the GPU's memory, but this container's share is 1/4 "
+         '(time-slicing, policy "team"): set per_process_memory_fraction:0.25 in PYTORCH_CUDA_ALLOC_CONF, or remove '
+         "it and the webhook sets it",
+         "PYTORCH_CUDA_ALLOC_CONF: 0.9 of the GPU is over the 1/4 share; set its fraction to 0.25"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("enforcement", [Enforcement.ENFORCE, Enforcement.WARN])
+def test_a_users_memory_variable_above_the_share_is_denied_with_the_value_to_write(
+    name, value, line, short, enforcement
+):
+    pol = policy(sharing=SHARED_A100.sharing, gpu=SHARED_A100.gpu, enforcement=enforcement)
+    decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=[{"name": name, "value": value}])), pol)
+    assert decision.violations == [f'container "app": {line}']
+    if enforcement is Enforcement.ENFORCE:
+        assert (decision.decision, decision.warnings) == ("deny", [])
+    else:
+        assert decision.decision == "warn"
+        assert decision.warnings[-1] == f'gpu-admission: container "app": {short}'
+        assert f"{name}={value}" in [f"{e['name']}={e.get('value')}" for e in env_of_list(decision)]  # kept
+
+
+def env_of_list(decision) -> list[dict]:
+    return decision.mutated["spec"]["containers"][0]["env"]
+
+
+def test_a_memory_variable_within_the_share_is_kept_as_written():
+    for value in ("0.25", "0.1"):
+        env = [{"name": "CUDA_MEMORY_FRACTION", "value": value}]
+        decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
+        assert (decision.decision, decision.violations) == ("allow", [])
+        assert env_of(decision)["CUDA_MEMORY_FRACTION"] == value
+    # A converted fraction's share is what it asked for: 0.2 here, so 0.25 is over it.
+    env = [{"name": "GPU_MEMORY_FRACTION", "value": "0.25"}]
+    decision = run(pod(container(requests={"nvidia.com/gpu": "0.2"}, env=env)), TIME_SLICING_FRACTIONAL)
+    assert decision.violations == [
+        'container "app": GPU_MEMORY_FRACTION lets the application take 0.25 of the GPU\'s memory, but this '
+        'container\'s share is 0.2 (time-slicing, policy "team"): set GPU_MEMORY_FRACTION=0.2, or remove it and the '
+        "webhook sets it"
+    ]
+    # Whole GPUs are not shared: a user's 0.9 is theirs to choose.
+    env = [{"name": "CUDA_MEMORY_FRACTION", "value": "0.9"}]
+    assert run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env))).violations == []
 
 
 EVERY_FRAMEWORK = policy(
@@ -325,7 +422,7 @@ def test_no_variable_a_policy_injects_is_ever_duplicated_or_overwritten(variable
 
 @pytest.mark.parametrize("variable", ["XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"])
 def test_jax_hints_are_skipped_when_the_user_set_a_jax_fraction(variable):
-    env = [{"name": variable, "value": ".5"}]
+    env = [{"name": variable, "value": ".2"}]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
     names = [e["name"] for e in decision.mutated["spec"]["containers"][0]["env"]]
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in names
@@ -342,7 +439,8 @@ def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf(variable):
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
     merged = "expandable_segments:True,per_process_memory_fraction:0.25"
     assert decision.mutated["spec"]["containers"][0]["env"] == [{"name": variable, "value": merged}]
-    env_op = {"op": "replace", "path": "/spec/containers/0/env", "value": [{"name": variable, "value": merged}]}
+    # The one entry merged into is replaced alone.
+    env_op = {"op": "replace", "path": "/spec/containers/0/env/0", "value": {"name": variable, "value": merged}}
     assert decision.patch[-1] == env_op
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING))
 
@@ -389,8 +487,21 @@ def test_two_shared_replicas_are_not_two_gpus():
     assert decision.patch == []  # left as written: the line names what the user wrote
     assert decision.violations == [
         'container "app": nvidia.com/gpu 2 (nvidia.com/gpu.shared 2 under time-slicing) exceeds 1 per container '
-        '(policy "team"): 2 shared replicas are not 2 GPUs, and the device plugin refuses them; request 1, or '
-        "whole GPUs in a namespace that has them"
+        '(policy "team"): 2 time-slicing replicas are not 2 GPUs: the device plugin hands them out '
+        "(failRequestsGreaterThanOne is off by default), on one GPU or several, each still shared with other pods; "
+        "request 1, or whole GPUs in a namespace that has them"
+    ]
+
+
+def test_two_mps_replicas_are_refused_by_the_device_plugin():
+    # The device plugin turns failRequestsGreaterThanOne on for MPS unless its config turns it off.
+    decision = run(pod(container(limits={"nvidia.com/gpu": "2"})), MPS)
+    assert decision.decision == "deny"
+    assert decision.violations == [
+        'container "app": nvidia.com/gpu 2 (nvidia.com/gpu.shared 2 under mps) exceeds 1 per container '
+        '(policy "team"): 2 MPS replicas are not 2 GPUs, and the device plugin refuses them '
+        "(its failRequestsGreaterThanOne is on by default under MPS: the kubelet fails the pod with "
+        "UnexpectedAdmissionError); request 1, or whole GPUs in a namespace that has them"
     ]
 
 
@@ -498,6 +609,25 @@ def test_a_mig_profile_that_the_model_lacks_is_denied():
     assert run(pod(container(limits={"nvidia.com/mig-2g.20gb": "1"})), MIG).decision == "allow"
 
 
+def test_mig_advice_lists_only_the_profiles_the_policy_offers():
+    # A profile the model lacks: the advice is what the nodes offer, not the model's whole table (following it
+    # to 1g.20gb would be the next denial).
+    offered = policy(
+        sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_profiles=("1g.10gb", "3g.40gb")),
+        gpu=GPU(model="A100-80GB"),
+    )
+    decision = run(pod(container(limits={"nvidia.com/mig-1g.5gb": "1"})), offered)
+    assert decision.violations == [
+        'container "app": nvidia.com/mig-1g.5gb "1" asks for MIG profile 1g.5gb, which A100-80GB does not have '
+        '(policy "team"); use one of 1g.10gb, 3g.40gb'
+    ]
+    decision = run(pod(container(limits={"nvidia.com/mig-1g.20gb": "1"})), offered)
+    assert decision.violations == [
+        'container "app": nvidia.com/mig-1g.20gb "1" asks for MIG profile 1g.20gb, which the nodes\' MIG layout '
+        'does not offer (policy "team" offers 1g.10gb, 3g.40gb): the pod would stay Pending; use one of those'
+    ]
+
+
 def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
     decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"})))
     assert decision.violations == [
@@ -576,6 +706,27 @@ def test_enforce_denies():
     assert decision.denials == decision.violations
 
 
+@pytest.mark.parametrize("enforcement", [Enforcement.ENFORCE, Enforcement.WARN])
+def test_a_denied_objects_warnings_do_not_list_mutations_as_done(enforcement):
+    # Requests into limits and the mapping would have been done, but the object is denied: nothing was done.
+    # (Under warn, a refusal denies: its line is the denial, and the policy's own violation stays a warning.)
+    obj = pod(
+        container(requests={"nvidia.com/gpu": "1"}),
+        container("big", limits={"nvidia.com/gpu": "9"}),
+        container("half", requests={"amd.com/gpu": "0.5"}, limits={"amd.com/gpu": "0.5"}),
+    )
+    decision = run(obj, policy(enforcement=enforcement, sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4)))
+    assert (decision.allowed, decision.decision) == (False, "deny")
+    assert all("became" not in w and "set limits" not in w and "memory env" not in w for w in decision.warnings)
+    if enforcement is Enforcement.ENFORCE:
+        assert decision.warnings == []
+    else:
+        assert decision.warnings == [
+            'gpu-admission: container "big": nvidia.com/gpu 9: one time-slicing share per container; ask for 1'
+        ]
+    assert decision.patch != []  # the patch is what /mutate would return had the object been admitted
+
+
 # --- kinds ----------------------------------------------------------------------------------------------
 
 TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [container(requests={"nvidia.com/gpu": "1"})]}}
@@ -604,7 +755,14 @@ def test_workload_templates_are_mutated_where_their_pod_spec_lives(kind, wrap, p
     assert decision.decision == "allow"
     resources = {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
     assert {"op": "replace", "path": f"{path}/containers/0/resources", "value": resources} in decision.patch
-    assert decision.mutated["metadata"]["annotations"] == ANNOTATION
+    annotations = decision.mutated["metadata"]["annotations"]
+    assert annotations["gpu-admission.io/policy"] == "team"
+    # What the user wrote and what the webhook made of it, for the next apply of the same file (reapply.py).
+    spec = decision.mutated
+    for key in path.strip("/").split("/"):
+        spec = spec[key]
+    record = {"u": {"requests": {"nvidia.com/gpu": "1"}}, "s": resources, "e": spec["containers"][0]["env"]}
+    assert json.loads(annotations["gpu-admission.io/requested"]) == {"containers/app": record}
 
 
 def test_objects_without_a_pod_spec_are_skipped_untouched():

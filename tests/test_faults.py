@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import functools
 import http.client
+import itertools
 import json
 import os
 import re
@@ -737,3 +738,131 @@ def test_other_answers_that_leave_the_body_unread_say_so_too(start_server):
     answer = chunked("application/json", MAX_BODY_BYTES // (1024 * 1024) + 1, 1024 * 1024)
     assert answer.status == 413 and json.loads(answer.read())["code"] == 413
     assert "Traceback" not in server.log()
+
+
+# --- connections held by the thousand ----------------------------------------------------------------------
+
+
+def _probe(port: int, path: str = "/healthz") -> float:
+    """Seconds for GET `path` on a new plain-HTTP connection, answered 200."""
+    started = time.monotonic()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=REVIEW_TIMEOUT)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        assert answer.status == 200, (answer.status, answer.read())
+        answer.read()
+    finally:
+        connection.close()
+    return time.monotonic() - started
+
+
+def test_thousands_of_idle_and_half_open_connections_cost_new_ones_nothing(start_server):
+    """The shipped settings (2 workers of 8 threads, 1,000 connections each) against 2,500 TCP connections that
+    send nothing and 1,000 stopped in their TLS ClientHello, held by another process that opens again at once
+    every one the server closes: a full worker closes its oldest silent or half-open connection for each new
+    one, and a silent one gets 2 s anyway. Probes (HTTPS, and plain HTTP on the probe port) and reviews, each on
+    a NEW connection, are answered within 1 s; so are scrapes on the metrics port with 100 half-sent requests
+    held there, whose server keeps no more than 16 of them (threads; 100 threads before).
+
+    The connections are held by a child process, which raises its open-files limit (resource module) to hold
+    3,500; loopback only; about 10 s."""
+    from bench.conns import HALF_SENT_METRICS, held_connections
+    from tests.conftest import free_port
+    from webhook.server.metrics import METRICS_CONNECTIONS
+
+    probe_port = free_port()
+    server = start_server(workers=2, threads=8, extra_args=["--probe-port", str(probe_port)])
+    port = int(server.url.rsplit(":", 1)[1])
+    metrics_port = int(server.metrics_url.rsplit(":", 1)[1].split("/")[0])
+    client = Client(server, 90, fresh_connections=True)
+    with held_connections(port, 2500, 1000) as reopened:
+        time.sleep(0.5)
+        for seq in range(6):
+            https = time.monotonic()
+            assert server.get("/healthz", timeout=REVIEW_TIMEOUT).status_code == 200
+            https = time.monotonic() - https
+            plain = _probe(probe_port, "/readyz" if seq % 2 else "/healthz")
+            result = client.review(seq)
+            assert result.error == "", result
+            assert max(https, plain, result.done - result.sent) < 1.0, (https, plain, result)
+        assert reopened.value > 0, "the server closed none of them: they held its places"
+    assert server.metrics()['gpu_admission_connections_closed_total{reason="full"}'] > 0
+    arbiter_threads = len(os.listdir(f"/proc/{server.process.pid}/task"))
+    with held_connections(metrics_port, 0, 100, first=HALF_SENT_METRICS):
+        time.sleep(0.5)
+        held_threads = len(os.listdir(f"/proc/{server.process.pid}/task"))
+        for _ in range(3):
+            assert _probe(metrics_port, "/metrics") < 1.0
+    # At most METRICS_CONNECTIONS threads reading, and a few closed ones on their way out (100 before).
+    assert held_threads <= arbiter_threads + 2 * METRICS_CONNECTIONS
+    assert "Traceback" not in server.log()
+
+
+def test_silent_and_half_open_connections_are_closed_within_their_limits(start_server):
+    """A connection that sends nothing is closed after SILENT_TIMEOUT, on the webhook port and on the probe port;
+    one stopped in its TLS handshake HANDSHAKE_TIMEOUT after its first byte."""
+    from tests.conftest import free_port
+    from webhook.server.worker import HANDSHAKE_TIMEOUT, SILENT_TIMEOUT
+
+    probe_port = free_port()
+    server = start_server(extra_args=["--probe-port", str(probe_port)])
+    port = int(server.url.rsplit(":", 1)[1])
+    started = time.monotonic()
+    silent = socket.create_connection(("127.0.0.1", port))
+    half_hello = socket.create_connection(("127.0.0.1", port))
+    half_hello.sendall(b"\x16\x03\x01\x00\xc8\x01\x00")
+    silent_probe = socket.create_connection(("127.0.0.1", probe_port))
+    closed = {}
+    try:
+        for name, sock in (("silent", silent), ("silent probe", silent_probe), ("half hello", half_hello)):
+            sock.settimeout(SILENT_TIMEOUT + HANDSHAKE_TIMEOUT + 2)
+            assert sock.recv(1) == b"", name
+            closed[name] = time.monotonic() - started
+    finally:
+        for sock in (silent, half_hello, silent_probe):
+            sock.close()
+    assert SILENT_TIMEOUT - 0.1 <= closed["silent"] < SILENT_TIMEOUT + 1.1, closed
+    assert closed["silent probe"] < SILENT_TIMEOUT + 1.1, closed
+    assert HANDSHAKE_TIMEOUT - 0.1 <= closed["half hello"] < HANDSHAKE_TIMEOUT + 1.1, closed
+    counted = server.metrics()
+    assert counted['gpu_admission_connections_closed_total{reason="silent"}'] == 2
+    assert counted['gpu_admission_connections_closed_total{reason="handshake"}'] == 1
+
+
+# --- large reviews ---------------------------------------------------------------------------------------------
+
+
+def test_large_reviews_take_turns_across_workers_for_at_most_a_quarter_of_the_time(tmp_path, monkeypatch):
+    """Each LargeReviews stands for one worker (its own open file, as after the fork): three at once run one after
+    another, each starting only after a pause three times as long as the last one ran (LARGE_SHARE, a quarter);
+    one whose turn would come after LARGE_WAIT_SECONDS is refused at once (the server answers it with a 503)."""
+    from webhook.server.app import LARGE_SHARE, LARGE_WAIT_SECONDS, LargeReviews
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # where `serve` puts the shared lock file
+    spans: list[tuple[float, float]] = []
+    work = 0.15
+
+    def review(large: LargeReviews, seconds: float) -> bool:
+        with large.turn() as turn:
+            if turn:
+                started = time.monotonic()
+                time.sleep(seconds)
+                spans.append((started, time.monotonic()))
+            return turn
+
+    threads = [threading.Thread(target=review, args=(LargeReviews(), work)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(spans) == 3
+    spans.sort()
+    pause = work * (1 / LARGE_SHARE - 1)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start - end >= pause - 0.01, spans
+
+    assert review(LargeReviews(), LARGE_WAIT_SECONDS / 2)  # a pause of 1.5 x LARGE_WAIT_SECONDS follows
+    started = time.monotonic()
+    assert not review(LargeReviews(), 0.0)
+    assert time.monotonic() - started < 0.5  # refused at once: no use waiting past the API server's patience

@@ -331,7 +331,7 @@ CASES = [
     Case("gpus-minus-0", gpus("-0"), "allow"),
     Case("gpus-minus-1", gpus("-1"), "deny", 'nvidia.com/gpu limit "-1" is negative'),
     Case("gpus-1e-10", gpus("0.0000000001"), "deny", 'nvidia.com/gpu "0.0000000001" is fractional'),
-    Case("gpus-1e-999999", gpus("1e-999999"), "deny", 'nvidia.com/gpu "1e-999999" is fractional'),
+    Case("gpus-1e-999999", gpus("1e-999999"), "deny", 'nvidia.com/gpu "1e-999999" (0.000000001 GPU) is fractional'),
     Case("gpus-1E-exa", gpus("1E"), "deny", 'nvidia.com/gpu "1E" exceeds the per-container maximum of 8'),
     Case("gpus-1Ei", gpus("1Ei"), "deny", 'nvidia.com/gpu "1Ei" exceeds the per-container maximum of 8'),
     Case("gpus-1ki-lowercase", gpus("1ki"), "deny", NOT_QUANTITY % '"1ki"'),
@@ -361,7 +361,7 @@ CASES = [
     Case("gpus-1E3", gpus("1E3"), "deny", '"1E3" exceeds the per-container maximum of 8'),  # 1000: E and digits
     Case("gpus-10E", gpus("10E"), "deny", 'nvidia.com/gpu limit "10E" is too large (past int64)'),  # 10 exa
     Case("gpus-64-chars", gpus("0" * 63 + "1"), "allow"),  # the longest text read
-    Case("gpus-1n", gpus("1n"), "deny", 'nvidia.com/gpu "1n" is fractional'),  # the smallest step
+    Case("gpus-1n", gpus("1n"), "deny", 'nvidia.com/gpu "1n" (0.000000001 GPU) is fractional'),  # the smallest step
     Case("gpus-minus-1e-10", gpus("-1e-10"), "deny", 'nvidia.com/gpu limit "-1e-10" is negative'),  # -1n, not 0
     Case("gpus-8", gpus("8"), "allow"),  # the policy's maximum...
     Case("gpus-9", gpus("9"), "deny", 'nvidia.com/gpu "9" exceeds the per-container maximum of 8'),  # ...and past it

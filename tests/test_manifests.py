@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import ipaddress
 import json
 import re
 import shutil
@@ -34,6 +35,7 @@ from kubernetes.client import ApiClient
 
 from tests import k8s_tools
 from webhook import certs
+from webhook.admission.dra import CLAIM_SPEC_PATHS
 from webhook.admission.podspec import POD_SPEC_PATHS
 from webhook.admission.resources import is_managed
 
@@ -44,7 +46,12 @@ NAMESPACE = "gpu-admission"
 KUBECTL = k8s_tools.binary("kubectl")
 LOCAL_CONFIG = "config.kubernetes.io/local-config"
 APP_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "webhook"}
-EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "gpu-admission"]
+# The one list of namespaces never sent to the webhook; the component that copies it into both configurations.
+EXCLUDED_LIST = MANIFESTS / "base" / "excluded-namespaces.yaml"
+EXCLUDED_COMPONENT = MANIFESTS / "excluded-namespaces"
+# Where the GPU stack installs by default (checked at the source: see the list's comments): an outage of the
+# webhook must never stop it.
+GPU_STACK_NAMESPACES = ["gpu-operator", "nvidia-gpu-operator", "nvidia-device-plugin", "nvidia-dra-driver-gpu"]
 
 # (API group, resource) -> kind, for every kind the webhooks receive.
 RESOURCE_KINDS = {
@@ -58,6 +65,8 @@ RESOURCE_KINDS = {
     ("batch", "jobs"): "Job",
     ("batch", "cronjobs"): "CronJob",
     ("", "podtemplates"): "PodTemplate",
+    ("resource.k8s.io", "resourceclaims"): "ResourceClaim",  # Dynamic Resource Allocation
+    ("resource.k8s.io", "resourceclaimtemplates"): "ResourceClaimTemplate",
 }
 
 # The documented match condition, with SPEC standing for the pod spec's path under `object`. Every step is
@@ -76,7 +85,8 @@ GUARDS && (
         r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu', 'aliyun.com/gpu-mem',
           'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'volcano.sh/vgpu-number',
           'volcano.sh/vgpu-memory', 'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-cores'] ||
-        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
+        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/') ||
+        r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
       has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
@@ -92,6 +102,18 @@ def documented_condition(path: tuple[str, ...], sections: str = POD_SECTIONS) ->
     spec = ".".join(("object", *path))
     guards = " && ".join(f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path)))
     return MATCH_CONDITION.replace("GUARDS", guards).replace("SPEC", spec).replace(POD_SECTIONS, sections)
+
+
+def claim_condition(path: tuple[str, ...]) -> str:
+    """The condition of a DRA claim's or template's webhook: it asks for devices (every step guarded)."""
+    steps = ("object", *path, "devices", "requests")
+    guards = " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
+    requests = ".".join(steps)
+    return f"{guards} &&\n{requests} != null && size({requests}) > 0"
+
+
+def is_claims(hook: dict[str, Any]) -> bool:
+    return any(rule["apiGroups"] == ["resource.k8s.io"] for rule in hook["rules"])
 
 
 def is_ephemeral(hook: dict[str, Any]) -> bool:
@@ -145,13 +167,20 @@ def _apply_patches(objects: list[dict[str, Any]], directory: Path, patches: list
             objects[index] = jsonpatch.apply_patch(objects[index], operations)
 
 
+def _split_field_path(path: str) -> list[str]:
+    """A dotted field path split as kustomize splits it: a `[key=value]` selector is one part, dots and all."""
+    return [part for part in re.split(r"\.(?![^\[]*\])", path) if part]
+
+
 def _field_nodes(node: Any, parts: list[str], create: bool) -> Iterator[tuple[dict[str, Any], str]]:
-    """(parent, key) pairs that a dotted field path with `*` list wildcards names."""
+    """(parent, key) pairs that a dotted field path with `*` list wildcards and `[key=value]` selectors names."""
     head, rest = parts[0], parts[1:]
-    if head == "*":
+    if head == "*" or head.startswith("["):
         assert isinstance(node, list)
+        key, _, wanted = head.strip("[]").partition("=")
         for item in node:
-            yield from _field_nodes(item, rest, create)
+            if head == "*" or (isinstance(item, dict) and item.get(key) == wanted):
+                yield from _field_nodes(item, rest, create)
         return
     if not rest:
         if head in node or create:
@@ -176,7 +205,7 @@ def _apply_replacements(objects: list[dict[str, Any]], replacements: list[dict[s
             assert matched, f"replacement target {target['select']} matches nothing"
             for obj in matched:
                 for field_path in target["fieldPaths"]:
-                    for parent, key in _field_nodes(obj, field_path.split("."), create):
+                    for parent, key in _field_nodes(obj, _split_field_path(field_path), create):
                         parent[key] = copy.deepcopy(value)
 
 
@@ -281,8 +310,8 @@ def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
-        "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
+        "NetworkPolicy", "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
@@ -317,7 +346,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 13
+    assert checked == 14
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -465,7 +494,8 @@ def test_the_server_command_points_at_the_mounted_certificate_and_policies(defau
     assert volumes["policies"]["configMap"]["name"] == one(default, "ConfigMap")["metadata"]["name"]
     assert mounts["tmp"]["mountPath"] == "/tmp" and "emptyDir" in volumes["tmp"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"https": 8443, "metrics": 9090}
+    assert ports == {"https": 8443, "metrics": 9090, "probes": 8080}
+    assert flags["--probe-port"] == "8080"
 
 
 def test_the_server_command_is_one_the_cli_accepts(default: list[dict[str, Any]]) -> None:
@@ -494,10 +524,59 @@ def test_the_pre_stop_delay_needs_only_the_images_python(default: list[dict[str,
     assert container["lifecycle"] == {"preStop": {"exec": {"command": ["python3", "-c", "import time; time.sleep(5)"]}}}
 
 
-def test_probes_use_readyz_and_healthz_over_https(default: list[dict[str, Any]]) -> None:
+def test_probes_use_readyz_and_healthz_on_the_probe_listener(default: list[dict[str, Any]]) -> None:
+    """Plain HTTP on a port of their own (`serve --probe-port`): connections held against the webhook port
+    cannot fail them."""
     (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8443, "scheme": "HTTPS"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8443, "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8080, "scheme": "HTTP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8080, "scheme": "HTTP"}
+
+
+def _container_ports(objects: list[dict[str, Any]]) -> dict[str, int]:
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+def test_the_network_policy_lets_only_the_api_server_call_and_monitoring_scrape(
+    default: list[dict[str, Any]],
+) -> None:
+    """The webhook port from the API server's addresses (manifests/api-server/, an obvious placeholder until
+    set), the metrics port from the monitoring namespace, and nothing else: the probe port is the kubelet's,
+    which comes from the node."""
+    policy = one(default, "NetworkPolicy")
+    assert policy["spec"]["podSelector"] == {"matchLabels": APP_LABELS}
+    assert one(default, "Deployment")["spec"]["template"]["metadata"]["labels"] == APP_LABELS
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    api_server, monitoring = policy["spec"]["ingress"]
+    ports = _container_ports(default)
+    assert api_server["ports"] == [{"port": ports["https"], "protocol": "TCP"}]
+    assert monitoring["ports"] == [{"port": ports["metrics"], "protocol": "TCP"}]
+    assert monitoring["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    (source,) = api_server["from"]
+    assert source == {"ipBlock": {"cidr": "REPLACE-WITH-THE-API-SERVER-CIDRS"}}
+    with pytest.raises(ValueError):  # so the API server refuses the policy rather than apply a guess
+        ipaddress.ip_network(source["ipBlock"]["cidr"])
+    service_ports = {p["targetPort"] for p in one(default, "Service")["spec"]["ports"]}
+    assert service_ports == {ports["https"], ports["metrics"]}  # the probe port is not in the Service either
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_sets_the_api_server_addresses_in_one_place(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    """Each installable variant takes the addresses from manifests/api-server/api-server.yaml."""
+    data = yaml.safe_load((VARIANTS[variant] / "kustomization.yaml").read_text())
+    assert any(Path(c).name == "api-server" for c in data.get("components", [])), variant
+    assert one(rendered[variant], "NetworkPolicy") == one(rendered["default"], "NetworkPolicy")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
+def test_the_example_overlay_sets_its_own_api_server_addresses() -> None:
+    objects = kubectl_kustomize(MANIFESTS / "overlays" / "custom")
+    policy = one(objects, "NetworkPolicy")
+    networks = [ipaddress.ip_network(s["ipBlock"]["cidr"]) for s in policy["spec"]["ingress"][0]["from"]]
+    assert [str(n) for n in networks] == ["10.0.0.10/32", "10.0.0.11/32", "10.0.0.12/32"]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": _container_ports(objects)["https"], "protocol": "TCP"}]
 
 
 def test_the_disruption_budget_and_service(default: list[dict[str, Any]]) -> None:
@@ -521,7 +600,7 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
     configuration = one(default, kind)
     service = one(default, "Service")
     mutating = kind.startswith("Mutating")
-    assert len(configuration["webhooks"]) == 5
+    assert len(configuration["webhooks"]) == 7
     for hook in configuration["webhooks"]:
         assert hook["name"].endswith(".gpu-admission.io")
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -537,10 +616,76 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
         }
         assert hook["namespaceSelector"] == {
             "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXCLUDED_NAMESPACES},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded_namespaces()},
                 {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]},
             ]
         }
+
+
+def excluded_namespaces() -> list[str]:
+    (listing,) = load_documents(EXCLUDED_LIST)
+    assert listing["metadata"]["annotations"] == {LOCAL_CONFIG: "true"}  # read by kustomize, never applied
+    return listing["namespaces"]
+
+
+def name_exclusions(objects: list[dict[str, Any]]) -> list[list[str]]:
+    """Each webhook entry's `kubernetes.io/metadata.name NotIn` values, in order (ten entries)."""
+    found = []
+    for configuration in [o for o in objects if o["kind"].endswith("WebhookConfiguration")]:
+        for hook in configuration["webhooks"]:
+            (names,) = [
+                e["values"]
+                for e in hook["namespaceSelector"]["matchExpressions"]
+                if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn"
+            ]
+            found.append(names)
+    return found
+
+
+def test_the_gpu_stacks_default_namespaces_are_in_the_one_list() -> None:
+    assert excluded_namespaces() == ["kube-system", "kube-node-lease", NAMESPACE, *GPU_STACK_NAMESPACES]
+    # The base holds no copy: each entry's values come from the list, through the component.
+    for name in ("mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"):
+        (configuration,) = load_documents(MANIFESTS / "base" / name)
+        assert name_exclusions([configuration]) == [[]] * 7  # one per webhook entry
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_webhook_entry_excludes_every_listed_namespace(
+    rendered: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    found = name_exclusions(rendered[variant])
+    assert found == [excluded_namespaces()] * 14  # 7 webhooks in each of the two configurations
+    # Everything else still fails closed while no replica answers: tenants' GPU pods are refused, not let through.
+    for configuration in webhook_configurations(rendered[variant]):
+        assert {hook["failurePolicy"] for hook in configuration["webhooks"]} == {"Fail"}
+
+
+def test_an_overlay_adds_a_namespace_to_the_list_with_one_patch(tmp_path: Path) -> None:
+    """What an admin writes in an overlay of their own: a component, listed before the one that copies the list
+    in, that adds to the list; every webhook entry of both configurations then excludes it."""
+    root = tmp_path / "repo"
+    shutil.copytree(MANIFESTS, root / "manifests")
+    overlay = tmp_path / "repo" / "site"
+    (overlay / "gpu-stack").mkdir(parents=True)
+    (overlay / "gpu-stack" / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\n"
+        "kind: Component\n"
+        "patches:\n"
+        "  - target: {kind: ExcludedNamespaces, name: gpu-admission-excluded-namespaces}\n"
+        "    patch: |-\n"
+        "      - {op: add, path: /namespaces/-, value: gpu-system}\n"
+    )
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "resources: [../manifests/base]\n"
+        "components: [../manifests/ca-bundle, gpu-stack, ../manifests/excluded-namespaces]\n"
+    )
+    outputs = [render(overlay)] + ([kubectl_kustomize(overlay)] if KUBECTL else [])
+    for objects in outputs:
+        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * 14
+        assert not [o for o in objects if o["kind"] == "ExcludedNamespaces"]  # local-config: never applied
 
 
 def _kinds_of(hook: dict[str, Any]) -> dict[str, list[str]]:
@@ -567,7 +712,7 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
         kinds = _kinds_of(hook)
         assert not set(kinds) & set(covered), f"{hook['name']} repeats {set(kinds) & set(covered)}"
         covered.update(kinds)
-    assert set(covered) == set(POD_SPEC_PATHS)
+    assert set(covered) == set(POD_SPEC_PATHS) | set(CLAIM_SPEC_PATHS)
     for name, operations in covered.items():
         assert operations == (["CREATE"] if name == "Pod" else ["CREATE", "UPDATE"]), name
 
@@ -578,6 +723,11 @@ def test_each_match_condition_is_the_documented_one_for_its_kinds_pod_spec_path(
 ) -> None:
     for hook in one(default, kind)["webhooks"]:
         (condition,) = hook["matchConditions"]  # conditions are ANDed: one per webhook
+        if is_claims(hook):
+            (claim_kind,) = _kinds_of(hook)
+            expected = claim_condition(CLAIM_SPEC_PATHS[claim_kind])
+            assert condition == {"name": "asks-for-devices", "expression": expected}, hook["name"]
+            continue
         assert condition["name"] == "mentions-managed-gpu"
         paths = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
         assert len(paths) == 1, f"{hook['name']} mixes kinds whose pod specs live at {paths}"
@@ -621,9 +771,8 @@ def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> Non
         "nvidia.com/mig-1g.10gb.me", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
         "cpu", "memory", "ephemeral-storage", "nvidia.com/gpux", "nvidia.com/mig", "amd.com/cpu",
         "intel.com/gpu", "hugepages-2Mi", "example.com/nvidia.com/gpu", "nvidia.com/gpu.shared.extra",
-        "aliyun.com/gpu-mem", "aliyun.com/gpu-count", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
-        "nvidia.com/gpucores", "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-memory-percentage",
-        "volcano.sh/vgpu-cores", "volcano.sh/vgpu",
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com", "deviceclass.resource.kubernetes.io/rdma.example.com",
+        "deviceclass.kubernetes.io/gpu.nvidia.com", "resource.kubernetes.io/gpu.nvidia.com",
     ]  # fmt: skip
     for resource in samples:
         selected = resource in names or any(resource.startswith(p) for p in prefixes)
@@ -672,7 +821,7 @@ def test_the_documented_one_liner_fills_every_ca_bundle(tmp_path: Path) -> None:
         outputs.append(kubectl_kustomize(root / "manifests"))
     for objects in outputs:
         bundles = [h["clientConfig"]["caBundle"] for c in webhook_configurations(objects) for h in c["webhooks"]]
-        assert len(bundles) == 10
+        assert len(bundles) == 14  # 7 webhooks in each of the two configurations
         assert {base64.b64decode(b, validate=True) for b in bundles} == {out.ca_cert.read_bytes()}
 
 
@@ -846,6 +995,12 @@ def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: l
     expected = copy.deepcopy(default)
     one(expected, "ConfigMap")["data"] = files
     one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
+    addresses = one(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"]  # the API server's: its own
+    one(expected, "NetworkPolicy")["spec"]["ingress"][0]["from"] = addresses
+    # Its more-excluded-namespaces/ component adds gpu-system to the namespaces never sent to the webhook.
+    for configuration in webhook_configurations(expected):
+        for hook in configuration["webhooks"]:
+            hook["namespaceSelector"]["matchExpressions"][0]["values"].append("gpu-system")
     assert sorted(objects, key=_key) == sorted(expected, key=_key)
 
 
@@ -874,6 +1029,9 @@ CONDITION_CASES = [
     ({"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}, True),
     ({"initContainers": [{"name": "a", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}], "containers": []}, True),
     ({"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, True),
+    # KEP-5004: a DeviceClass asked for as an extended resource (DRA serves it).
+    ({"containers": [{"name": "a", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 2}}}]},
+     True),
     ({"containers": [{"name": "a", "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]}]}, True),
     ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
     ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
@@ -906,7 +1064,7 @@ def test_match_conditions_select_what_the_engine_would_judge(
     from webhook.admission.podspec import mentions_gpu
 
     for hook in one(default, kind)["webhooks"]:
-        if is_ephemeral(hook):
+        if is_ephemeral(hook) or is_claims(hook):
             continue
         (condition,) = hook["matchConditions"]
         (path,) = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
@@ -916,6 +1074,30 @@ def test_match_conditions_select_what_the_engine_would_judge(
     # An object without the pod spec's parents at all is not selected either.
     for hook in one(default, kind)["webhooks"]:
         assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "selected"),
+    [
+        ({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}, True),
+        ({"devices": {"requests": []}}, False),  # a claim for no device
+        ({"devices": {"requests": None}}, False),
+        ({"devices": {}}, False),
+        ({}, False),
+    ],
+)
+def test_the_claim_conditions_select_claims_and_templates_that_ask_for_devices(
+    default: list[dict[str, Any]], spec: dict[str, Any], selected: bool
+) -> None:
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        hooks = [h for h in one(default, kind)["webhooks"] if is_claims(h)]
+        names = ["resourceclaims.gpu-admission.io", "resourceclaimtemplates.gpu-admission.io"]
+        assert [h["name"] for h in hooks] == names
+        claim, template = ({"metadata": {"name": "x"}, "spec": copy.deepcopy(spec)},
+                           {"metadata": {"name": "x"}, "spec": {"spec": copy.deepcopy(spec)}})  # fmt: skip
+        for hook, obj in zip(hooks, (claim, template), strict=True):
+            assert _cel(hook["matchConditions"][0]["expression"], obj) is selected, hook["name"]
+            assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
 
 
 @pytest.mark.parametrize(

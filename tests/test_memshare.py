@@ -98,8 +98,8 @@ def test_a_fraction_becomes_the_backends_share_of_the_memory(pol, value, expecte
         (memory(Backend.ACK, H100), "0.0125", 'container "app": nvidia.com/gpu "0.0125" is less than one unit of ACK '
          'GPU sharing (1 GiB of the GPU\'s 81559 MiB, policy "team"); request 0.0126 or more'),
         # HAMi and Volcano: 1 % of the compute is the larger unit
-        (HAMI, "5m", 'container "app": nvidia.com/gpu "5m" is less than one unit of HAMi (1 MiB of the GPU\'s 81920 '
-         'MiB and 1% of its compute, policy "team"); request 0.01 or more'),
+        (HAMI, "5m", 'container "app": nvidia.com/gpu "5m" (0.005 GPU) is less than one unit of HAMi (1 MiB of the '
+         'GPU\'s 81920 MiB and 1% of its compute, policy "team"); request 0.01 or more'),
         (VOLCANO, "0.009", 'container "app": nvidia.com/gpu "0.009" is less than one unit of Volcano vGPU (1 MiB of '
          'the GPU\'s 81920 MiB and 1% of its compute, policy "team"); request 0.01 or more'),
     ],
@@ -273,7 +273,9 @@ def test_hami_placement_goes_on_a_workloads_pod_template_and_replaces_another_va
     assert decision.mutated["spec"]["template"]["metadata"]["annotations"] == {
         "hami.io/gpu-scheduler-policy": "binpack", "keep": "me", "hami.io/node-scheduler-policy": "binpack",
     }  # fmt: skip
-    assert decision.mutated["metadata"]["annotations"] == {"gpu-admission.io/policy": "team"}
+    assert decision.mutated["metadata"]["annotations"]["gpu-admission.io/policy"] == "team"
+    assert "hami.io/gpu-scheduler-policy" not in decision.mutated["metadata"]["annotations"]  # the pod's, not the
+    # workload's (which also holds the re-apply record)
 
 
 def test_hami_placement_is_added_to_a_pod_written_in_hamis_own_resources() -> None:
@@ -588,3 +590,21 @@ def test_policy_lint_warns_about_an_ack_policy_that_does_not_steer(tmp_path) -> 
         "ACK (it reads node labels); remove steering: false",
         "1 policy in 1 file: no errors, no glob ties, 1 steering warning",
     ]
+
+
+@pytest.mark.parametrize("backend", list(Backend), ids=[b.value for b in Backend])
+@pytest.mark.parametrize("value", ["0.25", "2"])
+def test_a_re_applied_workload_gets_the_same_object(backend, value) -> None:
+    """`kubectl apply` again sends the user's `nvidia.com/gpu` back into the webhook's output (reapply.py)."""
+    placement = None if backend is Backend.VOLCANO else Placement.SPREAD
+    policies = PolicySet((memory(backend, placement=placement, steering=True),))
+    spec = gpu_pod(value)["spec"]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"},
+                  "spec": {"template": {"metadata": {}, "spec": spec}}}  # fmt: skip
+    first = evaluate(copy.deepcopy(deployment), "team", policies).mutated
+    reapplied = copy.deepcopy(first)
+    reapplied["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(
+        spec["containers"][0]["resources"]
+    )
+    again = evaluate(reapplied, "team", policies)
+    assert evanphx.apply(reapplied, again.patch) == first

@@ -62,7 +62,8 @@ def test_a_broken_policy_directory_fails_with_the_loaders_lines_and_exit_2(dev_c
 
 
 @pytest.mark.parametrize(
-    "case", ["missing-dir", "no-cert", "missing-cert", "mismatched-key", "expired", "expired-intermediate"]
+    "case",
+    ["missing-dir", "no-cert", "missing-cert", "mismatched-key", "expired", "expired-intermediate", "probe-port"],
 )
 def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, tmp_path, case):
     cert, key, policies = str(dev_certs.tls_cert), str(dev_certs.tls_key), str(SHIPPED_POLICIES)
@@ -76,6 +77,10 @@ def test_certificate_and_directory_problems_are_one_line_and_exit_2(dev_certs, t
     elif case == "missing-cert":
         args = ["--cert-file", str(tmp_path / "tls.crt"), "--key-file", key, "--policies", policies]
         expected = f"{tmp_path / 'tls.crt'}: no such file (expected the certificate)"
+    elif case == "probe-port":  # the probe listener would take the metrics port's place (or the webhook's)
+        args = ["--cert-file", cert, "--key-file", key, "--policies", policies]
+        args += ["--metrics-port", "19191", "--probe-port", "19191"]
+        expected = "--probe-port 19191 is the metrics port too: pick another"
     elif case == "mismatched-key":
         other = certs.generate_dev_certs(tmp_path / "other")
         args = ["--cert-file", cert, "--key-file", str(other.tls_key), "--policies", policies]

@@ -8,6 +8,7 @@ constraints select exactly the nodes that both the user's and the policy's selec
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import os
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from tests import evanphx
 from tests.engine_support import NS, container, pod, policy, run
 from webhook.admission import steering
+from webhook.admission.cluster import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import PolicyLoadError, parse_policy_sources
 from webhook.admission.policy import GPU, Enforcement, Fractional, MigStrategy, Mode, PolicySet, Sharing
@@ -37,7 +39,7 @@ MIG_SINGLE = policy(
 MIG_MIXED = policy(sharing=Sharing(Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB"), steering=True)
 
 NOT_SLICED = {"key": SHARING_STRATEGY, "operator": "NotIn", "values": ["mps", "time-slicing"]}
-NOT_MIG_SINGLE = {"key": MIG_STRATEGY, "operator": "NotIn", "values": ["single"]}
+NOT_MIG_SINGLE = {"key": "nvidia.com/gpu.slices.gi", "operator": "DoesNotExist"}
 WHOLE_TERM = [NOT_SLICED, NOT_MIG_SINGLE]
 
 
@@ -58,7 +60,7 @@ def required_terms(obj: dict, path: tuple[str, ...] = ("spec",)) -> list:
 @pytest.mark.parametrize(
     ("pol", "expected"),
     [
-        (WHOLE, ["nvidia.com/gpu.sharing-strategy notin (mps,time-slicing)", "nvidia.com/mig.strategy notin (single)"]),
+        (WHOLE, ["nvidia.com/gpu.sharing-strategy notin (mps,time-slicing)", "!nvidia.com/gpu.slices.gi"]),
         (SLICED, ["nvidia.com/gpu.sharing-strategy in (time-slicing)", "nvidia.com/gpu.replicas in (4)"]),
         (SLICED_MPS, ["nvidia.com/gpu.sharing-strategy in (mps)", "nvidia.com/gpu.replicas in (2)"]),
         (RENAMED, ["nvidia.com/gpu.sharing-strategy in (time-slicing)", "nvidia.com/gpu.replicas in (4)"]),
@@ -102,8 +104,10 @@ def test_at_most_one_replica_per_container_as_for_shared() -> None:
     decision = run(pod(gpu("2")), SLICED)
     assert decision.decision == "deny"
     assert decision.violations == [
-        'container "app": nvidia.com/gpu "2" exceeds 1 per container under time-slicing (policy "team"): 2 shared '
-        "replicas are not 2 GPUs, and the device plugin refuses them; request 1, or use a namespace with whole GPUs"
+        'container "app": nvidia.com/gpu "2" exceeds 1 per container under time-slicing (policy "team"): 2 '
+        "time-slicing replicas are not 2 GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
+        "by default), on one GPU or several, each still shared with other pods; request 1, or use a namespace with "
+        "whole GPUs"
     ]
 
 
@@ -154,7 +158,7 @@ def test_no_affinity_gets_one_required_term() -> None:
         }
     ]
     assert decision.warnings == [
-        "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"
+        "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.slices.gi"
     ]
 
 
@@ -430,7 +434,8 @@ def test_check_diff_shows_the_constraints(tmp_path, capsys) -> None:
         "+            values:\n"
         "+            - mps\n"
         "+            - time-slicing\n"
-        "+          - key: nvidia.com/mig.strategy\n"
+        "+          - key: nvidia.com/gpu.slices.gi\n"
+        "+            operator: DoesNotExist\n"
     ) in out
 
 
@@ -456,7 +461,7 @@ def test_policy_explain_shows_the_constraints(tmp_path) -> None:
     )
     assert (
         "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy notin "
-        "(mps,time-slicing), nvidia.com/mig.strategy notin (single)" in lines
+        "(mps,time-slicing), !nvidia.com/gpu.slices.gi" in lines
     )
 
 
@@ -580,3 +585,187 @@ def test_the_server_steers_and_denies_a_conflicting_selector(start_server, tmp_p
     assert (
         'nodeSelector nvidia.com/gpu.sharing-strategy=mps conflicts with policy "whole"' in denied["status"]["message"]
     )
+
+
+# --- Pods bound to a node by spec.nodeName: never steered, judged against the node where the snapshot knows it -
+
+
+def bound_view() -> ClusterView:
+    """A whole-GPU node, a time-sliced node that keeps the name and one that renames it, as GPU feature discovery
+    labels them (its product label gets -SHARED where the name is kept)."""
+
+    def gpu_node(name: str, allocatable: dict, labels: dict) -> NodeInfo:
+        node = {"metadata": {"name": name, "labels": labels}, "status": {"allocatable": allocatable}}
+        info = NodeInfo.from_object(node)
+        assert info is not None
+        return info
+
+    product = "NVIDIA-A100-SXM4-80GB"
+    return ClusterView.of(
+        [
+            gpu_node("gpu-whole", {"nvidia.com/gpu": "8"},
+                     {SHARING_STRATEGY: "none", REPLICAS: "1", "nvidia.com/gpu.product": product}),
+            gpu_node("gpu-sliced", {"nvidia.com/gpu": "32"},
+                     {SHARING_STRATEGY: "time-slicing", REPLICAS: "4", "nvidia.com/gpu.product": f"{product}-SHARED"}),
+            gpu_node("gpu-renamed", {"nvidia.com/gpu.shared": "32"},
+                     {SHARING_STRATEGY: "time-slicing", REPLICAS: "4", "nvidia.com/gpu.product": product}),
+        ]
+    )  # fmt: skip
+
+
+def validator(node: str, resource: str) -> dict:
+    """The GPU Operator's device plugin validator as it creates itself: bound to its node by spec.nodeName, its
+    init container asking for one of the first GPU resource that node advertises."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nvidia-device-plugin-validator-x7k2p", "namespace": NS},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "OnFailure",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "initContainers": [
+                {
+                    "name": "plugin-validation",
+                    "image": "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0",
+                    "command": ["sh", "-c"],
+                    "args": ["vectorAdd"],
+                    "resources": {"limits": {resource: "1"}},
+                }
+            ],
+            "containers": [
+                {
+                    "name": "nvidia-device-plugin-validator",
+                    "image": "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0",
+                    "command": ["sh", "-c"],
+                    "args": ["echo device-plugin workload validation is successful"],
+                }
+            ],
+        },
+    }
+
+
+BOUND_WHOLE_ON_SLICED = (
+    'pod: spec.nodeName binds it to node "gpu-sliced", whose labels nvidia.com/gpu.sharing-strategy=time-slicing, '
+    'nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED does not match policy "team" (exclusive: whole GPUs), '
+    "whose GPU pods run only on nodes with nvidia.com/gpu.sharing-strategy notin (mps,time-slicing); "
+    "nvidia.com/gpu.product neither ending in -SHARED nor holding -MIG-; bind it to a node of the policy's pool, "
+    "or leave spec.nodeName out and let the scheduler place it"
+)
+BOUND_SLICED_ON_WHOLE = (
+    'pod: spec.nodeName binds it to node "gpu-whole", whose labels nvidia.com/gpu.sharing-strategy=none, '
+    'nvidia.com/gpu.replicas=1, nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB does not match policy "team" '
+    "(time-slicing, 4 replicas), whose GPU pods run only on nodes with nvidia.com/gpu.sharing-strategy in "
+    "(time-slicing); nvidia.com/gpu.replicas in (4); nvidia.com/gpu.product ending in -SHARED; bind it to a node of "
+    "the policy's pool, or leave spec.nodeName out and let the scheduler place it"
+)
+SHARED_IN_WHOLE = (
+    'init container "plugin-validation": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this '
+    "namespace whole GPUs (mode exclusive); request nvidia.com/gpu instead"
+)
+SHARED_IN_KEPT_NAME = (
+    'init container "plugin-validation": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this '
+    "namespace time-slicing replicas as nvidia.com/gpu; request nvidia.com/gpu instead"
+)
+
+
+@pytest.mark.parametrize(
+    ("pol", "node", "resource", "known", "violations"),
+    [
+        # A whole-GPU default policy: bound to a time-sliced node, no affinity that the kubelet would reject.
+        (WHOLE, "gpu-sliced", "nvidia.com/gpu", False, []),
+        (WHOLE, "gpu-sliced", "nvidia.com/gpu", True, [BOUND_WHOLE_ON_SLICED]),
+        (WHOLE, "gpu-whole", "nvidia.com/gpu", True, []),
+        (WHOLE, "gpu-renamed", "nvidia.com/gpu.shared", True, [SHARED_IN_WHOLE]),  # the policy's own rule
+        (WHOLE, "gpu-elsewhere", "nvidia.com/gpu", True, []),  # a node the snapshot does not know: left alone
+        # A time-slicing policy that keeps the name nvidia.com/gpu.
+        (SLICED, "gpu-sliced", "nvidia.com/gpu", False, []),
+        (SLICED, "gpu-sliced", "nvidia.com/gpu", True, []),
+        (SLICED, "gpu-whole", "nvidia.com/gpu", True, [BOUND_SLICED_ON_WHOLE]),
+        # Another team's pool (renamed replicas) asked for by name: the per-mode pool rule, nodeName or not.
+        (SLICED, "gpu-renamed", "nvidia.com/gpu.shared", True, [SHARED_IN_KEPT_NAME]),
+    ],
+)
+def test_a_pod_bound_to_its_node_is_never_steered_and_is_judged_against_that_node(
+    pol, node, resource, known, violations
+) -> None:
+    obj = validator(node, resource)
+    decision = evaluate(obj, NS, PolicySet((pol,)), cluster=bound_view() if known else None)
+    assert decision.violations == violations
+    assert decision.decision == ("deny" if violations else "allow")
+    assert all("affinity" not in op["path"] for op in decision.patch)
+    assert "affinity" not in evanphx.apply(obj, decision.patch)["spec"]
+    assert all("node affinity added" not in w for w in decision.warnings)
+    warn = dataclasses.replace(pol, enforcement=Enforcement.WARN)
+    warned = evaluate(obj, NS, PolicySet((warn,)), cluster=bound_view() if known else None)
+    short = (
+        f'gpu-admission: pod: spec.nodeName "{node}" is outside the policy\'s GPU pool; bind it to a node in the pool'
+    )
+    assert (short in warned.warnings) == any(line.startswith("pod: spec.nodeName") for line in violations)
+    assert all(len(w) <= 120 for w in warned.warnings)
+
+
+def test_the_same_pod_without_a_node_name_is_steered() -> None:
+    obj = validator("gpu-sliced", "nvidia.com/gpu")
+    del obj["spec"]["nodeName"]
+    decision = run(obj, WHOLE)
+    assert required_terms(decision.mutated) == [{"matchExpressions": WHOLE_TERM}]
+
+
+# --- Pinned to GPUs shared without renaming, in a namespace whose policy renames them --------------------------
+
+PINNED_LINE = (
+    "pod: {pin} pins it to nodes whose time-slicing replicas keep the name nvidia.com/gpu (GPU feature discovery's "
+    '-SHARED suffix), but policy "team" gives this namespace nvidia.com/gpu.shared (what nvidia.com/gpu becomes '
+    "here), which those nodes do not advertise: the pod would stay Pending; remove it, or use a namespace whose "
+    "policy keeps the name nvidia.com/gpu"
+)
+
+
+@pytest.mark.parametrize("steer", [False, True])  # renamed replicas are not steered unless the policy says so
+@pytest.mark.parametrize(
+    ("spec", "pin"),
+    [
+        ({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}},
+         "nodeSelector nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED"),
+        ({"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4-SHARED", "NVIDIA-A10-SHARED"]},
+        ]}]}}}},
+         "required node affinity nvidia.com/gpu.product in (NVIDIA-L4-SHARED,NVIDIA-A10-SHARED)"),
+    ],
+)  # fmt: skip
+def test_a_pod_pinned_to_a_shared_product_that_keeps_the_name_is_denied_in_a_renamed_namespace(spec, pin, steer):
+    pol = policy(sharing=Sharing(Mode.TIME_SLICING, 4), steering=steer)
+    decision = run(pod(gpu("1"), **copy.deepcopy(spec)), pol)  # mapped to nvidia.com/gpu.shared
+    assert decision.decision == "deny"
+    assert decision.violations == [PINNED_LINE.format(pin=pin)]
+    decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"}), **copy.deepcopy(spec)), pol)
+    assert decision.violations == [PINNED_LINE.format(pin=pin)]  # written so by the user: the same
+
+
+def test_other_pins_in_a_renamed_namespace_are_fine():
+    pol = policy(sharing=Sharing(Mode.TIME_SLICING, 4))
+    for spec in (
+        {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4-SHARED"]}]},
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]}]},
+        ]}}}},  # one term can select renamed nodes
+    ):  # fmt: skip
+        assert run(pod(gpu("1"), **copy.deepcopy(spec)), pol).decision == "allow"
+    # A namespace that keeps the name is what a -SHARED pin needs.
+    spec = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}}
+    assert run(pod(gpu("1"), **spec), SLICED).decision == "allow"
+
+
+def test_whole_gpu_pods_still_reach_whole_gpu_nodes_where_the_clusters_mig_strategy_is_single() -> None:
+    """The GPU Operator's default MIG strategy is `single`, and GPU feature discovery then labels every GPU node
+    `nvidia.com/mig.strategy=single`, MIG enabled or not (internal/lm/mig-strategy.go: the strategy labeler is
+    merged whenever the strategy is not none). Only MIG-enabled nodes get `nvidia.com/gpu.slices.gi`."""
+    whole_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.sharing-strategy": "none",
+                          "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    sliced_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.slices.gi": "1",
+                           "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}  # fmt: skip
+    terms = required_terms(run(pod(container(limits={"nvidia.com/gpu": "1"})), WHOLE).mutated)
+    assert [term_matches(term, whole_under_single) for term in terms] == [True]
+    assert [term_matches(term, sliced_under_single) for term in terms] == [False]

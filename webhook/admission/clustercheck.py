@@ -194,6 +194,42 @@ def _resolve(policy: Policy, view: ClusterView) -> Policy:
     return dataclasses.replace(policy, sharing=sharing, gpu=gpu, memo={})
 
 
+# --- A pod bound to a node ----------------------------------------------------------------------------------
+
+
+def bound_node(spec: Any, policy: Policy, view: ClusterView) -> list[Violation]:
+    """A pod that names its node (`spec.nodeName`) and holds the GPU the policy steers, against that node's GPU
+    feature discovery labels: the node affinity it is never given (steering.py), checked here instead. Only
+    the labels the node has are judged (a node without GPU feature discovery says nothing), and a node the
+    snapshot does not know leaves the pod alone."""
+    name = steering.bound_node(spec) if type(spec) is dict else None
+    node = view.nodes.get(name) if name else None
+    if node is None or not steering.requirements(policy) or not steering.holds_steered(spec, policy):
+        return []
+    labels = node.labels
+    clashes = [
+        (f"{r.key}={labels[r.key]}", str(r))
+        for r in steering.requirements(policy)
+        if r.key in labels and not steering.matches(r.expression, labels)
+    ]
+    product = labels.get(PRODUCT_LABEL)
+    if product is not None and not steering.product_fits(policy, product):
+        clashes.append((f"{PRODUCT_LABEL}={product}", steering.product_rule(policy) or ""))
+    if not clashes:
+        return []
+    found, needed = ", ".join(label for label, _ in clashes), "; ".join(rule for _, rule in clashes)
+    line = (
+        f'pod: spec.nodeName binds it to node "{node.name}", whose label{"s" if len(clashes) > 1 else ""} {found} '
+        "does not match "
+        f"{steering.policy_words(policy)}, whose GPU pods run only on nodes with {needed}; bind it to a node "
+        "of the policy's pool, or leave spec.nodeName out and let the scheduler place it"
+    )
+    short = f'pod: spec.nodeName "{node.name}" is outside the policy\'s GPU pool; bind it to a node in the pool'
+    if len(short) > SHORT_LIMIT:
+        short = "pod: spec.nodeName names a node outside the policy's GPU pool; bind it to one in the pool"
+    return [Violation(line, short)]
+
+
 # --- Drift ------------------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission import clustercheck
+from webhook.admission import clustercheck, dra
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -64,6 +64,12 @@ def evaluate(
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
+    if spec_path is None and (claim_path := dra.claim_spec_path(obj)) is not None:  # judged, never mutated
+        if reason := dra.left_alone(obj, old, claim_path):
+            return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
+        if cluster is not None and policy.cluster.auto:
+            policy = clustercheck.resolve(policy, cluster)
+        return _verdict(policy, [], [], dra.judge(obj, policy, claim_path), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
@@ -78,7 +84,14 @@ def evaluate(
     found = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
+    if result.edits:  # the webhook's output edited by hand: said first, since it explains the rest
+        found = result.edits + found
     warnings = result.warnings
+    if cluster is not None and spec_path is not None:
+        # A pod that names its node is never steered (steering.py): it is judged against that node instead.
+        spec = get_path(result.obj, spec_path)
+        if type(spec) is dict and spec.get("nodeName"):
+            found = found + clustercheck.bound_node(spec, policy, cluster)
     if counted and cluster is not None:
         # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
         # decides), `warn` ones are warnings whatever the enforcement.
@@ -86,7 +99,7 @@ def evaluate(
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
-    return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds)
+    return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
 
 
 def _verdict(
@@ -96,8 +109,13 @@ def _verdict(
     found: list[Violation],
     mutated: dict[str, Any],
     kinds: list[str],
+    mutation_lines: int = 0,
 ) -> Decision:
-    """Turn the policy's enforcement and the violations found into the decision."""
+    """Turn the policy's enforcement and the violations found into the decision.
+
+    The first `mutation_lines` of `warnings` are mutation's (what it changed, or kept as the user wrote it):
+    a denied object is not changed, so a denial carries none of them, only the other warnings.
+    """
     if not found:  # the usual case
         # In field order, by position: keyword arguments to a class cost a dict per review (2,500 instructions).
         return Decision(True, "allow", policy.name, patch, warnings, [], mutated, kinds)
@@ -116,6 +134,8 @@ def _verdict(
             verdict, refused_only = "deny", True
         else:
             verdict = "warn" if policy.enforcement is Enforcement.WARN else "audit"
+    if verdict == "deny" and mutation_lines:
+        warnings = warnings[mutation_lines:]
     return Decision(
         verdict != "deny",  # allowed
         verdict,  # decision

@@ -131,3 +131,71 @@ def merge_alloc_conf(existing: str, hint_value: str) -> str | None:
     if PYTORCH_FRACTION_KEY in keys:
         return None
     return f"{existing.rstrip(',')},{hint_value}" if existing.strip() else hint_value
+
+
+# --- A user's own memory variable, read back (validation denies one above the container's share) -------------
+
+MEBIBYTE = 1024 * 1024
+# The variables whose value says how much of the GPU's memory a framework may take, and who reads each.
+MEMORY_VARIABLES = {
+    JAX_FRACTION_VARS[0]: "JAX",
+    JAX_FRACTION_VARS[1]: "JAX",
+    TGI_FRACTION: "Text Generation Inference",
+    GENERIC_FRACTION: "the application",
+    CUPY_LIMIT: "CuPy",
+    PYTORCH_CUDA_ALLOC_CONF: "PyTorch",
+    PYTORCH_ALLOC_CONF: "PyTorch",
+}
+
+
+def memory_claim(name: str, value: str, gpu_memory_mib: int | None) -> Fraction | None:
+    """The fraction of the GPU's memory that `name=value` lets its framework take, or None where the value
+    says nothing this can judge (not a number, a CuPy byte count with the GPU's memory unknown, an allocator
+    config without the fraction key). Frameworks read a decimal (`0.9`); CuPy a percentage or a byte count."""
+    text = value.strip()
+    if name in (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF):
+        text = _alloc_conf_fraction(text) or ""
+    elif name == CUPY_LIMIT:
+        if text.endswith("%"):
+            number = _decimal(text[:-1])
+            return number / 100 if number is not None else None
+        number = _decimal(text)
+        return number / (gpu_memory_mib * MEBIBYTE) if number is not None and gpu_memory_mib else None
+    return _decimal(text)
+
+
+def memory_value(name: str, share: Fraction, gpu_memory_mib: int | None) -> str:
+    """What to write in `name` for a container that may use `share` of a GPU, as the webhook's own hint for it
+    writes it (for PyTorch's allocator config, the one key: the user's other keys stay)."""
+    if name in JAX_FRACTION_VARS:
+        return format_fraction(jax_fraction(share, gpu_memory_mib))
+    if name == CUPY_LIMIT:
+        return f"{whole_percent(share)}%"
+    if name in (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF):
+        return f"{PYTORCH_FRACTION_KEY}:{format_fraction(share)}"
+    return format_fraction(share)
+
+
+def _alloc_conf_fraction(conf: str) -> str | None:
+    for item in conf.split(","):
+        key, _, number = item.partition(":")
+        if key.strip() == PYTORCH_FRACTION_KEY:
+            return number
+    return None
+
+
+def _decimal(text: str) -> Fraction | None:
+    """A non-negative decimal as frameworks parse it (`0.9`, `.93`, `1e-1`), exactly; None otherwise."""
+    return _DECIMALS[text] if text and len(text) <= 32 else None
+
+
+def _parse_decimal(text: str) -> Fraction | None:
+    try:
+        number = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        return None
+    return number if number >= 0 else None
+
+
+# The same few values arrive in every review (the webhook's own hints among them): parsed once.
+_DECIMALS = BoundedMemo(_parse_decimal, limit=1024)

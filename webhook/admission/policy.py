@@ -79,7 +79,8 @@ DEFAULT_FRAMEWORK_ENV = ("jax", "tensorflow", "cupy", "tgi", "generic")
 DEFAULT_SHARED_RESOURCE = "nvidia.com/gpu.shared"
 DEFAULT_MAX_PER_CONTAINER = 8
 DEFAULT_MAX_PER_POD = 8
-# The device plugin's sharing config sets failRequestsGreaterThanOne: a container gets one replica.
+# One shared replica per container: N replicas are not N GPUs. The device plugin refuses more than one only
+# where its config sets failRequestsGreaterThanOne (its default under MPS, not under time-slicing).
 SHARED_MAX_PER_CONTAINER = 1
 # CUDA enumerates one MIG device per process, and slices have no NVLink/P2P between them: two slices in one
 # container are not a 2-GPU machine (validate.py cites the MIG user guide).
@@ -121,6 +122,28 @@ class Sharing:
 class GPU:
     model: str | None = None
     memory_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClasses:
+    """`spec.deviceClasses`: the DRA DeviceClasses whose devices are GPUs here, besides NVIDIA's own
+    (`gpu.nvidia.com`, `mig.nvidia.com`), which always are. Claims and the classes' extended resources
+    (`deviceclass.resource.kubernetes.io/<class>`) asking for them count against the limits (dra.py)."""
+
+    gpu: tuple[str, ...] = ()  # whole GPUs
+    mig: tuple[str, ...] = ()  # MIG devices
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        from webhook.admission.resources import NVIDIA_GPU_CLASSES
+
+        return NVIDIA_GPU_CLASSES + tuple(c for c in self.gpu if c not in NVIDIA_GPU_CLASSES)
+
+    @property
+    def mig_classes(self) -> tuple[str, ...]:
+        from webhook.admission.resources import NVIDIA_MIG_CLASSES
+
+        return NVIDIA_MIG_CLASSES + tuple(c for c in self.mig if c not in NVIDIA_MIG_CLASSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +209,7 @@ class Policy:
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False
     cluster: ClusterChecks = field(default_factory=ClusterChecks)
+    device_classes: DeviceClasses = field(default_factory=DeviceClasses)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)

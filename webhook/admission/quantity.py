@@ -54,6 +54,26 @@ def quantity_text(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
+_PLAIN_DECIMAL = re.compile(r"\+?(\d+\.?\d*|\.\d+)")
+
+
+def quantity_shown(value: object, amount: int | Fraction | None, unit: str = "") -> str:
+    """The value as written, and what it means where the text does not say so plainly: `"500m" (0.5 GPU)`.
+
+    The API server sends webhooks a quantity in its canonical form (`0.5` arrives as `"500m"`), which is not what
+    the user wrote: a message names both.
+    """
+    text = quantity_text(value)
+    if amount is None or amount < 0 or written_plainly(value):
+        return text
+    return f"{text} ({format_fraction(Fraction(amount), 9)}{unit})"  # quantities are exact to 1n
+
+
+def written_plainly(value: object) -> bool:
+    """Whether a quantity's text says its value as a plain decimal (`0.5`, not `500m` or `5e-1`)."""
+    return not isinstance(value, str) or _PLAIN_DECIMAL.fullmatch(value.strip()) is not None
+
+
 def parse_quantity(value: object) -> int | Fraction:
     """The exact value of a quantity given as a string or a JSON number; QuantityError if unusable.
 

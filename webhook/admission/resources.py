@@ -25,12 +25,27 @@ from webhook.admission.memo import BoundedMemo
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
+AMD_GPU = "amd.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)(\.shared)?$")
 MIG_PROFILE_PATTERN = r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$"  # also the policy schema's (policyfields.py)
 _MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
+
+
+# Dynamic Resource Allocation (resource.k8s.io/v1). Every DeviceClass can be asked for as an extended resource
+# named after it (KEP-5004, kubernetes/kubernetes pkg/apis/resource/types.go `ResourceDeviceClassPrefix`), and
+# NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-gpu) ships the classes `gpu.nvidia.com` (whole GPUs: selector
+# `device.attributes['gpu.nvidia.com'].type == 'gpu'`) and `mig.nvidia.com` (MIG devices: `type == 'mig'`).
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+NVIDIA_GPU_CLASSES = ("gpu.nvidia.com",)
+NVIDIA_MIG_CLASSES = ("mig.nvidia.com",)
+
+
+def device_class_of(resource: str) -> str | None:
+    """`deviceclass.resource.kubernetes.io/gpu.nvidia.com` -> `gpu.nvidia.com`; None for other resources."""
+    return resource[len(DEVICE_CLASS_PREFIX) :] if resource.startswith(DEVICE_CLASS_PREFIX) else None
 
 
 def is_mig_profile_name(name: str) -> bool:
@@ -56,10 +71,13 @@ MEMORY_SLICE_RESOURCES = frozenset(
 
 def _managed(resource: object) -> bool:
     return type(resource) is str and (
-        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, "amd.com/gpu")
+        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU)
         or resource in MEMORY_SLICE_RESOURCES
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
+        # Any DeviceClass's implicit resource: an extended resource (whole, request = limit) whichever class;
+        # validation counts those of the policy's GPU classes as GPUs.
+        or resource.startswith(DEVICE_CLASS_PREFIX)
     )
 
 
@@ -185,3 +203,16 @@ def smallest_profile_for(
     if not candidates:
         return None
     return min(candidates, key=lambda p: (p.memory_share, p.compute_slices))
+
+
+def slices_fractions_become(
+    model: GPUModel, offered: tuple[str, ...] | None = None
+) -> list[tuple[Fraction, MigProfile]]:
+    """Each slice a fraction below one GPU becomes (smallest_profile_for), with the largest fraction that becomes
+    it: `[(1/8, 1g.10gb), (1/4, 1g.20gb), (1/2, 3g.40gb), (1, 7g.80gb)]` for every profile of an A100-80GB."""
+    found: dict[str, tuple[Fraction, MigProfile]] = {}
+    for profile in offered_profiles(model, offered):
+        chosen = smallest_profile_for(model, profile.memory_share, offered)
+        if chosen is not None and chosen.name not in found:
+            found[chosen.name] = (chosen.memory_share, chosen)
+    return sorted(found.values(), key=lambda item: item[0])

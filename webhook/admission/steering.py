@@ -9,12 +9,19 @@ of one: only the node's labels do. GPU feature discovery sets them (NVIDIA/k8s-d
   is the replica count (1 when not shared, 0 for MIG-enabled GPUs); `nvidia.com/gpu.product` gets a `-SHARED`
   suffix when shared and not renamed, and is `<model>-MIG-<profile>` for MIG slices under the single strategy.
 - internal/lm/mig-strategy.go and strategy.go: `nvidia.com/mig.strategy` is `single` or `mixed` (absent for
-  none); under single the slices are labelled as `nvidia.com/gpu` itself, with the MIG device's attributes
-  (`nvidia.com/gpu.slices.gi`, the GPU instance's compute slices, among them).
+  none) on every GPU node, MIG enabled or not: the GPU Operator's default strategy is `single`, so whole-GPU
+  nodes carry `single` too. Only nodes whose GPUs are MIG-enabled under single have the slices labelled as
+  `nvidia.com/gpu` itself, with the MIG device's attributes (`nvidia.com/gpu.slices.gi`, the GPU instance's
+  compute slices, among them): that label, not the strategy, tells a MIG-single node from a whole-GPU one.
 Node affinity cannot match a suffix, so the product label is not required: the sharing strategy, the replica
 count, the MIG strategy and the slice count say the same in values that `In`/`NotIn` can match. A user's
 nodeSelector or `In` on the product label is still judged by it: a product ending in `-SHARED` is a GPU shared
 without renaming, one with `-MIG-` a MIG-single slice (the profile as NVML names it, `+` dropped by `sanitise`).
+
+A pod with `spec.nodeName` is never steered: the scheduler does not place it, and the kubelet of that node
+rejects it (NodeAffinity) if the affinity added does not match the node, as for the GPU Operator's validator,
+which names the node itself. Where the node snapshot knows that node, clustercheck.bound_node judges the pod
+against the node's labels instead; elsewhere its placement is left alone.
 
 Nodes without these labels (no GPU feature discovery) match `NotIn` and not `In`: a whole-GPU namespace may
 still use them, a shared or MIG-single one may not, since nothing says that they slice as its policy does.
@@ -55,15 +62,21 @@ class Requirement:
     """One node selector requirement (`matchExpressions` entry) that a policy implies."""
 
     key: str
-    operator: str  # In | NotIn
-    values: tuple[str, ...]
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()  # none for Exists and DoesNotExist (the API server refuses values there)
 
     @property
     def expression(self) -> dict[str, Any]:
+        if not self.values:
+            return {"key": self.key, "operator": self.operator}
         return {"key": self.key, "operator": self.operator, "values": list(self.values)}
 
     def __str__(self) -> str:
-        """Label selector syntax, as kubectl reads it: `nvidia.com/gpu.replicas in (4)`."""
+        """Label selector syntax, as kubectl reads it: `nvidia.com/gpu.replicas in (4)`, `!nvidia.com/gpu.slices.gi`."""
+        if self.operator == "Exists":
+            return self.key
+        if self.operator == "DoesNotExist":
+            return f"!{self.key}"
         return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
 
 
@@ -89,12 +102,14 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
         slices = sharing.mig_profile.split("g.", 1)[0] if sharing.mig_profile else None
         return (
             Requirement(MIG_STRATEGY, "In", ("single",)),
-            *((Requirement(GI_SLICES, "In", (slices,)),) if slices else ()),
+            Requirement(GI_SLICES, "In", (slices,)) if slices else Requirement(GI_SLICES, "Exists"),
         )
     if sharing.mode is Mode.EXCLUSIVE:
+        # Not `mig.strategy notin (single)`: whole-GPU nodes carry `single` too where that is the cluster's
+        # strategy (the GPU Operator's default), and such pods would never schedule.
         return (
             Requirement(SHARING_STRATEGY, "NotIn", SHARED_STRATEGIES),
-            Requirement(MIG_STRATEGY, "NotIn", ("single",)),
+            Requirement(GI_SLICES, "DoesNotExist"),
         )
     return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
 
@@ -104,8 +119,13 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
     With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
     slice size: the nodes whose values clustercheck's drift compares with the policy's."""
     node = dict(labels)
-    counted = (REPLICAS, GI_SLICES, memshare.ACK_PLACEMENT_LABEL)  # values: placement too
-    return all(matches(r.expression, node) for r in requirements(policy) if values or r.key not in counted)
+    return all(matches(r.expression, node) for r in requirements(policy) if values or not _is_value(r))
+
+
+def _is_value(requirement: Requirement) -> bool:
+    """A requirement on a pool's values rather than its kind: a replica count, a slice size, ACK's placement."""
+    key = requirement.key
+    return (requirement.operator == "In" and key in (REPLICAS, GI_SLICES)) or key == memshare.ACK_PLACEMENT_LABEL
 
 
 def steered_resource(policy: Policy) -> str:
@@ -183,13 +203,13 @@ def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement], polic
             clashing.append(requirement.key)
     for e in expressions:
         values = e.get("values") if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In" else None
-        if type(values) is list and not any(_product_fits(policy, str(value)) for value in values):
+        if type(values) is list and not any(product_fits(policy, str(value)) for value in values):
             clashing.append(PRODUCT)
             break
     return clashing
 
 
-def _product_rule(policy: Policy) -> str | None:
+def product_rule(policy: Policy) -> str | None:
     """What GPU feature discovery's product label says on the policy's nodes, or None where it says nothing."""
     sharing = policy.sharing
     if sharing.mode is Mode.EXCLUSIVE:
@@ -201,7 +221,7 @@ def _product_rule(policy: Policy) -> str | None:
     return None
 
 
-def _product_fits(policy: Policy, product: str) -> bool:
+def product_fits(policy: Policy, product: str) -> bool:
     sharing = policy.sharing
     if sharing.mode is Mode.EXCLUSIVE:
         return not product.endswith("-SHARED") and "-MIG-" not in product
@@ -232,7 +252,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     are already there, or the affinity is malformed (the API server rejects it; nothing is added to it).
     """
     wanted = requirements(policy)
-    if not wanted or not _holds(spec, steered_resource(policy)):
+    if not wanted or bound_node(spec) or not _holds(spec, steered_resource(policy)):
         return None
     conflicts = _selector_conflicts(spec.get("nodeSelector"), wanted, policy)
     affinity = spec.get("affinity")
@@ -285,6 +305,46 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     return _done(conflicts, new, patch, wanted)
 
 
+def kept_name_pin(spec: dict[str, Any]) -> str | None:
+    """How the pod spec pins itself to GPUs shared without renaming, or None: a nodeSelector on a product ending
+    in `-SHARED`, or a required node affinity each of whose terms selects only such products. The text names it
+    as the user wrote it (`nodeSelector nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED`)."""
+    selector = spec.get("nodeSelector")
+    product = selector.get(PRODUCT) if type(selector) is dict else None
+    if type(product) is str and product.endswith("-SHARED"):
+        return f"nodeSelector {PRODUCT}={product}"
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if type(affinity) is dict else None
+    required = node_affinity.get(REQUIRED) if type(node_affinity) is dict else None
+    terms = required.get("nodeSelectorTerms") if type(required) is dict else None
+    if type(terms) is not list or not terms:
+        return None
+    pinned = []
+    for term in terms:
+        expressions = term.get("matchExpressions") if type(term) is dict else None
+        values = [
+            e.get("values")
+            for e in (expressions if type(expressions) is list else [])
+            if type(e) is dict and e.get("key") == PRODUCT and e.get("operator") == "In"
+        ]
+        shared = [v for v in values if type(v) is list and v and all(str(x).endswith("-SHARED") for x in v)]
+        if not shared:
+            return None  # this term can select other nodes
+        pinned += shared[0]
+    return f"required node affinity {PRODUCT} in ({','.join(map(str, pinned))})"
+
+
+def bound_node(spec: dict[str, Any]) -> str | None:
+    """The node a pod spec names itself (`spec.nodeName`), or None: such a pod is placed by nobody else."""
+    name = spec.get("nodeName")
+    return name if type(name) is str and name else None
+
+
+def holds_steered(spec: dict[str, Any], policy: Policy) -> bool:
+    """Whether a container or init container of the pod spec asks for the resource the policy steers."""
+    return _holds(spec, steered_resource(policy))
+
+
 def _done(
     conflicts: list[Violation], affinity: Any, patch: list[dict[str, Any]] | None, wanted: tuple[Requirement, ...]
 ) -> Steered | None:
@@ -308,8 +368,10 @@ def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
     """The term's expressions on `key` as the policy writes its own (values sorted), to find ours among them."""
     found = []
     for e in expressions:
-        if type(e) is dict and e.get("key") == key and type(e.get("values")) is list:
+        if type(e) is dict and e.get("key") == key and type(e.get("values")) is list and e["values"]:
             found.append({"key": key, "operator": e.get("operator"), "values": sorted(map(str, e["values"]))})
+        elif type(e) is dict and e.get("key") == key and e.get("operator") in ("Exists", "DoesNotExist"):
+            found.append({"key": key, "operator": e["operator"]})
     return found
 
 
@@ -335,7 +397,7 @@ def _holds(spec: dict[str, Any], resource: str) -> bool:
 # --- Conflicts ---------------------------------------------------------------------------------------------
 
 
-def _policy_words(policy: Policy) -> str:
+def policy_words(policy: Policy) -> str:
     sharing = policy.sharing
     if sharing.is_mig_single:
         return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
@@ -347,7 +409,7 @@ def _policy_words(policy: Policy) -> str:
     return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'
 
 
-def _advice(policy: Policy) -> str:
+def advice(policy: Policy) -> str:
     if policy.sharing.mode is Mode.EXCLUSIVE:
         return "remove it, or use a namespace whose policy shares GPUs"
     return "remove it, or make it select the policy's pool"
@@ -362,14 +424,14 @@ def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: 
         if requirement.key in selector
         and not matches(requirement.expression, {requirement.key: str(selector[requirement.key])})
     ]
-    if PRODUCT in selector and not _product_fits(policy, str(selector[PRODUCT])):
-        clashes.append((PRODUCT, _product_rule(policy) or ""))
+    if PRODUCT in selector and not product_fits(policy, str(selector[PRODUCT])):
+        clashes.append((PRODUCT, product_rule(policy) or ""))
     conflicts = []
     for key, needed in clashes:
         shown = f"{key}={selector[key]}"
         line = (
-            f"pod: nodeSelector {shown} conflicts with {_policy_words(policy)}, whose GPU pods run only on "
-            f"nodes with {needed}; {_advice(policy)}"
+            f"pod: nodeSelector {shown} conflicts with {policy_words(policy)}, whose GPU pods run only on "
+            f"nodes with {needed}; {advice(policy)}"
         )
         conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
     return conflicts
@@ -379,11 +441,11 @@ def _affinity_conflict(contradicted: list[tuple[int, list[str]]], policy: Policy
     labels = sorted({label for _, clash in contradicted for label in clash})
     needed = "; ".join(str(r) for r in requirements(policy) if r.key in labels)
     if PRODUCT in labels:
-        needed = "; ".join(filter(None, (needed, _product_rule(policy))))
+        needed = "; ".join(filter(None, (needed, product_rule(policy))))
     which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
     line = (
-        f"pod: required node affinity on {', '.join(labels)} conflicts with {_policy_words(policy)}: "
-        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {_advice(policy)}"
+        f"pod: required node affinity on {', '.join(labels)} conflicts with {policy_words(policy)}: "
+        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {advice(policy)}"
     )
     return Violation(line, _short(f"pod: node affinity on {', '.join(labels)}", policy))
 

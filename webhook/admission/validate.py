@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import memshare
+from webhook.admission import memshare, steering
+from webhook.admission.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -37,9 +38,11 @@ from webhook.admission.podspec import (
     volume_mounts,
 )
 from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
-from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
+from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_shown, quantity_text
 from webhook.admission.resources import (
+    AMD_GPU,
     DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
     GPU_MODELS,
     MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
@@ -146,6 +149,17 @@ class _Rules:
     # The NVIDIA resources this namespace's pool hands out (`_served`): one rule per sharing mode.
     served: frozenset[str]
     any_mig_profile: bool  # MIG on an unknown model with no migProfiles: any `nvidia.com/mig-<profile>` is served
+    renamed_replica: str | None  # the shared replica under its own name (`nvidia.com/gpu.shared`), if any
+    gpu_memory_mib: int | None  # the policy's GPU memory, for CuPy's byte counts
+    # The (name, value) of each variable the policy itself sets for one replica's share: within it by design
+    own_memory_values: frozenset[tuple[str, str]]
+    own_env_tail: list[dict[str, str]]  # the entries mutation appends to a container that set none of them
+    # DRA: the GPU DeviceClasses' extended resources (`deviceclass.resource.kubernetes.io/<class>`), and those
+    # counted with them as the same whole GPUs (`nvidia.com/gpu` where it is whole GPUs).
+    class_gpus: frozenset[str]
+    class_migs: frozenset[str]
+    class_names: frozenset[str]  # both
+    whole_gpus: frozenset[str]
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -155,7 +169,7 @@ class _Rules:
         """The most of `resource` one container may hold: shared replicas and MIG slices have their own."""
         if self.is_replica(resource):
             return self.max_per_container
-        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource:
+        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs:
             return self.max_mig_per_container
         return self.max_whole_per_container
 
@@ -170,6 +184,9 @@ class _Rules:
         mode = sharing.mode
         explicit = policy.limits.max_per_container
         mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
+        class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
+        class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
+        whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
         return _Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
@@ -191,6 +208,20 @@ class _Rules:
             served=_served_resources(policy, mig_model),
             any_mig_profile=mode is Mode.MIG and not sharing.is_mig_single and mig_model is None
             and sharing.mig_profiles is None,
+            renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
+            gpu_memory_mib=policy.gpu_memory_mib,
+            own_memory_values=frozenset(
+                (hint.name, hint.value)
+                for fraction in {policy.share, policy.shared_fraction} - {None}
+                for hint in hints_for(policy, fraction)
+            ),
+            own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
+            if policy.shared_fraction
+            else [],
+            class_gpus=class_gpus,
+            class_migs=class_migs,
+            class_names=class_gpus | class_migs,
+            whole_gpus=class_gpus | whole,
         )
 
 
@@ -248,19 +279,31 @@ def validate(
                 count_sum += total
                 if rules.converts_to_shared:
                     _within_share(ref, rules, problems)
+                if rules.share is not None and "env" in body:
+                    _memory_variables(ref, counts, rules, problems)
             if blocks and ("env" in body or "envFrom" in body or "volumeMounts" in body) and not _privileged(ref):
                 if "env" in body or "envFrom" in body:
                     _visible_devices(ref, rules, problems, bool(total), scheduler)
                 if "volumeMounts" in body:
                     _device_mounts(ref, devices, rules, problems)
+    if rules.renamed_replica is not None and holders and ("nodeSelector" in spec or "affinity" in spec):
+        _pinned_to_kept_name(spec, holders, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
     if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
         _memory_pod_total(worths, rules, problems)
     elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
+    classes = False  # any DeviceClass's resource counted (only GPU classes are)
+    for _, counts in holders:
+        if not rules.class_names.isdisjoint(counts):
+            classes = True
+            break
+    if classes:
+        _whole_gpus(holders, rules, problems)
     if counted is not None:
-        counted += holders
+        # The cluster checks read nodes' extended resources; DeviceClasses' are served by DRA, not nodes.
+        counted += _without_classes(holders) if classes else holders
     return problems
 
 
@@ -380,7 +423,8 @@ def _resource(
     if request != limit:
         request_shown, limit_shown = quantity_text(request_raw), quantity_text(limit_raw)
         _add(ref, problems,
-             f"{name} request {request_shown} differs from limit {limit_shown}; GPUs cannot be overcommitted "
+             f"{name} request {_amount(name, request_raw, request)} differs from limit "
+             f"{_amount(name, limit_raw, limit)}; GPUs cannot be overcommitted "
              f"({APISERVER_TOO}): set request and limit to the same whole number",
              f"{_brief(name)} request {_brief(request_shown, 10)} != limit {_brief(limit_shown, 10)}; "
              "set both to one whole number",
@@ -390,9 +434,12 @@ def _resource(
     if value.denominator != 1:
         shown = quantity_text(limit_raw)
         if name == NVIDIA_GPU:
-            line, short = _fraction_advice(shown, value, rules)
+            line, short = _fraction_advice(_amount(name, limit_raw, value), value, rules, shown)
         else:
-            line = f"{name} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); request a whole number"
+            line = (
+                f"{name} {_amount(name, limit_raw, value)} is fractional, but GPUs are whole devices "
+                f"({APISERVER_TOO}); request a whole number"
+            )
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
         _add(ref, problems, line, short, Refusal)
         return None
@@ -401,6 +448,8 @@ def _resource(
         if foreign:  # another pool's memory slice (memshare.py)
             _served(ref, name, limit_raw, rules, problems)
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
+    if name not in rules.class_names and name.startswith(DEVICE_CLASS_PREFIX):
+        return None  # a DeviceClass whose devices are no GPU here: an extended resource, not a GPU
     if foreign:
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
@@ -413,11 +462,12 @@ def _resource(
         where = f'policy "{policy.name}"'
         if rules.one_shared_replica and rules.is_replica(name):
             _add(ref, problems,
-                 f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): {value} shared "
-                 f"replicas are not {value} GPUs, and the device plugin refuses them; request 1, or use a "
-                 "namespace with whole GPUs",
+                 f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
+                 f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
                  f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
-        elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
+        elif rules.one_mig_slice and (
+            name.startswith(MIG_PREFIX) or name == rules.mig_single_resource or name in rules.class_migs
+        ):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
             _add(ref, problems,
@@ -428,8 +478,32 @@ def _resource(
     return value
 
 
-def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, str]:
-    """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert."""
+def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
+    """What becomes of a request for `n` > 1 shared replicas, as the device plugin (NVIDIA/k8s-device-plugin)
+    does it: internal/rm/rm.go ValidateRequest fails it only where the sharing config's
+    `failRequestsGreaterThanOne` is true. The plugin leaves that unset (false) for time-slicing, and so does the
+    GPU Operator's documented config; api/config/v1/config.go sets it true for MPS unless the config says
+    otherwise. Unset, the replicas are handed out, spread over the node's GPUs where it can (its `distributed`
+    allocation policy) and on one GPU where it cannot, each still shared with other pods."""
+    if mode is Mode.MPS:
+        return (
+            f"{n} MPS replicas are not {n} GPUs, and the device plugin refuses them (its failRequestsGreaterThanOne "
+            "is on by default under MPS: the kubelet fails the pod with UnexpectedAdmissionError)"
+        )
+    return (
+        f"{n} {mode} replicas are not {n} GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
+        "by default), on one GPU or several, each still shared with other pods"
+    )
+
+
+def _amount(name: str, raw: Any, value: Fraction) -> str:
+    """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
+    return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
+
+
+def _fraction_advice(shown: str, value: Fraction, rules: _Rules, written: str) -> tuple[str, str]:
+    """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
+    line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
     if policy.sharing.mode is Mode.MEMORY:  # too small for one unit of the backend, or the memory unknown
         return memshare.fraction_advice(shown, value, policy)
@@ -444,17 +518,17 @@ def _fraction_advice(shown: str, value: Fraction, rules: _Rules) -> tuple[str, s
                 f"{NVIDIA_GPU} {shown} is fractional, and the one MIG slice offered here ({names}) does not hold "
                 f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"; {APISERVER_TOO}); request '
                 f"{NVIDIA_GPU}: 1 (one {names} slice), or whole GPUs in a namespace that has them",
-                f"{NVIDIA_GPU} {_brief(shown, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
+                f"{NVIDIA_GPU} {_brief(written, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
             )
         return (
             f"{NVIDIA_GPU} {shown} is fractional, and no MIG slice offered here holds {format_fraction(value)} of "
             f'one {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
             "or a MIG profile it offers",
-            f"{NVIDIA_GPU} {_brief(shown, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
+            f"{NVIDIA_GPU} {_brief(written, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
         )
     return (
         f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); {offer(policy)}",
-        f"{NVIDIA_GPU} {_brief(shown, 10)} is fractional; {short_offer(policy)}",
+        f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {short_offer(policy)}",
     )
 
 
@@ -504,8 +578,8 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, prob
     what = f"{NVIDIA_GPU} {n} ({target} {n} under {policy.sharing.mode})"
     if rules.one_shared_replica and is_shared(target):
         _add(ref, problems,
-             f"{what} exceeds 1 per container (policy \"{policy.name}\"): {n} shared replicas are not {n} GPUs, "
-             "and the device plugin refuses them; request 1, or whole GPUs in a namespace that has them",
+             f"{what} exceeds 1 per container (policy \"{policy.name}\"): {_replicas_fate(policy.sharing.mode, n)}; "
+             "request 1, or whole GPUs in a namespace that has them",
              f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1")
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
         _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
@@ -541,6 +615,84 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
             return
 
 
+MEMORY_READS = frozenset({*MEMORY_VARIABLES, RECORDED_FRACTION})  # the env names the memory rule reads
+
+
+def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
+    """A user's own memory variable (envhints.MEMORY_VARIABLES) in a container that holds a shared replica may
+    not let its framework take more than the container's share of the GPU: the scheduler packs `replicas` such
+    containers onto one GPU, and one that takes 0.9 of it starves or crashes the others as surely as a fraction
+    over the share would. The share is the fraction the container converted (recorded by mutation), else one
+    replica's. Within the share, the value is kept as written (mutation says so when it differs from its own)."""
+    env = ref.body.get("env")
+    if type(env) is not list or not any(map(rules.is_replica, counts)):
+        return
+    own, share, tail = rules.own_memory_values, rules.share, rules.own_env_tail
+    assert share is not None
+    judged: list[tuple[str, str]] = []  # (name, value) of the variables to judge: not from a ConfigMap or Secret
+    owned: list[tuple[str, str]] = []  # those exactly as the policy sets them for one replica's share
+    hints = ()
+    if tail and env[-len(tail) :] == tail:  # the usual case: the user's entries, then the policy's own hints
+        hints, env = tail, env[: -len(tail)]
+    for entry in env:
+        if type(entry) is not dict:
+            continue
+        name, value = entry.get("name"), entry.get("value")
+        if type(value) is not str or type(name) is not str or name not in MEMORY_READS:
+            continue
+        if name == RECORDED_FRACTION:
+            share = min(share, recorded_fraction(entry) or share)
+        elif (name, value) in own:
+            owned.append((name, value))
+        else:
+            judged.append((name, value))
+    if share is not rules.share and share != rules.share:  # a converted fraction's smaller share: the
+        # policy's own may exceed it (its MPS limits are not a framework's fraction: not judged here)
+        judged += owned + [(entry["name"], entry["value"]) for entry in hints if entry["name"] in MEMORY_VARIABLES]
+    policy = rules.policy
+    for name, value in judged:
+        claim = memory_claim(name, value, rules.gpu_memory_mib)
+        if claim is None or claim <= share:
+            continue
+        reader = MEMORY_VARIABLES[name]
+        instead = memory_value(name, share, rules.gpu_memory_mib)
+        setting = f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
+        portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+        # The value as written is not quoted (the log keeps every line): what it lets the framework take is.
+        _add(ref, problems,
+             f"{name} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this container's share "
+             f'is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set {setting}, or remove it and the '
+             "webhook sets it",
+             f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
+             + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
+
+
+def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, problems: Problems) -> None:
+    """A pod pinned to GPUs shared without renaming, holding the renamed replica: it would never schedule.
+
+    GPU feature discovery appends `-SHARED` to `nvidia.com/gpu.product` on nodes whose time-slicing or MPS
+    replicas keep the name `nvidia.com/gpu` (NVIDIA/k8s-device-plugin internal/lm/resource.go,
+    getProductName: shared and not renamed). Those nodes advertise no `nvidia.com/gpu.shared`, so a pod that
+    holds it (what the policy maps `nvidia.com/gpu` to) and selects only such products stays Pending.
+    """
+    renamed = rules.renamed_replica
+    if not any(counts.get(renamed) for _, counts in holders):
+        return
+    pinned = steering.kept_name_pin(spec)
+    if pinned is None:
+        return
+    policy = rules.policy
+    problems.append(
+        pod_violation(
+            f"{pinned} pins it to nodes whose {policy.sharing.mode} replicas keep the name {NVIDIA_GPU} (GPU feature "
+            f'discovery\'s -SHARED suffix), but policy "{policy.name}" gives this namespace {renamed} (what '
+            f"{NVIDIA_GPU} becomes here), which those nodes do not advertise: the pod would stay Pending; remove "
+            f"it, or use a namespace whose policy keeps the name {NVIDIA_GPU}",
+            f"{_brief(pinned, 48)} selects nodes without {_brief(renamed, 24)}; remove it",
+        )
+    )
+
+
 def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Problems) -> None:
     """An NVIDIA resource that this namespace's pool does not hand out (`_served_resources`): the pod would draw
     on another team's pool (a MIG slice in a whole-GPU namespace, a shared replica in a MIG one)."""
@@ -552,9 +704,12 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
             if rules.any_mig_profile:
                 return  # an unknown model's profiles: any is one
         elif model is not None and model.profile(profile) is None:
+            # The advice is what the nodes offer: another profile of the model that they do not offer would be
+            # the next denial.
+            choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
             _add(ref, problems,
                  f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
-                 f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
+                 f'(policy "{policy.name}"); use one of {", ".join(choices)}',
                  f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has")
             return
         elif rules.offered is not None:
@@ -790,6 +945,56 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
                 "fewer or split the pod",
             )
         )
+
+
+def _without_classes(holders: Holders) -> Holders:
+    kept = [
+        (ref, {name: value for name, value in counts.items() if not name.startswith(DEVICE_CLASS_PREFIX)})
+        for ref, counts in holders
+    ]
+    return [(ref, counts) for ref, counts in kept if counts]
+
+
+def _whole_gpus(holders: Holders, rules: _Rules, problems: Problems) -> None:
+    """`nvidia.com/gpu` and the GPU DeviceClasses' resources (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`)
+    are the same whole GPUs asked two ways (a DeviceClass with `extendedResourceName: nvidia.com/gpu` serves
+    both from DRA): their sum is held to the maxima, in a container and in the pod. Only mixes are said here:
+    one name over a maximum has its own line."""
+    names = rules.whole_gpus
+    merged: Holders = []
+    policy = rules.policy
+    maximum = rules.max_whole_per_container
+    for ref, counts in holders:
+        asked = {name: value for name, value in counts.items() if name in names and value}
+        if not asked:
+            continue
+        total = sum(asked.values())
+        merged.append((ref, {"": total}))
+        if len(asked) > 1 and total > maximum and all(value <= maximum for value in asked.values()):
+            what = " and ".join(f"{name} {value}" for name, value in asked.items())
+            _add(ref, problems,
+                 f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
+                 f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
+                 f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+    total, running = effective_total(merged, "")
+    if total <= rules.max_per_pod:
+        return
+    present = sorted({name for _, counts in holders for name in counts if name in names})
+    if len(present) < 2 or any(effective_total(holders, name)[0] > rules.max_per_pod for name in present):
+        return
+    if len(running) == 1 and total > maximum:
+        return  # one container over its own maximum: its own line says it
+    named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    problems.append(
+        pod_violation(
+            f"GPUs asked as {' and '.join(present)} effective total {total} ({together}: {named}) exceeds the "
+            f'per-pod maximum of {rules.max_per_pod} (policy "{policy.name}"): both names ask for the same GPUs; '
+            "request fewer or split the pod",
+            f"GPU total {_brief(str(total), 8)} across GPU resources: at most {_brief(str(rules.max_per_pod), 8)} "
+            "per pod; ask for fewer",
+        )
+    )
 
 
 __all__ = [

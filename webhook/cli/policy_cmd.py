@@ -125,6 +125,33 @@ def run(args: argparse.Namespace) -> int:
 # --- lint --------------------------------------------------------------------------------------------------
 
 
+def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
+    """Under MIG, `nvidia.com/gpu: 1` becomes `migProfile`, and a fraction the smallest offered slice that holds
+    it (resources.slices_fractions_become): a migProfile smaller than those slices gives a whole-GPU request
+    less than a fraction gets."""
+    from webhook.admission.quantity import format_fraction
+    from webhook.admission.resources import GPU_MODELS, slices_fractions_become
+
+    sharing = policy.sharing
+    model = GPU_MODELS.get(policy.gpu.model or "")
+    if policy.fractional.value != "mig" or sharing.is_mig_single or not sharing.mig_profile or model is None:
+        return None
+    whole = model.profile(sharing.mig_profile)
+    if whole is None:
+        return None
+    offered = sharing.mig_profiles
+    larger = [(share, p) for share, p in slices_fractions_become(model, offered) if p.memory_share > whole.memory_share]
+    if not larger:
+        return None
+    examples = ", ".join(f"{p.name} for up to {format_fraction(share)}" for share, p in larger)
+    return (
+        f"warning: policy {policy.name} ({policy.source}) makes nvidia.com/gpu: 1 one {sharing.mig_profile} slice "
+        f"(sharing.migProfile), smaller than the slices fractions become ({examples}): asking for a whole GPU "
+        f"gets less memory than asking for a fraction of one; set sharing.migProfile to {larger[-1][1].name}, "
+        "or fractional: reject"
+    )
+
+
 def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
     from webhook.admission.loader import PolicyLoadError, load_policies
@@ -186,6 +213,9 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
             "offers (mig-parted's config) in sharing.migProfiles",
             file=out,
         )
+    smaller = [line for line in map(_whole_gpu_smaller_than_fractions, policies.policies) if line]
+    for line in smaller:
+        print(line, file=out)
     from webhook.admission import memshare
 
     unsteered = [p for p in policies.policies if memshare.unsteered(p)]
@@ -196,6 +226,8 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     summary = f"{len(ties)} glob tie warning{'s' if len(ties) != 1 else ''}" if ties else "no glob ties"
     if unlisted:
         summary += f", {len(unlisted)} MIG layout warning{'s' if len(unlisted) != 1 else ''}"
+    if smaller:
+        summary += f", {len(smaller)} MIG slice size warning{'s' if len(smaller) != 1 else ''}"
     if unsteered:
         summary += f", {len(unsteered)} steering warning{'s' if len(unsteered) != 1 else ''}"
     print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
@@ -289,6 +321,14 @@ def describe_policy(policy: Policy) -> str:
     return "; ".join(parts)
 
 
+def describe_device_classes(policy: Policy) -> str:
+    """Which DRA DeviceClasses count as GPUs here (claims, templates and deviceclass.resource.kubernetes.io/*)."""
+    classes = policy.device_classes
+    return (
+        f"GPUs from DeviceClasses {', '.join(classes.gpu_classes)}; MIG devices from {', '.join(classes.mig_classes)}"
+    )
+
+
 def describe_share(policy: Policy) -> str:
     """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
     from webhook.admission.resources import GPU_MODELS, offered_profiles
@@ -365,6 +405,7 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
         )
     print(f"  settings  {describe_policy(policy)}", file=out)
     print(f"  share     {describe_share(policy)}", file=out)
+    print(f"  dra       {describe_device_classes(policy)}", file=out)
     if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
         print(f"  steering  {steering.describe(policy)}", file=out)
     for quantity in EXPLAIN_QUANTITIES:

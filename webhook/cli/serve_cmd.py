@@ -53,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--metrics-port", type=int, default=9090, help="plain-HTTP Prometheus metrics port (default 9090; 0: off)"
     )
     parser.add_argument(
+        "--probe-port",
+        type=int,
+        default=0,
+        help="plain-HTTP port for the kubelet's probes, GET /healthz and /readyz only, on a listener of their own "
+        "(default 0: none; the HTTPS port serves them too)",
+    )
+    parser.add_argument(
         "--unready-before-expiry",
         metavar="DURATION",
         default="7d",
@@ -101,7 +108,7 @@ def _check_args(args: argparse.Namespace) -> None:
             "the webhook serves HTTPS only: pass --cert-file FILE --key-file FILE "
             "(see `gpu-webhook certs generate`), or --dev for a local throw-away certificate"
         )
-    for name in ("port", "metrics_port"):
+    for name in ("port", "metrics_port", "probe_port"):
         value = getattr(args, name)
         if not 0 <= value <= 65535 or (name == "port" and value == 0):
             raise ServeError(f"--{name.replace('_', '-')} {value}: not a TCP port (1-65535)")
@@ -119,6 +126,9 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ServeError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.metrics_port and args.metrics_port == args.port:
         raise ServeError(f"--metrics-port {args.metrics_port} is the HTTPS port too: pick another")
+    if args.probe_port and args.probe_port in (args.port, args.metrics_port):
+        other = "HTTPS" if args.probe_port == args.port else "metrics"
+        raise ServeError(f"--probe-port {args.probe_port} is the {other} port too: pick another")
 
 
 def _certificate(args: argparse.Namespace, host: str) -> tuple[Path, Path]:
@@ -222,7 +232,8 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         _start_metrics(host, args.metrics_port)
     _banner(args, host, policy_dir, len(policies.current.policies), cert_file, cluster.source)
     options = ServeOptions(
-        host=host, port=args.port, workers=args.workers, threads=args.threads, log_level=args.log_level
+        host=host, port=args.port, probe_port=args.probe_port, workers=args.workers, threads=args.threads,
+        log_level=args.log_level,
     )
     WebhookServer(create_app(state), state, options).run()
     return 0
@@ -230,12 +241,10 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
 def _start_metrics(host: str, port: int) -> None:
     """The metrics endpoint: a thread in this (the arbiter) process, summing every worker's files."""
-    from prometheus_client import start_http_server
-
-    from webhook.server.metrics import multiprocess_registry
+    from webhook.server.metrics import multiprocess_registry, serve_metrics
 
     try:
-        start_http_server(port, addr=host, registry=multiprocess_registry())
+        serve_metrics(host, port, multiprocess_registry())
     except OSError as exc:
         raise ServeError(f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}") from None
 
@@ -248,6 +257,8 @@ def _banner(
     lines = [f"gpu-webhook: serving https://{shown}:{args.port} ({count} policies from {policy_dir})"]
     if args.metrics_port:
         lines.append(f"  metrics: http://{shown}:{args.metrics_port}/metrics")
+    if args.probe_port:
+        lines.append(f"  probes:  http://{shown}:{args.probe_port}/healthz and /readyz")
     if args.dev:
         ca = DEV_CERTS_DIR / "ca.crt"
         lines.append(f"  dev CA: {ca}")

@@ -9,8 +9,14 @@ tests) the metrics live in process memory.
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
+from contextlib import suppress
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -45,6 +51,14 @@ CLUSTER_SKIPS = Counter(
     "(listing: the first list has not completed; stale: the watch has been broken too long).",
     ["reason"],
 )
+CONNECTIONS_CLOSED = Counter(
+    "gpu_admission_connections_closed",
+    "Connections closed before a request on them was answered, by reason (full: to make room for a new one; "
+    "silent: nothing sent in time; handshake: TLS handshake unfinished in time; incomplete: request unfinished in "
+    "time). Many, without a rise in reviews: something holds connections open against the webhook.",
+    ["reason"],
+)
+CLOSE_REASONS = ("full", "silent", "handshake", "incomplete")
 _inventory_nodes: Gauge | None = None  # created in a worker, as the certificate gauge
 _drift_nodes: Gauge | None = None
 _drift_shown: set[tuple[str, str]] = set()
@@ -56,6 +70,7 @@ _DURATION_CHILDREN = {w: DURATION.labels(webhook=w) for w in WEBHOOKS}
 _MUTATION_CHILDREN: dict[str, Any] = {}  # filled as kinds appear (the engine names them)
 for _result in ("ok", "error"):
     RELOADS.labels(result=_result)
+_CLOSED_CHILDREN = {reason: CONNECTIONS_CLOSED.labels(reason=reason) for reason in CLOSE_REASONS}
 
 
 def observe_review(webhook: str, decision: str, seconds: float, mutation_kinds: Iterable[str] = ()) -> None:
@@ -76,6 +91,11 @@ def observe_review(webhook: str, decision: str, seconds: float, mutation_kinds: 
         if child is None:
             child = _MUTATION_CHILDREN[kind] = MUTATIONS.labels(kind=kind)
         child.inc(count)
+
+
+def count_closed(reason: str) -> None:
+    """One connection closed early (worker.py), for CLOSE_REASONS' `reason`."""
+    _CLOSED_CHILDREN[reason].inc()
 
 
 def count_reload(ok: bool) -> None:
@@ -133,6 +153,68 @@ def multiprocess_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
     return registry
+
+
+# The metrics endpoint: prometheus_client's server runs a thread per connection, reads with no timeout and
+# keeps no count, so 40 clients that send half a request hold 40 threads for ever. Here a request must arrive
+# within METRICS_READ_TIMEOUT, and beyond METRICS_CONNECTIONS a new connection closes the oldest.
+METRICS_READ_TIMEOUT = 5.0
+METRICS_CONNECTIONS = 16
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = METRICS_READ_TIMEOUT  # each read: StreamRequestHandler sets it on the socket
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing: a scrape every 30 s is not news."""
+
+
+def serve_metrics(host: str, port: int, registry: CollectorRegistry) -> Any:
+    """Serve `registry` on http://host:port/metrics from a daemon thread; returns the server."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    class MetricsServer(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        request_queue_size = 128  # socketserver's 5 would drop new connections (SYN retried after 1 s) in a burst
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.open: OrderedDict[socket.socket, float] = OrderedDict()  # connection -> when its deadline ends
+            self.open_lock = threading.Lock()
+            super().__init__(*args, **kwargs)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self.open_lock:
+                self.open[request] = time.monotonic() + METRICS_READ_TIMEOUT
+                while len(self.open) > METRICS_CONNECTIONS:
+                    _close_for_good(self.open.popitem(last=False)[0])
+            super().process_request(request, client_address)
+
+        def shutdown_request(self, request: Any) -> None:
+            with self.open_lock:
+                self.open.pop(request, None)
+            super().shutdown_request(request)
+
+        def service_actions(self) -> None:
+            """Every half second (serve_forever's poll): a connection whose request is still incomplete after
+            METRICS_READ_TIMEOUT, read byte by byte or not, is closed, and its thread ends."""
+            now = time.monotonic()
+            with self.open_lock:
+                while self.open and next(iter(self.open.values())) <= now:
+                    _close_for_good(self.open.popitem(last=False)[0])
+
+    server = make_server(host, port, make_wsgi_app(registry), MetricsServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+def _close_for_good(connection: socket.socket) -> None:
+    """Wake the thread reading it (its read returns nothing) rather than close the descriptor under it."""
+    with suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
 
 
 def mark_worker_dead(pid: int) -> None:

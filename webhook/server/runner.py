@@ -1,6 +1,9 @@
 """gunicorn, in process: the settings that make it fit an admission webhook, and its hooks.
 
 - `WebhookWorker` (gthread, see worker.py): kept-alive connections wait in a poller, not a thread;
+- a probe listener (plain HTTP, `--probe-port`) beside the HTTPS one, served by the same workers;
+- worker_connections per worker within the open-files limit, which is raised to its hard limit first (a
+  container's soft limit may be 1024): a worker out of descriptors could accept nothing;
 - keepalive 120 s: longer than the API server's idle timeout (Go's 90 s), so the client always closes an
   idle connection first and never sends a review on a connection the server is closing;
 - graceful_timeout 8 s: SIGTERM finishes the reviews in flight and exits within 10 s;
@@ -12,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import ssl
 import sys
 from dataclasses import dataclass
@@ -30,12 +34,14 @@ from webhook.server.worker import WebhookWorker
 KEEPALIVE_SECONDS = 120
 GRACEFUL_TIMEOUT_SECONDS = 8
 REQUEST_TIMEOUT_SECONDS = 10.0
+WORKER_CONNECTIONS = 1000  # per worker; beyond it, a new connection closes the oldest idle one (worker.py)
 
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
     host: str = "0.0.0.0"
     port: int = 8443
+    probe_port: int = 0  # plain-HTTP /healthz and /readyz; 0: none (the HTTPS port serves them too)
     workers: int = 2
     threads: int = 8
     keepalive: int = KEEPALIVE_SECONDS
@@ -51,6 +57,26 @@ class JsonLogger(glogging.Logger):
         super().setup(cfg)
         for handler in self.error_log.handlers:
             handler.setFormatter(JsonFormatter())
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def worker_connections() -> int:
+    """WORKER_CONNECTIONS, or fewer where the open-files limit (raised to its hard limit here) is lower: each
+    connection holds a descriptor, and so may each closing one (worker.MAX_LINGERING, capped to the same)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return WORKER_CONNECTIONS
+    return max(16, min(WORKER_CONNECTIONS, (soft - 128) // 2))
 
 
 def _worker_tmp_dir() -> str | None:
@@ -88,6 +114,9 @@ class WebhookServer(BaseApplication):
         if state.certificate is None:
             raise ValueError("the webhook serves TLS only: the state needs a certificate")
         BoundedSSLSocket.request_timeout = o.request_timeout
+        WebhookWorker.probe_port = o.probe_port
+        connections = worker_connections()
+        WebhookWorker.max_lingering = connections
 
         def ssl_context(_config: Any, _default_factory: Any) -> ssl.SSLContext:
             assert state.certificate is not None
@@ -109,11 +138,11 @@ class WebhookServer(BaseApplication):
             metrics.mark_worker_dead(worker.pid)
 
         settings: dict[str, Any] = {
-            "bind": [f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"],
+            "bind": [_bind(o.host, o.port)] + ([_bind(o.host, o.probe_port)] if o.probe_port else []),
             "workers": o.workers,
             "worker_class": WebhookWorker,
             "threads": o.threads,
-            "worker_connections": 1000,
+            "worker_connections": connections,
             "keepalive": o.keepalive,
             "timeout": 30,
             "graceful_timeout": o.graceful_timeout,

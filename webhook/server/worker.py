@@ -17,6 +17,13 @@ Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSS
 response the client does not read as fast as it is written is finished by the main loop too (with a
 deadline), so a client that stops reading holds no thread either. A closing connection lingers in the poller.
 
+A connection never waits to be accepted: when the worker holds `worker_connections`, a new one makes room by
+closing the oldest that has not sent a request (silent, then in its TLS handshake, then waiting for a first
+request, then kept alive), or else the oldest still sending one; the listener is never switched off. A connection
+that has sent nothing gets SILENT_TIMEOUT, and its TLS handshake HANDSHAKE_TIMEOUT from its first byte: so
+thousands of idle or half-open connections cost each other their places, never a new connection its answer. The
+probe listener (`serve --probe-port`, plain HTTP) answers /healthz and /readyz only, one request a connection.
+
 On SIGTERM the listeners are closed at once (new connections are refused rather than queued until the worker
 exits), and connections that have not sent a request yet, those still in their TLS handshake included, get
 gunicorn's STOP_KEEPALIVE_LINGER to send one, like kept-alive connections.
@@ -26,12 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import re
 import selectors
 import socket
 import ssl
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from functools import partial
 from typing import Any
@@ -39,14 +47,18 @@ from typing import Any
 from gunicorn import http, sock, util
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
+from webhook.server.metrics import count_closed
 from webhook.server.tls import BoundedSSLSocket
 
-HANDSHAKE_TIMEOUT = 10.0  # seconds from accept to a finished TLS handshake, and then to a first byte
+SILENT_TIMEOUT = 2.0  # seconds from accept to the first byte (of a ClientHello; of a request on the probe port)
+HANDSHAKE_TIMEOUT = 3.0  # seconds from that first byte to a finished TLS handshake
+FIRST_REQUEST_TIMEOUT = 5.0  # seconds from a finished handshake to the first byte of a request
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # all that the probe listener serves
 READ_AHEAD_BYTES = 128 * 1024  # a request up to this size is read whole before a thread takes it
 INLINE_MAX_BYTES = 32 * 1024  # a whole request up to this size is answered by the main loop (answerable_here)
 LINGER_TIMEOUT = 2.0  # seconds a closing connection may take to send its FIN
 LINGER_MAX_BYTES = 64 * 1024
-MAX_LINGERING = 1024  # beyond this, connections are closed at once
+MAX_LINGERING = 1024  # beyond this, connections are closed at once (the runner may set a lower cap)
 
 _HEADERS_END = re.compile(rb"\r?\n\r?\n")
 _CONTENT_LENGTH = re.compile(rb"\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?(?:\n|$)", re.IGNORECASE)
@@ -98,6 +110,39 @@ def answerable_here(data: bytes | bytearray) -> bool:
     return not chunked and len(data) - body_start == (length or 0)
 
 
+def probes_only(app: Any) -> Any:
+    """`app`, with requests from the probe listener (a plain socket, not TLS) kept to /healthz and /readyz, one a
+    connection: the kubelet opens a new connection for each probe, and nobody else needs that port."""
+
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        if isinstance(environ.get("gunicorn.socket"), ssl.SSLSocket):
+            return app(environ, start_response)
+        start_response.__self__.force_close()  # gthread passes its Response's bound method
+        path = environ.get("PATH_INFO", "")
+        if path in PROBE_PATHS and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
+            return app(environ, start_response)
+        body = json.dumps({"error": f"the probe port serves GET /healthz and /readyz only, not "
+                           f"{environ.get('REQUEST_METHOD')} {path[:100]}; reviews go to the HTTPS port",
+                           "code": 404}).encode()  # fmt: skip
+        start_response("404 Not Found", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return wsgi
+
+
+class ProbeSocket(socket.socket):
+    """A plain socket whose blocking mode has the request deadline (see tls.BoundedSSLSocket)."""
+
+    request_timeout: float | None = None  # None: BoundedSSLSocket.request_timeout
+
+    def setblocking(self, flag: bool) -> None:
+        if flag:
+            timeout = BoundedSSLSocket.request_timeout if self.request_timeout is None else self.request_timeout
+            super().settimeout(timeout)
+        else:
+            super().setblocking(False)
+
+
 def obey_connection_close(app: Any) -> Any:
     """`app`, with its `Connection: close` obeyed.
 
@@ -125,6 +170,7 @@ class _Conn(TConn):
     worker: WebhookWorker
     received: bytearray
     deadline: float
+    probe: bool = False  # from the probe listener: plain HTTP
 
     def close(self, graceful: bool = False) -> None:
         if graceful:
@@ -136,17 +182,22 @@ class _Conn(TConn):
 class WebhookWorker(ThreadWorker):
     """gthread whose threads only ever see connections with a whole request waiting (see module doc)."""
 
+    probe_port: int = 0  # the plain-HTTP probe listener's port (0: none); set by the runner
+    max_lingering: int = MAX_LINGERING
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.handshaking: deque[_Conn] = deque()  # sorted by deadline: all get the same timeout
-        self.reading: set[_Conn] = set()  # part of a request read: few, and each is looked at
+        # Each sorted by deadline (insertion order, all with the same timeout), for expiry and eviction alike.
+        self.silent: OrderedDict[_Conn, None] = OrderedDict()  # accepted, nothing received yet
+        self.handshaking: OrderedDict[_Conn, None] = OrderedDict()  # TLS handshake under way
+        self.reading: OrderedDict[_Conn, None] = OrderedDict()  # part of a request read
         self.lingering: deque[tuple[float, socket.socket]] = deque()
         self.writing: dict[_Conn, Any] = {}  # connection -> its thread's future, while the main loop writes
         self._stop_deadline: float | None = None
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        self.wsgi = obey_connection_close(self.wsgi)
+        self.wsgi = probes_only(obey_connection_close(self.wsgi))
 
     # -------------------------------------------------------------------------- accept and handshake
 
@@ -160,6 +211,8 @@ class WebhookWorker(ThreadWorker):
         max_requests between its check and this call), and a listener closed while registered in the poller
         would stay in epoll (the arbiter holds the socket too) and be accepted from once closed.
         """
+        if not enabled and self.alive:
+            return  # full: a new connection makes room for itself (accept), so the listener stays on
         super().set_accept_enabled(enabled)
         if not enabled and not self.alive:
             for listener in self.sockets:
@@ -169,12 +222,31 @@ class WebhookWorker(ThreadWorker):
         try:
             client, address = listener.accept()
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # out of descriptors: make room, accept next time
+                self.log.warning("accept failed (%s): closing the oldest idle connection", exc)
+                self._make_room()
+                return
             if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
             return
+        if self.nr_conns >= self.worker_connections and not self._make_room():
+            util.close(client)  # every connection is in a thread or being answered: nothing to give way
+            return
         self.nr_conns += 1
-        conn = _Conn(self.cfg, client, address, listener.getsockname())  # non-blocking from here
-        conn.worker, conn.received = self, bytearray()
+        server = listener.getsockname()
+        probe = bool(self.probe_port) and server[1] == self.probe_port
+        if probe:
+            client = ProbeSocket(client.family, client.type, client.proto, fileno=client.detach())
+        conn = _Conn(self.cfg, client, address, server)  # non-blocking from here
+        conn.worker, conn.received, conn.probe = self, bytearray(), probe
+        conn.deadline = time.monotonic() + SILENT_TIMEOUT
+        if self._stop_deadline is not None:
+            conn.deadline = min(conn.deadline, self._stop_deadline)
+        if probe:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+            self.silent[conn] = None
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_first_bytes, conn))
+            return
         try:
             conn.sock = sock.ssl_context(self.cfg).wrap_socket(
                 client,
@@ -187,9 +259,39 @@ class WebhookWorker(ThreadWorker):
             self.nr_conns -= 1
             util.close(client)
             return
+        self.silent[conn] = None
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_first_bytes, conn))
+
+    def _on_first_bytes(self, conn: _Conn, _fileobj: Any = None) -> None:
+        """A new connection sent something: a TLS handshake starts, with its own deadline; a probe is read."""
+        self.silent.pop(conn, None)
+        if conn.probe:
+            self.poller.unregister(conn.sock)
+            self._read(conn)
+            return
         conn.deadline = time.monotonic() + HANDSHAKE_TIMEOUT
-        self.handshaking.append(conn)
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._handshake, conn))
+        if self._stop_deadline is not None:
+            conn.deadline = min(conn.deadline, self._stop_deadline)
+        self.handshaking[conn] = None
+        self._handshake(conn)
+
+    def _make_room(self) -> bool:
+        """Close the connection that can best give way to a new one; False when none can."""
+        for waiting in (self.silent, self.handshaking):
+            if waiting:
+                self._drop(next(iter(waiting)))
+                count_closed("full")
+                return True
+        for idle in (self.pending_conns, self.keepalived_conns):
+            if idle:
+                self._drop(idle.popleft())
+                count_closed("full")
+                return True
+        if self.reading:
+            self._drop(next(iter(self.reading)))
+            count_closed("full")
+            return True
+        return False
 
     def _handshake(self, conn: _Conn, _fileobj: Any = None) -> None:
         """One non-blocking step of the TLS handshake."""
@@ -213,15 +315,14 @@ class WebhookWorker(ThreadWorker):
         if self._read(conn, idle_ok=True):
             return
         # Nothing yet: wait among gunicorn's pending connections (sorted: all get this same timeout).
-        conn.timeout = time.monotonic() + HANDSHAKE_TIMEOUT
+        conn.timeout = time.monotonic() + FIRST_REQUEST_TIMEOUT
         if self._stop_deadline is not None:
             conn.timeout = min(conn.timeout, self._stop_deadline)
         self.pending_conns.append(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
 
     def _forget_handshake(self, conn: _Conn) -> None:
-        with contextlib.suppress(ValueError):
-            self.handshaking.remove(conn)
+        self.handshaking.pop(conn, None)
 
     # ------------------------------------------------------------------------------- reading requests
 
@@ -238,7 +339,6 @@ class WebhookWorker(ThreadWorker):
 
     def _on_reading_readable(self, conn: _Conn, client: Any) -> None:
         self.poller.unregister(client)
-        self.reading.discard(conn)
         self._read(conn)
 
     def _read(self, conn: _Conn, *, idle_ok: bool = False) -> bool:
@@ -271,9 +371,11 @@ class WebhookWorker(ThreadWorker):
                 conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
         here = answerable_here(conn.received)  # the usual review: its headers are read once, here
         if here or (conn.received and request_complete(conn.received)):
+            self.reading.pop(conn, None)
             self._dispatch(conn, here)
         else:
-            self.reading.add(conn)
+            if conn not in self.reading:
+                self.reading[conn] = None  # the deadline was set on its first bytes: the order stays sorted
             self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_reading_readable, conn))
         return True
 
@@ -312,7 +414,9 @@ class WebhookWorker(ThreadWorker):
         self.finish_request(conn, future)
 
     def _drop(self, conn: _Conn) -> None:
-        """Close a connection no thread has (it may still be in the poller)."""
+        """Close a connection no thread has (it may still be in the poller, and in a waiting list)."""
+        for waiting in (self.silent, self.handshaking, self.reading):
+            waiting.pop(conn, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
         self.nr_conns -= 1
@@ -366,18 +470,20 @@ class WebhookWorker(ThreadWorker):
             self._stop_deadline = now + STOP_KEEPALIVE_LINGER
             for conn in self.pending_conns:
                 conn.timeout = min(conn.timeout, self._stop_deadline)
-            for conn in self.handshaking:
+            for conn in (*self.silent, *self.handshaking):
                 conn.deadline = min(conn.deadline, self._stop_deadline)
-        while self.handshaking and self.handshaking[0].deadline <= now:
-            conn = self.handshaking.popleft()
+        while self.silent and (conn := next(iter(self.silent))).deadline <= now:
+            self.log.debug("closed %s: nothing sent within %.0f s", conn.client, SILENT_TIMEOUT)
+            self._drop(conn)
+            count_closed("silent")
+        while self.handshaking and (conn := next(iter(self.handshaking))).deadline <= now:
             self.log.debug("TLS handshake timed out for %s", conn.client)
             self._drop(conn)
-        if self.reading:
-            for conn in [c for c in self.reading if c.deadline <= now]:
-                self.log.info("closed %s: request incomplete after %.0f s", conn.client,
-                              BoundedSSLSocket.request_timeout)
-                self.reading.discard(conn)
-                self._drop(conn)
+            count_closed("handshake")
+        while self.reading and (conn := next(iter(self.reading))).deadline <= now:
+            self.log.info("closed %s: request incomplete after %.0f s", conn.client, BoundedSSLSocket.request_timeout)
+            self._drop(conn)
+            count_closed("incomplete")
         if self.writing:
             for conn in [c for c in self.writing if c.deadline <= now]:
                 self.log.info("closed %s: nothing of the response read for %.0f s", conn.client,
@@ -397,7 +503,7 @@ class WebhookWorker(ThreadWorker):
         except OSError:
             util.close(conn_sock)
             return
-        if len(self.lingering) >= MAX_LINGERING:
+        if len(self.lingering) >= min(MAX_LINGERING, self.max_lingering):
             util.close(conn_sock)
             return
         try:

@@ -40,7 +40,8 @@ error, which failurePolicy Fail would turn into a refusal. Called with (list PAT
         r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu', 'aliyun.com/gpu-mem',
           'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'volcano.sh/vgpu-number',
           'volcano.sh/vgpu-memory', 'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-cores'] ||
-        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
+        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/') ||
+        r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
       has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
@@ -49,8 +50,24 @@ error, which failurePolicy Fail would turn into a refusal. Called with (list PAT
 {{- end }}
 
 {{/*
+The match condition of a DRA claim or claim template: it asks for devices. The argument is the path to its
+requests, e.g. "object.spec.devices.requests"; every step is guarded (an error under failurePolicy Fail would
+reject the request).
+*/}}
+{{- define "gpu-admission.asksDevices" -}}
+{{- $steps := splitList "." . -}}
+{{- $guards := list -}}
+{{- range $i, $_ := rest $steps -}}
+{{- $guards = append $guards (printf "has(%s)" (join "." (slice $steps 0 (add $i 2)))) -}}
+{{- end -}}
+{{ join " && " $guards }} &&
+{{ . }} != null && size({{ . }}) > 0
+{{- end }}
+
+{{/*
 The webhooks, one entry per place the pod spec lives (match conditions are ANDed, so each entry's condition
-reads a single path): name, rules, pod-spec path and container sections.
+reads a single path): name, rules, pod-spec path and container sections; for DRA claims and claim templates,
+the path to their device requests instead.
 */}}
 {{- define "gpu-admission.webhookEntries" -}}
 - name: pods.gpu-admission.io
@@ -80,4 +97,12 @@ reads a single path): name, rules, pod-spec path and container sections.
   sections: "['containers', 'initContainers']"
   rules:
     - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [podtemplates], scope: Namespaced}
+- name: resourceclaims.gpu-admission.io
+  requests: object.spec.devices.requests
+  rules:
+    - {apiGroups: [resource.k8s.io], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [resourceclaims], scope: Namespaced}
+- name: resourceclaimtemplates.gpu-admission.io
+  requests: object.spec.spec.devices.requests
+  rules:
+    - {apiGroups: [resource.k8s.io], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [resourceclaimtemplates], scope: Namespaced}
 {{- end }}
