@@ -312,6 +312,8 @@ def _place(words: str) -> str:
     """The place as people read it: without the leading `spec`, and without the `template`/`spec` steps that
     every template path ends in (`workerGroupSpecs[0] (gpu-group)`, `pytorchReplicaSpecs.Worker`)."""
     parts = words.split(".")
+    if parts == ["spec"]:
+        return ""  # the spec itself (a ServingRuntime's): the container names the place
     if len(parts) > 1 and parts[0] == "spec":
         parts = parts[1:]
     while len(parts) > 1 and parts[-1] in ("template", "spec"):
@@ -460,13 +462,14 @@ def judge(
             "template": {"spec": copy.deepcopy(template.spec)},
         }
         decision = evaluate_workload(view, namespace, policies, None, cluster)
-        violations += [f"{template.place} {line}" for line in decision.violations]
-        refusals += [f"{template.place} {line}" for line in decision.refusals]
+        lead = f"{template.place} " if template.place else ""
+        violations += [lead + line for line in decision.violations]
+        refusals += [lead + line for line in decision.refusals]
         if policy.enforcement is Enforcement.WARN:
             # The engine appends one short form per violation it did not deny (refusals are denied) last.
             count = len(decision.violations) - len(decision.refusals)
             for short in decision.warnings[len(decision.warnings) - count :] if count else ():
-                placed = f"{WARNING_PREFIX}{template.place} {short.removeprefix(WARNING_PREFIX)}"
+                placed = f"{WARNING_PREFIX}{lead}{short.removeprefix(WARNING_PREFIX)}"
                 shorts.append(placed if len(placed) <= WARNING_LIMIT else short)
     if not violations:
         return Decision(True, "allow", policy.name, mutated=obj)
