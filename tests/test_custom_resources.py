@@ -444,6 +444,14 @@ def apiserver_with_webhook(kube_apiserver: Any, server: Any) -> Iterator[Any]:
     assert created.status_code in (201, 409), created.text
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "notebooks"}}
     assert plane.request("POST", "/api/v1/namespaces", namespace).status_code in (201, 409)
+    # One made before the webhook was registered: what `audit` finds in a cluster that had none.
+    existing = raycluster(4)
+    existing["metadata"]["name"] = "made-before"
+    deadline = time.monotonic() + 30
+    while (made := plane.request("POST", "/apis/ray.io/v1/namespaces/notebooks/rayclusters", existing)).status_code \
+            == 404 and time.monotonic() < deadline:  # the new CRD is served within a second or two
+        time.sleep(0.25)
+    assert made.status_code in (201, 409), made.text
     configuration = _registered_validating_webhook(server)
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     registered = plane.request("POST", path, configuration)
@@ -485,3 +493,12 @@ def test_kubectl_apply_shows_the_denial(apiserver_with_webhook: Any, kubectl: Pa
                           "--validate=false", "-f", str(manifest)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert RAY_WORKER_LINE in run.stderr
+
+
+def test_audit_lists_the_custom_resources_the_cluster_serves(apiserver_with_webhook: Any) -> None:
+    run = gpu_webhook("audit", "--kubeconfig", str(apiserver_with_webhook.kubeconfig), "--policies",
+                      str(EXAMPLE_POLICIES), "-n", "notebooks", "-o", "json")  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    report = json.loads(run.stdout)
+    (result,) = [r for r in report["results"] if r["kind"] == "RayCluster"]
+    assert (result["name"], result["allowed"], result["denials"]) == ("made-before", False, [RAY_WORKER_LINE])

@@ -155,28 +155,36 @@ class Cluster:
                              "old to list them (install kubernetes>=32)\n")  # fmt: skip
             return []
         preferred: dict[str, str] = {}
-        groups = self._discovery().get("groups")
+        groups = self._discovery("/apis").get("groups")
         for group in groups if isinstance(groups, list) else []:
             version = group.get("preferredVersion") if isinstance(group, dict) else None
             name = group.get("name") if isinstance(group, dict) else None
-            if isinstance(version, dict) and isinstance(name, str) and isinstance(version.get("version"), str):
-                preferred[name] = version["version"]
-        return [
-            Resource(kind.kind, f"{kind.group}/{preferred[kind.group]}", f"{kind.resource}.{kind.group}", "", "")
-            for kind in kinds
-            if kind.group in preferred
-        ]
+            if isinstance(version, dict) and isinstance(name, str) and isinstance(version.get("groupVersion"), str):
+                preferred[name] = version["groupVersion"]
+        served: dict[str, set[str]] = {}  # groupVersion -> its resources (one request per group that is served)
+        found = []
+        for kind in kinds:
+            version = preferred.get(kind.group)
+            if version is None:
+                continue  # no CRD of this group installed
+            if version not in served:
+                listed = self._discovery(f"/apis/{version}").get("resources")
+                listed = listed if isinstance(listed, list) else []
+                served[version] = {r.get("name") for r in listed if isinstance(r, dict)}
+            if kind.resource in served[version]:
+                found.append(Resource(kind.kind, version, f"{kind.resource}.{kind.group}", "", ""))
+        return found
 
-    def _discovery(self) -> dict[str, Any]:
-        """GET /apis: the API groups and their preferred versions; {} where the server answers no list of
-        groups (the list calls then say what is wrong)."""
+    def _discovery(self, path: str) -> dict[str, Any]:
+        """GET `path` (/apis: the API groups and their preferred versions; /apis/GROUP/VERSION: its resources);
+        {} where the server answers nothing usable (the list calls then say what is wrong)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError, SSLError
 
         try:
             with _plugin_errors() as plugin_errors:  # an expired exec token is renewed here
                 request = self._client.param_serialize(
-                    method="GET", resource_path="/apis", header_params={"Accept": "application/json"},
+                    method="GET", resource_path=path, header_params={"Accept": "application/json"},
                     auth_settings=["BearerToken"],
                 )  # fmt: skip
                 response = self._client.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
