@@ -121,7 +121,7 @@ BUILTIN_KINDS: tuple[CustomKind, ...] = (
         "ray-operator/apis/ray/v1/rayservice_types.go",
     ),
     # Kubeflow training operator (v1): replica specs by replica type, each with a PodTemplateSpec.
-    _training("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", f"{_TRAINING_V1}/pytorchjob_types.go"),
+    _training("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", f"{_TRAINING_V1}/pytorch_types.go"),
     _training("TFJob", "tfjobs", "tfReplicaSpecs", f"{_TRAINING_V1}/tensorflow_types.go"),
     _training("MPIJob", "mpijobs", "mpiReplicaSpecs", f"{_TRAINING_V1}/mpi_types.go; kubeflow/mpi-operator v2beta1"),
     _training("PaddleJob", "paddlejobs", "paddleReplicaSpecs", f"{_TRAINING_V1}/paddlepaddle_types.go"),
@@ -381,11 +381,19 @@ def evaluate(
     if kind is not None:
         return judge(obj, kind, namespace, policies, old, cluster)
     decision = evaluate_workload(obj, namespace, policies, old, cluster)
-    if decision.skipped and decision.skip_reason == NO_POD_SPEC:
+    if decision.skipped and decision.skip_reason == NO_POD_SPEC and _custom_group(obj):
         where = gpu_mention(obj)
         if where:  # a kind nobody told gpu-admission about, asking for GPUs: say so, never pass it quietly
             decision.skip_reason = unread_reason(obj, where)
     return decision
+
+
+def _custom_group(obj: dict[str, Any]) -> bool:
+    """Whether `obj`'s API group is a custom resource's: a domain name, and not one of Kubernetes' own
+    (`*.k8s.io`, such as an AdmissionReview's `admission.k8s.io`; `x-k8s.io` is the SIGs' CRDs' and counts)."""
+    api_version = obj.get("apiVersion")
+    group = api_version.rpartition("/")[0] if type(api_version) is str else ""
+    return "." in group and not group.endswith(".k8s.io")
 
 
 NO_POD_SPEC = "it has no pod spec"  # engine.evaluate's reason for an object of a kind it does not know
