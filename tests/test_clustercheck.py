@@ -422,8 +422,8 @@ def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
 @pytest.mark.parametrize(
     ("namespace", "quantity", "warnings"),
     [
-        ("training", "1", ["pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"]),
-        ("elsewhere", "2", ["pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"]),
+        ("training", "1", ["pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.slices.gi"]),
+        ("elsewhere", "2", ["pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.slices.gi"]),
         (
             "notebooks",
             "1",

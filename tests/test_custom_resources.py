@@ -9,7 +9,6 @@ time-slicing (enforce, 1 per container) in `notebooks`, MPS (warn) in `inference
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import os
@@ -424,26 +423,23 @@ RAYCLUSTER_CRD = {
 }  # fmt: skip
 
 
-def _registered_validating_webhook(server: Any) -> dict[str, Any]:
-    """The shipped validating configuration, pointed at the test server by URL (its CA as caBundle)."""
-    from webhook.cli import webhooks
-
-    (configuration,) = yaml.safe_load_all((ROOT / webhooks.VALIDATING).read_text())
-    bundle = base64.b64encode(Path(server.ca_file).read_bytes()).decode()
-    for hook in configuration["webhooks"]:
-        hook["clientConfig"] = {"url": f"{server.url}/validate", "caBundle": bundle}
-        hook["namespaceSelector"]["matchExpressions"][0]["values"] = ["kube-system"]
-        hook["timeoutSeconds"] = 10
-    return configuration
+ONLY = "gpu-admission-test/custom-resources"  # the shared API server's webhooks for this file's namespace only
 
 
 @pytest.fixture(scope="module")
-def apiserver_with_webhook(kube_apiserver: Any, server: Any) -> Iterator[Any]:
+def apiserver_with_webhook(kube_apiserver: Any, kubectl: Path, server: Any) -> Iterator[Any]:
+    """The shared API server with a minimal RayCluster CRD, and the shipped webhook configurations (rendered
+    from manifests/, as `kubectl apply -k` would make them) pointed at this file's server."""
+    from tests import envtest
+
     plane = kube_apiserver
     created = plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
     assert created.status_code in (201, 409), created.text
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "notebooks"}}
-    assert plane.request("POST", "/api/v1/namespaces", namespace).status_code in (201, 409)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "notebooks", "labels": {ONLY: "true"}}}
+    if plane.request("POST", "/api/v1/namespaces", namespace).status_code == 409:
+        patched = plane.request("PATCH", "/api/v1/namespaces/notebooks", {"metadata": {"labels": {ONLY: "true"}}},
+                                headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        assert patched.status_code == 200, patched.text
     # One made before the webhook was registered: what `audit` finds in a cluster that had none.
     existing = raycluster(4)
     existing["metadata"]["name"] = "made-before"
@@ -452,18 +448,25 @@ def apiserver_with_webhook(kube_apiserver: Any, server: Any) -> Iterator[Any]:
             == 404 and time.monotonic() < deadline:  # the new CRD is served within a second or two
         time.sleep(0.25)
     assert made.status_code in (201, 409), made.text
-    configuration = _registered_validating_webhook(server)
-    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
-    registered = plane.request("POST", path, configuration)
-    assert registered.status_code == 201, registered.text  # every generated condition compiles on v1.36
+    configurations = envtest.shipped_webhook_configurations(
+        kubectl, server.url, Path(server.ca_file).read_bytes(), "custom-resources", ONLY
+    )
+    paths = {"MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+             "ValidatingWebhookConfiguration": "validatingwebhookconfigurations"}  # fmt: skip
+    for configuration in configurations:
+        path = f"/apis/admissionregistration.k8s.io/v1/{paths[configuration['kind']]}"
+        registered = plane.request("POST", path, configuration)
+        assert registered.status_code == 201, registered.text  # every generated condition compiles on v1.36
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the CRD is served, and the webhook is in the API server's cache
+    while time.monotonic() < deadline:  # the webhook is in the API server's cache
         probe = plane.request("POST", "/apis/ray.io/v1/namespaces/notebooks/rayclusters?dryRun=All", raycluster(4))
         if probe.status_code == 403 and "denied the request" in probe.text:
             break
         time.sleep(0.5)
     yield plane
-    plane.request("DELETE", f"{path}/gpu-admission")
+    for configuration in configurations:
+        path = f"/apis/admissionregistration.k8s.io/v1/{paths[configuration['kind']]}"
+        plane.request("DELETE", f"{path}/{configuration['metadata']['name']}")
 
 
 def test_the_api_server_denies_a_raycluster_beyond_the_policy_at_apply_time(apiserver_with_webhook: Any) -> None:

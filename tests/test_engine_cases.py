@@ -4,6 +4,7 @@
 give the mutated object, that the input is untouched, and that a second pass changes nothing.
 """
 
+import json
 from typing import Any
 
 import pytest
@@ -68,19 +69,26 @@ def test_limit_added_into_existing_limits_map_keeps_its_entries():
     assert decision.mutated["spec"]["containers"][0]["resources"] == resources
 
 
-def test_the_patch_sets_each_changed_part_of_a_container_whole_and_nothing_else():
-    """One operation for `resources` and one for `env`, each with its value after mutation: they apply whatever
-    the parts held, in any order. An `env` that is absent or null is added (`replace` needs a member there)."""
+def test_the_patch_sets_resources_whole_and_appends_env_entries():
+    """One operation for `resources`, with its value after mutation; `env` gets the entries mutation adds, one
+    `add` each at its end, so that the user's entries (literal values, secrets among them) are never in the
+    patch, which the API server may keep in audit logs. An `env` that is absent or null is added whole: it
+    holds the webhook's entries alone."""
     body = {"name": "app", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}, "claims": [{"name": "c"}]}}
-    for env, op in (({}, "add"), ({"env": None}, "add"), ({"env": [{"name": "A", "value": "1"}]}, "replace")):
+    for env in ({}, {"env": None}, {"env": [{"name": "A", "value": "s3cret"}]}):
         decision = run(pod({**body, **env}), TIME_SLICING)
         mutated = decision.mutated["spec"]["containers"][0]
+        users = env.get("env") or []
+        env_ops = [{"op": "add", "path": "/spec/containers/0/env/-", "value": e} for e in mutated["env"][len(users) :]]
+        if not users:
+            env_ops = [{"op": "add", "path": "/spec/containers/0/env", "value": mutated["env"]}]
         assert decision.patch[1:] == [
             {"op": "replace", "path": "/spec/containers/0/resources", "value": mutated["resources"]},
-            {"op": op, "path": "/spec/containers/0/env", "value": mutated["env"]},
+            *env_ops,
         ]
+        assert "s3cret" not in json.dumps(decision.patch)
         assert mutated["resources"]["claims"] == [{"name": "c"}]
-        assert mutated["env"][: len(env.get("env") or [])] == (env.get("env") or [])
+        assert mutated["env"][: len(users)] == users
     # Already mapped: only the env hints are missing, so only `env` is in the patch.
     decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"})), TIME_SLICING)
     assert [op["path"] for op in decision.patch] == ["/metadata/annotations", "/spec/containers/0/env"]
@@ -322,7 +330,9 @@ def test_user_set_variables_are_kept_with_a_warning():
         'gpu-admission: container "app": kept CUDA_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
     )
     assert 'gpu-admission: container "app": kept GPU_MEMORY_FRACTION as set (policy suggests 0.25)' in decision.warnings
-    assert {"op": "replace", "path": "/spec/containers/0/env", "value": result} in decision.patch
+    # Appended one by one: the user's entries (literal values, often secrets) are not copied into the patch.
+    appended = [{"op": "add", "path": "/spec/containers/0/env/-", "value": e} for e in result[2:]]
+    assert [op for op in decision.patch if "/env" in op["path"]] == appended
 
 
 SHARED_A100 = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), gpu=GPU(model="A100-80GB"))
@@ -429,7 +439,8 @@ def test_pytorch_is_opt_in_and_merges_into_the_users_alloc_conf(variable):
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), torch)
     merged = "expandable_segments:True,per_process_memory_fraction:0.25"
     assert decision.mutated["spec"]["containers"][0]["env"] == [{"name": variable, "value": merged}]
-    env_op = {"op": "replace", "path": "/spec/containers/0/env", "value": [{"name": variable, "value": merged}]}
+    # The one entry merged into is replaced alone.
+    env_op = {"op": "replace", "path": "/spec/containers/0/env/0", "value": {"name": variable, "value": merged}}
     assert decision.patch[-1] == env_op
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env_of(run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING))
 
@@ -744,7 +755,14 @@ def test_workload_templates_are_mutated_where_their_pod_spec_lives(kind, wrap, p
     assert decision.decision == "allow"
     resources = {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
     assert {"op": "replace", "path": f"{path}/containers/0/resources", "value": resources} in decision.patch
-    assert decision.mutated["metadata"]["annotations"] == ANNOTATION
+    annotations = decision.mutated["metadata"]["annotations"]
+    assert annotations["gpu-admission.io/policy"] == "team"
+    # What the user wrote and what the webhook made of it, for the next apply of the same file (reapply.py).
+    spec = decision.mutated
+    for key in path.strip("/").split("/"):
+        spec = spec[key]
+    record = {"u": {"requests": {"nvidia.com/gpu": "1"}}, "s": resources, "e": spec["containers"][0]["env"]}
+    assert json.loads(annotations["gpu-admission.io/requested"]) == {"containers/app": record}
 
 
 def test_objects_without_a_pod_spec_are_skipped_untouched():

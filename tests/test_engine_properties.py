@@ -164,11 +164,12 @@ def has_managed(container) -> bool:
 
 
 def strip_mutable(obj):
-    """Everything no rule may change: the object less container resources/env, the policy annotation and the
-    affinity (the objects generated here have none: steering adds it)."""
+    """Everything no rule may change: the object less container resources/env, the policy annotation, the
+    re-apply record and the affinity (the objects generated here have none: steering adds it)."""
     result = copy.deepcopy(obj)
     pod_spec(result).pop("affinity", None)
     result["metadata"].get("annotations", {}).pop("gpu-admission.io/policy", None)
+    result["metadata"].get("annotations", {}).pop("gpu-admission.io/requested", None)
     if result["metadata"].get("annotations") == {}:
         del result["metadata"]["annotations"]
     for section in ("containers", "initContainers"):

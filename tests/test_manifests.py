@@ -36,6 +36,7 @@ from kubernetes.client import ApiClient
 from tests import k8s_tools
 from webhook import certs
 from webhook.admission.customresources import BUILTIN_KINDS
+from webhook.admission.dra import CLAIM_SPEC_PATHS
 from webhook.admission.podspec import POD_SPEC_PATHS
 from webhook.admission.resources import is_managed
 
@@ -65,6 +66,8 @@ RESOURCE_KINDS = {
     ("batch", "jobs"): "Job",
     ("batch", "cronjobs"): "CronJob",
     ("", "podtemplates"): "PodTemplate",
+    ("resource.k8s.io", "resourceclaims"): "ResourceClaim",  # Dynamic Resource Allocation
+    ("resource.k8s.io", "resourceclaimtemplates"): "ResourceClaimTemplate",
 }
 
 # The documented match condition, with SPEC standing for the pod spec's path under `object`. Every step is
@@ -81,7 +84,8 @@ GUARDS && (
       amounts in c.resources && c.resources[amounts] != null &&
       c.resources[amounts].exists(r,
         r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu'] ||
-        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
+        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/') ||
+        r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
       has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
@@ -99,6 +103,18 @@ def documented_condition(path: tuple[str, ...], sections: str = POD_SECTIONS) ->
     return MATCH_CONDITION.replace("GUARDS", guards).replace("SPEC", spec).replace(POD_SECTIONS, sections)
 
 
+def claim_condition(path: tuple[str, ...]) -> str:
+    """The condition of a DRA claim's or template's webhook: it asks for devices (every step guarded)."""
+    steps = ("object", *path, "devices", "requests")
+    guards = " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
+    requests = ".".join(steps)
+    return f"{guards} &&\n{requests} != null && size({requests}) > 0"
+
+
+def is_claims(hook: dict[str, Any]) -> bool:
+    return any(rule["apiGroups"] == ["resource.k8s.io"] for rule in hook["rules"])
+
+
 def is_ephemeral(hook: dict[str, Any]) -> bool:
     return any(r["resources"] == ["pods/ephemeralcontainers"] for r in hook["rules"])
 
@@ -112,9 +128,9 @@ def pod_spec_hooks(configuration: dict[str, Any]) -> list[dict[str, Any]]:
     return [hook for hook in configuration["webhooks"] if not is_custom(hook)]
 
 
-# The entries: five for the places a pod spec lives, in both configurations; one per custom resource kind in
-# the validating configuration only.
-ENTRIES = {"MutatingWebhookConfiguration": 5, "ValidatingWebhookConfiguration": 5 + len(BUILTIN_KINDS)}
+# The entries: five for the places a pod spec lives and two for DRA claims, in both configurations; one per
+# custom resource kind in the validating configuration only.
+ENTRIES = {"MutatingWebhookConfiguration": 7, "ValidatingWebhookConfiguration": 7 + len(BUILTIN_KINDS)}
 ALL_ENTRIES = sum(ENTRIES.values())
 
 
@@ -710,7 +726,7 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
         kinds = _kinds_of(hook)
         assert not set(kinds) & set(covered), f"{hook['name']} repeats {set(kinds) & set(covered)}"
         covered.update(kinds)
-    assert set(covered) == set(POD_SPEC_PATHS)
+    assert set(covered) == set(POD_SPEC_PATHS) | set(CLAIM_SPEC_PATHS)
     for name, operations in covered.items():
         assert operations == (["CREATE"] if name == "Pod" else ["CREATE", "UPDATE"]), name
 
@@ -721,6 +737,11 @@ def test_each_match_condition_is_the_documented_one_for_its_kinds_pod_spec_path(
 ) -> None:
     for hook in pod_spec_hooks(one(default, kind)):
         (condition,) = hook["matchConditions"]  # conditions are ANDed: one per webhook
+        if is_claims(hook):
+            (claim_kind,) = _kinds_of(hook)
+            expected = claim_condition(CLAIM_SPEC_PATHS[claim_kind])
+            assert condition == {"name": "asks-for-devices", "expression": expected}, hook["name"]
+            continue
         assert condition["name"] == "mentions-managed-gpu"
         paths = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
         assert len(paths) == 1, f"{hook['name']} mixes kinds whose pod specs live at {paths}"
@@ -764,6 +785,8 @@ def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> Non
         "nvidia.com/mig-1g.10gb.me", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
         "cpu", "memory", "ephemeral-storage", "nvidia.com/gpux", "nvidia.com/mig", "amd.com/cpu",
         "intel.com/gpu", "hugepages-2Mi", "example.com/nvidia.com/gpu", "nvidia.com/gpu.shared.extra",
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com", "deviceclass.resource.kubernetes.io/rdma.example.com",
+        "deviceclass.kubernetes.io/gpu.nvidia.com", "resource.kubernetes.io/gpu.nvidia.com",
     ]  # fmt: skip
     for resource in samples:
         selected = resource in names or any(resource.startswith(p) for p in prefixes)
@@ -1020,6 +1043,9 @@ CONDITION_CASES = [
     ({"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}, True),
     ({"initContainers": [{"name": "a", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}], "containers": []}, True),
     ({"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, True),
+    # KEP-5004: a DeviceClass asked for as an extended resource (DRA serves it).
+    ({"containers": [{"name": "a", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 2}}}]},
+     True),
     ({"containers": [{"name": "a", "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]}]}, True),
     ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
     ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
@@ -1052,7 +1078,7 @@ def test_match_conditions_select_what_the_engine_would_judge(
     from webhook.admission.podspec import mentions_gpu
 
     for hook in pod_spec_hooks(one(default, kind)):
-        if is_ephemeral(hook):
+        if is_ephemeral(hook) or is_claims(hook):
             continue
         (condition,) = hook["matchConditions"]
         (path,) = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
@@ -1062,6 +1088,30 @@ def test_match_conditions_select_what_the_engine_would_judge(
     # An object without the pod spec's parents at all is not selected either.
     for hook in one(default, kind)["webhooks"]:
         assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "selected"),
+    [
+        ({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}, True),
+        ({"devices": {"requests": []}}, False),  # a claim for no device
+        ({"devices": {"requests": None}}, False),
+        ({"devices": {}}, False),
+        ({}, False),
+    ],
+)
+def test_the_claim_conditions_select_claims_and_templates_that_ask_for_devices(
+    default: list[dict[str, Any]], spec: dict[str, Any], selected: bool
+) -> None:
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        hooks = [h for h in one(default, kind)["webhooks"] if is_claims(h)]
+        names = ["resourceclaims.gpu-admission.io", "resourceclaimtemplates.gpu-admission.io"]
+        assert [h["name"] for h in hooks] == names
+        claim, template = ({"metadata": {"name": "x"}, "spec": copy.deepcopy(spec)},
+                           {"metadata": {"name": "x"}, "spec": {"spec": copy.deepcopy(spec)}})  # fmt: skip
+        for hook, obj in zip(hooks, (claim, template), strict=True):
+            assert _cel(hook["matchConditions"][0]["expression"], obj) is selected, hook["name"]
+            assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
 
 
 @pytest.mark.parametrize(

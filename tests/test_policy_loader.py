@@ -413,7 +413,7 @@ SPEC_CASES = [
      '"memoryFraction"?)'),
     ("namespaces: [a]\nflavour: blue", "p.yaml#0 spec.flavour: unknown field (known fields: namespaces, enforcement, "
      "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, "
-     "trustedSchedulers, steering, cluster)"),
+     "trustedSchedulers, steering, cluster, deviceClasses)"),
     ("namespaces: [a]\nenforcement: warn\nenforcement: enforce", "p.yaml#0 spec.enforcement: duplicate key; remove "
      "one of them"),
 ]
@@ -455,7 +455,7 @@ def test_each_spec_problem_is_one_exact_line(spec: str, line: str) -> None:
         (HEAD, "p.yaml#0 spec: required; a policy needs at least spec.namespaces"),
         (HEAD + "spec: [a]\n", "p.yaml#0 spec: expected a mapping of namespaces, enforcement, sharing, gpu, limits, "
          "fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, "
-         "steering, cluster; got a list"),
+         "steering, cluster, deviceClasses; got a list"),
         (doc("namespaces: [a]") + "1: x\n", "p.yaml#0: keys must be strings, got 1 (a whole number)"),
         (doc("namespaces: [a]") + "? [a]\n: x\n", "p.yaml#0: keys must be strings, got a list"),
     ],
@@ -504,7 +504,7 @@ def test_a_key_that_is_not_plain_is_quoted_so_its_problem_stays_one_line() -> No
     text = doc('namespaces: [a]\n"foo\\nDENY fake\\u001b[31m": 1\n"x y": 2\nteam_a.b/c-d: 3')
     known = (
         "unknown field (known fields: namespaces, enforcement, sharing, gpu, limits, fractional, memoryFraction, "
-        "frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, steering, cluster)"
+        "frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, steering, cluster, deviceClasses)"
     )
     assert problems(text) == [
         f'p.yaml#0 spec."foo\\nDENY fake\\u001b[31m": {known}',

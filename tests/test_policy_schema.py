@@ -70,6 +70,7 @@ def _properties(schema: dict[str, Any], path: tuple[str, ...]) -> set[str]:
         (("spec", "sharing"), "_SHARING_FIELDS"),
         (("spec", "gpu"), "_GPU_FIELDS"),
         (("spec", "limits"), "_LIMITS_FIELDS"),
+        (("spec", "deviceClasses"), "_DEVICE_CLASSES_FIELDS"),
     ],
 )
 def test_every_field_the_loader_accepts_is_in_the_schema(path: tuple[str, ...], accepted: str) -> None:

@@ -143,7 +143,7 @@ def test_a_correct_mixed_cluster_has_no_drift_and_a_relabelled_pool_drifts_on_it
         assert [k for k, v in gauges if k.startswith("gpu_admission_policy_drift_nodes") and v] == [key]
         whole = review(server, "mutate", pod("training", "1"))
         assert whole["warnings"] == [
-            "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"
+            "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.slices.gi"
         ]
         shared = review(server, "mutate", pod("notebooks", "1"))
         assert shared["warnings"][-1] == "gpu-admission: pod: policy sharing.replicas 4 but 2 nodes say 2; ask an admin"

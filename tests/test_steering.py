@@ -39,7 +39,7 @@ MIG_SINGLE = policy(
 MIG_MIXED = policy(sharing=Sharing(Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB"), steering=True)
 
 NOT_SLICED = {"key": SHARING_STRATEGY, "operator": "NotIn", "values": ["mps", "time-slicing"]}
-NOT_MIG_SINGLE = {"key": MIG_STRATEGY, "operator": "NotIn", "values": ["single"]}
+NOT_MIG_SINGLE = {"key": "nvidia.com/gpu.slices.gi", "operator": "DoesNotExist"}
 WHOLE_TERM = [NOT_SLICED, NOT_MIG_SINGLE]
 
 
@@ -60,7 +60,7 @@ def required_terms(obj: dict, path: tuple[str, ...] = ("spec",)) -> list:
 @pytest.mark.parametrize(
     ("pol", "expected"),
     [
-        (WHOLE, ["nvidia.com/gpu.sharing-strategy notin (mps,time-slicing)", "nvidia.com/mig.strategy notin (single)"]),
+        (WHOLE, ["nvidia.com/gpu.sharing-strategy notin (mps,time-slicing)", "!nvidia.com/gpu.slices.gi"]),
         (SLICED, ["nvidia.com/gpu.sharing-strategy in (time-slicing)", "nvidia.com/gpu.replicas in (4)"]),
         (SLICED_MPS, ["nvidia.com/gpu.sharing-strategy in (mps)", "nvidia.com/gpu.replicas in (2)"]),
         (RENAMED, ["nvidia.com/gpu.sharing-strategy in (time-slicing)", "nvidia.com/gpu.replicas in (4)"]),
@@ -158,7 +158,7 @@ def test_no_affinity_gets_one_required_term() -> None:
         }
     ]
     assert decision.warnings == [
-        "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/mig.strategy"
+        "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.slices.gi"
     ]
 
 
@@ -434,7 +434,8 @@ def test_check_diff_shows_the_constraints(tmp_path, capsys) -> None:
         "+            values:\n"
         "+            - mps\n"
         "+            - time-slicing\n"
-        "+          - key: nvidia.com/mig.strategy\n"
+        "+          - key: nvidia.com/gpu.slices.gi\n"
+        "+            operator: DoesNotExist\n"
     ) in out
 
 
@@ -460,7 +461,7 @@ def test_policy_explain_shows_the_constraints(tmp_path) -> None:
     )
     assert (
         "  steering  pods holding nvidia.com/gpu need node labels nvidia.com/gpu.sharing-strategy notin "
-        "(mps,time-slicing), nvidia.com/mig.strategy notin (single)" in lines
+        "(mps,time-slicing), !nvidia.com/gpu.slices.gi" in lines
     )
 
 
@@ -662,6 +663,10 @@ SHARED_IN_WHOLE = (
     'init container "plugin-validation": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this '
     "namespace whole GPUs (mode exclusive); request nvidia.com/gpu instead"
 )
+SHARED_IN_KEPT_NAME = (
+    'init container "plugin-validation": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this '
+    "namespace time-slicing replicas as nvidia.com/gpu; request nvidia.com/gpu instead"
+)
 
 
 @pytest.mark.parametrize(
@@ -677,7 +682,8 @@ SHARED_IN_WHOLE = (
         (SLICED, "gpu-sliced", "nvidia.com/gpu", False, []),
         (SLICED, "gpu-sliced", "nvidia.com/gpu", True, []),
         (SLICED, "gpu-whole", "nvidia.com/gpu", True, [BOUND_SLICED_ON_WHOLE]),
-        (SLICED, "gpu-renamed", "nvidia.com/gpu.shared", True, []),
+        # Another team's pool (renamed replicas) asked for by name: the per-mode pool rule, nodeName or not.
+        (SLICED, "gpu-renamed", "nvidia.com/gpu.shared", True, [SHARED_IN_KEPT_NAME]),
     ],
 )
 def test_a_pod_bound_to_its_node_is_never_steered_and_is_judged_against_that_node(
@@ -750,3 +756,16 @@ def test_other_pins_in_a_renamed_namespace_are_fine():
     # A namespace that keeps the name is what a -SHARED pin needs.
     spec = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}}
     assert run(pod(gpu("1"), **spec), SLICED).decision == "allow"
+
+
+def test_whole_gpu_pods_still_reach_whole_gpu_nodes_where_the_clusters_mig_strategy_is_single() -> None:
+    """The GPU Operator's default MIG strategy is `single`, and GPU feature discovery then labels every GPU node
+    `nvidia.com/mig.strategy=single`, MIG enabled or not (internal/lm/mig-strategy.go: the strategy labeler is
+    merged whenever the strategy is not none). Only MIG-enabled nodes get `nvidia.com/gpu.slices.gi`."""
+    whole_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.sharing-strategy": "none",
+                          "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    sliced_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.slices.gi": "1",
+                           "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}  # fmt: skip
+    terms = required_terms(run(pod(container(limits={"nvidia.com/gpu": "1"})), WHOLE).mutated)
+    assert [term_matches(term, whole_under_single) for term in terms] == [True]
+    assert [term_matches(term, sliced_under_single) for term in terms] == [False]

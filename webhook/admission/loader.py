@@ -35,6 +35,7 @@ from webhook.admission.policy import (
     AssumedNode,
     Check,
     ClusterChecks,
+    DeviceClasses,
     Enforcement,
     Fractional,
     Limits,
@@ -420,6 +421,7 @@ _GPU_FIELDS = policyfields.names(policyfields.GPU)
 _LIMITS_FIELDS = policyfields.names(policyfields.LIMITS)
 _CLUSTER_FIELDS = policyfields.names(policyfields.CLUSTER)
 _NODE_SHAPE_FIELDS = policyfields.names(policyfields.NODE_SHAPE)
+_DEVICE_CLASSES_FIELDS = policyfields.names(policyfields.DEVICE_CLASSES)
 AUTO = "auto"  # sharing.replicas and gpu.model: taken from the nodes (cluster-aware admission)
 
 
@@ -685,6 +687,16 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     trusted = _parse_trusted_schedulers(spec, check)
     steering = _parse_steering(spec, check)
     cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
+    classes = check.section(spec, "deviceClasses", "spec", _DEVICE_CLASSES_FIELDS)
+    device_classes = DeviceClasses(
+        gpu=_parse_device_classes(classes, "gpu", check), mig=_parse_device_classes(classes, "mig", check)
+    )
+    if set(device_classes.gpu_classes) & set(device_classes.mig_classes):
+        both = sorted(set(device_classes.gpu_classes) & set(device_classes.mig_classes))
+        check.problem(
+            "spec.deviceClasses",
+            f"{', '.join(both)} listed as both whole GPUs and MIG devices; keep each class in one list",
+        )
 
     if problems or parsed.name is None or sharing is None:
         return parsed
@@ -714,6 +726,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             auto_replicas=auto_replicas,
             auto_model=auto_model,
         ),
+        device_classes=device_classes,
         source=source,
     )
     parsed.steering = steering
@@ -943,6 +956,34 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str
             shapes.append(AssumedNode(name, tuple(allocatable), tuple(labels)))
     parsed["assumeNodes"] = tuple(shapes)
     return parsed
+
+
+def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChecker) -> tuple[str, ...]:
+    """spec.deviceClasses.gpu or .mig: DeviceClass names (DNS subdomains, as the API server requires), each once."""
+    path = f"spec.deviceClasses.{key}"
+    if key not in section:
+        return ()
+    entries = section[key]
+    if not isinstance(entries, list):
+        check.expected(path, entries, f"expected a list of DeviceClass names, got {_describe(entries)}")
+        return ()
+    if not entries:
+        check.problem(path, "is empty; list DeviceClass names, or remove it")
+        return ()
+    names: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{path}[{index}]"
+        if check.string(entry, where, "a DeviceClass name") is _BAD:
+            continue
+        if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
+            check.problem(
+                where, f"{_quote(entry)} is not a DeviceClass name; use a DNS subdomain, e.g. gpu.example.com"
+            )
+        elif entry in names:
+            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+        else:
+            names.append(entry)
+    return tuple(names)
 
 
 def _open_mapping(parent: dict[str, Any], key: str, path: str, check: _DocumentChecker) -> dict[str, Any]:

@@ -10,11 +10,17 @@ left alone for validation to explain. Running this on its own output changes not
 call the webhook again). Each container is worked on as private copies of its resource maps and env list,
 put back only when it changed.
 
-The JSON Patch sets each part of a container that changed whole, `resources` and `env`, with its value after
-mutation: one operation each, which applies whatever the part held before and whatever order the operations
-come in. Patching key by key and entry by entry gave a 2-container pod 19 operations instead of 5, and building
-them cost a fifth of the engine's time per review. The policy annotation alone is added by key: `annotations`
-may be large (kubectl's last-applied-configuration), and the user's annotations are not the webhook's to send.
+Workloads are re-applied (`kubectl apply` in a loop, GitOps syncs), which sends the user's values back into
+the webhook's output: a workload's object also carries a record of what the user wrote and what mutation
+made of it, from which the user's input is worked out again before mutating (reapply.py). A re-apply of the
+same file then gives the same object.
+
+The JSON Patch is against the object as it came. It sets a changed container's `resources` whole (quantities
+only), and changes its `env` entry by entry: mutation appends its entries (`add` at `env/-`) and replaces the
+one it merges into, so that the user's own entries (literal values, secrets among them), which the API server
+may keep in audit logs, are never copied into it; an `env` that is absent is added whole (it holds the
+webhook's entries alone). The policy annotation and the record are added by key: `annotations` may be large
+(kubectl's last-applied-configuration), and the user's annotations are not the webhook's to send.
 
 Each step is a function of those copies that adds its change's kind to one list and its text to another
 (a notice, a user's value kept, has a text alone); the container's label is put in front of the texts once,
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission import reapply
 from webhook.admission.envhints import (
     ENV_HINT_NAMES,
     JAX_FRACTION_VARS,
@@ -53,7 +60,9 @@ from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
+RECORD_POINTER = pointer(("metadata", "annotations", reapply.RECORD))
 SPEC_POINTERS = {path: pointer(path) for path in POD_SPEC_PATHS.values()}
+POD_SPEC = POD_SPEC_PATHS["Pod"]
 # The fraction that a fractional request was converted to, kept in the container so that the API server's
 # second call, and the pods of a mutated template, inject the same hints.
 RECORDED_FRACTION = "GPU_ADMISSION_MEMORY_FRACTION"
@@ -63,7 +72,7 @@ WATCHED_ENV = ENV_HINT_NAMES | {RECORDED_FRACTION, PYTORCH_ALLOC_CONF}  # the en
 class MutationResult:
     """What mutation gives the engine: the object, the patch against the original, warnings, change kinds."""
 
-    __slots__ = ("conflicts", "kinds", "obj", "patch", "warnings")
+    __slots__ = ("conflicts", "edits", "kinds", "obj", "patch", "warnings")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj = obj  # the mutated object: the original itself when nothing changed
@@ -71,6 +80,7 @@ class MutationResult:
         self.warnings: list[str] = []
         self.kinds: list[str] = []  # one per change: for metrics and counts
         self.conflicts: list[Violation] = []  # user constraints that contradict the policy's node pool (steering)
+        self.edits: list[Violation] = []  # the webhook's earlier output edited by hand (reapply.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,45 +147,124 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
     if spec_path is None:
         return result
     plan = _Plan.of(policy)
-    spec = get_path(obj, spec_path)
+    original = get_path(obj, spec_path)
+    spec = original  # what is mutated: the object as written, or the user's input worked out from the record
+    # Workloads only: a Pod's spec cannot change once created (the webhooks see Pod CREATEs alone), so a Pod is
+    # never re-applied through the webhook.
+    recorded = spec_path != POD_SPEC
+    record = reapply.read(obj) if recorded else None
+    keep_record = False
+    if record is not None:
+        rebuilt, edits = reapply.rebuild(original, record)
+        if edits:  # the webhook's output edited by hand: judged as it stands, the record left as it was
+            result.edits = edits
+            keep_record = True
+        elif rebuilt:
+            spec = {**original, **rebuilt}
     spec_at = SPEC_POINTERS.get(spec_path) or pointer(spec_path)
-    new_sections: dict[str, Any] = {}
+    rebuilt_input = spec is not original
+    new_sections: dict[str, Any] = {}  # the sections that mutation changed, against `spec`
     for section in MUTATED_SECTIONS:
         containers = spec.get(section)
         if type(containers) is not list:
             continue
-        section_at = f"{spec_at}/{section}/"
+        section_at = None if rebuilt_input else f"{spec_at}/{section}/"
         for index, body in enumerate(containers):
             if type(body) is not dict or "resources" not in body:
                 continue  # no resources: no GPU
-            changed = _container(body, section, index, section_at, plan, result)
+            at = None if section_at is None else section_at + index_token(index)
+            changed = _container(body, section, index, plan, result, at)
             if changed is not None:
                 new_list = new_sections.get(section)
                 if new_list is None:
                     new_list = new_sections[section] = list(containers)
                 new_list[index] = changed
-    if policy.steering:
-        _steer(spec, spec_at, new_sections, policy, result)
-    if new_sections:
-        result.obj = _annotate(_with_sections(obj, spec_path, new_sections), policy, result.patch)
+    steering_ops = _steer(spec, spec_at, new_sections, policy, result) if policy.steering else []
+    if not rebuilt_input and not new_sections:
+        return result  # the usual case for an object the webhook leaves alone
+    # The patch for a rebuilt input, against the object as it came (the containers' copies compared by value).
+    sections: dict[str, Any] = {}
+    entries: dict[str, Any] = {}
+    keys = reapply.container_keys(spec) if recorded and not keep_record else {}
+    for section in MUTATED_SECTIONS:
+        before, given = original.get(section), spec.get(section)
+        after = new_sections.get(section, given)
+        if type(after) is not list or type(before) is not list:
+            continue
+        if after is not before:
+            sections[section] = after
+            if rebuilt_input:
+                _container_ops(f"{spec_at}/{section}/", before, after, result.patch)
+        if keys and after is not given:
+            for index, body in enumerate(after):
+                key = keys.get((section, index))
+                entry = reapply.entry_for(given[index], body) if key is not None else None
+                if entry is not None:
+                    entries[key] = entry
+    if steering_ops:
+        result.patch += steering_ops
+        sections["affinity"] = new_sections["affinity"]
+    record_text: str | None = None
+    if recorded:
+        existing = _annotation(obj, reapply.RECORD)
+        record_text = existing if keep_record else reapply.dump(entries)
+        if not result.patch and record_text == existing:
+            # The object already holds what its input as written becomes (a re-apply, the API server's second
+            # call): nothing changed, nothing to say.
+            result.warnings.clear()
+            result.kinds.clear()
+            return result
+    root = _with_sections(obj, spec_path, sections) if sections else dict(obj)
+    result.obj = _annotate(root, policy.name if sections else None, recorded, record_text, result.patch)
     return result
+
+
+def _container_ops(section_at: str, before: list[Any], after: list[Any], ops: list[dict[str, Any]]) -> None:
+    """The operations for the containers of one section that differ by value (a rebuilt input's)."""
+    for index, (old, new) in enumerate(zip(before, after, strict=True)):
+        if new is not old and new != old:
+            _body_ops(section_at + index_token(index), old, new, True, ops)
+
+
+def _body_ops(at: str, old: dict[str, Any], new: dict[str, Any], compare: bool, ops: list[dict[str, Any]]) -> None:
+    """One container's operations: `resources` set whole (quantities only), `env` changed entry by entry
+    (reapply.env_ops), so that the user's env values are not copied into the patch. With `compare`, parts are
+    compared by value; else a part that changed is a new object, and one that did not the same object."""
+    new_resources, old_resources = new.get("resources"), old.get("resources")
+    if new_resources is not old_resources and (not compare or new_resources != old_resources):
+        # `add` sets a member that is absent; `replace` needs one that is there.
+        ops.append(
+            {"op": "replace" if "resources" in old else "add", "path": at + "/resources", "value": new_resources}
+        )
+    new_env, old_env = new.get("env"), old.get("env")
+    if new_env is not old_env and (not compare or new_env != old_env):
+        if type(new_env) is list:
+            ops += reapply.env_ops(at, old_env, new_env)
+        else:  # only a rebuilt input that the policy no longer adds to: the webhook's entries go
+            ops.append({"op": "remove", "path": at + "/env"})
+
+
+def _annotation(obj: dict[str, Any], name: str) -> Any:
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if type(metadata) is dict else None
+    return annotations.get(name) if type(annotations) is dict else None
 
 
 def _steer(
     spec: dict[str, Any], spec_at: str, new_sections: dict[str, Any], policy: Policy, result: MutationResult
-) -> None:
-    """Node-pool steering (steering.py), on the pod spec as the container steps left it."""
+) -> list[dict[str, Any]]:
+    """Node-pool steering (steering.py), on the pod spec as the container steps left it: its patch operations."""
     steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy)
     if steered is None:
-        return
+        return []
     if steered.conflicts:
         result.conflicts += steered.conflicts
-        return
+        return []
     new_sections["affinity"] = steered.affinity
-    result.patch += steered.patch or []
     result.kinds.append("steering")
     line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
     result.warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+    return steered.patch or []
 
 
 def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: dict[str, Any]) -> dict[str, Any]:
@@ -190,20 +279,40 @@ def _with_sections(obj: dict[str, Any], spec_path: tuple[str, ...], sections: di
     return root
 
 
-def _annotate(root: dict[str, Any], policy: Policy, patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """Record the policy's name on the object (the patch op goes first: it may create the annotations map)."""
+def _annotate(
+    root: dict[str, Any], policy_name: str | None, recorded: bool, record: str | None, patch: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Record the policy's name (when the pod spec changed) and, on a workload (`recorded`), the re-apply record
+    (reapply.py; None: none) on the object.
+
+    The operations go first: one may create the annotations map. The user's annotations are never sent.
+    """
     metadata = root.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(metadata, dict) or not (annotations is None or isinstance(annotations, dict)):
         return root  # malformed metadata: the API server rejects the object anyway
-    if annotations is None:
-        patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {POLICY_ANNOTATION: policy.name}})
-    elif annotations.get(POLICY_ANNOTATION) != policy.name:
-        op = "replace" if POLICY_ANNOTATION in annotations else "add"
-        patch.insert(0, {"op": op, "path": ANNOTATION_POINTER, "value": policy.name})
-    else:
+    changes: list[tuple[str, str, str | None]] = []  # (name, pointer, value; None: removed)
+    if policy_name is not None and (annotations is None or annotations.get(POLICY_ANNOTATION) != policy_name):
+        changes.append((POLICY_ANNOTATION, ANNOTATION_POINTER, policy_name))
+    if recorded and (annotations.get(reapply.RECORD) if annotations else None) != record:
+        changes.append((reapply.RECORD, RECORD_POINTER, record))
+    if not changes:
         return root
-    root["metadata"] = dict(metadata, annotations={**(annotations or {}), POLICY_ANNOTATION: policy.name})
+    if annotations is None:
+        wanted = {name: value for name, _, value in changes if value is not None}
+        patch.insert(0, {"op": "add", "path": "/metadata/annotations", "value": wanted})
+    else:
+        wanted = dict(annotations)
+        ops = []
+        for name, at, value in changes:
+            if value is None:
+                ops.append({"op": "remove", "path": at})
+                del wanted[name]
+            else:
+                ops.append({"op": "replace" if name in annotations else "add", "path": at, "value": value})
+                wanted[name] = value
+        patch[:0] = ops
+    root["metadata"] = dict(metadata, annotations=wanted)
     return root
 
 
@@ -221,13 +330,13 @@ GPUValue = tuple[Any, int | Fraction] | None  # `nvidia.com/gpu` as (text, value
 
 
 def _container(
-    body: dict[str, Any], section: str, index: int, section_at: str, plan: _Plan, result: MutationResult
+    body: dict[str, Any], section: str, index: int, plan: _Plan, result: MutationResult, at: str | None
 ) -> dict[str, Any] | None:
-    """The four steps for one container: its changed copy (its patch and warnings added to `result`), or None
+    """The four steps for one container: its changed copy (its warnings and kinds added to `result`), or None
     when nothing changed or it is too malformed to touch (validation explains).
 
-    `section_at` is the JSON Pointer of the container's list, with a trailing `/`.
-    """
+    `at` is the container's JSON Pointer where `body` is the object's own container: its patch operations are
+    added to `result` here (None for a rebuilt input, whose patch mutate works out against the object)."""
     resources = body["resources"]
     if type(resources) is not dict:
         return None
@@ -269,9 +378,6 @@ def _container(
     if not kinds:  # notices only (a user's value kept)
         return None
     result.kinds += kinds
-    # The patch: resources and env are the only parts a step touches; each is set whole, when it changed.
-    ops = result.patch
-    at = section_at + index_token(index)
     new_body = dict(body)
     if requests != (old_requests or {}) or limits != (old_limits or {}):
         new_resources = dict(resources)
@@ -280,11 +386,10 @@ def _container(
         if limits or old_limits is not None:
             new_resources["limits"] = limits
         new_body["resources"] = new_resources
-        ops.append({"op": "replace", "path": at + "/resources", "value": new_resources})
     if env_change is not None:
         new_body["env"] = env_change
-        # `add` sets a member that is absent or null; `replace` needs one that is there.
-        ops.append({"op": "add" if old_env is None else "replace", "path": at + "/env", "value": env_change})
+    if at is not None:
+        _body_ops(at, body, new_body, False, result.patch)
     return new_body
 
 
@@ -484,4 +589,3 @@ def _merge_hints(env: list[Any], existing: dict[str, int], hints: tuple[EnvHint,
         elif current != hint.value:
             texts.append(f"kept {env[index]['name']} as set (policy suggests {hint.value})")
     return added
-

@@ -106,6 +106,28 @@ class GPU:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceClasses:
+    """`spec.deviceClasses`: the DRA DeviceClasses whose devices are GPUs here, besides NVIDIA's own
+    (`gpu.nvidia.com`, `mig.nvidia.com`), which always are. Claims and the classes' extended resources
+    (`deviceclass.resource.kubernetes.io/<class>`) asking for them count against the limits (dra.py)."""
+
+    gpu: tuple[str, ...] = ()  # whole GPUs
+    mig: tuple[str, ...] = ()  # MIG devices
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        from webhook.admission.resources import NVIDIA_GPU_CLASSES
+
+        return NVIDIA_GPU_CLASSES + tuple(c for c in self.gpu if c not in NVIDIA_GPU_CLASSES)
+
+    @property
+    def mig_classes(self) -> tuple[str, ...]:
+        from webhook.admission.resources import NVIDIA_MIG_CLASSES
+
+        return NVIDIA_MIG_CLASSES + tuple(c for c in self.mig if c not in NVIDIA_MIG_CLASSES)
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     max_per_container: int | None = None  # None: the mode's default (1 when shared, 1 MIG slice, else 8)
     max_per_pod: int = DEFAULT_MAX_PER_POD
@@ -168,6 +190,7 @@ class Policy:
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False
     cluster: ClusterChecks = field(default_factory=ClusterChecks)
+    device_classes: DeviceClasses = field(default_factory=DeviceClasses)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)

@@ -117,6 +117,19 @@ LIMITS = (
     Field("maxPerPod", "integer", "The most GPUs one pod may hold.", minimum=1, default=DEFAULT_MAX_PER_POD),
 )  # fmt: skip
 
+DEVICE_CLASSES = (
+    Field(
+        "gpu", "array", "DRA DeviceClasses whose devices are whole GPUs, besides NVIDIA's gpu.nvidia.com: claims and "
+        "deviceclass.resource.kubernetes.io/<class> resources asking for them count against the limits.",
+        items="string", min_items=1, unique=True, pattern=DNS_SUBDOMAIN,
+    ),
+    Field(
+        "mig", "array", "DRA DeviceClasses whose devices are MIG slices, besides NVIDIA's mig.nvidia.com: counted "
+        "like gpu, with MIG's per-container maximum and profiles.",
+        items="string", min_items=1, unique=True, pattern=DNS_SUBDOMAIN,
+    ),
+)  # fmt: skip
+
 _CHECK_LEVEL = "deny: a violation (enforcement decides); warn: an admission warning; off."
 
 NODE_SHAPE = (
@@ -180,6 +193,10 @@ SPEC = (
         default="auto", alternatives=("auto",),
     ),
     Field("cluster", "object", "Checks against the cluster's nodes (the server's node inventory).", fields=CLUSTER),
+    Field(
+        "deviceClasses", "object", "Dynamic Resource Allocation: the DeviceClasses whose devices are GPUs here, "
+        "besides NVIDIA's (gpu.nvidia.com, mig.nvidia.com).", fields=DEVICE_CLASSES,
+    ),
 )  # fmt: skip
 
 DOCUMENT = (

@@ -34,6 +34,20 @@ MIG_PROFILE_PATTERN = r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$"  # also the policy sch
 _MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
 
 
+# Dynamic Resource Allocation (resource.k8s.io/v1). Every DeviceClass can be asked for as an extended resource
+# named after it (KEP-5004, kubernetes/kubernetes pkg/apis/resource/types.go `ResourceDeviceClassPrefix`), and
+# NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-gpu) ships the classes `gpu.nvidia.com` (whole GPUs: selector
+# `device.attributes['gpu.nvidia.com'].type == 'gpu'`) and `mig.nvidia.com` (MIG devices: `type == 'mig'`).
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+NVIDIA_GPU_CLASSES = ("gpu.nvidia.com",)
+NVIDIA_MIG_CLASSES = ("mig.nvidia.com",)
+
+
+def device_class_of(resource: str) -> str | None:
+    """`deviceclass.resource.kubernetes.io/gpu.nvidia.com` -> `gpu.nvidia.com`; None for other resources."""
+    return resource[len(DEVICE_CLASS_PREFIX) :] if resource.startswith(DEVICE_CLASS_PREFIX) else None
+
+
 def is_mig_profile_name(name: str) -> bool:
     """`1g.10gb` and `1g.10gb+me` are well-formed profile names; whether a GPU has them is `GPUModel.profile`."""
     return _MIG_PROFILE.match(name) is not None
@@ -44,6 +58,9 @@ def _managed(resource: object) -> bool:
         resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU)
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
+        # Any DeviceClass's implicit resource: an extended resource (whole, request = limit) whichever class;
+        # validation counts those of the policy's GPU classes as GPUs.
+        or resource.startswith(DEVICE_CLASS_PREFIX)
     )
 
 

@@ -9,8 +9,10 @@ of one: only the node's labels do. GPU feature discovery sets them (NVIDIA/k8s-d
   is the replica count (1 when not shared, 0 for MIG-enabled GPUs); `nvidia.com/gpu.product` gets a `-SHARED`
   suffix when shared and not renamed, and is `<model>-MIG-<profile>` for MIG slices under the single strategy.
 - internal/lm/mig-strategy.go and strategy.go: `nvidia.com/mig.strategy` is `single` or `mixed` (absent for
-  none); under single the slices are labelled as `nvidia.com/gpu` itself, with the MIG device's attributes
-  (`nvidia.com/gpu.slices.gi`, the GPU instance's compute slices, among them).
+  none) on every GPU node, MIG enabled or not: the GPU Operator's default strategy is `single`, so whole-GPU
+  nodes carry `single` too. Only nodes whose GPUs are MIG-enabled under single have the slices labelled as
+  `nvidia.com/gpu` itself, with the MIG device's attributes (`nvidia.com/gpu.slices.gi`, the GPU instance's
+  compute slices, among them): that label, not the strategy, tells a MIG-single node from a whole-GPU one.
 Node affinity cannot match a suffix, so the product label is not required: the sharing strategy, the replica
 count, the MIG strategy and the slice count say the same in values that `In`/`NotIn` can match. A user's
 nodeSelector or `In` on the product label is still judged by it: a product ending in `-SHARED` is a GPU shared
@@ -59,15 +61,21 @@ class Requirement:
     """One node selector requirement (`matchExpressions` entry) that a policy implies."""
 
     key: str
-    operator: str  # In | NotIn
-    values: tuple[str, ...]
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()  # none for Exists and DoesNotExist (the API server refuses values there)
 
     @property
     def expression(self) -> dict[str, Any]:
+        if not self.values:
+            return {"key": self.key, "operator": self.operator}
         return {"key": self.key, "operator": self.operator, "values": list(self.values)}
 
     def __str__(self) -> str:
-        """Label selector syntax, as kubectl reads it: `nvidia.com/gpu.replicas in (4)`."""
+        """Label selector syntax, as kubectl reads it: `nvidia.com/gpu.replicas in (4)`, `!nvidia.com/gpu.slices.gi`."""
+        if self.operator == "Exists":
+            return self.key
+        if self.operator == "DoesNotExist":
+            return f"!{self.key}"
         return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
 
 
@@ -91,12 +99,14 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
         slices = sharing.mig_profile.split("g.", 1)[0] if sharing.mig_profile else None
         return (
             Requirement(MIG_STRATEGY, "In", ("single",)),
-            *((Requirement(GI_SLICES, "In", (slices,)),) if slices else ()),
+            Requirement(GI_SLICES, "In", (slices,)) if slices else Requirement(GI_SLICES, "Exists"),
         )
     if sharing.mode is Mode.EXCLUSIVE:
+        # Not `mig.strategy notin (single)`: whole-GPU nodes carry `single` too where that is the cluster's
+        # strategy (the GPU Operator's default), and such pods would never schedule.
         return (
             Requirement(SHARING_STRATEGY, "NotIn", SHARED_STRATEGIES),
-            Requirement(MIG_STRATEGY, "NotIn", ("single",)),
+            Requirement(GI_SLICES, "DoesNotExist"),
         )
     return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
 
@@ -107,7 +117,9 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
     slice size: the nodes whose values clustercheck's drift compares with the policy's."""
     node = dict(labels)
     return all(
-        matches(r.expression, node) for r in requirements(policy) if values or r.key not in (REPLICAS, GI_SLICES)
+        matches(r.expression, node)
+        for r in requirements(policy)
+        if values or r.operator != "In" or r.key not in (REPLICAS, GI_SLICES)
     )
 
 
@@ -348,8 +360,10 @@ def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
     """The term's expressions on `key` as the policy writes its own (values sorted), to find ours among them."""
     found = []
     for e in expressions:
-        if type(e) is dict and e.get("key") == key and type(e.get("values")) is list:
+        if type(e) is dict and e.get("key") == key and type(e.get("values")) is list and e["values"]:
             found.append({"key": key, "operator": e.get("operator"), "values": sorted(map(str, e["values"]))})
+        elif type(e) is dict and e.get("key") == key and e.get("operator") in ("Exists", "DoesNotExist"):
+            found.append({"key": key, "operator": e["operator"]})
     return found
 
 

@@ -42,6 +42,7 @@ from webhook.admission.quantity import QuantityError, format_fraction, parse_qua
 from webhook.admission.resources import (
     AMD_GPU,
     DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
     GPU_MODELS,
     MIG_PREFIX,
     NVIDIA_GPU,
@@ -152,6 +153,12 @@ class _Rules:
     # The (name, value) of each variable the policy itself sets for one replica's share: within it by design
     own_memory_values: frozenset[tuple[str, str]]
     own_env_tail: list[dict[str, str]]  # the entries mutation appends to a container that set none of them
+    # DRA: the GPU DeviceClasses' extended resources (`deviceclass.resource.kubernetes.io/<class>`), and those
+    # counted with them as the same whole GPUs (`nvidia.com/gpu` where it is whole GPUs).
+    class_gpus: frozenset[str]
+    class_migs: frozenset[str]
+    class_names: frozenset[str]  # both
+    whole_gpus: frozenset[str]
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -161,7 +168,7 @@ class _Rules:
         """The most of `resource` one container may hold: shared replicas and MIG slices have their own."""
         if self.is_replica(resource):
             return self.max_per_container
-        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource:
+        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs:
             return self.max_mig_per_container
         return self.max_whole_per_container
 
@@ -176,6 +183,9 @@ class _Rules:
         mode = sharing.mode
         explicit = policy.limits.max_per_container
         mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
+        class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
+        class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
+        whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
         return _Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
@@ -207,6 +217,10 @@ class _Rules:
             own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
             if policy.shared_fraction
             else [],
+            class_gpus=class_gpus,
+            class_migs=class_migs,
+            class_names=class_gpus | class_migs,
+            whole_gpus=class_gpus | whole,
         )
 
 
@@ -271,8 +285,16 @@ def validate(
     # closer look.
     if count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
+    classes = False  # any DeviceClass's resource counted (only GPU classes are)
+    for _, counts in holders:
+        if not rules.class_names.isdisjoint(counts):
+            classes = True
+            break
+    if classes:
+        _whole_gpus(holders, rules, problems)
     if counted is not None:
-        counted += holders
+        # The cluster checks read nodes' extended resources; DeviceClasses' are served by DRA, not nodes.
+        counted += _without_classes(holders) if classes else holders
     return problems
 
 
@@ -414,6 +436,8 @@ def _resource(
         return None
     if name in DEVICE_AMOUNTS:
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
+    if name not in rules.class_names and name.startswith(DEVICE_CLASS_PREFIX):
+        return None  # a DeviceClass whose devices are no GPU here: an extended resource, not a GPU
     if value and name not in rules.served and name.startswith("nvidia.com/"):
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
@@ -429,7 +453,9 @@ def _resource(
                  f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
                  f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
                  f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
-        elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
+        elif rules.one_mig_slice and (
+            name.startswith(MIG_PREFIX) or name == rules.mig_single_resource or name in rules.class_migs
+        ):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
             _add(ref, problems,
@@ -607,7 +633,8 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
         else:
             judged.append((name, value))
     if share is not rules.share and share != rules.share:  # a converted fraction's smaller share: the
-        judged += owned + [(entry["name"], entry["value"]) for entry in hints]  # policy's own may exceed it
+        # policy's own may exceed it (its MPS limits are not a framework's fraction: not judged here)
+        judged += owned + [(entry["name"], entry["value"]) for entry in hints if entry["name"] in MEMORY_VARIABLES]
     policy = rules.policy
     for name, value in judged:
         claim = memory_claim(name, value, rules.gpu_memory_mib)
@@ -856,6 +883,56 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
                 "fewer or split the pod",
             )
         )
+
+
+def _without_classes(holders: Holders) -> Holders:
+    kept = [
+        (ref, {name: value for name, value in counts.items() if not name.startswith(DEVICE_CLASS_PREFIX)})
+        for ref, counts in holders
+    ]
+    return [(ref, counts) for ref, counts in kept if counts]
+
+
+def _whole_gpus(holders: Holders, rules: _Rules, problems: Problems) -> None:
+    """`nvidia.com/gpu` and the GPU DeviceClasses' resources (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`)
+    are the same whole GPUs asked two ways (a DeviceClass with `extendedResourceName: nvidia.com/gpu` serves
+    both from DRA): their sum is held to the maxima, in a container and in the pod. Only mixes are said here:
+    one name over a maximum has its own line."""
+    names = rules.whole_gpus
+    merged: Holders = []
+    policy = rules.policy
+    maximum = rules.max_whole_per_container
+    for ref, counts in holders:
+        asked = {name: value for name, value in counts.items() if name in names and value}
+        if not asked:
+            continue
+        total = sum(asked.values())
+        merged.append((ref, {"": total}))
+        if len(asked) > 1 and total > maximum and all(value <= maximum for value in asked.values()):
+            what = " and ".join(f"{name} {value}" for name, value in asked.items())
+            _add(ref, problems,
+                 f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
+                 f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
+                 f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+    total, running = effective_total(merged, "")
+    if total <= rules.max_per_pod:
+        return
+    present = sorted({name for _, counts in holders for name in counts if name in names})
+    if len(present) < 2 or any(effective_total(holders, name)[0] > rules.max_per_pod for name in present):
+        return
+    if len(running) == 1 and total > maximum:
+        return  # one container over its own maximum: its own line says it
+    named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    problems.append(
+        pod_violation(
+            f"GPUs asked as {' and '.join(present)} effective total {total} ({together}: {named}) exceeds the "
+            f'per-pod maximum of {rules.max_per_pod} (policy "{policy.name}"): both names ask for the same GPUs; '
+            "request fewer or split the pod",
+            f"GPU total {_brief(str(total), 8)} across GPU resources: at most {_brief(str(rules.max_per_pod), 8)} "
+            "per pod; ask for fewer",
+        )
+    )
 
 
 __all__ = [

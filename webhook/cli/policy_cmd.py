@@ -309,6 +309,14 @@ def describe_policy(policy: Policy) -> str:
     return "; ".join(parts)
 
 
+def describe_device_classes(policy: Policy) -> str:
+    """Which DRA DeviceClasses count as GPUs here (claims, templates and deviceclass.resource.kubernetes.io/*)."""
+    classes = policy.device_classes
+    return (
+        f"GPUs from DeviceClasses {', '.join(classes.gpu_classes)}; MIG devices from {', '.join(classes.mig_classes)}"
+    )
+
+
 def describe_share(policy: Policy) -> str:
     """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
     from webhook.admission.resources import GPU_MODELS, offered_profiles
@@ -390,6 +398,7 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
         )
     print(f"  settings  {describe_policy(policy)}", file=out)
     print(f"  share     {describe_share(policy)}", file=out)
+    print(f"  dra       {describe_device_classes(policy)}", file=out)
     if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
         print(f"  steering  {steering.describe(policy)}", file=out)
     for quantity in EXPLAIN_QUANTITIES:

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from webhook.admission.customresources import BUILTIN_KINDS, CustomKind, Site
+from webhook.admission.dra import CLAIM_SPEC_PATHS
 from webhook.admission.podspec import DEVICE_LIST_MARK, DEVICE_PATH_MARK, POD_SPEC_PATHS, VISIBLE_DEVICES
-from webhook.admission.resources import AMD_GPU, MIG_PREFIX, NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.resources import AMD_GPU, DEVICE_CLASS_PREFIX, MIG_PREFIX, NVIDIA_GPU, NVIDIA_GPU_SHARED
 
 # The namespaces never sent to the webhook, and where each comes from (the GPU stack's default namespaces, as
 # each project installs itself). `policy explain` reads this too.
@@ -89,6 +90,7 @@ class Entry:
     rules: tuple[Rule, ...]
     expression: str
     validating_only: bool = False
+    condition: str = "mentions-managed-gpu"  # the matchCondition's name
 
 
 # ------------------------------------------------------------------------------------------ the conditions
@@ -104,7 +106,8 @@ def _container(c: str, resources: str = "resources") -> str:
   amounts in {res} && {res}[amounts] != null &&
   {res}[amounts].exists(r,
     r in [{names}] ||
-    r.startsWith('{MIG_PREFIX}') || r.startsWith('gpu.intel.com/')))) ||
+    r.startsWith('{MIG_PREFIX}') || r.startsWith('gpu.intel.com/') ||
+    r.startsWith('{DEVICE_CLASS_PREFIX}')))) ||
 (has({c}.env) && {c}.env != null && {c}.env.exists(e, e.name == '{VISIBLE_DEVICES}')) ||
 (has({c}.envFrom) && {c}.envFrom != null && {c}.envFrom.exists(f,
   has(f.prefix) && f.prefix != '' && '{VISIBLE_DEVICES}'.startsWith(f.prefix))) ||
@@ -135,6 +138,14 @@ def pod_condition(path: tuple[str, ...], sections: tuple[str, ...] = POD_SECTION
         f"  section in {spec} && {spec}[section] != null &&\n  {spec}[section].exists(c,\n"
         f"{_indent(_container('c'), '    ')})))"
     )
+
+
+def claim_condition(path: tuple[str, ...]) -> str:
+    """A DRA claim's or claim template's condition: it asks for devices (every step guarded)."""
+    steps = ("object", *path, "devices", "requests")
+    guards = " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
+    requests = ".".join(steps)
+    return f"{guards} &&\n{requests} != null && size({requests}) > 0"
 
 
 def _site_body(holder: str, site: Site) -> str:
@@ -241,6 +252,21 @@ def entries() -> list[Entry]:
             (Rule(("",), ("podtemplates",)),),
             pod_condition(POD_SPEC_PATHS["PodTemplate"]),
         ),
+        Entry(
+            "resourceclaims.gpu-admission.io",
+            "Dynamic Resource Allocation: ResourceClaims, judged by the namespace's policy (never mutated).",
+            (Rule(("resource.k8s.io",), ("resourceclaims",)),),
+            claim_condition(CLAIM_SPEC_PATHS["ResourceClaim"]),
+            condition="asks-for-devices",
+        ),
+        Entry(
+            "resourceclaimtemplates.gpu-admission.io",
+            "Dynamic Resource Allocation: ResourceClaimTemplates (one claim per pod that names one), judged by the\n"
+            "namespace's policy (never mutated).",
+            (Rule(("resource.k8s.io",), ("resourceclaimtemplates",)),),
+            claim_condition(CLAIM_SPEC_PATHS["ResourceClaimTemplate"]),
+            condition="asks-for-devices",
+        ),
     ]
     for kind in BUILTIN_KINDS:
         paths = ", ".join(site.path for site in kind.sites)
@@ -261,6 +287,7 @@ def entries() -> list[Entry]:
 _MUTATING_HEADER = """\
 # Mutating webhook: makes GPU requests correct (request = limit, whole numbers), maps nvidia.com/gpu to the
 # namespace's sharing mode and injects framework memory-fraction env vars. It never denies: /validate does.
+# DRA claims and claim templates (asks-for-devices) are judged, never changed (docs/dra.md).
 #
 # One entry per place the pod spec lives (Pod: spec; workloads: spec.template.spec; CronJob:
 # spec.jobTemplate.spec.template.spec; PodTemplate: template.spec), because match conditions are ANDed and
@@ -268,11 +295,12 @@ _MUTATING_HEADER = """\
 # the validating webhook only: their operators make the Pods, which this webhook mutates as usual.
 #
 # matchConditions (CEL, Kubernetes 1.28+): only objects that mention a managed GPU resource (nvidia.com/gpu,
-# nvidia.com/gpu.shared, nvidia.com/mig-*, amd.com/gpu, gpu.intel.com/*) in a container's or init container's
-# requests or limits, set NVIDIA_VISIBLE_DEVICES (by name, or through an envFrom prefix that can make it),
-# mount a volume at a path holding "nvidia-container-devices" (the container toolkit's device list), or have
-# a hostPath volume whose path holds "dev" (/dev, /dev/nvidia0), are sent to the webhook. An outage then blocks
-# GPU workloads only, and other pods cost the cluster nothing. The expressions never raise an error on a missing
+# nvidia.com/gpu.shared, nvidia.com/mig-*, amd.com/gpu, gpu.intel.com/*, and any DeviceClass's
+# deviceclass.resource.kubernetes.io/*) in a container's or init container's requests or limits, set
+# NVIDIA_VISIBLE_DEVICES (by name, or through an envFrom prefix that can make it), mount a volume at a path
+# holding "nvidia-container-devices" (the container toolkit's device list), or have a hostPath volume whose path
+# holds "dev" (/dev, /dev/nvidia0), are sent to the webhook. An outage then blocks GPU workloads only, and other
+# pods cost the cluster nothing. The expressions never raise an error on a missing
 # field (has() and `in` guard every step): with failurePolicy Fail, an error would reject the request.
 # namespaceSelector: never the namespaces listed in base/excluded-namespaces.yaml (Kubernetes' own, the
 # webhook's, the GPU stack's), which manifests/excluded-namespaces/ copies in, nor any labelled
@@ -338,7 +366,7 @@ def _configuration(kind: str, path: str, header: str, hooks: list[Entry]) -> str
             "          operator: NotIn\n"
             '          values: ["true"]\n'
             "    matchConditions:\n"
-            "      - name: mentions-managed-gpu\n"
+            f"      - name: {hook.condition}\n"
             "        expression: |-\n"
             f"{_indent(hook.expression, '          ')}\n"
         )
@@ -407,6 +435,7 @@ def _chart(hooks: list[Entry]) -> str:
     for hook in hooks:
         out.append(f"- name: {hook.name}")
         out.append(f"  validatingOnly: {'true' if hook.validating_only else 'false'}")
+        out.append(f"  condition: {hook.condition}")
         out.append("  rules:")
         out += [f"    - {rule.flow()}" for rule in hook.rules]
         out.append("  expression: |-")
