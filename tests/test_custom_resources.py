@@ -237,6 +237,13 @@ def test_left_alone_like_workloads(policies: PolicySet) -> None:
     assert evaluate(obj, "notebooks", policies, old=changed).decision == "deny"  # the update raises the ask
     empty = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "e"}, "spec": {}}
     assert evaluate(empty, "notebooks", policies).skip_reason == "it has no pod template where a RayCluster holds them"
+    elsewhere = {"apiVersion": "ray.io/v9", "kind": "RayCluster", "metadata": {"name": "e"},
+                 "spec": {"workers": {"resources": {"limits": {"nvidia.com/gpu": 4}}}}}  # fmt: skip
+    assert evaluate(elsewhere, "notebooks", policies).skip_reason == (
+        "gpu-admission does not read this RayCluster (ray.io): no pod template at spec.headGroupSpec.template.spec, "
+        "spec.workerGroupSpecs[*].template.spec, but it asks for nvidia.com/gpu at spec.workers.resources.limits: "
+        "not judged; name its pod templates in a --custom-resources file (docs/custom-resources.md)"
+    )
 
 
 def test_a_kind_nobody_named_that_asks_for_gpus_is_skipped_with_the_reason(policies: PolicySet) -> None:

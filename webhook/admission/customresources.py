@@ -455,6 +455,13 @@ def judge(
         reason = "this update leaves its pod templates as they were"
     elif not found:
         reason = f"it has no pod template where a {kind.kind} holds them"
+        where = gpu_mention(obj)
+        if where:  # a layout the table does not know (another version?): say so, never pass it quietly
+            paths = ", ".join(site.path for site in kind.sites)
+            reason = (
+                f"{UNREAD} this {kind.kind} ({kind.group}): no pod template at {paths}, but it asks for {where}: "
+                "not judged; name its pod templates in a --custom-resources file (docs/custom-resources.md)"
+            )
     if reason:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     metadata = obj.get("metadata")
