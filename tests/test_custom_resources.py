@@ -408,6 +408,15 @@ def test_the_server_reads_the_admins_kinds(server: Any) -> None:
     assert response["status"]["message"] == f'workers[0] (a) container "w": {TIME_SLICED_4}'
 
 
+def test_check_server_sends_custom_resources_to_validate(server: Any) -> None:
+    run = gpu_webhook("check", "--server", server.url, "--ca-file", str(server.ca_file),
+                      "tests/fixtures/custom-resources/raycluster.yaml")  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert f"DENY tests/fixtures/custom-resources/raycluster.yaml#0 RayCluster/raycluster-gpu: {RAY_WORKER_LINE}" in (
+        run.stdout.splitlines()
+    )
+
+
 # ------------------------------------------------------------------------------------------ a real API server
 
 RAYCLUSTER_CRD = {

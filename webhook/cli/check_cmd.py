@@ -159,7 +159,7 @@ def _check(args: argparse.Namespace) -> int:
         from webhook.cli.remote import RemoteEvaluator  # its errors are CommandErrors
 
         remote = RemoteEvaluator(
-            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout
+            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout, kinds=kinds
         )
         evaluator: Evaluator = remote
     else:
