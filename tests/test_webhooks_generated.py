@@ -6,6 +6,7 @@ engine judges (evaluated with the `common-expression-language` package, cel-go's
 from __future__ import annotations
 
 import copy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,51 @@ def test_every_kinds_condition_is_false_on_empty_and_null_parents(kind: Any) -> 
     expression = _condition(kind.kind, kind.group)
     for spec in ({}, {"templates": None, "tasks": None, "replicatedJobs": None, "workerGroupSpecs": None}):
         assert _cel(expression, {"metadata": {"name": "x"}, "spec": spec}) is False
+
+
+def test_an_admins_kinds_get_an_overlay_patch_whose_entries_render_and_select(tmp_path: Path) -> None:
+    """`python -m webhook.cli.webhooks --custom-resources FILE` prints a JSON patch; in a component listed before
+    the excluded-namespaces one, it adds a validating entry that excludes the listed namespaces and whose
+    condition selects a GPU object of the kind (and nothing else)."""
+    from tests.test_manifests import KUBECTL, MANIFESTS, excluded_namespaces, kubectl_kustomize, render
+
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(
+        "kind: CustomResourceTemplates\nkinds:\n  - group: example.com\n    kind: TrainingRun\n"
+        "    resource: trainingruns\n    templates: [spec.launcher.template.spec, 'spec.workers[*].template.spec']\n"
+    )
+    run = subprocess.run([sys.executable, "-m", "webhook.cli.webhooks", "--custom-resources", str(kinds)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    site = tmp_path / "repo" / "site"
+    shutil.copytree(MANIFESTS, tmp_path / "repo" / "manifests")
+    component = site / "training-runs"
+    component.mkdir(parents=True)
+    (component / "entries.yaml").write_text(run.stdout)
+    (component / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n"
+        "  - path: entries.yaml\n    target: {kind: ValidatingWebhookConfiguration, name: gpu-admission}\n"
+    )
+    (site / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../manifests/base]\n"
+        "components: [../manifests/ca-bundle, training-runs, ../manifests/excluded-namespaces]\n"
+    )
+    outputs = [render(site)] + ([kubectl_kustomize(site)] if KUBECTL else [])
+    for objects in outputs:
+        (validating,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+        hook = validating["webhooks"][-1]
+        assert hook["name"] == "trainingruns.example.com.gpu-admission.io"
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == excluded_namespaces()
+    expression = hook["matchConditions"][0]["expression"]
+    gpu = {"containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    assert _cel(expression, {"spec": {"workers": [{"template": {"spec": gpu}}]}}) is True
+    assert _cel(expression, {"spec": {"launcher": {"template": {"spec": gpu}}}}) is True
+    assert _cel(expression, {"spec": {"workers": [{"template": {"spec": {"containers": [{"name": "w"}]}}}]}}) is False
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Other\n")
+    run = subprocess.run([sys.executable, "-m", "webhook.cli.webhooks", "--custom-resources", str(bad)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert (run.returncode, run.stderr) == (
+        2, f"python -m webhook.cli.webhooks: {bad}: not a CustomResourceTemplates document (kind: "
+        "CustomResourceTemplates)\n",
+    )  # fmt: skip

@@ -281,7 +281,6 @@ class Template:
 
     place: str
     spec: dict[str, Any]
-    metadata: Any = None
 
 
 def _walk(node: Any, steps: tuple[str, ...], taken: tuple[str, ...], site: Site) -> Iterator[tuple[str, Any]]:
