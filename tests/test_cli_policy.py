@@ -420,3 +420,23 @@ def test_lint_refuses_a_memory_fraction_that_overcommits_every_gpu(tmp_path: Pat
         "share each GPU, so every GPU would be overcommitted; set at most 0.125\n"
         "1 problem in pol: nothing was loaded\n"
     )
+
+
+def test_explain_says_an_excluded_namespace_is_never_sent_to_the_webhook(tmp_path: Path) -> None:
+    from webhook.cli.webhooks import EXCLUDED_NAMESPACES
+
+    (tmp_path / "pol").mkdir()
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "kube-system", "team-a", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[:2] == [
+        "namespace kube-system",
+        "  webhook   never sent: the shipped webhook configurations exclude kube-system (Kubernetes' own; "
+        "manifests/base/excluded-namespaces.yaml): its pods and workloads are admitted as written, whatever a "
+        "policy says",
+    ]
+    assert lines[2:4] == ["", "namespace team-a"] and lines[4].startswith("  policy    built-in-default")
+    assert [name for name, _ in EXCLUDED_NAMESPACES] == [
+        "kube-system", "kube-node-lease", "gpu-admission", "gpu-operator", "nvidia-gpu-operator",
+        "nvidia-device-plugin", "nvidia-dra-driver-gpu",
+    ]  # fmt: skip

@@ -35,6 +35,7 @@ from kubernetes.client import ApiClient
 
 from tests import k8s_tools
 from webhook import certs
+from webhook.admission.customresources import BUILTIN_KINDS
 from webhook.admission.dra import CLAIM_SPEC_PATHS
 from webhook.admission.podspec import POD_SPEC_PATHS
 from webhook.admission.resources import is_managed
@@ -82,9 +83,11 @@ GUARDS && (
     (has(c.resources) && ['limits', 'requests'].exists(amounts,
       amounts in c.resources && c.resources[amounts] != null &&
       c.resources[amounts].exists(r,
-        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu', 'aliyun.com/gpu-mem',
-          'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'volcano.sh/vgpu-number',
-          'volcano.sh/vgpu-memory', 'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-cores'] ||
+        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu',
+          'aliyun.com/gpu-mem', 'nvidia.com/gpucores',
+          'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage',
+          'volcano.sh/vgpu-cores', 'volcano.sh/vgpu-memory',
+          'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-number'] ||
         r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/') ||
         r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
@@ -118,6 +121,21 @@ def is_claims(hook: dict[str, Any]) -> bool:
 
 def is_ephemeral(hook: dict[str, Any]) -> bool:
     return any(r["resources"] == ["pods/ephemeralcontainers"] for r in hook["rules"])
+
+
+def is_custom(hook: dict[str, Any]) -> bool:
+    """An entry for custom resources (validating only; tests/test_webhooks_generated.py checks them)."""
+    return any(r["apiVersions"] == ["*"] for r in hook["rules"])
+
+
+def pod_spec_hooks(configuration: dict[str, Any]) -> list[dict[str, Any]]:
+    return [hook for hook in configuration["webhooks"] if not is_custom(hook)]
+
+
+# The entries: five for the places a pod spec lives and two for DRA claims, in both configurations; one per
+# custom resource kind in the validating configuration only.
+ENTRIES = {"MutatingWebhookConfiguration": 7, "ValidatingWebhookConfiguration": 7 + len(BUILTIN_KINDS)}
+ALL_ENTRIES = sum(ENTRIES.values())
 
 
 # ------------------------------------------------------------------------------------ a small kustomize
@@ -600,7 +618,7 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
     configuration = one(default, kind)
     service = one(default, "Service")
     mutating = kind.startswith("Mutating")
-    assert len(configuration["webhooks"]) == 7
+    assert len(configuration["webhooks"]) == ENTRIES[kind]
     for hook in configuration["webhooks"]:
         assert hook["name"].endswith(".gpu-admission.io")
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -647,7 +665,7 @@ def test_the_gpu_stacks_default_namespaces_are_in_the_one_list() -> None:
     # The base holds no copy: each entry's values come from the list, through the component.
     for name in ("mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"):
         (configuration,) = load_documents(MANIFESTS / "base" / name)
-        assert name_exclusions([configuration]) == [[]] * 7  # one per webhook entry
+        assert name_exclusions([configuration]) == [[]] * ENTRIES[configuration["kind"]]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -655,7 +673,7 @@ def test_every_webhook_entry_excludes_every_listed_namespace(
     rendered: dict[str, list[dict[str, Any]]], variant: str
 ) -> None:
     found = name_exclusions(rendered[variant])
-    assert found == [excluded_namespaces()] * 14  # 7 webhooks in each of the two configurations
+    assert found == [excluded_namespaces()] * ALL_ENTRIES
     # Everything else still fails closed while no replica answers: tenants' GPU pods are refused, not let through.
     for configuration in webhook_configurations(rendered[variant]):
         assert {hook["failurePolicy"] for hook in configuration["webhooks"]} == {"Fail"}
@@ -684,7 +702,7 @@ def test_an_overlay_adds_a_namespace_to_the_list_with_one_patch(tmp_path: Path) 
     )
     outputs = [render(overlay)] + ([kubectl_kustomize(overlay)] if KUBECTL else [])
     for objects in outputs:
-        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * 14
+        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * ALL_ENTRIES
         assert not [o for o in objects if o["kind"] == "ExcludedNamespaces"]  # local-config: never applied
 
 
@@ -704,7 +722,7 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
     default: list[dict[str, Any]], kind: str
 ) -> None:
     covered: dict[str, list[str]] = {}
-    for hook in one(default, kind)["webhooks"]:
+    for hook in pod_spec_hooks(one(default, kind)):
         if is_ephemeral(hook):
             (rule,) = hook["rules"]
             assert rule["operations"] == ["UPDATE"] and rule["apiGroups"] == [""], "kubectl debug is an UPDATE"
@@ -721,7 +739,7 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
 def test_each_match_condition_is_the_documented_one_for_its_kinds_pod_spec_path(
     default: list[dict[str, Any]], kind: str
 ) -> None:
-    for hook in one(default, kind)["webhooks"]:
+    for hook in pod_spec_hooks(one(default, kind)):
         (condition,) = hook["matchConditions"]  # conditions are ANDed: one per webhook
         if is_claims(hook):
             (claim_kind,) = _kinds_of(hook)
@@ -781,7 +799,7 @@ def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> Non
 
 def test_mutating_and_validating_webhooks_see_the_same_objects(default: list[dict[str, Any]]) -> None:
     mutating = one(default, "MutatingWebhookConfiguration")["webhooks"]
-    validating = one(default, "ValidatingWebhookConfiguration")["webhooks"]
+    validating = pod_spec_hooks(one(default, "ValidatingWebhookConfiguration"))  # custom resources: validated only
     shared = ("name", "rules", "namespaceSelector", "matchConditions", "failurePolicy", "timeoutSeconds")
     assert [{k: h[k] for k in shared} for h in mutating] == [{k: h[k] for k in shared} for h in validating]
 
@@ -821,7 +839,7 @@ def test_the_documented_one_liner_fills_every_ca_bundle(tmp_path: Path) -> None:
         outputs.append(kubectl_kustomize(root / "manifests"))
     for objects in outputs:
         bundles = [h["clientConfig"]["caBundle"] for c in webhook_configurations(objects) for h in c["webhooks"]]
-        assert len(bundles) == 14  # 7 webhooks in each of the two configurations
+        assert len(bundles) == ALL_ENTRIES
         assert {base64.b64decode(b, validate=True) for b in bundles} == {out.ca_cert.read_bytes()}
 
 
@@ -1063,7 +1081,7 @@ def test_match_conditions_select_what_the_engine_would_judge(
 ) -> None:
     from webhook.admission.podspec import mentions_gpu
 
-    for hook in one(default, kind)["webhooks"]:
+    for hook in pod_spec_hooks(one(default, kind)):
         if is_ephemeral(hook) or is_claims(hook):
             continue
         (condition,) = hook["matchConditions"]

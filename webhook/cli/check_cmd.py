@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from webhook.cli.options import (
     POLICIES_HELP,
+    add_custom_resources_argument,
     add_kubeconfig_arguments,
+    custom_kind_table,
     kubeconfig_without_cluster,
     missing_policy_directory,
     policy_directory,
@@ -22,6 +24,7 @@ from webhook.cli.options import (
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
+    from webhook.admission.customresources import KindTable
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
     from webhook.cli.output import Result
@@ -43,6 +46,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=POLICIES_HELP,
     )
+    add_custom_resources_argument(parser)
     parser.add_argument(
         "-o",
         "--output",
@@ -71,8 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check",
         help="check manifests against the policies (offline, or with --server against a running webhook)",
         description=(
-            "Evaluate every Pod and workload in PATHs exactly as the webhook would: "
-            "exit 0 when all are admitted, 1 when any is denied, 2 on usage, parse or policy errors."
+            "Evaluate every Pod, workload and GPU custom resource in PATHs exactly as the webhook would: "
+            "exit 0 when all are admitted, 1 when any is denied, 2 on usage or policy errors and, after "
+            "judging the rest, when a file does not parse."
         ),
     )
     parser.add_argument(
@@ -138,10 +143,14 @@ def _check(args: argparse.Namespace) -> int:
     from webhook.cli.manifests import load_items
 
     documents, items, errors = load_items(args.paths)
-    if errors:
+    if errors and not items:
         for error in errors:
             fail("check", str(error))
         return 2
+    try:
+        kinds = custom_kind_table(args.custom_resources)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     policies_given = [item for item in items if item.is_policy]  # e.g. `check examples/` meets examples/policies/
     items = [item for item in items if not item.is_policy]
 
@@ -150,14 +159,15 @@ def _check(args: argparse.Namespace) -> int:
         from webhook.cli.remote import RemoteEvaluator  # its errors are CommandErrors
 
         remote = RemoteEvaluator(
-            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout
+            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout, kinds=kinds
         )
         evaluator: Evaluator = remote
     else:
         remote = None
         applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
-        evaluator = local_evaluator(policies, cluster_view(args.kubeconfig, args.context) if args.cluster else None)
+        view = cluster_view(args.kubeconfig, args.context) if args.cluster else None
+        evaluator = local_evaluator(policies, view, kinds)
 
     from webhook.cli.output import report
 
@@ -188,7 +198,11 @@ def _check(args: argparse.Namespace) -> int:
     )
     sys.stdout.flush()
     sys.stderr.write("".join(item.policy_note(applied_policies) + "\n" for item in policies_given))
-    return code
+    # A file that does not parse stops nothing: the others are judged, then it is named (file and line, as
+    # kubectl names it) and the run fails.
+    for error in errors:
+        fail("check", str(error))
+    return 2 if errors else code
 
 
 def load_policy_set(directory: str | None) -> PolicySet:
@@ -203,19 +217,48 @@ def load_policy_set(directory: str | None) -> PolicySet:
         return load_policies(chosen)
     except PolicyLoadError as exc:
         problems = exc.problems or [str(exc)]
-        raise CommandError("invalid policies:\n  " + "\n  ".join(problems)) from None
+        raise CommandError("invalid policies:\n  " + "\n  ".join(manifests_not_policies(chosen, problems))) from None
     except OSError as exc:
         raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
 
 
-def local_evaluator(policies: PolicySet, cluster: ClusterView | None = None) -> Evaluator:
+def manifests_not_policies(directory: str, problems: list[str]) -> list[str]:
+    """The loader's problems, with the files that hold Kubernetes manifests (a Pod, a Deployment: not a
+    GPUPolicy) said once for all, instead of every field of every object as an unknown policy field."""
+    import re
+
+    foreign: dict[str, str] = {}  # file -> a kind it holds
+    for problem in problems:
+        match = re.match(r'(.+?)#\d+ kind: "([^"]*)" is not supported; use GPUPolicy$', problem)
+        if match:
+            foreign.setdefault(match[1], match[2])
+    if not foreign:
+        return problems
+    kept = [p for p in problems if not any(p.startswith(f"{name}#") for name in foreign)]
+    kinds = sorted(set(foreign.values()))
+    shown = ", ".join(kinds[:4]) + (", ..." if len(kinds) > 4 else "")
+    files = len(foreign)
+    said = (
+        f"{directory}: {files} file{'s' if files != 1 else ''} hold{'s' if files == 1 else ''} Kubernetes "
+        f"manifests ({shown}), not GPUPolicy documents: --policies takes a directory of policies; give "
+        "manifests as the paths to check"
+    )
+    return [said, *kept]
+
+
+def local_evaluator(
+    policies: PolicySet, cluster: ClusterView | None = None, kinds: KindTable | None = None
+) -> Evaluator:
     """The engine, after the API server's own defaulting (limits without requests get requests); with
-    `cluster`, the policies' cluster checks run against it."""
-    from webhook.admission.engine import evaluate
+    `cluster`, the policies' cluster checks run against it. Custom resources of `kinds` (the built-in table
+    when None) are judged by their pod templates, as the server's /validate judges them."""
+    from webhook.admission.customresources import BUILTIN, evaluate
     from webhook.admission.podspec import default_requests_from_limits
 
+    table = kinds if kinds is not None else BUILTIN
+
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster)
+        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, table)
 
     return evaluate_local
 

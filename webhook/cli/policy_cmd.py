@@ -390,10 +390,19 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
 def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
     from webhook.admission import steering
     from webhook.admission.engine import evaluate
+    from webhook.cli.webhooks import EXCLUDED, EXCLUDED_NAMESPACES
 
+    print(f"namespace {namespace}", file=out)
+    excluded = dict(EXCLUDED_NAMESPACES).get(namespace)
+    if excluded is not None:  # the policies never see it: say so, rather than what they would do
+        print(
+            f"  webhook   never sent: the shipped webhook configurations exclude {namespace} ({excluded}; "
+            f"{EXCLUDED}): its pods and workloads are admitted as written, whatever a policy says",
+            file=out,
+        )
+        return
     selection = policies.select(namespace)
     policy = selection.policy
-    print(f"namespace {namespace}", file=out)
     print(f"  policy    {policy.name} ({policy.source})", file=out)
     print(f"  why       {selection.reason}", file=out)
     tied = [(glob, other) for glob, other in policies.ties(namespace) if other is not policy]
