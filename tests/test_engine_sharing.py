@@ -53,7 +53,7 @@ def test_under_warn_the_object_is_admitted_but_its_variables_never_say_more_than
     assert (decision.allowed, decision.decision) == (True, "warn")
     assert decision.warnings == [
         'gpu-admission: container "srv": nvidia.com/gpu 0.9 became nvidia.com/gpu.shared 1',
-        'gpu-admission: container "srv": set 9 memory env vars for GPU fraction 0.125',
+        'gpu-admission: container "srv": set 8 memory env vars for GPU fraction 0.125',
         'gpu-admission: container "srv": nvidia.com/gpu 0.9 is more than one share (1/8); ask for 0.125 or less, '
         "or whole GPUs",
     ]
@@ -63,7 +63,7 @@ def test_under_warn_the_object_is_admitted_but_its_variables_never_say_more_than
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         "CUPY_GPU_MEMORY_LIMIT": "12%",
-        "CUDA_MEMORY_FRACTION": "0.125",
+        # No CUDA_MEMORY_FRACTION under MPS: TGI's `free - (1 - f) * total` is negative where free is capped.
         "GPU_MEMORY_FRACTION": "0.125",
         # The device plugin's MPS daemon gives each of 8 replicas of an 81,559 MiB GPU 81559 // 8 = 10194 MiB
         # and 100 // 8 = 12 percent of the SMs: the injected values are at most those.

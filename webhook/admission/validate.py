@@ -22,6 +22,7 @@ from typing import Any
 
 from webhook.admission import engines, steering
 from webhook.admission.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
+from webhook.admission.envhints import judged as judged_in_mode
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -613,7 +614,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
     policy = rules.policy
     for name, value in judged:
         claim = memory_claim(name, value, rules.gpu_memory_mib)
-        if claim is None or claim <= share:
+        if claim is None or claim <= share or not judged_in_mode(name, policy.sharing.mode):
             continue
         reader = MEMORY_VARIABLES[name]
         instead = memory_value(name, share, rules.gpu_memory_mib)
