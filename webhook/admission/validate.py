@@ -610,7 +610,9 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
         else:
             judged.append((name, value))
     if share is not rules.share and share != rules.share:  # a converted fraction's smaller share: the
-        judged += owned + [(entry["name"], entry["value"]) for entry in hints]  # policy's own may exceed it
+        judged += owned + [  # policy's own may exceed it (the memory variables among them: not the MPS limits)
+            (entry["name"], entry["value"]) for entry in hints if entry["name"] in MEMORY_VARIABLES
+        ]
     policy = rules.policy
     for name, value in judged:
         claim = memory_claim(name, value, rules.gpu_memory_mib)
