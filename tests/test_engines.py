@@ -43,6 +43,7 @@ STARTS = {
         "args": ["--model-path", "m", "--port", "30000"],
     },
     "trtllm": {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0", "command": ["trtllm-serve", "m"]},
+    "trtllm serve": {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0", "command": ["trtllm-serve", "serve", "m"]},
 }
 BECAME = 'gpu-admission: container "srv": nvidia.com/gpu 1 became '
 MAPPED = {
@@ -69,6 +70,7 @@ for _start, (_argument, _title) in {
     "vllm module": (VLLM_ARG, "vLLM"),
     "sglang": (SGLANG_ARG, "SGLang"),
     "trtllm": (TRTLLM_ARG, "TensorRT-LLM"),
+    "trtllm serve": (TRTLLM_ARG, "TensorRT-LLM"),
 }.items():
     TABLE[(_start, "time-slicing")] = ([_argument], [], [MAPPED["time-slicing"], added(_argument, _title)])
     if _title == "vLLM":  # free memory is capped under MPS: only vLLM's fraction of the total still needs its flag
@@ -101,23 +103,20 @@ def test_each_engine_gets_its_flag_for_each_sharing_mode_and_no_framework_variab
 
 
 @pytest.mark.parametrize(
-    ("start", "written", "value"),
+    ("start", "written", "spelling"),
     [
-        ("vllm image", ["--model", "m", "--gpu-memory-utilization", "0.2"], "0.2"),
-        ("vllm image", ["--model", "m", "--gpu-memory-utilization=.25"], ".25"),
-        ("sglang", ["--model-path", "m", "--mem-fraction-static", "0.15"], "0.15"),
-        ("trtllm", ["--free_gpu_memory_fraction", "0.1"], "0.1"),
+        ("vllm image", ["--model", "m", "--gpu-memory-utilization", "0.2"], "--gpu-memory-utilization"),
+        ("vllm image", ["--model", "m", "--gpu-memory-utilization=.25"], "--gpu-memory-utilization"),
+        ("sglang", ["--model-path", "m", "--mem-fraction-static", "0.15"], "--mem-fraction-static"),
+        ("trtllm", ["--free_gpu_memory_fraction", "0.1"], "--free_gpu_memory_fraction"),  # click's other name
     ],
 )
-def test_a_flag_within_the_share_stays_as_written_with_a_notice(start, written, value):
+def test_a_flag_within_the_share_stays_as_written_with_a_notice(start, written, spelling):
     decision = run(pod(server(start, args=written)), POLICIES["time-slicing"])
-    body = decision.mutated["spec"]["containers"][0]
-    assert body["args"] == written
-    spelling = next(s for e in engines.ENGINES for s in e.spellings if any(a.startswith(s) for a in written))
-    suggested = "0.2437"
+    assert decision.mutated["spec"]["containers"][0]["args"] == written
     assert decision.warnings == [
         MAPPED["time-slicing"],
-        f'gpu-admission: container "srv": kept {spelling} as set (policy suggests {suggested})',
+        f'gpu-admission: container "srv": kept {spelling} as set (policy suggests 0.2437)',
     ]
     assert decision.decision == "allow"
 
@@ -207,6 +206,7 @@ def test_a_converted_fraction_gets_its_own_flag_and_is_judged_against_it():
         {"image": "vllm/vllm-openai:v0.9.1", "command": ["/bin/sh", "-c", "vllm serve m"]},  # a script: not parsed
         {"image": "python:3.12", "command": ["python3", "serve.py", "-m", "vllm.entrypoints.openai.api_server"]},
         {"image": "python:3.12", "command": ["vllm", "bench", "m"]},
+        {"image": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0", "command": ["trtllm-serve", "disaggregated", "-c", "x"]},
         {"image": "registry.example/vllm-openai-tools:1", "args": ["--model", "m"]},
         {"image": "vllm/vllm-openai:v0.9.1", "args": "--model m"},  # not a list: validation of the API server's
     ],

@@ -63,9 +63,11 @@ TRTLLM = Engine(
 )  # fmt: skip
 ENGINES = (VLLM, SGLANG, TRTLLM)
 
-# `python -m <module>` entry points, and executables whose first argument names the server.
+# `python -m <module>` entry points of the servers.
 MODULES = {"vllm.entrypoints.openai.api_server": VLLM, "sglang.launch_server": SGLANG}
-EXECUTABLES = {"trtllm-serve": TRTLLM}
+# trtllm-serve runs `serve` unless its first argument names another of its commands (tensorrt_llm/commands/
+# serve.py, DefaultGroup); those others take their settings from a config file, not this flag.
+TRTLLM_OTHER_COMMANDS = frozenset({"grpc", "disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve"})
 # Images whose entrypoint is the engine's server, so that their pods carry arguments alone: the vLLM OpenAI
 # image runs `vllm serve` (earlier `python3 -m vllm.entrypoints.openai.api_server`; vllm docker/Dockerfile).
 IMAGE_ENTRYPOINTS = {"vllm-openai": VLLM}
@@ -109,8 +111,8 @@ def detect(body: dict[str, Any]) -> Engine | None:
     first = _basename(argv[0])
     if first == "vllm" and len(argv) > 1 and argv[1] == "serve":
         return VLLM
-    if first in EXECUTABLES:
-        return EXECUTABLES[first]
+    if first == "trtllm-serve":
+        return TRTLLM if len(argv) == 1 or argv[1] not in TRTLLM_OTHER_COMMANDS else None
     if first in PYTHONS or first.startswith("python3."):
         for i, token in enumerate(argv[1:-1], start=1):
             if token == "-m":
