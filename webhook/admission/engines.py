@@ -95,9 +95,38 @@ def _image_repository(image: Any) -> str:
     return name.split(":", 1)[0]
 
 
+# What a server's command line can start with (a basename): anything else is no engine, decided without parsing.
+LEADS = frozenset({"vllm", "trtllm-serve", *PYTHONS})
+
+
 def detect(body: dict[str, Any]) -> Engine | None:
     """The engine a container runs, from its command line (or its image, where the image's entrypoint is the
-    engine and the pod sets no command)."""
+    engine and the pod sets no command).
+
+    This runs for every container that holds a shared GPU, in mutation and validation: most are no engine, and
+    are told so from the first word of their command line alone."""
+    command = body.get("command")
+    if command:
+        first = command[0] if type(command) is list else None
+    else:
+        image = body.get("image")
+        if type(image) is str and "vllm-openai" in image:
+            return _detect(body)
+        args = body.get("args")
+        first = args[0] if type(args) is list and args else None
+    if type(first) is not str:
+        return None
+    if first in LEADS or (("/" in first or first.startswith("python3.")) and _lead(first)):
+        return _detect(body)
+    return None
+
+
+def _lead(first: str) -> bool:
+    lead = first.rsplit("/", 1)[-1]
+    return lead in LEADS or lead.startswith("python3.")
+
+
+def _detect(body: dict[str, Any]) -> Engine | None:
     command, args = _strings(body.get("command")), _strings(body.get("args"))
     if command is None or args is None:
         return None

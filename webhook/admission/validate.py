@@ -635,11 +635,9 @@ def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _R
     """An inference engine's memory flag (engines.py) in a container that holds a shared replica may not let the
     engine take more than the container's share, as a memory variable may not (`_memory_variables`); the line
     gives the exact argument to write. Within the share it stays as written."""
-    if not any(map(rules.is_replica, counts)):
-        return
-    engine = engines.detect(ref.body)
+    engine = engines.detect(ref.body)  # first: most containers are no engine, and say so at once
     policy = rules.policy
-    if engine is None or not engines.applies(engine, policy.sharing.mode):
+    if engine is None or not engines.applies(engine, policy.sharing.mode) or not any(map(rules.is_replica, counts)):
         return
     found = engines.find(ref.body, engine)
     share = rules.share
