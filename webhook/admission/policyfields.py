@@ -187,7 +187,9 @@ SPEC = (
         "frameworks through their environment variables.", above=Fraction(0), at_most=Fraction(1),
     ),
     Field(
-        "frameworkEnv", "array", "The frameworks whose memory-fraction variables are injected.", items="string",
+        "frameworkEnv", "array", "The frameworks whose memory-fraction variables are injected; pytorch is opt-in "
+        "(per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF: PyTorch releases before the key stop on it).",
+        items="string",
         choices=FRAMEWORKS, unique=True, default=DEFAULT_FRAMEWORK_ENV,
     ),
     Field(

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import memshare, steering
+from webhook.admission import engines, memshare, steering
 from webhook.admission.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
+from webhook.admission.envhints import judged as judged_in_mode
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -281,6 +282,8 @@ def validate(
                     _within_share(ref, rules, problems)
                 if rules.share is not None and "env" in body:
                     _memory_variables(ref, counts, rules, problems)
+                if rules.share is not None:
+                    _engine_flag(ref, counts, rules, problems)
             if blocks and ("env" in body or "envFrom" in body or "volumeMounts" in body) and not _privileged(ref):
                 if "env" in body or "envFrom" in body:
                     _visible_devices(ref, rules, problems, bool(total), scheduler)
@@ -610,8 +613,8 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
                      f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share here ({mode} gives "
                      f'1/{policy.sharing.replicas} of a GPU per replica, policy "{policy.name}"); ask for {limit} '
                      "or less, or for whole GPUs in a namespace that has them",
-                     f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share (1/{policy.sharing.replicas}); "
-                     f"ask for {limit} or less, or whole GPUs")
+                     f"{NVIDIA_GPU} {_brief(format_fraction(asked), 8)} exceeds one share "
+                     f"(1/{policy.sharing.replicas}); ask for {_brief(limit, 8)} or less, or whole GPUs")
             return
 
 
@@ -652,7 +655,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
     policy = rules.policy
     for name, value in judged:
         claim = memory_claim(name, value, rules.gpu_memory_mib)
-        if claim is None or claim <= share:
+        if claim is None or claim <= share or not judged_in_mode(name, policy.sharing.mode):
             continue
         reader = MEMORY_VARIABLES[name]
         instead = memory_value(name, share, rules.gpu_memory_mib)
@@ -665,6 +668,35 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
              "webhook sets it",
              f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
              + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
+
+
+def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
+    """An inference engine's memory flag (engines.py) in a container that holds a shared replica may not let the
+    engine take more than the container's share, as a memory variable may not (`_memory_variables`); the line
+    gives the exact argument to write. Within the share it stays as written."""
+    engine = engines.detect(ref.body)  # first: most containers are no engine, and say so at once
+    policy = rules.policy
+    if engine is None or not engines.applies(engine, policy.sharing.mode) or not any(map(rules.is_replica, counts)):
+        return
+    found = engines.find(ref.body, engine)
+    share = rules.share
+    if found is None or found.value is None or share is None:
+        return  # absent (mutation adds it), or not a number (the engine refuses it)
+    env = ref.body.get("env")
+    if type(env) is list:
+        for entry in env:
+            if type(entry) is dict and entry.get("name") == RECORDED_FRACTION:
+                share = min(share, recorded_fraction(entry) or share)
+    if found.value <= share:
+        return
+    instead = engines.argument(engine, share, rules.gpu_memory_mib)
+    portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+    claim = format_fraction(found.value)
+    _add(ref, problems,
+         f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
+         f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
+         "webhook adds it",
+         f"{claim} of the GPU is over the {portion} share; write {instead}")
 
 
 def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, problems: Problems) -> None:
