@@ -22,6 +22,7 @@ from webhook.cli.options import (
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
+    from webhook.admission.dra import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
     from webhook.cli.output import Result
@@ -157,7 +158,14 @@ def _check(args: argparse.Namespace) -> int:
         remote = None
         applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
-        evaluator = local_evaluator(policies, cluster_view(args.kubeconfig, args.context) if args.cluster else None)
+        from webhook.admission.dra import ClaimIndex
+
+        claims = ClaimIndex()  # a pod's claims and templates: those in the same input (offline)
+        for item in items:
+            claims.add(item.obj, namespace_of(item.obj, args.namespace))
+        evaluator = local_evaluator(
+            policies, cluster_view(args.kubeconfig, args.context) if args.cluster else None, claims
+        )
 
     from webhook.cli.output import report
 
@@ -208,14 +216,16 @@ def load_policy_set(directory: str | None) -> PolicySet:
         raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
 
 
-def local_evaluator(policies: PolicySet, cluster: ClusterView | None = None) -> Evaluator:
+def local_evaluator(
+    policies: PolicySet, cluster: ClusterView | None = None, claims: ClaimsView | None = None
+) -> Evaluator:
     """The engine, after the API server's own defaulting (limits without requests get requests); with
-    `cluster`, the policies' cluster checks run against it."""
+    `cluster`, the policies' cluster checks run against it; with `claims`, a pod's claims count with it."""
     from webhook.admission.engine import evaluate
     from webhook.admission.podspec import default_requests_from_limits
 
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster)
+        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, claims)
 
     return evaluate_local
 

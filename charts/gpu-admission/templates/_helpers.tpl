@@ -13,7 +13,8 @@ app.kubernetes.io/component: webhook
 {{- end }}
 
 {{/*
-The matchConditions expression for one pod-spec location: true when the pod mounts a hostPath under /dev, or
+The matchConditions expression for one pod-spec location: true when the pod mounts a hostPath under /dev,
+names DRA claims or claim templates (spec.resourceClaims: their devices count with its GPUs), or
 a container (of the given sections) names a managed GPU resource in its requests or limits, sets
 NVIDIA_VISIBLE_DEVICES (by name, or through an envFrom prefix that can make it), or mounts something at the
 container toolkit's device-list path. Every step is guarded (has() and `in`), so no object makes it raise an
@@ -31,6 +32,7 @@ error, which failurePolicy Fail would turn into a refusal. Called with (list PAT
 {{ join " && " $guards }} && (
 ({{ printf "has(%s.volumes) && %s.volumes != null && %s.volumes.exists(v," $path $path $path }}
   has(v.hostPath) && v.hostPath != null && has(v.hostPath.path) && v.hostPath.path.contains('dev'))) ||
+({{ printf "has(%s.resourceClaims) && %s.resourceClaims != null && size(%s.resourceClaims) > 0" $path $path $path }}) ||
 {{ $sections }}.exists(section,
   section in {{ $path }} && {{ $path }}[section] != null &&
   {{ $path }}[section].exists(c,
