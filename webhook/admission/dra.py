@@ -565,9 +565,10 @@ def pod_claims(
                 continue
             devices = view.devices(kind, namespace, source)
             if devices is None:
+                word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
                 warnings.append(
-                    f'{WARNING_PREFIX}claim "{_cut(entry["name"])}": {kind} "{_cut(source, 63)}" is not known to the '
-                    "webhook yet; its devices are not counted against the GPU caps"
+                    f'{WARNING_PREFIX}claim "{_cut(entry["name"], 18)}": {word} "{_cut(source, 22)}" unknown yet; '
+                    "its GPUs are not counted"
                 )
             else:
                 named[entry["name"]] = _Named(entry["name"], kind, source, devices)
