@@ -515,21 +515,19 @@ def names_claims(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
     return type(spec) is dict and type(spec.get("resourceClaims")) is list and bool(spec["resourceClaims"])
 
 
-@dataclass(frozen=True, slots=True)
-class _Named:
-    """One entry of the pod's spec.resourceClaims, found in the view."""
-
-    name: str  # the pod's name for it
-    kind: str  # ResourceClaim or ResourceClaimTemplate
-    source: str  # the claim's or the template's name
-    devices: Devices
-
-    def counts(self, policy: Policy, request: str | None = None) -> tuple[dict[str, int], str]:
-        """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
-        alternative; and the class of a request with allocationMode All, or ""."""
+def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict[str, int], str]:
+    """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
+    alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
+    distinct value (the claims made from one template are alike); treat the result as read-only."""
+    memo = policy.memo.get("dra-claim-counts") or policy.derived("dra-claim-counts", lambda _: {})
+    key = (devices, request)
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= 4096:  # a bound no cluster's distinct claims reach
+            memo.clear()
         best: dict[str, tuple[int, str]] = {}  # request -> (count, kind)
         every = ""
-        for ref, device_class, count in self.devices:
+        for ref, device_class, count in devices:
             kind = _class_kind(device_class, policy)
             if not kind or (request is not None and ref != request):
                 continue
@@ -541,7 +539,21 @@ class _Named:
         totals: dict[str, int] = {}
         for count, kind in best.values():
             totals[kind] = totals.get(kind, 0) + count
-        return totals, every
+        found = memo[key] = (totals, every)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """One entry of the pod's spec.resourceClaims, found in the view."""
+
+    name: str  # the pod's name for it
+    kind: str  # ResourceClaim or ResourceClaimTemplate
+    source: str  # the claim's or the template's name
+    devices: Devices
+
+    def counts(self, policy: Policy, request: str | None = None) -> tuple[dict[str, int], str]:
+        return _counts(self.devices, policy, request)
 
     @property
     def shown(self) -> str:
@@ -549,34 +561,44 @@ class _Named:
 
 
 def pod_claims(
-    obj: dict[str, Any], namespace: str, policy: Policy, spec_path: tuple[str, ...], view: ClaimsView
+    obj: dict[str, Any],
+    namespace: str,
+    policy: Policy,
+    spec_path: tuple[str, ...],
+    view: ClaimsView,
+    holders: list[tuple[ContainerRef, dict[str, Any]]] | None = None,
 ) -> tuple[list[Violation], list[str]]:
     """The devices of the claims and templates a pod names, counted with its extended resources against
-    `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold."""
+    `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold.
+    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer."""
     spec = get_path(obj, spec_path)
-    named: dict[str, _Named] = {}
+    found: list[tuple[str, str, str, Devices]] = []  # (the pod's name for it, kind, its name, devices)
     warnings: list[str] = []
-    for entry in spec.get("resourceClaims") or []:
-        if type(entry) is not dict or type(entry.get("name")) is not str:
+    for entry in spec.get("resourceClaims") or ():
+        name = entry.get("name") if type(entry) is dict else None
+        if type(name) is not str:
             continue
-        for field_name, kind in CLAIM_KINDS.items():
-            source = entry.get(field_name)
+        kind, source = "ResourceClaim", entry.get("resourceClaimName")
+        if type(source) is not str or not source:
+            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
             if type(source) is not str or not source:
                 continue
-            devices = view.devices(kind, namespace, source)
-            if devices is None:
-                word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
-                warnings.append(
-                    f'{WARNING_PREFIX}claim "{_cut(entry["name"], 18)}": {word} "{_cut(source, 22)}" unknown yet; '
-                    "its GPUs are not counted"
-                )
-            else:
-                named[entry["name"]] = _Named(entry["name"], kind, source, devices)
-            break
+        devices = view.devices(kind, namespace, source)
+        if devices is None:
+            word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
+            warnings.append(
+                f'{WARNING_PREFIX}claim "{_cut(name, 18)}": {word} "{_cut(source, 22)}" unknown yet; '
+                "its GPUs are not counted"
+            )
+        else:
+            found.append((name, kind, source, devices))
     problems: list[Violation] = []
-    if not named:
+    if not found:
         return problems, warnings
     rules = _Rules.of(policy)
+    if holders is not None and _within_at_most(spec, found, policy, rules, holders):
+        return problems, warnings
+    named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
 
     def mig_names(name: str) -> bool:
         return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
@@ -632,6 +654,43 @@ def pod_claims(
             "all, or split the pod",
             f"{total} {noun} with its claims: at most {rules.max_per_pod} per pod; ask for fewer"))
     return problems, warnings
+
+
+def _within_at_most(
+    spec: dict[str, Any],
+    found: list[tuple[str, str, str, Devices]],
+    policy: Policy,
+    rules: _Rules,
+    holders: list[tuple[ContainerRef, dict[str, Any]]],
+) -> bool:
+    """The usual case, answered without counting container by container: every GPU count of the pod plus
+    every device of its claims is within each maximum that could apply (a container's share and each kind's
+    pod total are at most that)."""
+    extended: Any = 0
+    for _, counts in holders:
+        extended += sum(counts.values())
+    claimed: dict[str, int] = {}
+    for _, _, _, devices in found:
+        totals, every = _counts(devices, policy, None)
+        if every:
+            return False
+        for kind, count in totals.items():
+            claimed[kind] = claimed.get(kind, 0) + count
+    for kind, count in claimed.items():
+        maximum = rules.max_mig_per_container if kind == "mig" else rules.max_whole_per_container
+        if extended + count > min(maximum, rules.max_per_pod):
+            return False
+    # validation's holders leave DeviceClass resources out where it counted them apart: read the spec again
+    # (the limits: mutation has made every GPU request a limit too).
+    classes = rules.class_names
+    for section in ("initContainers", "containers"):
+        containers = spec.get(section)
+        for body in containers if type(containers) is list else ():
+            resources = body.get("resources") if type(body) is dict else None
+            amounts = resources.get("limits") if type(resources) is dict else None
+            if type(amounts) is dict and not classes.isdisjoint(amounts):
+                return False
+    return True
 
 
 def _container_claims(

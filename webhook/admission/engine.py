@@ -91,7 +91,7 @@ def evaluate(
     if cluster is not None and policy.cluster.auto:
         policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    counted: Holders | None = [] if cluster is not None else None
+    counted: Holders | None = [] if cluster is not None or counts_claims else None
     found = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
@@ -100,7 +100,7 @@ def evaluate(
     warnings = result.warnings
     if counts_claims:
         assert claims is not None
-        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims)
+        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims, counted)
         found, warnings = found + claimed, warnings + missing
     if cluster is not None and spec_path is not None:
         # A pod that names its node is never steered (steering.py): it is judged against that node instead.
