@@ -418,7 +418,8 @@ def test_when_nothing_may_be_listed_there_is_one_line_and_no_report(cluster, kub
         'forbidden (403) to list any of the resources the audit reads in namespace "ml" (deployments.apps is '
         'forbidden: User "auditor" cannot list resource "deployments" in API group "apps" in the namespace "ml"); '
         "grant list on deployments.apps, statefulsets.apps, daemonsets.apps, replicasets.apps, "
-        "replicationcontrollers, cronjobs.batch, jobs.batch, podtemplates and pods"
+        "replicationcontrollers, cronjobs.batch, jobs.batch, resourceclaimtemplates.resource.k8s.io, "
+        "resourceclaims.resource.k8s.io, podtemplates and pods"
     )
 
 

@@ -362,3 +362,35 @@ def test_the_server_counts_a_pods_claims_from_its_watched_cache(dra_server, api)
     # Once the watch brings it, it counts.
     api.put(named(TWO, "made-later"))
     eventually(lambda: review(server, "validate", later)["allowed"] is False)
+
+
+# --- audit lists claims and templates, and counts them in the pods that name them ---------------------------
+
+
+def test_audit_judges_claims_and_templates_and_counts_them_in_pods(tmp_path: Path):
+    from tests.test_cli_audit import gpu_webhook as audit_cli
+
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text(POLICY)
+    too_many = named(claim(exactly(count=4), kind="ResourceClaimTemplate"), "four-per-pod")
+    mixed = claiming(using("train", "gpus", limits={"nvidia.com/gpu": "1"}), gpus="two-gpus")
+    api = FakeKubeAPI()
+    api.add(TWO, too_many, mixed)
+    api.start()
+    try:
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = audit_cli("audit", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"), "-A")
+        assert run.returncode == 1, run.stderr
+        assert run.stderr == ""
+        denials = [line for line in run.stdout.splitlines() if line.startswith("DENY ")]
+        assert denials == [
+            'DENY fake#0 ResourceClaimTemplate/four-per-pod: template: 4 GPU devices (request "gpu": 4 from '
+            'gpu.nvidia.com) exceed the per-pod maximum of 2 (policy "capped"): each pod made from this template '
+            "gets its own 4; ask for at most 2, or split the work",
+            'DENY fake#2 Pod/p: pod: 3 GPUs in all (1 from nvidia.com/gpu, 2 from claim "gpus" (ResourceClaim '
+            '"two-gpus")) exceed the per-pod maximum of 2 (policy "capped"): a pod\'s claims count with its extended '
+            "resources; ask for at most 2 in all, or split the pod",
+        ]
+        assert api.list_requests("resourceclaims") == ["GET /apis/resource.k8s.io/v1/resourceclaims?limit=500"]
+    finally:
+        api.stop()
