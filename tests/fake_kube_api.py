@@ -41,10 +41,13 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "Namespace": ("/api/v1", "namespaces"),
     "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims"),
     "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices"),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses"),
 }
 
 TOKEN = "fake-token"
-WATCHED = ("ResourceClaim", "ResourceClaimTemplate")  # watched as Nodes are (put, delete)
+# Watched as Nodes are (put, delete).
+WATCHED = ("ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceClass")
 
 
 @dataclass

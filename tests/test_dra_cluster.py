@@ -72,3 +72,53 @@ def test_a_class_that_serves_no_extended_resource_adds_only_its_device_class_res
     assert dict(merged.allocatable) == {}, "the slice holds GPUs, not MIG devices"
     unreadable = [{"metadata": {"name": "x"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}]
     assert list(filter(None, map(class_info, unreadable))) == []
+
+
+# --- through the real server, the slices and classes watched from a loopback API server ---------------------
+
+POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: training}
+spec:
+  namespaces: [train]
+  limits: {maxPerContainer: 16, maxPerPod: 16}
+  cluster: {fits: deny}
+"""
+
+
+def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start_server, tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_inventory import eventually
+    from tests.test_server import pod as gpu_pod
+    from tests.test_server import review
+
+    api = FakeKubeAPI().start()
+    api.put_node(node("gpu-node-1", {}))  # no device plugin: its GPUs are in a ResourceSlice
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "p.yaml").write_text(POLICY)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+
+        def dra() -> dict:
+            return server.get("/readyz").json()["cluster"].get("dra", {})
+
+        eventually(lambda: dra().get("DeviceClass", {}).get("state") == "current", timeout=10)
+        assert review(server, "validate", gpu_pod("train", "2"))["allowed"] is False  # no slices yet
+        for item in CLASSES:
+            api.put(item)
+        api.put(SLICE)
+        eventually(lambda: dra().get("ResourceSlice", {}).get("objects") == 1, timeout=10)
+        eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is True)
+        denied = review(server, "validate", gpu_pod("train", "12"))
+        assert denied["status"]["message"] == (
+            'container "main": nvidia.com/gpu "12" fits on no node: the most one node holds is 8 (node '
+            '"gpu-node-1"); request at most 8, or list a larger node pool in cluster.assumeNodes (policy "training", '
+            "cluster.fits)"
+        )
+        api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
+        eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is False)
+    finally:
+        api.stop()

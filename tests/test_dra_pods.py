@@ -332,6 +332,8 @@ def test_the_server_counts_a_pods_claims_from_its_watched_cache(dra_server, api)
     assert server.get("/readyz").json()["cluster"]["dra"] == {
         "ResourceClaim": {"state": "current", "objects": 1},
         "ResourceClaimTemplate": {"state": "current", "objects": 1},
+        "ResourceSlice": {"state": "current", "objects": 0},
+        "DeviceClass": {"state": "current", "objects": 0},
     }
     mixed = claiming(using("train", "gpus", limits={"nvidia.com/gpu": "1"}), gpus="two-gpus")
     for endpoint in ("validate", "mutate"):

@@ -431,8 +431,8 @@ def test_the_service_account_may_only_read_nodes_and_dra_claims(default: list[di
     role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
-         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["resource.k8s.io"], "verbs": ["get", "list", "watch"],
+         "resources": ["resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"]},
     ]  # fmt: skip
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]

@@ -187,15 +187,25 @@ class NodeInventory:
         self.lists = 0  # completed lists (the first, and relists after a 410)
         self.last_error = ""
         self._stop = threading.Event()
+        self._dra: tuple[Any, ...] = ()  # the ResourceSlice and DeviceClass watches merged in (attach_dra)
+        self._publishing = threading.Lock()  # those watches publish from their own threads
 
     # ------------------------------------------------------------------------------------ the hot path
 
     def view(self) -> ClusterView | None:
-        """The snapshot, or None while it cannot be trusted (never listed; watch broken too long)."""
+        """The snapshot, or None while it cannot be trusted (never listed; watch broken too long; a DRA watch
+        listing for the first time, or broken too long)."""
         broken = self._broken_since
         if broken is not None and self._clock() - broken > self.stale_after:
             return None
+        for watch in self._dra:
+            if watch.state() in ("listing", "stale"):
+                return None
         return self._view
+
+    def attach_dra(self, *watches: Any) -> None:
+        """Merge these watches' ResourceSlices and DeviceClasses (webhook/server/dra_watch.py) into the view."""
+        self._dra = watches
 
     @property
     def last_view(self) -> ClusterView | None:
@@ -305,4 +315,13 @@ class NodeInventory:
             self._publish()
 
     def _publish(self) -> None:
-        self._view = ClusterView(dict(self._nodes))
+        if not self.lists:
+            return  # the nodes first: a DRA watch that lists sooner waits for them
+        with self._publishing:
+            nodes = dict(self._nodes)
+            if self._dra:
+                from webhook.admission.draslices import merge
+
+                slices, classes = self._dra
+                nodes = merge(nodes, list(slices.items.values()), dict(classes.items))
+            self._view = ClusterView(nodes)

@@ -21,6 +21,7 @@ from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy import PolicySet
 from webhook.server import metrics
 from webhook.server.claims import ClaimsCache
+from webhook.server.dra_watch import DRAWatch
 from webhook.server.inventory import Credentials, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 from webhook.server.policies import PolicyStore
@@ -45,6 +46,7 @@ class ServerState:
     cluster_stale_after: float = STALE_AFTER_S
     inventory: NodeInventory | None = None  # this worker's (start_inventory)
     claims: ClaimsCache | None = None  # this worker's DRA claims and templates (start_inventory)
+    dra_watches: list[DRAWatch] = field(default_factory=list)  # ResourceSlices, DeviceClasses (start_inventory)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
@@ -76,7 +78,15 @@ class ServerState:
         if self.cluster is None or self.cluster.configuration is None or self.inventory is not None:
             return
         self.inventory = NodeInventory(KubeNodes(self.cluster.configuration), stale_after=self.cluster_stale_after)
-        self.inventory.start()
+        inventory = self.inventory
+        self.dra_watches = [
+            DRAWatch.watching(self.cluster.configuration, kind, inventory._publish, self.cluster_stale_after)
+            for kind in ("ResourceSlice", "DeviceClass")
+        ]
+        inventory.attach_dra(*self.dra_watches)
+        inventory.start()
+        for watch in self.dra_watches:
+            watch.start()
         self.claims = ClaimsCache.watching(self.cluster.configuration, self.cluster_stale_after)
         self.claims.start()
 
@@ -121,6 +131,8 @@ class ServerState:
             details["lastError"] = inventory.last_error
         if self.claims is not None:
             details["dra"] = self.claims.details()
+            for watch in self.dra_watches:
+                details["dra"][watch.kind] = {"state": watch.state(), "objects": len(watch.items)}
         drift = self.drift()
         if drift:
             details["drift"] = [item.line for item in drift]
@@ -176,6 +188,8 @@ class ServerState:
             self.inventory.stop()
         if self.claims is not None:
             self.claims.stop()
+        for watch in self.dra_watches:
+            watch.stop()
 
     def _watch(self) -> None:
         next_cert = time.monotonic() + self.cert_interval
