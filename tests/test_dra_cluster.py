@@ -122,3 +122,34 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
         eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is False)
     finally:
         api.stop()
+
+
+def test_check_with_cluster_reads_the_slices_and_classes_too(tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_check import gpu_webhook
+    from tests.test_server import pod as gpu_pod
+
+    api = FakeKubeAPI().start()
+    api.put_node(node("gpu-node-1", {}))
+    for item in CLASSES:
+        api.put(item)
+    api.put(SLICE)
+    try:
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "p.yaml").write_text(POLICY)
+        (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([gpu_pod("train", "2"), gpu_pod("train", "12")]))
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
+                          str(tmp_path / "pods.yaml"))  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert [line for line in run.stdout.splitlines() if line.startswith("DENY")] == [
+            f'DENY {tmp_path}/pods.yaml#1 Pod/train: container "main": nvidia.com/gpu "12" fits on no node: the most '
+            'one node holds is 8 (node "gpu-node-1"); request at most 8, or list a larger node pool in '
+            'cluster.assumeNodes (policy "training", cluster.fits)'
+        ]
+        api.forbidden.update({"resourceslices", "deviceclasses"})  # not allowed to read DRA: the nodes alone
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
+                          str(tmp_path / "pods.yaml"))  # fmt: skip
+        assert run.returncode == 1 and "no node advertises it" in run.stdout
+    finally:
+        api.stop()

@@ -66,6 +66,11 @@ class Resource:
 
 # Nodes, for the cluster checks and the drift report (cluster-scoped: listed with no namespace).
 NODES = Resource("Node", "v1", "nodes", "CoreV1Api", "node", cluster_scoped=True)
+# DRA's devices and classes, for the cluster checks on nodes that DRA serves (404 on a cluster without them).
+RESOURCE_SLICES = Resource("ResourceSlice", "resource.k8s.io/v1", "resourceslices.resource.k8s.io", "ResourceV1Api",
+                           "resource_slice", cluster_scoped=True, optional=True)  # fmt: skip
+DEVICE_CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses.resource.k8s.io", "ResourceV1Api",
+                          "device_class", cluster_scoped=True, optional=True)  # fmt: skip
 # Namespaces, for `policy lint --cluster`: a policy's namespaces entry that names none of them.
 NAMESPACES = Resource("Namespace", "v1", "namespaces", "CoreV1Api", "namespace", cluster_scoped=True)
 
