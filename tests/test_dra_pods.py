@@ -135,6 +135,8 @@ def test_two_claims_each_within_the_cap_are_over_it_together_even_unnamed_by_con
         "resources; ask for at most 2 in all, or split the pod",
     ]
     assert decision.patch == []
+    alone = judged(claiming(container("train"), second="one-gpu"), POD_CAPPED, index(TWO, ONE))
+    assert (alone.decision, alone.violations, alone.patch) == ("allow", [], [])
 
 
 def test_within_the_caps_every_route_together_is_allowed_without_a_line():

@@ -85,7 +85,7 @@ def evaluate(
     if not mentions_gpu(obj, spec_path):
         if counts_claims:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
-            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims)
+            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims, [])  # no GPU counts
             return _verdict(policy, [], warnings, found, obj, [])
         return Decision(True, "allow", policy.name, mutated=obj)
     if cluster is not None and policy.cluster.auto:
