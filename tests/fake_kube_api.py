@@ -39,9 +39,15 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "CronJob": ("/apis/batch/v1", "cronjobs"),
     "Node": ("/api/v1", "nodes"),
     "Namespace": ("/api/v1", "namespaces"),
+    "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims"),
+    "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
+    "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices"),
+    "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses"),
 }
 
 TOKEN = "fake-token"
+# Watched as Nodes are (put, delete).
+WATCHED = ("ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceClass")
 
 
 @dataclass
@@ -55,7 +61,7 @@ class FakeKubeAPI:
     _server: ThreadingHTTPServer | None = None
     # The watch: every change to a Node, with the resourceVersion it made; history before `_oldest` is gone.
     version: int = 100
-    _history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    _history: list[tuple[int, str, dict[str, Any], str]] = field(default_factory=list)  # (version, type, obj, kind)
     _oldest: int = 0
     _changed: threading.Condition = field(default_factory=threading.Condition)
     _cut: int = 0  # bumped by `disconnect`: open watches drop their connection
@@ -63,12 +69,12 @@ class FakeKubeAPI:
 
     # --- Nodes: changes that watches see ------------------------------------------------------------------
 
-    def _record(self, kind: str, obj: dict[str, Any]) -> None:
+    def _record(self, kind: str, obj: dict[str, Any], resource: str = "Node") -> None:
         with self._changed:
             self.version += 1
             obj = copy.deepcopy(obj)
             obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
-            self._history.append((self.version, kind, obj))
+            self._history.append((self.version, kind, obj, resource))
             self._changed.notify_all()
 
     def put_node(self, node: dict[str, Any]) -> None:
@@ -92,6 +98,26 @@ class FakeKubeAPI:
             nodes[:] = [n for n in nodes if n["metadata"]["name"] != name]
             for node in gone:
                 self._record("DELETED", node)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        """Add or replace a namespaced object (a ResourceClaim) by namespace and name, with its watch event."""
+        with self._changed:
+            stored = self.objects.setdefault(obj["kind"], [])
+            key = (_namespace(obj), obj["metadata"]["name"])
+            existing = [i for i, o in enumerate(stored) if (_namespace(o), o["metadata"]["name"]) == key]
+            if existing:
+                stored[existing[0]] = copy.deepcopy(obj)
+            else:
+                stored.append(copy.deepcopy(obj))
+            self._record("MODIFIED" if existing else "ADDED", obj, obj["kind"])
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        with self._changed:
+            stored = self.objects.setdefault(kind, [])
+            gone = [o for o in stored if (_namespace(o), o["metadata"]["name"]) == (namespace, name)]
+            stored[:] = [o for o in stored if o not in gone]
+            for obj in gone:
+                self._record("DELETED", obj, kind)
 
     def bookmark(self) -> None:
         """A BOOKMARK event on every open watch that asked for them."""
@@ -132,9 +158,11 @@ class FakeKubeAPI:
             def do_GET(self) -> None:
                 api.requests.append(f"GET {self.path}")
                 query = parse_qs(urlsplit(self.path).query)
-                watch = query.get("watch") == ["true"] and urlsplit(self.path).path == "/api/v1/nodes"
+                route = api._route(urlsplit(self.path).path)
+                watch = query.get("watch") == ["true"] and route is not None and route[2] is None
+                watch = watch and route[1] not in api.forbidden  # type: ignore[index]
                 if watch and self.headers.get("Authorization", "") == f"Bearer {api.token}":
-                    api.stream_watch(self, {k: v[-1] for k, v in query.items()})
+                    api.stream_watch(self, {k: v[-1] for k, v in query.items()}, route[0])
                     return
                 status, body = api.handle(self.path, self.headers.get("Authorization", ""))
                 data = json.dumps(body).encode()
@@ -164,7 +192,7 @@ class FakeKubeAPI:
             self._server.server_close()
             self._server = None
 
-    def stream_watch(self, handler: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
+    def stream_watch(self, handler: BaseHTTPRequestHandler, query: dict[str, str], watched: str = "Node") -> None:
         """One watch: a chunked HTTP/1.1 response of JSON events, as the API server streams them."""
         since = int(query.get("resourceVersion") or self.version)
         bookmarks = query.get("allowWatchBookmarks") == "true"
@@ -191,8 +219,8 @@ class FakeKubeAPI:
                     return
                 sent = since
                 while True:
-                    for version, kind, obj in list(self._history):
-                        if version > sent:
+                    for version, kind, obj, resource in list(self._history):
+                        if version > sent and (kind == "BOOKMARK" or resource == watched):
                             sent = version
                             if kind == "BOOKMARK":
                                 if bookmarks:
@@ -276,7 +304,7 @@ class FakeKubeAPI:
         limit = int(query["limit"]) if query.get("limit") else 0
         end = start + limit if limit > 0 else len(items)
         page = items[start:end]
-        metadata: dict[str, Any] = {"resourceVersion": str(self.version) if kind == "Node" else "12345"}
+        metadata: dict[str, Any] = {"resourceVersion": str(self.version) if kind in ("Node", *WATCHED) else "12345"}
         if end < len(items):
             metadata["continue"] = base64.urlsafe_b64encode(
                 json.dumps({"path": parts.path, "start": end}).encode()

@@ -174,8 +174,11 @@ def test_audit_one_namespace_with_owned_objects_lists_everything_with_its_owner(
         "Pod/web-1-abc (owner ReplicaSet/web-1)",
     ]
     assert "research" not in run.stdout and "nightly" not in run.stdout
-    # The nodes (cluster checks) and API discovery (which custom resources the cluster serves) are not lists.
-    listed = [r for r in cluster.requests if not r.startswith("GET /api/v1/nodes?") and r != "GET /apis"]
+    # The nodes and DRA's (cluster checks) and API discovery (which custom resources the cluster serves) are
+    # not lists of what is judged.
+    cluster_scoped = ("GET /api/v1/nodes?", "GET /apis/resource.k8s.io/v1/resourceslices?",
+                      "GET /apis/resource.k8s.io/v1/deviceclasses?")  # fmt: skip
+    listed = [r for r in cluster.requests if not r.startswith(cluster_scoped) and r != "GET /apis"]
     assert all("/namespaces/ml/" in r for r in listed), "namespaced list calls only"
     # The ReplicaSet's template is its Deployment's: the webhook leaves it alone, and so does the audit.
     assert run.stdout.splitlines()[-1].startswith("9 objects: 8 allowed, 1 denied, 1 mutated, 1 skipped")
@@ -419,7 +422,8 @@ def test_when_nothing_may_be_listed_there_is_one_line_and_no_report(cluster, kub
         'forbidden (403) to list any of the resources the audit reads in namespace "ml" (deployments.apps is '
         'forbidden: User "auditor" cannot list resource "deployments" in API group "apps" in the namespace "ml"); '
         "grant list on deployments.apps, statefulsets.apps, daemonsets.apps, replicasets.apps, "
-        "replicationcontrollers, cronjobs.batch, jobs.batch, podtemplates and pods"
+        "replicationcontrollers, cronjobs.batch, jobs.batch, resourceclaimtemplates.resource.k8s.io, "
+        "resourceclaims.resource.k8s.io, podtemplates and pods"
     )
 
 

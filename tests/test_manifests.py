@@ -77,6 +77,7 @@ MATCH_CONDITION = """\
 GUARDS && (
 (has(SPEC.volumes) && SPEC.volumes != null && SPEC.volumes.exists(v,
   has(v.hostPath) && v.hostPath != null && has(v.hostPath.path) && v.hostPath.path.contains('dev'))) ||
+(has(SPEC.resourceClaims) && SPEC.resourceClaims != null && size(SPEC.resourceClaims) > 0) ||
 ['containers', 'initContainers'].exists(section,
   section in SPEC && SPEC[section] != null &&
   SPEC[section].exists(c,
@@ -446,9 +447,13 @@ def test_the_deployment_runs_three_spread_replicas(default: list[dict[str, Any]]
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == APP_LABELS
 
 
-def test_the_service_account_may_get_list_and_watch_nodes_and_nothing_else(default: list[dict[str, Any]]) -> None:
+def test_the_service_account_may_only_read_nodes_and_dra_claims(default: list[dict[str, Any]]) -> None:
     role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["resource.k8s.io"], "verbs": ["get", "list", "watch"],
+         "resources": ["resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"]},
+    ]  # fmt: skip
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]
     }  # fmt: skip

@@ -64,7 +64,7 @@ def client(evaluate: Any = None, **state: Any):
 
 
 def test_an_engine_failure_is_a_500_with_the_uid_and_no_traceback(caplog):
-    def broken(obj, namespace, policies, old, cluster):
+    def broken(obj, namespace, policies, old, cluster, claims):
         raise KeyError("spec")
 
     before = sample("gpu_admission_reviews_total", webhook="validate", decision="error")
@@ -79,7 +79,7 @@ def test_an_engine_failure_is_a_500_with_the_uid_and_no_traceback(caplog):
 
 
 def test_an_engine_recursing_too_deep_is_a_400_not_a_500():
-    def deep(obj, namespace, policies, old, cluster):
+    def deep(obj, namespace, policies, old, cluster, claims):
         raise RecursionError("maximum recursion depth exceeded")
 
     answer = client(deep).post("/mutate", json=make_review(GPU_POD, namespace="team-a"))
@@ -103,11 +103,11 @@ def test_the_engine_gets_the_object_the_namespace_and_the_policies_of_the_moment
     seen = []
     policies = PolicySet()
 
-    def spy(obj, namespace, given, old, cluster):
+    def spy(obj, namespace, given, old, cluster, claims):
         seen.append((obj, namespace, given))
         from webhook.admission.engine import evaluate
 
-        return evaluate(obj, namespace, given, old, cluster)
+        return evaluate(obj, namespace, given, old, cluster, claims)
 
     store = PolicyStore(policies)
     app = create_app(ServerState(store, evaluate=spy)).test_client()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.cluster import ClusterView
+from webhook.admission.dra import ClaimsView
 from webhook.admission.engine import Decision
 from webhook.admission.engine import evaluate as evaluate_workload
 from webhook.admission.podspec import controller_reference, get_path
@@ -372,14 +373,16 @@ def evaluate(
     policies: PolicySet,
     old: Any = None,
     cluster: ClusterView | None = None,
+    claims: ClaimsView | None = None,
     kinds: KindTable = BUILTIN,
 ) -> Decision:
     """`engine.evaluate`, and custom resources of `kinds` judged by their templates: the server's /validate
-    and the CLI call this."""
+    and the CLI call this. `claims` (DRA) count with a pod's GPUs; a custom resource's templates name no claim
+    that exists yet, so they are judged without."""
     kind = kinds.lookup(obj)
     if kind is not None:
         return judge(obj, kind, namespace, policies, old, cluster)
-    decision = evaluate_workload(obj, namespace, policies, old, cluster)
+    decision = evaluate_workload(obj, namespace, policies, old, cluster, claims)
     if decision.skipped and decision.skip_reason == NO_POD_SPEC and _custom_group(obj):
         where = gpu_mention(obj)
         if where:  # a kind nobody told gpu-admission about, asking for GPUs: say so, never pass it quietly

@@ -25,14 +25,23 @@ side from NVIDIA/k8s-dra-driver-gpu: the DeviceClasses' selectors (`device.attri
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from webhook.admission.memo import BoundedMemo
-from webhook.admission.podspec import get_path
+from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Mode, Policy
-from webhook.admission.validate import APISERVER_TOO, Refusal, _Rules
-from webhook.admission.violation import SHORT_LIMIT, Violation
+from webhook.admission.resources import MIG_PREFIX
+from webhook.admission.validate import (
+    APISERVER_TOO,
+    Refusal,
+    _container,
+    _Rules,
+    container_violation,
+    effective_total,
+    pod_violation,
+)
+from webhook.admission.violation import SHORT_LIMIT, WARNING_PREFIX, Violation
 
 # kind -> the keys from the object's root to its DeviceClaim's parent (the ResourceClaimSpec)
 CLAIM_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -425,3 +434,276 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
     problems.append(_problem(
         where, f"{kind} sharing strategy {_cut(strategy, 20)} does not match the namespace: {why}; {fix}",
         f"{kind} sharing {_cut(strategy, 12)} is not this namespace's ({mode}); {fix}"))
+
+
+# ------------------------------------------------------------------------------ a pod's claims and templates
+#
+# A pod that names claims (`spec.resourceClaims`) holds their devices as well as its extended resources, so
+# its total counts both. The claims and templates reach the core as data (`ClaimsView`): the server's watched
+# cache, or offline the claims in the same input files. A claim's spec is immutable, so an entry once read
+# stays right; a claim not in the view is counted as nothing, with a warning (never denied for it).
+
+# (request name, DeviceClass, count) per request and per `firstAvailable` alternative; count ALL_DEVICES for
+# allocationMode All. Only what counting needs: a cached claim is this tuple, held once per distinct value.
+Devices = tuple[tuple[str, str, int], ...]
+ALL_DEVICES = -1
+CLAIM_KINDS = {"resourceClaimName": "ResourceClaim", "resourceClaimTemplateName": "ResourceClaimTemplate"}
+
+
+def devices_of(obj: Any) -> Devices | None:
+    """What a ResourceClaim or ResourceClaimTemplate asks for, reduced to counts; None for anything else.
+
+    Policy-free (which classes are GPUs is the policy's to say, when a pod is judged), and lenient: an entry
+    the API server would refuse is left out (the API server stores no such claim)."""
+    path = claim_spec_path(obj)
+    if path is None:
+        return None
+    spec = get_path(obj, path)
+    devices = spec.get("devices") if type(spec) is dict else None
+    requests = devices.get("requests") if type(devices) is dict else None
+    found: list[tuple[str, str, int]] = []
+    for request in requests if type(requests) is list else []:
+        if type(request) is not dict or type(request.get("name")) is not str:
+            continue
+        exactly, alternatives = request.get("exactly"), request.get("firstAvailable")
+        bodies = [exactly] if exactly is not None else alternatives if type(alternatives) is list else []
+        for body in bodies:
+            if type(body) is not dict or type(body.get("deviceClassName")) is not str:
+                continue
+            count = body.get("count")
+            if body.get("allocationMode") == ALL:
+                count = ALL_DEVICES
+            elif count is None or count == 0:
+                count = 1
+            if type(count) is int:
+                found.append((request["name"], body["deviceClassName"], count))
+    return tuple(found)
+
+
+class ClaimsView(Protocol):
+    """The claims and templates a pod may name: `devices` for one of them, or None where it is not known."""
+
+    def devices(self, kind: str, namespace: str, name: str) -> Devices | None: ...
+
+
+@dataclass(slots=True)
+class ClaimIndex:
+    """A ClaimsView over dicts: namespace -> name -> Devices, for ResourceClaims and for templates."""
+
+    claims: dict[str, dict[str, Devices]] = field(default_factory=dict)
+    templates: dict[str, dict[str, Devices]] = field(default_factory=dict)
+
+    def devices(self, kind: str, namespace: str, name: str) -> Devices | None:
+        held = (self.claims if kind == "ResourceClaim" else self.templates).get(namespace)
+        return held.get(name) if held is not None else None
+
+    def add(self, obj: dict[str, Any], namespace: str) -> bool:
+        """Keep a claim or template (offline: those of the input files); False for any other object."""
+        devices = devices_of(obj)
+        metadata = obj.get("metadata")
+        name = metadata.get("name") if type(metadata) is dict else None
+        if devices is None or type(name) is not str:
+            return False
+        held = self.claims if obj.get("kind") == "ResourceClaim" else self.templates
+        held.setdefault(namespace, {})[name] = devices
+        return True
+
+
+def names_claims(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
+    """Whether the pod spec names a claim or a template (`spec.resourceClaims`)."""
+    spec = get_path(obj, spec_path)
+    return type(spec) is dict and type(spec.get("resourceClaims")) is list and bool(spec["resourceClaims"])
+
+
+def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict[str, int], str]:
+    """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
+    alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
+    distinct value (the claims made from one template are alike); treat the result as read-only."""
+    memo = policy.memo.get("dra-claim-counts") or policy.derived("dra-claim-counts", lambda _: {})
+    key = (devices, request)
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= 4096:  # a bound no cluster's distinct claims reach
+            memo.clear()
+        best: dict[str, tuple[int, str]] = {}  # request -> (count, kind)
+        every = ""
+        for ref, device_class, count in devices:
+            kind = _class_kind(device_class, policy)
+            if not kind or (request is not None and ref != request):
+                continue
+            if count == ALL_DEVICES:
+                every = every or device_class
+                continue
+            if count > best.get(ref, (0, ""))[0]:
+                best[ref] = (count, kind)
+        totals: dict[str, int] = {}
+        for count, kind in best.values():
+            totals[kind] = totals.get(kind, 0) + count
+        found = memo[key] = (totals, every)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """One entry of the pod's spec.resourceClaims, found in the view."""
+
+    name: str  # the pod's name for it
+    kind: str  # ResourceClaim or ResourceClaimTemplate
+    source: str  # the claim's or the template's name
+    devices: Devices
+
+    def counts(self, policy: Policy, request: str | None = None) -> tuple[dict[str, int], str]:
+        return _counts(self.devices, policy, request)
+
+    @property
+    def shown(self) -> str:
+        return f'claim "{_cut(self.name)}" ({self.kind} "{_cut(self.source, 63)}")'
+
+
+def pod_claims(
+    obj: dict[str, Any],
+    namespace: str,
+    policy: Policy,
+    spec_path: tuple[str, ...],
+    view: ClaimsView,
+    holders: list[tuple[ContainerRef, dict[str, Any]]] | None = None,
+) -> tuple[list[Violation], list[str]]:
+    """The devices of the claims and templates a pod names, counted with its extended resources against
+    `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold.
+    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer."""
+    spec = get_path(obj, spec_path)
+    found: list[tuple[str, str, str, Devices]] = []  # (the pod's name for it, kind, its name, devices)
+    warnings: list[str] = []
+    for entry in spec.get("resourceClaims") or ():
+        name = entry.get("name") if type(entry) is dict else None
+        if type(name) is not str:
+            continue
+        kind, source = "ResourceClaim", entry.get("resourceClaimName")
+        if type(source) is not str or not source:
+            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
+            if type(source) is not str or not source:
+                continue
+        devices = view.devices(kind, namespace, source)
+        if devices is None:
+            word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
+            warnings.append(
+                f'{WARNING_PREFIX}claim "{_cut(name, 18)}": {word} "{_cut(source, 22)}" unknown yet; '
+                "its GPUs are not counted"
+            )
+        else:
+            found.append((name, kind, source, devices))
+    problems: list[Violation] = []
+    if not found:
+        return problems, warnings
+    rules = _Rules.of(policy)
+    if holders is not None and _within_at_most(spec, found, policy, rules, holders):
+        return problems, warnings
+    named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
+
+    def mig_names(name: str) -> bool:
+        return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
+
+    groups = {"gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
+              "mig": (mig_names, rules.max_mig_per_container, "MIG devices")}
+    where = f'policy "{policy.name}"'
+    holders: dict[str, list[tuple[ContainerRef, dict[str, Any]]]] = {"gpu": [], "mig": []}
+    resources: dict[str, set[str]] = {"gpu": set(), "mig": set()}  # the extended resources counted
+    for section in ("initContainers", "containers"):
+        containers = spec.get(section)
+        for index, body in enumerate(containers if type(containers) is list else []):
+            if type(body) is not dict:
+                continue
+            ref = ContainerRef(section, index, body)
+            counts = _container(ref, rules, [])  # validation said its problems: only the counts here
+            asked = _container_claims(ref, named, policy)
+            for group, (member, maximum, noun) in groups.items():
+                extended = {name: value for name, value in counts.items() if member(name) and value}
+                if extended:
+                    holders[group].append((ref, {"": sum(extended.values())}))
+                    resources[group].update(extended)
+                claimed = [(one, got[group]) for one, got in asked if got.get(group)]
+                total = sum(extended.values()) + sum(count for _, count in claimed)
+                if not claimed or total <= maximum or sum(extended.values()) > maximum:
+                    continue
+                parts = [f"{value} from {name}" for name, value in extended.items()]
+                parts += [f"{count} from {one.shown}" for one, count in claimed]
+                problems.append(container_violation(
+                    ref, f"{total} {noun} in all ({', '.join(parts)}) exceed the per-container maximum of {maximum} "
+                    f"({where}): a claim's devices count with the extended resources; ask for at most {maximum} "
+                    "in all",
+                    f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer"))
+    for one in named.values():
+        _, every = one.counts(policy)
+        if every:
+            problems.append(pod_violation(
+                f"{one.shown} asks for every matching {every} device of a node (allocationMode All), which no cap "
+                f"can bound ({where} allows at most {rules.max_per_pod} per pod); name a claim with an exact count",
+                f"{_cut(one.name)}: allocationMode All is unbounded; use a claim with a count"))
+    for group, (_, _, noun) in groups.items():
+        claimed = [(one, one.counts(policy)[0].get(group, 0)) for one in named.values()]
+        claimed = [(one, count) for one, count in claimed if count]
+        extended, _ = effective_total(holders[group], "")
+        total = extended + sum(count for _, count in claimed)
+        if not claimed or total <= rules.max_per_pod or extended > rules.max_per_pod:
+            continue
+        parts = [f"{extended} from {' and '.join(sorted(resources[group]))}"] if extended else []
+        parts += [f"{count} from {one.shown}" for one, count in claimed]
+        problems.append(pod_violation(
+            f"{total} {noun} in all ({', '.join(parts)}) exceed the per-pod maximum of {rules.max_per_pod} "
+            f"({where}): a pod's claims count with its extended resources; ask for at most {rules.max_per_pod} in "
+            "all, or split the pod",
+            f"{total} {noun} with its claims: at most {rules.max_per_pod} per pod; ask for fewer"))
+    return problems, warnings
+
+
+def _within_at_most(
+    spec: dict[str, Any],
+    found: list[tuple[str, str, str, Devices]],
+    policy: Policy,
+    rules: _Rules,
+    holders: list[tuple[ContainerRef, dict[str, Any]]],
+) -> bool:
+    """The usual case, answered without counting container by container: every GPU count of the pod plus
+    every device of its claims is within each maximum that could apply (a container's share and each kind's
+    pod total are at most that)."""
+    extended: Any = 0
+    for _, counts in holders:
+        extended += sum(counts.values())
+    claimed: dict[str, int] = {}
+    for _, _, _, devices in found:
+        totals, every = _counts(devices, policy, None)
+        if every:
+            return False
+        for kind, count in totals.items():
+            claimed[kind] = claimed.get(kind, 0) + count
+    for kind, count in claimed.items():
+        maximum = rules.max_mig_per_container if kind == "mig" else rules.max_whole_per_container
+        if extended + count > min(maximum, rules.max_per_pod):
+            return False
+    # validation's holders leave DeviceClass resources out where it counted them apart: read the spec again
+    # (the limits: mutation has made every GPU request a limit too).
+    classes = rules.class_names
+    for section in ("initContainers", "containers"):
+        containers = spec.get(section)
+        for body in containers if type(containers) is list else ():
+            resources = body.get("resources") if type(body) is dict else None
+            amounts = resources.get("limits") if type(resources) is dict else None
+            if type(amounts) is dict and not classes.isdisjoint(amounts):
+                return False
+    return True
+
+
+def _container_claims(
+    ref: ContainerRef, named: dict[str, _Named], policy: Policy
+) -> list[tuple[_Named, dict[str, int]]]:
+    """The claims a container names (`resources.claims`): all of a claim's devices, or one request's."""
+    resources = ref.body.get("resources")
+    entries = resources.get("claims") if type(resources) is dict else None
+    found: dict[tuple[str, str | None], tuple[_Named, dict[str, int]]] = {}
+    for entry in entries if type(entries) is list else []:
+        one = named.get(entry.get("name")) if type(entry) is dict else None
+        if one is None:
+            continue
+        request = entry.get("request") if type(entry.get("request")) is str and entry.get("request") else None
+        found[(one.name, request)] = (one, one.counts(policy, request)[0])
+    return list(found.values())

@@ -53,7 +53,12 @@ class Decision:
 
 
 def evaluate(
-    obj: dict[str, Any], namespace: str, policies: PolicySet, old: Any = None, cluster: ClusterView | None = None
+    obj: dict[str, Any],
+    namespace: str,
+    policies: PolicySet,
+    old: Any = None,
+    cluster: ClusterView | None = None,
+    claims: dra.ClaimsView | None = None,
 ) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
@@ -61,6 +66,7 @@ def evaluate(
     mutation result too: their pods will be mutated when created. `cluster` is the node inventory's latest
     trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
+    `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (dra.py).
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
@@ -75,18 +81,27 @@ def evaluate(
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)
+    counts_claims = claims is not None and dra.names_claims(obj, spec_path)
     if not mentions_gpu(obj, spec_path):
+        if counts_claims:  # claims alone: nothing to mutate, their devices to count
+            assert claims is not None
+            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims, [])  # no GPU counts
+            return _verdict(policy, [], warnings, found, obj, [])
         return Decision(True, "allow", policy.name, mutated=obj)
     if cluster is not None and policy.cluster.auto:
         policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    counted: Holders | None = [] if cluster is not None else None
+    counted: Holders | None = [] if cluster is not None or counts_claims else None
     found = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
     if result.edits:  # the webhook's output edited by hand: said first, since it explains the rest
         found = result.edits + found
     warnings = result.warnings
+    if counts_claims:
+        assert claims is not None
+        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims, counted)
+        found, warnings = found + claimed, warnings + missing
     if cluster is not None and spec_path is not None:
         # A pod that names its node is never steered (steering.py): it is judged against that node instead.
         spec = get_path(result.obj, spec_path)

@@ -119,8 +119,16 @@ def _audit(args: argparse.Namespace) -> int:
     finally:
         cluster.close()
         _progress_done()
-    # Judged once the nodes are known: the policies' cluster checks run against them.
-    evaluator = local_evaluator(policies, view, kinds)
+    # Judged once the nodes are known: the policies' cluster checks run against them; a pod's claims and
+    # templates (listed before the Pods) count with its GPUs.
+    from webhook.admission.dra import ClaimIndex
+    from webhook.cli.check_cmd import namespace_of
+
+    claims = ClaimIndex()
+    for objects in listed:
+        for obj in objects:
+            claims.add(obj, namespace_of(obj, None))
+    evaluator = local_evaluator(policies, view, kinds, claims)
     results = []
     covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
     for objects in listed:

@@ -25,6 +25,7 @@ from webhook.cli.options import (
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
     from webhook.admission.customresources import KindTable
+    from webhook.admission.dra import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
     from webhook.cli.output import Result
@@ -166,8 +167,13 @@ def _check(args: argparse.Namespace) -> int:
         remote = None
         applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
+        from webhook.admission.dra import ClaimIndex
+
+        claims = ClaimIndex()  # a pod's claims and templates: those in the same input (offline)
+        for item in items:
+            claims.add(item.obj, namespace_of(item.obj, args.namespace))
         view = cluster_view(args.kubeconfig, args.context) if args.cluster else None
-        evaluator = local_evaluator(policies, view, kinds)
+        evaluator = local_evaluator(policies, view, kinds, claims)
 
     from webhook.cli.output import report
 
@@ -247,18 +253,22 @@ def manifests_not_policies(directory: str, problems: list[str]) -> list[str]:
 
 
 def local_evaluator(
-    policies: PolicySet, cluster: ClusterView | None = None, kinds: KindTable | None = None
+    policies: PolicySet,
+    cluster: ClusterView | None = None,
+    kinds: KindTable | None = None,
+    claims: ClaimsView | None = None,
 ) -> Evaluator:
     """The engine, after the API server's own defaulting (limits without requests get requests); with
-    `cluster`, the policies' cluster checks run against it. Custom resources of `kinds` (the built-in table
-    when None) are judged by their pod templates, as the server's /validate judges them."""
+    `cluster`, the policies' cluster checks run against it; with `claims`, a pod's DRA claims count with it.
+    Custom resources of `kinds` (the built-in table when None) are judged by their pod templates, as the
+    server's /validate judges them."""
     from webhook.admission.customresources import BUILTIN, evaluate
     from webhook.admission.podspec import default_requests_from_limits
 
     table = kinds if kinds is not None else BUILTIN
 
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, table)
+        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, claims, table)
 
     return evaluate_local
 

@@ -26,7 +26,23 @@ def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
     from webhook.cli.kube import NODES
 
     nodes = cluster.list_objects(NODES, None, page_size=page_size)
-    return ClusterView.of(info for info in map(NodeInfo.from_object, nodes) if info is not None)
+    infos = {info.name: info for info in map(NodeInfo.from_object, nodes) if info is not None}
+    return ClusterView(_with_dra(cluster, infos, page_size))
+
+
+def _with_dra(cluster: Cluster, nodes: dict[str, NodeInfo], page_size: int) -> dict[str, NodeInfo]:
+    """The nodes with the devices DRA serves on them (ResourceSlices, DeviceClasses), as the server's view has
+    them; the nodes alone where the cluster serves no DRA v1 or the identity may not list it."""
+    from webhook.admission.draslices import class_info, merge, slice_info
+    from webhook.cli.kube import DEVICE_CLASSES, RESOURCE_SLICES, Forbidden
+
+    try:
+        slices = cluster.list_objects(RESOURCE_SLICES, None, page_size=page_size)
+        classes = cluster.list_objects(DEVICE_CLASSES, None, page_size=page_size)
+    except Forbidden:
+        return nodes
+    read = dict(found for found in map(class_info, classes) if found is not None)
+    return merge(nodes, [found[1] for found in map(slice_info, slices) if found is not None], read)
 
 
 def list_namespaces(cluster: Cluster, page_size: int = 500) -> list[str]:

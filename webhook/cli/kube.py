@@ -54,6 +54,7 @@ class Resource:
     api: str  # the `kubernetes.client` class
     method: str  # list_namespaced_<method> / list_<method>_for_all_namespaces (list_<method> if cluster-scoped)
     cluster_scoped: bool = False  # nodes: listed with no namespace, and the client has only list_<method>
+    optional: bool = False  # not served by every supported version (DRA's, GA in 1.34): a 404 lists nothing
 
     @property
     def plural(self) -> str:
@@ -68,6 +69,11 @@ class Resource:
 
 # Nodes, for the cluster checks and the drift report (cluster-scoped: listed with no namespace).
 NODES = Resource("Node", "v1", "nodes", "CoreV1Api", "node", cluster_scoped=True)
+# DRA's devices and classes, for the cluster checks on nodes that DRA serves (404 on a cluster without them).
+RESOURCE_SLICES = Resource("ResourceSlice", "resource.k8s.io/v1", "resourceslices.resource.k8s.io", "ResourceV1Api",
+                           "resource_slice", cluster_scoped=True, optional=True)  # fmt: skip
+DEVICE_CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses.resource.k8s.io", "ResourceV1Api",
+                          "device_class", cluster_scoped=True, optional=True)  # fmt: skip
 # Namespaces, for `policy lint --cluster`: a policy's namespaces entry that names none of them.
 NAMESPACES = Resource("Namespace", "v1", "namespaces", "CoreV1Api", "namespace", cluster_scoped=True)
 
@@ -80,6 +86,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("ReplicationController", "v1", "replicationcontrollers", "CoreV1Api", "replication_controller"),
     Resource("CronJob", "batch/v1", "cronjobs.batch", "BatchV1Api", "cron_job"),
     Resource("Job", "batch/v1", "jobs.batch", "BatchV1Api", "job"),
+    # DRA claims and templates before Pods: a pod's GPU total counts the devices of those it names.
+    Resource("ResourceClaimTemplate", "resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io",
+             "ResourceV1Api", "resource_claim_template", optional=True),
+    Resource("ResourceClaim", "resource.k8s.io/v1", "resourceclaims.resource.k8s.io", "ResourceV1Api",
+             "resource_claim", optional=True),
     Resource("PodTemplate", "v1", "podtemplates", "CoreV1Api", "pod_template"),
     Resource("Pod", "v1", "pods", "CoreV1Api", "pod"),
 )
@@ -319,6 +330,8 @@ class Cluster:
             raise ClusterError(self._plugin_failure(plugin_errors[0]))
         if status == 403:
             raise Forbidden(resource, namespace, _status_message(body) or reason or "")
+        if status == 404 and resource.optional:
+            return {"items": []}  # an API server before DRA's v1: nothing of it to judge
         if status != 200:
             raise ClusterError(self._refusal(status, _status_message(body) or reason or "", resource))
         try:

@@ -138,6 +138,11 @@ def _volumes(spec: str) -> str:
     )
 
 
+def _claims(spec: str) -> str:
+    """The pod spec names DRA claims or claim templates: their devices count with its GPUs (dra.py)."""
+    return f"(has({spec}.resourceClaims) && {spec}.resourceClaims != null && size({spec}.resourceClaims) > 0)"
+
+
 def pod_condition(path: tuple[str, ...], sections: tuple[str, ...] = POD_SECTIONS) -> str:
     """The condition for a kind whose pod spec is at `path` (every step guarded by has(): an expression that
     errors under failurePolicy Fail rejects the request)."""
@@ -145,7 +150,7 @@ def pod_condition(path: tuple[str, ...], sections: tuple[str, ...] = POD_SECTION
     guards = " && ".join(f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path)))
     listed = ", ".join(f"'{s}'" for s in sections)
     return (
-        f"{guards} && (\n{_volumes(spec)} ||\n[{listed}].exists(section,\n"
+        f"{guards} && (\n{_volumes(spec)} ||\n{_claims(spec)} ||\n[{listed}].exists(section,\n"
         f"  section in {spec} && {spec}[section] != null &&\n  {spec}[section].exists(c,\n"
         f"{_indent(_container('c'), '    ')})))"
     )

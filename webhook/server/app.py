@@ -335,7 +335,8 @@ def _decide(state: ServerState, webhook: str, body: bytes, started: float) -> An
         try:
             old = review.old_object if review.operation == "UPDATE" else None
             cluster = state.cluster_view()  # the inventory's snapshot, or None: never waits
-            decision = state.evaluate(review.engine_object, review.engine_namespace, policies, old, cluster)  # type: ignore[arg-type]
+            decision = state.evaluate(review.engine_object, review.engine_namespace, policies, old, cluster,
+                                      state.claims)  # type: ignore[arg-type]
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:

@@ -83,9 +83,10 @@ def find_credentials(kubeconfig: str | None) -> Credentials:
 class KubeNodes:
     """Nodes over the API, raw JSON (no model classes): one page of a list, or a watch's events."""
 
-    def __init__(self, configuration: Any) -> None:
+    def __init__(self, configuration: Any, path: str = NODES_PATH, what: str = "node") -> None:
         from kubernetes import client
 
+        self._path, self._what = path, what  # another list + watch (DRA claims) reads another path
         configuration.retries = False  # retries are the inventory's, with backoff
         self._client = client.ApiClient(configuration)
 
@@ -94,7 +95,7 @@ class KubeNodes:
 
         request = self._client.param_serialize(
             method="GET",
-            resource_path=NODES_PATH,
+            resource_path=self._path,
             query_params=query,
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
@@ -106,7 +107,7 @@ class KubeNodes:
         if response.status == 410:
             raise WatchExpired
         if response.status != 200:
-            raise APIError(f"listing nodes: HTTP {response.status} {_status_message(response.read())}")
+            raise APIError(f"listing {self._what}s: HTTP {response.status} {_status_message(response.read())}")
         return response
 
     def list_page(self, token: str | None) -> dict[str, Any]:
@@ -117,7 +118,7 @@ class KubeNodes:
         try:
             return json.loads(response.read())
         except ValueError:
-            raise APIError("the API server's node list is not JSON") from None
+            raise APIError(f"the API server's {self._what} list is not JSON") from None
 
     def watch(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         """The events of one watch, until the server ends it (after `timeout_s`) or the connection drops."""
@@ -139,7 +140,7 @@ class KubeNodes:
                     if line.strip():
                         yield json.loads(line)
         except (HTTPError, OSError, ValueError) as exc:
-            raise APIError(f"the node watch broke: {exc}") from None
+            raise APIError(f"the {self._what} watch broke: {exc}") from None
         finally:
             response.release_conn()
 
@@ -163,6 +164,8 @@ class NodeSource(Protocol):
 class NodeInventory:
     """The latest trusted snapshot of the nodes, kept by a daemon thread."""
 
+    what = "node"  # in log lines and errors (webhook/server/claims.py keeps DRA claims the same way)
+
     def __init__(
         self,
         source: NodeSource,
@@ -184,15 +187,25 @@ class NodeInventory:
         self.lists = 0  # completed lists (the first, and relists after a 410)
         self.last_error = ""
         self._stop = threading.Event()
+        self._dra: tuple[Any, ...] = ()  # the ResourceSlice and DeviceClass watches merged in (attach_dra)
+        self._publishing = threading.Lock()  # those watches publish from their own threads
 
     # ------------------------------------------------------------------------------------ the hot path
 
     def view(self) -> ClusterView | None:
-        """The snapshot, or None while it cannot be trusted (never listed; watch broken too long)."""
+        """The snapshot, or None while it cannot be trusted (never listed; watch broken too long; a DRA watch
+        listing for the first time, or broken too long)."""
         broken = self._broken_since
         if broken is not None and self._clock() - broken > self.stale_after:
             return None
+        for watch in self._dra:
+            if watch.state() in ("listing", "stale"):
+                return None
         return self._view
+
+    def attach_dra(self, *watches: Any) -> None:
+        """Merge these watches' ResourceSlices and DeviceClasses (webhook/server/dra_watch.py) into the view."""
+        self._dra = watches
 
     @property
     def last_view(self) -> ClusterView | None:
@@ -224,7 +237,8 @@ class NodeInventory:
                 self._watch()
                 delay = self._backoff[0]  # the watch ended as watches do: resume from the last version
             except WatchExpired:
-                log(_log, logging.INFO, "node watch expired (410 Gone): listing again", event="inventory-relist")
+                log(_log, logging.INFO, f"{self.what} watch expired (410 Gone): listing again",
+                    event="inventory-relist")
                 self._version = ""
             except Exception as exc:  # never let the thread die: back off and try again
                 self._broken(str(exc))
@@ -234,12 +248,12 @@ class NodeInventory:
     def _broken(self, why: str) -> None:
         if self._broken_since is None:
             self._broken_since = self._clock()
-            log(_log, logging.WARNING, f"node inventory: {why}; retrying with backoff", event="inventory-broken")
+            log(_log, logging.WARNING, f"{self.what} inventory: {why}; retrying with backoff", event="inventory-broken")
         self.last_error = why
 
     def _healthy(self) -> None:
         if self._broken_since is not None:
-            log(_log, logging.INFO, "node inventory: watching again", event="inventory-recovered")
+            log(_log, logging.INFO, f"{self.what} inventory: watching again", event="inventory-recovered")
         self._broken_since = None
         self.last_error = ""
 
@@ -283,7 +297,7 @@ class NodeInventory:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise WatchExpired
-            raise APIError(f"the node watch sent an error: {obj.get('message', obj)}")
+            raise APIError(f"the {self.what} watch sent an error: {obj.get('message', obj)}")
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         version = metadata.get("resourceVersion")
         if isinstance(version, str) and version:
@@ -301,4 +315,13 @@ class NodeInventory:
             self._publish()
 
     def _publish(self) -> None:
-        self._view = ClusterView(dict(self._nodes))
+        if not self.lists:
+            return  # the nodes first: a DRA watch that lists sooner waits for them
+        with self._publishing:
+            nodes = dict(self._nodes)
+            if self._dra:
+                from webhook.admission.draslices import merge
+
+                slices, classes = self._dra
+                nodes = merge(nodes, list(slices.items.values()), dict(classes.items))
+            self._view = ClusterView(nodes)

@@ -51,6 +51,13 @@ CLUSTER_SKIPS = Counter(
     "(listing: the first list has not completed; stale: the watch has been broken too long).",
     ["reason"],
 )
+DRA_CACHE_MISSES = Counter(
+    "gpu_admission_dra_cache_misses",
+    "Pod claims and templates not found in the webhook's DRA cache, so their devices went uncounted (the pod "
+    "is not denied for it), by kind (ResourceClaim, ResourceClaimTemplate) and the cache's state (current: not "
+    "there, e.g. created after the pod; listing: the first list has not completed; stale: the watch is broken).",
+    ["kind", "state"],
+)
 CONNECTIONS_CLOSED = Counter(
     "gpu_admission_connections_closed",
     "Connections closed before a request on them was answered, by reason (full: to make room for a new one; "
@@ -104,6 +111,10 @@ def count_reload(ok: bool) -> None:
 
 def count_cluster_skip(reason: str) -> None:
     CLUSTER_SKIPS.labels(reason=reason).inc()
+
+
+def count_dra_cache_miss(kind: str, state: str) -> None:
+    DRA_CACHE_MISSES.labels(kind=kind, state=state).inc()
 
 
 def set_inventory(nodes: int, drift: dict[tuple[str, str], int]) -> None:

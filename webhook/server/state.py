@@ -16,9 +16,12 @@ from typing import Any
 
 from webhook.admission import clustercheck
 from webhook.admission.cluster import STALE_AFTER_S, ClusterView
+from webhook.admission.dra import ClaimsView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy import PolicySet
 from webhook.server import metrics
+from webhook.server.claims import ClaimsCache
+from webhook.server.dra_watch import DRAWatch
 from webhook.server.inventory import Credentials, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 from webhook.server.policies import PolicyStore
@@ -28,8 +31,8 @@ _log = logging.getLogger(f"{LOGGER}.watch")
 
 EXPIRY_WARNING_EVERY = 3600.0  # seconds between log lines about a certificate close to expiry
 
-# (object, namespace, policies, old, cluster)
-Evaluate = Callable[[dict[str, Any], str, PolicySet, Any, "ClusterView | None"], Decision]
+# (object, namespace, policies, old, cluster, claims)
+Evaluate = Callable[[dict[str, Any], str, PolicySet, Any, "ClusterView | None", "ClaimsView | None"], Decision]
 
 
 @dataclass
@@ -42,6 +45,8 @@ class ServerState:
     cluster: Credentials | None = None  # the node inventory's credentials; None or unconfigured: checks off
     cluster_stale_after: float = STALE_AFTER_S
     inventory: NodeInventory | None = None  # this worker's (start_inventory)
+    claims: ClaimsCache | None = None  # this worker's DRA claims and templates (start_inventory)
+    dra_watches: list[DRAWatch] = field(default_factory=list)  # ResourceSlices, DeviceClasses (start_inventory)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
@@ -73,7 +78,17 @@ class ServerState:
         if self.cluster is None or self.cluster.configuration is None or self.inventory is not None:
             return
         self.inventory = NodeInventory(KubeNodes(self.cluster.configuration), stale_after=self.cluster_stale_after)
-        self.inventory.start()
+        inventory = self.inventory
+        self.dra_watches = [
+            DRAWatch.watching(self.cluster.configuration, kind, inventory._publish, self.cluster_stale_after)
+            for kind in ("ResourceSlice", "DeviceClass")
+        ]
+        inventory.attach_dra(*self.dra_watches)
+        inventory.start()
+        for watch in self.dra_watches:
+            watch.start()
+        self.claims = ClaimsCache.watching(self.cluster.configuration, self.cluster_stale_after)
+        self.claims.start()
 
     def cluster_view(self) -> ClusterView | None:
         """The snapshot a review is judged against; None (checks skipped, counted, logged once) when the
@@ -114,6 +129,10 @@ class ServerState:
         details["nodes"] = len(snapshot.nodes) if snapshot is not None else 0
         if inventory.last_error:
             details["lastError"] = inventory.last_error
+        if self.claims is not None:
+            details["dra"] = self.claims.details()
+            for watch in self.dra_watches:
+                details["dra"][watch.kind] = {"state": watch.state(), "objects": len(watch.items)}
         drift = self.drift()
         if drift:
             details["drift"] = [item.line for item in drift]
@@ -167,6 +186,10 @@ class ServerState:
         self._stop.set()
         if self.inventory is not None:
             self.inventory.stop()
+        if self.claims is not None:
+            self.claims.stop()
+        for watch in self.dra_watches:
+            watch.stop()
 
     def _watch(self) -> None:
         next_cert = time.monotonic() + self.cert_interval

@@ -1,0 +1,155 @@
+"""The cluster view with DRA: ResourceSlices and DeviceClasses merged into the nodes (draslices.py), so that on
+a DRA-only node pool the cluster checks admit what would run and refuse what never could, naming the largest
+node. Fixtures: NVIDIA's DRA driver's DeviceClasses and one node's ResourceSlice (tests/fixtures/dra/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.engine_support import container, pod, policy
+from tests.test_clustercheck import DENY, node, view
+from webhook.admission.cluster import ClusterView
+from webhook.admission.draslices import ClassInfo, Device, class_info, merge, slice_info
+from webhook.admission.engine import evaluate
+from webhook.admission.policy import Limits, PolicySet
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dra"
+CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
+SLICE = yaml.safe_load((FIXTURES / "resourceslice.yaml").read_text())
+WIDE = policy(limits=Limits(max_per_container=16, max_per_pod=16), cluster=DENY)
+
+
+def dra_view(*slices: dict, classes: list[dict] = CLASSES) -> ClusterView:
+    """Nodes without any GPU resource (a DRA-only pool) and a CPU node, with the slices and classes merged."""
+    nodes = view(node("gpu-node-1", {}), node("cpu-a", {})).nodes
+    read = dict(filter(None, map(class_info, classes)))
+    return ClusterView(merge(nodes, [s for _, s in filter(None, map(slice_info, slices))], read))
+
+
+def judged(gpus: str, cluster: ClusterView, resource: str = "nvidia.com/gpu") -> tuple[str, list[str]]:
+    decision = evaluate(pod(container("train", limits={resource: gpus})), "team", PolicySet((WIDE,)), cluster=cluster)
+    return decision.decision, decision.violations
+
+
+def test_the_fixtures_read_as_nvidias_driver_publishes_them():
+    assert dict(map(class_info, CLASSES)) == {
+        "gpu.nvidia.com": ClassInfo("gpu.nvidia.com", "gpu", "nvidia.com/gpu"),
+        "mig.nvidia.com": ClassInfo("gpu.nvidia.com", "mig", ""),
+    }
+    name, one = slice_info(SLICE)
+    assert (name, one.node, one.driver, len(one.devices)) == ("gpu-node-1-gpu.nvidia.com", "gpu-node-1",
+                                                             "gpu.nvidia.com", 8)  # fmt: skip
+    assert one.devices[0] == Device("gpu", "NVIDIA H100 80GB HBM3", 81559, "")
+    merged = dra_view(SLICE).nodes["gpu-node-1"]
+    assert dict(merged.allocatable) == {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8, "nvidia.com/gpu": 8}
+    assert dict(merged.labels) == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.count": "8"
+    }  # fmt: skip
+
+
+def test_on_a_dra_only_pool_what_would_run_is_admitted_and_what_never_could_is_refused():
+    cluster = dra_view(SLICE)
+    assert judged("2", cluster) == ("allow", [])
+    assert judged("8", cluster) == ("allow", [])
+    assert judged("12", cluster) == ("deny", [
+        'container "train": nvidia.com/gpu "12" fits on no node: the most one node holds is 8 (node "gpu-node-1"); '
+        'request at most 8, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)',
+    ])  # fmt: skip
+
+
+def test_without_the_slices_the_same_pool_looks_empty():
+    """What the checks did before they read ResourceSlices: `nvidia.com/gpu: 2` refused as never advertised."""
+    verdict, lines = judged("2", dra_view())
+    assert verdict == "deny"
+    assert lines[0].startswith('container "train": nvidia.com/gpu "2": no node advertises it, so the pod would stay')
+
+
+def test_a_class_that_serves_no_extended_resource_adds_only_its_device_class_resource():
+    only_mig_class = [c for c in CLASSES if c["metadata"]["name"] == "mig.nvidia.com"]
+    merged = dra_view(SLICE, classes=only_mig_class).nodes["gpu-node-1"]
+    assert dict(merged.allocatable) == {}, "the slice holds GPUs, not MIG devices"
+    unreadable = [{"metadata": {"name": "x"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}]
+    assert list(filter(None, map(class_info, unreadable))) == []
+
+
+# --- through the real server, the slices and classes watched from a loopback API server ---------------------
+
+POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: training}
+spec:
+  namespaces: [train]
+  limits: {maxPerContainer: 16, maxPerPod: 16}
+  cluster: {fits: deny}
+"""
+
+
+def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start_server, tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_inventory import eventually
+    from tests.test_server import pod as gpu_pod
+    from tests.test_server import review
+
+    api = FakeKubeAPI().start()
+    api.put_node(node("gpu-node-1", {}))  # no device plugin: its GPUs are in a ResourceSlice
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "p.yaml").write_text(POLICY)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+
+        def dra() -> dict:
+            return server.get("/readyz").json()["cluster"].get("dra", {})
+
+        eventually(lambda: dra().get("DeviceClass", {}).get("state") == "current", timeout=10)
+        assert review(server, "validate", gpu_pod("train", "2"))["allowed"] is False  # no slices yet
+        for item in CLASSES:
+            api.put(item)
+        api.put(SLICE)
+        eventually(lambda: dra().get("ResourceSlice", {}).get("objects") == 1, timeout=10)
+        eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is True)
+        denied = review(server, "validate", gpu_pod("train", "12"))
+        assert denied["status"]["message"] == (
+            'container "main": nvidia.com/gpu "12" fits on no node: the most one node holds is 8 (node '
+            '"gpu-node-1"); request at most 8, or list a larger node pool in cluster.assumeNodes (policy "training", '
+            "cluster.fits)"
+        )
+        api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
+        eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is False)
+    finally:
+        api.stop()
+
+
+def test_check_with_cluster_reads_the_slices_and_classes_too(tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_check import gpu_webhook
+    from tests.test_server import pod as gpu_pod
+
+    api = FakeKubeAPI().start()
+    api.put_node(node("gpu-node-1", {}))
+    for item in CLASSES:
+        api.put(item)
+    api.put(SLICE)
+    try:
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "p.yaml").write_text(POLICY)
+        (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([gpu_pod("train", "2"), gpu_pod("train", "12")]))
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
+                          str(tmp_path / "pods.yaml"))  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert [line for line in run.stdout.splitlines() if line.startswith("DENY")] == [
+            f'DENY {tmp_path}/pods.yaml#1 Pod/train: container "main": nvidia.com/gpu "12" fits on no node: the most '
+            'one node holds is 8 (node "gpu-node-1"); request at most 8, or list a larger node pool in '
+            'cluster.assumeNodes (policy "training", cluster.fits)'
+        ]
+        api.forbidden.update({"resourceslices", "deviceclasses"})  # not allowed to read DRA: the nodes alone
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
+                          str(tmp_path / "pods.yaml"))  # fmt: skip
+        assert run.returncode == 1 and "no node advertises it" in run.stdout
+    finally:
+        api.stop()
