@@ -65,7 +65,7 @@ def evaluate(
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
-    if reason:
+    if reason or spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)

@@ -110,7 +110,8 @@ class _Plan:
     @staticmethod
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
-        default_hints = hints_for(policy, policy.shared_fraction) if policy.shared_fraction else ()
+        default_fraction = policy.shared_fraction
+        default_hints = hints_for(policy, default_fraction) if default_fraction else ()
         return _Plan(
             policy=policy,
             mapping_target=mapping_target(sharing),
@@ -122,10 +123,10 @@ class _Plan:
             share=policy.share,
             shared_resource=sharing.shared_resource,
             maps_to_shared=sharing.mode.is_shared,  # mapped under time-slicing or MPS: to the shared resource
-            default_fraction=policy.shared_fraction,
+            default_fraction=default_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
-            default_note=_env_note(len(default_hints), policy.shared_fraction) if default_hints else "",
+            default_note=_env_note(len(default_hints), default_fraction) if default_fraction and default_hints else "",
         )
 
 
@@ -198,8 +199,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
         if keys and after is not given:
             for index, body in enumerate(after):
                 key = keys.get((section, index))
-                entry = reapply.entry_for(given[index], body) if key is not None else None
-                if entry is not None:
+                if key is not None and (entry := reapply.entry_for(given[index], body)) is not None:
                     entries[key] = entry
     if steering_ops:
         result.patch += steering_ops
@@ -358,8 +358,8 @@ def _container(
     share: Fraction | None = None  # the memory share of a fraction converted to a shared replica
     mapped_to_shared = False
     if gpu is not None:
-        if 0 < gpu[1] < 1:
-            share = _fractional(requests, limits, gpu[1], plan, kinds, texts)
+        if type(amount := gpu[1]) is Fraction and 0 < amount < 1:  # whole amounts are ints
+            share = _fractional(requests, limits, amount, plan, kinds, texts)
         elif gpu[1] >= 1:
             mapped_to_shared = _mapping(requests, limits, gpu, plan, kinds, texts) and plan.maps_to_shared
     old_env = body.get("env")
@@ -539,6 +539,7 @@ def _env(
     if share is not None and plan.share is not None and share > plan.share:
         share = plan.share  # more than one replica's share: validation says so; the variables never do
     policy = plan.policy
+    fraction: Fraction | None
     if policy.memory_fraction is None and share is not None:
         fraction, hints = share, hints_for(policy, share)
     else:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 
 class Mode(StrEnum):
@@ -56,6 +56,8 @@ class Fractional(StrEnum):
     SHARED = "shared"
     MIG = "mig"
 
+
+_T = TypeVar("_T")
 
 FRAMEWORKS = ("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch")
 DEFAULT_FRAMEWORK_ENV = ("jax", "tensorflow", "cupy", "tgi", "generic")
@@ -170,9 +172,9 @@ class Policy:
     cluster: ClusterChecks = field(default_factory=ClusterChecks)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
-    memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def derived(self, key: str, compute: Callable[[Policy], Any]) -> Any:
+    def derived(self, key: str, compute: Callable[[Policy], _T]) -> _T:
         """`compute(self)`, worked out once per policy: what a policy means for mutation, validation, env hints."""
         value = self.memo.get(key)
         if value is None:
@@ -202,12 +204,8 @@ class Policy:
 
     @property
     def shared_fraction(self) -> Fraction | None:
-        """The memory fraction a shared container may use: `memoryFraction`, else 1/replicas."""
-        if self.memory_fraction is not None:
-            return self.memory_fraction
-        if self.sharing.mode.is_shared and self.sharing.replicas:
-            return Fraction(1, self.sharing.replicas)
-        return None
+        """The memory fraction a shared container may use: `memoryFraction`, else one replica's `share`."""
+        return self.memory_fraction if self.memory_fraction is not None else self.share
 
     @property
     def gpu_memory_mib(self) -> int | None:
@@ -548,6 +546,11 @@ def glob_ties(policy_set: PolicySet) -> list[GlobTie]:
 _ANY = frozenset(NAMESPACE_ALPHABET)
 
 
+def _chars(token: GlobToken) -> frozenset[str]:
+    """The characters one position may hold: a "?" (the only other string token is "*") any."""
+    return _ANY if isinstance(token, str) else token
+
+
 @dataclass(frozen=True, slots=True)
 class _GlobShape:
     """One glob as `glob_ties` needs it, worked out once: its automaton, and bounds on the names it matches
@@ -565,11 +568,11 @@ class _GlobShape:
     @staticmethod
     def of(pattern: str) -> _GlobShape:
         tokens = _tokenize(pattern)
-        fixed = [_ANY if token == "?" else token for token in tokens if token != "*"]  # one character each
+        fixed = [_chars(token) for token in tokens if token != "*"]  # one character each
         if "*" in tokens:
             first, last = tokens.index("*"), len(tokens) - 1 - tokens[::-1].index("*")
-            head = [_ANY if token == "?" else token for token in tokens[:first]]
-            tail = [_ANY if token == "?" else token for token in tokens[last + 1 :]]
+            head = [_chars(token) for token in tokens[:first]]
+            tail = [_chars(token) for token in tokens[last + 1 :]]
             max_length = None
         else:
             head, tail, max_length = fixed, fixed, len(fixed)

@@ -99,7 +99,7 @@ def parse_quantity(value: object) -> int | Fraction:
         parsed = _parse_text(str(value))
     else:
         raise QuantityError(f"is not a quantity (expected a string or number, got {type(value).__name__})")
-    if type(parsed) is str:
+    if isinstance(parsed, str):
         raise QuantityError(parsed)
     return parsed
 
@@ -108,7 +108,7 @@ def quantity_or_none(value: object) -> int | Fraction | None:
     """`parse_quantity`, with None for anything that is not a usable quantity (mutation leaves those alone)."""
     if type(value) is str and len(value) <= MAX_TEXT:
         parsed = _TEXT_VALUES[value]
-        return None if type(parsed) is str else parsed
+        return None if isinstance(parsed, str) else parsed
     try:
         return parse_quantity(value)
     except QuantityError:
@@ -153,7 +153,7 @@ def _parse_text(text: str) -> int | Fraction | str:
 _TEXT_VALUES = BoundedMemo(_parse_text)
 
 
-def format_fraction(value: Fraction, places: int = 4) -> str:
+def format_fraction(value: int | Fraction, places: int = 4) -> str:
     """A decimal for env vars and messages, rounded down so a limit is never exceeded: 1/3 -> "0.3333"."""
     scaled = value.numerator * 10**places // value.denominator
     whole, frac = divmod(scaled, 10**places)

@@ -188,7 +188,8 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
         if not isinstance(item, str):
             shown = key if len(key) <= 60 and key.isprintable() else repr(key[:60])  # any size, any character
             raise ReviewError(f"{where}.{shown}: expected a string, got {_type_name(item)}")
-    return value
+    checked: dict[str, str] = value
+    return checked
 
 
 def parse_review(body: bytes) -> AdmissionRequest:
@@ -387,7 +388,7 @@ def make_review(
     api_version = str(obj.get("apiVersion", "v1"))
     group, _, obj_version = api_version.rpartition("/")
     kind = str(obj.get("kind", ""))
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
     resource = kind.lower() + "s"  # pods, deployments, jobs, cronjobs, statefulsets, ...
     gvk = {"group": group, "version": obj_version, "kind": kind}
     gvr = {"group": group, "version": obj_version, "resource": resource}

@@ -131,9 +131,10 @@ def steered_resource(policy: Policy) -> str:
 # --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
 
 
-def matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+def matches(expression: dict[str, Any], labels: Mapping[str, str]) -> bool:
     """Whether a node with `labels` satisfies one `matchExpressions` entry."""
-    key, operator = expression.get("key"), expression.get("operator")
+    key: Any = expression.get("key")  # as the user wrote it: not always a string
+    operator = expression.get("operator")
     values = expression.get("values")
     values = values if type(values) is list else []  # malformed: the API server rejects it; never a substring test
     present = key in labels
@@ -180,7 +181,7 @@ def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
         if expression.get("operator") in ("Gt", "Lt") and bound is not None:
             step = 1 if expression["operator"] == "Gt" else -1
             candidates += [str(bound + step * n) for n in range(1, len(named) + 2)]
-    key = expressions[0].get("key")
+    key: Any = expressions[0].get("key")
     return any(all(matches(e, {} if value is None else {key: value}) for e in expressions) for value in candidates)
 
 
@@ -250,7 +251,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     affinity = spec.get("affinity")
     at = f"{spec_at}/affinity"
     if affinity is None:
-        value = {"nodeAffinity": _node_affinity(wanted)}
+        value: dict[str, Any] = {"nodeAffinity": _node_affinity(wanted)}
         return _done(conflicts, value, [_add(at, value)], wanted)
     if type(affinity) is not dict:
         return _done(conflicts, None, None, wanted)

@@ -201,7 +201,7 @@ class _Rules:
             gpu_memory_mib=policy.gpu_memory_mib,
             own_memory_values=frozenset(
                 (hint.name, hint.value)
-                for fraction in {policy.share, policy.shared_fraction} - {None}
+                for fraction in {f for f in (policy.share, policy.shared_fraction) if f is not None}
                 for hint in hints_for(policy, fraction)
             ),
             own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
@@ -345,7 +345,7 @@ def _zero_companions(
                  f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it")
 
 
-def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> Fraction | None:
+def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> int | Fraction | None:
     try:
         value = parse_quantity(raw)
     except QuantityError as error:
@@ -458,12 +458,12 @@ def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
     )
 
 
-def _amount(name: str, raw: Any, value: Fraction) -> str:
+def _amount(name: str, raw: Any, value: int | Fraction) -> str:
     """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
     return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
 
 
-def _fraction_advice(shown: str, value: Fraction, rules: _Rules, written: str) -> tuple[str, str]:
+def _fraction_advice(shown: str, value: int | Fraction, rules: _Rules, written: str) -> tuple[str, str]:
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
@@ -525,7 +525,7 @@ def _left_unmapped(ref: ContainerRef, raw: Any, rules: _Rules, problems: Problem
          f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both")
 
 
-def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, problems: Problems) -> bool:
+def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules, problems: Problems) -> bool:
     """`nvidia.com/gpu: N` in a namespace that maps it (mutation leaves it as written when N is more than the
     target allows): the line names the request as written and what the policy makes of it. Whether it was."""
     target = rules.mapping_target
@@ -591,7 +591,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
     assert share is not None
     judged: list[tuple[str, str]] = []  # (name, value) of the variables to judge: not from a ConfigMap or Secret
     owned: list[tuple[str, str]] = []  # those exactly as the policy sets them for one replica's share
-    hints = ()
+    hints: list[dict[str, str]] = []
     if tail and env[-len(tail) :] == tail:  # the usual case: the user's entries, then the policy's own hints
         hints, env = tail, env[: -len(tail)]
     for entry in env:
@@ -636,7 +636,7 @@ def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, 
     holds it (what the policy maps `nvidia.com/gpu` to) and selects only such products stays Pending.
     """
     renamed = rules.renamed_replica
-    if not any(counts.get(renamed) for _, counts in holders):
+    if renamed is None or not any(counts.get(renamed) for _, counts in holders):
         return
     pinned = steering.kept_name_pin(spec)
     if pinned is None:
