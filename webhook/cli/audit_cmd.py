@@ -37,6 +37,7 @@ from webhook.cli.options import add_kubeconfig_arguments
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
     from webhook.cli.kube import Resource
+    from webhook.cli.output import Result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -114,7 +115,7 @@ def _audit(args: argparse.Namespace) -> int:
         _progress_done()
     # Judged once the nodes are known: the policies' cluster checks run against them.
     evaluator = local_evaluator(policies, view)
-    results = []
+    results: list[Result] = []
     covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
     for objects in listed:
         for obj in objects:
@@ -138,10 +139,10 @@ def _audit(args: argparse.Namespace) -> int:
             f"forbidden (403) to list any of the resources the audit reads {first.where} ({first.detail}); "
             f"grant list on {_resource_list(RESOURCES)}"
         )
-    for exc in skipped:
+    for skip in skipped:
         sys.stderr.write(
-            f"gpu-webhook audit: skipped {exc.resource.name} {exc.where}: forbidden (403): {exc.detail}; "
-            f"grant list on {exc.resource.name} for a complete report\n"
+            f"gpu-webhook audit: skipped {skip.resource.name} {skip.where}: forbidden (403): {skip.detail}; "
+            f"grant list on {skip.resource.name} for a complete report\n"
         )
     from webhook.admission.clustercheck import drift_of
     from webhook.cli.drift import drift_json, print_drift

@@ -103,7 +103,7 @@ def make_result(
     warnings = list(decision.warnings)
     if decision.decision == "audit":
         warnings += decision.violations
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
     kind, name = obj.get("kind"), metadata.get("name") or metadata.get("generateName")
     return Result(
         source=source,

@@ -426,7 +426,7 @@ def _print_decision(label: str, decision: Decision, out: TextIO) -> None:
         print(f"    {'env' if position == 0 else '':<10} {variable.get('name')}={value}", file=out)
     for warning in decision.warnings:
         print(f"    warning    {warning}", file=out)
-    label = {"deny": "denied", "audit": "audited"}.get(decision.decision)
-    if label:
+    judged = {"deny": "denied", "audit": "audited"}.get(decision.decision)
+    if judged:
         for line in decision.violations:
-            print(f"    {label:<10} {line}", file=out)
+            print(f"    {judged:<10} {line}", file=out)
