@@ -8,7 +8,7 @@ lives once: mutate (mutate.py, which also builds the JSON Patch through patch.py
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView
@@ -20,13 +20,17 @@ from webhook.admission.violation import WARNING_PREFIX, Violation
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
+# The engine's answer for one object, and the label of the reviews metric and log line: "warn" and "audit"
+# allow the object with the policy's violations as warnings or in the audit annotation only.
+Verdict = Literal["allow", "deny", "warn", "audit"]
+
 
 @dataclass(slots=True)
 class Decision:
     """What the webhook decides for one object (built once per review; treat it as read-only)."""
 
     allowed: bool
-    decision: str  # "allow" | "deny" | "warn" | "audit": the metric and log label
+    verdict: Verdict
     policy: str  # the name of the policy that applied
     patch: list[dict[str, Any]] = field(default_factory=list)  # RFC 6902, against the original object
     warnings: list[str] = field(default_factory=list)  # shown to the user (admission warnings)
@@ -47,7 +51,7 @@ class Decision:
     @property
     def denials(self) -> list[str]:
         """The lines that deny the object: validation's under `enforce`; else what the API server refuses."""
-        if self.decision != "deny":
+        if self.verdict != "deny":
             return []
         return self.refusals if self.refused_only else self.violations
 
@@ -116,6 +120,7 @@ def _verdict(
     violations = [violation.line for violation in found]
     refusals = [violation.line for violation in found if type(violation) is Refusal]
     refused_only = False
+    verdict: Verdict
     if policy.enforcement is Enforcement.ENFORCE:
         verdict = "deny"
     else:
@@ -132,7 +137,7 @@ def _verdict(
         warnings = warnings[mutation_lines:]
     return Decision(
         verdict != "deny",  # allowed
-        verdict,  # decision
+        verdict,  # verdict
         policy.name,  # policy
         patch,  # patch
         warnings,  # warnings

@@ -19,7 +19,7 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from webhook.admission.violation import WARNING_LIMIT
 
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 V1 = "admission.k8s.io/v1"
 V1BETA1 = "admission.k8s.io/v1beta1"
 SUPPORTED_VERSIONS = (V1, V1BETA1)
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+WebhookMode = Literal["mutate", "validate"]  # which of the two webhooks answers: /mutate or /validate
 # Kubernetes' advice for admission warnings ("limit warnings to 120 characters if possible"); the API
 # server truncates every warning to 256 characters once the warnings of one request pass 4096 in total.
 WARNING_MAX_CHARS = WARNING_LIMIT
@@ -49,7 +51,7 @@ class AdmissionRequest:
     api_version: str  # of the review: the response is written in the same version
     uid: str
     kind: dict[str, str]  # GroupVersionKind of the object: {"group", "version", "kind"}
-    operation: str  # CREATE | UPDATE | DELETE | CONNECT
+    operation: Operation
     namespace: str  # "" for cluster-scoped objects (and for a namespaced one the API server left it off)
     name: str  # "" when the API server has not named the object yet (generateName)
     object: dict[str, Any] | None
@@ -332,7 +334,7 @@ def limit_warnings(warnings: list[str]) -> list[str]:
 AUDIT_ANNOTATION_LIMIT = 2048
 
 
-def build_response(request: AdmissionRequest, decision: Decision | None, *, mode: str) -> dict[str, Any]:
+def build_response(request: AdmissionRequest, decision: Decision | None, *, mode: WebhookMode) -> dict[str, Any]:
     """The AdmissionReview answering `request`, in its version, echoing its uid.
 
     `mode` "mutate": allowed with the JSON Patch when there is one, unless the API server's own validation
@@ -358,8 +360,8 @@ def build_response(request: AdmissionRequest, decision: Decision | None, *, mode
             response["warnings"] = warnings
         # Recorded in the cluster's audit log (keys prefixed with the webhook's name): which policy decided,
         # and under `audit` enforcement the lines that the user is not shown.
-        annotations = {"policy": decision.policy, "decision": decision.decision}
-        if decision.decision == "audit":
+        annotations = {"policy": decision.policy, "decision": decision.verdict}
+        if decision.verdict == "audit":
             annotations["violations"] = "; ".join(decision.violations)[:AUDIT_ANNOTATION_LIMIT]
         response["auditAnnotations"] = annotations
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}
@@ -372,7 +374,7 @@ def make_review(
     obj: dict[str, Any],
     *,
     namespace: str,
-    operation: str = "CREATE",
+    operation: Operation = "CREATE",
     uid: str | None = None,
     version: str = V1,
     old: dict[str, Any] | None = None,

@@ -37,7 +37,7 @@ from webhook.admission.podspec import (
     visible_devices_prefix,
     volume_mounts,
 )
-from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
+from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Fractional, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_shown, quantity_text
 from webhook.admission.resources import (
     AMD_GPU,
@@ -91,7 +91,7 @@ def offer(policy: Policy) -> str:
             what = f"is {replica} of a GPU under {where}"
         else:
             what = f"{where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
-        if share is not None and policy.fractional.value == "shared":
+        if share is not None and policy.fractional is Fractional.SHARED:
             return (
                 f"request {format_fraction(share)} or less (up to one replica's share), or {NVIDIA_GPU}: 1, which "
                 f"{what}"
@@ -109,7 +109,7 @@ def short_offer(policy: Policy) -> str:
     mode = policy.sharing.mode
     if mode.is_shared:
         share = policy.share
-        if share is not None and policy.fractional.value == "shared":
+        if share is not None and policy.fractional is Fractional.SHARED:
             return f"ask for {format_fraction(share)} or less, or {NVIDIA_GPU}: 1"
         return f"ask for {NVIDIA_GPU}: 1 instead"
     if mode is Mode.MIG and policy.sharing.mig_profile:
@@ -189,7 +189,7 @@ class _Rules:
             one_mig_slice=mode is Mode.MIG and explicit is None,
             mapping_target=mapping_target(sharing),
             share=policy.share,
-            converts_to_shared=policy.share is not None and policy.fractional.value == "shared",
+            converts_to_shared=policy.share is not None and policy.fractional is Fractional.SHARED,
             block_visible_devices=policy.block_visible_devices_override,
             shared_resource=policy.sharing.shared_resource,
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
@@ -467,7 +467,7 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: _Rules, written: 
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
-    model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional.value == "mig" else None
+    model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None
     if model is not None:
         sharing = policy.sharing
         offered = (sharing.mig_profile,) if sharing.is_mig_single and sharing.mig_profile else sharing.mig_profiles

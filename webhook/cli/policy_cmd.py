@@ -155,7 +155,7 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
 def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
     from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.policy import glob_ties
+    from webhook.admission.policy import Fractional, glob_ties
 
     chosen = policy_directory(directory)
     try:
@@ -204,7 +204,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
             "make one glob more specific or list those namespaces by name",
             file=out,
         )
-    unlisted = [p for p in policies.policies if p.fractional.value == "mig" and p.sharing.mig_profiles is None]
+    unlisted = [p for p in policies.policies if p.fractional is Fractional.MIG and p.sharing.mig_profiles is None]
     for policy in unlisted:
         print(
             f"warning: policy {policy.name} ({policy.source}) has fractional: mig without sharing.migProfiles: a "
@@ -286,10 +286,12 @@ def _fraction_text(value: Fraction) -> str:
 
 def describe_policy(policy: Policy) -> str:
     """One line: what the policy's settings are (the engine decides what they do)."""
+    from webhook.admission.policy import Mode
+
     sharing = policy.sharing
     if sharing.is_mig_single:
         mode = f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
-    elif sharing.mode.value == "mig":
+    elif sharing.mode is Mode.MIG:
         mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
@@ -304,22 +306,23 @@ def describe_policy(policy: Policy) -> str:
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
-    per_container = policy.mig_max_per_container if sharing.mode.value == "mig" else policy.max_per_container
+    per_container = policy.mig_max_per_container if sharing.mode is Mode.MIG else policy.max_per_container
     parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
 
 
 def describe_share(policy: Policy) -> str:
     """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
+    from webhook.admission.policy import Fractional, Mode
     from webhook.admission.resources import GPU_MODELS, offered_profiles
 
     sharing = policy.sharing
     if sharing.mode.is_shared and policy.share is not None:
         text = f"one {sharing.resource_name} is 1/{sharing.replicas} of a GPU ({sharing.mode})"
-        if policy.fractional.value == "shared":
+        if policy.fractional is Fractional.SHARED:
             text += f"; nvidia.com/gpu up to {_fraction_text(policy.share)} becomes one, more is denied"
         return text
-    if sharing.mode.value == "mig":
+    if sharing.mode is Mode.MIG:
         model = GPU_MODELS.get(policy.gpu.model or "")
         if model is None:
             return f"one GPU is a nvidia.com/mig-{sharing.mig_profile} slice"
@@ -409,7 +412,7 @@ def _example_pod(namespace: str, quantity: str) -> dict[str, Any]:
 
 def _print_decision(label: str, decision: Decision, out: TextIO) -> None:
     print(f"  {label}", file=out)
-    print(f"    verdict    {decision.decision}" + (" (mutated)" if decision.mutated_any else ""), file=out)
+    print(f"    verdict    {decision.verdict}" + (" (mutated)" if decision.mutated_any else ""), file=out)
     containers = decision.mutated.get("spec", {}).get("containers", [])
     container = containers[0] if containers else {}
     resources = container.get("resources", {})
@@ -426,7 +429,7 @@ def _print_decision(label: str, decision: Decision, out: TextIO) -> None:
         print(f"    {'env' if position == 0 else '':<10} {variable.get('name')}={value}", file=out)
     for warning in decision.warnings:
         print(f"    warning    {warning}", file=out)
-    judged = {"deny": "denied", "audit": "audited"}.get(decision.decision)
+    judged = {"deny": "denied", "audit": "audited"}.get(decision.verdict)
     if judged:
         for line in decision.violations:
             print(f"    {judged:<10} {line}", file=out)

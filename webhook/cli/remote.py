@@ -52,7 +52,7 @@ class RemoteEvaluator:
         sent = default_requests_from_limits(obj)
         if pod_spec_path(sent) is None:
             # The webhook's rules never send such objects; neither does the CLI. The engine would skip it.
-            return Decision(allowed=True, decision="allow", policy="", mutated=sent, skipped=True)
+            return Decision(allowed=True, verdict="allow", policy="", mutated=sent, skipped=True)
         mutate = self._review("mutate", make_review(sent, namespace=namespace))
         patch = _decode_patch(mutate, self.url)
         try:
@@ -77,7 +77,7 @@ class RemoteEvaluator:
             violations = _messages(mutate)
         return Decision(
             allowed=allowed,
-            decision="deny" if not allowed else ("warn" if validation_warnings else "allow"),
+            verdict="deny" if not allowed else ("warn" if validation_warnings else "allow"),
             policy=policy,
             patch=patch,
             warnings=warnings,
