@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from webhook.admission.podspec import controller_reference
-from webhook.cli.check_cmd import (
+from webhook.cli.common import (
     CommandError,
     add_report_arguments,
     evaluate_one,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from webhook.cli.check_cmd import CommandError
+from webhook.cli.common import CommandError
 
 PAGE_SIZE = 500
 REQUEST_TIMEOUT_S = 30

@@ -21,7 +21,7 @@ from webhook.admission.engine import Decision
 from webhook.admission.mutate import POLICY_ANNOTATION
 from webhook.admission.podspec import default_requests_from_limits, pod_spec_path
 from webhook.admission.review import make_review
-from webhook.cli.check_cmd import CommandError
+from webhook.cli.common import CommandError
 
 
 class RemoteError(CommandError):
