@@ -52,6 +52,7 @@ from webhook.admission.policy import (
 )
 from webhook.admission.quantity import format_fraction
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
+from webhook.admission.violation import cut
 from webhook.admission.yamltext import FAST_PARSER, reader_for_retry
 
 API_VERSION = policyfields.API_VERSION
@@ -364,7 +365,7 @@ def _read_documents(text: str, parser_class: type = FAST_PARSER) -> tuple[list[_
 
 
 def _shorten(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut(text, limit, "…")
 
 
 def _quote(value: str) -> str:

@@ -56,7 +56,7 @@ from webhook.admission.resources import (
     smallest_profile_for,
 )
 from webhook.admission.steering import steer
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation, cut
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
@@ -263,7 +263,7 @@ def _steer(
     new_sections["affinity"] = steered.affinity
     result.kinds.append("steering")
     line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
-    result.warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+    result.warnings.append(cut(line))
     return steered.patch or []
 
 
@@ -374,7 +374,7 @@ def _container(
         line = about + text
         if len(line) > WARNING_LIMIT:
             line = f"{WARNING_PREFIX}{section}[{index}]: {text}"
-        warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+        warnings.append(line if len(line) <= WARNING_LIMIT else cut(line))
     if not kinds:  # notices only (a user's value kept)
         return None
     result.kinds += kinds

@@ -21,6 +21,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from webhook.admission.memo import BoundedMemo
+from webhook.admission.violation import cut
 
 INT64_MAX = 2**63 - 1
 MAX_TEXT = 64  # longer than any quantity a person writes; bounds the cost of hostile input
@@ -44,13 +45,13 @@ class QuantityError(ValueError):
 def quantity_text(value: object) -> str:
     """The value as the user wrote it, for messages (`"500m"`, `0.5`)."""
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
+        shown = cut(value, 40)
         return '"' + shown.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
     if isinstance(value, bool) or value is None:
         return "true" if value is True else "false" if value is False else "null"
     if isinstance(value, int | float | Decimal):
         text = str(value)
-        return text if len(text) <= 40 else text[:37] + "..."
+        return cut(text, 40)
     return f"a {type(value).__name__}"
 
 

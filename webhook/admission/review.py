@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from webhook.admission.violation import WARNING_LIMIT
+from webhook.admission.violation import WARNING_LIMIT, cut
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
@@ -298,9 +298,7 @@ def _clean_warning(text: str) -> str:
     and a line or paragraph separator, or a no-break space, would break or hide in the user's terminal."""
     if not text.isprintable():
         text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
-    if len(text) > WARNING_MAX_CHARS:
-        text = text[: WARNING_MAX_CHARS - 3] + "..."
-    return text
+    return cut(text, WARNING_MAX_CHARS)
 
 
 def limit_warnings(warnings: list[str]) -> list[str]:

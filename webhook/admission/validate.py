@@ -53,7 +53,7 @@ from webhook.admission.resources import (
     mig_resource,
     offered_profiles,
 )
-from webhook.admission.violation import SHORT_LIMIT, Violation
+from webhook.admission.violation import SHORT_LIMIT, Violation, cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +71,13 @@ def _violation(label: str, compact: str, line: str, short: str, kind: type[Viola
     if len(brief) > SHORT_LIMIT:
         brief = f"{compact}: {short}"
         if len(brief) > SHORT_LIMIT:  # a value or resource name far longer than any real one
-            brief = brief[: SHORT_LIMIT - 3] + "..."
+            brief = cut(brief, SHORT_LIMIT)
     return kind(f"{label}: {line}", brief)
 
 
 def _brief(text: str, limit: int = 24) -> str:
     """A value or name in a short form: cut, since it is shown whole in the long line."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else cut(text, limit)
 
 
 def offer(policy: Policy) -> str:

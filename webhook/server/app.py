@@ -29,6 +29,7 @@ from werkzeug.http import parse_options_header
 from werkzeug.wsgi import get_content_length
 
 from webhook.admission.review import AdmissionRequest, ReviewError, WebhookMode, build_response, parse_review
+from webhook.admission.violation import cut
 from webhook.server import metrics
 from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
 from webhook.server.state import ServerState
@@ -361,7 +362,7 @@ LOG_LINE_MAX = 300
 
 
 def _cut(text: str, limit: int = LOG_TEXT_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(text, limit)
 
 
 def _lines(lines: list[str]) -> list[str]:
