@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from webhook.cli.common import (
     DEFAULT_NAMESPACE,
+    REQUEST_TIMEOUT_S,
     CommandError,
     add_report_arguments,
     evaluate_one,
@@ -66,7 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trust.add_argument("--ca-file", metavar="FILE", help="CA bundle that signed the webhook's certificate")
     trust.add_argument("--insecure", action="store_true", help="do not verify the webhook's certificate")
     remote.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per request (default: 10)"
+        "--timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"per request (default: {REQUEST_TIMEOUT_S:g})",
     )
     parser.set_defaults(handler=run)
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     Evaluator = Callable[[dict[str, Any], str], Decision]
 
 DEFAULT_NAMESPACE = "default"
+REQUEST_TIMEOUT_S = 10.0  # `check --server`: each AdmissionReview sent to the webhook
 
 
 class CommandError(Exception):

@@ -21,7 +21,7 @@ from webhook.admission.engine import Decision
 from webhook.admission.mutate import POLICY_ANNOTATION
 from webhook.admission.podspec import default_requests_from_limits, pod_spec_path
 from webhook.admission.review import make_review
-from webhook.cli.common import CommandError
+from webhook.cli.common import REQUEST_TIMEOUT_S, CommandError
 
 
 class RemoteError(CommandError):
@@ -32,7 +32,7 @@ class RemoteEvaluator:
     """An `Evaluator` (obj, namespace) -> Decision backed by a webhook at `url`."""
 
     def __init__(
-        self, url: str, *, ca_file: str | None = None, insecure: bool = False, timeout: float = 10.0
+        self, url: str, *, ca_file: str | None = None, insecure: bool = False, timeout: float = REQUEST_TIMEOUT_S
     ):
         parts = urlsplit(url)
         if parts.scheme not in ("https", "http") or not parts.hostname:
