@@ -115,7 +115,7 @@ class _Plan:
         return _Plan(
             policy=policy,
             mapping_target=mapping_target(sharing),
-            mapping_maximum=policy.max_per_container if sharing.mode.is_shared else policy.mig_max_per_container,
+            mapping_maximum=policy.mode_max_per_container,
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,

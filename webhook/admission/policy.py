@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 
 class Mode(StrEnum):
@@ -58,6 +58,7 @@ class Fractional(StrEnum):
 
 
 _T = TypeVar("_T")
+DeviceKind = Literal["replica", "mig-slice", "whole"]  # what `Policy.per_container` counts
 
 FRAMEWORKS = ("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch")
 DEFAULT_FRAMEWORK_ENV = ("jax", "tensorflow", "cupy", "tgi", "generic")
@@ -181,18 +182,32 @@ class Policy:
             value = self.memo[key] = compute(self)
         return value
 
-    @property
-    def max_per_container(self) -> int:
+    def per_container(self, device: DeviceKind) -> int:
+        """The most devices of one kind a container may hold: `maxPerContainer`, else 1 shared replica under
+        time-slicing and MPS, 1 MIG slice under mig, and 8 of anything else. The one home of that rule."""
         if self.limits.max_per_container is not None:
             return self.limits.max_per_container
-        return SHARED_MAX_PER_CONTAINER if self.sharing.mode.is_shared else DEFAULT_MAX_PER_CONTAINER
+        if device == "replica" and self.sharing.mode.is_shared:
+            return SHARED_MAX_PER_CONTAINER
+        if device == "mig-slice" and self.sharing.mode is Mode.MIG:
+            return MIG_MAX_PER_CONTAINER
+        return DEFAULT_MAX_PER_CONTAINER
+
+    @property
+    def max_per_container(self) -> int:
+        """The most shared replicas one container may hold (whole GPUs under exclusive)."""
+        return self.per_container("replica")
 
     @property
     def mig_max_per_container(self) -> int:
-        """The most MIG slices one container may hold: `maxPerContainer`, else 1 under mig, else 8."""
-        if self.limits.max_per_container is not None:
-            return self.limits.max_per_container
-        return MIG_MAX_PER_CONTAINER if self.sharing.mode is Mode.MIG else DEFAULT_MAX_PER_CONTAINER
+        """The most MIG slices one container may hold."""
+        return self.per_container("mig-slice")
+
+    @property
+    def mode_max_per_container(self) -> int:
+        """The most of what this policy's mode hands out (replicas, MIG slices, whole GPUs) one container may
+        hold: what a mapped `nvidia.com/gpu: N` is held to, and what `policy explain` shows."""
+        return self.per_container("mig-slice" if self.sharing.mode is Mode.MIG else "replica")
 
     @property
     def share(self) -> Fraction | None:

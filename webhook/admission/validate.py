@@ -37,7 +37,7 @@ from webhook.admission.podspec import (
     visible_devices_prefix,
     volume_mounts,
 )
-from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Fractional, Mode, Policy
+from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_shown, quantity_text
 from webhook.admission.resources import (
     AMD_GPU,
@@ -180,7 +180,7 @@ class _Rules:
             policy=policy,
             max_per_container=policy.max_per_container,
             max_mig_per_container=policy.mig_max_per_container,
-            max_whole_per_container=DEFAULT_MAX_PER_CONTAINER if explicit is None else explicit,
+            max_whole_per_container=policy.per_container("whole"),
             max_per_pod=policy.limits.max_per_pod,
             exclusive=mode is Mode.EXCLUSIVE,
             mig_model=mig_model,
@@ -432,12 +432,19 @@ def _resource(
         elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
-            _add(ref, problems,
-                 f"{name} {shown} exceeds the per-container maximum of {maximum} ({where}); request at most "
-                 f"{maximum}",
-                 f"{_brief(name)} {_brief(shown, 8)}: at most {_brief(str(maximum), 8)} per container; "
-                 f"ask for fewer")
+            _over_container_maximum(ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum,
+                                    problems)
     return value
+
+
+def _over_container_maximum(
+    ref: ContainerRef, what: str, brief: str, rules: _Rules, maximum: int, problems: Problems
+) -> None:
+    """`what` (a resource and its value) is more than one container may hold under the policy."""
+    _add(ref, problems,
+         f'{what} exceeds the per-container maximum of {maximum} (policy "{rules.policy.name}"); request at most '
+         f"{maximum}",
+         f"{brief}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
 
 
 def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
@@ -544,10 +551,7 @@ def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
         _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
     else:
-        _add(ref, problems,
-             f"{what} exceeds the per-container maximum of {maximum} (policy \"{policy.name}\"); request at most "
-             f"{maximum}",
-             f"{NVIDIA_GPU} {_brief(str(n), 8)}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+        _over_container_maximum(ref, what, f"{NVIDIA_GPU} {_brief(str(n), 8)}", rules, maximum, problems)
     return True
 
 

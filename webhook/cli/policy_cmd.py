@@ -306,7 +306,7 @@ def describe_policy(policy: Policy) -> str:
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
-    per_container = policy.mig_max_per_container if sharing.mode is Mode.MIG else policy.max_per_container
+    per_container = policy.mode_max_per_container
     parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
 
