@@ -1,8 +1,9 @@
-"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old)`.
+"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old, cluster)`.
 
-The server's /mutate and /validate, the CLI's check and audit, and the tests all call this, so every rule
-lives once: mutate (mutate.py, which also builds the JSON Patch through patch.py), then validate the result
-(validate.py), then turn the policy's enforcement into a verdict.
+The server's /mutate and /validate, the CLI's check, audit and policy explain, and the tests all call this, so
+every rule lives once: mutate (mutate.py: requests into limits, fractions, mapping, env hints, steering; the
+JSON Patch through patch.py), validate the result (validate.py), run the cluster checks where a node snapshot
+is given (clustercheck.py), then turn the policy's enforcement into a `Decision` and its verdict.
 """
 
 from __future__ import annotations
