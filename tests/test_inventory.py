@@ -149,7 +149,7 @@ def test_before_the_first_list_reviews_skip_the_checks_counted_and_logged_once(c
         def watch(self, resource_version, timeout_s):
             raise OSError("connection refused")
 
-    state = ServerState(PolicyStore(PolicySet()), cluster=Credentials(object(), "kubeconfig test"))
+    state = ServerState(PolicyStore(PolicySet()), credentials=Credentials(object(), "kubeconfig test"))
     state.inventory = NodeInventory(Unreachable())  # not started: the first list never completes
     before = REGISTRY.get_sample_value("gpu_admission_cluster_checks_skipped_total", {"reason": "listing"}) or 0
     with caplog.at_level("WARNING"):
