@@ -97,9 +97,9 @@ def _audit(args: argparse.Namespace) -> int:
 
     policies = load_policy_set(args.policies)
 
-    from webhook.cli.kube import RESOURCES, Cluster, ClusterError, Forbidden
+    from webhook.cli.kube import RESOURCES, ClusterError, Forbidden, KubeClient
 
-    cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+    cluster = KubeClient(kubeconfig=args.kubeconfig, context=args.context)
     namespace = None if args.all_namespaces else args.namespace
     listed: list[list[dict[str, Any]]] = []  # each resource's objects, owners first
     skipped: list[Forbidden] = []

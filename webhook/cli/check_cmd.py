@@ -156,9 +156,9 @@ def _check(args: argparse.Namespace) -> int:
 def cluster_view(kubeconfig: str | None, context: str | None) -> ClusterView:
     """The cluster's nodes, listed once (a ClusterError, one line, when that cannot be done)."""
     from webhook.cli.drift import list_view
-    from webhook.cli.kube import Cluster
+    from webhook.cli.kube import KubeClient
 
-    cluster = Cluster(kubeconfig=kubeconfig, context=context)
+    cluster = KubeClient(kubeconfig=kubeconfig, context=context)
     try:
         return list_view(cluster)
     finally:

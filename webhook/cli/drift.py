@@ -16,12 +16,12 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView, NodeInfo, nodes_text
 
 if TYPE_CHECKING:
-    from webhook.cli.kube import Cluster
+    from webhook.cli.kube import KubeClient
 
 HEADERS = ("POLICY", "FIELD", "POLICY SAYS", "NODES SAY", "NODES", "FIX")
 
 
-def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
+def list_view(cluster: KubeClient, page_size: int = 500) -> ClusterView:
     """Every Node, as the server's inventory keeps them."""
     from webhook.cli.kube import NODES
 
@@ -29,7 +29,7 @@ def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
     return ClusterView.of(info for info in map(NodeInfo.from_object, nodes) if info is not None)
 
 
-def list_namespaces(cluster: Cluster, page_size: int = 500) -> list[str]:
+def list_namespaces(cluster: KubeClient, page_size: int = 500) -> list[str]:
     """The name of every Namespace."""
     from webhook.cli.kube import NAMESPACES
 

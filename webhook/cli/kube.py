@@ -2,7 +2,7 @@
 
 Objects come back as the API's JSON (camelCase field names), not as the client's model classes, because the
 engine reads manifests exactly as the API server sends them to a webhook. The `kubernetes` client is imported
-only when a `Cluster` is made: it alone takes longer to import than `check` may take to run.
+only when a `KubeClient` is made: it alone takes longer to import than `check` may take to run.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-class Cluster:
+class KubeClient:
     """A connection to one cluster (kubeconfig context or in-cluster service account)."""
 
     def __init__(self, *, kubeconfig: str | None = None, context: str | None = None):

@@ -236,9 +236,9 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
     from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 
     try:
-        from webhook.cli.kube import Cluster
+        from webhook.cli.kube import KubeClient
 
-        cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+        cluster = KubeClient(kubeconfig=args.kubeconfig, context=args.context)
         try:
             view = list_view(cluster)
             namespaces = list_namespaces(cluster)
