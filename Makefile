@@ -81,9 +81,11 @@ soak: $(STAMP)
 	GPU_ADMISSION_EXAMPLES=10000 $(BIN)/python -m pytest -q -m soak tests
 	GPU_ADMISSION_EXAMPLES=2000 $(BIN)/python -m pytest -q -n 2 tests/test_engine_properties.py
 
-# kustomize reads only files under manifests/: copy the shipped policies into the ConfigMap generator.
-manifests:
+# kustomize reads only files under manifests/: copy the shipped policies into the ConfigMap generator; then
+# write the webhook configurations' entries and matchConditions (and the chart's) from the engine's tables.
+manifests: $(STAMP)
 	sh manifests/sync-policies.sh
+	$(BIN)/python -m webhook.cli.webhooks
 
 # The image (Containerfile): the plain build command, which installs the locked set from the package index.
 # podman if present, else docker. `make image BASE=...` builds on another Python 3.11+ base image; IMAGE names

@@ -249,10 +249,13 @@ def test_fail_on_warn_turns_warnings_into_exit_1():
 # --- errors: exit 2, one line each, naming file, document and line ------------------------------------
 
 
-def test_parse_errors_name_file_document_and_line_and_nothing_is_reported():
+def test_parse_errors_name_file_document_and_line_after_the_rest_is_judged():
+    """A file that does not parse (a sample with a `{username}` placeholder) stops nothing: the others are
+    judged and reported, then each unreadable file is named with its line, and the exit code is 2."""
     run = gpu_webhook("check", "--policies", "policies", "broken", "manifests/clean.yaml", "missing.yaml")
     assert run.returncode == 2
-    assert run.stdout == ""
+    assert "manifests/clean.yaml#0  Pod/whole-gpu" in run.stdout
+    assert run.stdout.splitlines()[-1] == "2 objects: 2 allowed, 0 denied, 0 mutated, 0 skipped, 0 with warnings"
     assert run.stderr.splitlines() == [
         "gpu-webhook check: missing.yaml: no such file or directory",
         "gpu-webhook check: broken/bad.json#0 line 2: invalid JSON: Expecting property name enclosed in "
@@ -261,6 +264,40 @@ def test_parse_errors_name_file_document_and_line_and_nothing_is_reported():
         "gpu-webhook check: broken/not-object.yaml#0: the document is a list, not a Kubernetes object "
         "(a mapping with a kind)",
     ]
+    # Nothing readable at all: the errors alone.
+    run = gpu_webhook("check", "--policies", "policies", "broken")
+    assert (run.returncode, run.stdout) == (2, "")
+
+
+def test_a_placeholder_in_one_file_does_not_stop_the_others(tmp_path):
+    (tmp_path / "a-sample.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {username}-notebook\n  labels: {app: x\n"
+    )
+    (tmp_path / "b-denied.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: big, namespace: shared-a}\nspec:\n  containers:\n"
+        "    - {name: c, image: x, resources: {limits: {nvidia.com/gpu: 2}}}\n"
+    )
+    run = gpu_webhook("check", "--policies", "policies", str(tmp_path))
+    assert run.returncode == 2  # a denial, and a file that could not be read: the file wins
+    assert [line.split(":")[0] for line in run.stdout.splitlines() if line.startswith("DENY")] == [
+        f"DENY {tmp_path}/b-denied.yaml#0 Pod/big"
+    ]
+    (error,) = run.stderr.splitlines()
+    assert error == (
+        f"gpu-webhook check: {tmp_path}/a-sample.yaml#0 line 4: did not find expected key (while parsing a block "
+        "mapping at line 4)"
+    )
+
+
+def test_policies_pointed_at_manifests_say_so_once():
+    run = gpu_webhook("check", "--policies", "manifests", "manifests/clean.yaml")
+    assert (run.returncode, run.stdout) == (2, "")
+    (first, said, *rest) = run.stderr.splitlines()
+    assert first == "gpu-webhook check: invalid policies:"
+    assert said.startswith("  manifests: ") and "hold Kubernetes manifests (" in said
+    assert said.endswith("not GPUPolicy documents: --policies takes a directory of policies; give manifests as "
+                         "the paths to check")  # fmt: skip
+    assert not [line for line in rest if "is not supported; use GPUPolicy" in line]
 
 
 def test_policy_errors_exit_2_naming_the_problem(tmp_path):
@@ -318,6 +355,12 @@ def test_check_examples_skips_the_example_policies_with_one_line_each(monkeypatc
     out, err = capsys.readouterr()
     assert not any(r["kind"] == "GPUPolicy" for r in json.loads(out)["results"])
     assert err.splitlines() == [
+        "SKIP examples/policies/memory-ack.yaml#0 GPUPolicy/notebooks-ack-sharing: a policy (read from --policies "
+        "examples/policies), not a workload",
+        "SKIP examples/policies/memory-hami.yaml#0 GPUPolicy/inference-hami: a policy (read from --policies "
+        "examples/policies), not a workload",
+        "SKIP examples/policies/memory-volcano.yaml#0 GPUPolicy/batch-volcano-vgpu: a policy (read from --policies "
+        "examples/policies), not a workload",
         "SKIP examples/policies/mig.yaml#0 GPUPolicy/batch-mig: a policy (read from --policies examples/policies), "
         "not a workload",
         "SKIP examples/policies/mps.yaml#0 GPUPolicy/inference-mps: a policy (read from --policies "

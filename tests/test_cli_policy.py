@@ -185,7 +185,7 @@ def test_lint_of_the_shipped_policy() -> None:
 def test_lint_of_the_example_policies() -> None:
     run = gpu_webhook("policy", "lint", "examples/policies", cwd=ROOT)
     assert (run.returncode, run.stderr) == (0, "")
-    assert run.stdout.endswith("3 policies in 3 files: no errors, no glob ties, 1 MIG slice size warning\n")
+    assert run.stdout.endswith("6 policies in 6 files: no errors, no glob ties, 1 MIG slice size warning\n")
     assert "  notebook-*               -> notebooks-time-slicing  (glob, 9 literal characters)\n" in run.stdout
     # The example's batch-mig keeps 1g.10gb for a whole GPU, the trade-off its comments describe: lint says so.
     assert [line for line in run.stdout.splitlines() if line.startswith("warning")] == [
@@ -220,6 +220,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         '  tie       glob "*-prod" of policy prod (pol/b.yaml#0) matches as specifically; file order picked teams\n'
         "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -233,6 +234,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  why       glob '*' (0 literal characters) in pol/a.yaml#1\n"
         "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -418,3 +420,23 @@ def test_lint_refuses_a_memory_fraction_that_overcommits_every_gpu(tmp_path: Pat
         "share each GPU, so every GPU would be overcommitted; set at most 0.125\n"
         "1 problem in pol: nothing was loaded\n"
     )
+
+
+def test_explain_says_an_excluded_namespace_is_never_sent_to_the_webhook(tmp_path: Path) -> None:
+    from webhook.cli.webhooks import EXCLUDED_NAMESPACES
+
+    (tmp_path / "pol").mkdir()
+    run = gpu_webhook("policy", "explain", "--policies", "pol", "kube-system", "team-a", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[:2] == [
+        "namespace kube-system",
+        "  webhook   never sent: the shipped webhook configurations exclude kube-system (Kubernetes' own; "
+        "manifests/base/excluded-namespaces.yaml): its pods and workloads are admitted as written, whatever a "
+        "policy says",
+    ]
+    assert lines[2:4] == ["", "namespace team-a"] and lines[4].startswith("  policy    built-in-default")
+    assert [name for name, _ in EXCLUDED_NAMESPACES] == [
+        "kube-system", "kube-node-lease", "gpu-admission", "gpu-operator", "nvidia-gpu-operator",
+        "nvidia-device-plugin", "nvidia-dra-driver-gpu",
+    ]  # fmt: skip

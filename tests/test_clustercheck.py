@@ -439,7 +439,7 @@ def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
             "1",
             [
                 'container "app": nvidia.com/gpu 1 became nvidia.com/gpu.shared 1 (mps policy)',
-                'container "app": set 8 memory env vars for GPU fraction 0.125',
+                'container "app": set 7 memory env vars for GPU fraction 0.125',
             ],
         ),
     ],

@@ -16,8 +16,21 @@ from hypothesis import strategies as st
 
 from tests import evanphx
 from webhook.admission.engine import evaluate
+from webhook.admission.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 from webhook.admission.mutate import mutate
-from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Policy, PolicySet, Sharing
+from webhook.admission.policy import (
+    GPU,
+    Backend,
+    Enforcement,
+    Fractional,
+    Limits,
+    MigStrategy,
+    Mode,
+    Placement,
+    Policy,
+    PolicySet,
+    Sharing,
+)
 from webhook.admission.resources import GPU_MODELS, is_managed
 from webhook.admission.validate import validate
 from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
@@ -30,6 +43,11 @@ RESOURCES = [
     "nvidia.com/mig-3g.40gb",
     "amd.com/gpu",
     "gpu.intel.com/i915",
+    "aliyun.com/gpu-mem",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-memory",
     "cpu",
     "memory",
     5,  # YAML keys need not be strings (`5: 1`), and the CLI reads YAML
@@ -120,10 +138,15 @@ def policies(draw):
             offered = tuple(n for n in names if n == profile or draw(st.booleans()))
         strategy = draw(st.sampled_from(list(MigStrategy)))
         sharing = Sharing(mode=mode, mig_profile=profile, mig_profiles=offered, mig_strategy=strategy)
+    elif mode is Mode.MEMORY:
+        model = model or "A30-24GB"
+        backend = draw(st.sampled_from(list(Backend)))
+        placement = draw(st.sampled_from([None, *Placement])) if backend is not Backend.VOLCANO else None
+        sharing = Sharing(mode=mode, backend=backend, placement=placement)
     fractional_choices = [Fractional.REJECT]
     if mode.is_shared:
         fractional_choices.append(Fractional.SHARED)
-    if model is not None:
+    if model is not None and mode is not Mode.MEMORY:
         fractional_choices.append(Fractional.MIG)
     return Policy(
         name="p",
@@ -141,6 +164,22 @@ def policies(draw):
         block_visible_devices_override=draw(st.booleans()),
         steering=draw(st.booleans()),
     )
+
+
+def pod_template(obj):
+    """The pod template (a workload's), or the Pod itself."""
+    return {
+        "Pod": lambda: obj,
+        "Deployment": lambda: obj["spec"]["template"],
+        "Job": lambda: obj["spec"]["template"],
+        "CronJob": lambda: obj["spec"]["jobTemplate"]["spec"]["template"],
+        "PodTemplate": lambda: obj["template"],
+    }[obj["kind"]]()
+
+
+def pod_metadata(obj):
+    """A workload's pod template metadata (None for a Pod, whose metadata is the object's)."""
+    return None if obj["kind"] == "Pod" else pod_template(obj).get("metadata")
 
 
 def pod_spec(obj):
@@ -170,8 +209,15 @@ def strip_mutable(obj):
     pod_spec(result).pop("affinity", None)
     result["metadata"].get("annotations", {}).pop("gpu-admission.io/policy", None)
     result["metadata"].get("annotations", {}).pop("gpu-admission.io/requested", None)
-    if result["metadata"].get("annotations") == {}:
-        del result["metadata"]["annotations"]
+    for metadata in (result["metadata"], pod_metadata(result)):  # HAMi's placement, on the pod (memshare.py)
+        if metadata is None:
+            continue
+        for key in (HAMI_NODE_POLICY, HAMI_GPU_POLICY):
+            metadata.get("annotations", {}).pop(key, None)
+        if metadata.get("annotations") == {}:
+            del metadata["annotations"]
+        if metadata is not result["metadata"] and metadata == {}:
+            del pod_template(result)["metadata"]
     for section in ("containers", "initContainers"):
         for c in pod_spec(result).get(section, []):
             if has_managed(c):

@@ -3,6 +3,7 @@ speak of what the user wrote: table tests, each asserting the exact lines and ve
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,8 @@ def test_under_warn_the_object_is_admitted_but_its_variables_never_say_more_than
     assert (decision.allowed, decision.verdict) == (True, "warn")
     assert decision.warnings == [
         'gpu-admission: container "srv": nvidia.com/gpu 0.9 became nvidia.com/gpu.shared 1',
-        'gpu-admission: container "srv": set 9 memory env vars for GPU fraction 0.125',
-        'gpu-admission: container "srv": nvidia.com/gpu 0.9 is more than one share (1/8); ask for 0.125 or less, '
+        'gpu-admission: container "srv": set 8 memory env vars for GPU fraction 0.125',
+        'gpu-admission: container "srv": nvidia.com/gpu 0.9 exceeds one share (1/8); ask for 0.125 or less, '
         "or whole GPUs",
     ]
     assert env_of(decision) == {
@@ -63,7 +64,7 @@ def test_under_warn_the_object_is_admitted_but_its_variables_never_say_more_than
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         "CUPY_GPU_MEMORY_LIMIT": "12%",
-        "CUDA_MEMORY_FRACTION": "0.125",
+        # No CUDA_MEMORY_FRACTION under MPS: TGI's `free - (1 - f) * total` is negative where free is capped.
         "GPU_MEMORY_FRACTION": "0.125",
         # The device plugin's MPS daemon gives each of 8 replicas of an 81,559 MiB GPU 81559 // 8 = 10194 MiB
         # and 100 // 8 = 12 percent of the SMs: the injected values are at most those.
@@ -233,3 +234,17 @@ def test_under_mig_single_nvidia_gpu_is_one_slice_per_container():
         "sees one MIG device per process, and slices have no NVLink or P2P between them; request one bigger "
         "profile, or whole GPUs in a namespace that has them"
     ]
+
+
+def test_the_short_form_of_a_share_overrun_fits_whole_for_a_long_named_init_container():
+    """A share such as 1/6 is a long decimal (0.1666), and a long container name leaves the short form only the
+    container's place: the advice must still fit the 120 characters of a warning, not be cut."""
+    six = dataclasses.replace(MPS_8_WARN, sharing=dataclasses.replace(MPS_8_WARN.sharing, replicas=6), memo={})
+    init = container("x" * 80, limits={"nvidia.com/gpu": "0.9999"})
+    decision = run(pod(container("app"), init=(init,)), six)
+    (overrun,) = [w for w in decision.warnings if "exceeds one share" in w]
+    assert overrun == (
+        "gpu-admission: initContainers[0]: nvidia.com/gpu 0.9999 exceeds one share (1/6); ask for 0.1666 or less, "
+        "or whole GPUs"
+    )
+    assert len(overrun) <= 120

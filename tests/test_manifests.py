@@ -35,6 +35,8 @@ from kubernetes.client import ApiClient
 
 from tests import k8s_tools
 from webhook import certs
+from webhook.admission.customresources import BUILTIN_KINDS
+from webhook.admission.dra import CLAIM_SPEC_PATHS
 from webhook.admission.podspec import POD_SPEC_PATHS
 from webhook.admission.resources import is_managed
 
@@ -64,6 +66,8 @@ RESOURCE_KINDS = {
     ("batch", "jobs"): "Job",
     ("batch", "cronjobs"): "CronJob",
     ("", "podtemplates"): "PodTemplate",
+    ("resource.k8s.io", "resourceclaims"): "ResourceClaim",  # Dynamic Resource Allocation
+    ("resource.k8s.io", "resourceclaimtemplates"): "ResourceClaimTemplate",
 }
 
 # The documented match condition, with SPEC standing for the pod spec's path under `object`. Every step is
@@ -79,8 +83,13 @@ GUARDS && (
     (has(c.resources) && ['limits', 'requests'].exists(amounts,
       amounts in c.resources && c.resources[amounts] != null &&
       c.resources[amounts].exists(r,
-        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu'] ||
-        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/')))) ||
+        r in ['nvidia.com/gpu', 'nvidia.com/gpu.shared', 'amd.com/gpu',
+          'aliyun.com/gpu-mem', 'nvidia.com/gpucores',
+          'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage',
+          'volcano.sh/vgpu-cores', 'volcano.sh/vgpu-memory',
+          'volcano.sh/vgpu-memory-percentage', 'volcano.sh/vgpu-number'] ||
+        r.startsWith('nvidia.com/mig-') || r.startsWith('gpu.intel.com/') ||
+        r.startsWith('deviceclass.resource.kubernetes.io/')))) ||
     (has(c.env) && c.env != null && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')) ||
     (has(c.envFrom) && c.envFrom != null && c.envFrom.exists(f,
       has(f.prefix) && f.prefix != '' && 'NVIDIA_VISIBLE_DEVICES'.startsWith(f.prefix))) ||
@@ -98,8 +107,35 @@ def documented_condition(path: tuple[str, ...], sections: str = POD_SECTIONS) ->
     return MATCH_CONDITION.replace("GUARDS", guards).replace("SPEC", spec).replace(POD_SECTIONS, sections)
 
 
+def claim_condition(path: tuple[str, ...]) -> str:
+    """The condition of a DRA claim's or template's webhook: it asks for devices (every step guarded)."""
+    steps = ("object", *path, "devices", "requests")
+    guards = " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
+    requests = ".".join(steps)
+    return f"{guards} &&\n{requests} != null && size({requests}) > 0"
+
+
+def is_claims(hook: dict[str, Any]) -> bool:
+    return any(rule["apiGroups"] == ["resource.k8s.io"] for rule in hook["rules"])
+
+
 def is_ephemeral(hook: dict[str, Any]) -> bool:
     return any(r["resources"] == ["pods/ephemeralcontainers"] for r in hook["rules"])
+
+
+def is_custom(hook: dict[str, Any]) -> bool:
+    """An entry for custom resources (validating only; tests/test_webhooks_generated.py checks them)."""
+    return any(r["apiVersions"] == ["*"] for r in hook["rules"])
+
+
+def pod_spec_hooks(configuration: dict[str, Any]) -> list[dict[str, Any]]:
+    return [hook for hook in configuration["webhooks"] if not is_custom(hook)]
+
+
+# The entries: five for the places a pod spec lives and two for DRA claims, in both configurations; one per
+# custom resource kind in the validating configuration only.
+ENTRIES = {"MutatingWebhookConfiguration": 7, "ValidatingWebhookConfiguration": 7 + len(BUILTIN_KINDS)}
+ALL_ENTRIES = sum(ENTRIES.values())
 
 
 # ------------------------------------------------------------------------------------ a small kustomize
@@ -582,7 +618,7 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
     configuration = one(default, kind)
     service = one(default, "Service")
     mutating = kind.startswith("Mutating")
-    assert len(configuration["webhooks"]) == 5
+    assert len(configuration["webhooks"]) == ENTRIES[kind]
     for hook in configuration["webhooks"]:
         assert hook["name"].endswith(".gpu-admission.io")
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -629,7 +665,7 @@ def test_the_gpu_stacks_default_namespaces_are_in_the_one_list() -> None:
     # The base holds no copy: each entry's values come from the list, through the component.
     for name in ("mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"):
         (configuration,) = load_documents(MANIFESTS / "base" / name)
-        assert name_exclusions([configuration]) == [[]] * 5
+        assert name_exclusions([configuration]) == [[]] * ENTRIES[configuration["kind"]]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -637,7 +673,7 @@ def test_every_webhook_entry_excludes_every_listed_namespace(
     rendered: dict[str, list[dict[str, Any]]], variant: str
 ) -> None:
     found = name_exclusions(rendered[variant])
-    assert found == [excluded_namespaces()] * 10
+    assert found == [excluded_namespaces()] * ALL_ENTRIES
     # Everything else still fails closed while no replica answers: tenants' GPU pods are refused, not let through.
     for configuration in webhook_configurations(rendered[variant]):
         assert {hook["failurePolicy"] for hook in configuration["webhooks"]} == {"Fail"}
@@ -666,7 +702,7 @@ def test_an_overlay_adds_a_namespace_to_the_list_with_one_patch(tmp_path: Path) 
     )
     outputs = [render(overlay)] + ([kubectl_kustomize(overlay)] if KUBECTL else [])
     for objects in outputs:
-        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * 10
+        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * ALL_ENTRIES
         assert not [o for o in objects if o["kind"] == "ExcludedNamespaces"]  # local-config: never applied
 
 
@@ -686,7 +722,7 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
     default: list[dict[str, Any]], kind: str
 ) -> None:
     covered: dict[str, list[str]] = {}
-    for hook in one(default, kind)["webhooks"]:
+    for hook in pod_spec_hooks(one(default, kind)):
         if is_ephemeral(hook):
             (rule,) = hook["rules"]
             assert rule["operations"] == ["UPDATE"] and rule["apiGroups"] == [""], "kubectl debug is an UPDATE"
@@ -694,7 +730,7 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
         kinds = _kinds_of(hook)
         assert not set(kinds) & set(covered), f"{hook['name']} repeats {set(kinds) & set(covered)}"
         covered.update(kinds)
-    assert set(covered) == set(POD_SPEC_PATHS)
+    assert set(covered) == set(POD_SPEC_PATHS) | set(CLAIM_SPEC_PATHS)
     for name, operations in covered.items():
         assert operations == (["CREATE"] if name == "Pod" else ["CREATE", "UPDATE"]), name
 
@@ -703,8 +739,13 @@ def test_rules_cover_every_kind_the_engine_reads_with_the_right_operations(
 def test_each_match_condition_is_the_documented_one_for_its_kinds_pod_spec_path(
     default: list[dict[str, Any]], kind: str
 ) -> None:
-    for hook in one(default, kind)["webhooks"]:
+    for hook in pod_spec_hooks(one(default, kind)):
         (condition,) = hook["matchConditions"]  # conditions are ANDed: one per webhook
+        if is_claims(hook):
+            (claim_kind,) = _kinds_of(hook)
+            expected = claim_condition(CLAIM_SPEC_PATHS[claim_kind])
+            assert condition == {"name": "asks-for-devices", "expression": expected}, hook["name"]
+            continue
         assert condition["name"] == "mentions-managed-gpu"
         paths = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
         assert len(paths) == 1, f"{hook['name']} mixes kinds whose pod specs live at {paths}"
@@ -748,6 +789,8 @@ def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> Non
         "nvidia.com/mig-1g.10gb.me", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
         "cpu", "memory", "ephemeral-storage", "nvidia.com/gpux", "nvidia.com/mig", "amd.com/cpu",
         "intel.com/gpu", "hugepages-2Mi", "example.com/nvidia.com/gpu", "nvidia.com/gpu.shared.extra",
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com", "deviceclass.resource.kubernetes.io/rdma.example.com",
+        "deviceclass.kubernetes.io/gpu.nvidia.com", "resource.kubernetes.io/gpu.nvidia.com",
     ]  # fmt: skip
     for resource in samples:
         selected = resource in names or any(resource.startswith(p) for p in prefixes)
@@ -756,7 +799,7 @@ def test_the_condition_selects_exactly_the_resources_the_engine_manages() -> Non
 
 def test_mutating_and_validating_webhooks_see_the_same_objects(default: list[dict[str, Any]]) -> None:
     mutating = one(default, "MutatingWebhookConfiguration")["webhooks"]
-    validating = one(default, "ValidatingWebhookConfiguration")["webhooks"]
+    validating = pod_spec_hooks(one(default, "ValidatingWebhookConfiguration"))  # custom resources: validated only
     shared = ("name", "rules", "namespaceSelector", "matchConditions", "failurePolicy", "timeoutSeconds")
     assert [{k: h[k] for k in shared} for h in mutating] == [{k: h[k] for k in shared} for h in validating]
 
@@ -796,7 +839,7 @@ def test_the_documented_one_liner_fills_every_ca_bundle(tmp_path: Path) -> None:
         outputs.append(kubectl_kustomize(root / "manifests"))
     for objects in outputs:
         bundles = [h["clientConfig"]["caBundle"] for c in webhook_configurations(objects) for h in c["webhooks"]]
-        assert len(bundles) == 10
+        assert len(bundles) == ALL_ENTRIES
         assert {base64.b64decode(b, validate=True) for b in bundles} == {out.ca_cert.read_bytes()}
 
 
@@ -1004,6 +1047,9 @@ CONDITION_CASES = [
     ({"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}, True),
     ({"initContainers": [{"name": "a", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}], "containers": []}, True),
     ({"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, True),
+    # KEP-5004: a DeviceClass asked for as an extended resource (DRA serves it).
+    ({"containers": [{"name": "a", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 2}}}]},
+     True),
     ({"containers": [{"name": "a", "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]}]}, True),
     ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
     ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
@@ -1035,8 +1081,8 @@ def test_match_conditions_select_what_the_engine_would_judge(
 ) -> None:
     from webhook.admission.podspec import mentions_gpu
 
-    for hook in one(default, kind)["webhooks"]:
-        if is_ephemeral(hook):
+    for hook in pod_spec_hooks(one(default, kind)):
+        if is_ephemeral(hook) or is_claims(hook):
             continue
         (condition,) = hook["matchConditions"]
         (path,) = {POD_SPEC_PATHS[k] for k in _kinds_of(hook)}
@@ -1046,6 +1092,30 @@ def test_match_conditions_select_what_the_engine_would_judge(
     # An object without the pod spec's parents at all is not selected either.
     for hook in one(default, kind)["webhooks"]:
         assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "selected"),
+    [
+        ({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}, True),
+        ({"devices": {"requests": []}}, False),  # a claim for no device
+        ({"devices": {"requests": None}}, False),
+        ({"devices": {}}, False),
+        ({}, False),
+    ],
+)
+def test_the_claim_conditions_select_claims_and_templates_that_ask_for_devices(
+    default: list[dict[str, Any]], spec: dict[str, Any], selected: bool
+) -> None:
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        hooks = [h for h in one(default, kind)["webhooks"] if is_claims(h)]
+        names = ["resourceclaims.gpu-admission.io", "resourceclaimtemplates.gpu-admission.io"]
+        assert [h["name"] for h in hooks] == names
+        claim, template = ({"metadata": {"name": "x"}, "spec": copy.deepcopy(spec)},
+                           {"metadata": {"name": "x"}, "spec": {"spec": copy.deepcopy(spec)}})  # fmt: skip
+        for hook, obj in zip(hooks, (claim, template), strict=True):
+            assert _cel(hook["matchConditions"][0]["expression"], obj) is selected, hook["name"]
+            assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
 
 
 @pytest.mark.parametrize(

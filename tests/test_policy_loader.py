@@ -25,7 +25,7 @@ from webhook.admission.loader import (
     load_policies,
     parse_policy_sources,
 )
-from webhook.admission.policy import DEFAULT_POLICY, Enforcement, Fractional, Mode, Policy, PolicySet
+from webhook.admission.policy import DEFAULT_POLICY, Backend, Enforcement, Fractional, Mode, Policy, PolicySet
 from webhook.admission.yamltext import FAST_PARSER, PURE_PARSER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,7 +198,11 @@ def test_the_shipped_policies_are_the_default_only_and_the_examples_cover_every_
     assert (default.max_per_container, default.limits.max_per_pod) == (8, 8)
     examples = load_policies(ROOT / "examples" / "policies")
     modes = {p.name: p.sharing.mode for p in examples.policies}
-    assert modes == {"batch-mig": Mode.MIG, "inference-mps": Mode.MPS, "notebooks-time-slicing": Mode.TIME_SLICING}
+    assert modes == {
+        "batch-mig": Mode.MIG, "inference-mps": Mode.MPS, "notebooks-time-slicing": Mode.TIME_SLICING,
+        "notebooks-ack-sharing": Mode.MEMORY, "inference-hami": Mode.MEMORY, "batch-volcano-vgpu": Mode.MEMORY,
+    }  # fmt: skip
+    assert {p.sharing.backend for p in examples.policies if p.sharing.mode is Mode.MEMORY} == set(Backend)
     for policy in examples.policies:
         assert "*" not in policy.namespaces  # examples select example namespaces only
     assert examples.for_namespace("some-team") is DEFAULT_POLICY
@@ -268,9 +272,9 @@ SPEC_CASES = [
      "reject or mig, or change the mode"),
     # sharing
     ("namespaces: [a]\nsharing: mig", "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-     'migProfile, migProfiles, migStrategy; got "mig" (a string)'),
+     'migProfile, migProfiles, migStrategy, backend, placement; got "mig" (a string)'),
     ("namespaces: [a]\nsharing: {mode: timeslicing}", 'p.yaml#0 spec.sharing.mode: "timeslicing" is not one of '
-     'exclusive, time-slicing, mps, mig (did you mean "time-slicing"?)'),
+     'exclusive, time-slicing, mps, mig, memory (did you mean "time-slicing"?)'),
     ("namespaces: [a]\nsharing: {replica: 4}", 'p.yaml#0 spec.sharing.replica: unknown field '
      '(did you mean "replicas"?)'),
     ("namespaces: [a]\nsharing: {mode: time-slicing}", "p.yaml#0 spec.sharing.replicas: required when mode is "
@@ -333,6 +337,27 @@ SPEC_CASES = [
     ("namespaces: [a]\ngpu: {memory: 1}", 'p.yaml#0 spec.gpu.memory: unknown field (did you mean "memoryMiB"?)'),
     ("namespaces: [a]\nsharing: {mode: mps, replicas: 2}", "p.yaml#0 spec.gpu: mps mode needs gpu.model or "
      "gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the GPU's memory; add one"),
+    # memory-sliced sharing
+    ("namespaces: [a]\nsharing: {mode: memory}\ngpu: {model: A100-80GB}", "p.yaml#0 spec.sharing.backend: required "
+     "when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: gke}\ngpu: {model: A100-80GB}", 'p.yaml#0 '
+     'spec.sharing.backend: "gke" is not one of ack, hami, volcano'),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: hami, placement: pack}\ngpu: {model: A100-80GB}",
+     'p.yaml#0 spec.sharing.placement: "pack" is not one of binpack, spread (did you mean "binpack"?)'),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: ack}", "p.yaml#0 spec.gpu: memory mode needs gpu.model or "
+     "gpu.memoryMiB: a fraction of a GPU becomes that share of its memory; add one"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: volcano, placement: spread}\ngpu: {memoryMiB: 24576}",
+     "p.yaml#0 spec.sharing.placement: Volcano reads binpack or spread only from its scheduler's configuration "
+     "(the deviceshare plugin's deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nfractional: shared",
+     "p.yaml#0 spec.fractional: does not apply when mode is memory: every fraction becomes the backend's share of "
+     "the GPU's memory; remove it"),
+    ("namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nmemoryFraction: 0.5",
+     "p.yaml#0 spec.memoryFraction: only applies when mode is time-slicing or mps (mode is memory); remove it"),
+    ("namespaces: [a]\nsharing: {backend: ack}", "p.yaml#0 spec.sharing.backend: only applies when mode is memory "
+     "(mode is exclusive); remove it"),
+    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, placement: spread}", "p.yaml#0 "
+     "spec.sharing.placement: only applies when mode is memory (mode is mig); remove it"),
     # limits
     ("namespaces: [a]\nlimits: {maxPerContainer: 0}", "p.yaml#0 spec.limits.maxPerContainer: 0 is too small; a "
      "container may hold at least 1 GPU"),
@@ -413,7 +438,7 @@ SPEC_CASES = [
      '"memoryFraction"?)'),
     ("namespaces: [a]\nflavour: blue", "p.yaml#0 spec.flavour: unknown field (known fields: namespaces, enforcement, "
      "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, "
-     "trustedSchedulers, steering, cluster)"),
+     "trustedSchedulers, steering, cluster, deviceClasses)"),
     ("namespaces: [a]\nenforcement: warn\nenforcement: enforce", "p.yaml#0 spec.enforcement: duplicate key; remove "
      "one of them"),
 ]
@@ -455,7 +480,7 @@ def test_each_spec_problem_is_one_exact_line(spec: str, line: str) -> None:
         (HEAD, "p.yaml#0 spec: required; a policy needs at least spec.namespaces"),
         (HEAD + "spec: [a]\n", "p.yaml#0 spec: expected a mapping of namespaces, enforcement, sharing, gpu, limits, "
          "fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, "
-         "steering, cluster; got a list"),
+         "steering, cluster, deviceClasses; got a list"),
         (doc("namespaces: [a]") + "1: x\n", "p.yaml#0: keys must be strings, got 1 (a whole number)"),
         (doc("namespaces: [a]") + "? [a]\n: x\n", "p.yaml#0: keys must be strings, got a list"),
     ],
@@ -504,7 +529,7 @@ def test_a_key_that_is_not_plain_is_quoted_so_its_problem_stays_one_line() -> No
     text = doc('namespaces: [a]\n"foo\\nDENY fake\\u001b[31m": 1\n"x y": 2\nteam_a.b/c-d: 3')
     known = (
         "unknown field (known fields: namespaces, enforcement, sharing, gpu, limits, fractional, memoryFraction, "
-        "frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, steering, cluster)"
+        "frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, steering, cluster, deviceClasses)"
     )
     assert problems(text) == [
         f'p.yaml#0 spec."foo\\nDENY fake\\u001b[31m": {known}',

@@ -70,6 +70,7 @@ def _properties(schema: dict[str, Any], path: tuple[str, ...]) -> set[str]:
         (("spec", "sharing"), "_SHARING_FIELDS"),
         (("spec", "gpu"), "_GPU_FIELDS"),
         (("spec", "limits"), "_LIMITS_FIELDS"),
+        (("spec", "deviceClasses"), "_DEVICE_CLASSES_FIELDS"),
     ],
 )
 def test_every_field_the_loader_accepts_is_in_the_schema(path: tuple[str, ...], accepted: str) -> None:
@@ -84,7 +85,9 @@ def test_the_schema_carries_the_loaders_enums_and_bounds() -> None:
     spec = policy_schema()["properties"]["spec"]["properties"]
     assert spec["enforcement"]["enum"] == ["enforce", "warn", "audit"]
     assert spec["fractional"]["enum"] == ["reject", "shared", "mig"]
-    assert spec["sharing"]["properties"]["mode"]["enum"] == ["exclusive", "time-slicing", "mps", "mig"]
+    assert spec["sharing"]["properties"]["mode"]["enum"] == ["exclusive", "time-slicing", "mps", "mig", "memory"]
+    assert spec["sharing"]["properties"]["backend"]["enum"] == ["ack", "hami", "volcano"]
+    assert spec["sharing"]["properties"]["placement"]["enum"] == ["binpack", "spread"]
     replicas = spec["sharing"]["properties"]["replicas"]["anyOf"]
     assert replicas == [{"type": "integer", "minimum": 2}, {"enum": ["auto"]}]  # a number, or auto (from the nodes)
     assert spec["limits"]["properties"]["maxPerPod"] == {
@@ -131,6 +134,9 @@ VALID_SPECS = [
     "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb}\ngpu: {model: A100-80GB}\nfractional: mig",
     "namespaces: [a]\nframeworkEnv: [pytorch, jax]\nblockVisibleDevicesOverride: false",
     "namespaces: [a]\nframeworkEnv: []",
+    "namespaces: [a]\nsharing: {mode: memory, backend: ack, placement: spread}\ngpu: {model: A100-80GB}",
+    "namespaces: [a]\nsharing: {mode: memory, backend: hami, placement: binpack}\ngpu: {memoryMiB: 24576}",
+    "namespaces: [a]\nsharing: {mode: memory, backend: volcano}\ngpu: {model: H100-80GB}",
 ]
 
 

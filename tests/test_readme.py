@@ -314,7 +314,7 @@ POLICIES = policy_examples(README.read_text(encoding="utf-8"))
 
 def test_readme_shows_a_policy_for_every_sharing_mode():
     modes = {re.search(r"mode: ([\w-]+)", p)[1] for p in POLICIES}  # type: ignore[index]
-    assert modes == {"exclusive", "time-slicing", "mps", "mig"}
+    assert modes == {"exclusive", "time-slicing", "mps", "mig", "memory"}
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=[re.search(r"mode: ([\w-]+)", p)[1] for p in POLICIES])  # type: ignore[index]

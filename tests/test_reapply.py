@@ -302,6 +302,18 @@ ENV = [
 ]
 
 
+# How inference engines are started (webhook/admission/engines.py): mutation appends their memory flag to `args`,
+# which both apply modes treat as one atomic list.
+ENGINE_STARTS = [
+    {"image": "vllm/vllm-openai:v0.9.1", "args": ["--model", "m"]},
+    {"image": "vllm/vllm-openai:v0.9.1"},  # no args at all: mutation adds the list whole
+    {"command": ["python3", "-m", "sglang.launch_server"], "args": ["--model-path", "m"]},
+    {"command": ["trtllm-serve", "m"]},
+    {"command": ["vllm", "serve", "m"], "args": ["--gpu-memory-utilization", "0.1"]},  # the user's, kept
+    {"command": ["vllm", "serve", "m"], "args": ["--gpu-memory-utilization=0.9"]},  # above any share
+]
+
+
 @st.composite
 def written_containers(draw: Any, prefix: str) -> list[dict]:
     names = draw(st.lists(st.integers(0, 5), min_size=1, max_size=2, unique=True))
@@ -325,6 +337,8 @@ def written_containers(draw: Any, prefix: str) -> list[dict]:
             body["resources"] = resources
         if draw(st.booleans()):
             body["env"] = draw(st.lists(st.sampled_from(ENV), max_size=3, unique_by=lambda e: e["name"]))
+        if not draw(st.integers(0, 2)):
+            body.update(copy.deepcopy(draw(st.sampled_from(ENGINE_STARTS))))
         found.append(body)
     return found
 
@@ -367,8 +381,8 @@ def admit(obj: dict, policies: PolicySet, old: dict | None = None) -> dict:
 @given(written_workloads(), policies(), st.sampled_from(["client", "server"]))
 def test_a_second_apply_of_the_same_file_gives_the_stored_object_again(written, pol, mode):
     """For every object X the webhook admits and each apply mode: the object a second apply of X sends (M) is
-    admitted, and the patch turns it into the stored mutate(X) exactly: resources, env (and its order),
-    affinity, annotations. So no rollout, and a Job's immutable template is untouched."""
+    admitted, and the patch turns it into the stored mutate(X) exactly: resources, env (and its order), an
+    engine's args, affinity, annotations. So no rollout, and a Job's immutable template is untouched."""
     policies_ = PolicySet((pol,))
     sent = decoded(with_last_applied(written) if mode == "client" else written)
     first = evaluate(sent, NS, policies_)
@@ -448,6 +462,55 @@ def test_a_changed_request_gets_the_new_decision():
     first_time = evaluate(decoded(deployment(2)), "ts-a", POLICIES)
     decision = evaluate(more, "ts-a", POLICIES, stored)
     assert (decision.allowed, decision.violations) == (False, first_time.violations)
+
+
+def engine_deployment(args: list[str] | None, namespace: str = "ts-a") -> dict:
+    obj = deployment(1, namespace=namespace)
+    body = main_container(obj)
+    body["image"] = "vllm/vllm-openai:v0.9.1"
+    if args is not None:
+        body["args"] = args
+    return obj
+
+
+@pytest.mark.parametrize("mode", ["client", "server"])
+@pytest.mark.parametrize("args", [["--model", "m"], None])
+def test_an_engines_added_flag_is_stable_on_a_re_apply(mode, args):
+    """The flag mutation appended is recorded (`a`), dropped from the input worked out again, and appended
+    again: the re-apply's patch gives the stored object, with the flag once."""
+    written = engine_deployment(args)
+    sent = decoded(with_last_applied(written) if mode == "client" else written)
+    stored = admit(sent, POLICIES)
+    assert main_container(stored)["args"] == [*(args or []), "--gpu-memory-utilization=0.23"]
+    assert json.loads(stored["metadata"]["annotations"][RECORD])["containers/main"]["a"] == [
+        "--gpu-memory-utilization=0.23"
+    ]
+    again = client_side_apply(stored, written) if mode == "client" else server_side_apply(stored, written)
+    decision = evaluate(again, "ts-a", POLICIES, stored)
+    assert decision.allowed, decision.violations
+    assert evanphx.apply(again, decision.patch) == stored
+    assert evaluate(stored, "ts-a", POLICIES, stored).patch == []  # mutate(mutate(x)) == mutate(x)
+
+
+@pytest.mark.parametrize("mode", ["client", "server"])
+def test_an_engine_flag_written_into_the_file_later_is_the_users(mode):
+    """The file gains its own --gpu-memory-utilization: args come as the file has them, the webhook's flag is
+    gone from them, and nothing is added; above the share it is denied with the argument to write."""
+    first = engine_deployment(["--model", "m"])
+    sent = decoded(with_last_applied(first) if mode == "client" else first)
+    stored = admit(sent, POLICIES)
+    for value, allowed in (("0.2", True), ("0.9", False)):
+        changed = engine_deployment(["--model", "m", "--gpu-memory-utilization", value])
+        again = client_side_apply(stored, changed) if mode == "client" else server_side_apply(stored, changed)
+        decision = evaluate(again, "ts-a", POLICIES, stored)
+        assert decision.allowed is allowed
+        assert main_container(decision.mutated)["args"] == ["--model", "m", "--gpu-memory-utilization", value]
+        if not allowed:
+            assert decision.violations == [
+                'container "main": --gpu-memory-utilization 0.9 lets vLLM take 0.9 of the GPU\'s memory, but this '
+                'container\'s share is 1/4 (time-slicing, policy "kept-name-time-slicing"): write '
+                "--gpu-memory-utilization=0.23 instead, or remove it and the webhook adds it"
+            ]
 
 
 def test_limits_added_to_the_file_are_the_users():

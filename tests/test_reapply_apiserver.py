@@ -139,6 +139,31 @@ def test_the_same_manifest_applied_twice_changes_nothing(
     assert (diff.returncode, diff.stdout) == (0, ""), diff.stderr  # (stderr has what the request becomes)
 
 
+@pytest.mark.parametrize("mode", ["client", "server"])
+@pytest.mark.parametrize("prefix", ["ts", "mps"])
+def test_an_inference_engines_added_flag_is_stable_on_a_second_apply(cluster: Cluster, mode: str, prefix: str) -> None:
+    """A vLLM server (the OpenAI image, arguments alone): the webhook appends --gpu-memory-utilization to its
+    args, and applying the same file again changes nothing."""
+    namespace = _namespace(cluster, f"{prefix}-vllm-{mode}")
+    obj = workload("Deployment", "chat", namespace, 1)
+    container = _template(obj)["spec"]["containers"][0]
+    container.update(image="vllm/vllm-openai:v0.9.1", args=["--model", "Qwen/Qwen2.5-7B-Instruct"])
+    manifest = json.dumps(obj)
+    first = cluster.run(*APPLY[mode], "-f", "-", stdin=manifest)
+    assert first.returncode == 0, first.stderr
+    stored = cluster.get("Deployment", namespace, "chat")
+    # ts-*: no GPU model, 2% of headroom; mps-*: 8 replicas of an H100 80GB, 512 MiB of it.
+    flag = {"ts": "--gpu-memory-utilization=0.23", "mps": "--gpu-memory-utilization=0.1187"}[prefix]
+    assert _template(stored)["spec"]["containers"][0]["args"] == ["--model", "Qwen/Qwen2.5-7B-Instruct", flag]
+    second = cluster.run(*APPLY[mode], "-f", "-", stdin=manifest)
+    assert second.returncode == 0, second.stderr
+    again = cluster.get("Deployment", namespace, "chat")
+    assert again["metadata"]["generation"] == 1
+    assert _template(again) == _template(stored)
+    diff = cluster.run(*DIFF[mode], "-f", "-", stdin=manifest)
+    assert (diff.returncode, diff.stdout) == (0, ""), diff.stderr
+
+
 def test_a_changed_request_gets_the_new_decision(cluster: Cluster) -> None:
     """0.25 -> 0.125 in the file: the second apply is judged as the new request (a new memory fraction)."""
     namespace = _namespace(cluster, "ts-change")

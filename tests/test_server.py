@@ -271,7 +271,7 @@ def test_healthz_and_readyz(live_server):
     ready = live_server.get("/readyz")
     assert ready.status_code == 200
     body = ready.json()
-    assert body["ready"] is True and body["policies"] == 4 and "certificateNotAfter" in body
+    assert body["ready"] is True and body["policies"] == 7 and "certificateNotAfter" in body
 
 
 def test_tls_1_2_is_the_minimum(live_server):

@@ -139,7 +139,7 @@ def test_dev_makes_certificates_and_prints_a_curl_command_that_works(tmp_path, h
         banner = [process.stdout.readline().rstrip() for _ in range(3)]  # type: ignore[union-attr]
         url = f"https://{shown}:{port}"
         assert banner == [
-            f"gpu-webhook: serving {url} (3 policies from examples/policies)",
+            f"gpu-webhook: serving {url} (6 policies from examples/policies)",
             "  dev CA: certs/dev/ca.crt",
             f"  try:    curl --cacert certs/dev/ca.crt {url}/healthz",
         ]

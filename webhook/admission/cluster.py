@@ -40,12 +40,19 @@ MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (interna
 GFD_LABELS = frozenset(
     {PRODUCT_LABEL, MEMORY_LABEL, COUNT_LABEL, REPLICAS_LABEL, STRATEGY_LABEL, MIG_STRATEGY_LABEL}
 )
+# ACK's GPU sharing labels (memshare.py): the pool's sharing mode (cgpu, core_mem, share, ...) and placement.
+ACK_SCHEDULE_LABEL = "ack.node.gpu.schedule"
+ACK_PLACEMENT_LABEL = "ack.node.gpu.placement"
+MEMORY_SLICE_LABELS = frozenset({ACK_SCHEDULE_LABEL, ACK_PLACEMENT_LABEL})
+# What a node advertises beside the managed resources that admission reads: ACK's GPUs on a shared node (its
+# aliyun.com/gpu-mem is the memory of all of them).
+NODE_ONLY_RESOURCES = frozenset({"aliyun.com/gpu-count"})
 # Per-profile MIG labels under the mixed strategy, e.g. `nvidia.com/mig-1g.10gb.count`.
 _MIG_LABEL = re.compile(r"^nvidia\.com/mig-[0-9a-z.+-]+\.(count|memory|slices\.ci|slices\.gi|engines\.[a-z]+)$")
 
 
 def is_kept_label(key: str) -> bool:
-    return key in GFD_LABELS or _MIG_LABEL.match(key) is not None
+    return key in GFD_LABELS or key in MEMORY_SLICE_LABELS or _MIG_LABEL.match(key) is not None
 
 
 def nodes_text(count: int) -> str:
@@ -77,7 +84,7 @@ class NodeInfo:
         spec = found if isinstance(found := node.get("spec"), dict) else {}
         amounts: dict[str, int] = {}
         for resource, raw in allocatable.items():
-            if is_managed(resource):
+            if is_managed(resource) or resource in NODE_ONLY_RESOURCES:
                 value = quantity_or_none(raw)
                 if value is not None and value > 0:
                     amounts[resource] = int(value)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import steering
+from webhook.admission import memshare, steering
 from webhook.admission.cluster import (
     MEMORY_LABEL,
     MIG_STRATEGY_LABEL,
@@ -97,6 +97,8 @@ def _policy_nodes(policy: Policy, view: ClusterView) -> tuple[NodeInfo, ...]:
         return tuple(n for n in nodes if NVIDIA_GPU in n.allocatable and _replicas(n) > 1)
     if mode is Mode.MIG:
         return tuple(n for n in nodes if n.labels.get(MIG_STRATEGY_LABEL) in ("single", "mixed") or _mig_counts(n))
+    if mode is Mode.MEMORY:  # the backend's nodes, whatever their labels say (ACK's `share` pools: drift)
+        return tuple(n for n in nodes if memshare.node_resource(policy) in n.allocatable)
     return ()
 
 
@@ -105,6 +107,8 @@ def _holds(policy: Policy) -> Callable[[str], bool]:
     it converts to (those of `migProfiles`; any MIG slice where it lists none: a fraction may become any
     profile), else `nvidia.com/gpu` (whole GPUs, and MIG slices under the single strategy)."""
     sharing = policy.sharing
+    if sharing.mode is Mode.MEMORY:
+        return memshare.node_resource(policy).__eq__
     if sharing.mode.is_shared:
         return sharing.resource_name.__eq__
     if sharing.mode is Mode.MIG and not sharing.is_mig_single:
@@ -326,6 +330,9 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "memory limits are worked out for another GPU's memory",
                 f"set gpu.memoryMiB: {memory}",
             )
+        if mode is Mode.MEMORY:  # the backend's own labels and resources (memshare.py)
+            for field, says, policy_says, effect, fix in memshare.node_drift(policy, node):
+                note(field, says, node, policy_says, effect, fix)
         layout = _mig_drift(policy, node) if mode is Mode.MIG and sharing.mig_profile else None
         if layout is not None:
             note(*layout[:2], node, *layout[2:])

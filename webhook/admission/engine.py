@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.admission import clustercheck
+from webhook.admission import clustercheck, dra
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -69,6 +69,12 @@ def evaluate(
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
+    if spec_path is None and (claim_path := dra.claim_spec_path(obj)) is not None:  # judged, never mutated
+        if reason := dra.left_alone(obj, old, claim_path):
+            return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
+        if cluster is not None and policy.cluster.auto:
+            policy = clustercheck.resolve(policy, cluster)
+        return _verdict(policy, [], [], dra.judge(obj, policy, claim_path), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason or spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)

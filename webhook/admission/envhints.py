@@ -11,7 +11,10 @@ containers sharing one GPU crash each other. Each framework honours its own vari
   the jax hint is skipped whole when the user set either.
 - tensorflow: `TF_FORCE_GPU_ALLOW_GROWTH=true` (TensorFlow has no fraction variable; growth avoids the grab).
 - cupy: `CUPY_GPU_MEMORY_LIMIT=<percent>%` caps CuPy's memory pool.
-- tgi: `CUDA_MEMORY_FRACTION` is Text Generation Inference's cap.
+- tgi: `CUDA_MEMORY_FRACTION` is Text Generation Inference's cap: its free memory for the KV cache is
+  `max(0, free - (1 - fraction) * total)` (text-generation-inference server/text_generation_server/utils/
+  import_utils.py, get_cuda_free_memory). Not under MPS: there the free memory is the client's capped share, so
+  any fraction below 1 - share leaves it no KV cache, and its default (1) already stays within the share.
 - generic: `GPU_MEMORY_FRACTION`, for any application to read.
 - pytorch (opt-in): `per_process_memory_fraction:<f>` in `PYTORCH_CUDA_ALLOC_CONF` (merged into the user's
   `PYTORCH_ALLOC_CONF` instead when that is set); opt-in because PyTorch up to 2.9 rejects the unknown key.
@@ -108,7 +111,8 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
         elif framework == "cupy":
             hints.append(EnvHint("cupy", CUPY_LIMIT, f"{whole_percent(fraction)}%"))
         elif framework == "tgi":
-            hints.append(EnvHint("tgi", TGI_FRACTION, f))
+            if policy.sharing.mode is not Mode.MPS:
+                hints.append(EnvHint("tgi", TGI_FRACTION, f))
         elif framework == "generic":
             hints.append(EnvHint("generic", GENERIC_FRACTION, f))
         elif framework == "pytorch":
@@ -146,6 +150,12 @@ MEMORY_VARIABLES = {
     PYTORCH_CUDA_ALLOC_CONF: "PyTorch",
     PYTORCH_ALLOC_CONF: "PyTorch",
 }
+
+
+def judged(name: str, mode: Mode) -> bool:
+    """Whether a user's `name` can take more than the share in `mode`: not TGI's fraction under MPS, which only
+    takes from the capped free memory (see the module doc)."""
+    return not (name == TGI_FRACTION and mode is Mode.MPS)
 
 
 def memory_claim(name: str, value: str, gpu_memory_mib: int | None) -> Fraction | None:

@@ -34,13 +34,16 @@ from webhook.admission.policy import (
     FRAMEWORKS,
     GPU,
     AssumedNode,
+    Backend,
     Check,
     ClusterChecks,
+    DeviceClasses,
     Enforcement,
     Fractional,
     Limits,
     MigStrategy,
     Mode,
+    Placement,
     Policy,
     PolicySet,
     Sharing,
@@ -448,6 +451,7 @@ _GPU_FIELDS = policyfields.names(policyfields.GPU)
 _LIMITS_FIELDS = policyfields.names(policyfields.LIMITS)
 _CLUSTER_FIELDS = policyfields.names(policyfields.CLUSTER)
 _NODE_SHAPE_FIELDS = policyfields.names(policyfields.NODE_SHAPE)
+_DEVICE_CLASSES_FIELDS = policyfields.names(policyfields.DEVICE_CLASSES)
 AUTO = "auto"  # sharing.replicas and gpu.model: taken from the nodes (cluster-aware admission)
 
 
@@ -499,7 +503,7 @@ class _DocumentChecker:
         self.expected(path, value, f"expected {what}, got {_describe(value)}")
         return _BAD
 
-    def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[_E], default: _E) -> _E | _Bad:
+    def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[_E], default: _D) -> _E | _D | _Bad:
         if key not in parent:
             return default
         path = _join(path, key)
@@ -666,6 +670,18 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             "mps mode needs gpu.model or gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the "
             "GPU's memory; add one",
         )
+    if mode is Mode.MEMORY and model is _ABSENT and memory_mib is _ABSENT and not auto_model:
+        check.problem(
+            "spec.gpu",
+            "memory mode needs gpu.model or gpu.memoryMiB: a fraction of a GPU becomes that share of its memory; "
+            "add one",
+        )
+    if mode is Mode.MEMORY and "fractional" in spec:
+        check.problem(
+            "spec.fractional",
+            "does not apply when mode is memory: every fraction becomes the backend's share of the GPU's memory; "
+            "remove it",
+        )
     if fractional is Fractional.MIG and model is _ABSENT and not auto_model:
         check.problem(
             "spec.fractional",
@@ -713,6 +729,16 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     trusted = _parse_trusted_schedulers(spec, check)
     steering = _parse_steering(spec, check)
     cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
+    classes = check.section(spec, "deviceClasses", "spec", _DEVICE_CLASSES_FIELDS)
+    device_classes = DeviceClasses(
+        gpu=_parse_device_classes(classes, "gpu", check), mig=_parse_device_classes(classes, "mig", check)
+    )
+    if set(device_classes.gpu_classes) & set(device_classes.mig_classes):
+        both = sorted(set(device_classes.gpu_classes) & set(device_classes.mig_classes))
+        check.problem(
+            "spec.deviceClasses",
+            f"{', '.join(both)} listed as both whole GPUs and MIG devices; keep each class in one list",
+        )
 
     if problems or parsed.name is None or sharing is None:
         return parsed
@@ -742,6 +768,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             auto_replicas=auto_replicas,
             auto_model=auto_model,
         ),
+        device_classes=device_classes,
         source=source,
     )
     parsed.steering = _valid(steering)
@@ -856,7 +883,8 @@ def _parse_sharing(
             )
             return mode, None
     offered = _parse_mig_profiles(sharing, mode, model, _valid(profile), check)
-    if not ok or offered is _BAD:
+    backend, placement = _parse_memory(sharing, mode, check)
+    if not ok or offered is _BAD or backend is _BAD or placement is _BAD:
         return mode, None
     return mode, Sharing(
         mode=mode,
@@ -865,7 +893,38 @@ def _parse_sharing(
         mig_profile=_valid(profile),
         mig_profiles=offered,
         mig_strategy=_valid(strategy),
+        backend=backend,
+        placement=placement,
     )
+
+
+def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) -> tuple[Any, Any]:
+    """spec.sharing.backend (required under memory) and placement (optional): each None where absent, _BAD
+    where invalid (reported)."""
+    path = "spec.sharing"
+    if mode is not Mode.MEMORY:
+        bad = False
+        for key in ("backend", "placement"):
+            if key in sharing:
+                check.problem(f"{path}.{key}", f"only applies when mode is memory (mode is {mode}); remove it")
+                bad = True
+        return (_BAD, _BAD) if bad else (None, None)
+    if "backend" not in sharing:
+        check.problem(
+            f"{path}.backend",
+            "required when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano",
+        )
+        return _BAD, _BAD
+    backend = check.enum(sharing, "backend", path, Backend, None)
+    placement = check.enum(sharing, "placement", path, Placement, None)
+    if backend is Backend.VOLCANO and placement not in (None, _BAD):
+        check.problem(
+            f"{path}.placement",
+            "Volcano reads binpack or spread only from its scheduler's configuration (the deviceshare plugin's "
+            "deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement",
+        )
+        placement = _BAD
+    return backend, placement
 
 
 def _parse_mig_profiles(
@@ -983,6 +1042,34 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
     return _ClusterSection(fits=fits, offered=offered, drift=drift, assumeNodes=tuple(shapes))
 
 
+def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChecker) -> tuple[str, ...]:
+    """spec.deviceClasses.gpu or .mig: DeviceClass names (DNS subdomains, as the API server requires), each once."""
+    path = f"spec.deviceClasses.{key}"
+    if key not in section:
+        return ()
+    entries = section[key]
+    if not isinstance(entries, list):
+        check.expected(path, entries, f"expected a list of DeviceClass names, got {_describe(entries)}")
+        return ()
+    if not entries:
+        check.problem(path, "is empty; list DeviceClass names, or remove it")
+        return ()
+    names: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{path}[{index}]"
+        if check.string(entry, where, "a DeviceClass name") is _BAD:
+            continue
+        if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
+            check.problem(
+                where, f"{_quote(entry)} is not a DeviceClass name; use a DNS subdomain, e.g. gpu.example.com"
+            )
+        elif entry in names:
+            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+        else:
+            names.append(entry)
+    return tuple(names)
+
+
 def _open_mapping(parent: dict[str, Any], key: str, path: str, check: _DocumentChecker) -> dict[str, Any]:
     """An optional mapping whose keys are the user's (resource names, label keys); {} when absent or invalid."""
     value = parent.get(key, {})
@@ -1092,6 +1179,8 @@ def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
         if entry.steering is Steering.AUTO:
             sharing = policy.sharing
             steer = sharing.replica_resource is not None or (sharing.mode is Mode.EXCLUSIVE and name_kept)
+            # ACK's shared pools differ by node label alone (`share` does not isolate memory), as does placement.
+            steer = steer or sharing.backend is Backend.ACK
         else:
             steer = entry.steering is Steering.ON
         policies.append(replace(policy, steering=steer, memo={}) if steer else policy)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import reapply
+from webhook.admission import engines, memshare, reapply
 from webhook.admission.envhints import (
     ENV_HINT_NAMES,
     JAX_FRACTION_VARS,
@@ -101,6 +101,11 @@ class _Plan:
     default_hints: tuple[EnvHint, ...]  # the env hints for default_fraction
     default_entries: tuple[dict[str, str], ...]  # their env entries, for a container that has none of them
     default_note: str  # the warning's text when a container gets default_entries ("" when there are none)
+    # The same for a container that runs an inference engine (engines.py): the MPS limits alone, since the
+    # engine reads none of the frameworks' variables.
+    engine_hints: tuple[EnvHint, ...]
+    engine_entries: tuple[dict[str, str], ...]
+    engine_note: str
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
@@ -112,6 +117,7 @@ class _Plan:
         sharing = policy.sharing
         default_fraction = policy.shared_fraction
         default_hints = hints_for(policy, default_fraction) if default_fraction else ()
+        engine_hints = _mps_only(default_hints)
         return _Plan(
             policy=policy,
             mapping_target=mapping_target(sharing),
@@ -127,6 +133,9 @@ class _Plan:
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
             default_note=_env_note(len(default_hints), default_fraction) if default_fraction and default_hints else "",
+            engine_hints=engine_hints,
+            engine_entries=tuple(hint.entry for hint in engine_hints),
+            engine_note=_mps_note(len(engine_hints), default_fraction) if default_fraction and engine_hints else "",
         )
 
 
@@ -182,6 +191,8 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
                 new_list[index] = changed
     steering_ops = _steer(spec, spec_at, new_sections, policy, result) if policy.steering else []
     if not rebuilt_input and not new_sections:
+        if policy.sharing.placement is not None:  # a pod written in HAMi's own resources still gets its placement
+            _place(result, spec_path, policy, annotated=False)
         return result  # the usual case for an object the webhook leaves alone
     # The patch for a rebuilt input, against the object as it came (the containers' copies compared by value).
     sections: dict[str, Any] = {}
@@ -216,7 +227,24 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
             return result
     root = _with_sections(obj, spec_path, sections) if sections else dict(obj)
     result.obj = _annotate(root, policy.name if sections else None, recorded, record_text, result.patch)
+    if policy.sharing.placement is not None:
+        _place(result, spec_path, policy, annotated=True)
     return result
+
+
+def _place(result: MutationResult, spec_path: tuple[str, ...], policy: Policy, annotated: bool) -> None:
+    """Placement that a backend reads from the pod's annotations (memshare.place: HAMi's binpack or spread)."""
+    placed, patch = memshare.place(result.obj, spec_path, policy)
+    if not patch:
+        return
+    if not annotated:  # the policy annotation first: its patch operation may create the annotations map
+        result.obj = _annotate(dict(result.obj), policy.name, False, None, result.patch)  # a copy: it sets metadata
+        placed, patch = memshare.place(result.obj, spec_path, policy)
+    result.obj = placed
+    result.patch += patch
+    result.kinds.append("placement")
+    assert policy.sharing.placement is not None
+    result.warnings.append(f"{WARNING_PREFIX}pod: set {memshare.placement_text(policy.sharing.placement)}")
 
 
 def _container_ops(section_at: str, before: list[Any], after: list[Any], ops: list[dict[str, Any]]) -> None:
@@ -242,6 +270,19 @@ def _body_ops(at: str, old: dict[str, Any], new: dict[str, Any], compare: bool, 
             ops += reapply.env_ops(at, old_env, new_env)
         else:  # only a rebuilt input that the policy no longer adds to: the webhook's entries go
             ops.append({"op": "remove", "path": at + "/env"})
+    new_args, old_args = new.get("args"), old.get("args")
+    if new_args is not old_args and (not compare or new_args != old_args):
+        ops += _args_ops(at, old, old_args, new_args)
+
+
+def _args_ops(at: str, old: dict[str, Any], old_args: Any, new_args: Any) -> list[dict[str, Any]]:
+    """The operations on a container's `args`: the arguments mutation appends (`add` at `args/-`), else the list
+    set whole (a rebuilt input's), or removed where it held the webhook's arguments alone."""
+    if type(new_args) is not list:
+        return [{"op": "remove", "path": at + "/args"}]
+    if type(old_args) is list and new_args[: len(old_args)] == old_args:
+        return [{"op": "add", "path": at + "/args/-", "value": token} for token in new_args[len(old_args) :]]
+    return [{"op": "replace" if "args" in old else "add", "path": at + "/args", "value": new_args}]
 
 
 def _annotation(obj: dict[str, Any], name: str) -> Any:
@@ -357,13 +398,19 @@ def _container(
     gpu = _gpu_value(requests, limits)
     share: Fraction | None = None  # the memory share of a fraction converted to a shared replica
     mapped_to_shared = False
-    if gpu is not None:
+    if gpu is not None and plan.policy.sharing.mode is Mode.MEMORY:  # the backend's memory share (memshare.py)
+        memshare.convert(requests, limits, gpu, plan.policy, plan.mapping_maximum, kinds, texts)
+    elif gpu is not None:
         if type(amount := gpu[1]) is Fraction and 0 < amount < 1:  # whole amounts are ints
             share = _fractional(requests, limits, amount, plan, kinds, texts)
         elif gpu[1] >= 1:
             mapped_to_shared = _mapping(requests, limits, gpu, plan, kinds, texts) and plan.maps_to_shared
-    old_env = body.get("env")
-    env_change = _env(old_env, limits, share, mapped_to_shared, plan, kinds, texts)
+    env_change = args_change = None
+    if share is not None or mapped_to_shared or _holds_shared_gpu(limits, plan):
+        engine = engines.detect(body)
+        env_change, fraction = _env(body.get("env"), share, plan, engine is not None, kinds, texts)
+        if engine is not None and fraction is not None:
+            args_change = _engine_args(body, engine, fraction, plan, kinds, texts)
     if not texts:
         return None
     # Each text is a user-facing admission warning: prefixed, and at most 120 characters (the API server's advice),
@@ -388,6 +435,8 @@ def _container(
         new_body["resources"] = new_resources
     if env_change is not None:
         new_body["env"] = env_change
+    if args_change is not None:
+        new_body["args"] = args_change
     if at is not None:
         _body_ops(at, body, new_body, False, result.patch)
     return new_body
@@ -498,24 +547,25 @@ def _holds_shared_gpu(limits: dict[str, Any], plan: _Plan) -> bool:
 # 4
 def _env(
     old_env: Any,
-    limits: dict[str, Any],
     share: Fraction | None,
-    mapped_to_shared: bool,
     plan: _Plan,
+    engine: bool,
     kinds: list[str],
     texts: list[str],
-) -> list[Any] | None:
-    """Memory-fraction hints for a container that holds a shared GPU: the new env list, or None when the env
-    list is unchanged.
+) -> tuple[list[Any] | None, Fraction | None]:
+    """Memory-fraction hints for a container that holds a shared GPU: the new env list (None when the env list
+    is unchanged), and the fraction the container's memory values are made for (None: none).
 
-    `share` is the fraction that step 2 converted to a shared replica, if it did; `mapped_to_shared` says
-    that step 3 gave the container a shared GPU.
+    `share` is the fraction that step 2 converted to a shared replica, if it did. A container that runs an
+    inference engine (`engine`) gets the MPS limits alone: the engine reads none of the frameworks' variables.
     """
     if not (old_env is None or type(old_env) is list):
-        return None
-    if share is None and not mapped_to_shared and not _holds_shared_gpu(limits, plan):
-        return None
+        return None, None
     env = list(old_env) if old_env else []
+    if engine:
+        default_hints, default_entries, default_note = plan.engine_hints, plan.engine_entries, plan.engine_note
+    else:
+        default_hints, default_entries, default_note = plan.default_hints, plan.default_entries, plan.default_note
     # The entries this step reads: the variables it injects, JAX's pair and the recorded fraction.
     watched = WATCHED_ENV
     existing = {}
@@ -523,17 +573,17 @@ def _env(
         if type(entry) is dict and type(name := entry.get("name")) is str and name in watched:
             existing[name] = i
     if share is None and not existing:  # the usual case: the policy's own hints, none of them set by the user
-        if not plan.default_entries:
-            return None
-        env += plan.default_entries
+        if not default_entries:
+            return None, plan.default_fraction
+        env += default_entries
         kinds.append("env")
-        texts.append(plan.default_note)
-        return env
-    added = 0
+        texts.append(default_note)
+        return env, plan.default_fraction
+    added = recorded = 0
     if share is not None:  # record it: a second pass cannot tell 0.5 from gpu.shared: 1
         if RECORDED_FRACTION not in existing:  # a name is never duplicated, a user's value never replaced
             env.append({"name": RECORDED_FRACTION, "value": format_fraction(share)})
-            added += 1
+            recorded = 1
     elif RECORDED_FRACTION in existing:
         share = recorded_fraction(env[existing[RECORDED_FRACTION]])
     if share is not None and plan.share is not None and share > plan.share:
@@ -542,20 +592,63 @@ def _env(
     fraction: Fraction | None
     if policy.memory_fraction is None and share is not None:
         fraction, hints = share, hints_for(policy, share)
+        if engine:
+            hints = _mps_only(hints)
     else:
-        fraction, hints = plan.default_fraction, plan.default_hints
+        fraction, hints = plan.default_fraction, default_hints
     if fraction is None:
-        return None
+        return None, None
     if not existing:  # nothing set by the user: every hint is appended
-        env += plan.default_entries if hints is plan.default_hints else [hint.entry for hint in hints]
+        env += default_entries if hints is default_hints else [hint.entry for hint in hints]
         added += len(hints)
     else:
         added += _merge_hints(env, existing, hints, texts)
-    if not added:
-        return None
+    if not added + recorded:
+        return None, fraction
     kinds.append("env")
-    texts.append(_env_note(added, fraction))
-    return env
+    if engine:
+        if added:
+            texts.append(_mps_note(added, fraction))
+    else:
+        texts.append(_env_note(added + recorded, fraction))
+    return env, fraction
+
+
+def _mps_only(hints: tuple[EnvHint, ...]) -> tuple[EnvHint, ...]:
+    return tuple(hint for hint in hints if hint.framework == "mps")
+
+
+def _mps_note(added: int, fraction: Fraction) -> str:
+    return f"set {added} MPS env vars for GPU fraction {format_fraction(fraction)}"
+
+
+def _engine_args(
+    body: dict[str, Any],
+    engine: engines.Engine,
+    fraction: Fraction,
+    plan: _Plan,
+    kinds: list[str],
+    texts: list[str],
+) -> list[str] | None:
+    """The engine's memory flag (engines.py) for a container that may use `fraction` of a GPU: the new args
+    list when the flag is absent from its command line, else None (a value the user wrote stays as written,
+    with a notice where it differs from the policy's; one above the share is validation's to judge)."""
+    if not engines.applies(engine, plan.policy.sharing.mode):
+        return None
+    memory = plan.policy.gpu_memory_mib
+    found = engines.find(body, engine)
+    if found is None:
+        argument = engines.argument(engine, fraction, memory)
+        kinds.append("engine-args")
+        texts.append(f"added {argument} for GPU fraction {format_fraction(fraction)} ({engine.title})")
+        args = body.get("args")
+        return [*args, argument] if type(args) is list else [argument]
+    suggested = format_fraction(engines.value_for(engine, fraction, memory))
+    # The container's share: its own fraction, or one replica's where the policy sets memoryFraction.
+    limit = fraction if plan.policy.memory_fraction is None or plan.share is None else plan.share
+    if found.value is not None and found.value <= limit and found.text != suggested:
+        texts.append(f"kept {found.spelling} as set (policy suggests {suggested})")
+    return None
 
 
 def _env_note(added: int, fraction: Fraction) -> str:

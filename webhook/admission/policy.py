@@ -22,6 +22,7 @@ class Mode(StrEnum):
     TIME_SLICING = "time-slicing"
     MPS = "mps"
     MIG = "mig"
+    MEMORY = "memory"  # memory-isolated slices of one GPU, by a device plugin (sharing.backend; memshare.py)
 
     @property
     def is_shared(self) -> bool:
@@ -35,6 +36,22 @@ class MigStrategy(StrEnum):
 
     MIXED = "mixed"
     SINGLE = "single"
+
+
+class Backend(StrEnum):
+    """`sharing.backend` under mode memory: whose device plugin slices a GPU's memory and caps what a container
+    sees (memshare.py holds each one's resources and units)."""
+
+    ACK = "ack"  # Alibaba Cloud ACK's GPU sharing (cGPU): aliyun.com/gpu-mem in GiB
+    HAMI = "hami"  # Project-HAMi: nvidia.com/gpu with nvidia.com/gpumem (MiB) and nvidia.com/gpucores (%)
+    VOLCANO = "volcano"  # Volcano's vGPU: volcano.sh/vgpu-number, -memory (MiB), -cores (%)
+
+
+class Placement(StrEnum):
+    """`sharing.placement` under mode memory: fill one GPU before the next, or one pod per GPU where possible."""
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
 
 
 class Steering(StrEnum):
@@ -82,6 +99,8 @@ class Sharing:
     # The profiles the nodes' MIG layout offers (mig-parted's config); None: every profile of gpu.model.
     mig_profiles: tuple[str, ...] | None = None
     mig_strategy: MigStrategy = MigStrategy.MIXED
+    backend: Backend | None = None  # mode memory: whose device plugin slices the memory (required there)
+    placement: Placement | None = None  # mode memory: binpack or spread; None: the backend's own default
 
     @property
     def shared_resource(self) -> str | None:
@@ -106,6 +125,28 @@ class Sharing:
 class GPU:
     model: str | None = None
     memory_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClasses:
+    """`spec.deviceClasses`: the DRA DeviceClasses whose devices are GPUs here, besides NVIDIA's own
+    (`gpu.nvidia.com`, `mig.nvidia.com`), which always are. Claims and the classes' extended resources
+    (`deviceclass.resource.kubernetes.io/<class>`) asking for them count against the limits (dra.py)."""
+
+    gpu: tuple[str, ...] = ()  # whole GPUs
+    mig: tuple[str, ...] = ()  # MIG devices
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        from webhook.admission.resources import NVIDIA_GPU_CLASSES
+
+        return NVIDIA_GPU_CLASSES + tuple(c for c in self.gpu if c not in NVIDIA_GPU_CLASSES)
+
+    @property
+    def mig_classes(self) -> tuple[str, ...]:
+        from webhook.admission.resources import NVIDIA_MIG_CLASSES
+
+        return NVIDIA_MIG_CLASSES + tuple(c for c in self.mig if c not in NVIDIA_MIG_CLASSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +212,7 @@ class Policy:
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False
     cluster: ClusterChecks = field(default_factory=ClusterChecks)
+    device_classes: DeviceClasses = field(default_factory=DeviceClasses)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)

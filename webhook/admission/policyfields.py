@@ -20,11 +20,13 @@ from webhook.admission.policy import (
     DEFAULT_MAX_PER_POD,
     DEFAULT_SHARED_RESOURCE,
     FRAMEWORKS,
+    Backend,
     Check,
     Enforcement,
     Fractional,
     MigStrategy,
     Mode,
+    Placement,
 )
 from webhook.admission.resources import GPU_MODELS, MIG_PROFILE_PATTERN
 
@@ -75,8 +77,9 @@ METADATA = (
 
 SHARING = (
     Field(
-        "mode", "string", "How one GPU is handed out: whole (exclusive), as time-sliced or MPS replicas, or as MIG "
-        "slices.", choices=_values(Mode), default=Mode.EXCLUSIVE.value,
+        "mode", "string", "How one GPU is handed out: whole (exclusive), as time-sliced or MPS replicas, as MIG "
+        "slices, or as memory-isolated slices of a device plugin (memory).", choices=_values(Mode),
+        default=Mode.EXCLUSIVE.value,
     ),
     Field(
         "replicas", "integer", "time-slicing and mps: the device plugin's replicas per GPU (required there); auto: "
@@ -99,6 +102,16 @@ SHARING = (
         "migStrategy", "string", "mig: how the device plugin advertises slices: mixed as nvidia.com/mig-<profile>, "
         "single as nvidia.com/gpu.", choices=_values(MigStrategy), default=MigStrategy.MIXED.value,
     ),
+    Field(
+        "backend", "string", "memory: the device plugin that slices the GPU's memory (required there): ack "
+        "(aliyun.com/gpu-mem), hami (nvidia.com/gpumem) or volcano (volcano.sh/vgpu-memory).",
+        choices=_values(Backend),
+    ),
+    Field(
+        "placement", "string", "memory: binpack (fill one GPU before the next) or spread (one pod per GPU where "
+        "possible), in the form the backend reads; the backend's default when absent. Not for volcano.",
+        choices=_values(Placement),
+    ),
 )  # fmt: skip
 
 GPU = (
@@ -115,6 +128,19 @@ LIMITS = (
         f"{DEFAULT_MAX_PER_CONTAINER}).", minimum=1,
     ),
     Field("maxPerPod", "integer", "The most GPUs one pod may hold.", minimum=1, default=DEFAULT_MAX_PER_POD),
+)  # fmt: skip
+
+DEVICE_CLASSES = (
+    Field(
+        "gpu", "array", "DRA DeviceClasses whose devices are whole GPUs, besides NVIDIA's gpu.nvidia.com: claims and "
+        "deviceclass.resource.kubernetes.io/<class> resources asking for them count against the limits.",
+        items="string", min_items=1, unique=True, pattern=DNS_SUBDOMAIN,
+    ),
+    Field(
+        "mig", "array", "DRA DeviceClasses whose devices are MIG slices, besides NVIDIA's mig.nvidia.com: counted "
+        "like gpu, with MIG's per-container maximum and profiles.",
+        items="string", min_items=1, unique=True, pattern=DNS_SUBDOMAIN,
+    ),
 )  # fmt: skip
 
 _CHECK_LEVEL = "deny: a violation (enforcement decides); warn: an admission warning; off."
@@ -161,7 +187,9 @@ SPEC = (
         "frameworks through their environment variables.", above=Fraction(0), at_most=Fraction(1),
     ),
     Field(
-        "frameworkEnv", "array", "The frameworks whose memory-fraction variables are injected.", items="string",
+        "frameworkEnv", "array", "The frameworks whose memory-fraction variables are injected; pytorch is opt-in "
+        "(per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF: PyTorch releases before the key stop on it).",
+        items="string",
         choices=FRAMEWORKS, unique=True, default=DEFAULT_FRAMEWORK_ENV,
     ),
     Field(
@@ -180,6 +208,10 @@ SPEC = (
         default="auto", alternatives=("auto",),
     ),
     Field("cluster", "object", "Checks against the cluster's nodes (the server's node inventory).", fields=CLUSTER),
+    Field(
+        "deviceClasses", "object", "Dynamic Resource Allocation: the DeviceClasses whose devices are GPUs here, "
+        "besides NVIDIA's (gpu.nvidia.com, mig.nvidia.com).", fields=DEVICE_CLASSES,
+    ),
 )  # fmt: skip
 
 DOCUMENT = (

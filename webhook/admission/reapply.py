@@ -9,16 +9,18 @@ Kept-name time-slicing then shows `requests: 250m` (the user's) beside `limits: 
 `nvidia.com/gpu: 1` (the user's) beside `nvidia.com/gpu.shared: 1` (the webhook's).
 
 So mutation records, in the annotation RECORD on the object that holds the pod spec, for each container it
-changed: the managed GPU resources as the user wrote them (`u`), as the webhook left them (`s`), and the env
-entries it appended (`e`). Before mutating an object that carries the record, `rebuild` works out the user's
-input again, key by key:
+changed: the managed GPU resources as the user wrote them (`u`), as the webhook left them (`s`), the env
+entries it appended (`e`) and the arguments it appended (`a`: an inference engine's memory flag, engines.py).
+Before mutating an object that carries the record, `rebuild` works out the user's input again, key by key:
 - a value equal to what the user wrote stays;
 - a value equal to the webhook's output is the webhook's: the user's value is put back, or, for a key the user
   did not write (a limit set from the request, a renamed resource), the key is dropped;
 - a key the user wrote that is missing is put back when the webhook removed it (renamed it) and its output is
   still there as it wrote it;
 - anything else is the user's change (a new request in the file), and is judged as such;
-- an appended env entry still as the webhook wrote it is dropped.
+- an appended env entry still as the webhook wrote it is dropped, and so are appended arguments still at the
+  end of `args` as the webhook wrote them (`args` is replaced whole by both kinds of apply when the file
+  changes it, so a list that no longer ends with them is the user's).
 Mutating that input gives the same object the first apply gave, so a re-apply changes nothing (no rollout, a
 Job's immutable template untouched), and a real change (0.25 -> 0.5) gets the new decision. An edit of the
 webhook's output by hand (a limit changed while the request is still the webhook's) is neither: it is refused
@@ -40,7 +42,8 @@ RECORD = "gpu-admission.io/requested"
 RECORD_LIMIT = 64 * 1024  # a record larger than this is not read (a real one is a few hundred bytes)
 WHICH = ("requests", "limits")
 
-Record = dict[str, dict[str, Any]]  # "section/name" -> {"u": {which: {resource: value}}, "s": {...}, "e": [...]}
+# "section/name" -> {"u": {which: {resource: value}}, "s": {...}, "e": [env entries], "a": [args]}
+Record = dict[str, dict[str, Any]]
 
 
 def container_keys(spec: dict[str, Any]) -> dict[tuple[str, int], str]:
@@ -106,6 +109,11 @@ def entry_for(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] |
         added = [e for e in new_env if type(e) is dict and e.get("name") not in names]
         if added:
             entry["e"] = added
+    old_args, new_args = before.get("args"), after.get("args")
+    if type(new_args) is list and new_args != old_args:
+        old_list = old_args if type(old_args) is list else []
+        if new_args[: len(old_list)] == old_list and len(new_args) > len(old_list):
+            entry["a"] = new_args[len(old_list) :]  # an engine's memory flag (engines.py), appended
     return entry
 
 
@@ -198,6 +206,15 @@ def _rebuild_container(
             del new_body["env"]  # it held the webhook's entries alone
         elif len(kept) != len(env):
             new_body["env"] = kept
+    args = body.get("args")
+    appended = entry.get("a")
+    if type(args) is list and type(appended) is list and appended and args[-len(appended) :] == appended:
+        # Still at the end as the webhook wrote them: a list the user changed (kubectl replaces it whole) no
+        # longer ends with them, and is the user's as it stands.
+        if len(args) == len(appended):
+            del new_body["args"]  # it held the webhook's arguments alone
+        else:
+            new_body["args"] = args[: -len(appended)]
     return (None if new_body == body else new_body), None
 
 

@@ -34,16 +34,50 @@ MIG_PROFILE_PATTERN = r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$"  # also the policy sch
 _MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
 
 
+# Dynamic Resource Allocation (resource.k8s.io/v1). Every DeviceClass can be asked for as an extended resource
+# named after it (KEP-5004, kubernetes/kubernetes pkg/apis/resource/types.go `ResourceDeviceClassPrefix`), and
+# NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-gpu) ships the classes `gpu.nvidia.com` (whole GPUs: selector
+# `device.attributes['gpu.nvidia.com'].type == 'gpu'`) and `mig.nvidia.com` (MIG devices: `type == 'mig'`).
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+NVIDIA_GPU_CLASSES = ("gpu.nvidia.com",)
+NVIDIA_MIG_CLASSES = ("mig.nvidia.com",)
+
+
+def device_class_of(resource: str) -> str | None:
+    """`deviceclass.resource.kubernetes.io/gpu.nvidia.com` -> `gpu.nvidia.com`; None for other resources."""
+    return resource[len(DEVICE_CLASS_PREFIX) :] if resource.startswith(DEVICE_CLASS_PREFIX) else None
+
+
 def is_mig_profile_name(name: str) -> bool:
     """`1g.10gb` and `1g.10gb+me` are well-formed profile names; whether a GPU has them is `GPUModel.profile`."""
     return _MIG_PROFILE.match(name) is not None
 
 
+# The memory-sliced backends' resources (memshare.py says what each is): a request for a share of one GPU's
+# memory, its compute, or a count of virtual GPUs.
+ACK_MEMORY = "aliyun.com/gpu-mem"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_CORES = "nvidia.com/gpucores"
+VOLCANO_NUMBER = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY = "volcano.sh/vgpu-memory"
+VOLCANO_MEMORY_PERCENT = "volcano.sh/vgpu-memory-percentage"
+VOLCANO_CORES = "volcano.sh/vgpu-cores"
+MEMORY_SLICE_RESOURCES = frozenset(
+    {ACK_MEMORY, HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES, VOLCANO_NUMBER, VOLCANO_MEMORY,
+     VOLCANO_MEMORY_PERCENT, VOLCANO_CORES}
+)  # fmt: skip
+
+
 def _managed(resource: object) -> bool:
     return type(resource) is str and (
         resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU)
+        or resource in MEMORY_SLICE_RESOURCES
         or resource.startswith(MIG_PREFIX)
         or resource.startswith("gpu.intel.com/")
+        # Any DeviceClass's implicit resource: an extended resource (whole, request = limit) whichever class;
+        # validation counts those of the policy's GPU classes as GPUs.
+        or resource.startswith(DEVICE_CLASS_PREFIX)
     )
 
 
@@ -55,7 +89,12 @@ is_managed: Callable[[object], bool] = BoundedMemo(_managed).__getitem__
 # Intel's GPU Aware Scheduling resources that are amounts of one GPU, not numbers of devices: thousandths of
 # its compute, bytes of its memory, its tiles (intel-device-plugins-for-kubernetes, gpu_plugin fractional.md).
 # Like every extended resource they are whole numbers with request = limit; the GPU maximums do not count them.
-DEVICE_AMOUNTS = frozenset({"gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles"})
+# The memory-sliced backends' memory and compute amounts are amounts of one GPU in the same way (memshare.py
+# counts them as GPUs' worth of memory).
+DEVICE_AMOUNTS = frozenset(
+    {"gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles",
+     *(MEMORY_SLICE_RESOURCES - {VOLCANO_NUMBER})}
+)  # fmt: skip
 
 
 def _shared(resource: object) -> bool:

@@ -114,6 +114,28 @@ def _spec_rules() -> list[dict[str, Any]]:
                 "properties": {"gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]}},
             },
         },
+        {  # memory needs a backend and the GPU's memory, and no fractional; backend and placement apply only there
+            "if": _mode_is([Mode.MEMORY.value]),
+            "then": {
+                "required": ["gpu"],
+                "properties": {
+                    "sharing": {
+                        "required": ["backend"],
+                        "not": {
+                            "properties": {"backend": {"const": "volcano"}},
+                            "required": ["backend", "placement"],
+                        },
+                    },
+                    "gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]},
+                },
+                "not": {"required": ["fractional"]},
+            },
+            "else": {
+                "properties": {
+                    "sharing": {"not": {"anyOf": [{"required": ["backend"]}, {"required": ["placement"]}]}}
+                }
+            },
+        },
         {  # fractional: mig picks a profile of the named model
             "if": {"properties": {"fractional": {"const": Fractional.MIG.value}}, "required": ["fractional"]},
             "then": {"required": ["gpu"], "properties": {"gpu": {"required": ["model"]}}},

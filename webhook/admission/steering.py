@@ -40,6 +40,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission import memshare
+from webhook.admission.cluster import ACK_PLACEMENT_LABEL
 from webhook.admission.cluster import MIG_STRATEGY_LABEL as MIG_STRATEGY
 from webhook.admission.cluster import PRODUCT_LABEL as PRODUCT
 from webhook.admission.cluster import REPLICAS_LABEL as REPLICAS
@@ -88,6 +90,8 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
     if not policy.steering:
         return ()
     sharing = policy.sharing
+    if sharing.mode is Mode.MEMORY:  # the backend's node labels (memshare.py): ACK's isolating pools, placement
+        return tuple(Requirement(key, operator, values) for key, operator, values in memshare.node_requirements(policy))
     if sharing.mode.is_shared:
         if sharing.resource_name not in (NVIDIA_GPU, NVIDIA_GPU_SHARED):
             return ()  # a MIG slice's replicas: labelled under its own resource name, not steered
@@ -116,15 +120,20 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
     With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
     slice size: the nodes whose values clustercheck's drift compares with the policy's."""
     node = dict(labels)
-    return all(
-        matches(r.expression, node)
-        for r in requirements(policy)
-        if values or r.operator != "In" or r.key not in (REPLICAS, GI_SLICES)
-    )
+    return all(matches(r.expression, node) for r in requirements(policy) if values or not _is_value(r))
+
+
+def _is_value(requirement: Requirement) -> bool:
+    """A requirement on a pool's values rather than its kind: a replica count, a slice size, ACK's placement."""
+    key = requirement.key
+    return (requirement.operator == "In" and key in (REPLICAS, GI_SLICES)) or key == ACK_PLACEMENT_LABEL
 
 
 def steered_resource(policy: Policy) -> str:
-    """The resource whose holders are steered: the shared replica's name, else `nvidia.com/gpu`."""
+    """The resource whose holders are steered: the shared replica's name, the memory backend's, else
+    `nvidia.com/gpu`."""
+    if policy.sharing.mode is Mode.MEMORY:
+        return memshare.steered_resource(policy)
     return policy.sharing.shared_resource or NVIDIA_GPU
 
 
@@ -396,6 +405,9 @@ def policy_words(policy: Policy) -> str:
         return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
     if sharing.mode.is_shared:
         return f'policy "{policy.name}" ({sharing.mode}, {sharing.replicas} replicas)'
+    if sharing.mode is Mode.MEMORY:
+        placement = f", {sharing.placement}" if sharing.placement else ""
+        return f'policy "{policy.name}" (memory slices by {sharing.backend}{placement})'
     return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'
 
 

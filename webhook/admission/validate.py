@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import steering
+from webhook.admission import engines, memshare, steering
 from webhook.admission.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
+from webhook.admission.envhints import judged as judged_in_mode
 from webhook.admission.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
 from webhook.admission.podspec import (
     ALL_SECTIONS,
@@ -42,7 +43,9 @@ from webhook.admission.quantity import QuantityError, format_fraction, parse_qua
 from webhook.admission.resources import (
     AMD_GPU,
     DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
     GPU_MODELS,
+    MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
     NVIDIA_GPU,
     SHARED_SUFFIX,
@@ -152,6 +155,12 @@ class _Rules:
     # The (name, value) of each variable the policy itself sets for one replica's share: within it by design
     own_memory_values: frozenset[tuple[str, str]]
     own_env_tail: list[dict[str, str]]  # the entries mutation appends to a container that set none of them
+    # DRA: the GPU DeviceClasses' extended resources (`deviceclass.resource.kubernetes.io/<class>`), and those
+    # counted with them as the same whole GPUs (`nvidia.com/gpu` where it is whole GPUs).
+    class_gpus: frozenset[str]
+    class_migs: frozenset[str]
+    class_names: frozenset[str]  # both
+    whole_gpus: frozenset[str]
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -161,7 +170,7 @@ class _Rules:
         """The most of `resource` one container may hold: shared replicas and MIG slices have their own."""
         if self.is_replica(resource):
             return self.max_per_container
-        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource:
+        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs:
             return self.max_mig_per_container
         return self.max_whole_per_container
 
@@ -176,6 +185,9 @@ class _Rules:
         mode = sharing.mode
         explicit = policy.limits.max_per_container
         mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
+        class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
+        class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
+        whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
         return _Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
@@ -207,6 +219,10 @@ class _Rules:
             own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
             if policy.shared_fraction
             else [],
+            class_gpus=class_gpus,
+            class_migs=class_migs,
+            class_names=class_gpus | class_migs,
+            whole_gpus=class_gpus | whole,
         )
 
 
@@ -215,6 +231,8 @@ def _served_resources(policy: Policy, mig_model: GPUModel | None) -> frozenset[s
     (`nvidia.com/gpu` maps to it); MIG the offered profiles (`nvidia.com/gpu` maps to `migProfile`), or under
     `migStrategy: single` `nvidia.com/gpu` alone. Anything else of NVIDIA's is another pool."""
     sharing = policy.sharing
+    if sharing.mode is Mode.MEMORY:  # the backend's resources (memshare.py)
+        return memshare.served(policy)
     if sharing.mode.is_shared:
         return frozenset({NVIDIA_GPU, sharing.resource_name})
     if sharing.mode is Mode.MIG and not sharing.is_mig_single:
@@ -243,6 +261,8 @@ def validate(
     devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
+    memory = policy.sharing.mode is Mode.MEMORY
+    worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -252,6 +272,8 @@ def validate(
                 continue
             ref = ContainerRef(section, index, body)
             counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
+            if memory and counts is not None:
+                _memory_share(ref, counts, rules, problems, worths)
             total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
             if counts:
                 holders.append((ref, counts))
@@ -260,6 +282,8 @@ def validate(
                     _within_share(ref, rules, problems)
                 if rules.share is not None and "env" in body:
                     _memory_variables(ref, counts, rules, problems)
+                if rules.share is not None:
+                    _engine_flag(ref, counts, rules, problems)
             if blocks and ("env" in body or "envFrom" in body or "volumeMounts" in body) and not _privileged(ref):
                 if "env" in body or "envFrom" in body:
                     _visible_devices(ref, rules, problems, bool(total), scheduler)
@@ -269,10 +293,20 @@ def validate(
         _pinned_to_kept_name(spec, holders, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
-    if count_sum > rules.max_per_pod:
+    if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
+        _memory_pod_total(worths, rules, problems)
+    elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
+    classes = False  # any DeviceClass's resource counted (only GPU classes are)
+    for _, counts in holders:
+        if not rules.class_names.isdisjoint(counts):
+            classes = True
+            break
+    if classes:
+        _whole_gpus(holders, rules, problems)
     if counted is not None:
-        counted += holders
+        # The cluster checks read nodes' extended resources; DeviceClasses' are served by DRA, not nodes.
+        counted += _without_classes(holders) if classes else holders
     return problems
 
 
@@ -412,9 +446,14 @@ def _resource(
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
         _add(ref, problems, line, short, Refusal)
         return None
+    foreign = value and name not in rules.served and (name.startswith("nvidia.com/") or name in MEMORY_SLICE_RESOURCES)
     if name in DEVICE_AMOUNTS:
+        if foreign:  # another pool's memory slice (memshare.py)
+            _served(ref, name, limit_raw, rules, problems)
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
-    if value and name not in rules.served and name.startswith("nvidia.com/"):
+    if name not in rules.class_names and name.startswith(DEVICE_CLASS_PREFIX):
+        return None  # a DeviceClass whose devices are no GPU here: an extended resource, not a GPU
+    if foreign:
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
         if value and not _over_mapped_maximum(ref, value, rules, problems):
@@ -429,7 +468,9 @@ def _resource(
                  f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
                  f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
                  f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
-        elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
+        elif rules.one_mig_slice and (
+            name.startswith(MIG_PREFIX) or name == rules.mig_single_resource or name in rules.class_migs
+        ):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
             _over_container_maximum(ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum,
@@ -474,6 +515,8 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: _Rules, written: 
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
+    if policy.sharing.mode is Mode.MEMORY:  # too small for one unit of the backend, or the memory unknown
+        return memshare.fraction_advice(shown, value, policy)
     model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None
     if model is not None:
         sharing = policy.sharing
@@ -574,8 +617,8 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
                      f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share here ({mode} gives "
                      f'1/{policy.sharing.replicas} of a GPU per replica, policy "{policy.name}"); ask for {limit} '
                      "or less, or for whole GPUs in a namespace that has them",
-                     f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share (1/{policy.sharing.replicas}); "
-                     f"ask for {limit} or less, or whole GPUs")
+                     f"{NVIDIA_GPU} {_brief(format_fraction(asked), 8)} exceeds one share "
+                     f"(1/{policy.sharing.replicas}); ask for {_brief(limit, 8)} or less, or whole GPUs")
             return
 
 
@@ -616,7 +659,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
     policy = rules.policy
     for name, value in judged:
         claim = memory_claim(name, value, rules.gpu_memory_mib)
-        if claim is None or claim <= share:
+        if claim is None or claim <= share or not judged_in_mode(name, policy.sharing.mode):
             continue
         reader = MEMORY_VARIABLES[name]
         instead = memory_value(name, share, rules.gpu_memory_mib)
@@ -629,6 +672,35 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
              "webhook sets it",
              f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
              + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
+
+
+def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
+    """An inference engine's memory flag (engines.py) in a container that holds a shared replica may not let the
+    engine take more than the container's share, as a memory variable may not (`_memory_variables`); the line
+    gives the exact argument to write. Within the share it stays as written."""
+    engine = engines.detect(ref.body)  # first: most containers are no engine, and say so at once
+    policy = rules.policy
+    if engine is None or not engines.applies(engine, policy.sharing.mode) or not any(map(rules.is_replica, counts)):
+        return
+    found = engines.find(ref.body, engine)
+    share = rules.share
+    if found is None or found.value is None or share is None:
+        return  # absent (mutation adds it), or not a number (the engine refuses it)
+    env = ref.body.get("env")
+    if type(env) is list:
+        for entry in env:
+            if type(entry) is dict and entry.get("name") == RECORDED_FRACTION:
+                share = min(share, recorded_fraction(entry) or share)
+    if found.value <= share:
+        return
+    instead = engines.argument(engine, share, rules.gpu_memory_mib)
+    portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+    claim = format_fraction(found.value)
+    _add(ref, problems,
+         f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
+         f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
+         "webhook adds it",
+         f"{claim} of the GPU is over the {portion} share; write {instead}")
 
 
 def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, problems: Problems) -> None:
@@ -685,6 +757,8 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
             return
     if is_shared(name):
         what = "a shared GPU"
+    elif name in MEMORY_SLICE_RESOURCES:
+        what = "a memory-sliced GPU resource"
     elif profile is not None:
         what = "a MIG slice"
     else:
@@ -698,6 +772,8 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
 def _pool(rules: _Rules) -> tuple[str, str, str]:
     """What the namespace's pool is, what to request instead of another pool's resource, and that in short."""
     sharing = rules.policy.sharing
+    if sharing.mode is Mode.MEMORY:
+        return memshare.pool_words(rules.policy)
     if sharing.mode.is_shared:
         name = sharing.resource_name
         if name == NVIDIA_GPU:
@@ -714,6 +790,50 @@ def _pool(rules: _Rules) -> tuple[str, str, str]:
         into = f" (it becomes {target})" if target else ""
         return f"MIG slices ({listed})", f"{NVIDIA_GPU}: 1{into} or one of those", f"ask for {NVIDIA_GPU}: 1"
     return "whole GPUs (mode exclusive)", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+
+
+MEMORY_WORTH = "GPU memory"  # mode memory: the pseudo-resource that `effective_total` adds up
+
+
+def _memory_share(
+    ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems, worths: Holders
+) -> None:
+    """Mode memory: the container's backend resources as GPUs' worth of memory (memshare.held), checked against
+    the per-container maximum as whole GPUs are; `worths` gathers them for the pod's maximum."""
+    limits = ref.resource_map("limits")
+    if not limits:
+        return
+    got = memshare.held(limits, rules.policy)
+    for line, short in got.problems:
+        _add(ref, problems, line, short)
+    if not got.worth:
+        return
+    worths.append((ref, {MEMORY_WORTH: got.worth}))
+    maximum = rules.max_whole_per_container
+    if got.worth > maximum and not any(count > rules.container_maximum(name) for name, count in counts.items()):
+        policy = rules.policy
+        _add(ref, problems,
+             f"holds {memshare.worth_text(got.worth)} ({policy.sharing.backend}), more than the per-container "
+             f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
+             f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less")
+
+
+def _memory_pod_total(worths: Holders, rules: _Rules, problems: Problems) -> None:
+    """Mode memory: the pod's effective GPUs' worth of memory (`effective_total`) against the per-pod maximum."""
+    maximum = rules.max_per_pod
+    total, running = effective_total(worths, MEMORY_WORTH)
+    if total <= maximum or (len(running) == 1 and total > rules.max_whole_per_container):
+        return  # within the maximum, or one container over its own: its line says it
+    named = ", ".join(f'"{ref.name}"={format_fraction(Fraction(value))}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    policy = rules.policy
+    problems.append(
+        pod_violation(
+            f"{memshare.worth_text(Fraction(total))} in effect ({together}: {named}) exceeds the per-pod maximum "
+            f'of {maximum} GPUs (policy "{policy.name}", {policy.sharing.backend}); request less or split the pod',
+            f"{memshare.worth_text(Fraction(total))}: at most {maximum} GPUs per pod; ask for less or split the pod",
+        )
+    )
 
 
 def _privileged(ref: ContainerRef) -> bool:
@@ -861,6 +981,56 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
                 "fewer or split the pod",
             )
         )
+
+
+def _without_classes(holders: Holders) -> Holders:
+    kept = [
+        (ref, {name: value for name, value in counts.items() if not name.startswith(DEVICE_CLASS_PREFIX)})
+        for ref, counts in holders
+    ]
+    return [(ref, counts) for ref, counts in kept if counts]
+
+
+def _whole_gpus(holders: Holders, rules: _Rules, problems: Problems) -> None:
+    """`nvidia.com/gpu` and the GPU DeviceClasses' resources (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`)
+    are the same whole GPUs asked two ways (a DeviceClass with `extendedResourceName: nvidia.com/gpu` serves
+    both from DRA): their sum is held to the maxima, in a container and in the pod. Only mixes are said here:
+    one name over a maximum has its own line."""
+    names = rules.whole_gpus
+    merged: Holders = []
+    policy = rules.policy
+    maximum = rules.max_whole_per_container
+    for ref, counts in holders:
+        asked = {name: value for name, value in counts.items() if name in names and value}
+        if not asked:
+            continue
+        total = sum(asked.values())
+        merged.append((ref, {"": total}))
+        if len(asked) > 1 and total > maximum and all(value <= maximum for value in asked.values()):
+            what = " and ".join(f"{name} {value}" for name, value in asked.items())
+            _add(ref, problems,
+                 f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
+                 f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
+                 f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+    total, running = effective_total(merged, "")
+    if total <= rules.max_per_pod:
+        return
+    present = sorted({name for _, counts in holders for name in counts if name in names})
+    if len(present) < 2 or any(effective_total(holders, name)[0] > rules.max_per_pod for name in present):
+        return
+    if len(running) == 1 and total > maximum:
+        return  # one container over its own maximum: its own line says it
+    named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    problems.append(
+        pod_violation(
+            f"GPUs asked as {' and '.join(present)} effective total {total} ({together}: {named}) exceeds the "
+            f'per-pod maximum of {rules.max_per_pod} (policy "{policy.name}"): both names ask for the same GPUs; '
+            "request fewer or split the pod",
+            f"GPU total {_brief(str(total), 8)} across GPU resources: at most {_brief(str(rules.max_per_pod), 8)} "
+            "per pod; ask for fewer",
+        )
+    )
 
 
 __all__ = [

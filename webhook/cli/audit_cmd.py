@@ -32,7 +32,7 @@ from webhook.cli.common import (
     load_policy_set,
     local_evaluator,
 )
-from webhook.cli.options import add_kubeconfig_arguments
+from webhook.cli.options import add_kubeconfig_arguments, custom_kind_table
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a resource the identity may not list (403) is still skipped and named, but does not make the "
         "exit code 2 (for a read-only identity, such as the built-in view role, which grants no podtemplates)",
     )
-    add_report_arguments(parser)
+    add_report_arguments(parser)  # --custom-resources among them
     parser.set_defaults(handler=run)
 
 
@@ -96,6 +96,10 @@ def _audit(args: argparse.Namespace) -> int:
     from webhook.cli.output import report
 
     policies = load_policy_set(args.policies)
+    try:
+        kinds = custom_kind_table(args.custom_resources)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
     from webhook.cli.kube import RESOURCES, ClusterError, Forbidden, KubeClient
 
@@ -104,17 +108,20 @@ def _audit(args: argparse.Namespace) -> int:
     listed: list[list[dict[str, Any]]] = []  # each resource's objects, owners first
     skipped: list[Forbidden] = []
     try:
-        for resource in RESOURCES:  # owners before what they own: workloads, then Jobs, then Pods
+        # The GPU custom resources the cluster serves first: they own workloads and Pods (a RayJob's RayCluster,
+        # a JobSet's Jobs), so what they own is covered by their judged templates.
+        served = cluster.custom_resources(list(kinds.kinds.values()))
+        for resource in (*served, *RESOURCES):  # owners before what they own: workloads, then Jobs, then Pods
             try:
                 listed.append(cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress))
             except Forbidden as exc:
                 skipped.append(exc)  # its objects cover nothing: what they own is judged on its own
-        view = _nodes(cluster, args.page_size) if len(skipped) < len(RESOURCES) else None
+        view = _nodes(cluster, args.page_size) if len(skipped) < len(served) + len(RESOURCES) else None
     finally:
         cluster.close()
         _progress_done()
     # Judged once the nodes are known: the policies' cluster checks run against them.
-    evaluator = local_evaluator(policies, view)
+    evaluator = local_evaluator(policies, view, kinds)
     results: list[Result] = []
     covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
     for objects in listed:
@@ -133,7 +140,7 @@ def _audit(args: argparse.Namespace) -> int:
             if not result.skipped:
                 _cover(covered, obj)
             results.append(result)
-    if len(skipped) == len(RESOURCES):
+    if len(skipped) == len(served) + len(RESOURCES):
         first = skipped[0]
         raise ClusterError(
             f"forbidden (403) to list any of the resources the audit reads {first.where} ({first.detail}); "

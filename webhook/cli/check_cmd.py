@@ -22,7 +22,12 @@ from webhook.cli.common import (
     load_policy_set,
     local_evaluator,
 )
-from webhook.cli.options import add_kubeconfig_arguments, kubeconfig_without_cluster, policy_directory
+from webhook.cli.options import (
+    add_kubeconfig_arguments,
+    custom_kind_table,
+    kubeconfig_without_cluster,
+    policy_directory,
+)
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -34,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check",
         help="check manifests against the policies (offline, or with --server against a running webhook)",
         description=(
-            "Evaluate every Pod and workload in PATHs exactly as the webhook would: "
-            "exit 0 when all are admitted, 1 when any is denied, 2 on usage, parse or policy errors."
+            "Evaluate every Pod, workload and GPU custom resource in PATHs exactly as the webhook would: "
+            "exit 0 when all are admitted, 1 when any is denied, 2 on usage or policy errors and, after "
+            "judging the rest, when a file does not parse."
         ),
     )
     parser.add_argument(
@@ -100,10 +106,14 @@ def _check(args: argparse.Namespace) -> int:
     from webhook.cli.manifests import load_items
 
     documents, items, errors = load_items(args.paths)
-    if errors:
+    if errors and not items:
         for error in errors:
             fail("check", str(error))
         return 2
+    try:
+        kinds = custom_kind_table(args.custom_resources)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     policies_given = [item for item in items if item.is_policy]  # e.g. `check examples/` meets examples/policies/
     items = [item for item in items if not item.is_policy]
 
@@ -112,14 +122,15 @@ def _check(args: argparse.Namespace) -> int:
         from webhook.cli.remote import RemoteEvaluator  # its errors are CommandErrors
 
         remote = RemoteEvaluator(
-            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout
+            args.server, ca_file=args.ca_file, insecure=args.insecure, timeout=args.timeout, kinds=kinds
         )
         evaluator: Evaluator = remote
     else:
         remote = None
         applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
-        evaluator = local_evaluator(policies, cluster_view(args.kubeconfig, args.context) if args.cluster else None)
+        view = cluster_view(args.kubeconfig, args.context) if args.cluster else None
+        evaluator = local_evaluator(policies, view, kinds)
 
     from webhook.cli.output import report
 
@@ -150,7 +161,12 @@ def _check(args: argparse.Namespace) -> int:
     )
     sys.stdout.flush()
     sys.stderr.write("".join(item.policy_note(applied_policies) + "\n" for item in policies_given))
-    return code
+    # A file that does not parse stops nothing: the others are judged, then it is named (file and line, as
+    # kubectl names it) and the run fails.
+    for error in errors:
+        fail("check", str(error))
+    return 2 if errors else code
+
 
 
 def cluster_view(kubeconfig: str | None, context: str | None) -> ClusterView:

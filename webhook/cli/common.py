@@ -10,10 +10,16 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
+from webhook.cli.options import (
+    POLICIES_HELP,
+    add_custom_resources_argument,
+    missing_policy_directory,
+    policy_directory,
+)
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
+    from webhook.admission.customresources import KindTable
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
     from webhook.cli.output import Result
@@ -36,6 +42,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=POLICIES_HELP,
     )
+    add_custom_resources_argument(parser)
     parser.add_argument(
         "-o",
         "--output",
@@ -76,19 +83,48 @@ def load_policy_set(directory: str | None) -> PolicySet:
         return load_policies(chosen)
     except PolicyLoadError as exc:
         problems = exc.problems or [str(exc)]
-        raise CommandError("invalid policies:\n  " + "\n  ".join(problems)) from None
+        raise CommandError("invalid policies:\n  " + "\n  ".join(manifests_not_policies(chosen, problems))) from None
     except OSError as exc:
         raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
 
 
-def local_evaluator(policies: PolicySet, cluster: ClusterView | None = None) -> Evaluator:
+def manifests_not_policies(directory: str, problems: list[str]) -> list[str]:
+    """The loader's problems, with the files that hold Kubernetes manifests (a Pod, a Deployment: not a
+    GPUPolicy) said once for all, instead of every field of every object as an unknown policy field."""
+    import re
+
+    foreign: dict[str, str] = {}  # file -> a kind it holds
+    for problem in problems:
+        match = re.match(r'(.+?)#\d+ kind: "([^"]*)" is not supported; use GPUPolicy$', problem)
+        if match:
+            foreign.setdefault(match[1], match[2])
+    if not foreign:
+        return problems
+    kept = [p for p in problems if not any(p.startswith(f"{name}#") for name in foreign)]
+    kinds = sorted(set(foreign.values()))
+    shown = ", ".join(kinds[:4]) + (", ..." if len(kinds) > 4 else "")
+    files = len(foreign)
+    said = (
+        f"{directory}: {files} file{'s' if files != 1 else ''} hold{'s' if files == 1 else ''} Kubernetes "
+        f"manifests ({shown}), not GPUPolicy documents: --policies takes a directory of policies; give "
+        "manifests as the paths to check"
+    )
+    return [said, *kept]
+
+
+def local_evaluator(
+    policies: PolicySet, cluster: ClusterView | None = None, kinds: KindTable | None = None
+) -> Evaluator:
     """The engine, after the API server's own defaulting (limits without requests get requests); with
-    `cluster`, the policies' cluster checks run against it."""
-    from webhook.admission.engine import evaluate
+    `cluster`, the policies' cluster checks run against it. Custom resources of `kinds` (the built-in table
+    when None) are judged by their pod templates, as the server's /validate judges them."""
+    from webhook.admission.customresources import BUILTIN, evaluate
     from webhook.admission.podspec import default_requests_from_limits
 
+    table = kinds if kinds is not None else BUILTIN
+
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster)
+        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, table)
 
     return evaluate_local
 

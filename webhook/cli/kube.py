@@ -12,13 +12,16 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from webhook.cli.common import CommandError
+
+if TYPE_CHECKING:
+    from webhook.admission.customresources import CustomKind
 
 PAGE_SIZE = 500
 REQUEST_TIMEOUT_S = 30
@@ -140,6 +143,71 @@ class KubeClient:
 
     def close(self) -> None:
         self._client.close()
+
+    def custom_resources(self, kinds: Sequence[CustomKind]) -> list[Resource]:
+        """The custom resource kinds the cluster serves, at their group's preferred version (one API discovery
+        request, GET /apis); a group the cluster does not serve (its CRD is not installed) is left out."""
+        if not kinds:
+            return []
+        if not hasattr(self._client, "param_serialize"):
+            # Clients before the pydantic generator list through typed classes only, which custom resources lack.
+            sys.stderr.write("gpu-webhook audit: custom resources are not listed: this kubernetes client is too "
+                             "old to list them (install kubernetes>=32)\n")  # fmt: skip
+            return []
+        preferred: dict[str, str] = {}
+        groups = self._discovery("/apis").get("groups")
+        for group in groups if isinstance(groups, list) else []:
+            version = group.get("preferredVersion") if isinstance(group, dict) else None
+            name = group.get("name") if isinstance(group, dict) else None
+            if isinstance(version, dict) and isinstance(name, str) and isinstance(version.get("groupVersion"), str):
+                preferred[name] = version["groupVersion"]
+        served: dict[str, set[str]] = {}  # groupVersion -> its resources (one request per group that is served)
+        found = []
+        for kind in kinds:
+            version = preferred.get(kind.group)
+            if version is None:
+                continue  # no CRD of this group installed
+            if version not in served:
+                listed = self._discovery(f"/apis/{version}").get("resources")
+                listed = listed if isinstance(listed, list) else []
+                served[version] = {r["name"] for r in listed if isinstance(r, dict) and isinstance(r.get("name"), str)}
+            if kind.resource in served[version]:
+                found.append(Resource(kind.kind, version, f"{kind.resource}.{kind.group}", "", ""))
+        return found
+
+    def _discovery(self, path: str) -> dict[str, Any]:
+        """GET `path` (/apis: the API groups and their preferred versions; /apis/GROUP/VERSION: its resources);
+        {} where the server answers nothing usable (the list calls then say what is wrong)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError, SSLError
+
+        try:
+            with _plugin_errors() as plugin_errors:  # an expired exec token is renewed here
+                request = self._client.param_serialize(
+                    method="GET", resource_path=path, header_params={"Accept": "application/json"},
+                    auth_settings=["BearerToken"],
+                )  # fmt: skip
+                response = self._client.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
+                response.read()
+            status, body = response.status, response.data
+        except ApiException as exc:
+            status, body = exc.status, exc.body
+        except SSLError as exc:
+            raise ClusterError(f"TLS with {self.host} failed: {_first_line(exc)}") from None
+        except (HTTPError, OSError) as exc:
+            cause = getattr(exc, "reason", None) or exc
+            raise ClusterError(f"cannot reach the cluster at {self.host}: {_first_line(cause)}") from None
+        if status == 401:
+            if plugin_errors:
+                raise ClusterError(self._plugin_failure(plugin_errors[0]))
+            raise ClusterError(self._refusal(401, "", NODES))
+        if status != 200:
+            return {}
+        try:
+            page = json.loads(body or "")  # no body reads as none that parses
+        except ValueError:
+            return {}
+        return page if isinstance(page, dict) else {}
 
     def list_objects(
         self,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from webhook.admission.customresources import KindTable
 
 POLICIES_ENV = "GPU_ADMISSION_POLICIES"
 DEFAULT_POLICIES = "policies"
@@ -82,3 +86,35 @@ def add_kubeconfig_arguments(parser: argparse.ArgumentParser | argparse._Argumen
         "--kubeconfig", metavar="FILE", help=f"{prefix}kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
     )
     parser.add_argument("--context", help=f"{prefix}kubeconfig context (default: the current context)")
+
+
+CUSTOM_RESOURCES_HELP = (
+    "a CustomResourceTemplates file naming more custom resource kinds and where their pod templates live "
+    "(docs/custom-resources.md); the built-in kinds are always read"
+)
+
+
+def add_custom_resources_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--custom-resources", metavar="FILE", default=None, help=CUSTOM_RESOURCES_HELP)
+
+
+def custom_kind_table(path: str | None) -> KindTable:
+    """The kinds judged by their templates: the built-in table, and the admin's from `--custom-resources FILE`;
+    a file that cannot be used is a one-line ValueError naming it."""
+    from webhook.admission.customresources import BUILTIN, BUILTIN_KINDS, KindTable, parse_kinds
+
+    if not path:
+        return BUILTIN
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            document = yaml.safe_load(stream)
+    except OSError as exc:
+        raise ValueError(f"--custom-resources {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc
+        raise ValueError(f"--custom-resources {path}{line}: not YAML ({problem})") from None
+    return KindTable.of(BUILTIN_KINDS, parse_kinds(document, path))

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from webhook.admission.customresources import UNREAD
 from webhook.admission.engine import Decision
 from webhook.cli import goyaml
 
@@ -44,6 +45,7 @@ class Result:
     original: dict[str, Any] = field(repr=False)  # as read, for --diff
     item: int | None = None  # the index in a `kind: List`'s items
     owner: str | None = None  # `Kind/name` of the controller that owns it (audit)
+    unread: str = ""  # why an object of a kind the engine does not read, which asks for GPUs, was not judged
 
     @property
     def label(self) -> str:
@@ -123,6 +125,7 @@ def make_result(
         original=obj,
         item=item,
         owner=owner,
+        unread=decision.skip_reason if decision.skipped and decision.skip_reason.startswith(UNREAD) else "",
     )
 
 
@@ -211,6 +214,8 @@ def message_lines(results: Iterable[Result], *, colour: bool = False) -> list[st
             lines.append(f"{_paint('DENY', 'red', colour)} {r.label} {r.ref}: {denial}")
         for warning in r.warnings:
             lines.append(f"{_paint('WARN', 'yellow', colour)} {r.label} {r.ref}: {warning}")
+        if r.unread:
+            lines.append(f"{_paint('SKIP', 'dim', colour)} {r.label} {r.ref}: {r.unread}")
     return lines
 
 

@@ -216,6 +216,11 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     smaller = [line for line in map(_whole_gpu_smaller_than_fractions, policies.policies) if line]
     for line in smaller:
         print(line, file=out)
+    from webhook.admission import memshare
+
+    unsteered = [p for p in policies.policies if memshare.unsteered(p)]
+    for policy in unsteered:
+        print(f"warning: policy {policy.name} ({policy.source}) {memshare.UNSTEERED}", file=out)
     files = len({policy.source.rsplit("#", 1)[0] for policy in policies.policies})
     count = len(policies.policies)
     summary = f"{len(ties)} glob tie warning{'s' if len(ties) != 1 else ''}" if ties else "no glob ties"
@@ -223,6 +228,8 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
         summary += f", {len(unlisted)} MIG layout warning{'s' if len(unlisted) != 1 else ''}"
     if smaller:
         summary += f", {len(smaller)} MIG slice size warning{'s' if len(smaller) != 1 else ''}"
+    if unsteered:
+        summary += f", {len(unsteered)} steering warning{'s' if len(unsteered) != 1 else ''}"
     print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
           f"no errors, {summary}", file=out)
     return 0, policies
@@ -295,6 +302,10 @@ def describe_policy(policy: Policy) -> str:
         mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
+    elif sharing.mode is Mode.MEMORY:
+        from webhook.admission import memshare
+
+        mode = memshare.describe_mode(policy)
     else:
         mode = "exclusive: whole GPUs"
     parts = [mode]
@@ -302,13 +313,22 @@ def describe_policy(policy: Policy) -> str:
         memory = policy.gpu_memory_mib
         parts.append(f"GPU {policy.gpu.model or 'memory'} ({memory} MiB)" if memory else f"GPU {policy.gpu.model}")
     parts.append(f"enforcement {policy.enforcement}")
-    parts.append(f"fractional {policy.fractional}")
+    if sharing.mode.value != "memory":  # memory mode converts every fraction itself
+        parts.append(f"fractional {policy.fractional}")
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
     per_container = policy.mode_max_per_container
     parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
+
+
+def describe_device_classes(policy: Policy) -> str:
+    """Which DRA DeviceClasses count as GPUs here (claims, templates and deviceclass.resource.kubernetes.io/*)."""
+    classes = policy.device_classes
+    return (
+        f"GPUs from DeviceClasses {', '.join(classes.gpu_classes)}; MIG devices from {', '.join(classes.mig_classes)}"
+    )
 
 
 def describe_share(policy: Policy) -> str:
@@ -332,6 +352,10 @@ def describe_share(policy: Policy) -> str:
         )
         offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
         return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
+    if sharing.mode is Mode.MEMORY:
+        from webhook.admission import memshare
+
+        return memshare.describe_share(policy)
     return "whole GPUs only"
 
 
@@ -369,10 +393,19 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
 def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
     from webhook.admission import steering
     from webhook.admission.engine import evaluate
+    from webhook.cli.webhooks import EXCLUDED, EXCLUDED_NAMESPACES
 
+    print(f"namespace {namespace}", file=out)
+    excluded = dict(EXCLUDED_NAMESPACES).get(namespace)
+    if excluded is not None:  # the policies never see it: say so, rather than what they would do
+        print(
+            f"  webhook   never sent: the shipped webhook configurations exclude {namespace} ({excluded}; "
+            f"{EXCLUDED}): its pods and workloads are admitted as written, whatever a policy says",
+            file=out,
+        )
+        return
     selection = policies.select(namespace)
     policy = selection.policy
-    print(f"namespace {namespace}", file=out)
     print(f"  policy    {policy.name} ({policy.source})", file=out)
     print(f"  why       {selection.reason}", file=out)
     tied = [(glob, other) for glob, other in policies.ties(namespace) if other is not policy]
@@ -384,6 +417,7 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
         )
     print(f"  settings  {describe_policy(policy)}", file=out)
     print(f"  share     {describe_share(policy)}", file=out)
+    print(f"  dra       {describe_device_classes(policy)}", file=out)
     if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
         print(f"  steering  {steering.describe(policy)}", file=out)
     for quantity in EXPLAIN_QUANTITIES:

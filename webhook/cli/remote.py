@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import jsonpatch
 
+from webhook.admission.customresources import BUILTIN, KindTable
 from webhook.admission.engine import Decision
 from webhook.admission.mutate import POLICY_ANNOTATION
 from webhook.admission.podspec import default_requests_from_limits, pod_spec_path
@@ -32,7 +33,13 @@ class RemoteEvaluator:
     """An `Evaluator` (obj, namespace) -> Decision backed by a webhook at `url`."""
 
     def __init__(
-        self, url: str, *, ca_file: str | None = None, insecure: bool = False, timeout: float = REQUEST_TIMEOUT_S
+        self,
+        url: str,
+        *,
+        ca_file: str | None = None,
+        insecure: bool = False,
+        timeout: float = REQUEST_TIMEOUT_S,
+        kinds: KindTable = BUILTIN,
     ):
         parts = urlsplit(url)
         if parts.scheme not in ("https", "http") or not parts.hostname:
@@ -45,11 +52,24 @@ class RemoteEvaluator:
         self._timeout = timeout
         self._context = _tls_context(ca_file, insecure) if parts.scheme == "https" else None
         self._conn: http.client.HTTPConnection | None = None
+        self._kinds = kinds  # custom resources: sent to /validate only, as the shipped configurations send them
 
     # --- the Evaluator interface ------------------------------------------------------------------------
 
     def __call__(self, obj: dict[str, Any], namespace: str) -> Decision:
         sent = default_requests_from_limits(obj)
+        if pod_spec_path(sent) is None and self._kinds.lookup(sent) is not None:
+            validate = self._review("validate", make_review(sent, namespace=namespace))
+            allowed = bool(validate.get("allowed"))
+            warnings = _strings(validate.get("warnings"))
+            return Decision(
+                allowed=allowed,
+                verdict="deny" if not allowed else ("warn" if warnings else "allow"),
+                policy=_policy_of(validate),
+                warnings=warnings,
+                violations=[] if allowed else _messages(validate),
+                mutated=sent,
+            )
         if pod_spec_path(sent) is None:
             # The webhook's rules never send such objects; neither does the CLI. The engine would skip it.
             return Decision(allowed=True, verdict="allow", policy="", mutated=sent, skipped=True)

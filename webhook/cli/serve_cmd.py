@@ -16,7 +16,13 @@ import tempfile
 from pathlib import Path
 
 from webhook.admission.cluster import STALE_AFTER_S
-from webhook.cli.options import POLICIES_HELP, missing_policy_directory, policy_directory
+from webhook.cli.options import (
+    POLICIES_HELP,
+    add_custom_resources_argument,
+    custom_kind_table,
+    missing_policy_directory,
+    policy_directory,
+)
 
 DEV_CERTS_DIR = Path("certs/dev")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -47,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--policies", metavar="DIR", default=None, help=POLICIES_HELP
     )
+    add_custom_resources_argument(parser)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
     parser.add_argument(
@@ -214,9 +221,18 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         raise ServeError(f"cannot use {cert_file} with {key_file}: {exc}") from None
     from webhook.server.inventory import find_credentials
 
+    try:
+        kinds = custom_kind_table(args.custom_resources)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    from functools import partial
+
+    from webhook.admission.customresources import evaluate
+
     credentials = find_credentials(args.kubeconfig)  # each worker watches with these, after the fork
     state = ServerState(
         policies=policies,
+        evaluate=partial(evaluate, kinds=kinds),  # custom resources judged by their templates
         certificate=certificate,
         policy_interval=args.policy_reload_interval,
         cert_interval=args.cert_reload_interval,

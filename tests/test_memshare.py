@@ -1,0 +1,610 @@
+"""Memory-sliced sharing (`sharing.mode: memory`): what `nvidia.com/gpu` becomes under ACK's GPU sharing, HAMi
+and Volcano's vGPU, requests written in the backends' own resources, placement and steering, through the engine
+(`run` checks the patch with the API server's semantics and idempotence) and a few through the real server.
+
+The expected resources are worked out here from each backend's units as its documentation gives them
+(ACK: aliyun.com/gpu-mem in GiB; HAMi: nvidia.com/gpumem in MiB, nvidia.com/gpucores in percent; Volcano:
+volcano.sh/vgpu-memory in MiB, volcano.sh/vgpu-cores in percent), not taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import jsonpatch
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests import evanphx
+from tests.conftest import copy_policies
+from tests.engine_support import container, env_of, pod, policy, run
+from tests.test_clustercheck import node, view
+from tests.test_engine_properties import SETTINGS, objects, strip_mutable
+from tests.test_server import review
+from webhook.admission import clustercheck
+from webhook.admission.cluster import NodeInfo
+from webhook.admission.engine import evaluate
+from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy import GPU, Backend, Limits, Mode, Placement, PolicySet, Sharing
+from webhook.admission.quantity import parse_quantity
+from webhook.admission.resources import GPU_MODELS
+
+A100 = GPU(model="A100-80GB")  # 81,920 MiB
+H100 = GPU(model="H100-80GB")  # 81,559 MiB as NVML reports it
+
+
+def memory(backend: Backend, gpu: GPU = A100, placement: Placement | None = None, steering: bool = False, **kw):
+    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=backend, placement=placement), gpu=gpu,
+                  steering=steering, **kw)  # fmt: skip
+
+
+ACK, HAMI, VOLCANO = memory(Backend.ACK), memory(Backend.HAMI), memory(Backend.VOLCANO)
+
+
+def gpu_pod(value: str, **kw):
+    return pod(container(requests={"nvidia.com/gpu": value}, limits={"nvidia.com/gpu": value}), **kw)
+
+
+def resources(decision, index: int = 0) -> dict:
+    return decision.mutated["spec"]["containers"][index]["resources"]
+
+
+# --- fractions ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pol", "value", "expected", "warning"),
+    [
+        # 0.25 x 81,920 MiB = 20,480 MiB = 20 GiB
+        (ACK, "0.25", {"aliyun.com/gpu-mem": "20"}, "nvidia.com/gpu 0.25 became aliyun.com/gpu-mem 20"),
+        (HAMI, "250m", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"},
+         "nvidia.com/gpu 0.25 became 1 with nvidia.com/gpumem 20480, nvidia.com/gpucores 25"),
+        (VOLCANO, "0.25", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20480",
+                           "volcano.sh/vgpu-cores": "25"},
+         "nvidia.com/gpu 0.25 became volcano.sh/vgpu-memory 20480, volcano.sh/vgpu-cores 25"),
+        # rounded down: 0.3 x 81,559 MiB = 24,467.7 MiB (23.89 GiB); 30 % of the compute
+        (memory(Backend.ACK, H100), "0.3", {"aliyun.com/gpu-mem": "23"},
+         "nvidia.com/gpu 0.3 became aliyun.com/gpu-mem 23"),
+        (memory(Backend.HAMI, H100), "0.3", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "24467",
+                                            "nvidia.com/gpucores": "30"},
+         "nvidia.com/gpu 0.3 became 1 with nvidia.com/gpumem 24467, nvidia.com/gpucores 30"),
+        # 1/3 of 81,920 MiB = 27,306.67 MiB (26.67 GiB); 33 %
+        (memory(Backend.VOLCANO), "333m", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "27279",
+                                          "volcano.sh/vgpu-cores": "33"},
+         "nvidia.com/gpu 0.333 became volcano.sh/vgpu-memory 27279, volcano.sh/vgpu-cores 33"),
+    ],
+    ids=["ack", "hami", "volcano", "ack-rounded-down", "hami-rounded-down", "volcano-third"],
+)  # fmt: skip
+def test_a_fraction_becomes_the_backends_share_of_the_memory(pol, value, expected, warning) -> None:
+    decision = run(gpu_pod(value), pol)
+    assert decision.verdict == "allow" and decision.violations == []
+    assert resources(decision) == {"requests": expected, "limits": expected}
+    assert decision.warnings == [f'gpu-admission: container "app": {warning}']
+    assert "memory-share" in decision.mutation_kinds
+
+
+@pytest.mark.parametrize(
+    ("pol", "value", "line"),
+    [
+        # ACK's unit is 1 GiB: 1,024 / 81,920 = 0.0125
+        (ACK, "0.01", 'container "app": nvidia.com/gpu "0.01" is less than one unit of ACK GPU sharing (1 GiB of '
+         'the GPU\'s 81920 MiB, policy "team"); request 0.0125 or more'),
+        # 1,024 / 81,559 = 0.012555...: rounded up, so that the advice itself converts
+        (memory(Backend.ACK, H100), "0.0125", 'container "app": nvidia.com/gpu "0.0125" is less than one unit of ACK '
+         'GPU sharing (1 GiB of the GPU\'s 81559 MiB, policy "team"); request 0.0126 or more'),
+        # HAMi and Volcano: 1 % of the compute is the larger unit
+        (HAMI, "5m", 'container "app": nvidia.com/gpu "5m" (0.005 GPU) is less than one unit of HAMi (1 MiB of the '
+         'GPU\'s 81920 MiB and 1% of its compute, policy "team"); request 0.01 or more'),
+        (VOLCANO, "0.009", 'container "app": nvidia.com/gpu "0.009" is less than one unit of Volcano vGPU (1 MiB of '
+         'the GPU\'s 81920 MiB and 1% of its compute, policy "team"); request 0.01 or more'),
+    ],
+    ids=["ack", "ack-h100", "hami", "volcano"],
+)  # fmt: skip
+def test_a_fraction_too_small_for_one_unit_is_refused_with_the_smallest_that_works(pol, value, line) -> None:
+    decision = run(gpu_pod(value), pol)
+    assert decision.verdict == "deny"
+    assert decision.denials == [line]
+    assert decision.refusals == decision.violations  # the API server refuses a fraction anyway: /mutate denies it
+    smallest = line.rsplit("request ", 1)[1].removesuffix(" or more")
+    assert run(gpu_pod(smallest), pol).verdict == "allow"
+
+
+# --- whole GPUs -----------------------------------------------------------------------------------------------
+
+
+def test_whole_gpus_stay_nvidia_gpu_under_ack_for_its_exclusive_nodes() -> None:
+    decision = run(gpu_pod("2"), ACK)
+    assert decision.patch == [] and decision.warnings == [] and decision.verdict == "allow"
+
+
+@pytest.mark.parametrize(
+    ("pol", "expected", "warning"),
+    [
+        (HAMI, {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "100", "nvidia.com/gpucores": "100"},
+         "nvidia.com/gpu 2 became nvidia.com/gpu 2, whole (memory and cores 100%)"),
+        (VOLCANO, {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory-percentage": "100",
+                   "volcano.sh/vgpu-cores": "100"},
+         "nvidia.com/gpu 2 became volcano.sh/vgpu-number 2, whole (memory and cores 100%)"),
+    ],
+    ids=["hami", "volcano"],
+)  # fmt: skip
+def test_whole_gpus_become_vgpus_with_all_the_memory_and_cores(pol, expected, warning) -> None:
+    decision = run(gpu_pod("2"), pol)
+    assert resources(decision) == {"requests": expected, "limits": expected}
+    assert decision.warnings == [f'gpu-admission: container "app": {warning}']
+
+
+def test_whole_gpus_over_the_maximum_are_left_as_written_for_the_line_that_names_them() -> None:
+    decision = run(gpu_pod("9"), VOLCANO)
+    assert resources(decision)["limits"] == {"nvidia.com/gpu": "9"}
+    assert decision.denials == [
+        'container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
+    ]
+
+
+# --- written in the backend's own resources -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pol", "limits"),
+    [
+        (ACK, {"aliyun.com/gpu-mem": "8"}),
+        (HAMI, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"}),
+        (HAMI, {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "30"}),
+        (VOLCANO, {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "10240", "volcano.sh/vgpu-cores": "50"}),
+    ],
+    ids=["ack", "hami-mib", "hami-percent", "volcano"],
+)
+def test_a_request_written_in_the_backends_resources_is_left_as_written(pol, limits) -> None:
+    decision = run(pod(container(limits=dict(limits))), pol)
+    assert decision.verdict == "allow" and decision.violations == []
+    assert resources(decision)["limits"] == limits
+    assert decision.mutation_kinds == []
+
+
+@pytest.mark.parametrize(
+    ("pol", "limits", "line"),
+    [
+        (ACK, {"aliyun.com/gpu-mem": "90"}, 'container "app": aliyun.com/gpu-mem 90 (GiB) is more than one '
+         "A100-80GB's memory (80 GiB): ACK GPU sharing gives each share the memory of one GPU (policy \"team\"); "
+         "request at most 80, or whole GPUs as nvidia.com/gpu: N"),
+        (HAMI, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "90000"}, 'container "app": nvidia.com/gpumem 90000 '
+         "(MiB) is more than one A100-80GB's memory (81920 MiB): HAMi gives each share the memory of one GPU "
+         '(policy "team"); request at most 81920, or whole GPUs as nvidia.com/gpu: N'),
+        (VOLCANO, {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "150"}, 'container "app": '
+         'volcano.sh/vgpu-cores 150 is more than 100 percent of one GPU (policy "team"); request at most 100'),
+        # GPUs' worth of memory: 3 vGPUs of 100 % under a maximum of 2 per container
+        (memory(Backend.HAMI, limits=Limits(max_per_container=2)),
+         {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "100"}, None),
+        (memory(Backend.VOLCANO, limits=Limits(max_per_container=2)),
+         {"volcano.sh/vgpu-number": "3", "volcano.sh/vgpu-memory-percentage": "100"},
+         'container "app": volcano.sh/vgpu-number "3" exceeds the per-container maximum of 2 (policy "team"); '
+         "request at most 2"),
+        (memory(Backend.ACK, GPU(memory_mib=20480), limits=Limits(max_per_container=1)),
+         {"aliyun.com/gpu-mem": "20", "nvidia.com/gpu": "1"},
+         'container "app": holds 2 GPUs\' worth of memory (ack), more than the per-container maximum of 1 GPUs '
+         '(policy "team"); request less'),
+    ],
+    ids=["ack-more-than-a-gpu", "hami-more-than-a-gpu", "volcano-cores", "hami-within", "volcano-count",
+         "ack-worth"],
+)  # fmt: skip
+def test_a_request_in_the_backends_resources_meets_the_same_caps(pol, limits, line) -> None:
+    decision = run(pod(container(limits=limits)), pol)
+    assert decision.denials == ([line] if line else [])
+
+
+def test_the_pod_maximum_counts_gpus_worth_of_memory_not_vgpus() -> None:
+    """Nine containers of a tenth each hold nine vGPUs but 0.9 of a GPU's memory: within a maximum of 1."""
+    pol = memory(Backend.HAMI, limits=Limits(max_per_pod=1))
+    tenths = pod(*(container(f"c{i}", limits={"nvidia.com/gpu": "0.1"}) for i in range(9)))
+    decision = run(tenths, pol)
+    assert decision.verdict == "allow"
+    assert resources(decision, 8)["limits"] == {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "10",
+    }  # fmt: skip
+    halves = pod(*(container(f"c{i}", limits={"nvidia.com/gpu": "0.5"}) for i in range(3)))
+    assert run(halves, pol).denials == [
+        'pod: 1.5 GPUs\' worth of memory in effect (containers running together: "c0"=0.5, "c1"=0.5, "c2"=0.5) '
+        'exceeds the per-pod maximum of 1 GPUs (policy "team", hami); request less or split the pod'
+    ]
+
+
+# --- the namespace's pool -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pol", "limits", "line"),
+    [
+        (HAMI, {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "1024"},
+         'container "app": volcano.sh/vgpu-memory "1024" is a memory-sliced GPU resource, but policy "team" gives this '
+         "namespace HAMi memory slices (nvidia.com/gpucores, nvidia.com/gpumem, nvidia.com/gpumem-percentage); "
+         "request nvidia.com/gpu: <fraction> (it becomes nvidia.com/gpumem) or those"),
+        (ACK, {"nvidia.com/gpu.shared": "1"},
+         'container "app": nvidia.com/gpu.shared "1" is a shared GPU, but policy "team" gives this namespace ACK GPU '
+         "sharing memory slices (aliyun.com/gpu-mem); request nvidia.com/gpu: <fraction> (it becomes "
+         "aliyun.com/gpu-mem) or those"),
+        (policy(), {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"},
+         'container "app": nvidia.com/gpumem "4096" is a memory-sliced GPU resource, but policy "team" gives this '
+         "namespace whole GPUs (mode exclusive); request nvidia.com/gpu instead"),
+    ],
+    ids=["hami-gets-volcano", "ack-gets-time-slicing", "exclusive-gets-hami"],
+)  # fmt: skip
+def test_another_backends_resources_are_another_pool(pol, limits, line) -> None:
+    assert line in run(pod(container(limits=limits)), pol).denials
+
+
+# --- memory variables -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pol", [ACK, HAMI, VOLCANO], ids=["ack", "hami", "volcano"])
+def test_no_framework_memory_fraction_on_top_of_the_backends_cap(pol) -> None:
+    """The backend caps what the container sees: a framework fraction of that would shrink it twice."""
+    decision = run(gpu_pod("0.5"), pol)
+    assert env_of(decision) == {}
+    assert "env" not in decision.mutation_kinds
+
+
+# --- placement and steering -----------------------------------------------------------------------------------
+
+
+def test_hami_placement_reaches_its_scheduler_as_pod_annotations() -> None:
+    decision = run(gpu_pod("0.5"), memory(Backend.HAMI, placement=Placement.SPREAD))
+    assert decision.mutated["metadata"]["annotations"] == {
+        "gpu-admission.io/policy": "team",
+        "hami.io/node-scheduler-policy": "spread",
+        "hami.io/gpu-scheduler-policy": "spread",
+    }
+    assert decision.warnings[-1] == (
+        "gpu-admission: pod: set hami.io/node-scheduler-policy and hami.io/gpu-scheduler-policy spread"
+    )
+
+
+def test_hami_placement_goes_on_a_workloads_pod_template_and_replaces_another_value() -> None:
+    spec = gpu_pod("2")["spec"]
+    template = {"metadata": {"annotations": {"hami.io/gpu-scheduler-policy": "spread", "keep": "me"}}, "spec": spec}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"},
+                  "spec": {"replicas": 2, "template": template}}  # fmt: skip
+    decision = run(deployment, memory(Backend.HAMI, placement=Placement.BINPACK))
+    assert decision.mutated["spec"]["template"]["metadata"]["annotations"] == {
+        "hami.io/gpu-scheduler-policy": "binpack", "keep": "me", "hami.io/node-scheduler-policy": "binpack",
+    }  # fmt: skip
+    assert decision.mutated["metadata"]["annotations"]["gpu-admission.io/policy"] == "team"
+    assert "hami.io/gpu-scheduler-policy" not in decision.mutated["metadata"]["annotations"]  # the pod's, not the
+    # workload's (which also holds the re-apply record)
+
+
+def test_hami_placement_is_added_to_a_pod_written_in_hamis_own_resources() -> None:
+    written = pod(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096"}))
+    decision = run(written, memory(Backend.HAMI, placement=Placement.BINPACK))
+    assert decision.mutated["metadata"]["annotations"]["hami.io/node-scheduler-policy"] == "binpack"
+    assert decision.mutation_kinds == ["placement"]
+
+
+def test_no_placement_annotations_without_placement_or_without_a_gpu() -> None:
+    assert run(gpu_pod("0.5"), HAMI).mutated["metadata"]["annotations"] == {"gpu-admission.io/policy": "team"}
+    cpu_only = pod(container(limits={"cpu": "1"}))
+    assert run(cpu_only, memory(Backend.HAMI, placement=Placement.SPREAD)).patch == []
+
+
+@pytest.mark.parametrize(
+    ("placement", "expression"),
+    [
+        (Placement.SPREAD, {"key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"]}),
+        # ACK packs where a node says nothing: binpack is every node not labelled spread
+        (Placement.BINPACK, {"key": "ack.node.gpu.placement", "operator": "NotIn", "values": ["spread"]}),
+    ],
+)
+def test_ack_pods_are_steered_to_isolating_shared_nodes_with_the_placement(placement, expression) -> None:
+    decision = run(gpu_pod("0.5"), memory(Backend.ACK, placement=placement, steering=True))
+    assert decision.mutated["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem"]}, expression,
+        ]}],
+    }}}  # fmt: skip
+    assert decision.warnings[-1] == (
+        "gpu-admission: pod: node affinity added on ack.node.gpu.schedule, ack.node.gpu.placement"
+    )
+
+
+def test_ack_whole_gpus_are_not_steered_to_the_shared_nodes() -> None:
+    decision = run(gpu_pod("1"), memory(Backend.ACK, placement=Placement.SPREAD, steering=True))
+    assert "affinity" not in decision.mutated["spec"]
+
+
+def test_a_node_selector_for_acks_unisolated_pool_conflicts() -> None:
+    obj = gpu_pod("0.5", nodeSelector={"ack.node.gpu.schedule": "share"})
+    decision = run(obj, memory(Backend.ACK, steering=True))
+    assert decision.denials == [
+        'pod: nodeSelector ack.node.gpu.schedule=share conflicts with policy "team" (memory slices by ack), whose '
+        "GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,core_mem); remove it, or make it select "
+        "the policy's pool"
+    ]
+    assert "affinity" not in decision.mutated["spec"]
+
+
+def test_the_loader_steers_ack_by_default_and_the_others_have_nothing_to_steer() -> None:
+    text = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: %s}
+spec:
+  namespaces: [%s]
+  sharing: {mode: memory, backend: %s}
+  gpu: {model: A100-80GB}
+"""
+    policies = parse_policy_sources({"p.yaml": "---\n".join(text % (b, b, b) for b in ("ack", "hami", "volcano"))})
+    steering = {p.name: p.steering for p in policies.policies}
+    assert steering == {"ack": True, "hami": False, "volcano": False}
+    hami = run(gpu_pod("0.5", name="x") | {"metadata": {"name": "x", "namespace": "hami"}}, policies.policies[1],
+               namespace="hami")  # fmt: skip
+    assert "affinity" not in hami.mutated["spec"]
+
+
+# --- never more memory than the share -------------------------------------------------------------------------
+
+
+def _given_mib(limits: dict, backend: Backend) -> int:
+    name = {Backend.ACK: "aliyun.com/gpu-mem", Backend.HAMI: "nvidia.com/gpumem",
+            Backend.VOLCANO: "volcano.sh/vgpu-memory"}[backend]  # fmt: skip
+    amount = int(parse_quantity(limits[name]))
+    return amount * 1024 if backend is Backend.ACK else amount
+
+
+@SETTINGS
+@given(
+    st.integers(1, 9999),
+    st.sampled_from(list(Backend)),
+    st.one_of(st.sampled_from(list(GPU_MODELS)).map(lambda m: GPU(model=m)),
+              st.integers(1024, 200_000).map(lambda mib: GPU(memory_mib=mib))),
+)  # fmt: skip
+def test_no_mutated_container_gets_more_memory_than_its_share(ten_thousandths: int, backend: Backend, gpu) -> None:
+    fraction = Fraction(ten_thousandths, 10_000)
+    pol = memory(backend, gpu)
+    gpu_mib = pol.gpu_memory_mib
+    decision = evaluate(gpu_pod(str(fraction.numerator / fraction.denominator)), "team", PolicySet((pol,)))
+    limits = decision.mutated["spec"]["containers"][0]["resources"]["limits"]
+    if "nvidia.com/gpu" in limits and "nvidia.com/gpumem" not in limits:  # too small for one unit: refused
+        assert decision.verdict == "deny"
+        return
+    given_mib = _given_mib(limits, backend)
+    assert 0 < given_mib <= fraction * gpu_mib  # never more than the share: shares never overcommit a GPU
+    assert given_mib > fraction * gpu_mib - (1024 if backend is Backend.ACK else 1)  # and less by under one unit
+    cores = limits.get("nvidia.com/gpucores") or limits.get("volcano.sh/vgpu-cores")
+    if cores is not None:
+        assert 1 <= int(cores) <= fraction * 100
+    assert decision.verdict == "allow"
+
+
+# --- the real server -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def memory_server(start_server, tmp_path_factory):
+    examples = Path(__file__).resolve().parent.parent / "examples" / "policies"
+    directory = tmp_path_factory.mktemp("memory-policies")
+    for name in ("memory-ack.yaml", "memory-hami.yaml", "memory-volcano.yaml"):
+        (directory / name).write_text((examples / name).read_text())
+    return start_server(copy_policies(directory / "all", directory))
+
+
+def _namespaced(obj: dict, namespace: str) -> dict:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def test_the_server_gives_each_backends_share_and_placement(memory_server) -> None:
+    expected = {
+        "ack-notebooks": {"aliyun.com/gpu-mem": "6"},  # 0.25 x 24 GiB
+        "hami-serving": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"},
+        "vgpu-batch": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20389", "volcano.sh/vgpu-cores": "25"},
+    }
+    for namespace, wanted in expected.items():
+        obj = _namespaced(gpu_pod("0.25"), namespace)
+        response = review(memory_server, "mutate", obj)
+        assert response["allowed"] is True, response
+        mutated = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+        assert mutated["spec"]["containers"][0]["resources"] == {"requests": wanted, "limits": wanted}
+        assert review(memory_server, "validate", mutated)["allowed"] is True
+        assert "patch" not in review(memory_server, "mutate", mutated)
+        if namespace == "hami-serving":
+            assert mutated["metadata"]["annotations"]["hami.io/gpu-scheduler-policy"] == "binpack"
+        if namespace == "ack-notebooks":
+            terms = mutated["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert terms["nodeSelectorTerms"][0]["matchExpressions"][1] == {
+                "key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"],
+            }  # fmt: skip
+
+
+def test_the_server_denies_a_fraction_below_one_unit_with_the_smallest(memory_server) -> None:
+    response = review(memory_server, "mutate", _namespaced(gpu_pod("0.04"), "ack-notebooks"))
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        'container "app": nvidia.com/gpu "0.04" is less than one unit of ACK GPU sharing (1 GiB of the GPU\'s '
+        '24576 MiB, policy "notebooks-ack-sharing"); request 0.0417 or more'
+    )
+
+
+def test_the_server_judges_a_request_written_for_volcano(memory_server) -> None:
+    obj = _namespaced(pod(container(limits={"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "90000"})),
+                      "vgpu-batch")  # fmt: skip
+    response = review(memory_server, "validate", obj)
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        'container "app": volcano.sh/vgpu-memory 90000 (MiB) is more than one H100-80GB\'s memory (81559 MiB): '
+        'Volcano vGPU gives each share the memory of one GPU (policy "batch-volcano-vgpu"); request at most 81559, '
+        "or whole GPUs as nvidia.com/gpu: N"
+    )
+
+
+# --- the cluster view, drift, `policy lint --cluster` ---------------------------------------------------------
+
+
+def _ack_node(name: str, schedule: str, placement: str | None = None, gib: str = "96", gpus: str = "4") -> dict:
+    """A shared ACK node as the API sends it: 4 A10s (24 GiB each) as aliyun.com/gpu-mem and aliyun.com/gpu-count."""
+    labels = {"ack.node.gpu.schedule": schedule, **({"ack.node.gpu.placement": placement} if placement else {})}
+    return node(name, {"aliyun.com/gpu-mem": gib, "aliyun.com/gpu-count": gpus}, labels)
+
+
+def test_the_node_snapshot_keeps_the_backends_labels_and_resources() -> None:
+    info = NodeInfo.from_object(_ack_node("ack-0", "cgpu", "spread"))
+    assert info is not None
+    assert dict(info.allocatable) == {"aliyun.com/gpu-mem": 96, "aliyun.com/gpu-count": 4}
+    assert dict(info.labels) == {"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "spread"}
+    vgpu = NodeInfo.from_object(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472",
+                                             "volcano.sh/vgpu-cores": "800"}))  # fmt: skip
+    assert vgpu is not None and set(vgpu.allocatable) == {
+        "volcano.sh/vgpu-number", "volcano.sh/vgpu-memory", "volcano.sh/vgpu-cores",
+    }  # fmt: skip
+
+
+ACK_A10 = memory(Backend.ACK, GPU(memory_mib=24576), placement=Placement.SPREAD, steering=True)
+
+
+def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() -> None:
+    cluster = view(
+        _ack_node("ack-0", "cgpu", "spread"),  # agrees
+        _ack_node("ack-1", "cgpu"),  # binpack, ACK's default
+        _ack_node("ack-2", "core_mem", "spread", gib="64", gpus="4"),  # 16 GiB GPUs
+    )
+    assert [d.line for d in clustercheck.drift(ACK_A10, cluster)] == [
+        'policy "team" gpu.memoryMiB is 24576 MiB, but 1 node (ack-2) says 16 GiB per GPU: each fraction is taken '
+        "of another GPU's memory; set gpu.memoryMiB: 16384, or give these nodes' namespaces their own policy",
+        'policy "team" sharing.placement is spread, but 1 node (ack-1) says ack.node.gpu.placement binpack: pods '
+        "steered to spread nodes cannot run there; set sharing.placement: binpack, or label the node pool "
+        "ack.node.gpu.placement=spread",
+    ]
+    only_share = view(_ack_node("ack-9", "share", "spread"))  # the policy's pods reach no node: its kind stands in
+    assert [d.line for d in clustercheck.drift(ACK_A10, only_share)] == [
+        'policy "team" sharing.backend is ack (memory isolated by cGPU), but 1 node (ack-9) says '
+        "ack.node.gpu.schedule share: a container there sees the whole GPU's memory, not its share; label the node "
+        "pool ack.node.gpu.schedule=cgpu (or core_mem)"
+    ]
+
+
+def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
+    """The offered check: a converted request that no node advertises warns (the pod would stay Pending)."""
+    plain = view(node("gpu-0", {"nvidia.com/gpu": "8"}))
+    decision = evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=plain)
+    assert decision.warnings[-1] == (
+        'gpu-admission: container "app": no node offers volcano.sh/vgpu-number; request one the nodes have'
+    )
+    with_vgpu = view(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472"}))
+    assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=with_vgpu).warnings) == 1
+
+
+def test_the_policy_references_memory_policies_load_and_are_the_example_files() -> None:
+    from tests.test_readme import policy_examples
+
+    root = Path(__file__).resolve().parent.parent
+    blocks = [b for b in policy_examples((root / "docs" / "policies.md").read_text()) if "mode: memory" in b]
+    shown = {p.name: p for b in blocks for p in parse_policy_sources({"policies.md": b}).policies}
+    files = {p.name: p for p in parse_policy_sources({
+        name: (root / "examples" / "policies" / name).read_text()
+        for name in ("memory-ack.yaml", "memory-hami.yaml", "memory-volcano.yaml")
+    }).policies}  # fmt: skip
+    assert set(shown) == set(files) == {"notebooks-ack-sharing", "inference-hami", "batch-volcano-vgpu"}
+    for name, shown_policy in shown.items():
+        assert (shown_policy.sharing, shown_policy.gpu, shown_policy.limits, shown_policy.steering) == (
+            files[name].sharing, files[name].gpu, files[name].limits, files[name].steering,
+        )  # fmt: skip
+
+
+def test_a_fraction_beside_the_backends_own_resources_is_refused_saying_so() -> None:
+    written = pod(container(limits={"nvidia.com/gpu": "0.5", "nvidia.com/gpumem": "4096"}))
+    assert run(written, HAMI).denials == [
+        'container "app": nvidia.com/gpu "0.5" is fractional beside HAMi\'s own resources, which the webhook leaves '
+        'as written (policy "team"); request the fraction alone (it becomes nvidia.com/gpumem), or nvidia.com/gpu: '
+        "1 with nvidia.com/gpumem"
+    ]
+
+
+def test_policy_lint_cluster_reports_acks_drift_from_the_nodes_list(tmp_path) -> None:
+    """`policy lint --cluster` on a loopback Kubernetes API whose ACK nodes pack while the policy spreads."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_audit import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces("default", "ack-notebooks")
+        api.put_node(_ack_node("ack-0", "cgpu", "binpack"))
+        api.put_node(_ack_node("ack-1", "cgpu", "binpack"))
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        root = Path(__file__).resolve().parent.parent
+        (policies / "ack.yaml").write_text((root / "examples" / "policies" / "memory-ack.yaml").read_text())
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.splitlines()[-4:-1] == [
+        "POLICY                 FIELD              POLICY SAYS  NODES SAY" + " " * 23 + "NODES" + " " * 19 + "FIX",
+        "notebooks-ack-sharing  sharing.placement  spread       ack.node.gpu.placement binpack  2 nodes (ack-0, "
+        "ack-1)  set sharing.placement: binpack, or label the node pool ack.node.gpu.placement=spread",
+        "policy drift: 1 disagreement in 1 policy (2 nodes read); until fixed, memory fractions and MIG conversions "
+        "are wrong for the pods on those nodes",
+    ]
+
+
+@st.composite
+def memory_policies(draw):
+    backend = draw(st.sampled_from(list(Backend)))
+    placement = None if backend is Backend.VOLCANO else draw(st.sampled_from([None, *Placement]))
+    gpu = GPU(model=draw(st.sampled_from(list(GPU_MODELS))))
+    return memory(backend, gpu, placement=placement, steering=draw(st.booleans()),
+                  limits=Limits(max_per_container=draw(st.sampled_from([None, 1, 4]))))  # fmt: skip
+
+
+@SETTINGS
+@given(objects(), memory_policies())
+def test_memory_mutation_applies_is_idempotent_and_touches_nothing_else(obj, pol) -> None:
+    """The engine's properties (test_engine_properties.py) on memory policies alone, placement included."""
+    original = copy.deepcopy(obj)
+    policies = PolicySet((pol,))
+    decision = evaluate(obj, "team", policies)  # the namespace of `memory`'s policies
+    assert decision.policy == "team"
+    assert obj == original
+    assert evanphx.apply(original, decision.patch) == decision.mutated
+    assert evaluate(decision.mutated, "team", policies).patch == []
+    assert strip_mutable(decision.mutated) == strip_mutable(obj)
+
+
+def test_policy_lint_warns_about_an_ack_policy_that_does_not_steer(tmp_path) -> None:
+    from tests.test_cli_policy import gpu_webhook
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "examples" / "policies" / "memory-ack.yaml").read_text() + "  steering: false\n"
+    (tmp_path / "pol").mkdir()
+    (tmp_path / "pol" / "ack.yaml").write_text(text)
+    run = gpu_webhook("policy", "lint", "pol", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-2:] == [
+        "warning: policy notebooks-ack-sharing (pol/ack.yaml#0) has backend ack with steering: false: its pods may "
+        "land on nodes labelled ack.node.gpu.schedule=share, which do not isolate memory, and placement never reaches "
+        "ACK (it reads node labels); remove steering: false",
+        "1 policy in 1 file: no errors, no glob ties, 1 steering warning",
+    ]
+
+
+@pytest.mark.parametrize("backend", list(Backend), ids=[b.value for b in Backend])
+@pytest.mark.parametrize("value", ["0.25", "2"])
+def test_a_re_applied_workload_gets_the_same_object(backend, value) -> None:
+    """`kubectl apply` again sends the user's `nvidia.com/gpu` back into the webhook's output (reapply.py)."""
+    placement = None if backend is Backend.VOLCANO else Placement.SPREAD
+    policies = PolicySet((memory(backend, placement=placement, steering=True),))
+    spec = gpu_pod(value)["spec"]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"},
+                  "spec": {"template": {"metadata": {}, "spec": spec}}}  # fmt: skip
+    first = evaluate(copy.deepcopy(deployment), "team", policies).mutated
+    reapplied = copy.deepcopy(first)
+    reapplied["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(
+        spec["containers"][0]["resources"]
+    )
+    again = evaluate(reapplied, "team", policies)
+    assert evanphx.apply(reapplied, again.patch) == first

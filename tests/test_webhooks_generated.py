@@ -1,0 +1,191 @@
+"""The webhook configurations, the older clusters' patches, the excluded namespaces and the chart's entries are
+written from the engine's tables (`make manifests`, webhook/cli/webhooks.py): the committed files are what the
+generator writes, and the custom resources' matchConditions select exactly the objects whose templates the
+engine judges (evaluated with the `common-expression-language` package, cel-go's semantics)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.admission.customresources import BUILTIN, BUILTIN_KINDS, templates
+from webhook.cli import webhooks
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "custom-resources"
+
+
+def test_the_committed_files_are_what_make_manifests_writes() -> None:
+    for path, content in webhooks.files().items():
+        assert (ROOT / path).read_text() == content, f"{path} differs from the tables: run `make manifests`"
+
+
+def test_the_generator_writes_every_file_into_a_repository(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "webhook.cli.webhooks", "--root", str(tmp_path)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    count = 7 + len(BUILTIN_KINDS)
+    assert run.stdout == f"wrote 6 files from the webhook tables ({count} webhooks)\n"
+    for path, content in webhooks.files().items():
+        assert (tmp_path / path).read_text() == content
+
+
+def _validating() -> list[dict[str, Any]]:
+    (configuration,) = yaml.safe_load_all((ROOT / webhooks.VALIDATING).read_text())
+    return configuration["webhooks"]
+
+
+def test_each_custom_resource_kind_has_one_validating_entry_and_no_mutating_one() -> None:
+    custom = {hook["name"]: hook for hook in _validating() if hook["rules"][0]["apiVersions"] == ["*"]}
+    assert list(custom) == [f"{k.resource}.{k.group}.gpu-admission.io" for k in BUILTIN_KINDS]
+    for kind in BUILTIN_KINDS:
+        (rule,) = custom[f"{kind.resource}.{kind.group}.gpu-admission.io"]["rules"]
+        assert rule == {
+            "apiGroups": [kind.group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+            "resources": [kind.resource], "scope": "Namespaced",
+        }  # fmt: skip
+    (mutating,) = yaml.safe_load_all((ROOT / webhooks.MUTATING).read_text())
+    assert not [hook for hook in mutating["webhooks"] if hook["name"] in custom]
+
+
+def test_the_excluded_namespaces_file_and_the_charts_values_hold_the_table() -> None:
+    names = [name for name, _ in webhooks.EXCLUDED_NAMESPACES]
+    (listing,) = yaml.safe_load_all((ROOT / webhooks.EXCLUDED).read_text())
+    assert listing["namespaces"] == names
+    values = yaml.safe_load((ROOT / "charts" / "gpu-admission" / "values.yaml").read_text())
+    assert values["excludedNamespaces"] == names
+
+
+def test_adding_a_kind_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the lead does to fold in another kind: one CustomKind, and both configurations and the chart follow."""
+    from webhook.admission import customresources
+
+    extra = customresources.CustomKind(
+        "example.com", "TrainingRun", "trainingruns", (customresources.Site("spec.workers[*].template.spec"),)
+    )
+    monkeypatch.setattr(webhooks, "BUILTIN_KINDS", (*BUILTIN_KINDS, extra))
+    written = webhooks.files()
+    assert "trainingruns.example.com.gpu-admission.io" in written[webhooks.VALIDATING]
+    assert "trainingruns.example.com.gpu-admission.io" in written[webhooks.CHART]
+    assert "trainingruns" not in written[webhooks.MUTATING]
+
+
+# ------------------------------------------------------------------------------------ the conditions, evaluated
+
+
+def _cel(expression: str, obj: dict[str, Any]) -> Any:
+    import cel
+
+    return cel.evaluate(expression, {"object": obj})
+
+
+def _condition(kind: str, group: str) -> str:
+    (hook,) = [h for h in _validating() if h["rules"][0]["apiGroups"] == [group] and h["name"].split(".")[0]
+               == next(k.resource for k in BUILTIN_KINDS if k.kind == kind and k.group == group)]  # fmt: skip
+    (condition,) = hook["matchConditions"]
+    return condition["expression"]
+
+
+def _fixtures() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for path in sorted(FIXTURES.glob("*.yaml")):
+        for index, doc in enumerate(yaml.safe_load_all(path.read_text())):
+            if doc is not None:
+                found.append((f"{path.name}#{index}", doc))
+    return found
+
+
+def _without_gpus(node: Any) -> Any:
+    """A copy with every managed GPU resource taken out of every resource map (and the hostPaths and device
+    variables the fixtures do not use anyway)."""
+    from webhook.admission.resources import is_managed
+
+    if isinstance(node, dict):
+        return {k: _without_gpus(v) for k, v in node.items() if not (isinstance(k, str) and is_managed(k))}
+    if isinstance(node, list):
+        return [_without_gpus(item) for item in node]
+    return node
+
+
+@pytest.mark.parametrize(("name", "obj"), _fixtures(), ids=[name for name, _ in _fixtures()])
+def test_the_condition_selects_a_custom_resource_exactly_when_a_template_asks_for_gpus(
+    name: str, obj: dict[str, Any]
+) -> None:
+    from webhook.admission.podspec import mentions_gpu
+
+    kind = BUILTIN.lookup(obj)
+    assert kind is not None, name
+    expression = _condition(kind.kind, kind.group)
+    found = templates(obj, kind)
+    assert found, f"{name}: no template found"
+    views = [{"spec": t.spec} for t in found]
+    expected = any(mentions_gpu(view, ("spec",)) for view in views)
+    assert _cel(expression, copy.deepcopy(obj)) is expected is True, name
+    stripped = _without_gpus(obj)
+    assert _cel(expression, stripped) is False, name
+    # Missing and null parents at every step: false, never an error.
+    assert _cel(expression, {"metadata": {"name": "x"}}) is False
+    assert _cel(expression, {"metadata": {"name": "x"}, "spec": {}}) is False
+
+
+@pytest.mark.parametrize("kind", BUILTIN_KINDS, ids=[k.kind + "." + k.group for k in BUILTIN_KINDS])
+def test_every_kinds_condition_is_false_on_empty_and_null_parents(kind: Any) -> None:
+    expression = _condition(kind.kind, kind.group)
+    for spec in ({}, {"templates": None, "tasks": None, "replicatedJobs": None, "workerGroupSpecs": None}):
+        assert _cel(expression, {"metadata": {"name": "x"}, "spec": spec}) is False
+
+
+def test_an_admins_kinds_get_an_overlay_patch_whose_entries_render_and_select(tmp_path: Path) -> None:
+    """`python -m webhook.cli.webhooks --custom-resources FILE` prints a JSON patch; in a component listed before
+    the excluded-namespaces one, it adds a validating entry that excludes the listed namespaces and whose
+    condition selects a GPU object of the kind (and nothing else)."""
+    from tests.test_manifests import KUBECTL, MANIFESTS, excluded_namespaces, kubectl_kustomize, render
+
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(
+        "kind: CustomResourceTemplates\nkinds:\n  - group: example.com\n    kind: TrainingRun\n"
+        "    resource: trainingruns\n    templates: [spec.launcher.template.spec, 'spec.workers[*].template.spec']\n"
+    )
+    run = subprocess.run([sys.executable, "-m", "webhook.cli.webhooks", "--custom-resources", str(kinds)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    site = tmp_path / "repo" / "site"
+    shutil.copytree(MANIFESTS, tmp_path / "repo" / "manifests")
+    component = site / "training-runs"
+    component.mkdir(parents=True)
+    (component / "entries.yaml").write_text(run.stdout)
+    (component / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n"
+        "  - path: entries.yaml\n    target: {kind: ValidatingWebhookConfiguration, name: gpu-admission}\n"
+    )
+    (site / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../manifests/base]\n"
+        "components: [../manifests/ca-bundle, training-runs, ../manifests/excluded-namespaces]\n"
+    )
+    outputs = [render(site)] + ([kubectl_kustomize(site)] if KUBECTL else [])
+    for objects in outputs:
+        (validating,) = [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+        hook = validating["webhooks"][-1]
+        assert hook["name"] == "trainingruns.example.com.gpu-admission.io"
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == excluded_namespaces()
+    expression = hook["matchConditions"][0]["expression"]
+    gpu = {"containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    assert _cel(expression, {"spec": {"workers": [{"template": {"spec": gpu}}]}}) is True
+    assert _cel(expression, {"spec": {"launcher": {"template": {"spec": gpu}}}}) is True
+    assert _cel(expression, {"spec": {"workers": [{"template": {"spec": {"containers": [{"name": "w"}]}}}]}}) is False
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Other\n")
+    run = subprocess.run([sys.executable, "-m", "webhook.cli.webhooks", "--custom-resources", str(bad)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert (run.returncode, run.stderr) == (
+        2, f"python -m webhook.cli.webhooks: {bad}: not a CustomResourceTemplates document (kind: "
+        "CustomResourceTemplates)\n",
+    )  # fmt: skip

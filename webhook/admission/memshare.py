@@ -1,0 +1,470 @@
+"""Memory-sliced sharing (`sharing.mode: memory`): a device plugin hands out a share of one GPU's memory and
+caps what the container sees, and `nvidia.com/gpu: f` becomes that backend's resources for f of the memory.
+
+Each backend, checked at its source:
+- ack, Alibaba Cloud ACK's GPU sharing (AliyunContainerService/gpushare-scheduler-extender pkg/utils/const.go:
+  `aliyun.com/gpu-mem` and `aliyun.com/gpu-count`; gpushare-device-plugin's default memory unit GiB; ACK's
+  "labels used by ACK to control GPUs"): a container asks for `aliyun.com/gpu-mem` in whole GiB of one GPU.
+  Nodes whose `ack.node.gpu.schedule` is `cgpu` or `core_mem` isolate that memory (cGPU); `share` does not
+  (the container sees the whole GPU), so pods are steered to the first two. `ack.node.gpu.placement` is
+  `binpack` (the default) or `spread`. Whole GPUs are ACK's exclusive scheduling (`ack.node.gpu.schedule:
+  default`, nodes that advertise `nvidia.com/gpu`): `nvidia.com/gpu: N` stays as written.
+- hami, Project-HAMi (its device plugin config: `nvidia.com/gpu` counts vGPUs, `nvidia.com/gpumem` is MiB per
+  vGPU, `nvidia.com/gpumem-percentage` percent of one GPU's memory, `nvidia.com/gpucores` percent of its
+  compute; pkg/device/nvidia/device.go Fit: cores 100 is a GPU of its own, "Coresreq=100 indicates it want this
+  card exclusively"): a fraction is one vGPU with MiB and percent; whole GPUs are N vGPUs of 100% memory and
+  100 cores. Placement is the pod annotations `hami.io/node-scheduler-policy` and `hami.io/gpu-scheduler-policy`.
+- volcano, Volcano's vGPU (volcano-sh/volcano pkg/scheduler/api/devices/nvidia/vgpu, and the vgpu device
+  plugin's config: `volcano.sh/vgpu-number`, `volcano.sh/vgpu-memory` in MiB with gpuMemoryFactor 1,
+  `volcano.sh/vgpu-memory-percentage`, `volcano.sh/vgpu-cores`; the same cores-100 rule): as HAMi, under its
+  own names. Binpack or spread is the scheduler's `deviceshare.SchedulePolicy`, one value for the whole
+  scheduler: no pod can ask for it, so a policy cannot set it (the loader says so).
+
+Amounts are rounded down to the backend's unit, so the shares of one GPU never add up to more than it has; a
+fraction too small for one unit is refused with the smallest that works. Pure data and functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil
+from typing import Any
+
+from webhook.admission.cluster import ACK_PLACEMENT_LABEL, ACK_SCHEDULE_LABEL, NodeInfo
+from webhook.admission.patch import pointer
+from webhook.admission.policy import Backend, Mode, Placement, Policy
+from webhook.admission.quantity import format_fraction, quantity_or_none
+from webhook.admission.resources import (
+    ACK_MEMORY,
+    HAMI_CORES,
+    HAMI_MEMORY,
+    HAMI_MEMORY_PERCENT,
+    MEMORY_SLICE_RESOURCES,
+    NVIDIA_GPU,
+    VOLCANO_CORES,
+    VOLCANO_MEMORY,
+    VOLCANO_MEMORY_PERCENT,
+    VOLCANO_NUMBER,
+)
+
+ACK_COUNT = "aliyun.com/gpu-count"  # what a shared ACK node advertises beside aliyun.com/gpu-mem: its GPUs
+
+ACK_ISOLATED = ("cgpu", "core_mem")  # the shared modes that cap a container's memory (`share` does not)
+HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
+HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+WHOLE = "100"  # percent: all of one GPU's memory, and its compute to itself
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """One backend's resources and units."""
+
+    backend: Backend
+    title: str  # for messages
+    count: str | None  # the resource that counts (v)GPUs; None: ACK, one GPU per container
+    memory: str  # the memory of one (v)GPU, in `unit_mib`
+    unit_mib: int
+    unit: str  # "GiB", "MiB"
+    percent: str | None  # the memory of one (v)GPU in percent of the GPU
+    cores: str | None  # percent of one GPU's compute
+
+    @property
+    def resources(self) -> frozenset[str]:
+        """Every resource of this backend that a container may hold."""
+        return frozenset(name for name in (self.count, self.memory, self.percent, self.cores) if name)
+
+
+BACKENDS: dict[Backend, BackendSpec] = {
+    Backend.ACK: BackendSpec(Backend.ACK, "ACK GPU sharing", None, ACK_MEMORY, 1024, "GiB", None, None),
+    Backend.HAMI: BackendSpec(
+        Backend.HAMI, "HAMi", NVIDIA_GPU, HAMI_MEMORY, 1, "MiB", HAMI_MEMORY_PERCENT, HAMI_CORES
+    ),
+    Backend.VOLCANO: BackendSpec(
+        Backend.VOLCANO, "Volcano vGPU", VOLCANO_NUMBER, VOLCANO_MEMORY, 1, "MiB", VOLCANO_MEMORY_PERCENT,
+        VOLCANO_CORES,
+    ),
+}  # fmt: skip
+# Every backend's resources but `nvidia.com/gpu`: the webhook manages them (resources.is_managed), and a
+# namespace's pool rule (validate.py) tells its own backend's from another's.
+BACKEND_RESOURCES = MEMORY_SLICE_RESOURCES
+_ALL = frozenset(name for spec in BACKENDS.values() for name in spec.resources)
+assert _ALL - {NVIDIA_GPU} == BACKEND_RESOURCES
+
+
+def spec_of(policy: Policy) -> BackendSpec | None:
+    """The policy's backend under mode memory; None in every other mode."""
+    backend = policy.sharing.backend
+    return BACKENDS[backend] if policy.sharing.mode is Mode.MEMORY and backend is not None else None
+
+
+# --- Fractions -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What `nvidia.com/gpu: f` becomes: the backend's resources, in order; none where f is below one unit."""
+
+    resources: tuple[tuple[str, str], ...] = ()
+
+
+def share(spec: BackendSpec, fraction: int | Fraction, gpu_mib: int) -> Share:
+    """f of a GPU of `gpu_mib` MiB, rounded down to the backend's units (whole GiB for ACK, MiB and whole
+    percent of compute for HAMi and Volcano)."""
+    units = int(fraction * gpu_mib // spec.unit_mib)
+    cores = int(fraction * 100) if spec.cores else 1
+    if units < 1 or cores < 1:
+        return Share()
+    if spec.backend is Backend.ACK:
+        resources: tuple[tuple[str, str], ...] = ((spec.memory, str(units)),)
+    else:
+        assert spec.count is not None and spec.cores is not None
+        resources = ((spec.count, "1"), (spec.memory, str(units)), (spec.cores, str(cores)))
+    return Share(resources)
+
+
+def smallest(spec: BackendSpec, gpu_mib: int) -> Fraction:
+    """The smallest fraction, in at most four decimals, that gives one unit of memory (and 1% of compute)."""
+    least = max(Fraction(spec.unit_mib, gpu_mib), Fraction(1, 100) if spec.cores else Fraction(0))
+    return Fraction(ceil(least * 10_000), 10_000)
+
+
+def whole(spec: BackendSpec, count: Any) -> tuple[tuple[str, str], ...] | None:
+    """`nvidia.com/gpu: N` in the backend's own way, or None where it stays as written (ACK: exclusive nodes
+    advertise `nvidia.com/gpu`)."""
+    if spec.backend is Backend.ACK:
+        return None
+    assert spec.count is not None and spec.percent is not None and spec.cores is not None
+    return ((spec.count, count), (spec.percent, WHOLE), (spec.cores, WHOLE))
+
+
+# --- Mutation (called by mutate.py) -------------------------------------------------------------------------
+
+
+def convert(
+    requests: dict[str, Any],
+    limits: dict[str, Any],
+    gpu: tuple[Any, int | Fraction],
+    policy: Policy,
+    maximum: int,
+    kinds: list[str],
+    texts: list[str],
+) -> None:
+    """`nvidia.com/gpu` (text, value) into the backend's resources, in both maps that hold it. A container that
+    already holds one of them (written in the backend's own resources, or converted before) is left alone."""
+    spec = spec_of(policy)
+    gpu_mib = policy.gpu_memory_mib
+    if spec is None or any(name in BACKEND_RESOURCES for name in (*requests, *limits)):
+        return
+    text, value = gpu
+    if 0 < value < 1:
+        if gpu_mib is None:
+            return  # validation explains
+        converted = share(spec, Fraction(value), gpu_mib)
+        if not converted.resources:
+            return  # too small: validation names the smallest that works
+        _replace(requests, limits, converted.resources)
+        kinds.append("memory-share")
+        # The count (1 vGPU) is left out, or said as "1" where it keeps the name: within a warning's 120 characters.
+        got = ", ".join(f"{name} {amount}" for name, amount in converted.resources if name != spec.count)
+        kept = "1 with " if spec.count == NVIDIA_GPU else ""
+        texts.append(f"{NVIDIA_GPU} {format_fraction(Fraction(value))} became {kept}{got}")
+    elif value >= 1 and value.denominator == 1 and value <= maximum:
+        resources = whole(spec, text)
+        if resources is None:
+            return
+        _replace(requests, limits, resources)
+        kinds.append("memory-whole")
+        texts.append(f"{NVIDIA_GPU} {value} became {spec.count} {value}, whole (memory and cores 100%)")
+
+
+def _replace(requests: dict[str, Any], limits: dict[str, Any], resources: tuple[tuple[str, str], ...]) -> None:
+    for resource_map in (requests, limits):
+        if NVIDIA_GPU in resource_map:
+            del resource_map[NVIDIA_GPU]
+            resource_map.update(resources)
+
+
+def place(
+    obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """HAMi's placement: its scheduler reads binpack or spread from the pod's annotations. Returns the object with
+    them set on the pod (a workload's template) where a container holds a HAMi vGPU, and the patch that sets
+    them; the object itself and no patch where nothing changes."""
+    placement = policy.sharing.placement
+    if placement is None or policy.sharing.backend is not Backend.HAMI or not _holds_vgpu(obj, spec_path):
+        return obj, []
+    meta_path = (*spec_path[:-1], "metadata")
+    root = node = dict(obj)
+    for key in meta_path[:-1]:
+        child = node.get(key)
+        if type(child) is not dict:
+            return obj, []
+        node[key] = node = dict(child)
+    metadata = node.get("metadata")
+    if metadata is not None and type(metadata) is not dict:
+        return obj, []
+    annotations = (metadata or {}).get("annotations")
+    if annotations is not None and type(annotations) is not dict:
+        return obj, []
+    wanted = {HAMI_NODE_POLICY: str(placement), HAMI_GPU_POLICY: str(placement)}
+    missing = {key: value for key, value in wanted.items() if (annotations or {}).get(key) != value}
+    if not missing:
+        return obj, []
+    at = pointer(meta_path)
+    if metadata is None:
+        patch = [{"op": "add", "path": at, "value": {"annotations": missing}}]
+    elif annotations is None:
+        patch = [{"op": "add", "path": at + "/annotations", "value": missing}]
+    else:
+        patch = [
+            {"op": "replace" if key in annotations else "add", "path": pointer((*meta_path, "annotations", key)),
+             "value": value}
+            for key, value in missing.items()
+        ]  # fmt: skip
+    node["metadata"] = {**(metadata or {}), "annotations": {**(annotations or {}), **missing}}
+    return root, patch
+
+
+def _holds_vgpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
+    node: Any = obj
+    for key in spec_path:
+        node = node.get(key) if type(node) is dict else None
+    if type(node) is not dict:
+        return False
+    for section in ("containers", "initContainers"):
+        containers = node.get(section)
+        for body in containers if type(containers) is list else ():
+            resources = body.get("resources") if type(body) is dict else None
+            limits = resources.get("limits") if type(resources) is dict else None
+            if type(limits) is dict and NVIDIA_GPU in limits:
+                value = quantity_or_none(limits[NVIDIA_GPU])
+                if value is not None and value > 0:
+                    return True
+    return False
+
+
+def placement_text(placement: Placement) -> str:
+    return f"{HAMI_NODE_POLICY} and {HAMI_GPU_POLICY} {placement}"
+
+
+# --- Steering (steering.py reads these) ---------------------------------------------------------------------
+
+
+def node_requirements(policy: Policy) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """The node labels (key, operator, values) a memory policy's pods need: ACK's isolating shared pools, and
+    its placement label (a node without one packs: binpack is ACK's default). HAMi and Volcano schedule onto
+    their own nodes themselves: nothing."""
+    if policy.sharing.backend is not Backend.ACK:
+        return ()
+    wanted: list[tuple[str, str, tuple[str, ...]]] = [(ACK_SCHEDULE_LABEL, "In", ACK_ISOLATED)]
+    placement = policy.sharing.placement
+    if placement is Placement.SPREAD:
+        wanted.append((ACK_PLACEMENT_LABEL, "In", (Placement.SPREAD.value,)))
+    elif placement is Placement.BINPACK:
+        wanted.append((ACK_PLACEMENT_LABEL, "NotIn", (Placement.SPREAD.value,)))
+    return tuple(wanted)
+
+
+def steered_resource(policy: Policy) -> str:
+    """The resource whose holders are steered under mode memory."""
+    spec = spec_of(policy)
+    return spec.memory if spec is not None else NVIDIA_GPU
+
+
+# --- Validation (validate.py calls these) -------------------------------------------------------------------
+
+
+def served(policy: Policy) -> frozenset[str]:
+    """The pool of a memory namespace: the backend's resources, and `nvidia.com/gpu` (converted, or ACK's
+    whole GPUs)."""
+    spec = spec_of(policy)
+    return frozenset({NVIDIA_GPU, *(spec.resources if spec else ())})
+
+
+def pool_words(policy: Policy) -> tuple[str, str, str]:
+    """What the pool is, what to request instead of another pool's resource, and that in short."""
+    spec = spec_of(policy)
+    assert spec is not None
+    names = ", ".join(sorted(spec.resources - {NVIDIA_GPU}))
+    return (f"{spec.title} memory slices ({names})", f"{NVIDIA_GPU}: <fraction> (it becomes {spec.memory}) or "
+            "those", f"ask for {NVIDIA_GPU}: <fraction>")
+
+
+def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[str, str]:
+    """Why `nvidia.com/gpu: f` stayed a fraction under mode memory (validation refuses it, as the API server
+    would): too small for one unit, or the GPU's memory unknown."""
+    spec = spec_of(policy)
+    assert spec is not None
+    gpu_mib = policy.gpu_memory_mib
+    where = f'policy "{policy.name}"'
+    if gpu_mib is None:
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional, and {where} does not know the GPU's memory to take a share of "
+            f"(gpu.model auto, and no node says it yet); request {spec.memory} directly, or whole GPUs",
+            f"{NVIDIA_GPU} {shown}: the GPU's memory is unknown here; ask for {spec.memory}",
+        )
+    if value > 1:
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional and more than one GPU: {spec.title} gives one GPU's memory per "
+            f"share ({where}); request a fraction below 1 or a whole number of GPUs",
+            f"{NVIDIA_GPU} {shown}: ask for a fraction below 1 or whole GPUs",
+        )
+    if share(spec, value, gpu_mib).resources:  # it would convert: the container holds the backend's own resources
+        instead = f"{NVIDIA_GPU}: 1 with {spec.memory}" if spec.count == NVIDIA_GPU else f"{spec.memory} alone"
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional beside {spec.title}'s own resources, which the webhook leaves as "
+            f"written ({where}); request the fraction alone (it becomes {spec.memory}), or {instead}",
+            f"{NVIDIA_GPU} {shown} beside {spec.memory}: ask for one of them",
+        )
+    least = format_fraction(smallest(spec, gpu_mib))
+    unit = f"1 {spec.unit} of the GPU's {gpu_mib} MiB" + (" and 1% of its compute" if spec.cores else "")
+    return (
+        f"{NVIDIA_GPU} {shown} is less than one unit of {spec.title} ({unit}, {where}); request {least} or more",
+        f"{NVIDIA_GPU} {shown} is below one {spec.unit} share; ask for {least} or more",
+    )
+
+
+@dataclass(slots=True)
+class Held:
+    """What one container holds of its backend, in GPUs' worth of memory, and the problems with it."""
+
+    worth: Fraction
+    problems: list[tuple[str, str]]
+
+
+def _amount(limits: dict[str, Any], name: str) -> int:
+    value = quantity_or_none(limits[name]) if name in limits else None
+    return int(value) if value is not None and value.denominator == 1 and value > 0 else 0
+
+
+def held(limits: dict[str, Any], policy: Policy) -> Held:
+    """A container's backend resources (after mutation, in whole numbers; the other rules explain the rest)
+    as GPUs' worth of memory, and each amount that no GPU can give."""
+    spec = spec_of(policy)
+    assert spec is not None
+    gpu_mib = policy.gpu_memory_mib
+    problems: list[tuple[str, str]] = []
+    where = f'policy "{policy.name}"'
+    model = policy.gpu.model or "GPU"
+    memory = _amount(limits, spec.memory)
+    if gpu_mib is not None and memory * spec.unit_mib > gpu_mib:
+        most = gpu_mib // spec.unit_mib
+        problems.append((
+            f"{spec.memory} {memory} ({spec.unit}) is more than one {model}'s memory ({most} {spec.unit}): "
+            f"{spec.title} gives each share the memory of one GPU ({where}); request at most {most}, or whole "
+            f"GPUs as {NVIDIA_GPU}: N",
+            f"{spec.memory} {memory}: more than one GPU's memory; ask for at most {most}",
+        ))  # fmt: skip
+    for name in (spec.percent, spec.cores):
+        if name and _amount(limits, name) > 100:
+            problems.append((
+                f"{name} {_amount(limits, name)} is more than 100 percent of one GPU ({where}); request at most 100",
+                f"{name} {_amount(limits, name)}: more than 100 percent; ask for at most 100",
+            ))  # fmt: skip
+    if spec.backend is Backend.ACK:
+        worth = Fraction(memory * spec.unit_mib, gpu_mib) if gpu_mib else Fraction(0)
+        return Held(worth + _amount(limits, NVIDIA_GPU), problems)
+    assert spec.count is not None and spec.percent is not None
+    count = _amount(limits, spec.count)
+    if spec.backend is Backend.VOLCANO:
+        if not count and (memory or _amount(limits, spec.percent)):
+            count = 1  # the vGPU device plugin's defaultGPUNum
+        count_whole = _amount(limits, NVIDIA_GPU)  # left as written (over the maximum): counted as whole GPUs
+    else:
+        count_whole = 0
+    if memory and gpu_mib:
+        each = Fraction(memory, gpu_mib)
+    elif _amount(limits, spec.percent):
+        each = Fraction(_amount(limits, spec.percent), 100)
+    else:
+        each = Fraction(1)  # no memory asked: the backend's default is all of it
+    return Held(count * min(each, Fraction(1)) + count_whole, problems)
+
+
+def worth_text(worth: Fraction) -> str:
+    return f"{format_fraction(worth)} GPUs' worth of memory"
+
+
+# --- For people (`policy lint` and `policy explain`) --------------------------------------------------------
+
+
+def describe_mode(policy: Policy) -> str:
+    """The policy's sharing in a few words: `memory: ack (aliyun.com/gpu-mem in GiB), spread`."""
+    spec = spec_of(policy)
+    assert spec is not None
+    placement = policy.sharing.placement or "the backend's default placement"
+    return f"memory: {spec.backend} ({spec.memory} in {spec.unit}), {placement}"
+
+
+def describe_share(policy: Policy) -> str:
+    """What `nvidia.com/gpu: f` and `N` become here."""
+    spec = spec_of(policy)
+    assert spec is not None
+    gpu_mib = policy.gpu_memory_mib
+    if gpu_mib is None:
+        return f"nvidia.com/gpu: f becomes f of the GPU's memory as {spec.memory}, once the nodes say how much"
+    example = share(spec, Fraction(1, 4), gpu_mib)
+    shown = ", ".join(f"{name} {amount}" for name, amount in example.resources)
+    kept = "stays nvidia.com/gpu: N (exclusive nodes)" if whole(spec, "N") is None else "becomes N whole GPUs"
+    least = format_fraction(smallest(spec, gpu_mib))
+    return f"nvidia.com/gpu 0.25 becomes {shown}; at least {least}; nvidia.com/gpu: N {kept}"
+
+
+# --- The nodes (clustercheck.py reads these) -----------------------------------------------------------------
+
+
+def node_resource(policy: Policy) -> str:
+    """What a node of the policy's backend advertises: ACK's aliyun.com/gpu-mem, Volcano's vGPUs, HAMi's vGPUs
+    (as nvidia.com/gpu: the resource alone does not tell a HAMi node from a plain one)."""
+    spec = spec_of(policy)
+    assert spec is not None
+    return spec.count or spec.memory
+
+
+# (field, nodes_say, policy_says, effect, fix): one disagreement between a memory policy and one node.
+NodeDrift = tuple[str, str, str, str, str]
+
+
+def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
+    """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
+    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi and Volcano
+    nodes say none of this in labels or resources (their GPUs' memory is in the device plugins' annotations)."""
+    sharing = policy.sharing
+    if sharing.backend is not Backend.ACK:
+        return []
+    found: list[NodeDrift] = []
+    schedule = node.labels.get(ACK_SCHEDULE_LABEL)
+    if schedule is not None and schedule not in ACK_ISOLATED:
+        found.append((
+            "sharing.backend", f"{ACK_SCHEDULE_LABEL} {schedule}", "ack (memory isolated by cGPU)",
+            "a container there sees the whole GPU's memory, not its share",
+            f"label the node pool {ACK_SCHEDULE_LABEL}=cgpu (or core_mem)",
+        ))  # fmt: skip
+    placement = node.labels.get(ACK_PLACEMENT_LABEL, Placement.BINPACK.value)
+    if sharing.placement is not None and placement != sharing.placement:
+        found.append((
+            "sharing.placement", f"{ACK_PLACEMENT_LABEL} {placement}", str(sharing.placement),
+            f"pods steered to {sharing.placement} nodes cannot run there",
+            f"set sharing.placement: {placement}, or label the node pool {ACK_PLACEMENT_LABEL}={sharing.placement}",
+        ))  # fmt: skip
+    gpus, gib = node.allocatable.get(ACK_COUNT), node.allocatable.get(ACK_MEMORY)
+    gpu_mib = policy.gpu_memory_mib
+    if gpus and gib and gpu_mib and gib // gpus != gpu_mib // 1024:
+        found.append((
+            "gpu.memoryMiB" if policy.gpu.memory_mib else "gpu.model", f"{gib // gpus} GiB per GPU",
+            f"{gpu_mib} MiB", "each fraction is taken of another GPU's memory",
+            f"set gpu.memoryMiB: {gib // gpus * 1024}, or give these nodes' namespaces their own policy",
+        ))  # fmt: skip
+    return found
+
+
+UNSTEERED = (
+    "has backend ack with steering: false: its pods may land on nodes labelled ack.node.gpu.schedule=share, "
+    "which do not isolate memory, and placement never reaches ACK (it reads node labels); remove steering: false"
+)
+
+
+def unsteered(policy: Policy) -> bool:
+    """An ACK policy that does not steer: `policy lint` warns (UNSTEERED)."""
+    return policy.sharing.mode is Mode.MEMORY and policy.sharing.backend is Backend.ACK and not policy.steering
