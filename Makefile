@@ -61,12 +61,15 @@ $(K8S_TOOLS): requirements/k8s-tools.txt $(STAMP)
 	rm -rf $(VENV)/k8s-tools/download
 	touch $(K8S_TOOLS)
 
+# ruff, then mypy ([tool.mypy] in pyproject.toml: webhook/, strict on the core), then the suite.
 test: $(STAMP) $(K8S_TOOLS)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/gpu-webhook policy lint policies
 	$(BIN)/gpu-webhook policy lint examples/policies
 

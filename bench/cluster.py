@@ -77,7 +77,7 @@ def main(seconds: float = 0.5, rounds: int = 15) -> bool:
     memory_mb, view = inventory_memory()
     policies = parse_policy_sources(policy_sources(1))
     decision = evaluate(SCENARIOS["a: 2 containers, mutate"], NAMESPACE, policies, None, view)
-    assert decision.decision == "allow" and not [w for w in decision.warnings if "cluster." in w], decision.warnings
+    assert decision.verdict == "allow" and not [w for w in decision.warnings if "cluster." in w], decision.warnings
     rows, costs, results = [], {}, {}
     for name in ("a: 2 containers, mutate", "c: no GPU"):
         obj = SCENARIOS[name]

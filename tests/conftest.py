@@ -238,8 +238,16 @@ def live_server(start_server: Callable[..., LiveServer]) -> LiveServer:
     return start_server()
 
 
+# pytest-timeout's default (pyproject.toml: 120 s) fails a hung test with its stack; these run long by design:
+# the soak (minutes) and the image build (debootstrapping a base image the first time).
+LONG_TIMEOUT_S = 1800
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` leaves out the long `soak` tests; `make soak` (`-m soak`), or any `-m`, decides itself."""
+    for item in items:
+        if item.get_closest_marker("soak") or item.path.name == "test_image.py":
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
     if config.getoption("markexpr"):
         return
     soak = [item for item in items if item.get_closest_marker("soak")]

@@ -69,7 +69,7 @@ def run(obj: dict, pol: Policy = EXCLUSIVE, namespace: str = NS) -> Decision:
     assert evanphx.apply(obj, decision.patch) == decision.mutated
     again = evaluate(decision.mutated, namespace, policies)
     assert again.patch == [], f"not idempotent: {again.patch}"
-    assert again.decision == decision.decision
+    assert again.verdict == decision.verdict
     return decision
 
 

@@ -107,7 +107,7 @@ def gpus(n: str, name: str = "app", resource: str = "nvidia.com/gpu") -> dict:
 )
 def test_fits_verdicts_and_lines(obj, verdict, lines):
     decision = run(obj, policy(limits=_limits(16), cluster=DENY))
-    assert (decision.decision, decision.violations) == (verdict, lines)
+    assert (decision.verdict, decision.violations) == (verdict, lines)
 
 
 def test_a_cordoned_node_still_counts_and_is_named_so():
@@ -118,12 +118,12 @@ def test_a_cordoned_node_still_counts_and_is_named_so():
         'request at most 4, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
     ]
     fitting = run(pod(gpus("4")), policy(cluster=DENY), cordoned)
-    assert (fitting.decision, fitting.violations) == ("allow", [])
+    assert (fitting.verdict, fitting.violations) == ("allow", [])
 
 
 def test_warn_is_the_default_and_never_denies():
     decision = run(pod(gpus("9")), policy(limits=_limits(16)))
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.violations == []
     assert decision.warnings == [  # the short form
         'gpu-admission: container "app": nvidia.com/gpu "9" fits on no node (most: 8); request at most 8'
@@ -133,12 +133,12 @@ def test_warn_is_the_default_and_never_denies():
 def test_off_and_no_inventory_skip_the_checks():
     off = policy(cluster=ClusterChecks(fits=Check.OFF, offered=Check.OFF, drift=Check.OFF))
     assert run(pod(gpus("9")), off).warnings == []
-    assert run(pod(gpus("9")), policy(cluster=DENY, limits=_limits(16)), cluster=None).decision == "allow"
+    assert run(pod(gpus("9")), policy(cluster=DENY, limits=_limits(16)), cluster=None).verdict == "allow"
 
 
 def test_an_assumed_node_pool_lets_a_pod_fit_that_no_current_node_holds():
     pools = ClusterChecks(fits=Check.DENY, assume_nodes=(AssumedNode("h100-pool", (("nvidia.com/gpu", 16),)),))
-    assert run(pod(gpus("16")), policy(cluster=pools, limits=_limits(16))).decision == "allow"
+    assert run(pod(gpus("16")), policy(cluster=pools, limits=_limits(16))).verdict == "allow"
     decision = run(pod(gpus("17")), policy(cluster=pools, limits=_limits(32)))
     assert decision.violations == [
         'container "app": nvidia.com/gpu "17" fits on no node: the most one node holds is 16 (node "h100-pool '
@@ -203,7 +203,7 @@ def test_drift_in_replicas_is_one_line_naming_the_nodes():
         "plugin's sharing config"
     ]
     decision = run(pod(gpus("1")), shared, SLICED)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == ["pod: " + clustercheck.drift(shared, SLICED)[0].line + " (cluster.drift)"]
 
 
@@ -277,7 +277,7 @@ def test_auto_takes_the_smallest_share_the_nodes_give():
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
     assert clustercheck.drift(auto, nodes) == ()  # auto values never drift
     offline = evaluate(pod(gpus("1")), NS, PolicySet((auto,)))
-    assert offline.decision == "allow"
+    assert offline.verdict == "allow"
 
 
 def test_every_short_form_fits_a_warning():
@@ -299,7 +299,7 @@ def test_every_short_form_fits_a_warning():
 def test_enforcement_audit_keeps_deny_lines_silent():
     audit = policy(cluster=DENY, enforcement=Enforcement.AUDIT, limits=_limits(16))
     decision = run(pod(gpus("9")), audit)
-    assert (decision.decision, decision.allowed, len(decision.violations)) == ("audit", True, 1)
+    assert (decision.verdict, decision.allowed, len(decision.violations)) == ("audit", True, 1)
 
 
 def _doc(spec: str) -> str:
@@ -377,19 +377,19 @@ def test_a_new_snapshot_is_judged_afresh_for_the_same_policy():
     """The per-snapshot plan (the resources whose largest node holds the per-pod maximum) follows the view."""
     same = policy(cluster=DENY)
     small = view(node("gpu-s", {"nvidia.com/gpu": "2"}))
-    assert run(pod(gpus("4")), same, CLUSTER).decision == "allow"
+    assert run(pod(gpus("4")), same, CLUSTER).verdict == "allow"
     assert run(pod(gpus("4")), same, small).violations == [
         'container "app": nvidia.com/gpu "4" fits on no node: the most one node holds is 2 (node "gpu-s"); '
         'request at most 2, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
     ]
-    assert run(pod(gpus("4")), same, CLUSTER).decision == "allow"
+    assert run(pod(gpus("4")), same, CLUSTER).verdict == "allow"
 
 
 def test_a_pod_that_fails_validation_still_gets_its_cluster_lines():
     """Under warn or audit a pod over the per-pod maximum is admitted: whether it fits on a node still matters."""
     warn = policy(cluster=DENY, enforcement=Enforcement.WARN, limits=_limits(4))
     decision = run(pod(gpus("4", "a"), gpus("6", "b")), warn)
-    assert decision.decision == "warn"
+    assert decision.verdict == "warn"
     assert [line.split(":")[0] for line in decision.violations] == [
         'container "b"',
         "pod",
@@ -447,7 +447,7 @@ def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
 def test_no_pod_of_the_mixed_cluster_gets_a_drift_warning(namespace, quantity, warnings):
     policies, nodes = _mixed()
     decision = evaluate(pod(gpus(quantity)), namespace, policies, cluster=nodes)
-    assert (decision.decision, decision.violations) == ("allow", [])
+    assert (decision.verdict, decision.violations) == ("allow", [])
     assert decision.warnings == [f"gpu-admission: {w}" for w in warnings]
 
 

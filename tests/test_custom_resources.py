@@ -152,7 +152,7 @@ def test_a_volcano_job_is_not_a_batch_job() -> None:
 
 def test_a_raycluster_asking_4_gpus_per_worker_is_denied_under_time_slicing(policies: PolicySet) -> None:
     decision = evaluate(raycluster(4), "notebooks", policies)
-    assert (decision.allowed, decision.decision, decision.patch) == (False, "deny", [])
+    assert (decision.allowed, decision.verdict, decision.patch) == (False, "deny", [])
     assert decision.violations == decision.denials == [RAY_WORKER_LINE]
 
 
@@ -160,13 +160,13 @@ def test_a_raycluster_within_policy_is_admitted_unchanged(policies: PolicySet) -
     obj = raycluster(1)
     before = copy.deepcopy(obj)
     decision = evaluate(obj, "notebooks", policies)
-    assert (decision.allowed, decision.decision, decision.patch, decision.warnings) == (True, "allow", [], [])
+    assert (decision.allowed, decision.verdict, decision.patch, decision.warnings) == (True, "allow", [], [])
     assert obj == before  # judged, never changed: the operator's pods are mutated when they are created
 
 
 def test_under_warn_the_same_lines_are_warnings(policies: PolicySet) -> None:
     decision = evaluate(raycluster(4, "inference"), "inference", policies)
-    assert (decision.allowed, decision.decision) == (True, "warn")
+    assert (decision.allowed, decision.verdict) == (True, "warn")
     assert decision.violations == [
         'workerGroupSpecs[0] (gpu-group) container "ray-worker": nvidia.com/gpu 4 (nvidia.com/gpu.shared 4 under '
         'mps) exceeds 1 per container (policy "inference-mps"): 4 MPS replicas are not 4 GPUs, and the device '
@@ -189,7 +189,7 @@ def test_per_pod_caps_apply_per_template_not_summed_across_replicas(policies: Po
         {"name": "sidecar", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
     )
     decision = evaluate(obj, "team-a", policies)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert [line.split(":")[0] for line in decision.violations] == ["headGroupSpec pod"]
 
 
@@ -206,7 +206,7 @@ def test_each_fixture_has_its_exact_verdict_under_time_slicing(policies: PolicyS
     decision = evaluate(fixture(file, index), "notebooks", policies)
     expected = VERDICTS.get((file, index), [])
     assert decision.violations == expected
-    assert decision.decision == ("deny" if expected else "allow")
+    assert decision.verdict == ("deny" if expected else "allow")
     assert not decision.patch and not decision.skipped
 
 
@@ -214,7 +214,7 @@ def test_mig_namespaces_judge_each_template_as_its_pods_will_be(policies: Policy
     """In a MIG namespace nvidia.com/gpu becomes a slice: 2 per container is two slices, denied per template."""
     obj = fixture("kubeflow-training.yaml", 0)
     decision = evaluate(obj, "batch", policies)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert [line.split(": nvidia.com")[0] for line in decision.violations] == [
         'pytorchReplicaSpecs.Worker container "pytorch"'
     ]
@@ -234,7 +234,7 @@ def test_left_alone_like_workloads(policies: PolicySet) -> None:
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert evaluate(obj, "notebooks", policies, old=deleting).skip_reason == "it is being deleted"
     changed = raycluster(1)
-    assert evaluate(obj, "notebooks", policies, old=changed).decision == "deny"  # the update raises the ask
+    assert evaluate(obj, "notebooks", policies, old=changed).verdict == "deny"  # the update raises the ask
     empty = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "e"}, "spec": {}}
     assert evaluate(empty, "notebooks", policies).skip_reason == "it has no pod template where a RayCluster holds them"
     elsewhere = {"apiVersion": "ray.io/v9", "kind": "RayCluster", "metadata": {"name": "e"},

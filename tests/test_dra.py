@@ -65,7 +65,7 @@ def gpu_config(strategy: str, kind: str = "GpuConfig", requests: list[str] | Non
 def judged(obj: dict, pol=CAPPED) -> tuple[str, list[str]]:
     decision = run(obj, pol)
     assert decision.patch == [], "claims are judged, never mutated"
-    return decision.decision, decision.violations
+    return decision.verdict, decision.violations
 
 
 # --- the fixtures: a namespace capped at 2 GPUs ---------------------------------------------------------------
@@ -217,12 +217,12 @@ APISERVER = "(the API server refuses it anyway)"
 )  # fmt: skip
 def test_what_the_api_server_refuses_is_denied_by_mutate_whatever_the_enforcement(obj: dict, line: str):
     decision = run(obj, WARN)
-    assert (decision.decision, decision.refusals, decision.refused_only) == ("deny", [line], True)
+    assert (decision.verdict, decision.refusals, decision.refused_only) == ("deny", [line], True)
 
 
 def test_policy_violations_under_warn_are_warnings_and_the_claim_is_admitted():
     decision = run(fixture("every-gpu"), WARN)
-    assert (decision.decision, decision.allowed) == ("warn", True)
+    assert (decision.verdict, decision.allowed) == ("warn", True)
     assert decision.warnings == ["gpu-admission: request \"gpu\": gpu.nvidia.com allocationMode All is unbounded; "
                                  "ask for an ExactCount"]  # fmt: skip
 
@@ -232,11 +232,11 @@ def test_updates_that_leave_the_spec_and_claims_being_deleted_are_left_alone():
     policies = PolicySet((CAPPED,))
     status_update = copy.deepcopy(every) | {"status": {"allocation": {}}}
     decision = evaluate(status_update, "team", policies, old=every)
-    assert (decision.decision, decision.skip_reason) == ("allow", "this update leaves its spec as it was")
+    assert (decision.verdict, decision.skip_reason) == ("allow", "this update leaves its spec as it was")
     deleting = copy.deepcopy(every)
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert evaluate(deleting, "team", policies).skip_reason == "it is being deleted"
-    assert evaluate(every, "team", policies, old=fixture("four-gpus")).decision == "deny"  # the spec changed
+    assert evaluate(every, "team", policies, old=fixture("four-gpus")).verdict == "deny"  # the spec changed
 
 
 def test_v1beta1_claims_are_not_read_in_the_v1_shape():
@@ -333,7 +333,7 @@ def test_a_device_class_resource_is_an_extended_resource_whichever_the_class():
     """Requests become limits and fractions are refused for every class; only GPU classes count as GPUs."""
     nic = "deviceclass.resource.kubernetes.io/rdma.example.com"
     decision = run(pod(container(requests={nic: "16"})), CAPPED)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {nic: "16"}
     decision = run(pod(container(limits={CLASS_GPU: "500m"})), CAPPED)
     assert decision.refusals == [
@@ -347,7 +347,7 @@ def test_the_cluster_checks_do_not_look_for_device_class_resources_on_nodes():
     node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
     view = ClusterView.of([NodeInfo.from_object(node)])
     decision = evaluate(pod(container(limits={CLASS_GPU: 1})), "team", PolicySet((CAPPED,)), cluster=view)
-    assert (decision.decision, decision.warnings) == ("allow", [])
+    assert (decision.verdict, decision.warnings) == ("allow", [])
 
 
 # --- the real server: /mutate denies the API server's refusals, /validate the policy's ------------------------
@@ -433,7 +433,7 @@ def test_any_claim_gets_a_verdict_and_is_never_mutated():
                "spec": {"spec": spec} if kind == "ResourceClaimTemplate" else spec}  # fmt: skip
         for pol in (CAPPED, TIME_SLICED, MIG, WARN):
             decision = evaluate(copy.deepcopy(obj), "team", PolicySet((pol,)))
-            assert decision.patch == [] and decision.decision in ("allow", "deny", "warn")
+            assert decision.patch == [] and decision.verdict in ("allow", "deny", "warn")
             assert all(len(warning) <= 120 for warning in decision.warnings)  # the API server's advice
 
     check()

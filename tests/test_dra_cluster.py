@@ -30,7 +30,7 @@ def dra_view(*slices: dict, classes: list[dict] = CLASSES) -> ClusterView:
 
 def judged(gpus: str, cluster: ClusterView, resource: str = "nvidia.com/gpu") -> tuple[str, list[str]]:
     decision = evaluate(pod(container("train", limits={resource: gpus})), "team", PolicySet((WIDE,)), cluster=cluster)
-    return decision.decision, decision.violations
+    return decision.verdict, decision.violations
 
 
 def test_the_fixtures_read_as_nvidias_driver_publishes_them():

@@ -85,7 +85,7 @@ def judged(obj: dict[str, Any], pol: Policy, view: ClaimIndex) -> Decision:
     decision = evaluate(obj, NS, PolicySet((pol,)), claims=view)
     assert obj == original
     assert evanphx.apply(obj, decision.patch) == decision.mutated
-    assert evaluate(decision.mutated, NS, PolicySet((pol,)), claims=view).decision == decision.decision
+    assert evaluate(decision.mutated, NS, PolicySet((pol,)), claims=view).verdict == decision.verdict
     return decision
 
 
@@ -95,14 +95,14 @@ def judged(obj: dict[str, Any], pol: Policy, view: ClaimIndex) -> Decision:
 def test_an_extended_gpu_and_a_claim_of_two_exceed_a_pod_cap_of_two():
     obj = claiming(using("train", "gpus", limits={"nvidia.com/gpu": "1"}), gpus="two-gpus")
     decision = judged(obj, POD_CAPPED, index(TWO))
-    assert (decision.decision, decision.violations) == ("deny", [
+    assert (decision.verdict, decision.violations) == ("deny", [
         'pod: 3 GPUs in all (1 from nvidia.com/gpu, 2 from claim "gpus" (ResourceClaim "two-gpus")) exceed the '
         'per-pod maximum of 2 (policy "team"): a pod\'s claims count with its extended resources; ask for at most '
         "2 in all, or split the pod",
     ])  # fmt: skip
     assert decision.warnings == [], "a denied pod is not changed: no mutation lines"
     # Without the claims the same pod is within its caps: the claim is what the total adds.
-    assert evaluate(obj, NS, PolicySet((POD_CAPPED,))).decision == "allow"
+    assert evaluate(obj, NS, PolicySet((POD_CAPPED,))).verdict == "allow"
 
 
 def test_a_claim_named_by_a_container_counts_against_its_per_container_cap_too():
@@ -136,13 +136,13 @@ def test_two_claims_each_within_the_cap_are_over_it_together_even_unnamed_by_con
     ]
     assert decision.patch == []
     alone = judged(claiming(container("train"), second="one-gpu"), POD_CAPPED, index(TWO, ONE))
-    assert (alone.decision, alone.violations, alone.patch) == ("allow", [], [])
+    assert (alone.verdict, alone.violations, alone.patch) == ("allow", [], [])
 
 
 def test_within_the_caps_every_route_together_is_allowed_without_a_line():
     obj = claiming(using("train", "gpus"), using("side", limits={"nvidia.com/gpu": "1"}), gpus="one-gpu")
     decision = judged(obj, POD_CAPPED, index(ONE))
-    assert (decision.decision, decision.violations, decision.warnings) == ("allow", [], [])
+    assert (decision.verdict, decision.violations, decision.warnings) == ("allow", [], [])
 
 
 def test_a_container_naming_one_request_gets_that_requests_devices_and_the_pod_all_of_them():
@@ -170,7 +170,7 @@ def test_first_available_counts_at_its_largest_alternative_and_other_classes_not
         "2 in all, or split the pod",
     ]
     only_nics = claiming(container("train", limits={"nvidia.com/gpu": "2"}), nics="nics")
-    assert judged(only_nics, POD_CAPPED, index(NIC)).decision == "allow"
+    assert judged(only_nics, POD_CAPPED, index(NIC)).verdict == "allow"
 
 
 def test_a_claim_with_allocation_mode_all_is_unbounded_for_the_pod_too():
@@ -198,7 +198,7 @@ def test_under_warn_the_lines_are_warnings_and_the_pod_is_admitted():
 
     obj = claiming(using("train", "gpus", limits={"nvidia.com/gpu": "1"}), gpus="two-gpus")
     decision = judged(obj, policy(limits=Limits(max_per_pod=2), enforcement=Enforcement.WARN), index(TWO))
-    assert decision.decision == "warn"
+    assert decision.verdict == "warn"
     assert decision.warnings[-1] == (
         "gpu-admission: pod: 3 GPUs with its claims: at most 2 per pod; ask for fewer"
     )
@@ -210,7 +210,7 @@ def test_under_warn_the_lines_are_warnings_and_the_pod_is_admitted():
 def test_a_claim_not_in_the_view_is_a_warning_never_a_denial():
     obj = claiming(container("train", limits={"nvidia.com/gpu": "2"}), gpus="later", mine="template:nowhere")
     decision = judged(obj, POD_CAPPED, index())
-    assert (decision.decision, decision.violations) == ("allow", [])
+    assert (decision.verdict, decision.violations) == ("allow", [])
     assert decision.warnings == [
         'gpu-admission: claim "gpus": ResourceClaim "later" unknown yet; its GPUs are not counted',
         'gpu-admission: claim "mine": template "nowhere" unknown yet; its GPUs are not counted',

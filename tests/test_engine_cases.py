@@ -44,7 +44,7 @@ def annotated(obj: dict) -> dict:
 
 def test_requests_only_gets_the_limit():
     decision = run(pod(container(requests={"nvidia.com/gpu": "1", "cpu": "2"})))
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated == annotated(
         pod(container(requests={"nvidia.com/gpu": "1", "cpu": "2"}, limits={"nvidia.com/gpu": "1"}))
     )
@@ -108,13 +108,13 @@ def test_every_managed_resource_gets_its_limit(resource):
 
 def test_limits_only_is_left_alone():
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"})))
-    assert (decision.decision, decision.patch, decision.warnings) == ("allow", [], [])
+    assert (decision.verdict, decision.patch, decision.warnings) == ("allow", [], [])
 
 
 @pytest.mark.parametrize("value", ["1000m", "1e0", "1.0", "1", 1])
 def test_whole_values_in_any_spelling_are_allowed_as_written(value):
     decision = run(pod(container(requests={"nvidia.com/gpu": value}, limits={"nvidia.com/gpu": value})))
-    assert (decision.decision, decision.patch) == ("allow", [])
+    assert (decision.verdict, decision.patch) == ("allow", [])
 
 
 def test_a_boolean_is_no_quantity_even_beside_the_number_python_thinks_it_equals():
@@ -135,7 +135,7 @@ def test_init_containers_are_mutated_too():
 
 def test_containers_without_gpus_are_untouched():
     decision = run(pod(container(requests={"cpu": "1"}), container("b", requests={"memory": "1Gi"})))
-    assert (decision.decision, decision.patch, decision.warnings) == ("allow", [], [])
+    assert (decision.verdict, decision.patch, decision.warnings) == ("allow", [], [])
 
 
 # --- fractional -----------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_containers_without_gpus_are_untouched():
 
 def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
     decision = run(pod(container("train", requests={"nvidia.com/gpu": "500m"})))
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [
         'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
         'server refuses it anyway); request a whole '
@@ -162,7 +162,7 @@ def test_fractional_in_a_time_slicing_namespace_points_at_the_replica():
 
 def test_fractional_becomes_a_shared_replica_with_its_memory_fraction():
     decision = run(pod(container(requests={"nvidia.com/gpu": "0.2"})), TIME_SLICING_FRACTIONAL)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     resources = decision.mutated["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
     assert env_of(decision) == {
@@ -190,7 +190,7 @@ def test_a_second_pass_over_a_converted_fraction_keeps_it_silently():
     # The API server calls the webhook again (reinvocation, then /validate); a template's pods arrive mutated.
     first = run(pod(container(requests={"nvidia.com/gpu": "0.25"})), TIME_SLICING_FRACTIONAL)
     again = run(first.mutated, TIME_SLICING_FRACTIONAL)
-    assert (again.patch, again.warnings, again.decision) == ([], [], "allow")
+    assert (again.patch, again.warnings, again.verdict) == ([], [], "allow")
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ def test_fractional_becomes_the_smallest_mig_slice_that_fits(value, profile):
     resource = f"nvidia.com/mig-{profile}"
     assert resources == {"requests": {resource: "1"}, "limits": {resource: "1"}}
     assert "env" not in decision.mutated["spec"]["containers"][0]  # a MIG slice has its own memory
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
 
 
 def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
@@ -370,9 +370,9 @@ def test_a_users_memory_variable_above_the_share_is_denied_with_the_value_to_wri
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=[{"name": name, "value": value}])), pol)
     assert decision.violations == [f'container "app": {line}']
     if enforcement is Enforcement.ENFORCE:
-        assert (decision.decision, decision.warnings) == ("deny", [])
+        assert (decision.verdict, decision.warnings) == ("deny", [])
     else:
-        assert decision.decision == "warn"
+        assert decision.verdict == "warn"
         assert decision.warnings[-1] == f'gpu-admission: container "app": {short}'
         assert f"{name}={value}" in [f"{e['name']}={e.get('value')}" for e in env_of_list(decision)]  # kept
 
@@ -385,7 +385,7 @@ def test_a_memory_variable_within_the_share_is_kept_as_written():
     for value in ("0.25", "0.1"):
         env = [{"name": "CUDA_MEMORY_FRACTION", "value": value}]
         decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=env)), TIME_SLICING)
-        assert (decision.decision, decision.violations) == ("allow", [])
+        assert (decision.verdict, decision.violations) == ("allow", [])
         assert env_of(decision)["CUDA_MEMORY_FRACTION"] == value
     # A converted fraction's share is what it asked for: 0.2 here, so 0.25 is over it.
     env = [{"name": "GPU_MEMORY_FRACTION", "value": "0.25"}]
@@ -496,7 +496,7 @@ def test_two_shared_replicas_are_not_two_gpus():
 def test_two_mps_replicas_are_refused_by_the_device_plugin():
     # The device plugin turns failRequestsGreaterThanOne on for MPS unless its config turns it off.
     decision = run(pod(container(limits={"nvidia.com/gpu": "2"})), MPS)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [
         'container "app": nvidia.com/gpu 2 (nvidia.com/gpu.shared 2 under mps) exceeds 1 per container '
         '(policy "team"): 2 MPS replicas are not 2 GPUs, and the device plugin refuses them '
@@ -525,7 +525,7 @@ def test_intel_gpu_amounts_are_whole_numbers_but_not_device_counts():
 
 def test_an_explicit_per_container_maximum_applies_under_sharing():
     custom = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), limits=Limits(max_per_container=2))
-    assert run(pod(container(limits={"nvidia.com/gpu": "2"})), custom).decision == "allow"
+    assert run(pod(container(limits={"nvidia.com/gpu": "2"})), custom).verdict == "allow"
 
 
 def gpu_pod(containers: list[Any], init: list[Any]) -> dict[str, Any]:
@@ -573,7 +573,7 @@ def test_visible_devices_without_a_gpu_is_denied():
         'container "sneaky": sets NVIDIA_VISIBLE_DEVICES but requests no GPU; the NVIDIA container toolkit would '
         'expose GPUs without allocating them (policy "team"): remove the variable or request nvidia.com/gpu'
     ]
-    assert run(pod(container(env=env)), policy(block_visible_devices_override=False)).decision == "allow"
+    assert run(pod(container(env=env)), policy(block_visible_devices_override=False)).verdict == "allow"
 
 
 @pytest.mark.parametrize("prefix", ["NVIDIA_", "N", "NVIDIA_VISIBLE_"])
@@ -606,7 +606,7 @@ def test_a_mig_profile_that_the_model_lacks_is_denied():
         'container "app": nvidia.com/mig-1g.5gb "1" asks for MIG profile 1g.5gb, which A100-80GB does not have '
         '(policy "team"); use one of 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb'
     ]
-    assert run(pod(container(limits={"nvidia.com/mig-2g.20gb": "1"})), MIG).decision == "allow"
+    assert run(pod(container(limits={"nvidia.com/mig-2g.20gb": "1"})), MIG).verdict == "allow"
 
 
 def test_mig_advice_lists_only_the_profiles_the_policy_offers():
@@ -652,7 +652,7 @@ def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
 )
 def test_bad_quantities_are_denied_with_the_text_quoted(value, message):
     decision = run(pod(container(limits={"nvidia.com/gpu": value})))
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert len(decision.violations) == 1
     assert message in decision.violations[0]
     assert decision.violations[0].startswith('container "app": ')
@@ -684,7 +684,7 @@ def test_keys_that_are_not_strings_are_left_alone():
 
 def test_warn_admits_and_tells_the_user():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.WARN))
-    assert (decision.allowed, decision.decision, decision.denials) == (True, "warn", [])
+    assert (decision.allowed, decision.verdict, decision.denials) == (True, "warn", [])
     assert decision.warnings == [  # the short form; the CLI and the log carry the whole line
         'gpu-admission: container "app": nvidia.com/gpu "9": at most 8 per container; ask for fewer'
     ]
@@ -696,13 +696,13 @@ def test_warn_admits_and_tells_the_user():
 
 def test_audit_admits_silently_but_records_the_lines():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.AUDIT))
-    assert (decision.allowed, decision.decision, decision.warnings, decision.denials) == (True, "audit", [], [])
+    assert (decision.allowed, decision.verdict, decision.warnings, decision.denials) == (True, "audit", [], [])
     assert len(decision.violations) == 1
 
 
 def test_enforce_denies():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})))
-    assert (decision.allowed, decision.decision) == (False, "deny")
+    assert (decision.allowed, decision.verdict) == (False, "deny")
     assert decision.denials == decision.violations
 
 
@@ -716,7 +716,7 @@ def test_a_denied_objects_warnings_do_not_list_mutations_as_done(enforcement):
         container("half", requests={"amd.com/gpu": "0.5"}, limits={"amd.com/gpu": "0.5"}),
     )
     decision = run(obj, policy(enforcement=enforcement, sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4)))
-    assert (decision.allowed, decision.decision) == (False, "deny")
+    assert (decision.allowed, decision.verdict) == (False, "deny")
     assert all("became" not in w and "set limits" not in w and "memory env" not in w for w in decision.warnings)
     if enforcement is Enforcement.ENFORCE:
         assert decision.warnings == []
@@ -752,7 +752,7 @@ TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [contai
 def test_workload_templates_are_mutated_where_their_pod_spec_lives(kind, wrap, path):
     obj = {"apiVersion": "x/v1", "kind": kind, "metadata": {"name": "w", "namespace": "team"}, **wrap(TEMPLATE)}
     decision = run(obj, TIME_SLICING)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     resources = {"requests": {"nvidia.com/gpu.shared": "1"}, "limits": {"nvidia.com/gpu.shared": "1"}}
     assert {"op": "replace", "path": f"{path}/containers/0/resources", "value": resources} in decision.patch
     annotations = decision.mutated["metadata"]["annotations"]
@@ -795,7 +795,7 @@ def test_an_update_is_judged_only_when_it_changes_the_pod_spec():
     changed = workload("1")
     decision = evaluate(changed, "team", policies, before)
     assert decision.skip_reason == "" and decision.mutation_kinds == ["mapping", "env"]
-    assert evaluate(workload("9"), "team", policies).decision == "deny", "a create (no old object) is judged"
+    assert evaluate(workload("9"), "team", policies).verdict == "deny", "a create (no old object) is judged"
 
 
 @pytest.mark.parametrize(
@@ -822,17 +822,17 @@ def test_a_deletion_timestamp_counts_only_where_the_stored_object_is_being_delet
     decision = evaluate(done, NS, policies, finalizing)  # the last finalizer removed
     assert (decision.allowed, decision.patch, decision.skip_reason) == (True, [], "it is being deleted")
     # On CREATE the timestamp is the client's own (the API server clears it after the mutating webhooks).
-    assert evaluate(done, NS, policies).decision == "deny"
+    assert evaluate(done, NS, policies).verdict == "deny"
     # Nor does an UPDATE of a stored object that is not being deleted skip the review.
-    assert evaluate(done, NS, policies, workload("1")).decision == "deny"
+    assert evaluate(done, NS, policies, workload("1")).verdict == "deny"
 
 
 def test_owner_references_without_a_controller_and_owned_pods_are_still_judged():
     not_controller = [{"kind": "ConfigMap", "name": "c", "uid": "1"}, {"kind": "X", "name": "x", "controller": False}]
-    assert run(workload("0.5", ownerReferences=not_controller)).decision == "deny"
+    assert run(workload("0.5", ownerReferences=not_controller)).verdict == "deny"
     owned_pod = pod(container(limits={"nvidia.com/gpu": "0.5"}))
     owned_pod["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "r", "uid": "1", "controller": True}]
-    assert run(owned_pod).decision == "deny", "every Pod is judged when it is created"
+    assert run(owned_pod).verdict == "deny", "every Pod is judged when it is created"
 
 
 def test_ephemeral_containers_are_not_mutated():
@@ -855,7 +855,7 @@ def test_the_annotation_names_the_policy_and_is_not_duplicated():
 def test_built_in_defaults_apply_without_a_matching_policy():
     decision = run(pod(container(limits={"nvidia.com/gpu": "9"})), namespace="elsewhere")
     assert decision.policy == "built-in-default"
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
 
 
 def test_fractional_mig_works_in_an_exclusive_namespace_too():
@@ -929,9 +929,9 @@ def test_one_container_over_its_own_maximum_gets_one_line_not_two():
 def test_device_paths_are_read_as_the_node_resolves_them(host_path, mount_path, denied):
     volumes = [{"name": "v", "hostPath": {"path": host_path}}]
     obj = pod(container(volumeMounts=[{"name": "v", "mountPath": mount_path}]), volumes=volumes)
-    assert (run(obj).decision == "deny") is denied
+    assert (run(obj).verdict == "deny") is denied
     # Not mounted by any container, a volume selects nothing.
-    assert run(pod(container(), volumes=volumes)).decision == "allow"
+    assert run(pod(container(), volumes=volumes)).verdict == "allow"
 
 
 def test_a_debug_container_that_mounts_the_pods_dev_volume_is_denied():

@@ -252,7 +252,7 @@ def test_engine_is_idempotent(obj, policy):
     second = evaluate(first.mutated, NS, policies_)
     assert second.patch == []
     assert second.violations == first.violations
-    assert second.decision == first.decision
+    assert second.verdict == first.verdict
 
 
 @SETTINGS

@@ -41,7 +41,7 @@ MIG_OFFERED = policy(
 
 def test_a_fraction_above_one_replicas_share_is_refused_with_the_share_offered():
     decision = run(pod(container("srv", limits={"nvidia.com/gpu": "0.5"})), TIME_SLICING_4)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [
         'container "srv": nvidia.com/gpu 0.5 is more than one share here (time-slicing gives 1/4 of a GPU per '
         'replica, policy "inference"); ask for 0.25 or less, or for whole GPUs in a namespace that has them'
@@ -51,7 +51,7 @@ def test_a_fraction_above_one_replicas_share_is_refused_with_the_share_offered()
 
 def test_under_warn_the_object_is_admitted_but_its_variables_never_say_more_than_one_share():
     decision = run(pod(container("srv", limits={"nvidia.com/gpu": "0.9"})), MPS_8_WARN)
-    assert (decision.allowed, decision.decision) == (True, "warn")
+    assert (decision.allowed, decision.verdict) == (True, "warn")
     assert decision.warnings == [
         'gpu-admission: container "srv": nvidia.com/gpu 0.9 became nvidia.com/gpu.shared 1',
         'gpu-admission: container "srv": set 8 memory env vars for GPU fraction 0.125',
@@ -76,7 +76,7 @@ def test_under_warn_the_object_is_admitted_but_its_variables_never_say_more_than
 @pytest.mark.parametrize("fraction", ["0.25", "250m", "0.1"])
 def test_a_fraction_within_one_share_becomes_one_replica_and_its_variables_say_it(fraction):
     decision = run(pod(container("srv", limits={"nvidia.com/gpu": fraction})), TIME_SLICING_4)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu.shared": "1"}}
     assert env_of(decision)["GPU_MEMORY_FRACTION"] == ("0.1" if fraction == "0.1" else "0.25")
 
@@ -86,7 +86,7 @@ def test_a_fraction_within_one_share_becomes_one_replica_and_its_variables_say_i
 
 def test_two_mig_slices_for_nvidia_gpu_2_are_refused_in_the_users_words():
     decision = run(pod(container("train", limits={"nvidia.com/gpu": "2"})), MIG_OFFERED)
-    assert (decision.decision, decision.patch) == ("deny", [])
+    assert (decision.verdict, decision.patch) == ("deny", [])
     assert decision.violations == [
         'container "train": nvidia.com/gpu 2 (nvidia.com/mig-1g.10gb 2 under mig) is more than one MIG slice per '
         'container (policy "batch-mig"): CUDA sees one MIG device per process, and slices have no NVLink or P2P '
@@ -106,7 +106,7 @@ def test_two_mig_slices_written_directly_are_refused_too():
 def test_max_per_container_set_by_the_policy_allows_several_slices():
     roomy = policy(sharing=MIG_OFFERED.sharing, gpu=MIG_OFFERED.gpu, limits=Limits(max_per_container=2))
     decision = run(pod(container("train", limits={"nvidia.com/gpu": "2"})), roomy)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": "2"}}
 
 
@@ -116,13 +116,13 @@ def test_max_per_container_set_by_the_policy_allows_several_slices():
 )
 def test_fractions_become_only_offered_slices(fraction, resource):
     decision = run(pod(container("train", limits={"nvidia.com/gpu": fraction})), MIG_OFFERED)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["containers"][0]["resources"] == {"limits": {resource: "1"}}
 
 
 def test_a_fraction_no_offered_slice_holds_is_refused_with_what_is_offered():
     decision = run(pod(container("train", limits={"nvidia.com/gpu": "0.75"})), MIG_OFFERED)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == decision.refusals == [  # left fractional: the API server refuses it anyway
         'container "train": nvidia.com/gpu "0.75" is fractional, and no MIG slice offered here holds 0.75 of one '
         'A100-80GB (policy "batch-mig" offers 1g.10gb, 2g.20gb, 3g.40gb; the API server refuses it anyway); '
@@ -180,13 +180,13 @@ def test_the_gpu_stacks_own_pods_are_admitted_unchanged_under_the_default_and_ev
     policies = shipped_and_example_policies()
     for namespace in ("gpu-operator", "notebooks", "inference", "batch"):
         decision = evaluate(obj, namespace, policies)
-        assert (decision.decision, decision.patch, decision.warnings) == ("allow", [], []), namespace
+        assert (decision.verdict, decision.patch, decision.warnings) == ("allow", [], []), namespace
 
 
 def test_a_privileged_container_may_set_nvidia_visible_devices_and_an_unprivileged_one_may_not():
     env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     privileged = container("plugin", env=env, securityContext={"privileged": True})
-    assert run(pod(privileged)).decision == "allow"
+    assert run(pod(privileged)).verdict == "allow"
     unprivileged = container("plugin", env=env, securityContext={"privileged": False})
     assert run(pod(unprivileged), EXCLUSIVE).violations == [
         'container "plugin": sets NVIDIA_VISIBLE_DEVICES but requests no GPU; the NVIDIA container toolkit would '

@@ -99,7 +99,7 @@ def test_each_engine_gets_its_flag_for_each_sharing_mode_and_no_framework_variab
     assert (body.get("args") or []) == (written.get("args") or []) + appended
     assert env_lines(body) == env
     assert decision.warnings == warnings
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_a_flag_within_the_share_stays_as_written_with_a_notice(start, written, 
         MAPPED["time-slicing"],
         f'gpu-admission: container "srv": kept {spelling} as set (policy suggests 0.2437)',
     ]
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
 
 
 def test_a_flag_in_the_command_is_read_there_and_nothing_is_added():
@@ -158,7 +158,7 @@ def test_a_flag_above_the_share_is_denied_under_enforce_with_the_argument_to_wri
     tail = [flag, "0.9"] if form == "separate" else [f"{flag}=0.9"]
     args = (STARTS[start].get("args") or []) + tail
     decision = run(pod(server(start, args=args)), POLICIES["time-slicing"])
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [LINES[start]]
     assert decision.mutated["spec"]["containers"][0]["args"] == args  # left as written: the line says what to do
 
@@ -166,7 +166,7 @@ def test_a_flag_above_the_share_is_denied_under_enforce_with_the_argument_to_wri
 def test_under_warn_the_flag_above_the_share_is_a_warning():
     warn = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), gpu=H100, enforcement=Enforcement.WARN)
     decision = run(pod(server("vllm image", args=["--model", "m", "--gpu-memory-utilization", "0.9"])), warn)
-    assert (decision.allowed, decision.decision) == (True, "warn")
+    assert (decision.allowed, decision.verdict) == (True, "warn")
     assert decision.violations == [VLLM_LINE]
     assert decision.warnings[-1] == (
         'gpu-admission: container "srv": 0.9 of the GPU is over the 1/4 share; write --gpu-memory-utilization=0.2437'
@@ -176,7 +176,7 @@ def test_under_warn_the_flag_above_the_share_is_a_warning():
 def test_under_mps_a_free_memory_fraction_is_not_judged_the_mps_server_caps_it():
     args = ["--model-path", "m", "--mem-fraction-static", "0.9"]
     decision = run(pod(server("sglang", args=args)), POLICIES["mps"])
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["containers"][0]["args"] == args
 
 
@@ -228,7 +228,7 @@ def test_a_converted_fraction_with_only_the_mps_limits_is_judged_without_a_crash
     mps = policy(sharing=Sharing(mode=Mode.MPS, replicas=2), gpu=H100, fractional=Fractional.SHARED,
                  memory_fraction=Fraction(1, 10), framework_env=())  # fmt: skip
     decision = run(pod(container("app", requests={"nvidia.com/gpu": "250m"})), mps)
-    assert (decision.decision, decision.violations) == ("allow", [])
+    assert (decision.verdict, decision.violations) == ("allow", [])
     assert env_lines(decision.mutated["spec"]["containers"][0]) == [
         "GPU_ADMISSION_MEMORY_FRACTION=0.25", f"{MPS_MEMORY_LIMIT}=0=8155M", f"{MPS_THREAD_PERCENTAGE}=10"
     ]

@@ -75,7 +75,7 @@ def test_only_the_ephemeral_containers_an_update_adds_are_judged(old_ephemeral, 
     old = running_pod("2", old_ephemeral)  # 2 GPUs: over today's maximum of 1, admitted under an older policy
     new = running_pod("2", new_ephemeral)
     result = evaluate(new, "team-a", policies(), old)
-    assert result.decision == decision
+    assert result.verdict == decision
     assert result.patch == [] and result.mutated is new
     assert len(result.violations) == len(violations)
     for line, name in zip(result.violations, violations, strict=True):
@@ -86,7 +86,7 @@ def test_only_the_ephemeral_containers_an_update_adds_are_judged(old_ephemeral, 
 def test_the_same_pod_on_create_is_judged_whole():
     """The contrast: on CREATE (no old object) the over-limit container is denied as before."""
     result = evaluate(running_pod("2", [debugger()]), "team-a", policies())
-    assert result.decision == "deny"
+    assert result.verdict == "deny"
     assert [line.split(":")[0] for line in result.violations] == ['container "train"']
 
 
@@ -95,14 +95,14 @@ def test_an_update_that_changes_more_than_ephemeral_containers_is_judged_whole()
     malformed old object is no reason to judge less."""
     old = running_pod("1")
     new = running_pod("2", [debugger()])  # the GPU count changed too
-    assert evaluate(new, "team-a", policies(), old).decision == "deny"
-    assert evaluate(new, "team-a", policies(), {"kind": "Pod", "spec": "not a spec"}).decision == "deny"
+    assert evaluate(new, "team-a", policies(), old).verdict == "deny"
+    assert evaluate(new, "team-a", policies(), {"kind": "Pod", "spec": "not a spec"}).verdict == "deny"
 
 
 @pytest.mark.parametrize(("enforcement", "allowed", "decision"), [("warn", True, "warn"), ("audit", True, "audit")])
 def test_an_added_container_follows_the_policys_enforcement(enforcement, allowed, decision):
     result = evaluate(running_pod("1", [debugger("peek", VISIBLE_ALL)]), "team-a", policies(enforcement), running_pod())
-    assert (result.allowed, result.decision) == (allowed, decision)
+    assert (result.allowed, result.verdict) == (allowed, decision)
 
 
 def ephemeral_containers_review(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from cryptography import x509
 from tests.conftest import EXAMPLE_POLICIES, SHIPPED_POLICIES, LiveServer, gpu_webhook_command
 from tests.test_hostile import worker_pids
 from tests.test_server_app import configmap_swap
+from tests.waiting import eventually
 from webhook import certs
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
@@ -234,16 +235,6 @@ def connection_workers(server: LiveServer, results: list[Result]) -> dict[tuple[
     return {key: next(iter(p)) for key, p in workers.items()}
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
 # --- a killed worker ----------------------------------------------------------------------------------------
 
 
@@ -270,7 +261,7 @@ def sigkill_under_load(server: LiveServer) -> tuple[int, int, int, float]:
             time.sleep(0.2)
             return False
 
-        wait_until(spread, 10, "every connection answered, and both workers holding connections")
+        eventually(spread, 10, "every connection answered, and both workers holding connections")
         mapping = connection_workers(server, load.results)
         current = {(c.index, c.connection): mapping[(c.index, c.connection)] for c in clients}
         victim = max(before, key=lambda pid: sum(1 for w in current.values() if w == pid))
@@ -428,11 +419,11 @@ def test_policy_swaps_and_a_certificate_rotation_under_load_fail_nothing_and_nev
         for name, files in (("new", NEW_SET), ("old", OLD_SET), ("new", NEW_SET)):
             swapped = time.monotonic()
             swap(files)
-            wait_until(lambda: serving(name, swapped), 8, f"every client answered from the {name} set")  # noqa: B023
+            eventually(lambda: serving(name, swapped), 8, f"every client answered from the {name} set")  # noqa: B023
             if name == "old":  # mid-way, the certificate too
                 rotated = certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=90))
                 new_serial = certs.load_certificate(rotated.tls_cert).serial_number
-                wait_until(lambda serial=new_serial: any(r.peer_serial == serial for r in clients[4].results), 8,
+                eventually(lambda serial=new_serial: any(r.peer_serial == serial for r in clients[4].results), 8,
                            "a new connection got the new certificate")  # fmt: skip
         time.sleep(0.3)
     results, failures = load.results, load.failures()
@@ -464,7 +455,7 @@ def test_certificate_expiry_readiness_metric_and_log_then_renewal_without_a_rest
     certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=3))
     not_after = certs.certificate_not_after(cert.tls_cert)
     server = start_server(cert=cert, cert_reload_interval=1, wait=False)
-    wait_until(lambda: _status(server, "/healthz") == 200, 15, "alive")
+    eventually(lambda: _status(server, "/healthz") == 200, 15, "alive")
 
     ready = server.get("/readyz")  # 1. readiness fails, saying why and what to run
     assert ready.status_code == 503
@@ -488,7 +479,7 @@ def test_certificate_expiry_readiness_metric_and_log_then_renewal_without_a_rest
     assert renewal.returncode == 0, renewal.stderr
     later = certs.certificate_not_after(cert.tls_cert)
     assert later - not_after > dt.timedelta(days=30)
-    wait_until(lambda: _status(server, "/readyz") == 200, 8, "ready again after the renewal")
+    eventually(lambda: _status(server, "/readyz") == 200, 8, "ready again after the renewal")
     assert server.metrics()["gpu_admission_certificate_expiry_timestamp_seconds"] == later.timestamp()
 
 
@@ -505,7 +496,7 @@ def test_readiness_fails_from_7_days_before_expiry_and_not_earlier(start_server,
 
     certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=7, hours=-1))
     not_after = certs.certificate_not_after(cert.tls_cert)
-    wait_until(lambda: _status(server, "/readyz") == 503, 8, "not ready with 7 days less an hour left")
+    eventually(lambda: _status(server, "/readyz") == 503, 8, "not ready with 7 days less an hour left")
     (reason,) = server.get("/readyz").json()["reasons"]
     # 6.96 days: shown rounded down, never as the "7.0 days" that would still be within the window's edge.
     assert reason.startswith(f"certificate {cert.tls_cert} expires in 6.9 days (")
@@ -636,7 +627,7 @@ def test_clients_that_stop_reading_a_large_answer_hold_no_thread(start_server):
         readers.append(tls)
     try:
         # Both answered by the one thread: the first one's client reading nothing did not hold it.
-        wait_until(lambda: sum(1 for r in server.log_records() if r.get("message") == "review") >= 2, 8,
+        eventually(lambda: sum(1 for r in server.log_records() if r.get("message") == "review") >= 2, 8,
                    "both large reviews answered by the one thread")  # fmt: skip
         probe = Client(server, 99, fresh_connections=True)
         for seq in range(3):

@@ -4,13 +4,14 @@ and watch protocol (tests/fake_kube_api.py): chunked watch streams, bookmarks, 4
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fake_kube_api import FakeKubeAPI
 from tests.test_clustercheck import A100, node
+from tests.waiting import eventually
 from webhook.server.inventory import KubeNodes, NodeInventory, find_credentials
 
 
@@ -30,13 +31,6 @@ def inventory_for(api: FakeKubeAPI, tmp_path: Path, **options) -> NodeInventory:
     inventory = NodeInventory(KubeNodes(credentials.configuration), **options)
     inventory.start()
     return inventory
-
-
-def eventually(predicate: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def gpus_of(inventory: NodeInventory) -> dict[str, int]:
@@ -155,7 +149,7 @@ def test_before_the_first_list_reviews_skip_the_checks_counted_and_logged_once(c
         def watch(self, resource_version, timeout_s):
             raise OSError("connection refused")
 
-    state = ServerState(PolicyStore(PolicySet()), cluster=Credentials(object(), "kubeconfig test"))
+    state = ServerState(PolicyStore(PolicySet()), credentials=Credentials(object(), "kubeconfig test"))
     state.inventory = NodeInventory(Unreachable())  # not started: the first list never completes
     before = REGISTRY.get_sample_value("gpu_admission_cluster_checks_skipped_total", {"reason": "listing"}) or 0
     with caplog.at_level("WARNING"):

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from tests.conftest import ROOT
+from tests.waiting import eventually
 from webhook.server.logs import BatchingStreamHandler, JsonFormatter, json_handler, log
 
 
@@ -56,13 +57,6 @@ def batching(stream: Recorder, **options: Any) -> BatchingStreamHandler:
     return handler
 
 
-def wait_for(condition: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not within 5 s"
-        time.sleep(0.01)
-
-
 def test_lines_of_many_threads_arrive_whole_in_order_and_in_few_writes():
     stream = Recorder()
     logger = logger_for(batching(stream, linger=0.05), "threads")
@@ -76,7 +70,7 @@ def test_lines_of_many_threads_arrive_whole_in_order_and_in_few_writes():
         thread.start()
     for thread in threads:
         thread.join()
-    wait_for(lambda: len(stream.records()) == 1600)
+    eventually(lambda: len(stream.records()) == 1600)
     records = stream.records()
     for t in range(8):
         assert [r["n"] for r in records if r["thread"] == t] == list(range(200)), "each thread's lines in order"
@@ -89,7 +83,7 @@ def test_a_line_is_written_within_the_linger_without_any_flush():
     logger = logger_for(batching(stream, linger=0.05), "linger")
     started = time.monotonic()
     log(logger, logging.INFO, "one line")
-    wait_for(lambda: stream.writes)
+    eventually(lambda: stream.writes)
     assert time.monotonic() - started < 1.0
     assert stream.records()[0]["message"] == "one line"
 
@@ -111,13 +105,13 @@ def test_a_stream_that_hangs_holds_up_no_review_and_the_dropped_lines_are_counte
     logger = logger_for(batching(stream, linger=0.01, max_queued=5), "stuck")
     stream.open.clear()  # the log collector stops reading
     log(logger, logging.INFO, "taken by the writer, which then hangs")
-    wait_for(stream.entered.is_set)
+    eventually(stream.entered.is_set)
     started = time.monotonic()
     for i in range(20):
         log(logger, logging.INFO, "review", n=i)
     assert time.monotonic() - started < 0.5, "logging does not wait for the stream"
     stream.open.set()
-    wait_for(lambda: any(r.get("event") == "log-lines-dropped" for r in stream.records()))
+    eventually(lambda: any(r.get("event") == "log-lines-dropped" for r in stream.records()))
     records = stream.records()
     assert [r.get("n") for r in records if r["message"] == "review"] == [0, 1, 2, 3, 4]
     dropped = records[-1]
@@ -130,10 +124,10 @@ def test_a_broken_stream_does_not_stop_the_writer():
     logger = logger_for(batching(stream, linger=0.01), "broken")
     stream.failing = True
     log(logger, logging.INFO, "lost: the stream is broken")
-    wait_for(lambda: stream.failed)
+    eventually(lambda: stream.failed)
     stream.failing = False
     log(logger, logging.INFO, "written")
-    wait_for(lambda: stream.writes)
+    eventually(lambda: stream.writes)
     assert [r["message"] for r in stream.records()] == ["written"]
 
 

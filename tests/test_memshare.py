@@ -82,7 +82,7 @@ def resources(decision, index: int = 0) -> dict:
 )  # fmt: skip
 def test_a_fraction_becomes_the_backends_share_of_the_memory(pol, value, expected, warning) -> None:
     decision = run(gpu_pod(value), pol)
-    assert decision.decision == "allow" and decision.violations == []
+    assert decision.verdict == "allow" and decision.violations == []
     assert resources(decision) == {"requests": expected, "limits": expected}
     assert decision.warnings == [f'gpu-admission: container "app": {warning}']
     assert "memory-share" in decision.mutation_kinds
@@ -107,11 +107,11 @@ def test_a_fraction_becomes_the_backends_share_of_the_memory(pol, value, expecte
 )  # fmt: skip
 def test_a_fraction_too_small_for_one_unit_is_refused_with_the_smallest_that_works(pol, value, line) -> None:
     decision = run(gpu_pod(value), pol)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.denials == [line]
     assert decision.refusals == decision.violations  # the API server refuses a fraction anyway: /mutate denies it
     smallest = line.rsplit("request ", 1)[1].removesuffix(" or more")
-    assert run(gpu_pod(smallest), pol).decision == "allow"
+    assert run(gpu_pod(smallest), pol).verdict == "allow"
 
 
 # --- whole GPUs -----------------------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_a_fraction_too_small_for_one_unit_is_refused_with_the_smallest_that_wor
 
 def test_whole_gpus_stay_nvidia_gpu_under_ack_for_its_exclusive_nodes() -> None:
     decision = run(gpu_pod("2"), ACK)
-    assert decision.patch == [] and decision.warnings == [] and decision.decision == "allow"
+    assert decision.patch == [] and decision.warnings == [] and decision.verdict == "allow"
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_whole_gpus_over_the_maximum_are_left_as_written_for_the_line_that_names
 )
 def test_a_request_written_in_the_backends_resources_is_left_as_written(pol, limits) -> None:
     decision = run(pod(container(limits=dict(limits))), pol)
-    assert decision.decision == "allow" and decision.violations == []
+    assert decision.verdict == "allow" and decision.violations == []
     assert resources(decision)["limits"] == limits
     assert decision.mutation_kinds == []
 
@@ -203,7 +203,7 @@ def test_the_pod_maximum_counts_gpus_worth_of_memory_not_vgpus() -> None:
     pol = memory(Backend.HAMI, limits=Limits(max_per_pod=1))
     tenths = pod(*(container(f"c{i}", limits={"nvidia.com/gpu": "0.1"}) for i in range(9)))
     decision = run(tenths, pol)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert resources(decision, 8)["limits"] == {
         "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "10",
     }  # fmt: skip
@@ -369,7 +369,7 @@ def test_no_mutated_container_gets_more_memory_than_its_share(ten_thousandths: i
     decision = evaluate(gpu_pod(str(fraction.numerator / fraction.denominator)), "team", PolicySet((pol,)))
     limits = decision.mutated["spec"]["containers"][0]["resources"]["limits"]
     if "nvidia.com/gpu" in limits and "nvidia.com/gpumem" not in limits:  # too small for one unit: refused
-        assert decision.decision == "deny"
+        assert decision.verdict == "deny"
         return
     given_mib = _given_mib(limits, backend)
     assert 0 < given_mib <= fraction * gpu_mib  # never more than the share: shares never overcommit a GPU
@@ -377,7 +377,7 @@ def test_no_mutated_container_gets_more_memory_than_its_share(ten_thousandths: i
     cores = limits.get("nvidia.com/gpucores") or limits.get("volcano.sh/vgpu-cores")
     if cores is not None:
         assert 1 <= int(cores) <= fraction * 100
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
 
 
 # --- the real server -------------------------------------------------------------------------------------------

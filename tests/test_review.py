@@ -212,7 +212,7 @@ def test_unicode_and_nul_characters_in_values_are_fine():
 
 
 def decision(**fields: Any) -> Decision:
-    base: dict[str, Any] = {"allowed": True, "decision": "allow", "policy": "p"}
+    base: dict[str, Any] = {"allowed": True, "verdict": "allow", "policy": "p"}
     base.update(fields)
     return Decision(**base)
 
@@ -233,7 +233,7 @@ def test_allowed_echoes_uid_and_version():
 
 def test_validate_denies_with_403_and_the_engine_lines():
     lines = ['container "main": nvidia.com/gpu "0.5" is fractional', "second line"]
-    answer = build_response(request(), decision(allowed=False, decision="deny", violations=lines), mode="validate")
+    answer = build_response(request(), decision(allowed=False, verdict="deny", violations=lines), mode="validate")
     assert answer["response"] == {
         "uid": "u-1",
         "allowed": False,
@@ -244,7 +244,7 @@ def test_validate_denies_with_403_and_the_engine_lines():
 
 def test_audit_decisions_put_their_lines_in_the_audit_log_only():
     lines = ['container "main": nvidia.com/gpu "9" exceeds the per-container maximum of 8']
-    answer = build_response(request(), decision(decision="audit", violations=lines), mode="validate")
+    answer = build_response(request(), decision(verdict="audit", violations=lines), mode="validate")
     assert answer["response"] == {
         "uid": "u-1",
         "allowed": True,
@@ -254,7 +254,7 @@ def test_audit_decisions_put_their_lines_in_the_audit_log_only():
 
 def test_mutate_never_denies_and_sends_a_base64_json_patch_only_when_there_is_one():
     patch = [{"op": "add", "path": "/metadata/annotations", "value": {"gpu-admission.io/policy": "p"}}]
-    denied = decision(allowed=False, decision="deny", violations=["no"], patch=patch)
+    denied = decision(allowed=False, verdict="deny", violations=["no"], patch=patch)
     response = build_response(request(), denied, mode="mutate")["response"]
     assert response["allowed"] is True and "status" not in response
     assert response["patchType"] == "JSONPatch"
@@ -268,7 +268,7 @@ def test_mutate_never_denies_and_sends_a_base64_json_patch_only_when_there_is_on
 
 
 def test_warnings_are_carried_on_both_webhooks():
-    warned = decision(decision="warn", warnings=["gpu-admission: mind the GPUs"])
+    warned = decision(verdict="warn", warnings=["gpu-admission: mind the GPUs"])
     for mode in ("mutate", "validate"):
         assert build_response(request(), warned, mode=mode)["response"]["warnings"] == ["gpu-admission: mind the GPUs"]
 

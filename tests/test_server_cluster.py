@@ -3,12 +3,13 @@ verdicts over HTTPS, drift in /readyz and the metrics, and the skip once the wat
 
 from __future__ import annotations
 
-import time
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import waiting
 from tests.conftest import LiveServer
 from tests.fake_kube_api import FakeKubeAPI
 from tests.test_clustercheck import A100, node
@@ -47,11 +48,7 @@ def cluster_server(start_server: Callable[..., LiveServer], tmp_path: Path):
     api.stop()
 
 
-def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+eventually = functools.partial(waiting.eventually, timeout=10.0)  # a server's node watch: more time
 
 
 def cluster_of(server: LiveServer) -> dict:

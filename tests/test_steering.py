@@ -102,7 +102,7 @@ def test_a_replica_keeps_its_name_and_gets_the_memory_hints() -> None:
 
 def test_at_most_one_replica_per_container_as_for_shared() -> None:
     decision = run(pod(gpu("2")), SLICED)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [
         'container "app": nvidia.com/gpu "2" exceeds 1 per container under time-slicing (policy "team"): 2 '
         "time-slicing replicas are not 2 GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
@@ -114,7 +114,7 @@ def test_at_most_one_replica_per_container_as_for_shared() -> None:
 @pytest.mark.parametrize("quantity", ["0.25", "0.5"])  # 3g.40gb holds 4/8 of an A100-80GB
 def test_mig_single_a_fraction_within_the_profiles_memory_share_is_one_slice(quantity) -> None:
     decision = run(pod(gpu(quantity)), MIG_SINGLE)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert decision.warnings[0] == (
         f'gpu-admission: container "app": nvidia.com/gpu {quantity} became nvidia.com/gpu 1 (one 3g.40gb MIG slice)'
@@ -132,7 +132,7 @@ def test_a_fraction_where_the_policy_rejects_them_is_advised_as_one_replica_that
 
 def test_mig_single_a_fraction_above_the_slice_is_left_for_validation() -> None:
     decision = run(pod(gpu("0.75")), MIG_SINGLE)
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [
         'container "app": nvidia.com/gpu "0.75" is fractional, and the one MIG slice offered here (3g.40gb) does not '
         'hold 0.75 of one A100-80GB (policy "team"; the API server refuses it anyway); request nvidia.com/gpu: 1 '
@@ -213,7 +213,7 @@ def test_every_required_term_gets_every_requirement_and_the_users_expressions_st
 def test_a_compatible_node_selector_is_kept() -> None:
     selector = {SHARING_STRATEGY: "time-slicing", REPLICAS: "4", "pool": "inference"}
     decision = run(pod(gpu(), nodeSelector=selector), SLICED)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["nodeSelector"] == selector
     assert required_terms(decision.mutated) == [
         {"matchExpressions": [r.expression for r in steering.requirements(SLICED)]}
@@ -234,7 +234,7 @@ SELECTOR_CONFLICT = (
 def test_a_node_selector_for_a_sliced_pool_in_a_whole_gpu_namespace_conflicts(enforcement, verdict) -> None:
     pol = policy(steering=True, enforcement=enforcement)
     decision = run(pod(gpu(), nodeSelector={SHARING_STRATEGY: "time-slicing"}), pol)
-    assert (decision.decision, decision.violations) == (verdict, [SELECTOR_CONFLICT])
+    assert (decision.verdict, decision.violations) == (verdict, [SELECTOR_CONFLICT])
     assert "affinity" not in decision.mutated["spec"]  # never made unschedulable: admitted as written, or denied
     if verdict == "warn":  # the short form: the whole line is the log's and the CLI's
         assert decision.warnings == [
@@ -278,7 +278,7 @@ def test_a_node_selector_for_a_product_of_another_pool_conflicts(pol, product, n
 )
 def test_a_node_selector_for_a_product_of_the_pool_is_kept(pol, product) -> None:
     decision = run(pod(gpu(), nodeSelector={"nvidia.com/gpu.product": product}), pol)
-    assert decision.decision == "allow"
+    assert decision.verdict == "allow"
     assert decision.mutated["spec"]["affinity"]
 
 
@@ -307,14 +307,14 @@ def test_required_affinity_conflicts_only_when_every_term_does() -> None:
     sliced = {"matchExpressions": [{"key": SHARING_STRATEGY, "operator": "In", "values": ["mps"]}]}
     whole = {"matchExpressions": [{"key": SHARING_STRATEGY, "operator": "In", "values": ["none"]}]}
     one_fits = run(pod(gpu(), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [sliced, whole]}}}), WHOLE)
-    assert one_fits.decision == "allow"
+    assert one_fits.verdict == "allow"
     none_fit = run(pod(gpu(), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [sliced]}}}), WHOLE)
     assert none_fit.violations == [
         'pod: required node affinity on nvidia.com/gpu.sharing-strategy conflicts with policy "team" (exclusive: '
         "whole GPUs): its only term excludes the nodes with nvidia.com/gpu.sharing-strategy notin (mps,time-slicing), "
         "where its GPU pods must run; remove it, or use a namespace whose policy shares GPUs"
     ]
-    assert none_fit.decision == "deny"
+    assert none_fit.verdict == "deny"
 
 
 def test_constraints_already_there_give_no_patch() -> None:
@@ -692,7 +692,7 @@ def test_a_pod_bound_to_its_node_is_never_steered_and_is_judged_against_that_nod
     obj = validator(node, resource)
     decision = evaluate(obj, NS, PolicySet((pol,)), cluster=bound_view() if known else None)
     assert decision.violations == violations
-    assert decision.decision == ("deny" if violations else "allow")
+    assert decision.verdict == ("deny" if violations else "allow")
     assert all("affinity" not in op["path"] for op in decision.patch)
     assert "affinity" not in evanphx.apply(obj, decision.patch)["spec"]
     assert all("node affinity added" not in w for w in decision.warnings)
@@ -737,7 +737,7 @@ PINNED_LINE = (
 def test_a_pod_pinned_to_a_shared_product_that_keeps_the_name_is_denied_in_a_renamed_namespace(spec, pin, steer):
     pol = policy(sharing=Sharing(Mode.TIME_SLICING, 4), steering=steer)
     decision = run(pod(gpu("1"), **copy.deepcopy(spec)), pol)  # mapped to nvidia.com/gpu.shared
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [PINNED_LINE.format(pin=pin)]
     decision = run(pod(container(limits={"nvidia.com/gpu.shared": "1"}), **copy.deepcopy(spec)), pol)
     assert decision.violations == [PINNED_LINE.format(pin=pin)]  # written so by the user: the same
@@ -752,10 +752,10 @@ def test_other_pins_in_a_renamed_namespace_are_fine():
             {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]}]},
         ]}}}},  # one term can select renamed nodes
     ):  # fmt: skip
-        assert run(pod(gpu("1"), **copy.deepcopy(spec)), pol).decision == "allow"
+        assert run(pod(gpu("1"), **copy.deepcopy(spec)), pol).verdict == "allow"
     # A namespace that keeps the name is what a -SHARED pin needs.
     spec = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}}
-    assert run(pod(gpu("1"), **spec), SLICED).decision == "allow"
+    assert run(pod(gpu("1"), **spec), SLICED).verdict == "allow"
 
 
 def test_whole_gpu_pods_still_reach_whole_gpu_nodes_where_the_clusters_mig_strategy_is_single() -> None:

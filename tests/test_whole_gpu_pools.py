@@ -25,7 +25,7 @@ def _pod(resource: str) -> dict:
 )  # fmt: skip
 def test_a_whole_gpu_namespace_denies_every_pool_but_its_own_with_one_rule(resource: str, what: str) -> None:
     decision = evaluate(_pod(resource), "team-a", PolicySet(()))
-    assert decision.decision == "deny"
+    assert decision.verdict == "deny"
     assert decision.violations == [
         f'container "c": {resource} 1 is {what}, but policy "built-in-default" gives this namespace whole GPUs '
         "(mode exclusive); request nvidia.com/gpu instead"
@@ -33,4 +33,4 @@ def test_a_whole_gpu_namespace_denies_every_pool_but_its_own_with_one_rule(resou
 
 
 def test_a_whole_gpu_is_admitted() -> None:
-    assert evaluate(_pod("nvidia.com/gpu"), "team-a", PolicySet(())).decision == "allow"
+    assert evaluate(_pod("nvidia.com/gpu"), "team-a", PolicySet(())).verdict == "allow"

@@ -207,7 +207,7 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _signing_hash(key: PrivateKey) -> hashes.HashAlgorithm:
+def _signing_hash(key: PrivateKey) -> hashes.SHA256:
     if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
         return hashes.SHA256()
     raise CertError(f"unsupported CA key type {type(key).__name__}: use an ECDSA or RSA key")
@@ -279,7 +279,8 @@ def issue_serving_certificate(
         ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
         aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski)
     except x509.ExtensionNotFound:  # a CA made elsewhere without one: derive it from the key, as RFC 5280 does
-        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key())
+        # The CA key's public half is the certificate's (`_check_pair`), and typed as one that signs.
+        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ip) for ip in ips]
     cert = (
         x509.CertificateBuilder()

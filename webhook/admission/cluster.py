@@ -15,10 +15,12 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import is_managed
+
+_T = TypeVar("_T")
 
 STALE_AFTER_S = 120.0  # a watch broken this long: the snapshot may be wrong, and the checks are skipped
 
@@ -72,14 +74,14 @@ class NodeInfo:
         """A Node as the API sends it (JSON, camelCase) -> NodeInfo; None when it has no name."""
         if not isinstance(node, dict):
             return None
-        metadata = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
+        metadata = found if isinstance(found := node.get("metadata"), dict) else {}
         name = metadata.get("name")
         if not isinstance(name, str) or not name:
             return None
-        labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
-        status = node.get("status") if isinstance(node.get("status"), dict) else {}
-        allocatable = status.get("allocatable") if isinstance(status.get("allocatable"), dict) else {}
-        spec = node.get("spec") if isinstance(node.get("spec"), dict) else {}
+        labels = found if isinstance(found := metadata.get("labels"), dict) else {}
+        status = found if isinstance(found := node.get("status"), dict) else {}
+        allocatable = found if isinstance(found := status.get("allocatable"), dict) else {}
+        spec = found if isinstance(found := node.get("spec"), dict) else {}
         amounts: dict[str, int] = {}
         for resource, raw in allocatable.items():
             if is_managed(resource) or resource in NODE_ONLY_RESOURCES:
@@ -123,7 +125,7 @@ class ClusterView:
         """Every resource some node advertises."""
         return self._largest.keys()
 
-    def derived(self, key: str, owner: object, compute: Callable[[], Any]) -> Any:
+    def derived(self, key: str, owner: object, compute: Callable[[], _T]) -> _T:
         """`compute()` for `owner` (a policy), worked out once per snapshot. Keyed by identity, and `owner` is
         kept with the value, so that a policy set swapped on reload never reads another policy's entry."""
         entry = self._derived.get((key, id(owner)))
@@ -131,4 +133,5 @@ class ClusterView:
             if len(self._derived) >= 4096:  # policy reloads leave entries behind: a bound, never reached in use
                 self._derived.clear()
             entry = self._derived[(key, id(owner))] = (owner, compute())
-        return entry[1]
+        value: _T = entry[1]
+        return value

@@ -19,16 +19,16 @@ import copy
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from webhook.admission.cluster import ClusterView
 from webhook.admission.dra import ClaimsView
-from webhook.admission.engine import Decision
+from webhook.admission.engine import Decision, Verdict
 from webhook.admission.engine import evaluate as evaluate_workload
 from webhook.admission.podspec import controller_reference, get_path
 from webhook.admission.policy import Enforcement, PolicySet
 from webhook.admission.resources import is_managed
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, cut
 
 # The pod spec's container sections, as a template's pods will have them.
 POD_SECTIONS = ("containers", "initContainers")
@@ -95,7 +95,14 @@ _KSERVE_FRAMEWORKS = (
     "model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface", "pmml", "lightgbm",
     "paddle",
 )  # fmt: skip
-_ARGO_TEMPLATE = dict(containers=("containerSet.containers", "sidecars"), single=("container", "script"))
+class _Lists(TypedDict):
+    """Where a Site's containers are, for kinds that share the layout."""
+
+    containers: tuple[str, ...]
+    single: tuple[str, ...]
+
+
+_ARGO_TEMPLATE = _Lists(containers=("containerSet.containers", "sidecars"), single=("container", "script"))
 
 
 def _training(kind: str, resource: str, key: str, source: str) -> CustomKind:
@@ -254,7 +261,7 @@ def parse_kinds(document: Any, source: str) -> tuple[CustomKind, ...]:
         unknown = sorted(set(entry) - {"group", "kind", "resource", "templates", "nameKey"})
         if unknown:
             raise ValueError(f"{where}: unknown key {unknown[0]!r} (group, kind, resource, templates, nameKey)")
-        values = {key: entry.get(key) for key in ("group", "kind", "resource")}
+        values: dict[str, Any] = {key: entry.get(key) for key in ("group", "kind", "resource")}
         for key, value in values.items():
             if type(value) is not str or not value:
                 raise ValueError(f"{where}.{key}: a non-empty string")
@@ -296,7 +303,7 @@ def _walk(node: Any, steps: tuple[str, ...], taken: tuple[str, ...], site: Site)
                 label = f"{taken[-1]}[{index}]"
                 name = item.get(site.name_key) if type(item) is dict else None
                 if type(name) is str and name:
-                    label += f" ({name if len(name) <= 63 else name[:60] + '...'})"
+                    label += f" ({cut(name, 63)})"
                 yield from _walk(item, rest, (*taken[:-1], label), site)
         return
     if step == "{*}":
@@ -494,7 +501,7 @@ def judge(
         return Decision(False, "deny", policy.name, [], [], violations, obj, [], refusals)
     if refusals:
         return Decision(False, "deny", policy.name, [], [], violations, obj, [], refusals, True)
-    verdict = "warn" if policy.enforcement is Enforcement.WARN else "audit"
+    verdict: Verdict = "warn" if policy.enforcement is Enforcement.WARN else "audit"
     return Decision(True, verdict, policy.name, [], shorts, violations, obj, [], [])
 
 

@@ -41,7 +41,7 @@ from webhook.admission.validate import (
     effective_total,
     pod_violation,
 )
-from webhook.admission.violation import SHORT_LIMIT, WARNING_PREFIX, Violation
+from webhook.admission.violation import SHORT_LIMIT, WARNING_PREFIX, Violation, cut
 
 # kind -> the keys from the object's root to its DeviceClaim's parent (the ResourceClaimSpec)
 CLAIM_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -101,14 +101,14 @@ class Asked:
 
 
 def _cut(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(text, limit)
 
 
 def _problem(label: str, line: str, short: str, kind: type[Violation] = Violation) -> Violation:
     """`label: line`, and `label: short` within a warning's length (cut only where a name is absurdly long)."""
     brief = f"{label}: {short}"
     if len(brief) > SHORT_LIMIT:
-        brief = brief[: SHORT_LIMIT - 3] + "..."
+        brief = cut(brief, SHORT_LIMIT)
     return kind(f"{label}: {line}", brief)
 
 
@@ -182,7 +182,7 @@ def _request(
         problems.append(_problem(where, f"must be a map ({APISERVER_TOO}); fix the manifest",
                                  "must be a map; fix the manifest", Refusal))
         return []
-    name = request.get("name")
+    name: Any = request.get("name")  # as written: checked by _name_ok
     label = where
     if not _name_ok(name, where, problems):
         name = None
@@ -224,7 +224,7 @@ def _request(
             problems.append(_problem(sub_where, f"must be a map ({APISERVER_TOO}); fix the manifest",
                                      "must be a map; fix the manifest", Refusal))
             continue
-        sub = alternative.get("name")
+        sub: Any = alternative.get("name")  # as written
         if not _name_ok(sub, sub_where, problems):
             continue
         if sub in subnames:
@@ -519,7 +519,9 @@ def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict
     """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
     alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
     distinct value (the claims made from one template are alike); treat the result as read-only."""
-    memo = policy.memo.get("dra-claim-counts") or policy.derived("dra-claim-counts", lambda _: {})
+    memo: dict[tuple[Devices, str | None], tuple[dict[str, int], str]] = policy.memo.get(
+        "dra-claim-counts"
+    ) or policy.derived("dra-claim-counts", lambda _: {})
     key = (devices, request)
     found = memo.get(key)
     if found is None:
@@ -606,7 +608,7 @@ def pod_claims(
     groups = {"gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
               "mig": (mig_names, rules.max_mig_per_container, "MIG devices")}
     where = f'policy "{policy.name}"'
-    holders: dict[str, list[tuple[ContainerRef, dict[str, Any]]]] = {"gpu": [], "mig": []}
+    grouped: dict[str, list[tuple[ContainerRef, dict[str, Any]]]] = {"gpu": [], "mig": []}
     resources: dict[str, set[str]] = {"gpu": set(), "mig": set()}  # the extended resources counted
     for section in ("initContainers", "containers"):
         containers = spec.get(section)
@@ -619,7 +621,7 @@ def pod_claims(
             for group, (member, maximum, noun) in groups.items():
                 extended = {name: value for name, value in counts.items() if member(name) and value}
                 if extended:
-                    holders[group].append((ref, {"": sum(extended.values())}))
+                    grouped[group].append((ref, {"": sum(extended.values())}))
                     resources[group].update(extended)
                 claimed = [(one, got[group]) for one, got in asked if got.get(group)]
                 total = sum(extended.values()) + sum(count for _, count in claimed)
@@ -642,11 +644,11 @@ def pod_claims(
     for group, (_, _, noun) in groups.items():
         claimed = [(one, one.counts(policy)[0].get(group, 0)) for one in named.values()]
         claimed = [(one, count) for one, count in claimed if count]
-        extended, _ = effective_total(holders[group], "")
-        total = extended + sum(count for _, count in claimed)
-        if not claimed or total <= rules.max_per_pod or extended > rules.max_per_pod:
+        in_pod, _ = effective_total(grouped[group], "")
+        total = in_pod + sum(count for _, count in claimed)
+        if not claimed or total <= rules.max_per_pod or in_pod > rules.max_per_pod:
             continue
-        parts = [f"{extended} from {' and '.join(sorted(resources[group]))}"] if extended else []
+        parts = [f"{in_pod} from {' and '.join(sorted(resources[group]))}"] if in_pod else []
         parts += [f"{count} from {one.shown}" for one, count in claimed]
         problems.append(pod_violation(
             f"{total} {noun} in all ({', '.join(parts)}) exceed the per-pod maximum of {rules.max_per_pod} "
@@ -701,7 +703,8 @@ def _container_claims(
     entries = resources.get("claims") if type(resources) is dict else None
     found: dict[tuple[str, str | None], tuple[_Named, dict[str, int]]] = {}
     for entry in entries if type(entries) is list else []:
-        one = named.get(entry.get("name")) if type(entry) is dict else None
+        claim = entry.get("name") if type(entry) is dict else None
+        one = named.get(claim) if type(claim) is str else None
         if one is None:
             continue
         request = entry.get("request") if type(entry.get("request")) is str and entry.get("request") else None

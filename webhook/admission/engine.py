@@ -1,14 +1,15 @@
-"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old)`.
+"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old, cluster)`.
 
-The server's /mutate and /validate, the CLI's check and audit, and the tests all call this, so every rule
-lives once: mutate (mutate.py, which also builds the JSON Patch through patch.py), then validate the result
-(validate.py), then turn the policy's enforcement into a verdict.
+The server's /mutate and /validate, the CLI's check, audit and policy explain, and the tests all call this, so
+every rule lives once: mutate (mutate.py: requests into limits, fractions, mapping, env hints, steering; the
+JSON Patch through patch.py), validate the result (validate.py), run the cluster checks where a node snapshot
+is given (clustercheck.py), then turn the policy's enforcement into a `Decision` and its verdict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from webhook.admission import clustercheck, dra
 from webhook.admission.cluster import ClusterView
@@ -20,13 +21,17 @@ from webhook.admission.violation import WARNING_PREFIX, Violation
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
+# The engine's answer for one object, and the label of the reviews metric and log line: "warn" and "audit"
+# allow the object with the policy's violations as warnings or in the audit annotation only.
+Verdict = Literal["allow", "deny", "warn", "audit"]
+
 
 @dataclass(slots=True)
 class Decision:
     """What the webhook decides for one object (built once per review; treat it as read-only)."""
 
     allowed: bool
-    decision: str  # "allow" | "deny" | "warn" | "audit": the metric and log label
+    verdict: Verdict
     policy: str  # the name of the policy that applied
     patch: list[dict[str, Any]] = field(default_factory=list)  # RFC 6902, against the original object
     warnings: list[str] = field(default_factory=list)  # shown to the user (admission warnings)
@@ -47,7 +52,7 @@ class Decision:
     @property
     def denials(self) -> list[str]:
         """The lines that deny the object: validation's under `enforce`; else what the API server refuses."""
-        if self.decision != "deny":
+        if self.verdict != "deny":
             return []
         return self.refusals if self.refused_only else self.violations
 
@@ -77,7 +82,7 @@ def evaluate(
             policy = clustercheck.resolve(policy, cluster)
         return _verdict(policy, [], [], dra.judge(obj, policy, claim_path), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
-    if reason:
+    if reason or spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)
@@ -137,6 +142,7 @@ def _verdict(
     violations = [violation.line for violation in found]
     refusals = [violation.line for violation in found if type(violation) is Refusal]
     refused_only = False
+    verdict: Verdict
     if policy.enforcement is Enforcement.ENFORCE:
         verdict = "deny"
     else:
@@ -153,7 +159,7 @@ def _verdict(
         warnings = warnings[mutation_lines:]
     return Decision(
         verdict != "deny",  # allowed
-        verdict,  # decision
+        verdict,  # verdict
         policy.name,  # policy
         patch,  # patch
         warnings,  # warnings

@@ -93,7 +93,7 @@ def hints_for(policy: Policy, fraction: int | Fraction) -> tuple[EnvHint, ...]:
     return policy.derived("env-hints", _hints_memo)[fraction]
 
 
-def _hints_memo(policy: Policy) -> BoundedMemo:
+def _hints_memo(policy: Policy) -> BoundedMemo[int | Fraction, tuple[EnvHint, ...]]:
     # Fractions come from user input: bounded, on its own (the policy's other derived values stay).
     return BoundedMemo(lambda fraction: _hints(policy, Fraction(fraction)), limit=1024)
 

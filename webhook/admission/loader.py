@@ -11,13 +11,14 @@ are refused while parsing, at the first offending event.
 from __future__ import annotations
 
 import difflib
+import enum
 import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final, Literal, TypedDict, TypeVar
 
 import yaml
 from yaml import events
@@ -54,6 +55,7 @@ from webhook.admission.policy import (
 )
 from webhook.admission.quantity import format_fraction
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
+from webhook.admission.violation import cut
 from webhook.admission.yamltext import FAST_PARSER, reader_for_retry
 
 API_VERSION = policyfields.API_VERSION
@@ -231,7 +233,8 @@ def _scalar(event: events.ScalarEvent) -> Any:
     tag = explicit = event.tag
     text = event.value
     if tag is None or tag == "!":
-        tag, explicit = _RESOLVER.resolve(ScalarNode, text, event.implicit), None
+        resolved = _RESOLVER.resolve(ScalarNode, text, event.implicit)  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
+        tag, explicit = resolved, None
     if tag in (_TAG + "str", _TAG + "merge"):  # "<<" (a merge needs an alias anyway): an unknown field
         return text
     if tag == _TAG + "null":
@@ -365,7 +368,7 @@ def _read_documents(text: str, parser_class: type = FAST_PARSER) -> tuple[list[_
 
 
 def _shorten(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut(text, limit, "…")
 
 
 def _quote(value: str) -> str:
@@ -411,8 +414,33 @@ def _one_of(value: str, choices: Iterable[str]) -> str:
 
 # --- Validation: one document -> a Policy -------------------------------------------------------------------
 
-_ABSENT = object()
-_BAD = object()  # present but invalid: already reported
+class _Marker(enum.Enum):
+    """What a field holds when it yields no value: typed, so that the checker sees every place a value may be
+    missing or invalid."""
+
+    ABSENT = "absent"  # not written
+    BAD = "bad"  # present but invalid: already reported
+
+
+_ABSENT: Final = _Marker.ABSENT
+_BAD: Final = _Marker.BAD
+_Absent = Literal[_Marker.ABSENT]
+_Bad = Literal[_Marker.BAD]
+_T = TypeVar("_T")
+_D = TypeVar("_D")
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _valid(value: _T | _Bad) -> _T:
+    """A value once the document has no problems: every _BAD was reported, so none is left."""
+    if value is _BAD:
+        raise AssertionError("a value reported as invalid reached a policy")
+    return value
+
+
+def _given(value: _T | _Absent | _Bad, default: _D) -> _T | _D:
+    """`_valid(value)`, or `default` where the field was not written."""
+    return default if value is _ABSENT else _valid(value)
 
 # The field tables live in policyfields.py, which the JSON Schema is generated from as well.
 _TOP_FIELDS = policyfields.names(policyfields.DOCUMENT)
@@ -469,13 +497,13 @@ class _DocumentChecker:
             return {}
         return self.mapping(parent[key], _join(path, key), known) or {}
 
-    def string(self, value: Any, path: str, what: str = "a string") -> Any:
+    def string(self, value: Any, path: str, what: str = "a string") -> str | _Bad:
         if isinstance(value, str):
             return value
         self.expected(path, value, f"expected {what}, got {_describe(value)}")
         return _BAD
 
-    def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[Any], default: Any) -> Any:
+    def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[_E], default: _D) -> _E | _D | _Bad:
         if key not in parent:
             return default
         path = _join(path, key)
@@ -488,7 +516,7 @@ class _DocumentChecker:
             return _BAD
         return kind(value)
 
-    def integer(self, parent: dict[str, Any], key: str, path: str, minimum: int, rule: str) -> Any:
+    def integer(self, parent: dict[str, Any], key: str, path: str, minimum: int, rule: str) -> int | _Absent | _Bad:
         if key not in parent:
             return _ABSENT
         path, value = _join(path, key), parent[key]
@@ -506,15 +534,15 @@ class _DocumentChecker:
             return _BAD
         return value
 
-    def boolean(self, parent: dict[str, Any], key: str, path: str, default: bool) -> Any:
+    def boolean(self, parent: dict[str, Any], key: str, path: str, default: bool) -> bool | _Bad:
         if key not in parent:
             return default
-        if isinstance(parent[key], bool):
-            return parent[key]
-        self.expected(_join(path, key), parent[key], f"expected true or false, got {_describe(parent[key])}")
+        if isinstance(value := parent[key], bool):
+            return value
+        self.expected(_join(path, key), value, f"expected true or false, got {_describe(value)}")
         return _BAD
 
-    def fraction(self, parent: dict[str, Any], key: str, path: str) -> Any:
+    def fraction(self, parent: dict[str, Any], key: str, path: str) -> Fraction | _Bad | None:
         """A number in (0, 1], exactly as written."""
         if key not in parent:
             return None
@@ -612,7 +640,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     gpu_map = check.section(spec, "gpu", "spec", _GPU_FIELDS)
     limits_map = check.section(spec, "limits", "spec", _LIMITS_FIELDS)
 
-    model = _ABSENT
+    model: str | _Absent | _Bad = _ABSENT
     auto_model = gpu_map.get("model") == AUTO
     if auto_model:
         pass  # resolved per inventory snapshot (clustercheck.resolve); unknown offline
@@ -717,25 +745,25 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     parsed.policy = Policy(
         name=parsed.name,
         namespaces=tuple(pattern for _, pattern in parsed.namespaces),
-        enforcement=enforcement,
+        enforcement=_valid(enforcement),
         sharing=sharing,
         gpu=GPU(
-            model=None if model is _ABSENT else model,
-            memory_mib=None if memory_mib is _ABSENT else memory_mib,
+            model=_given(model, None),
+            memory_mib=_given(memory_mib, None),
         ),
         limits=Limits(
-            max_per_container=None if max_container is _ABSENT else max_container,
-            max_per_pod=DEFAULT_MAX_PER_POD if max_pod is _ABSENT else max_pod,
+            max_per_container=_given(max_container, None),
+            max_per_pod=_given(max_pod, DEFAULT_MAX_PER_POD),
         ),
-        fractional=fractional,
-        memory_fraction=memory_fraction,
+        fractional=_valid(fractional),
+        memory_fraction=_valid(memory_fraction),
         framework_env=framework_env,
-        block_visible_devices_override=block,
+        block_visible_devices_override=_valid(block),
         trusted_schedulers=trusted,
         cluster=ClusterChecks(
-            fits=cluster["fits"],
-            offered=cluster["offered"],
-            drift=cluster["drift"],
+            fits=_valid(cluster["fits"]),
+            offered=_valid(cluster["offered"]),
+            drift=_valid(cluster["drift"]),
             assume_nodes=cluster["assumeNodes"],
             auto_replicas=auto_replicas,
             auto_model=auto_model,
@@ -743,7 +771,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         device_classes=device_classes,
         source=source,
     )
-    parsed.steering = steering
+    parsed.steering = _valid(steering)
     return parsed
 
 
@@ -790,7 +818,7 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
 
 def _parse_sharing(
     sharing: dict[str, Any], model: Any, check: _DocumentChecker, auto_replicas: bool = False
-) -> tuple[Any, Sharing | None]:
+) -> tuple[Mode | _Bad, Sharing | None]:
     """spec.sharing's mode (or _BAD), and the whole section with the fields that mode needs and only those
     (None when invalid: reported). `replicas: auto` leaves the replicas unknown until the nodes say."""
     path = "spec.sharing"
@@ -798,7 +826,7 @@ def _parse_sharing(
     if mode is _BAD:
         return mode, None
     ok = True
-    replicas = _ABSENT
+    replicas: int | _Absent | _Bad = _ABSENT
     if not auto_replicas:
         rule = "time-slicing and mps share each GPU as at least 2 replicas"
         replicas = check.integer(sharing, "replicas", path, policyfields.minimum("spec.sharing.replicas"), rule)
@@ -812,7 +840,7 @@ def _parse_sharing(
         if key in sharing and not mode.is_shared:
             check.problem(f"{path}.{key}", f"only applies when mode is {modes} (mode is {mode}); remove it")
             ok = False
-    resource_name = DEFAULT_SHARED_RESOURCE
+    resource_name: str | _Bad = DEFAULT_SHARED_RESOURCE
     if "resourceName" in sharing and mode.is_shared:
         resource_name = check.string(sharing["resourceName"], f"{path}.resourceName")
         if resource_name is not _BAD and (why := _check_resource_name(resource_name)):
@@ -820,14 +848,14 @@ def _parse_sharing(
             resource_name = _BAD
         ok &= resource_name is not _BAD
 
-    strategy = MigStrategy.MIXED
+    strategy: MigStrategy | _Bad = MigStrategy.MIXED
     if "migStrategy" in sharing and mode is not Mode.MIG:
         check.problem(f"{path}.migStrategy", f"only applies when mode is mig (mode is {mode}); remove it")
         ok = False
     else:
         strategy = check.enum(sharing, "migStrategy", path, MigStrategy, MigStrategy.MIXED)
         ok &= strategy is not _BAD
-    profile = None
+    profile: str | _Bad | None = None
     if "migProfile" in sharing and mode is not Mode.MIG:
         check.problem(f"{path}.migProfile", f"only applies when mode is mig (mode is {mode}); remove it")
         ok = False
@@ -854,17 +882,17 @@ def _parse_sharing(
                 f"{_quote(profile)} is not a MIG profile name; use <slices>g.<memory>gb[+me], {example}",
             )
             return mode, None
-    offered = _parse_mig_profiles(sharing, mode, model, profile, check)
+    offered = _parse_mig_profiles(sharing, mode, model, _valid(profile), check)
     backend, placement = _parse_memory(sharing, mode, check)
     if not ok or offered is _BAD or backend is _BAD or placement is _BAD:
         return mode, None
     return mode, Sharing(
         mode=mode,
-        replicas=None if replicas is _ABSENT else replicas,
-        resource_name=resource_name,
-        mig_profile=profile,
+        replicas=_given(replicas, None),
+        resource_name=_valid(resource_name),
+        mig_profile=_valid(profile),
         mig_profiles=offered,
-        mig_strategy=strategy,
+        mig_strategy=_valid(strategy),
         backend=backend,
         placement=placement,
     )
@@ -901,7 +929,7 @@ def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) 
 
 def _parse_mig_profiles(
     sharing: dict[str, Any], mode: Mode, model: Any, profile: str | None, check: _DocumentChecker
-) -> Any:
+) -> tuple[str, ...] | _Bad | None:
     """spec.sharing.migProfiles: the profiles the nodes' MIG layout offers (mig-parted's config), as a tuple;
     None when absent; _BAD when invalid (reported). `migProfile` must be among them: it is handed out too."""
     path = "spec.sharing.migProfiles"
@@ -944,7 +972,7 @@ def _parse_mig_profiles(
     return tuple(offered)
 
 
-def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
+def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Steering | _Bad:
     """spec.steering: true, false, or auto (the default; `_resolve_steering` says where auto steers)."""
     value = spec.get("steering", "auto")
     if isinstance(value, bool):
@@ -955,14 +983,25 @@ def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Any:
     return Steering.AUTO
 
 
-def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str, Any]:
+class _ClusterSection(TypedDict):
+    """spec.cluster as read: each check's level (or _BAD, reported) and the node shapes."""
+
+    fits: Check | _Bad
+    offered: Check | _Bad
+    drift: Check | _Bad
+    assumeNodes: tuple[AssumedNode, ...]
+
+
+def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _ClusterSection:
     """spec.cluster: each check's level (warn unless set) and the node shapes the inventory cannot see."""
     path = "spec.cluster"
-    parsed: dict[str, Any] = {}
-    for key in _CLUSTER_FIELDS[:3]:
+
+    def level(key: str) -> Check | _Bad:
         # YAML 1.1 reads an unquoted `off` as false: that is what the user meant.
         off = section.get(key) is False
-        parsed[key] = Check.OFF if off else check.enum(section, key, path, Check, Check.WARN)
+        return Check.OFF if off else check.enum(section, key, path, Check, Check.WARN)
+
+    fits, offered, drift = (level(key) for key in _CLUSTER_FIELDS[:3])
     shapes: list[AssumedNode] = []
     entries = section.get("assumeNodes", [])
     if not isinstance(entries, list):
@@ -973,7 +1012,7 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str
         shape = check.mapping(entry, where, _NODE_SHAPE_FIELDS)
         if shape is None:
             continue
-        name = _BAD
+        name: str | _Bad = _BAD
         if "name" not in shape:
             check.problem(f"{where}.name", "required; name the node shape (it appears in messages), e.g. a100-pool")
         else:
@@ -1000,8 +1039,7 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> dict[str
                 labels.append((key, value))
         if name is not _BAD:
             shapes.append(AssumedNode(name, tuple(allocatable), tuple(labels)))
-    parsed["assumeNodes"] = tuple(shapes)
-    return parsed
+    return _ClusterSection(fits=fits, offered=offered, drift=drift, assumeNodes=tuple(shapes))
 
 
 def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChecker) -> tuple[str, ...]:

@@ -10,26 +10,29 @@ and the length of a key that is kept (the webhook sees objects before the API se
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 # Longer than any valid Kubernetes resource name (a 253-character DNS prefix, "/", a 63-character name).
 MAX_KEY_LENGTH = 317
 
 
-class BoundedMemo(dict):
+class BoundedMemo(dict[K, V]):
     """`memo[key]` is `compute(key)`, remembered; everything is forgotten once `limit` keys are held, and a
     string key longer than `max_key_length` is never held."""
 
     __slots__ = ("compute", "limit", "max_key_length")
 
-    def __init__(self, compute: Callable[[Any], Any], limit: int = 4096, max_key_length: int = MAX_KEY_LENGTH) -> None:
+    def __init__(self, compute: Callable[[K], V], limit: int = 4096, max_key_length: int = MAX_KEY_LENGTH) -> None:
         super().__init__()
         self.compute = compute
         self.limit = limit
         self.max_key_length = max_key_length
 
-    def __missing__(self, key: Hashable) -> Any:
-        if type(key) is str and len(key) > self.max_key_length:
+    def __missing__(self, key: K) -> V:
+        if isinstance(key, str) and len(key) > self.max_key_length:
             return self.compute(key)
         if len(self) >= self.limit:
             self.clear()

@@ -108,7 +108,7 @@ class Share:
     resources: tuple[tuple[str, str], ...] = ()
 
 
-def share(spec: BackendSpec, fraction: Fraction, gpu_mib: int) -> Share:
+def share(spec: BackendSpec, fraction: int | Fraction, gpu_mib: int) -> Share:
     """f of a GPU of `gpu_mib` MiB, rounded down to the backend's units (whole GiB for ACK, MiB and whole
     percent of compute for HAMi and Volcano)."""
     units = int(fraction * gpu_mib // spec.unit_mib)
@@ -185,7 +185,9 @@ def _replace(requests: dict[str, Any], limits: dict[str, Any], resources: tuple[
             resource_map.update(resources)
 
 
-def place(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> tuple[dict[str, Any], list[dict]]:
+def place(
+    obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """HAMi's placement: its scheduler reads binpack or spread from the pod's annotations. Returns the object with
     them set on the pod (a workload's template) where a container holds a HAMi vGPU, and the patch that sets
     them; the object itself and no patch where nothing changes."""
@@ -289,7 +291,7 @@ def pool_words(policy: Policy) -> tuple[str, str, str]:
             "those", f"ask for {NVIDIA_GPU}: <fraction>")
 
 
-def fraction_advice(shown: str, value: Fraction, policy: Policy) -> tuple[str, str]:
+def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[str, str]:
     """Why `nvidia.com/gpu: f` stayed a fraction under mode memory (validation refuses it, as the API server
     would): too small for one unit, or the GPU's memory unknown."""
     spec = spec_of(policy)

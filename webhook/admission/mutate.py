@@ -56,7 +56,7 @@ from webhook.admission.resources import (
     smallest_profile_for,
 )
 from webhook.admission.steering import steer
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation
+from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, Violation, cut
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
@@ -115,12 +115,13 @@ class _Plan:
     @staticmethod
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
-        default_hints = hints_for(policy, policy.shared_fraction) if policy.shared_fraction else ()
+        default_fraction = policy.shared_fraction
+        default_hints = hints_for(policy, default_fraction) if default_fraction else ()
         engine_hints = _mps_only(default_hints)
         return _Plan(
             policy=policy,
             mapping_target=mapping_target(sharing),
-            mapping_maximum=policy.max_per_container if sharing.mode.is_shared else policy.mig_max_per_container,
+            mapping_maximum=policy.mode_max_per_container,
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
@@ -128,13 +129,13 @@ class _Plan:
             share=policy.share,
             shared_resource=sharing.shared_resource,
             maps_to_shared=sharing.mode.is_shared,  # mapped under time-slicing or MPS: to the shared resource
-            default_fraction=policy.shared_fraction,
+            default_fraction=default_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
-            default_note=_env_note(len(default_hints), policy.shared_fraction) if default_hints else "",
+            default_note=_env_note(len(default_hints), default_fraction) if default_fraction and default_hints else "",
             engine_hints=engine_hints,
             engine_entries=tuple(hint.entry for hint in engine_hints),
-            engine_note=_mps_note(len(engine_hints), policy.shared_fraction) if engine_hints else "",
+            engine_note=_mps_note(len(engine_hints), default_fraction) if default_fraction and engine_hints else "",
         )
 
 
@@ -209,8 +210,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
         if keys and after is not given:
             for index, body in enumerate(after):
                 key = keys.get((section, index))
-                entry = reapply.entry_for(given[index], body) if key is not None else None
-                if entry is not None:
+                if key is not None and (entry := reapply.entry_for(given[index], body)) is not None:
                     entries[key] = entry
     if steering_ops:
         result.patch += steering_ops
@@ -304,7 +304,7 @@ def _steer(
     new_sections["affinity"] = steered.affinity
     result.kinds.append("steering")
     line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
-    result.warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+    result.warnings.append(cut(line))
     return steered.patch or []
 
 
@@ -401,8 +401,8 @@ def _container(
     if gpu is not None and plan.policy.sharing.mode is Mode.MEMORY:  # the backend's memory share (memshare.py)
         memshare.convert(requests, limits, gpu, plan.policy, plan.mapping_maximum, kinds, texts)
     elif gpu is not None:
-        if 0 < gpu[1] < 1:
-            share = _fractional(requests, limits, gpu[1], plan, kinds, texts)
+        if type(amount := gpu[1]) is Fraction and 0 < amount < 1:  # whole amounts are ints
+            share = _fractional(requests, limits, amount, plan, kinds, texts)
         elif gpu[1] >= 1:
             mapped_to_shared = _mapping(requests, limits, gpu, plan, kinds, texts) and plan.maps_to_shared
     env_change = args_change = None
@@ -421,7 +421,7 @@ def _container(
         line = about + text
         if len(line) > WARNING_LIMIT:
             line = f"{WARNING_PREFIX}{section}[{index}]: {text}"
-        warnings.append(line if len(line) <= WARNING_LIMIT else line[: WARNING_LIMIT - 3] + "...")
+        warnings.append(line if len(line) <= WARNING_LIMIT else cut(line))
     if not kinds:  # notices only (a user's value kept)
         return None
     result.kinds += kinds
@@ -589,6 +589,7 @@ def _env(
     if share is not None and plan.share is not None and share > plan.share:
         share = plan.share  # more than one replica's share: validation says so; the variables never do
     policy = plan.policy
+    fraction: Fraction | None
     if policy.memory_fraction is None and share is not None:
         fraction, hints = share, hints_for(policy, share)
         if engine:

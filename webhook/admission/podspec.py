@@ -14,6 +14,7 @@ from typing import Any
 
 from webhook.admission.memo import BoundedMemo
 from webhook.admission.resources import is_managed
+from webhook.admission.violation import cut
 
 # kind -> the keys from the object's root to its pod spec
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -99,7 +100,7 @@ def container_label(section: str, index: int, body: dict[str, Any]) -> str:
 
 
 def _label(noun: str, name: str) -> str:
-    return f'{noun} "{name if len(name) <= 63 else name[:60] + "..."}"'
+    return f'{noun} "{cut(name, 63)}"'
 
 
 # One memo per section, keyed by the name alone, so that the memo's bound on key length holds for names too.

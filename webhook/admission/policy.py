@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 
 class Mode(StrEnum):
@@ -73,6 +73,9 @@ class Fractional(StrEnum):
     SHARED = "shared"
     MIG = "mig"
 
+
+_T = TypeVar("_T")
+DeviceKind = Literal["replica", "mig-slice", "whole"]  # what `Policy.per_container` counts
 
 FRAMEWORKS = ("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch")
 DEFAULT_FRAMEWORK_ENV = ("jax", "tensorflow", "cupy", "tgi", "generic")
@@ -212,27 +215,41 @@ class Policy:
     device_classes: DeviceClasses = field(default_factory=DeviceClasses)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
-    memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def derived(self, key: str, compute: Callable[[Policy], Any]) -> Any:
+    def derived(self, key: str, compute: Callable[[Policy], _T]) -> _T:
         """`compute(self)`, worked out once per policy: what a policy means for mutation, validation, env hints."""
         value = self.memo.get(key)
         if value is None:
             value = self.memo[key] = compute(self)
         return value
 
-    @property
-    def max_per_container(self) -> int:
+    def per_container(self, device: DeviceKind) -> int:
+        """The most devices of one kind a container may hold: `maxPerContainer`, else 1 shared replica under
+        time-slicing and MPS, 1 MIG slice under mig, and 8 of anything else. The one home of that rule."""
         if self.limits.max_per_container is not None:
             return self.limits.max_per_container
-        return SHARED_MAX_PER_CONTAINER if self.sharing.mode.is_shared else DEFAULT_MAX_PER_CONTAINER
+        if device == "replica" and self.sharing.mode.is_shared:
+            return SHARED_MAX_PER_CONTAINER
+        if device == "mig-slice" and self.sharing.mode is Mode.MIG:
+            return MIG_MAX_PER_CONTAINER
+        return DEFAULT_MAX_PER_CONTAINER
+
+    @property
+    def max_per_container(self) -> int:
+        """The most shared replicas one container may hold (whole GPUs under exclusive)."""
+        return self.per_container("replica")
 
     @property
     def mig_max_per_container(self) -> int:
-        """The most MIG slices one container may hold: `maxPerContainer`, else 1 under mig, else 8."""
-        if self.limits.max_per_container is not None:
-            return self.limits.max_per_container
-        return MIG_MAX_PER_CONTAINER if self.sharing.mode is Mode.MIG else DEFAULT_MAX_PER_CONTAINER
+        """The most MIG slices one container may hold."""
+        return self.per_container("mig-slice")
+
+    @property
+    def mode_max_per_container(self) -> int:
+        """The most of what this policy's mode hands out (replicas, MIG slices, whole GPUs) one container may
+        hold: what a mapped `nvidia.com/gpu: N` is held to, and what `policy explain` shows."""
+        return self.per_container("mig-slice" if self.sharing.mode is Mode.MIG else "replica")
 
     @property
     def share(self) -> Fraction | None:
@@ -244,12 +261,8 @@ class Policy:
 
     @property
     def shared_fraction(self) -> Fraction | None:
-        """The memory fraction a shared container may use: `memoryFraction`, else 1/replicas."""
-        if self.memory_fraction is not None:
-            return self.memory_fraction
-        if self.sharing.mode.is_shared and self.sharing.replicas:
-            return Fraction(1, self.sharing.replicas)
-        return None
+        """The memory fraction a shared container may use: `memoryFraction`, else one replica's `share`."""
+        return self.memory_fraction if self.memory_fraction is not None else self.share
 
     @property
     def gpu_memory_mib(self) -> int | None:
@@ -590,6 +603,11 @@ def glob_ties(policy_set: PolicySet) -> list[GlobTie]:
 _ANY = frozenset(NAMESPACE_ALPHABET)
 
 
+def _chars(token: GlobToken) -> frozenset[str]:
+    """The characters one position may hold: a "?" (the only other string token is "*") any."""
+    return _ANY if isinstance(token, str) else token
+
+
 @dataclass(frozen=True, slots=True)
 class _GlobShape:
     """One glob as `glob_ties` needs it, worked out once: its automaton, and bounds on the names it matches
@@ -607,11 +625,11 @@ class _GlobShape:
     @staticmethod
     def of(pattern: str) -> _GlobShape:
         tokens = _tokenize(pattern)
-        fixed = [_ANY if token == "?" else token for token in tokens if token != "*"]  # one character each
+        fixed = [_chars(token) for token in tokens if token != "*"]  # one character each
         if "*" in tokens:
             first, last = tokens.index("*"), len(tokens) - 1 - tokens[::-1].index("*")
-            head = [_ANY if token == "?" else token for token in tokens[:first]]
-            tail = [_ANY if token == "?" else token for token in tokens[last + 1 :]]
+            head = [_chars(token) for token in tokens[:first]]
+            tail = [_chars(token) for token in tokens[last + 1 :]]
             max_length = None
         else:
             head, tail, max_length = fixed, fixed, len(fixed)

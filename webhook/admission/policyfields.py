@@ -229,7 +229,8 @@ def names(fields: tuple[Field, ...]) -> tuple[str, ...]:
 
 def lookup(path: str) -> Field:
     """The field at a dotted path such as `spec.limits.maxPerPod`."""
-    fields, found = DOCUMENT, None
+    fields: tuple[Field, ...] = DOCUMENT
+    found: Field | None = None
     for part in path.split("."):
         found = next(f for f in fields if f.name == part)
         fields = found.fields

@@ -21,6 +21,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from webhook.admission.memo import BoundedMemo
+from webhook.admission.violation import cut
 
 INT64_MAX = 2**63 - 1
 MAX_TEXT = 64  # longer than any quantity a person writes; bounds the cost of hostile input
@@ -44,13 +45,13 @@ class QuantityError(ValueError):
 def quantity_text(value: object) -> str:
     """The value as the user wrote it, for messages (`"500m"`, `0.5`)."""
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
+        shown = cut(value, 40)
         return '"' + shown.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
     if isinstance(value, bool) or value is None:
         return "true" if value is True else "false" if value is False else "null"
     if isinstance(value, int | float | Decimal):
         text = str(value)
-        return text if len(text) <= 40 else text[:37] + "..."
+        return cut(text, 40)
     return f"a {type(value).__name__}"
 
 
@@ -99,7 +100,7 @@ def parse_quantity(value: object) -> int | Fraction:
         parsed = _parse_text(str(value))
     else:
         raise QuantityError(f"is not a quantity (expected a string or number, got {type(value).__name__})")
-    if type(parsed) is str:
+    if isinstance(parsed, str):
         raise QuantityError(parsed)
     return parsed
 
@@ -108,7 +109,7 @@ def quantity_or_none(value: object) -> int | Fraction | None:
     """`parse_quantity`, with None for anything that is not a usable quantity (mutation leaves those alone)."""
     if type(value) is str and len(value) <= MAX_TEXT:
         parsed = _TEXT_VALUES[value]
-        return None if type(parsed) is str else parsed
+        return None if isinstance(parsed, str) else parsed
     try:
         return parse_quantity(value)
     except QuantityError:
@@ -153,7 +154,7 @@ def _parse_text(text: str) -> int | Fraction | str:
 _TEXT_VALUES = BoundedMemo(_parse_text)
 
 
-def format_fraction(value: Fraction, places: int = 4) -> str:
+def format_fraction(value: int | Fraction, places: int = 4) -> str:
     """A decimal for env vars and messages, rounded down so a limit is never exceeded: 1/3 -> "0.3333"."""
     scaled = value.numerator * 10**places // value.denominator
     whole, frac = divmod(scaled, 10**places)

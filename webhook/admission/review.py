@@ -19,9 +19,9 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from webhook.admission.violation import WARNING_LIMIT
+from webhook.admission.violation import WARNING_LIMIT, cut
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 V1 = "admission.k8s.io/v1"
 V1BETA1 = "admission.k8s.io/v1beta1"
 SUPPORTED_VERSIONS = (V1, V1BETA1)
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: tuple[Operation, ...] = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+WebhookMode = Literal["mutate", "validate"]  # which of the two webhooks answers: /mutate or /validate
 # Kubernetes' advice for admission warnings ("limit warnings to 120 characters if possible"); the API
 # server truncates every warning to 256 characters once the warnings of one request pass 4096 in total.
 WARNING_MAX_CHARS = WARNING_LIMIT
@@ -49,7 +51,7 @@ class AdmissionRequest:
     api_version: str  # of the review: the response is written in the same version
     uid: str
     kind: dict[str, str]  # GroupVersionKind of the object: {"group", "version", "kind"}
-    operation: str  # CREATE | UPDATE | DELETE | CONNECT
+    operation: Operation
     namespace: str  # "" for cluster-scoped objects (and for a namespaced one the API server left it off)
     name: str  # "" when the API server has not named the object yet (generateName)
     object: dict[str, Any] | None
@@ -188,7 +190,8 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
         if not isinstance(item, str):
             shown = key if len(key) <= 60 and key.isprintable() else repr(key[:60])  # any size, any character
             raise ReviewError(f"{where}.{shown}: expected a string, got {_type_name(item)}")
-    return value
+    checked: dict[str, str] = value
+    return checked
 
 
 def parse_review(body: bytes) -> AdmissionRequest:
@@ -295,9 +298,7 @@ def _clean_warning(text: str) -> str:
     and a line or paragraph separator, or a no-break space, would break or hide in the user's terminal."""
     if not text.isprintable():
         text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
-    if len(text) > WARNING_MAX_CHARS:
-        text = text[: WARNING_MAX_CHARS - 3] + "..."
-    return text
+    return cut(text, WARNING_MAX_CHARS)
 
 
 def limit_warnings(warnings: list[str]) -> list[str]:
@@ -331,7 +332,7 @@ def limit_warnings(warnings: list[str]) -> list[str]:
 AUDIT_ANNOTATION_LIMIT = 2048
 
 
-def build_response(request: AdmissionRequest, decision: Decision | None, *, mode: str) -> dict[str, Any]:
+def build_response(request: AdmissionRequest, decision: Decision | None, *, mode: WebhookMode) -> dict[str, Any]:
     """The AdmissionReview answering `request`, in its version, echoing its uid.
 
     `mode` "mutate": allowed with the JSON Patch when there is one, unless the API server's own validation
@@ -357,8 +358,8 @@ def build_response(request: AdmissionRequest, decision: Decision | None, *, mode
             response["warnings"] = warnings
         # Recorded in the cluster's audit log (keys prefixed with the webhook's name): which policy decided,
         # and under `audit` enforcement the lines that the user is not shown.
-        annotations = {"policy": decision.policy, "decision": decision.decision}
-        if decision.decision == "audit":
+        annotations = {"policy": decision.policy, "decision": decision.verdict}
+        if decision.verdict == "audit":
             annotations["violations"] = "; ".join(decision.violations)[:AUDIT_ANNOTATION_LIMIT]
         response["auditAnnotations"] = annotations
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}
@@ -371,7 +372,7 @@ def make_review(
     obj: dict[str, Any],
     *,
     namespace: str,
-    operation: str = "CREATE",
+    operation: Operation = "CREATE",
     uid: str | None = None,
     version: str = V1,
     old: dict[str, Any] | None = None,
@@ -387,7 +388,7 @@ def make_review(
     api_version = str(obj.get("apiVersion", "v1"))
     group, _, obj_version = api_version.rpartition("/")
     kind = str(obj.get("kind", ""))
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
     resource = kind.lower() + "s"  # pods, deployments, jobs, cronjobs, statefulsets, ...
     gvk = {"group": group, "version": obj_version, "kind": kind}
     gvr = {"group": group, "version": obj_version, "resource": resource}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission import memshare
+from webhook.admission.cluster import ACK_PLACEMENT_LABEL
 from webhook.admission.cluster import MIG_STRATEGY_LABEL as MIG_STRATEGY
 from webhook.admission.cluster import PRODUCT_LABEL as PRODUCT
 from webhook.admission.cluster import REPLICAS_LABEL as REPLICAS
@@ -125,7 +126,7 @@ def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -
 def _is_value(requirement: Requirement) -> bool:
     """A requirement on a pool's values rather than its kind: a replica count, a slice size, ACK's placement."""
     key = requirement.key
-    return (requirement.operator == "In" and key in (REPLICAS, GI_SLICES)) or key == memshare.ACK_PLACEMENT_LABEL
+    return (requirement.operator == "In" and key in (REPLICAS, GI_SLICES)) or key == ACK_PLACEMENT_LABEL
 
 
 def steered_resource(policy: Policy) -> str:
@@ -139,9 +140,10 @@ def steered_resource(policy: Policy) -> str:
 # --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
 
 
-def matches(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+def matches(expression: dict[str, Any], labels: Mapping[str, str]) -> bool:
     """Whether a node with `labels` satisfies one `matchExpressions` entry."""
-    key, operator = expression.get("key"), expression.get("operator")
+    key: Any = expression.get("key")  # as the user wrote it: not always a string
+    operator = expression.get("operator")
     values = expression.get("values")
     values = values if type(values) is list else []  # malformed: the API server rejects it; never a substring test
     present = key in labels
@@ -188,7 +190,7 @@ def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
         if expression.get("operator") in ("Gt", "Lt") and bound is not None:
             step = 1 if expression["operator"] == "Gt" else -1
             candidates += [str(bound + step * n) for n in range(1, len(named) + 2)]
-    key = expressions[0].get("key")
+    key: Any = expressions[0].get("key")
     return any(all(matches(e, {} if value is None else {key: value}) for e in expressions) for value in candidates)
 
 
@@ -258,7 +260,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     affinity = spec.get("affinity")
     at = f"{spec_at}/affinity"
     if affinity is None:
-        value = {"nodeAffinity": _node_affinity(wanted)}
+        value: dict[str, Any] = {"nodeAffinity": _node_affinity(wanted)}
         return _done(conflicts, value, [_add(at, value)], wanted)
     if type(affinity) is not dict:
         return _done(conflicts, None, None, wanted)

@@ -38,7 +38,7 @@ from webhook.admission.podspec import (
     visible_devices_prefix,
     volume_mounts,
 )
-from webhook.admission.policy import DEFAULT_MAX_PER_CONTAINER, Mode, Policy
+from webhook.admission.policy import Fractional, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_shown, quantity_text
 from webhook.admission.resources import (
     AMD_GPU,
@@ -56,7 +56,7 @@ from webhook.admission.resources import (
     mig_resource,
     offered_profiles,
 )
-from webhook.admission.violation import SHORT_LIMIT, Violation
+from webhook.admission.violation import SHORT_LIMIT, Violation, cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +74,13 @@ def _violation(label: str, compact: str, line: str, short: str, kind: type[Viola
     if len(brief) > SHORT_LIMIT:
         brief = f"{compact}: {short}"
         if len(brief) > SHORT_LIMIT:  # a value or resource name far longer than any real one
-            brief = brief[: SHORT_LIMIT - 3] + "..."
+            brief = cut(brief, SHORT_LIMIT)
     return kind(f"{label}: {line}", brief)
 
 
 def _brief(text: str, limit: int = 24) -> str:
     """A value or name in a short form: cut, since it is shown whole in the long line."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else cut(text, limit)
 
 
 def offer(policy: Policy) -> str:
@@ -94,7 +94,7 @@ def offer(policy: Policy) -> str:
             what = f"is {replica} of a GPU under {where}"
         else:
             what = f"{where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
-        if share is not None and policy.fractional.value == "shared":
+        if share is not None and policy.fractional is Fractional.SHARED:
             return (
                 f"request {format_fraction(share)} or less (up to one replica's share), or {NVIDIA_GPU}: 1, which "
                 f"{what}"
@@ -112,7 +112,7 @@ def short_offer(policy: Policy) -> str:
     mode = policy.sharing.mode
     if mode.is_shared:
         share = policy.share
-        if share is not None and policy.fractional.value == "shared":
+        if share is not None and policy.fractional is Fractional.SHARED:
             return f"ask for {format_fraction(share)} or less, or {NVIDIA_GPU}: 1"
         return f"ask for {NVIDIA_GPU}: 1 instead"
     if mode is Mode.MIG and policy.sharing.mig_profile:
@@ -192,7 +192,7 @@ class _Rules:
             policy=policy,
             max_per_container=policy.max_per_container,
             max_mig_per_container=policy.mig_max_per_container,
-            max_whole_per_container=DEFAULT_MAX_PER_CONTAINER if explicit is None else explicit,
+            max_whole_per_container=policy.per_container("whole"),
             max_per_pod=policy.limits.max_per_pod,
             exclusive=mode is Mode.EXCLUSIVE,
             mig_model=mig_model,
@@ -201,7 +201,7 @@ class _Rules:
             one_mig_slice=mode is Mode.MIG and explicit is None,
             mapping_target=mapping_target(sharing),
             share=policy.share,
-            converts_to_shared=policy.share is not None and policy.fractional.value == "shared",
+            converts_to_shared=policy.share is not None and policy.fractional is Fractional.SHARED,
             block_visible_devices=policy.block_visible_devices_override,
             shared_resource=policy.sharing.shared_resource,
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
@@ -213,7 +213,7 @@ class _Rules:
             gpu_memory_mib=policy.gpu_memory_mib,
             own_memory_values=frozenset(
                 (hint.name, hint.value)
-                for fraction in {policy.share, policy.shared_fraction} - {None}
+                for fraction in {f for f in (policy.share, policy.shared_fraction) if f is not None}
                 for hint in hints_for(policy, fraction)
             ),
             own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
@@ -379,7 +379,7 @@ def _zero_companions(
                  f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it")
 
 
-def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> Fraction | None:
+def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> int | Fraction | None:
     try:
         value = parse_quantity(raw)
     except QuantityError as error:
@@ -473,12 +473,19 @@ def _resource(
         ):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
-            _add(ref, problems,
-                 f"{name} {shown} exceeds the per-container maximum of {maximum} ({where}); request at most "
-                 f"{maximum}",
-                 f"{_brief(name)} {_brief(shown, 8)}: at most {_brief(str(maximum), 8)} per container; "
-                 f"ask for fewer")
+            _over_container_maximum(ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum,
+                                    problems)
     return value
+
+
+def _over_container_maximum(
+    ref: ContainerRef, what: str, brief: str, rules: _Rules, maximum: int, problems: Problems
+) -> None:
+    """`what` (a resource and its value) is more than one container may hold under the policy."""
+    _add(ref, problems,
+         f'{what} exceeds the per-container maximum of {maximum} (policy "{rules.policy.name}"); request at most '
+         f"{maximum}",
+         f"{brief}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
 
 
 def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
@@ -499,18 +506,18 @@ def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
     )
 
 
-def _amount(name: str, raw: Any, value: Fraction) -> str:
+def _amount(name: str, raw: Any, value: int | Fraction) -> str:
     """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
     return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
 
 
-def _fraction_advice(shown: str, value: Fraction, rules: _Rules, written: str) -> tuple[str, str]:
+def _fraction_advice(shown: str, value: int | Fraction, rules: _Rules, written: str) -> tuple[str, str]:
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
     if policy.sharing.mode is Mode.MEMORY:  # too small for one unit of the backend, or the memory unknown
         return memshare.fraction_advice(shown, value, policy)
-    model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional.value == "mig" else None
+    model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None
     if model is not None:
         sharing = policy.sharing
         offered = (sharing.mig_profile,) if sharing.is_mig_single and sharing.mig_profile else sharing.mig_profiles
@@ -568,7 +575,7 @@ def _left_unmapped(ref: ContainerRef, raw: Any, rules: _Rules, problems: Problem
          f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both")
 
 
-def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, problems: Problems) -> bool:
+def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules, problems: Problems) -> bool:
     """`nvidia.com/gpu: N` in a namespace that maps it (mutation leaves it as written when N is more than the
     target allows): the line names the request as written and what the policy makes of it. Whether it was."""
     target = rules.mapping_target
@@ -587,10 +594,7 @@ def _over_mapped_maximum(ref: ContainerRef, value: Fraction, rules: _Rules, prob
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
         _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
     else:
-        _add(ref, problems,
-             f"{what} exceeds the per-container maximum of {maximum} (policy \"{policy.name}\"); request at most "
-             f"{maximum}",
-             f"{NVIDIA_GPU} {_brief(str(n), 8)}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+        _over_container_maximum(ref, what, f"{NVIDIA_GPU} {_brief(str(n), 8)}", rules, maximum, problems)
     return True
 
 
@@ -634,7 +638,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
     assert share is not None
     judged: list[tuple[str, str]] = []  # (name, value) of the variables to judge: not from a ConfigMap or Secret
     owned: list[tuple[str, str]] = []  # those exactly as the policy sets them for one replica's share
-    hints = ()
+    hints: list[dict[str, str]] = []
     if tail and env[-len(tail) :] == tail:  # the usual case: the user's entries, then the policy's own hints
         hints, env = tail, env[: -len(tail)]
     for entry in env:
@@ -708,7 +712,7 @@ def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, 
     holds it (what the policy maps `nvidia.com/gpu` to) and selects only such products stays Pending.
     """
     renamed = rules.renamed_replica
-    if not any(counts.get(renamed) for _, counts in holders):
+    if renamed is None or not any(counts.get(renamed) for _, counts in holders):
         return
     pinned = steering.kept_name_pin(spec)
     if pinned is None:

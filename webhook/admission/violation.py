@@ -15,6 +15,12 @@ WARNING_LIMIT = 120  # the API server's advice for one warning; review.limit_war
 SHORT_LIMIT = WARNING_LIMIT - len(WARNING_PREFIX)
 
 
+def cut(text: str, limit: int = WARNING_LIMIT, mark: str = "...") -> str:
+    """`text` as it is when it fits in `limit` characters, else its start and `mark` in exactly `limit`: the
+    one way a warning, a short form, a value or a name in a message is shortened."""
+    return text if len(text) <= limit else text[: limit - len(mark)] + mark
+
+
 @dataclass(frozen=True, slots=True)
 class Violation:
     line: str  # the whole sentence

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from webhook.admission.podspec import controller_reference
-from webhook.cli.check_cmd import (
+from webhook.cli.common import (
     CommandError,
     add_report_arguments,
     evaluate_one,
@@ -37,6 +37,7 @@ from webhook.cli.options import add_kubeconfig_arguments, custom_kind_table
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
     from webhook.cli.kube import Resource
+    from webhook.cli.output import Result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,9 +101,9 @@ def _audit(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
 
-    from webhook.cli.kube import RESOURCES, Cluster, ClusterError, Forbidden
+    from webhook.cli.kube import RESOURCES, ClusterError, Forbidden, KubeClient
 
-    cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+    cluster = KubeClient(kubeconfig=args.kubeconfig, context=args.context)
     namespace = None if args.all_namespaces else args.namespace
     listed: list[list[dict[str, Any]]] = []  # each resource's objects, owners first
     skipped: list[Forbidden] = []
@@ -122,14 +123,14 @@ def _audit(args: argparse.Namespace) -> int:
     # Judged once the nodes are known: the policies' cluster checks run against them; a pod's claims and
     # templates (listed before the Pods) count with its GPUs.
     from webhook.admission.dra import ClaimIndex
-    from webhook.cli.check_cmd import namespace_of
+    from webhook.cli.common import namespace_of
 
     claims = ClaimIndex()
     for objects in listed:
         for obj in objects:
             claims.add(obj, namespace_of(obj, None))
     evaluator = local_evaluator(policies, view, kinds, claims)
-    results = []
+    results: list[Result] = []
     covered: set[str] = set()  # uids of objects whose pod template the report judges (here or at their owner)
     for objects in listed:
         for obj in objects:
@@ -153,10 +154,10 @@ def _audit(args: argparse.Namespace) -> int:
             f"forbidden (403) to list any of the resources the audit reads {first.where} ({first.detail}); "
             f"grant list on {_resource_list(RESOURCES)}"
         )
-    for exc in skipped:
+    for skip in skipped:
         sys.stderr.write(
-            f"gpu-webhook audit: skipped {exc.resource.name} {exc.where}: forbidden (403): {exc.detail}; "
-            f"grant list on {exc.resource.name} for a complete report\n"
+            f"gpu-webhook audit: skipped {skip.resource.name} {skip.where}: forbidden (403): {skip.detail}; "
+            f"grant list on {skip.resource.name} for a complete report\n"
         )
     from webhook.admission.clustercheck import drift_of
     from webhook.cli.drift import drift_json, print_drift

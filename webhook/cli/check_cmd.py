@@ -1,74 +1,38 @@
 """`gpu-webhook check`: the webhook's exact decisions for manifests, offline or from a running webhook.
 
 Platform teams run it in CI and GitOps repositories before turning the webhook on. Every decision comes from
-`engine.evaluate` (or, with `--server`, from the webhook itself): this module only reads, loops and reports.
-Heavy modules are imported inside `run` so `gpu-webhook` starts fast.
+`engine.evaluate` (or, with `--server`, from the webhook itself): this module only reads, loops and reports;
+what `audit` shares with it is in common.py. Heavy modules are imported inside the functions that use them,
+so that `gpu-webhook` starts fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from webhook.cli.common import (
+    DEFAULT_NAMESPACE,
+    REQUEST_TIMEOUT_S,
+    CommandError,
+    add_report_arguments,
+    evaluate_one,
+    fail,
+    load_policy_set,
+    local_evaluator,
+    namespace_of,
+)
 from webhook.cli.options import (
-    POLICIES_HELP,
-    add_custom_resources_argument,
     add_kubeconfig_arguments,
     custom_kind_table,
     kubeconfig_without_cluster,
-    missing_policy_directory,
     policy_directory,
 )
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
-    from webhook.admission.customresources import KindTable
-    from webhook.admission.dra import ClaimsView
-    from webhook.admission.engine import Decision
-    from webhook.admission.policy import PolicySet
-    from webhook.cli.output import Result
-
-    Evaluator = Callable[[dict[str, Any], str], Decision]
-
-DEFAULT_NAMESPACE = "default"
-
-
-class CommandError(Exception):
-    """A usage, input, policy or connection problem: one line on stderr, exit 2."""
-
-
-def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options `check` and `audit` share: policies, output format, diff, warnings as failures."""
-    parser.add_argument(
-        "--policies",
-        metavar="DIR",
-        default=None,
-        help=POLICIES_HELP,
-    )
-    add_custom_resources_argument(parser)
-    parser.add_argument(
-        "-o",
-        "--output",
-        choices=("table", "yaml", "json"),
-        default="table",
-        help="table (default), yaml (every object, mutated as the webhook would), or json",
-    )
-    parser.add_argument(
-        "--diff",
-        action="store_true",
-        help="print a unified diff (YAML) of each object the webhook would change",
-    )
-    parser.add_argument(
-        "--fail-on-warn", action="store_true", help="exit 1 on warnings too, not only on denials"
-    )
-    parser.add_argument(
-        "--show-env-values",
-        action="store_true",
-        help="print containers' env values in --diff (and in audit's yaml and json); by default they are "
-        "redacted, all but the webhook's own memory-fraction variables",
-    )
+    from webhook.cli.common import Evaluator
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -110,7 +74,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trust.add_argument("--ca-file", metavar="FILE", help="CA bundle that signed the webhook's certificate")
     trust.add_argument("--insecure", action="store_true", help="do not verify the webhook's certificate")
     remote.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per request (default: 10)"
+        "--timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"per request (default: {REQUEST_TIMEOUT_S:g})",
     )
     parser.set_defaults(handler=run)
 
@@ -120,11 +88,6 @@ def run(args: argparse.Namespace) -> int:
         return _check(args)
     except CommandError as exc:
         return fail("check", str(exc))
-
-
-def fail(command: str, message: str) -> int:
-    sys.stderr.write(f"gpu-webhook {command}: {message}\n")
-    return 2
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -211,112 +174,14 @@ def _check(args: argparse.Namespace) -> int:
     return 2 if errors else code
 
 
-def load_policy_set(directory: str | None) -> PolicySet:
-    """The policy set that `--policies` (options.policy_directory) names, or a one-line CommandError."""
-    from webhook.admission.loader import PolicyLoadError, load_policies
-
-    problem = missing_policy_directory(directory)
-    if problem:
-        raise CommandError(problem)
-    chosen = policy_directory(directory)
-    try:
-        return load_policies(chosen)
-    except PolicyLoadError as exc:
-        problems = exc.problems or [str(exc)]
-        raise CommandError("invalid policies:\n  " + "\n  ".join(manifests_not_policies(chosen, problems))) from None
-    except OSError as exc:
-        raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
-
-
-def manifests_not_policies(directory: str, problems: list[str]) -> list[str]:
-    """The loader's problems, with the files that hold Kubernetes manifests (a Pod, a Deployment: not a
-    GPUPolicy) said once for all, instead of every field of every object as an unknown policy field."""
-    import re
-
-    foreign: dict[str, str] = {}  # file -> a kind it holds
-    for problem in problems:
-        match = re.match(r'(.+?)#\d+ kind: "([^"]*)" is not supported; use GPUPolicy$', problem)
-        if match:
-            foreign.setdefault(match[1], match[2])
-    if not foreign:
-        return problems
-    kept = [p for p in problems if not any(p.startswith(f"{name}#") for name in foreign)]
-    kinds = sorted(set(foreign.values()))
-    shown = ", ".join(kinds[:4]) + (", ..." if len(kinds) > 4 else "")
-    files = len(foreign)
-    said = (
-        f"{directory}: {files} file{'s' if files != 1 else ''} hold{'s' if files == 1 else ''} Kubernetes "
-        f"manifests ({shown}), not GPUPolicy documents: --policies takes a directory of policies; give "
-        "manifests as the paths to check"
-    )
-    return [said, *kept]
-
-
-def local_evaluator(
-    policies: PolicySet,
-    cluster: ClusterView | None = None,
-    kinds: KindTable | None = None,
-    claims: ClaimsView | None = None,
-) -> Evaluator:
-    """The engine, after the API server's own defaulting (limits without requests get requests); with
-    `cluster`, the policies' cluster checks run against it; with `claims`, a pod's DRA claims count with it.
-    Custom resources of `kinds` (the built-in table when None) are judged by their pod templates, as the
-    server's /validate judges them."""
-    from webhook.admission.customresources import BUILTIN, evaluate
-    from webhook.admission.podspec import default_requests_from_limits
-
-    table = kinds if kinds is not None else BUILTIN
-
-    def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, claims, table)
-
-    return evaluate_local
-
 
 def cluster_view(kubeconfig: str | None, context: str | None) -> ClusterView:
     """The cluster's nodes, listed once (a ClusterError, one line, when that cannot be done)."""
     from webhook.cli.drift import list_view
-    from webhook.cli.kube import Cluster
+    from webhook.cli.kube import KubeClient
 
-    cluster = Cluster(kubeconfig=kubeconfig, context=context)
+    cluster = KubeClient(kubeconfig=kubeconfig, context=context)
     try:
         return list_view(cluster)
     finally:
         cluster.close()
-
-
-def namespace_of(obj: dict[str, Any], default: str | None) -> str:
-    metadata = obj.get("metadata")
-    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
-    if isinstance(namespace, str) and namespace:
-        return namespace
-    return default or DEFAULT_NAMESPACE
-
-
-def evaluate_one(
-    evaluator: Evaluator,
-    obj: dict[str, Any],
-    *,
-    source: str,
-    document: int,
-    item: int | None = None,
-    owner: str | None = None,
-    default_namespace: str | None = None,
-) -> Result:
-    """One object through the evaluator into a `Result`; an engine failure is a one-line error, exit 2."""
-    from webhook.cli.output import make_result
-
-    namespace = namespace_of(obj, default_namespace)
-    try:
-        decision = evaluator(obj, namespace)
-    except CommandError:
-        raise
-    except Exception as exc:  # a bug in the engine must still be one line naming the object
-        where = f"{source}#{document}" + (f" items[{item}]" if item is not None else "")
-        raise CommandError(
-            f"{where}: the admission engine failed on this object ({type(exc).__name__}: {exc}); "
-            "please report it with the manifest"
-        ) from None
-    return make_result(
-        decision, obj, source=source, document=document, namespace=namespace, item=item, owner=owner
-    )

@@ -16,12 +16,12 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import ClusterView, NodeInfo, nodes_text
 
 if TYPE_CHECKING:
-    from webhook.cli.kube import Cluster
+    from webhook.cli.kube import KubeClient
 
 HEADERS = ("POLICY", "FIELD", "POLICY SAYS", "NODES SAY", "NODES", "FIX")
 
 
-def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
+def list_view(cluster: KubeClient, page_size: int = 500) -> ClusterView:
     """Every Node, as the server's inventory keeps them."""
     from webhook.cli.kube import NODES
 
@@ -30,7 +30,7 @@ def list_view(cluster: Cluster, page_size: int = 500) -> ClusterView:
     return ClusterView(_with_dra(cluster, infos, page_size))
 
 
-def _with_dra(cluster: Cluster, nodes: dict[str, NodeInfo], page_size: int) -> dict[str, NodeInfo]:
+def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -> dict[str, NodeInfo]:
     """The nodes with the devices DRA serves on them (ResourceSlices, DeviceClasses), as the server's view has
     them; the nodes alone where the cluster serves no DRA v1 or the identity may not list it."""
     from webhook.admission.draslices import class_info, merge, slice_info
@@ -45,7 +45,7 @@ def _with_dra(cluster: Cluster, nodes: dict[str, NodeInfo], page_size: int) -> d
     return merge(nodes, [found[1] for found in map(slice_info, slices) if found is not None], read)
 
 
-def list_namespaces(cluster: Cluster, page_size: int = 500) -> list[str]:
+def list_namespaces(cluster: KubeClient, page_size: int = 500) -> list[str]:
     """The name of every Namespace."""
     from webhook.cli.kube import NAMESPACES
 

@@ -2,7 +2,7 @@
 
 Objects come back as the API's JSON (camelCase field names), not as the client's model classes, because the
 engine reads manifests exactly as the API server sends them to a webhook. The `kubernetes` client is imported
-only when a `Cluster` is made: it alone takes longer to import than `check` may take to run.
+only when a `KubeClient` is made: it alone takes longer to import than `check` may take to run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from webhook.cli.check_cmd import CommandError
+from webhook.cli.common import CommandError
 
 if TYPE_CHECKING:
     from webhook.admission.customresources import CustomKind
@@ -96,7 +96,7 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-class Cluster:
+class KubeClient:
     """A connection to one cluster (kubeconfig context or in-cluster service account)."""
 
     def __init__(self, *, kubeconfig: str | None = None, context: str | None = None):
@@ -181,7 +181,7 @@ class Cluster:
             if version not in served:
                 listed = self._discovery(f"/apis/{version}").get("resources")
                 listed = listed if isinstance(listed, list) else []
-                served[version] = {r.get("name") for r in listed if isinstance(r, dict)}
+                served[version] = {r["name"] for r in listed if isinstance(r, dict) and isinstance(r.get("name"), str)}
             if kind.resource in served[version]:
                 found.append(Resource(kind.kind, version, f"{kind.resource}.{kind.group}", "", ""))
         return found
@@ -215,7 +215,7 @@ class Cluster:
         if status != 200:
             return {}
         try:
-            page = json.loads(body)
+            page = json.loads(body or "")  # no body reads as none that parses
         except ValueError:
             return {}
         return page if isinstance(page, dict) else {}

@@ -103,9 +103,9 @@ def make_result(
     quietly, and the CLI exists to show them."""
     denials = list(decision.denials)
     warnings = list(decision.warnings)
-    if decision.decision == "audit":
+    if decision.verdict == "audit":
         warnings += decision.violations
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
     kind, name = obj.get("kind"), metadata.get("name") or metadata.get("generateName")
     return Result(
         source=source,
@@ -117,7 +117,7 @@ def make_result(
         allowed=decision.allowed,
         mutated=decision.mutated_any,
         skipped=decision.skipped,
-        decision=decision.decision,
+        decision=decision.verdict,
         patch=list(decision.patch),
         warnings=warnings,
         denials=denials,

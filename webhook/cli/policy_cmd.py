@@ -155,7 +155,7 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
 def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
     from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.policy import glob_ties
+    from webhook.admission.policy import Fractional, glob_ties
 
     chosen = policy_directory(directory)
     try:
@@ -204,7 +204,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
             "make one glob more specific or list those namespaces by name",
             file=out,
         )
-    unlisted = [p for p in policies.policies if p.fractional.value == "mig" and p.sharing.mig_profiles is None]
+    unlisted = [p for p in policies.policies if p.fractional is Fractional.MIG and p.sharing.mig_profiles is None]
     for policy in unlisted:
         print(
             f"warning: policy {policy.name} ({policy.source}) has fractional: mig without sharing.migProfiles: a "
@@ -239,13 +239,13 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
     """The drift between the policies lint loaded and the cluster's nodes, and the policies' namespace entries
     that match no namespace: 0 when neither, 1 when any, 2 when the nodes or namespaces cannot be listed."""
     from webhook.admission.clustercheck import drift_of, unmatched_namespaces
-    from webhook.cli.check_cmd import CommandError
+    from webhook.cli.common import CommandError
     from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 
     try:
-        from webhook.cli.kube import Cluster
+        from webhook.cli.kube import KubeClient
 
-        cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+        cluster = KubeClient(kubeconfig=args.kubeconfig, context=args.context)
         try:
             view = list_view(cluster)
             namespaces = list_namespaces(cluster)
@@ -293,14 +293,16 @@ def _fraction_text(value: Fraction) -> str:
 
 def describe_policy(policy: Policy) -> str:
     """One line: what the policy's settings are (the engine decides what they do)."""
+    from webhook.admission.policy import Mode
+
     sharing = policy.sharing
     if sharing.is_mig_single:
         mode = f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
-    elif sharing.mode.value == "mig":
+    elif sharing.mode is Mode.MIG:
         mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
-    elif sharing.mode.value == "memory":
+    elif sharing.mode is Mode.MEMORY:
         from webhook.admission import memshare
 
         mode = memshare.describe_mode(policy)
@@ -316,7 +318,7 @@ def describe_policy(policy: Policy) -> str:
     if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
         parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
-    per_container = policy.mig_max_per_container if sharing.mode.value == "mig" else policy.max_per_container
+    per_container = policy.mode_max_per_container
     parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
 
@@ -331,15 +333,16 @@ def describe_device_classes(policy: Policy) -> str:
 
 def describe_share(policy: Policy) -> str:
     """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
+    from webhook.admission.policy import Fractional, Mode
     from webhook.admission.resources import GPU_MODELS, offered_profiles
 
     sharing = policy.sharing
     if sharing.mode.is_shared and policy.share is not None:
         text = f"one {sharing.resource_name} is 1/{sharing.replicas} of a GPU ({sharing.mode})"
-        if policy.fractional.value == "shared":
+        if policy.fractional is Fractional.SHARED:
             text += f"; nvidia.com/gpu up to {_fraction_text(policy.share)} becomes one, more is denied"
         return text
-    if sharing.mode.value == "mig":
+    if sharing.mode is Mode.MIG:
         model = GPU_MODELS.get(policy.gpu.model or "")
         if model is None:
             return f"one GPU is a nvidia.com/mig-{sharing.mig_profile} slice"
@@ -349,7 +352,7 @@ def describe_share(policy: Policy) -> str:
         )
         offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
         return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
-    if sharing.mode.value == "memory":
+    if sharing.mode is Mode.MEMORY:
         from webhook.admission import memshare
 
         return memshare.describe_share(policy)
@@ -443,7 +446,7 @@ def _example_pod(namespace: str, quantity: str) -> dict[str, Any]:
 
 def _print_decision(label: str, decision: Decision, out: TextIO) -> None:
     print(f"  {label}", file=out)
-    print(f"    verdict    {decision.decision}" + (" (mutated)" if decision.mutated_any else ""), file=out)
+    print(f"    verdict    {decision.verdict}" + (" (mutated)" if decision.mutated_any else ""), file=out)
     containers = decision.mutated.get("spec", {}).get("containers", [])
     container = containers[0] if containers else {}
     resources = container.get("resources", {})
@@ -460,7 +463,7 @@ def _print_decision(label: str, decision: Decision, out: TextIO) -> None:
         print(f"    {'env' if position == 0 else '':<10} {variable.get('name')}={value}", file=out)
     for warning in decision.warnings:
         print(f"    warning    {warning}", file=out)
-    label = {"deny": "denied", "audit": "audited"}.get(decision.decision)
-    if label:
+    judged = {"deny": "denied", "audit": "audited"}.get(decision.verdict)
+    if judged:
         for line in decision.violations:
-            print(f"    {label:<10} {line}", file=out)
+            print(f"    {judged:<10} {line}", file=out)

@@ -22,7 +22,7 @@ from webhook.admission.engine import Decision
 from webhook.admission.mutate import POLICY_ANNOTATION
 from webhook.admission.podspec import default_requests_from_limits, pod_spec_path
 from webhook.admission.review import make_review
-from webhook.cli.check_cmd import CommandError
+from webhook.cli.common import REQUEST_TIMEOUT_S, CommandError
 
 
 class RemoteError(CommandError):
@@ -38,7 +38,7 @@ class RemoteEvaluator:
         *,
         ca_file: str | None = None,
         insecure: bool = False,
-        timeout: float = 10.0,
+        timeout: float = REQUEST_TIMEOUT_S,
         kinds: KindTable = BUILTIN,
     ):
         parts = urlsplit(url)
@@ -64,7 +64,7 @@ class RemoteEvaluator:
             warnings = _strings(validate.get("warnings"))
             return Decision(
                 allowed=allowed,
-                decision="deny" if not allowed else ("warn" if warnings else "allow"),
+                verdict="deny" if not allowed else ("warn" if warnings else "allow"),
                 policy=_policy_of(validate),
                 warnings=warnings,
                 violations=[] if allowed else _messages(validate),
@@ -72,7 +72,7 @@ class RemoteEvaluator:
             )
         if pod_spec_path(sent) is None:
             # The webhook's rules never send such objects; neither does the CLI. The engine would skip it.
-            return Decision(allowed=True, decision="allow", policy="", mutated=sent, skipped=True)
+            return Decision(allowed=True, verdict="allow", policy="", mutated=sent, skipped=True)
         mutate = self._review("mutate", make_review(sent, namespace=namespace))
         patch = _decode_patch(mutate, self.url)
         try:
@@ -97,7 +97,7 @@ class RemoteEvaluator:
             violations = _messages(mutate)
         return Decision(
             allowed=allowed,
-            decision="deny" if not allowed else ("warn" if validation_warnings else "allow"),
+            verdict="deny" if not allowed else ("warn" if validation_warnings else "allow"),
             policy=policy,
             patch=patch,
             warnings=warnings,

@@ -229,14 +229,14 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
     from webhook.admission.customresources import evaluate
 
-    cluster = find_credentials(args.kubeconfig)  # each worker watches with these, after the fork
+    credentials = find_credentials(args.kubeconfig)  # each worker watches with these, after the fork
     state = ServerState(
         policies=policies,
         evaluate=partial(evaluate, kinds=kinds),  # custom resources judged by their templates
         certificate=certificate,
         policy_interval=args.policy_reload_interval,
         cert_interval=args.cert_reload_interval,
-        cluster=cluster,
+        credentials=credentials,
         cluster_stale_after=args.cluster_stale_after,
     )
     notice = certificate.expiry_notice()
@@ -246,7 +246,7 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
     if args.metrics_port:
         _start_metrics(host, args.metrics_port)
-    _banner(args, host, policy_dir, len(policies.current.policies), cert_file, cluster.source)
+    _banner(args, host, policy_dir, len(policies.current.policies), cert_file, credentials.source)
     options = ServeOptions(
         host=host, port=args.port, probe_port=args.probe_port, workers=args.workers, threads=args.threads,
         log_level=args.log_level,
@@ -266,7 +266,7 @@ def _start_metrics(host: str, port: int) -> None:
 
 
 def _banner(
-    args: argparse.Namespace, host: str, policy_dir: Path, count: int, cert_file: Path, cluster: str
+    args: argparse.Namespace, host: str, policy_dir: Path, count: int, cert_file: Path, credentials: str
 ) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
@@ -281,5 +281,5 @@ def _banner(
         lines.append(f"  try:    curl --cacert {ca} https://{shown}:{args.port}/healthz")
     else:
         lines.append(f"  certificate: {cert_file}")
-    lines.append(f"  cluster checks: {cluster}")  # said once: the credentials, or why the checks are off
+    lines.append(f"  cluster checks: {credentials}")  # said once: the credentials, or why the checks are off
     print("\n".join(lines), flush=True)

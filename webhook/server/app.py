@@ -28,7 +28,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import parse_options_header
 from werkzeug.wsgi import get_content_length
 
-from webhook.admission.review import AdmissionRequest, ReviewError, build_response, parse_review
+from webhook.admission.review import AdmissionRequest, ReviewError, WebhookMode, build_response, parse_review
+from webhook.admission.violation import cut
 from webhook.server import metrics
 from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
 from webhook.server.state import ServerState
@@ -55,7 +56,7 @@ _review_log = logging.getLogger(REVIEW_LOGGER)
 
 
 Answer = tuple[int, dict[str, Any]]  # (HTTP status, JSON body)
-WEBHOOK_PATHS = {"/mutate": "mutate", "/validate": "validate"}
+WEBHOOK_PATHS: dict[str, WebhookMode] = {"/mutate": "mutate", "/validate": "validate"}
 _STATUS_LINES = {200: "200 OK", 400: "400 Bad Request", 413: "413 Content Too Large", 500: "500 Internal Server Error",
                  503: "503 Service Unavailable"}
 _CRASH: Answer = (500, {"error": "internal error; see the webhook's log", "code": 500})
@@ -300,7 +301,7 @@ def _mimetype(content_type: str) -> str:
     return parse_options_header(content_type)[0].lower()
 
 
-def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer:
+def _review(state: ServerState, webhook: WebhookMode, environ: dict[str, Any]) -> Answer:
     started = time.perf_counter()
     content_type = environ.get("CONTENT_TYPE") or ""
     if _mimetype(content_type) not in JSON_TYPES:
@@ -323,7 +324,7 @@ def _review(state: ServerState, webhook: str, environ: dict[str, Any]) -> Answer
     return _decide(state, webhook, body, started)
 
 
-def _decide(state: ServerState, webhook: str, body: bytes, started: float) -> Answer:
+def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: float) -> Answer:
     try:
         review = parse_review(body)
     except ReviewError as exc:
@@ -335,8 +336,8 @@ def _decide(state: ServerState, webhook: str, body: bytes, started: float) -> An
         try:
             old = review.old_object if review.operation == "UPDATE" else None
             cluster = state.cluster_view()  # the inventory's snapshot, or None: never waits
-            decision = state.evaluate(review.engine_object, review.engine_namespace, policies, old, cluster,
-                                      state.claims)  # type: ignore[arg-type]
+            decision = state.evaluate(review.engine_object, review.engine_namespace, policies, old,  # type: ignore[arg-type]
+                                      cluster, state.claims)
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:
@@ -348,7 +349,7 @@ def _decide(state: ServerState, webhook: str, body: bytes, started: float) -> An
 
     answer = build_response(review, decision, mode=webhook)
     elapsed = time.perf_counter() - started
-    verdict = decision.decision if decision is not None else "allow"
+    verdict = decision.verdict if decision is not None else "allow"
     kinds = decision.mutation_kinds if decision is not None and webhook == "mutate" else ()
     metrics.observe_review(webhook, verdict, elapsed, kinds)
     _log_review(webhook, review, decision, answer["response"], verdict, elapsed)
@@ -362,7 +363,7 @@ LOG_LINE_MAX = 300
 
 
 def _cut(text: str, limit: int = LOG_TEXT_MAX) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(text, limit)
 
 
 def _lines(lines: list[str]) -> list[str]:

@@ -298,7 +298,7 @@ class NodeInventory:
             if obj.get("code") == 410:
                 raise WatchExpired
             raise APIError(f"the {self.what} watch sent an error: {obj.get('message', obj)}")
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
         version = metadata.get("resourceVersion")
         if isinstance(version, str) and version:
             self._version = version

@@ -96,7 +96,7 @@ class BatchingStreamHandler(logging.Handler):
         self._writer: threading.Thread | None = None
         self._dropped = 0
 
-    def handle(self, record: logging.LogRecord) -> bool | logging.LogRecord:
+    def handle(self, record: logging.LogRecord) -> bool | logging.LogRecord:  # type: ignore[override]  # 3.12's
         """As logging's, without the handler's lock around `emit`: queueing needs none, and under that lock a
         thread switch in the middle of formatting would hold every other thread's line up. (From Python 3.12 a
         filter may return a record to log instead, as there.)"""

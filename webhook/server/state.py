@@ -42,7 +42,7 @@ class ServerState:
     evaluate: Evaluate = evaluate  # injectable so the shell's failure handling can be tested
     policy_interval: float = 1.0  # seconds between looks at the policy directory
     cert_interval: float = 30.0  # seconds between looks at the certificate files
-    cluster: Credentials | None = None  # the node inventory's credentials; None or unconfigured: checks off
+    credentials: Credentials | None = None  # the node inventory's; None or unconfigured: cluster checks off
     cluster_stale_after: float = STALE_AFTER_S
     inventory: NodeInventory | None = None  # this worker's (start_inventory)
     claims: ClaimsCache | None = None  # this worker's DRA claims and templates (start_inventory)
@@ -64,7 +64,7 @@ class ServerState:
             problem = self.certificate.problem()
             if problem:
                 problems.append(problem)
-        if self.cluster is not None and self.cluster.configuration is not None:
+        if self.credentials is not None and self.credentials.configuration is not None:
             details["cluster"] = self.cluster_details()
         details["ready"] = not problems
         if problems:
@@ -75,19 +75,19 @@ class ServerState:
 
     def start_inventory(self) -> None:
         """This worker's list + watch of Nodes (after the fork: threads do not survive one)."""
-        if self.cluster is None or self.cluster.configuration is None or self.inventory is not None:
+        if self.credentials is None or self.credentials.configuration is None or self.inventory is not None:
             return
-        self.inventory = NodeInventory(KubeNodes(self.cluster.configuration), stale_after=self.cluster_stale_after)
+        self.inventory = NodeInventory(KubeNodes(self.credentials.configuration), stale_after=self.cluster_stale_after)
         inventory = self.inventory
         self.dra_watches = [
-            DRAWatch.watching(self.cluster.configuration, kind, inventory._publish, self.cluster_stale_after)
+            DRAWatch.watching(self.credentials.configuration, kind, inventory._publish, self.cluster_stale_after)
             for kind in ("ResourceSlice", "DeviceClass")
         ]
         inventory.attach_dra(*self.dra_watches)
         inventory.start()
         for watch in self.dra_watches:
             watch.start()
-        self.claims = ClaimsCache.watching(self.cluster.configuration, self.cluster_stale_after)
+        self.claims = ClaimsCache.watching(self.credentials.configuration, self.cluster_stale_after)
         self.claims.start()
 
     def cluster_view(self) -> ClusterView | None:
@@ -119,8 +119,8 @@ class ServerState:
 
     def cluster_details(self) -> dict[str, Any]:
         """For /readyz: where the credentials came from, the inventory's state, its nodes, and the drift."""
-        assert self.cluster is not None
-        details: dict[str, Any] = {"credentials": self.cluster.source}
+        assert self.credentials is not None
+        details: dict[str, Any] = {"credentials": self.credentials.source}
         inventory = self.inventory
         if inventory is None:
             return details

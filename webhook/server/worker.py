@@ -183,6 +183,7 @@ class WebhookWorker(ThreadWorker):
     """gthread whose threads only ever see connections with a whole request waiting (see module doc)."""
 
     probe_port: int = 0  # the plain-HTTP probe listener's port (0: none); set by the runner
+    wsgi: Any  # the application, set by gunicorn's load_wsgi (which the base class leaves untyped)
     max_lingering: int = MAX_LINGERING
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

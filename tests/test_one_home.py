@@ -1,0 +1,51 @@
+"""Rules with one home, held there: a second copy written somewhere else fails here, naming where.
+
+Read with `ast`, so comments and docstrings that mention the rules do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(encoding="utf-8")) for path in
+           sorted((ROOT / "webhook").rglob("*.py"))}  # fmt: skip
+
+
+def _where(found: list[tuple[str, ast.AST]]) -> list[str]:
+    return [f"{path}:{getattr(node, 'lineno', '?')}" for path, node in found]
+
+
+def test_a_message_is_shortened_only_by_violation_cut():
+    """`text[:n] + "..."` anywhere but `violation.cut` is a second way to shorten (and a second mark)."""
+    found = [
+        (path, node)
+        for path, tree in SOURCES.items()
+        if path != "webhook/admission/violation.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Add)
+        and isinstance(node.right, ast.Constant)
+        and node.right.value in ("...", "…")
+    ]
+    assert _where(found) == []
+
+
+def test_the_per_container_defaults_are_read_only_by_policy_per_container():
+    """Besides `Policy.per_container`, only the JSON Schema's description of `maxPerContainer` names them."""
+    names = {"SHARED_MAX_PER_CONTAINER", "MIG_MAX_PER_CONTAINER", "DEFAULT_MAX_PER_CONTAINER"}
+    found = [
+        (path, node)
+        for path, tree in SOURCES.items()
+        if path != "webhook/admission/policyfields.py"
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load))
+        or (isinstance(node, ast.alias) and node.name in names)
+    ]
+    policy = SOURCES["webhook/admission/policy.py"]
+    per_container = next(
+        node for node in ast.walk(policy) if isinstance(node, ast.FunctionDef) and node.name == "per_container"
+    )
+    inside = {id(node) for node in ast.walk(per_container)}
+    assert _where([(path, node) for path, node in found if id(node) not in inside]) == []
