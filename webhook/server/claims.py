@@ -28,11 +28,10 @@ from webhook.server import metrics
 from webhook.server.inventory import (
     BACKOFF_S,
     WATCH_TIMEOUT_S,
-    APIError,
     KubeNodes,
     NodeInventory,
     NodeSource,
-    WatchExpired,
+    watch_event,
 )
 from webhook.server.logs import LOGGER, log
 
@@ -120,16 +119,11 @@ class ClaimCache(NodeInventory):
             objects=count)
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
+        parsed = watch_event(event, self.kind)
+        if parsed is None:
             return
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise WatchExpired
-            raise APIError(f"the {self.kind} watch sent an error: {obj.get('message', obj)}")
-        metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
-        version = metadata.get("resourceVersion")
-        if isinstance(version, str) and version:
+        kind, obj, version = parsed
+        if version:
             self._version = version
         if kind == "BOOKMARK":
             return

@@ -16,7 +16,7 @@ from typing import Any
 
 from webhook.admission.cluster import STALE_AFTER_S
 from webhook.admission.draslices import class_info, slice_info
-from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, APIError, KubeNodes, NodeInventory, WatchExpired
+from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory, watch_event
 from webhook.server.logs import LOGGER, log
 
 _log = logging.getLogger(f"{LOGGER}.dra")
@@ -81,17 +81,13 @@ class DRAWatch(NodeInventory):
             objects=len(items))
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
+        parsed = watch_event(event, self.kind)
+        if parsed is None:
             return
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise WatchExpired
-            raise APIError(f"the {self.kind} watch sent an error: {obj.get('message', obj)}")
-        metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
-        version = metadata.get("resourceVersion")
-        if isinstance(version, str) and version:
+        kind, obj, version = parsed
+        if version:
             self._version = version
+        metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
         name = metadata.get("name")
         if kind == "BOOKMARK" or not isinstance(name, str):
             return

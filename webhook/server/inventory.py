@@ -47,6 +47,22 @@ class APIError(Exception):
     """The API server refused or could not be reached: one line for the log."""
 
 
+def watch_event(event: dict[str, Any], what: str) -> tuple[str, dict[str, Any], str] | None:
+    """One watch event as (type, object, resourceVersion or ""); None for one without an object. An ERROR event
+    raises: WatchExpired for 410 Gone (the caller lists again), APIError otherwise. Every watch here (nodes, DRA
+    claims, slices and classes) reads its events through this."""
+    kind, obj = event.get("type"), event.get("object")
+    if not isinstance(obj, dict):
+        return None
+    if kind == "ERROR":
+        if obj.get("code") == 410:
+            raise WatchExpired
+        raise APIError(f"the {what} watch sent an error: {obj.get('message', obj)}")
+    metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
+    version = metadata.get("resourceVersion")
+    return str(kind), obj, version if isinstance(version, str) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     """Where the inventory's credentials came from, for the start-up line and /readyz."""
@@ -291,16 +307,11 @@ class NodeInventory:
             self._apply(event)
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
+        parsed = watch_event(event, self.what)
+        if parsed is None:
             return
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise WatchExpired
-            raise APIError(f"the {self.what} watch sent an error: {obj.get('message', obj)}")
-        metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
-        version = metadata.get("resourceVersion")
-        if isinstance(version, str) and version:
+        kind, obj, version = parsed
+        if version:
             self._version = version
         if kind == "BOOKMARK":
             return
