@@ -64,6 +64,7 @@ $(K8S_TOOLS): requirements/k8s-tools.txt $(STAMP)
 # ruff, then mypy ([tool.mypy] in pyproject.toml: webhook/, strict on the core), then the suite.
 test: $(STAMP) $(K8S_TOOLS)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 

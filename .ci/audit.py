@@ -24,8 +24,10 @@ def main(pip_audit: str, requirements: str) -> int:
     packages = report.get("dependencies", [])
     audited = [p for p in packages if "skip_reason" not in p]
     if packages and not audited:
-        print(f"audit: skipped: PyPI's advisory database is not reachable from here ({len(packages)} packages "
-              "could not be looked up); run `make audit` where it is")
+        print(
+            f"audit: skipped: PyPI's advisory database is not reachable from here ({len(packages)} packages "
+            "could not be looked up); run `make audit` where it is"
+        )
         return 0
     found = [(p["name"], p["version"], v) for p in audited for v in p.get("vulns", [])]
     for name, version, vuln in found:

@@ -346,18 +346,33 @@ def main() -> bool:
         server = start(where, probe_port)
         try:
             rows, results["held"] = held(server, probe_port)
-            print(table(f"\nheld: {IDLE} idle TCP connections and {HALF_OPEN} half-open TLS handshakes on the webhook "
-                        f"port (re-opened when closed: {results['held']['reopened']}); new connections, "
-                        f"{PROBE_TIMEOUT:g} s timeout",
-                        ["on a new connection", "tries", "failed", "p50 ms", "max ms"], rows))
+            print(
+                table(
+                    f"\nheld: {IDLE} idle TCP connections and {HALF_OPEN} half-open TLS handshakes on the webhook "
+                    f"port (re-opened when closed: {results['held']['reopened']}); new connections, "
+                    f"{PROBE_TIMEOUT:g} s timeout",
+                    ["on a new connection", "tries", "failed", "p50 ms", "max ms"],
+                    rows,
+                )
+            )
             rows, results["metrics"] = metrics_held(server)
-            print(table(f"\nmetrics port: {HALF_SENT} half-sent requests held; server threads "
-                  f"{results['metrics']['threads_before']} before, {results['metrics']['threads_held']} while held",
-                        ["on a new connection", "tries", "failed", "p50 ms", "max ms"], rows))
+            print(
+                table(
+                    f"\nmetrics port: {HALF_SENT} half-sent requests held; server threads "
+                    f"{results['metrics']['threads_before']} before, {results['metrics']['threads_held']} while held",
+                    ["on a new connection", "tries", "failed", "p50 ms", "max ms"],
+                    rows,
+                )
+            )
             rows, results["large"] = large(server)
-            print(table(f"\nlarge reviews: {LARGE_SENDERS} clients sending {LARGE_BYTES // 1024 // 1024} MB reviews "
-                  f"({LARGE_KIND}) back to back; small reviews at {SMALL_RATE:g}/s on kept-alive connections",
-                        ["run", "reviews", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
+            print(
+                table(
+                    f"\nlarge reviews: {LARGE_SENDERS} clients sending {LARGE_BYTES // 1024 // 1024} MB reviews "
+                    f"({LARGE_KIND}) back to back; small reviews at {SMALL_RATE:g}/s on kept-alive connections",
+                    ["run", "reviews", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+                    rows,
+                )
+            )
         finally:
             server.stop()
     write_results("conns", results)

@@ -64,16 +64,40 @@ def claim_object(index: int) -> dict[str, Any]:
             "resourceVersion": str(index),
             "generateName": f"train-{index:06d}-7d9f8c-gpus-",
             "annotations": {"resource.kubernetes.io/pod-claim-name": "gpus"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": f"train-{index:06d}-7d9f8c",
-                                 "uid": f"10000000-0000-4000-8000-{index:012d}", "controller": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": f"train-{index:06d}-7d9f8c",
+                    "uid": f"10000000-0000-4000-8000-{index:012d}",
+                    "controller": True,
+                }
+            ],
         },
         "spec": {"devices": {"requests": [request]}},
         "status": {
-            "allocation": {"devices": {"results": [
-                {"request": "gpu", "driver": "gpu.nvidia.com", "pool": f"node-{index % 5000}", "device": f"gpu-{i}"}
-                for i in range(count)
-            ]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [f"node-{index % 5000}"]}]}]}},
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": "gpu.nvidia.com",
+                            "pool": f"node-{index % 5000}",
+                            "device": f"gpu-{i}",
+                        }
+                        for i in range(count)
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [f"node-{index % 5000}"]}
+                            ]
+                        }
+                    ]
+                },
+            },
             "reservedFor": [{"resource": "pods", "name": f"train-{index:06d}-7d9f8c", "uid": "x"}],
         },
     }

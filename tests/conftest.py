@@ -192,9 +192,7 @@ def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory)
         env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "GPU_ADMISSION_POLICIES")}
         log_file = work / "server.log"
         with log_file.open("wb") as sink:
-            process = subprocess.Popen(
-                args, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd or work
-            )
+            process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd or work)
         server = LiveServer(
             url=f"https://127.0.0.1:{port}",
             ca_file=cert.ca_cert,

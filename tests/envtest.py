@@ -150,8 +150,6 @@ def _wait_ready(plane: ControlPlane) -> None:
     raise RuntimeError(f"kube-apiserver not ready within {READY_TIMEOUT} s:\n{plane.log('kube-apiserver')}")
 
 
-
-
 def shipped_webhook_configurations(
     kubectl: Path, url: str, ca_pem: bytes, suffix: str, only_label: str
 ) -> list[dict[str, Any]]:

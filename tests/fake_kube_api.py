@@ -276,9 +276,7 @@ class FakeKubeAPI:
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         route = self._route(parts.path)
         if route is None:
-            return 404, _status(
-                404, "NotFound", f"the server could not find the requested resource ({parts.path})"
-            )
+            return 404, _status(404, "NotFound", f"the server could not find the requested resource ({parts.path})")
         kind, plural, namespace = route
         if plural in self.forbidden:
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"

@@ -54,19 +54,31 @@ AUDIT_MIG = policy(sharing=MIG.sharing, gpu=MIG.gpu, enforcement=Enforcement.AUD
     ("pol", "resources", "message"),
     [
         # The two measured on a real kube-apiserver: a fraction in a whole-GPU namespace, request 1 and limit 2.
-        (WARN, {"limits": {"nvidia.com/gpu": "500m"}},
-         'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API server '
-         'refuses it anyway); request a whole number of GPUs (policy "team" gives whole GPUs only; ask for a '
-         "namespace with sharing)"),
-        (AUDIT, {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
-         'container "train": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be overcommitted (the '
-         "API server refuses it anyway): set request and limit to the same whole number"),
-        (AUDIT, {"limits": {"nvidia.com/gpu": "-1"}},
-         'container "train": nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a whole '
-         "number of devices >= 0"),
-        (AUDIT_MIG, {"limits": {"nvidia.com/gpu": "0.5"}},
-         'container "train": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API server refuses '
-         'it anyway); request nvidia.com/gpu: 1, which policy "team" turns into nvidia.com/mig-1g.10gb'),
+        (
+            WARN,
+            {"limits": {"nvidia.com/gpu": "500m"}},
+            'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices '
+            '(the API server refuses it anyway); request a whole number of GPUs (policy "team" gives whole GPUs '
+            "only; ask for a namespace with sharing)",
+        ),
+        (
+            AUDIT,
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            'container "train": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be overcommitted (the '
+            "API server refuses it anyway): set request and limit to the same whole number",
+        ),
+        (
+            AUDIT,
+            {"limits": {"nvidia.com/gpu": "-1"}},
+            'container "train": nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a whole '
+            "number of devices >= 0",
+        ),
+        (
+            AUDIT_MIG,
+            {"limits": {"nvidia.com/gpu": "0.5"}},
+            'container "train": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API server refuses '
+            'it anyway); request nvidia.com/gpu: 1, which policy "team" turns into nvidia.com/mig-1g.10gb',
+        ),
     ],
     ids=["fraction-under-warn", "request-not-limit-under-audit", "negative-under-audit", "mig-fraction-no-convert"],
 )

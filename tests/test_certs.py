@@ -713,10 +713,16 @@ def test_cli_generate_then_refuse_then_renew_then_inspect_then_ca_bundle(tmp_pat
         (["ca-bundle", "{dir}"], 1, "gpu-webhook certs ca-bundle: error: {dir}/ca.crt: no such file"),
         (["renew", "--dir", "{dir}"], 1, "gpu-webhook certs renew: error: {dir}/ca.crt: no such file"),
         (["renew", "--dir", "{dir}", "--before", "soon"], 2, "gpu-webhook certs renew: error: --before: duration"),
-        (["renew", "--dir", "{dir}", "--before", "1000000d"], 2,
-         "gpu-webhook certs renew: error: --before: duration '1000000d': longer than 100 years"),
-        (["renew", "--dir", "{dir}", "--before", "99999999999d"], 2,
-         "gpu-webhook certs renew: error: --before: duration '99999999999d': longer than 100 years"),
+        (
+            ["renew", "--dir", "{dir}", "--before", "1000000d"],
+            2,
+            "gpu-webhook certs renew: error: --before: duration '1000000d': longer than 100 years",
+        ),
+        (
+            ["renew", "--dir", "{dir}", "--before", "99999999999d"],
+            2,
+            "gpu-webhook certs renew: error: --before: duration '99999999999d': longer than 100 years",
+        ),
     ],
 )
 def test_cli_errors_are_one_line_without_traceback(tmp_path: Path, args: list[str], code: int, message: str) -> None:

@@ -46,9 +46,7 @@ def owned(kind: str, name: str, api_version: str = "x/v1") -> dict[str, Any]:
     }
 
 
-def pod(
-    name: str, namespace: str, gpu: Any = None, *, owner: tuple[str, ...] | None = None
-) -> dict[str, Any]:
+def pod(name: str, namespace: str, gpu: Any = None, *, owner: tuple[str, ...] | None = None) -> dict[str, Any]:
     metadata = {"name": name, "namespace": namespace, "uid": uid("Pod", name), **(owned(*owner) if owner else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container(gpu)]}}
 
@@ -71,7 +69,10 @@ CLUSTER = [
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {
-            "name": "web-1", "namespace": "ml", "uid": uid("ReplicaSet", "web-1"), **owned("Deployment", "web"),
+            "name": "web-1",
+            "namespace": "ml",
+            "uid": uid("ReplicaSet", "web-1"),
+            **owned("Deployment", "web"),
         },
         "spec": {"replicas": 1, "template": template(1)},
     },
@@ -89,7 +90,10 @@ CLUSTER = [
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": "nightly-1", "namespace": "batch", "uid": uid("Job", "nightly-1"), **owned("CronJob", "nightly"),
+            "name": "nightly-1",
+            "namespace": "batch",
+            "uid": uid("Job", "nightly-1"),
+            **owned("CronJob", "nightly"),
         },
         "spec": {"template": template(2)},
     },
@@ -124,9 +128,7 @@ def gpu_webhook(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_audit_pages_through_the_cluster_and_reports_what_would_be_denied_or_changed(cluster, kubeconfig):
-    run = gpu_webhook(
-        "audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "--page-size", "2"
-    )
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "--page-size", "2")
     assert run.returncode == 1, run.stderr
     assert run.stderr == "", "no progress output when stderr is not a terminal"
     report = json.loads(run.stdout)
@@ -144,9 +146,7 @@ def test_audit_pages_through_the_cluster_and_reports_what_would_be_denied_or_cha
     assert all(r["source"] == "fake" for r in report["results"]), "the source is the kubeconfig context"
     web = results["web"]
     assert web["mutated"] and web["allowed"]
-    assert web["object"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
-        "nvidia.com/gpu": 1
-    }
+    assert web["object"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
     assert results["half"]["allowed"] is False and "fractional" in results["half"]["denials"][0]
     assert results["train-worker-0"]["allowed"] is False, "an operator's Pod is judged like any other"
 
@@ -313,8 +313,7 @@ def audit_error(capsys, *args: str) -> str:
 def test_wrong_credentials_are_one_line(cluster, tmp_path, capsys):
     config = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="expired")
     assert audit_error(capsys, "--kubeconfig", str(config)) == (
-        f"{cluster.url} rejected the credentials (401 Unauthorized): "
-        "log in again or fix the user of context fake"
+        f"{cluster.url} rejected the credentials (401 Unauthorized): log in again or fix the user of context fake"
     )
 
 

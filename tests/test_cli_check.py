@@ -30,9 +30,7 @@ RESULT_KEYS = [
 ]  # fmt: skip
 
 
-def gpu_webhook(
-    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
+def gpu_webhook(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The installed console script, as CI runs it."""
     environ = {k: v for k, v in os.environ.items() if k not in ("GPU_ADMISSION_POLICIES", "NO_COLOR")}
     environ.update(env or {})
@@ -93,9 +91,7 @@ def test_table_lists_every_object_then_each_denial_and_warning_and_exits_1_on_a_
     assert len(deny) == 1
     assert deny[0].startswith('DENY manifests/denied.yaml#0 Pod/half: container "train": nvidia.com/gpu 0.5')
     warn = [line for line in lines if line.startswith("WARN ")]
-    assert any(line.startswith("WARN manifests/warn.yaml#1 Pod/nine: ") for line in warn), (
-        "audit violations show"
-    )
+    assert any(line.startswith("WARN manifests/warn.yaml#1 Pod/nine: ") for line in warn), "audit violations show"
     assert lines[-1] == "11 objects: 10 allowed, 1 denied, 4 mutated, 2 skipped, 6 with warnings"
     assert "\033[" not in run.stdout, "no colour when stdout is not a terminal"
 
@@ -173,9 +169,7 @@ def test_json_has_exactly_the_documented_shape():
     # warn: admitted, the violation is a warning; audit: admitted quietly, yet the CLI shows the violation.
     warned = results[("warn.yaml#0", "nine")]
     audited = results[("warn.yaml#1", "nine")]
-    assert (
-        warned["allowed"] and warned["denials"] == [] and any("per container" in w for w in warned["warnings"])
-    )
+    assert warned["allowed"] and warned["denials"] == [] and any("per container" in w for w in warned["warnings"])
     assert (
         audited["allowed"]
         and audited["denials"] == []
@@ -192,21 +186,14 @@ def test_yaml_from_stdin_is_every_document_mutated_and_checking_it_again_changes
     run = gpu_webhook("check", "--policies", "policies", "-o", "yaml", "-", stdin=stream)
     assert run.returncode == 0, run.stderr
     documents = list(yaml.safe_load_all(run.stdout))
-    assert [d["kind"] for d in documents] == ["Pod", "Pod", "ConfigMap", "List"], (
-        "empty documents are dropped"
-    )
+    assert [d["kind"] for d in documents] == ["Pod", "Pod", "ConfigMap", "List"], "empty documents are dropped"
     assert documents[0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
     assert documents[2]["data"] == {"created": "2024-01-01"}
     listed = documents[3]["items"]
     assert [i["kind"] for i in listed] == ["Deployment", "Service"], "a List keeps its shape"
-    assert (
-        "nvidia.com/gpu.shared"
-        in listed[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    )
+    assert "nvidia.com/gpu.shared" in listed[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     # Only YAML on stdout; the notices go to stderr, one line each.
-    assert run.stderr and all(
-        line.startswith(("WARN <stdin>#", "DENY <stdin>#")) for line in run.stderr.splitlines()
-    )
+    assert run.stderr and all(line.startswith(("WARN <stdin>#", "DENY <stdin>#")) for line in run.stderr.splitlines())
 
     # Fixing manifests at their source: the webhook has nothing left to do on the output.
     again = gpu_webhook("check", "--policies", "policies", "-o", "json", "-", stdin=run.stdout)
@@ -219,9 +206,7 @@ def test_yaml_from_stdin_is_every_document_mutated_and_checking_it_again_changes
 
 
 def test_diff_shows_each_mutated_object_before_and_after():
-    run = gpu_webhook(
-        "check", "--policies", "policies", "--diff", "manifests/pods.yaml", "manifests/clean.yaml"
-    )
+    run = gpu_webhook("check", "--policies", "policies", "--diff", "manifests/pods.yaml", "manifests/clean.yaml")
     assert run.returncode == 0, run.stderr
     out = run.stdout
     assert out.startswith(
@@ -231,9 +216,7 @@ def test_diff_shows_each_mutated_object_before_and_after():
     assert "clean.yaml" not in out and "settings" not in out, "unchanged objects have no diff"
     assert "+      limits:\n+        nvidia.com/gpu: 1\n" in out
     assert "-        nvidia.com/gpu: 250m\n" in out
-    assert (
-        run.stderr.splitlines()[-1] == "5 objects: 5 allowed, 0 denied, 2 mutated, 1 skipped, 2 with warnings"
-    )
+    assert run.stderr.splitlines()[-1] == "5 objects: 5 allowed, 0 denied, 2 mutated, 1 skipped, 2 with warnings"
 
 
 # --- warnings as failures -------------------------------------------------------------------------------
@@ -329,8 +312,7 @@ def test_usage_errors_exit_2(capsys, monkeypatch):
     monkeypatch.chdir(FIXTURES / "manifests")  # no ./policies here
     assert main(["check", "clean.yaml"]) == 2
     assert capsys.readouterr().err == (
-        "gpu-webhook check: policy directory policies not found "
-        "(pass --policies DIR or set GPU_ADMISSION_POLICIES)\n"
+        "gpu-webhook check: policy directory policies not found (pass --policies DIR or set GPU_ADMISSION_POLICIES)\n"
     )
 
 
@@ -413,9 +395,7 @@ def test_check_loads_no_heavy_modules():
         "'cryptography', 'gunicorn', 'urllib3', 'requests'})\n"
         "print(rc, heavy, file=sys.stderr)\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=FIXTURES, timeout=60
-    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=FIXTURES, timeout=60)
     assert run.stderr.strip() == "0 []"
 
 
@@ -578,9 +558,7 @@ def server(start_server):
 
 def test_server_answers_give_the_same_report_as_the_engine_in_process(server, capsys):
     local = gpu_webhook("check", "--policies", "policies", "-o", "json", "manifests")
-    remote = gpu_webhook(
-        "check", "--server", server.url, "--ca-file", str(server.ca_file), "-o", "json", "manifests"
-    )
+    remote = gpu_webhook("check", "--server", server.url, "--ca-file", str(server.ca_file), "-o", "json", "manifests")
     assert remote.returncode == local.returncode == 1, remote.stderr
     assert remote.stderr == ""
     local_report, remote_report = json.loads(local.stdout), json.loads(remote.stdout)

@@ -17,9 +17,7 @@ GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"
 def gpu_webhook(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "GPU_ADMISSION_POLICIES"}
     environ.update(env or {})
-    return subprocess.run(
-        [str(GPU_WEBHOOK), *args], capture_output=True, text=True, cwd=cwd, env=environ, timeout=60
-    )
+    return subprocess.run([str(GPU_WEBHOOK), *args], capture_output=True, text=True, cwd=cwd, env=environ, timeout=60)
 
 
 def policy(name: str, spec: str) -> str:
@@ -123,8 +121,10 @@ def test_lint_of_an_empty_directory_says_the_built_in_defaults_apply(tmp_path: P
 @pytest.mark.parametrize(
     ("files", "said"),
     [
-        ({"empty.yaml": "", "dashes.yaml": "---\n---\n", "notes.yml": "# policies go here\n"},
-         "3 policy files (*.yaml, *.yml) read, but they hold no policies"),
+        (
+            {"empty.yaml": "", "dashes.yaml": "---\n---\n", "notes.yml": "# policies go here\n"},
+            "3 policy files (*.yaml, *.yml) read, but they hold no policies",
+        ),
         ({"default.yaml": "# nothing yet\n---\n"}, "1 policy file (*.yaml, *.yml) read, but it holds no policies"),
     ],
 )
@@ -210,7 +210,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
     assert (run.returncode, run.stderr) == (0, "")
     fractional = (
         'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
-        'server refuses it anyway); request a whole number of '
+        "server refuses it anyway); request a whole number of "
         'GPUs (policy "{}" gives whole GPUs only; ask for a namespace with sharing)'
     )
     assert run.stdout == (
@@ -291,8 +291,10 @@ def test_explain_the_example_policies() -> None:
     assert "  policy    notebooks-time-slicing (examples/policies/time-slicing.yaml#0)" in notebook
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20389M" in inference  # 1/4 of an H100-80GB (81,559 MiB)
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40779M" not in inference  # 0.5 is more than one replica's share
-    assert "  share     one nvidia.com/gpu.shared is 1/4 of a GPU (mps); nvidia.com/gpu up to 0.25 becomes one, " \
+    assert (
+        "  share     one nvidia.com/gpu.shared is 1/4 of a GPU (mps); nvidia.com/gpu up to 0.25 becomes one, "
         "more is denied" in inference
+    )
     assert (
         "  share     MIG slices of A100-80GB, 1 per container; offered: 1g.10gb (0.125 of the memory), 2g.20gb "
         "(0.25 of the memory), 3g.40gb (0.5 of the memory)" in batch
@@ -359,7 +361,6 @@ def test_describe_policy_shows_a_memory_fraction_only_where_memory_hints_are_set
         "8 per pod"
     )
     assert "; memory fraction 0.25; " in describe_policy(shared)
-
 
 
 def test_lint_warns_when_fractional_mig_may_pick_a_profile_the_nodes_do_not_offer(tmp_path: Path) -> None:

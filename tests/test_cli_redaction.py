@@ -82,9 +82,7 @@ def test_audit_json_redacts_env_values_but_keeps_the_webhooks_own_and_the_refere
     env_ops = [op for op in result["patch"] if "/env" in op["path"]]
     assert env_ops and all(op["path"].endswith("/env/-") for op in env_ops)
     assert {op["value"]["name"] for op in env_ops}.isdisjoint({"DB_PASSWORD", "TOKEN"})
-    shown = gpu_webhook(
-        "audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "--show-env-values"
-    )
+    shown = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", POLICIES, "-o", "json", "--show-env-values")
     assert json.loads(shown.stdout)["results"][0]["object"]["spec"]["containers"][0]["env"][0]["value"] == SECRET
 
 

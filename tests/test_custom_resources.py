@@ -41,7 +41,7 @@ EXAMPLE_POLICIES = ROOT / "examples" / "policies"
 GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"
 
 TIME_SLICED_4 = (
-    'nvidia.com/gpu 4 (nvidia.com/gpu.shared 4 under time-slicing) exceeds 1 per container (policy '
+    "nvidia.com/gpu 4 (nvidia.com/gpu.shared 4 under time-slicing) exceeds 1 per container (policy "
     '"notebooks-time-slicing"): 4 time-slicing replicas are not 4 GPUs: the device plugin hands them out '
     "(failRequestsGreaterThanOne is off by default), on one GPU or several, each still shared with other pods; "
     "request 1, or whole GPUs in a namespace that has them"
@@ -460,8 +460,9 @@ def apiserver_with_webhook(kube_apiserver: Any, kubectl: Path, server: Any) -> I
     existing = raycluster(4)
     existing["metadata"]["name"] = "made-before"
     deadline = time.monotonic() + 30
-    while (made := plane.request("POST", "/apis/ray.io/v1/namespaces/notebooks/rayclusters", existing)).status_code \
-            == 404 and time.monotonic() < deadline:  # the new CRD is served within a second or two
+    while (
+        made := plane.request("POST", "/apis/ray.io/v1/namespaces/notebooks/rayclusters", existing)
+    ).status_code == 404 and time.monotonic() < deadline:  # the new CRD is served within a second or two
         time.sleep(0.25)
     assert made.status_code in (201, 409), made.text
     configurations = envtest.shipped_webhook_configurations(
@@ -508,8 +509,20 @@ def test_kubectl_apply_shows_the_denial(apiserver_with_webhook: Any, kubectl: Pa
     manifest = tmp_path / "raycluster.yaml"
     manifest.write_text(json.dumps(raycluster(4)))
     # --validate=false: kubectl's own schema check waits for the new CRD's OpenAPI, which is beside the point.
-    run = subprocess.run([str(kubectl), "--kubeconfig", str(apiserver_with_webhook.kubeconfig), "apply",
-                          "--validate=false", "-f", str(manifest)], capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [
+            str(kubectl),
+            "--kubeconfig",
+            str(apiserver_with_webhook.kubeconfig),
+            "apply",
+            "--validate=false",
+            "-f",
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 1
     assert RAY_WORKER_LINE in run.stderr
 

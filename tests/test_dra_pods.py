@@ -199,9 +199,7 @@ def test_under_warn_the_lines_are_warnings_and_the_pod_is_admitted():
     obj = claiming(using("train", "gpus", limits={"nvidia.com/gpu": "1"}), gpus="two-gpus")
     decision = judged(obj, policy(limits=Limits(max_per_pod=2), enforcement=Enforcement.WARN), index(TWO))
     assert decision.verdict == "warn"
-    assert decision.warnings[-1] == (
-        "gpu-admission: pod: 3 GPUs with its claims: at most 2 per pod; ask for fewer"
-    )
+    assert decision.warnings[-1] == ("gpu-admission: pod: 3 GPUs with its claims: at most 2 per pod; ask for fewer")
 
 
 # --- a claim the view does not hold -------------------------------------------------------------------------
@@ -243,7 +241,7 @@ def test_check_counts_the_claims_in_the_same_input(tmp_path: Path):
     done = gpu_webhook("check", "--policies", str(tmp_path / "policies"), str(tmp_path / "mixed.yaml"))
     assert done.returncode == 1, done.stderr
     assert (
-        f"DENY {tmp_path}/mixed.yaml#1 Pod/p: pod: 3 GPUs in all (1 from nvidia.com/gpu, 2 from claim \"gpus\" "
+        f'DENY {tmp_path}/mixed.yaml#1 Pod/p: pod: 3 GPUs in all (1 from nvidia.com/gpu, 2 from claim "gpus" '
         '(ResourceClaim "two-gpus")) exceed the per-pod maximum of 2 (policy "capped"): a pod\'s claims count with '
         "its extended resources; ask for at most 2 in all, or split the pod"
     ) in done.stdout.splitlines()

@@ -122,7 +122,7 @@ def test_a_boolean_is_no_quantity_even_beside_the_number_python_thinks_it_equals
     assert decision.patch == []
     assert decision.violations == [
         'container "app": nvidia.com/gpu request true is not a quantity (true/false) (the API server '
-        'refuses it anyway); set a whole number of '
+        "refuses it anyway); set a whole number of "
         'devices such as "1"'
     ]
 
@@ -146,7 +146,7 @@ def test_fractional_is_denied_under_reject_with_what_the_namespace_offers():
     assert decision.verdict == "deny"
     assert decision.violations == [
         'container "train": nvidia.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
-        'server refuses it anyway); request a whole '
+        "server refuses it anyway); request a whole "
         'number of GPUs (policy "team" gives whole GPUs only; ask for a namespace with sharing)'
     ]
 
@@ -155,7 +155,7 @@ def test_fractional_in_a_time_slicing_namespace_points_at_the_replica():
     decision = run(pod(container(requests={"nvidia.com/gpu": "0.5"})), TIME_SLICING)
     assert decision.violations == [
         'container "app": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
-        'server refuses it anyway); request nvidia.com/gpu: 1,'
+        "server refuses it anyway); request nvidia.com/gpu: 1,"
         ' which policy "team" turns into one of 4 time-slicing shares of a GPU (nvidia.com/gpu.shared)'
     ]
 
@@ -212,7 +212,7 @@ def test_fractional_with_request_and_limit_disagreeing_is_not_converted():
     assert decision.patch == []
     assert decision.violations == [
         'container "app": nvidia.com/gpu request "0.5" differs from limit "1"; GPUs cannot be '
-        'overcommitted (the API server refuses it anyway): '
+        "overcommitted (the API server refuses it anyway): "
         "set request and limit to the same whole number"
     ]
 
@@ -292,9 +292,14 @@ def test_memory_fraction_overrides_one_over_replicas():
 
 
 def test_mig_maps_whole_gpus_to_the_policys_profile():
-    decision = run(pod(container(requests={"nvidia.com/gpu": "2"})), policy(
-        sharing=MIG.sharing, gpu=MIG.gpu, limits=Limits(max_per_container=2)  # slices per container, set
-    ))
+    decision = run(
+        pod(container(requests={"nvidia.com/gpu": "2"})),
+        policy(
+            sharing=MIG.sharing,
+            gpu=MIG.gpu,
+            limits=Limits(max_per_container=2),  # slices per container, set
+        ),
+    )
     resources = decision.mutated["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"nvidia.com/mig-1g.10gb": "2"}, "limits": {"nvidia.com/mig-1g.10gb": "2"}}
     assert decision.mutation_kinds == ["requests-into-limits", "mapping"]
@@ -450,7 +455,7 @@ def test_a_users_pytorch_alloc_conf_from_a_secret_is_kept_with_a_notice():
     from_secret = [{"name": "PYTORCH_ALLOC_CONF", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
     decision = run(pod(container(limits={"nvidia.com/gpu": "1"}, env=from_secret)), torch)
     assert decision.mutated["spec"]["containers"][0]["env"] == from_secret
-    assert 'kept PYTORCH_ALLOC_CONF as set (policy suggests per_process_memory_fraction:0.25)' in decision.warnings[-1]
+    assert "kept PYTORCH_ALLOC_CONF as set (policy suggests per_process_memory_fraction:0.25)" in decision.warnings[-1]
 
 
 def test_visible_devices_variables_are_never_set():
@@ -470,7 +475,7 @@ def test_request_and_limit_must_agree():
     decision = run(pod(container("x", requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"})))
     assert decision.violations == [
         'container "x": nvidia.com/gpu request "1" differs from limit "2"; GPUs cannot be '
-        'overcommitted (the API server refuses it anyway): '
+        "overcommitted (the API server refuses it anyway): "
         "set request and limit to the same whole number"
     ]
 
@@ -639,12 +644,21 @@ def test_a_shared_resource_in_an_exclusive_namespace_is_denied():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("-1", 'nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a '
-         'whole number of devices >= 0'),
-        ("lots", 'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, '
-         '500m, 1e3, 2Ki) (the API server refuses it anyway); set'),
-        ("1e309", 'nvidia.com/gpu limit "1e309" is too large (past int64) (the API server refuses it '
-         'anyway); set a whole number'),
+        (
+            "-1",
+            'nvidia.com/gpu limit "-1" is negative (the API server refuses it anyway); set a '
+            "whole number of devices >= 0",
+        ),
+        (
+            "lots",
+            'nvidia.com/gpu limit "lots" is not a Kubernetes quantity (expected e.g. 1, 2, '
+            "500m, 1e3, 2Ki) (the API server refuses it anyway); set",
+        ),
+        (
+            "1e309",
+            'nvidia.com/gpu limit "1e309" is too large (past int64) (the API server refuses it '
+            "anyway); set a whole number",
+        ),
         ("9223372036854775808", 'limit "9223372036854775808" is too large (past int64)'),
         (True, "nvidia.com/gpu limit true is not a quantity (true/false)"),
         ([1], "nvidia.com/gpu limit a list is not a quantity (expected a string or number, got list)"),
@@ -689,8 +703,7 @@ def test_warn_admits_and_tells_the_user():
         'gpu-admission: container "app": nvidia.com/gpu "9": at most 8 per container; ask for fewer'
     ]
     assert decision.violations == [
-        'container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at '
-        "most 8"
+        'container "app": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request at most 8'
     ]
 
 

@@ -123,11 +123,15 @@ def test_fractions_become_only_offered_slices(fraction, resource):
 def test_a_fraction_no_offered_slice_holds_is_refused_with_what_is_offered():
     decision = run(pod(container("train", limits={"nvidia.com/gpu": "0.75"})), MIG_OFFERED)
     assert decision.verdict == "deny"
-    assert decision.violations == decision.refusals == [  # left fractional: the API server refuses it anyway
-        'container "train": nvidia.com/gpu "0.75" is fractional, and no MIG slice offered here holds 0.75 of one '
-        'A100-80GB (policy "batch-mig" offers 1g.10gb, 2g.20gb, 3g.40gb; the API server refuses it anyway); '
-        "request nvidia.com/gpu: 1, or a MIG profile it offers"
-    ]
+    assert (
+        decision.violations
+        == decision.refusals
+        == [  # left fractional: the API server refuses it anyway
+            'container "train": nvidia.com/gpu "0.75" is fractional, and no MIG slice offered here holds 0.75 of one '
+            'A100-80GB (policy "batch-mig" offers 1g.10gb, 2g.20gb, 3g.40gb; the API server refuses it anyway); '
+            "request nvidia.com/gpu: 1, or a MIG profile it offers"
+        ]
+    )
 
 
 def test_a_profile_the_layout_does_not_offer_is_refused():
@@ -152,7 +156,7 @@ def test_a_warning_from_a_long_container_name_names_it_by_its_place_and_keeps_it
     name = "a" * 63
     decision = run(pod(container(name, limits={"nvidia.com/gpu": "9"})), policy(enforcement=Enforcement.WARN))
     assert decision.warnings == [
-        "gpu-admission: containers[0]: nvidia.com/gpu \"9\": at most 8 per container; ask for fewer"
+        'gpu-admission: containers[0]: nvidia.com/gpu "9": at most 8 per container; ask for fewer'
     ]
     assert decision.violations == [  # the whole line, for the CLI and the log
         f'container "{name}": nvidia.com/gpu "9" exceeds the per-container maximum of 8 (policy "team"); request '

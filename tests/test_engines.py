@@ -130,7 +130,7 @@ def test_a_flag_in_the_command_is_read_there_and_nothing_is_added():
 
 
 VLLM_LINE = (
-    'container "srv": --gpu-memory-utilization 0.9 lets vLLM take 0.9 of the GPU\'s memory, but this container\'s '
+    "container \"srv\": --gpu-memory-utilization 0.9 lets vLLM take 0.9 of the GPU's memory, but this container's "
     'share is 1/4 (time-slicing, policy "team"): write --gpu-memory-utilization=0.2437 instead, or remove it and '
     "the webhook adds it"
 )
@@ -194,7 +194,7 @@ def test_a_converted_fraction_gets_its_own_flag_and_is_judged_against_it():
         fractional,
     )
     assert over.violations == [
-        'container "srv": --gpu-memory-utilization 0.2 lets vLLM take 0.2 of the GPU\'s memory, but this container\'s '
+        "container \"srv\": --gpu-memory-utilization 0.2 lets vLLM take 0.2 of the GPU's memory, but this container's "
         'share is 0.125 (time-slicing, policy "team"): write --gpu-memory-utilization=0.1187 instead, or remove it '
         "and the webhook adds it"
     ]
@@ -230,7 +230,9 @@ def test_a_converted_fraction_with_only_the_mps_limits_is_judged_without_a_crash
     decision = run(pod(container("app", requests={"nvidia.com/gpu": "250m"})), mps)
     assert (decision.verdict, decision.violations) == ("allow", [])
     assert env_lines(decision.mutated["spec"]["containers"][0]) == [
-        "GPU_ADMISSION_MEMORY_FRACTION=0.25", f"{MPS_MEMORY_LIMIT}=0=8155M", f"{MPS_THREAD_PERCENTAGE}=10"
+        "GPU_ADMISSION_MEMORY_FRACTION=0.25",
+        f"{MPS_MEMORY_LIMIT}=0=8155M",
+        f"{MPS_THREAD_PERCENTAGE}=10",
     ]
 
 

@@ -536,8 +536,10 @@ def test_stalled_clients_and_load_together_still_answer_a_good_review_within_1_s
                 half_headers.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
                 stalled.append(half_headers)
                 half_body = context.wrap_socket(socket.create_connection((host, port)), server_hostname=host)
-                half_body.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body[: len(body) // 2]))
+                half_body.sendall(
+                    b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body[: len(body) // 2])
+                )
                 stalled.append(half_body)
             time.sleep(0.2)
             probe = Client(server, 99, fresh_connections=True)

@@ -582,7 +582,7 @@ def session(hostile_server: LiveServer) -> requests.Session:
 
 FRACTIONAL_DENIAL = (
     'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices (the API '
-    'server refuses it anyway); request a whole number of '
+    "server refuses it anyway); request a whole number of "
     'GPUs (policy "default" gives whole GPUs only; ask for a namespace with sharing)'
 )
 

@@ -63,7 +63,7 @@ def test_lines_of_many_threads_arrive_whole_in_order_and_in_few_writes():
 
     def reviews(thread: int) -> None:
         for i in range(200):
-            log(logger, logging.INFO, "review", thread=thread, n=i, text="ü\u2028\"quoted\"")
+            log(logger, logging.INFO, "review", thread=thread, n=i, text='ü\u2028"quoted"')
 
     threads = [threading.Thread(target=reviews, args=(t,)) for t in range(8)]
     for thread in threads:
@@ -74,7 +74,7 @@ def test_lines_of_many_threads_arrive_whole_in_order_and_in_few_writes():
     records = stream.records()
     for t in range(8):
         assert [r["n"] for r in records if r["thread"] == t] == list(range(200)), "each thread's lines in order"
-    assert all(r["text"] == "ü\u2028\"quoted\"" and r["message"] == "review" for r in records)
+    assert all(r["text"] == 'ü\u2028"quoted"' and r["message"] == "review" for r in records)
     assert len(stream.writes) < 100, f"1,600 lines in {len(stream.writes)} writes"
 
 

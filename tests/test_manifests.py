@@ -1053,19 +1053,36 @@ CONDITION_CASES = [
     ({"initContainers": [{"name": "a", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}], "containers": []}, True),
     ({"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}, True),
     # KEP-5004: a DeviceClass asked for as an extended resource (DRA serves it).
-    ({"containers": [{"name": "a", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 2}}}]},
-     True),
+    (
+        {
+            "containers": [
+                {"name": "a", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 2}}}
+            ]
+        },
+        True,
+    ),
     ({"containers": [{"name": "a", "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "c"}}]}]}, True),
     ({"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "example.com/gpu": "1"}}}]}, False),
     ({"containers": [{"name": "a", "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}]}, False),
     ({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "c"}}]}]}, False),
     # The container toolkit's device list, and hostPaths that may hold the node's device nodes.
-    ({"containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/run/nvidia-container-devices/0"}]}]},
-     True),
+    (
+        {
+            "containers": [
+                {"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/run/nvidia-container-devices/0"}]}
+            ]
+        },
+        True,
+    ),
     ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "/dev/nvidia0"}}]}, True),
     ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": {"path": "//./dev"}}]}, True),
-    ({"containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
-      "volumes": [{"name": "d", "hostPath": {"path": "/var/lib/data"}}, {"name": "e", "emptyDir": {}}]}, False),
+    (
+        {
+            "containers": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/data"}]}],
+            "volumes": [{"name": "d", "hostPath": {"path": "/var/lib/data"}}, {"name": "e", "emptyDir": {}}],
+        },
+        False,
+    ),
     ({"containers": [{"name": "a", "volumeMounts": None}], "volumes": None}, False),
     ({"containers": [{"name": "a"}], "volumes": [{"name": "d", "hostPath": None}]}, False),
     # Missing and null fields at every step: false, never an error (an error under failurePolicy Fail rejects).

@@ -221,226 +221,456 @@ def test_the_built_in_defaults_are_the_shipped_default_policy() -> None:
 
 SPEC_CASES = [
     # namespaces
-    ("enforcement: warn", 'p.yaml#0 spec.namespaces: required; list the namespaces or globs this policy applies '
-     'to, e.g. ["team-a", "ml-*"]'),
-    ("namespaces: team-a", 'p.yaml#0 spec.namespaces: expected a list of namespaces or globs, got "team-a" '
-     '(a string); write ["team-a"]'),
+    (
+        "enforcement: warn",
+        "p.yaml#0 spec.namespaces: required; list the namespaces or globs this policy applies "
+        'to, e.g. ["team-a", "ml-*"]',
+    ),
+    (
+        "namespaces: team-a",
+        'p.yaml#0 spec.namespaces: expected a list of namespaces or globs, got "team-a" (a string); write ["team-a"]',
+    ),
     ("namespaces: {a: 1}", "p.yaml#0 spec.namespaces: expected a list of namespaces or globs, got a mapping"),
-    ("namespaces: []", 'p.yaml#0 spec.namespaces: empty; list at least one namespace or glob ("*" for every '
-     'namespace)'),
+    (
+        "namespaces: []",
+        'p.yaml#0 spec.namespaces: empty; list at least one namespace or glob ("*" for every namespace)',
+    ),
     ("namespaces: [1]", "p.yaml#0 spec.namespaces[0]: expected a namespace name or glob, got 1 (a whole number)"),
-    ("namespaces: [a, Team_A]", 'p.yaml#0 spec.namespaces[1]: "Team_A" is not a valid namespace name; namespace '
-     "names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"),
-    (f"namespaces: [{'a' * 64}]", f'p.yaml#0 spec.namespaces[0]: "{"a" * 59}…" is not a valid namespace name; '
-     "namespace names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"),
-    ("namespaces: ['team-[a']", 'p.yaml#0 spec.namespaces[0]: "team-[a" is not a valid glob: it has a "[" '
-     'without a closing "]"'),
-    ("namespaces: ['team-[]']", 'p.yaml#0 spec.namespaces[0]: "team-[]" is not a valid glob: it has an empty '
-     'character class "[]"'),
-    ("namespaces: ['team-[A-Z]']", 'p.yaml#0 spec.namespaces[0]: "team-[A-Z]" is not a valid glob: it has "A" in '
-     "a character class, which no namespace name can contain"),
-    ("namespaces: ['team-[z-a]']", 'p.yaml#0 spec.namespaces[0]: "team-[z-a]" is not a valid glob: it has a '
-     'character class "[z-a]" that matches no character'),
-    ("namespaces: ['Team-*']", 'p.yaml#0 spec.namespaces[0]: "Team-*" is not a valid glob: it contains "T", which '
-     "no namespace name can contain"),
-    ('namespaces: ["team-\\u001b*"]', 'p.yaml#0 spec.namespaces[0]: "team-\\u001b*" is not a valid glob: it contains '
-     '"\\u001b", which no namespace name can contain'),
-    ('namespaces: ["team-[\\u0085]"]', 'p.yaml#0 spec.namespaces[0]: "team-[\\u0085]" is not a valid glob: it has '
-     '"\\u0085" in a character class, which no namespace name can contain'),
-    ("namespaces: ['*-']", 'p.yaml#0 spec.namespaces[0]: "*-" is not a valid glob: it matches no valid namespace '
-     "name (names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)"),
-    (f"namespaces: ['{'?' * 64}']", f'p.yaml#0 spec.namespaces[0]: "{"?" * 59}…" is not a valid glob: it matches no '
-     "valid namespace name (names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or "
-     "digit)"),
-    (f"namespaces: ['{'*' * 254}']", f'p.yaml#0 spec.namespaces[0]: "{"*" * 59}…" is not a valid glob: it is '
-     "longer than 253 characters"),
+    (
+        "namespaces: [a, Team_A]",
+        'p.yaml#0 spec.namespaces[1]: "Team_A" is not a valid namespace name; namespace '
+        "names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+    ),
+    (
+        f"namespaces: [{'a' * 64}]",
+        f'p.yaml#0 spec.namespaces[0]: "{"a" * 59}…" is not a valid namespace name; '
+        "namespace names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+    ),
+    (
+        "namespaces: ['team-[a']",
+        'p.yaml#0 spec.namespaces[0]: "team-[a" is not a valid glob: it has a "[" without a closing "]"',
+    ),
+    (
+        "namespaces: ['team-[]']",
+        'p.yaml#0 spec.namespaces[0]: "team-[]" is not a valid glob: it has an empty character class "[]"',
+    ),
+    (
+        "namespaces: ['team-[A-Z]']",
+        'p.yaml#0 spec.namespaces[0]: "team-[A-Z]" is not a valid glob: it has "A" in '
+        "a character class, which no namespace name can contain",
+    ),
+    (
+        "namespaces: ['team-[z-a]']",
+        'p.yaml#0 spec.namespaces[0]: "team-[z-a]" is not a valid glob: it has a '
+        'character class "[z-a]" that matches no character',
+    ),
+    (
+        "namespaces: ['Team-*']",
+        'p.yaml#0 spec.namespaces[0]: "Team-*" is not a valid glob: it contains "T", which '
+        "no namespace name can contain",
+    ),
+    (
+        'namespaces: ["team-\\u001b*"]',
+        'p.yaml#0 spec.namespaces[0]: "team-\\u001b*" is not a valid glob: it contains '
+        '"\\u001b", which no namespace name can contain',
+    ),
+    (
+        'namespaces: ["team-[\\u0085]"]',
+        'p.yaml#0 spec.namespaces[0]: "team-[\\u0085]" is not a valid glob: it has '
+        '"\\u0085" in a character class, which no namespace name can contain',
+    ),
+    (
+        "namespaces: ['*-']",
+        'p.yaml#0 spec.namespaces[0]: "*-" is not a valid glob: it matches no valid namespace '
+        "name (names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit)",
+    ),
+    (
+        f"namespaces: ['{'?' * 64}']",
+        f'p.yaml#0 spec.namespaces[0]: "{"?" * 59}…" is not a valid glob: it matches no '
+        "valid namespace name (names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or "
+        "digit)",
+    ),
+    (
+        f"namespaces: ['{'*' * 254}']",
+        f'p.yaml#0 spec.namespaces[0]: "{"*" * 59}…" is not a valid glob: it is longer than 253 characters',
+    ),
     ("namespaces: [a, b, a]", 'p.yaml#0 spec.namespaces[2]: "a" is listed twice in this policy; remove one'),
     # enforcement, fractional
-    ("namespaces: [a]\nenforcement: Warn", 'p.yaml#0 spec.enforcement: "Warn" is not one of enforce, warn, audit '
-     '(did you mean "warn"?)'),
+    (
+        "namespaces: [a]\nenforcement: Warn",
+        'p.yaml#0 spec.enforcement: "Warn" is not one of enforce, warn, audit (did you mean "warn"?)',
+    ),
     ("namespaces: [a]\nenforcement: deny", 'p.yaml#0 spec.enforcement: "deny" is not one of enforce, warn, audit'),
-    ("namespaces: [a]\nenforcement: [warn]", "p.yaml#0 spec.enforcement: expected one of enforce, warn, audit, got "
-     "a list"),
-    ("namespaces: [a]\nfractional: share", 'p.yaml#0 spec.fractional: "share" is not one of reject, shared, mig '
-     '(did you mean "shared"?)'),
-    ("namespaces: [a]\nfractional: mig", "p.yaml#0 spec.fractional: mig needs spec.gpu.model to pick the smallest "
-     "MIG profile that holds the fraction; set gpu.model"),
-    ("namespaces: [a]\nfractional: shared", "p.yaml#0 spec.fractional: shared turns a fraction into 1 shared GPU, "
-     "which needs sharing.mode time-slicing or mps (mode is exclusive); use reject or mig, or change the mode"),
-    ("namespaces: [a]\nfractional: shared\nsharing: {mode: mig, migProfile: 1g.10gb}", "p.yaml#0 spec.fractional: "
-     "shared turns a fraction into 1 shared GPU, which needs sharing.mode time-slicing or mps (mode is mig); use "
-     "reject or mig, or change the mode"),
+    (
+        "namespaces: [a]\nenforcement: [warn]",
+        "p.yaml#0 spec.enforcement: expected one of enforce, warn, audit, got a list",
+    ),
+    (
+        "namespaces: [a]\nfractional: share",
+        'p.yaml#0 spec.fractional: "share" is not one of reject, shared, mig (did you mean "shared"?)',
+    ),
+    (
+        "namespaces: [a]\nfractional: mig",
+        "p.yaml#0 spec.fractional: mig needs spec.gpu.model to pick the smallest "
+        "MIG profile that holds the fraction; set gpu.model",
+    ),
+    (
+        "namespaces: [a]\nfractional: shared",
+        "p.yaml#0 spec.fractional: shared turns a fraction into 1 shared GPU, "
+        "which needs sharing.mode time-slicing or mps (mode is exclusive); use reject or mig, or change the mode",
+    ),
+    (
+        "namespaces: [a]\nfractional: shared\nsharing: {mode: mig, migProfile: 1g.10gb}",
+        "p.yaml#0 spec.fractional: "
+        "shared turns a fraction into 1 shared GPU, which needs sharing.mode time-slicing or mps (mode is mig); use "
+        "reject or mig, or change the mode",
+    ),
     # sharing
-    ("namespaces: [a]\nsharing: mig", "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-     'migProfile, migProfiles, migStrategy, backend, placement; got "mig" (a string)'),
-    ("namespaces: [a]\nsharing: {mode: timeslicing}", 'p.yaml#0 spec.sharing.mode: "timeslicing" is not one of '
-     'exclusive, time-slicing, mps, mig, memory (did you mean "time-slicing"?)'),
-    ("namespaces: [a]\nsharing: {replica: 4}", 'p.yaml#0 spec.sharing.replica: unknown field '
-     '(did you mean "replicas"?)'),
-    ("namespaces: [a]\nsharing: {mode: time-slicing}", "p.yaml#0 spec.sharing.replicas: required when mode is "
-     "time-slicing; set the device plugin's replicas per GPU (>= 2)"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 1}", "p.yaml#0 spec.sharing.replicas: 1 is too "
-     "small; time-slicing and mps share each GPU as at least 2 replicas"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: yes}", "p.yaml#0 spec.sharing.replicas: expected a "
-     "whole number, got true (a boolean; YAML also reads yes/no/on/off as booleans)"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: '4'}", 'p.yaml#0 spec.sharing.replicas: expected a '
-     'whole number, got "4" (a string)'),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2.5}", "p.yaml#0 spec.sharing.replicas: expected a "
-     "whole number, got 2.5 (a decimal number)"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: " + "9" * 40 + "}", "p.yaml#0 spec.sharing.replicas: "
-     + "9" * 29 + "… is too large; time-slicing and mps share each GPU as at least 2 replicas"),
-    ("namespaces: [a]\nsharing: {replicas: 4}", "p.yaml#0 spec.sharing.replicas: only applies when mode is "
-     "time-slicing or mps (mode is exclusive); remove it"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, resourceName: nvidia.com/gpu.shared}", "p.yaml#0 "
-     "spec.sharing.resourceName: only applies when mode is time-slicing or mps (mode is mig); remove it"),
-    ("namespaces: [a]\nsharing: {mode: mps, replicas: 2, resourceName: gpu shared}\ngpu: {memoryMiB: 1024}",
-     'p.yaml#0 spec.sharing.resourceName: "gpu shared" is not an extended resource name; use <domain>/<name>, e.g. '
-     "nvidia.com/gpu.shared"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: 'nvidia.com/'}", 'p.yaml#0 '
-     'spec.sharing.resourceName: "nvidia.com/" is not an extended resource name; use <domain>/<name>, e.g. '
-     "nvidia.com/gpu.shared"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: kubernetes.io/gpu}", 'p.yaml#0 '
-     'spec.sharing.resourceName: "kubernetes.io/gpu" is in the kubernetes.io domain, which extended resources may '
-     "not use; use <domain>/<name>, e.g. nvidia.com/gpu.shared"),
+    (
+        "namespaces: [a]\nsharing: mig",
+        "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
+        'migProfile, migProfiles, migStrategy, backend, placement; got "mig" (a string)',
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: timeslicing}",
+        'p.yaml#0 spec.sharing.mode: "timeslicing" is not one of '
+        'exclusive, time-slicing, mps, mig, memory (did you mean "time-slicing"?)',
+    ),
+    (
+        "namespaces: [a]\nsharing: {replica: 4}",
+        'p.yaml#0 spec.sharing.replica: unknown field (did you mean "replicas"?)',
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing}",
+        "p.yaml#0 spec.sharing.replicas: required when mode is "
+        "time-slicing; set the device plugin's replicas per GPU (>= 2)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 1}",
+        "p.yaml#0 spec.sharing.replicas: 1 is too small; time-slicing and mps share each GPU as at least 2 replicas",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: yes}",
+        "p.yaml#0 spec.sharing.replicas: expected a "
+        "whole number, got true (a boolean; YAML also reads yes/no/on/off as booleans)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: '4'}",
+        'p.yaml#0 spec.sharing.replicas: expected a whole number, got "4" (a string)',
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2.5}",
+        "p.yaml#0 spec.sharing.replicas: expected a whole number, got 2.5 (a decimal number)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: " + "9" * 40 + "}",
+        "p.yaml#0 spec.sharing.replicas: "
+        + "9" * 29
+        + "… is too large; time-slicing and mps share each GPU as at least 2 replicas",
+    ),
+    (
+        "namespaces: [a]\nsharing: {replicas: 4}",
+        "p.yaml#0 spec.sharing.replicas: only applies when mode is time-slicing or mps (mode is exclusive); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, resourceName: nvidia.com/gpu.shared}",
+        "p.yaml#0 spec.sharing.resourceName: only applies when mode is time-slicing or mps (mode is mig); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mps, replicas: 2, resourceName: gpu shared}\ngpu: {memoryMiB: 1024}",
+        'p.yaml#0 spec.sharing.resourceName: "gpu shared" is not an extended resource name; use <domain>/<name>, e.g. '
+        "nvidia.com/gpu.shared",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: 'nvidia.com/'}",
+        "p.yaml#0 "
+        'spec.sharing.resourceName: "nvidia.com/" is not an extended resource name; use <domain>/<name>, e.g. '
+        "nvidia.com/gpu.shared",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: kubernetes.io/gpu}",
+        "p.yaml#0 "
+        'spec.sharing.resourceName: "kubernetes.io/gpu" is in the kubernetes.io domain, which extended resources may '
+        "not use; use <domain>/<name>, e.g. nvidia.com/gpu.shared",
+    ),
     # The device plugin may rename to anything; the webhook's rules (and the manifests' matchConditions)
     # recognise only these, so another name would pass every check unseen.
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: nvidia.com/gpu-ts}", 'p.yaml#0 '
-     'spec.sharing.resourceName: "nvidia.com/gpu-ts" is not a shared GPU resource that the webhook checks; use '
-     "nvidia.com/gpu.shared (the device plugin's name with renameByDefault: true) or nvidia.com/mig-<profile>.shared"),
-    ("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: 7}", "p.yaml#0 "
-     "spec.sharing.resourceName: expected a string, got 7 (a whole number)"),
-    ("namespaces: [a]\nsharing: {mode: mig}", "p.yaml#0 spec.sharing.migProfile: required when mode is mig; name "
-     "the profile one GPU becomes, e.g. 1g.10gb"),
-    ("namespaces: [a]\nsharing: {mode: mig}\ngpu: {model: A30-24GB}", "p.yaml#0 spec.sharing.migProfile: required "
-     "when mode is mig; name the profile one GPU becomes, one of 1g.6gb, 1g.6gb+me, 2g.12gb, 2g.12gb+me, 4g.24gb"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.11gb}\ngpu: {model: A100-80GB}", 'p.yaml#0 '
-     'spec.sharing.migProfile: "1g.11gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, 1g.10gb+me, 1g.20gb, '
-     "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g10gb}", 'p.yaml#0 spec.sharing.migProfile: "1g10gb" is '
-     "not a MIG profile name; use <slices>g.<memory>gb[+me], e.g. 1g.10gb"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1}", "p.yaml#0 spec.sharing.migProfile: expected a string, "
-     "got 1 (a whole number)"),
-    ("namespaces: [a]\nsharing: {migProfile: 1g.10gb}", "p.yaml#0 spec.sharing.migProfile: only applies when mode "
-     "is mig (mode is exclusive); remove it"),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: nvidia.com/gpu-ts}",
+        "p.yaml#0 "
+        'spec.sharing.resourceName: "nvidia.com/gpu-ts" is not a shared GPU resource that the webhook checks; use '
+        "nvidia.com/gpu.shared (the device plugin's name with renameByDefault: true) "
+        "or nvidia.com/mig-<profile>.shared",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 2, resourceName: 7}",
+        "p.yaml#0 spec.sharing.resourceName: expected a string, got 7 (a whole number)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig}",
+        "p.yaml#0 spec.sharing.migProfile: required when mode is mig; name the profile one GPU becomes, e.g. 1g.10gb",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig}\ngpu: {model: A30-24GB}",
+        "p.yaml#0 spec.sharing.migProfile: required "
+        "when mode is mig; name the profile one GPU becomes, one of 1g.6gb, 1g.6gb+me, 2g.12gb, 2g.12gb+me, 4g.24gb",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.11gb}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 "
+        'spec.sharing.migProfile: "1g.11gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, 1g.10gb+me, 1g.20gb, '
+        "2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g10gb}",
+        'p.yaml#0 spec.sharing.migProfile: "1g10gb" is '
+        "not a MIG profile name; use <slices>g.<memory>gb[+me], e.g. 1g.10gb",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1}",
+        "p.yaml#0 spec.sharing.migProfile: expected a string, got 1 (a whole number)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {migProfile: 1g.10gb}",
+        "p.yaml#0 spec.sharing.migProfile: only applies when mode is mig (mode is exclusive); remove it",
+    ),
     # gpu
-    ("namespaces: [a]\ngpu: {model: T4}", 'p.yaml#0 spec.gpu.model: "T4" is not a known GPU model (known: A30-24GB, '
-     "A100-40GB, A100-80GB, H100-80GB, H100-NVL-94GB, H200-141GB, GH200-96GB, B200-180GB); or leave it out and "
-     "give gpu.memoryMiB"),
-    ("namespaces: [a]\ngpu: {model: a100-80gb}", 'p.yaml#0 spec.gpu.model: "a100-80gb" is not a known GPU model '
-     "(known: A30-24GB, A100-40GB, A100-80GB, H100-80GB, H100-NVL-94GB, H200-141GB, GH200-96GB, B200-180GB); did "
-     'you mean "A100-80GB"?'),
+    (
+        "namespaces: [a]\ngpu: {model: T4}",
+        'p.yaml#0 spec.gpu.model: "T4" is not a known GPU model (known: A30-24GB, '
+        "A100-40GB, A100-80GB, H100-80GB, H100-NVL-94GB, H200-141GB, GH200-96GB, B200-180GB); or leave it out and "
+        "give gpu.memoryMiB",
+    ),
+    (
+        "namespaces: [a]\ngpu: {model: a100-80gb}",
+        'p.yaml#0 spec.gpu.model: "a100-80gb" is not a known GPU model '
+        "(known: A30-24GB, A100-40GB, A100-80GB, H100-80GB, H100-NVL-94GB, H200-141GB, GH200-96GB, B200-180GB); did "
+        'you mean "A100-80GB"?',
+    ),
     ("namespaces: [a]\ngpu: {model: 80}", "p.yaml#0 spec.gpu.model: expected a string, got 80 (a whole number)"),
-    ("namespaces: [a]\ngpu: {memoryMiB: 0}", "p.yaml#0 spec.gpu.memoryMiB: 0 is too small; the GPU's memory in MiB "
-     "is at least 1"),
-    ("namespaces: [a]\ngpu: {memoryMiB: 80Gi}", 'p.yaml#0 spec.gpu.memoryMiB: expected a whole number, got "80Gi" '
-     "(a string)"),
+    (
+        "namespaces: [a]\ngpu: {memoryMiB: 0}",
+        "p.yaml#0 spec.gpu.memoryMiB: 0 is too small; the GPU's memory in MiB is at least 1",
+    ),
+    (
+        "namespaces: [a]\ngpu: {memoryMiB: 80Gi}",
+        'p.yaml#0 spec.gpu.memoryMiB: expected a whole number, got "80Gi" (a string)',
+    ),
     ("namespaces: [a]\ngpu: {memory: 1}", 'p.yaml#0 spec.gpu.memory: unknown field (did you mean "memoryMiB"?)'),
-    ("namespaces: [a]\nsharing: {mode: mps, replicas: 2}", "p.yaml#0 spec.gpu: mps mode needs gpu.model or "
-     "gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the GPU's memory; add one"),
+    (
+        "namespaces: [a]\nsharing: {mode: mps, replicas: 2}",
+        "p.yaml#0 spec.gpu: mps mode needs gpu.model or "
+        "gpu.memoryMiB: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is a share of the GPU's memory; add one",
+    ),
     # memory-sliced sharing
-    ("namespaces: [a]\nsharing: {mode: memory}\ngpu: {model: A100-80GB}", "p.yaml#0 spec.sharing.backend: required "
-     "when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano"),
-    ("namespaces: [a]\nsharing: {mode: memory, backend: gke}\ngpu: {model: A100-80GB}", 'p.yaml#0 '
-     'spec.sharing.backend: "gke" is not one of ack, hami, volcano'),
-    ("namespaces: [a]\nsharing: {mode: memory, backend: hami, placement: pack}\ngpu: {model: A100-80GB}",
-     'p.yaml#0 spec.sharing.placement: "pack" is not one of binpack, spread (did you mean "binpack"?)'),
-    ("namespaces: [a]\nsharing: {mode: memory, backend: ack}", "p.yaml#0 spec.gpu: memory mode needs gpu.model or "
-     "gpu.memoryMiB: a fraction of a GPU becomes that share of its memory; add one"),
-    ("namespaces: [a]\nsharing: {mode: memory, backend: volcano, placement: spread}\ngpu: {memoryMiB: 24576}",
-     "p.yaml#0 spec.sharing.placement: Volcano reads binpack or spread only from its scheduler's configuration "
-     "(the deviceshare plugin's deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement"),
-    ("namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nfractional: shared",
-     "p.yaml#0 spec.fractional: does not apply when mode is memory: every fraction becomes the backend's share of "
-     "the GPU's memory; remove it"),
-    ("namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nmemoryFraction: 0.5",
-     "p.yaml#0 spec.memoryFraction: only applies when mode is time-slicing or mps (mode is memory); remove it"),
-    ("namespaces: [a]\nsharing: {backend: ack}", "p.yaml#0 spec.sharing.backend: only applies when mode is memory "
-     "(mode is exclusive); remove it"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, placement: spread}", "p.yaml#0 "
-     "spec.sharing.placement: only applies when mode is memory (mode is mig); remove it"),
+    (
+        "namespaces: [a]\nsharing: {mode: memory}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 spec.sharing.backend: required "
+        "when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: gke}\ngpu: {model: A100-80GB}",
+        'p.yaml#0 spec.sharing.backend: "gke" is not one of ack, hami, volcano',
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami, placement: pack}\ngpu: {model: A100-80GB}",
+        'p.yaml#0 spec.sharing.placement: "pack" is not one of binpack, spread (did you mean "binpack"?)',
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: ack}",
+        "p.yaml#0 spec.gpu: memory mode needs gpu.model or "
+        "gpu.memoryMiB: a fraction of a GPU becomes that share of its memory; add one",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: volcano, placement: spread}\ngpu: {memoryMiB: 24576}",
+        "p.yaml#0 spec.sharing.placement: Volcano reads binpack or spread only from its scheduler's configuration "
+        "(the deviceshare plugin's deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nfractional: shared",
+        "p.yaml#0 spec.fractional: does not apply when mode is memory: every fraction becomes the backend's share of "
+        "the GPU's memory; remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nmemoryFraction: 0.5",
+        "p.yaml#0 spec.memoryFraction: only applies when mode is time-slicing or mps (mode is memory); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {backend: ack}",
+        "p.yaml#0 spec.sharing.backend: only applies when mode is memory (mode is exclusive); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, placement: spread}",
+        "p.yaml#0 spec.sharing.placement: only applies when mode is memory (mode is mig); remove it",
+    ),
     # limits
-    ("namespaces: [a]\nlimits: {maxPerContainer: 0}", "p.yaml#0 spec.limits.maxPerContainer: 0 is too small; a "
-     "container may hold at least 1 GPU"),
-    ("namespaces: [a]\nlimits: {maxPerPod: -1}", "p.yaml#0 spec.limits.maxPerPod: -1 is too small; a pod may hold at "
-     "least 1 GPU"),
-    ("namespaces: [a]\nlimits: {maxPerPod: on}", "p.yaml#0 spec.limits.maxPerPod: expected a whole number, got true "
-     "(a boolean; YAML also reads yes/no/on/off as booleans)"),
-    ("namespaces: [a]\nlimits: {maxPerNode: 1}", "p.yaml#0 spec.limits.maxPerNode: unknown field (did you mean "
-     '"maxPerPod"?)'),
-    ("namespaces: [a]\nlimits:", "p.yaml#0 spec.limits: expected a mapping of maxPerContainer, maxPerPod; got an "
-     "empty value (null)"),
+    (
+        "namespaces: [a]\nlimits: {maxPerContainer: 0}",
+        "p.yaml#0 spec.limits.maxPerContainer: 0 is too small; a container may hold at least 1 GPU",
+    ),
+    (
+        "namespaces: [a]\nlimits: {maxPerPod: -1}",
+        "p.yaml#0 spec.limits.maxPerPod: -1 is too small; a pod may hold at least 1 GPU",
+    ),
+    (
+        "namespaces: [a]\nlimits: {maxPerPod: on}",
+        "p.yaml#0 spec.limits.maxPerPod: expected a whole number, got true "
+        "(a boolean; YAML also reads yes/no/on/off as booleans)",
+    ),
+    (
+        "namespaces: [a]\nlimits: {maxPerNode: 1}",
+        'p.yaml#0 spec.limits.maxPerNode: unknown field (did you mean "maxPerPod"?)',
+    ),
+    (
+        "namespaces: [a]\nlimits:",
+        "p.yaml#0 spec.limits: expected a mapping of maxPerContainer, maxPerPod; got an empty value (null)",
+    ),
     # memoryFraction
-    (SHARED + "memoryFraction: 0.75", "p.yaml#0 spec.memoryFraction: 0.75 is more than one replica's share (1/2 of "
-     "a GPU): 2 containers share each GPU, so every GPU would be overcommitted; set at most 0.5"),
-    (SHARED + "memoryFraction: 1", "p.yaml#0 spec.memoryFraction: 1 is more than one replica's share (1/2 of "
-     "a GPU): 2 containers share each GPU, so every GPU would be overcommitted; set at most 0.5"),
+    (
+        SHARED + "memoryFraction: 0.75",
+        "p.yaml#0 spec.memoryFraction: 0.75 is more than one replica's share (1/2 of "
+        "a GPU): 2 containers share each GPU, so every GPU would be overcommitted; set at most 0.5",
+    ),
+    (
+        SHARED + "memoryFraction: 1",
+        "p.yaml#0 spec.memoryFraction: 1 is more than one replica's share (1/2 of "
+        "a GPU): 2 containers share each GPU, so every GPU would be overcommitted; set at most 0.5",
+    ),
     # migProfiles
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [2g.20gb]}\ngpu: {model: A100-80GB}",
-     'p.yaml#0 spec.sharing.migProfile: "1g.10gb" is not in migProfiles (2g.20gb): one GPU would become a slice '
-     "the nodes do not offer; pick one of them"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [1g.10gb, 1g.5gb]}\n"
-     "gpu: {model: A100-80GB}",
-     'p.yaml#0 spec.sharing.migProfiles[1]: "1g.5gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, '
-     "1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: []}\ngpu: {model: A100-80GB}",
-     "p.yaml#0 spec.sharing.migProfiles: is empty; list the profiles the nodes' MIG layout offers (mig-parted's "
-     "config)"),
-    (SHARED.replace("replicas: 2", "replicas: 2, migProfiles: [1g.10gb]"),
-     "p.yaml#0 spec.sharing.migProfiles: only applies when mode is mig (mode is time-slicing); remove it"),
-    (SHARED + "memoryFraction: 0", "p.yaml#0 spec.memoryFraction: 0 is out of range; a share of the GPU's "
-     "memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: 1.5", "p.yaml#0 spec.memoryFraction: 1.5 is out of range; a share of the "
-     "GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: -0.25", "p.yaml#0 spec.memoryFraction: -0.25 is out of range; a share of the "
-     "GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: 1.0e+99999", "p.yaml#0 spec.memoryFraction: 1.0e+99999 is out of range; a "
-     "share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: 0." + "0" * 5000 + "1", "p.yaml#0 spec.memoryFraction: 0." + "0" * 27 + "… is "
-     "out of range; a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: .inf", "p.yaml#0 spec.memoryFraction: expected a number, got .inf (a decimal "
-     "number); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: '0.5'", 'p.yaml#0 spec.memoryFraction: expected a number, got "0.5" (a '
-     "string); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: 50%", 'p.yaml#0 spec.memoryFraction: expected a number, got "50%" (a '
-     "string); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: true", "p.yaml#0 spec.memoryFraction: expected a number, got true (a "
-     "boolean; YAML also reads yes/no/on/off as booleans); a share of the GPU's memory is greater than 0 and at "
-     "most 1, e.g. 0.25"),
-    (SHARED + "memoryFraction: 2024-01-01", "p.yaml#0 spec.memoryFraction: expected a number, got "
-     "2024-01-01 (a date); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
-    ("namespaces: [a]\nmemoryFraction: 0.25", "p.yaml#0 spec.memoryFraction: only applies when mode is "
-     "time-slicing or mps (mode is exclusive); remove it"),
-    ("namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb}\nmemoryFraction: 0.25", "p.yaml#0 "
-     "spec.memoryFraction: only applies when mode is time-slicing or mps (mode is mig); remove it"),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [2g.20gb]}\ngpu: {model: A100-80GB}",
+        'p.yaml#0 spec.sharing.migProfile: "1g.10gb" is not in migProfiles (2g.20gb): one GPU would become a slice '
+        "the nodes do not offer; pick one of them",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [1g.10gb, 1g.5gb]}\n"
+        "gpu: {model: A100-80GB}",
+        'p.yaml#0 spec.sharing.migProfiles[1]: "1g.5gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, '
+        "1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, migProfiles: []}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 spec.sharing.migProfiles: is empty; list the profiles the nodes' MIG layout offers (mig-parted's "
+        "config)",
+    ),
+    (
+        SHARED.replace("replicas: 2", "replicas: 2, migProfiles: [1g.10gb]"),
+        "p.yaml#0 spec.sharing.migProfiles: only applies when mode is mig (mode is time-slicing); remove it",
+    ),
+    (
+        SHARED + "memoryFraction: 0",
+        "p.yaml#0 spec.memoryFraction: 0 is out of range; a share of the GPU's "
+        "memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: 1.5",
+        "p.yaml#0 spec.memoryFraction: 1.5 is out of range; a share of the "
+        "GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: -0.25",
+        "p.yaml#0 spec.memoryFraction: -0.25 is out of range; a share of the "
+        "GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: 1.0e+99999",
+        "p.yaml#0 spec.memoryFraction: 1.0e+99999 is out of range; a "
+        "share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: 0." + "0" * 5000 + "1",
+        "p.yaml#0 spec.memoryFraction: 0." + "0" * 27 + "… is "
+        "out of range; a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: .inf",
+        "p.yaml#0 spec.memoryFraction: expected a number, got .inf (a decimal "
+        "number); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: '0.5'",
+        'p.yaml#0 spec.memoryFraction: expected a number, got "0.5" (a '
+        "string); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: 50%",
+        'p.yaml#0 spec.memoryFraction: expected a number, got "50%" (a '
+        "string); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: true",
+        "p.yaml#0 spec.memoryFraction: expected a number, got true (a "
+        "boolean; YAML also reads yes/no/on/off as booleans); a share of the GPU's memory is greater than 0 and at "
+        "most 1, e.g. 0.25",
+    ),
+    (
+        SHARED + "memoryFraction: 2024-01-01",
+        "p.yaml#0 spec.memoryFraction: expected a number, got "
+        "2024-01-01 (a date); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+    ),
+    (
+        "namespaces: [a]\nmemoryFraction: 0.25",
+        "p.yaml#0 spec.memoryFraction: only applies when mode is time-slicing or mps (mode is exclusive); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb}\nmemoryFraction: 0.25",
+        "p.yaml#0 spec.memoryFraction: only applies when mode is time-slicing or mps (mode is mig); remove it",
+    ),
     # frameworkEnv
-    ("namespaces: [a]\nframeworkEnv: [torch]", 'p.yaml#0 spec.frameworkEnv[0]: "torch" is not one of jax, '
-     'tensorflow, cupy, tgi, generic, pytorch (did you mean "pytorch"?)'),
+    (
+        "namespaces: [a]\nframeworkEnv: [torch]",
+        'p.yaml#0 spec.frameworkEnv[0]: "torch" is not one of jax, '
+        'tensorflow, cupy, tgi, generic, pytorch (did you mean "pytorch"?)',
+    ),
     ("namespaces: [a]\nframeworkEnv: [jax, jax]", 'p.yaml#0 spec.frameworkEnv[1]: "jax" is listed twice; remove one'),
     # trustedSchedulers
-    ("namespaces: [a]\ntrustedSchedulers: [KAI_Scheduler]", 'p.yaml#0 spec.trustedSchedulers[0]: "KAI_Scheduler" is '
-     "not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase letters, digits, '-' and '.'); write it "
-     "as pods name it, e.g. kai-scheduler"),
-    ("namespaces: [a]\ntrustedSchedulers: [kai-scheduler, kai-scheduler]",
-     'p.yaml#0 spec.trustedSchedulers[1]: "kai-scheduler" is listed twice; remove one'),
-    ("namespaces: [a]\ntrustedSchedulers: kai-scheduler",
-     'p.yaml#0 spec.trustedSchedulers: expected a list of scheduler names, got "kai-scheduler" (a string)'),
-    ("namespaces: [a]\nframeworkEnv: jax", "p.yaml#0 spec.frameworkEnv: expected a list of frameworks (jax, "
-     'tensorflow, cupy, tgi, generic, pytorch), got "jax" (a string)'),
-    ("namespaces: [a]\nframeworkEnv: [{jax: 1}]", "p.yaml#0 spec.frameworkEnv[0]: expected a framework name, got a "
-     "mapping"),
+    (
+        "namespaces: [a]\ntrustedSchedulers: [KAI_Scheduler]",
+        'p.yaml#0 spec.trustedSchedulers[0]: "KAI_Scheduler" is '
+        "not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase letters, digits, '-' and '.'); "
+        "write it as pods name it, e.g. kai-scheduler",
+    ),
+    (
+        "namespaces: [a]\ntrustedSchedulers: [kai-scheduler, kai-scheduler]",
+        'p.yaml#0 spec.trustedSchedulers[1]: "kai-scheduler" is listed twice; remove one',
+    ),
+    (
+        "namespaces: [a]\ntrustedSchedulers: kai-scheduler",
+        'p.yaml#0 spec.trustedSchedulers: expected a list of scheduler names, got "kai-scheduler" (a string)',
+    ),
+    (
+        "namespaces: [a]\nframeworkEnv: jax",
+        "p.yaml#0 spec.frameworkEnv: expected a list of frameworks (jax, "
+        'tensorflow, cupy, tgi, generic, pytorch), got "jax" (a string)',
+    ),
+    (
+        "namespaces: [a]\nframeworkEnv: [{jax: 1}]",
+        "p.yaml#0 spec.frameworkEnv[0]: expected a framework name, got a mapping",
+    ),
     # blockVisibleDevicesOverride
-    ("namespaces: [a]\nblockVisibleDevicesOverride: 'no'", "p.yaml#0 spec.blockVisibleDevicesOverride: expected true "
-     'or false, got "no" (a string)'),
-    ("namespaces: [a]\nblockVisibleDevicesOverride: 1", "p.yaml#0 spec.blockVisibleDevicesOverride: expected true or "
-     "false, got 1 (a whole number)"),
+    (
+        "namespaces: [a]\nblockVisibleDevicesOverride: 'no'",
+        'p.yaml#0 spec.blockVisibleDevicesOverride: expected true or false, got "no" (a string)',
+    ),
+    (
+        "namespaces: [a]\nblockVisibleDevicesOverride: 1",
+        "p.yaml#0 spec.blockVisibleDevicesOverride: expected true or false, got 1 (a whole number)",
+    ),
     # unknown and duplicate fields
-    ("namespaces: [a]\nmemoryfraction: 0.5", 'p.yaml#0 spec.memoryfraction: unknown field (did you mean '
-     '"memoryFraction"?)'),
-    ("namespaces: [a]\nflavour: blue", "p.yaml#0 spec.flavour: unknown field (known fields: namespaces, enforcement, "
-     "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, "
-     "trustedSchedulers, steering, cluster, deviceClasses)"),
-    ("namespaces: [a]\nenforcement: warn\nenforcement: enforce", "p.yaml#0 spec.enforcement: duplicate key; remove "
-     "one of them"),
+    (
+        "namespaces: [a]\nmemoryfraction: 0.5",
+        'p.yaml#0 spec.memoryfraction: unknown field (did you mean "memoryFraction"?)',
+    ),
+    (
+        "namespaces: [a]\nflavour: blue",
+        "p.yaml#0 spec.flavour: unknown field (known fields: namespaces, enforcement, "
+        "sharing, gpu, limits, fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, "
+        "trustedSchedulers, steering, cluster, deviceClasses)",
+    ),
+    (
+        "namespaces: [a]\nenforcement: warn\nenforcement: enforce",
+        "p.yaml#0 spec.enforcement: duplicate key; remove one of them",
+    ),
 ]
 
 
@@ -453,34 +683,60 @@ def test_each_spec_problem_is_one_exact_line(spec: str, line: str) -> None:
     ("text", "line"),
     [
         ("- a\n", "p.yaml#0: a policy document must be a mapping with apiVersion, kind, metadata, spec; got a list"),
-        ("hello\n", 'p.yaml#0: a policy document must be a mapping with apiVersion, kind, metadata, spec; got "hello" '
-         "(a string)"),
-        (doc("namespaces: [a]").replace("apiVersion: gpu-admission.io/v1\n", ""),
-         "p.yaml#0 apiVersion: required; set it to gpu-admission.io/v1"),
-        (doc("namespaces: [a]").replace("gpu-admission.io/v1", "v1"),
-         'p.yaml#0 apiVersion: "v1" is not supported; use gpu-admission.io/v1'),
-        (doc("namespaces: [a]").replace("gpu-admission.io/v1", "1"),
-         "p.yaml#0 apiVersion: expected a string, got 1 (a whole number)"),
-        (doc("namespaces: [a]").replace("kind: GPUPolicy", "kind: Policy"),
-         'p.yaml#0 kind: "Policy" is not supported; use GPUPolicy'),
+        (
+            "hello\n",
+            'p.yaml#0: a policy document must be a mapping with apiVersion, kind, metadata, spec; got "hello" '
+            "(a string)",
+        ),
+        (
+            doc("namespaces: [a]").replace("apiVersion: gpu-admission.io/v1\n", ""),
+            "p.yaml#0 apiVersion: required; set it to gpu-admission.io/v1",
+        ),
+        (
+            doc("namespaces: [a]").replace("gpu-admission.io/v1", "v1"),
+            'p.yaml#0 apiVersion: "v1" is not supported; use gpu-admission.io/v1',
+        ),
+        (
+            doc("namespaces: [a]").replace("gpu-admission.io/v1", "1"),
+            "p.yaml#0 apiVersion: expected a string, got 1 (a whole number)",
+        ),
+        (
+            doc("namespaces: [a]").replace("kind: GPUPolicy", "kind: Policy"),
+            'p.yaml#0 kind: "Policy" is not supported; use GPUPolicy',
+        ),
         (doc("namespaces: [a]").replace("kind: GPUPolicy\n", ""), "p.yaml#0 kind: required; set it to GPUPolicy"),
-        (doc("namespaces: [a]") + "status: {}\n",
-         "p.yaml#0 status: unknown field (known fields: apiVersion, kind, metadata, spec)"),
-        (doc("namespaces: [a]").replace("metadata:\n  name: p\n", ""),
-         "p.yaml#0 metadata.name: required; give the policy a unique name"),
-        (doc("namespaces: [a]").replace("metadata:\n  name: p\n", "metadata: p\n"),
-         'p.yaml#0 metadata: expected a mapping of name; got "p" (a string)'),
-        (doc("namespaces: [a]").replace("  name: p\n", "  labels: {}\n  name: p\n"),
-         "p.yaml#0 metadata.labels: unknown field (known fields: name)"),
-        (doc("namespaces: [a]").replace("name: p", "name: My_Policy"),
-         'p.yaml#0 metadata.name: "My_Policy" is not a valid name; use lowercase letters, digits, \'-\' and \'.\', '
-         "starting and ending with a letter or digit"),
-        (doc("namespaces: [a]").replace("name: p", "name: 7"),
-         "p.yaml#0 metadata.name: expected a string, got 7 (a whole number)"),
+        (
+            doc("namespaces: [a]") + "status: {}\n",
+            "p.yaml#0 status: unknown field (known fields: apiVersion, kind, metadata, spec)",
+        ),
+        (
+            doc("namespaces: [a]").replace("metadata:\n  name: p\n", ""),
+            "p.yaml#0 metadata.name: required; give the policy a unique name",
+        ),
+        (
+            doc("namespaces: [a]").replace("metadata:\n  name: p\n", "metadata: p\n"),
+            'p.yaml#0 metadata: expected a mapping of name; got "p" (a string)',
+        ),
+        (
+            doc("namespaces: [a]").replace("  name: p\n", "  labels: {}\n  name: p\n"),
+            "p.yaml#0 metadata.labels: unknown field (known fields: name)",
+        ),
+        (
+            doc("namespaces: [a]").replace("name: p", "name: My_Policy"),
+            "p.yaml#0 metadata.name: \"My_Policy\" is not a valid name; use lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit",
+        ),
+        (
+            doc("namespaces: [a]").replace("name: p", "name: 7"),
+            "p.yaml#0 metadata.name: expected a string, got 7 (a whole number)",
+        ),
         (HEAD, "p.yaml#0 spec: required; a policy needs at least spec.namespaces"),
-        (HEAD + "spec: [a]\n", "p.yaml#0 spec: expected a mapping of namespaces, enforcement, sharing, gpu, limits, "
-         "fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, "
-         "steering, cluster, deviceClasses; got a list"),
+        (
+            HEAD + "spec: [a]\n",
+            "p.yaml#0 spec: expected a mapping of namespaces, enforcement, sharing, gpu, limits, "
+            "fractional, memoryFraction, frameworkEnv, blockVisibleDevicesOverride, trustedSchedulers, "
+            "steering, cluster, deviceClasses; got a list",
+        ),
         (doc("namespaces: [a]") + "1: x\n", "p.yaml#0: keys must be strings, got 1 (a whole number)"),
         (doc("namespaces: [a]") + "? [a]\n: x\n", "p.yaml#0: keys must be strings, got a list"),
     ],
@@ -590,20 +846,35 @@ def test_different_globs_that_may_tie_are_not_a_load_error() -> None:
     ("text", "line"),
     [
         ("a: 1\n b: 2\n", "p.yaml#0: invalid YAML at line 2, column 3: mapping values are not allowed in this context"),
-        ("a: [1\n", "p.yaml#0: invalid YAML at line 2, column 1: did not find expected ',' or ']' (while parsing a "
-         "flow sequence)"),
-        ("a: 'x\n", "p.yaml#0: invalid YAML at line 2, column 1: found unexpected end of stream (while scanning a "
-         "quoted scalar)"),
+        (
+            "a: [1\n",
+            "p.yaml#0: invalid YAML at line 2, column 1: did not find expected ',' or ']' (while parsing a "
+            "flow sequence)",
+        ),
+        (
+            "a: 'x\n",
+            "p.yaml#0: invalid YAML at line 2, column 1: found unexpected end of stream (while scanning a "
+            "quoted scalar)",
+        ),
         ("a: 1\nb: é\x00\n", "p.yaml#0: invalid YAML at line 2: control characters are not allowed (character #x0000)"),
         ("a: \ud800\n", "p.yaml#0: not valid Unicode text (a lone surrogate?); save the file as UTF-8"),
-        ("a: &x [1]\nb: *x\n", "p.yaml#0: YAML alias *x at line 2, column 4 is not allowed in policy files (aliases "
-         "can expand exponentially); write the value out"),
+        (
+            "a: &x [1]\nb: *x\n",
+            "p.yaml#0: YAML alias *x at line 2, column 4 is not allowed in policy files (aliases "
+            "can expand exponentially); write the value out",
+        ),
         ("a: !foo 1\n", "p.yaml#0: unsupported YAML tag !foo at line 1, column 4; remove the tag"),
-        ("a: !!python/name:os.system ''\n", "p.yaml#0: unsupported YAML tag tag:yaml.org,2002:python/name:os.system "
-         "at line 1, column 4; remove the tag"),
+        (
+            "a: !!python/name:os.system ''\n",
+            "p.yaml#0: unsupported YAML tag tag:yaml.org,2002:python/name:os.system "
+            "at line 1, column 4; remove the tag",
+        ),
         ("a: !!set {x}\n", "p.yaml#0: unsupported YAML tag tag:yaml.org,2002:set at line 1, column 4; remove the tag"),
-        ("[" * 40 + "]" * 40, f"p.yaml#0: nesting deeper than {MAX_DEPTH} levels at line 1, column {MAX_DEPTH + 1}; "
-         "a policy document nests 4 levels deep"),
+        (
+            "[" * 40 + "]" * 40,
+            f"p.yaml#0: nesting deeper than {MAX_DEPTH} levels at line 1, column {MAX_DEPTH + 1}; "
+            "a policy document nests 4 levels deep",
+        ),
     ],
 )
 def test_yaml_problems_are_one_exact_line(text: str, line: str) -> None:
@@ -616,31 +887,57 @@ NOT_WHOLE = "is not a whole number; write one (e.g. 4) or remove the tag"
 @pytest.mark.parametrize(
     ("spec", "line"),
     [
-        ("namespaces: [a]\nlimits: {maxPerPod: !!int abc}",
-         f'p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 7, column 23 {NOT_WHOLE}'),
-        ("namespaces: [a]\nlimits: {maxPerPod: !!int ''}",
-         f'p.yaml#0 spec.limits.maxPerPod: !!int "" at line 7, column 23 {NOT_WHOLE}'),
-        ("namespaces: [a]\nlimits: {maxPerPod: !!int 0x}",
-         f'p.yaml#0 spec.limits.maxPerPod: !!int "0x" at line 7, column 23 {NOT_WHOLE}'),
-        ("namespaces: [a]\nlimits: {maxPerPod: !!int 0xZZ}",
-         f'p.yaml#0 spec.limits.maxPerPod: !!int "0xZZ" at line 7, column 23 {NOT_WHOLE}'),
-        ("namespaces: [a]\nlimits: {maxPerPod: !!int 09}",  # a leading 0 is octal in YAML 1.1
-         f'p.yaml#0 spec.limits.maxPerPod: !!int "09" at line 7, column 23 {NOT_WHOLE}'),
-        ("namespaces: [a]\nlimits: {maxPerPod: !<tag:yaml.org,2002:int> abc}",
-         f'p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 7, column 23 {NOT_WHOLE}'),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: !!int abc}",
+            f'p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 7, column 23 {NOT_WHOLE}',
+        ),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: !!int ''}",
+            f'p.yaml#0 spec.limits.maxPerPod: !!int "" at line 7, column 23 {NOT_WHOLE}',
+        ),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: !!int 0x}",
+            f'p.yaml#0 spec.limits.maxPerPod: !!int "0x" at line 7, column 23 {NOT_WHOLE}',
+        ),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: !!int 0xZZ}",
+            f'p.yaml#0 spec.limits.maxPerPod: !!int "0xZZ" at line 7, column 23 {NOT_WHOLE}',
+        ),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: !!int 09}",  # a leading 0 is octal in YAML 1.1
+            f'p.yaml#0 spec.limits.maxPerPod: !!int "09" at line 7, column 23 {NOT_WHOLE}',
+        ),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: !<tag:yaml.org,2002:int> abc}",
+            f'p.yaml#0 spec.limits.maxPerPod: !!int "abc" at line 7, column 23 {NOT_WHOLE}',
+        ),
         # Untagged, YAML 1.1 still reads a 0x or 0b prefix as a number.
-        ("namespaces: [a]\nlimits: {maxPerPod: 0x_}", 'p.yaml#0 spec.limits.maxPerPod: "0x_" at line 7, column 23 '
-         "is not a whole number (a 0x or 0b prefix needs digits); write one (e.g. 4) or quote it"),
-        ("namespaces: [a]\nblockVisibleDevicesOverride: !!bool maybe", "p.yaml#0 spec.blockVisibleDevicesOverride: "
-         '!!bool "maybe" at line 7, column 32 is not a boolean; write true or false'),
-        (SHARED + "memoryFraction: !!float abc", 'p.yaml#0 spec.memoryFraction: !!float "abc" at line 8, column 19 is '
-         "not a number; write one (e.g. 0.25) or remove the tag"),
+        (
+            "namespaces: [a]\nlimits: {maxPerPod: 0x_}",
+            'p.yaml#0 spec.limits.maxPerPod: "0x_" at line 7, column 23 '
+            "is not a whole number (a 0x or 0b prefix needs digits); write one (e.g. 4) or quote it",
+        ),
+        (
+            "namespaces: [a]\nblockVisibleDevicesOverride: !!bool maybe",
+            "p.yaml#0 spec.blockVisibleDevicesOverride: "
+            '!!bool "maybe" at line 7, column 32 is not a boolean; write true or false',
+        ),
+        (
+            SHARED + "memoryFraction: !!float abc",
+            'p.yaml#0 spec.memoryFraction: !!float "abc" at line 8, column 19 is '
+            "not a number; write one (e.g. 0.25) or remove the tag",
+        ),
         ("namespaces: [a, !!int x]", f'p.yaml#0 spec.namespaces[1]: !!int "x" at line 6, column 19 {NOT_WHOLE}'),
-        ("namespaces: [a]\n!!bool maybe: 1", 'p.yaml#0 spec: !!bool "maybe" at line 7, column 3 is not a boolean; '
-         "write true or false"),
+        (
+            "namespaces: [a]\n!!bool maybe: 1",
+            'p.yaml#0 spec: !!bool "maybe" at line 7, column 3 is not a boolean; write true or false',
+        ),
         # Kept as text, and shown on one line whatever it holds.
-        (SHARED + 'memoryFraction: !!binary "a\\nb"', 'p.yaml#0 spec.memoryFraction: expected a number, got "a\\nb" '
-         "(binary); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"),
+        (
+            SHARED + 'memoryFraction: !!binary "a\\nb"',
+            'p.yaml#0 spec.memoryFraction: expected a number, got "a\\nb" '
+            "(binary); a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25",
+        ),
     ],
 )
 def test_a_value_that_its_yaml_tag_cannot_hold_is_one_exact_line_at_its_position(spec: str, line: str) -> None:
@@ -649,8 +946,12 @@ def test_a_value_that_its_yaml_tag_cannot_hold_is_one_exact_line_at_its_position
 
 
 def test_tagged_values_that_fit_their_tags_load() -> None:
-    policy = only_policy(doc(f"{SHARED}limits: {{maxPerPod: !!int 0x10}}\nmemoryFraction: !!float 0.5\n"
-                             "blockVisibleDevicesOverride: !!bool off"))
+    policy = only_policy(
+        doc(
+            f"{SHARED}limits: {{maxPerPod: !!int 0x10}}\nmemoryFraction: !!float 0.5\n"
+            "blockVisibleDevicesOverride: !!bool off"
+        )
+    )
     assert (policy.limits.max_per_pod, policy.memory_fraction, policy.block_visible_devices_override) == (
         16,
         Fraction(1, 2),
@@ -742,8 +1043,9 @@ def load_problems(directory: str | Path) -> list[str]:
 
 def test_files_are_named_as_the_directory_was_given(policy_dir: Path) -> None:
     (policy_dir / "mig.yaml").write_text(
-        named("a", "namespaces: [a]") + "---\n" + named("m", "namespaces: [m]\nsharing: {mode: mig, migProfile: "
-                                                              "1g.11gb}\ngpu: {model: A100-80GB}")
+        named("a", "namespaces: [a]")
+        + "---\n"
+        + named("m", "namespaces: [m]\nsharing: {mode: mig, migProfile: 1g.11gb}\ngpu: {model: A100-80GB}")
     )
     expected = (
         'spec.sharing.migProfile: "1g.11gb" is not a MIG profile of A100-80GB (valid: 1g.10gb, 1g.10gb+me, 1g.20gb, '
@@ -863,7 +1165,11 @@ def test_problems_from_reading_and_parsing_come_in_file_order(policy_dir: Path) 
 # --- Anything at all: problem lines, never a traceback ------------------------------------------------------
 
 _VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=12)
     | st.sampled_from(["*", "team-*", "mig", "mps", "time-slicing", "1g.10gb", "A100-80GB", "0.5", "jax"]),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=8,
@@ -906,8 +1212,14 @@ def test_any_text_loads_or_fails_with_problem_lines(text: str) -> None:
 
 _TAGS = st.sampled_from(["!!int", "!!bool", "!!float", "!!null", "!!str", "!!timestamp", "!!binary", "!!map"])
 _FIELD_PATHS = st.sampled_from(
-    ["limits:\n    maxPerPod: {}", "blockVisibleDevicesOverride: {}", "memoryFraction: {}", "namespaces: [{}]",
-     "sharing:\n    mode: {}", "{}: 1"]
+    [
+        "limits:\n    maxPerPod: {}",
+        "blockVisibleDevicesOverride: {}",
+        "memoryFraction: {}",
+        "namespaces: [{}]",
+        "sharing:\n    mode: {}",
+        "{}: 1",
+    ]
 )
 
 
@@ -916,4 +1228,3 @@ _FIELD_PATHS = st.sampled_from(
 def test_any_tagged_value_loads_or_fails_with_problem_lines(tag: str, text: str, where: str) -> None:
     value = f"{tag} {json.dumps(text)}"  # a JSON string is a YAML double-quoted scalar
     _loads_or_explains(HEAD + "spec:\n  " + where.format(value) + "\n")
-

@@ -191,9 +191,7 @@ def test_common_namespace_agrees_with_brute_force(first: str, second: str) -> No
     except ValueError:
         return  # a glob no namespace matches: rejected at load
     found = common_namespace(tokens)
-    names = (
-        "".join(chars) for length in range(1, 7) for chars in itertools.product(ALPHABET + "c", repeat=length)
-    )
+    names = ("".join(chars) for length in range(1, 7) for chars in itertools.product(ALPHABET + "c", repeat=length))
     brute = next(
         (n for n in names if is_namespace_name(n) and fnmatch.fnmatchcase(n, first) and fnmatch.fnmatchcase(n, second)),
         None,

@@ -80,14 +80,26 @@ def test_the_namespace_and_kind_are_the_requests():
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"namespace": ...}, "request.object.metadata.namespace: 'team-a' differs from no request.namespace; the API "
-         "server sends the namespace the object is stored in: send the two equal"),
-        ({"namespace": "notebooks"}, "request.object.metadata.namespace: 'team-a' differs from request.namespace "
-         "'notebooks'; the API server sends the namespace the object is stored in: send the two equal"),
-        ({"kind": {"group": "", "version": "v1", "kind": "ConfigMap"}}, "request.object.kind: 'Pod' differs from "
-         "request.kind.kind 'ConfigMap'; the API server sends the kind it admits: send the two equal"),
-        ({"kind": {"group": "apps", "version": "v1", "kind": "Pod"}}, "request.object.apiVersion: 'v1' differs from "
-         "request.kind ('apps/v1'); the API server sends the object in the version it names: send the two equal"),
+        (
+            {"namespace": ...},
+            "request.object.metadata.namespace: 'team-a' differs from no request.namespace; the API "
+            "server sends the namespace the object is stored in: send the two equal",
+        ),
+        (
+            {"namespace": "notebooks"},
+            "request.object.metadata.namespace: 'team-a' differs from request.namespace "
+            "'notebooks'; the API server sends the namespace the object is stored in: send the two equal",
+        ),
+        (
+            {"kind": {"group": "", "version": "v1", "kind": "ConfigMap"}},
+            "request.object.kind: 'Pod' differs from "
+            "request.kind.kind 'ConfigMap'; the API server sends the kind it admits: send the two equal",
+        ),
+        (
+            {"kind": {"group": "apps", "version": "v1", "kind": "Pod"}},
+            "request.object.apiVersion: 'v1' differs from "
+            "request.kind ('apps/v1'); the API server sends the object in the version it names: send the two equal",
+        ),
     ],
 )
 def test_an_object_that_says_another_namespace_or_kind_than_the_request_is_refused(changes, message):

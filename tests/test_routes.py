@@ -67,9 +67,7 @@ def call(server: LiveServer, endpoint: str, review: dict[str, Any]) -> dict[str,
     return response
 
 
-def admit(
-    server: LiveServer, obj: dict[str, Any], namespace: str | None = None, **kwargs: Any
-) -> tuple[bool, str]:
+def admit(server: LiveServer, obj: dict[str, Any], namespace: str | None = None, **kwargs: Any) -> tuple[bool, str]:
     """What the API server makes of `obj`: /mutate, its patch applied, then /validate on the result. Returns
     whether it was admitted and the denial's message ("" when admitted)."""
     namespace = namespace or obj["metadata"]["namespace"]
@@ -102,7 +100,7 @@ def test_visible_devices_beside_a_gpu_request_is_denied(server):
         False,
         'container "app": envFrom prefix "NVIDIA_" can set NVIDIA_VISIBLE_DEVICES (from a key "VISIBLE_DEVICES") '
         "beside its GPU request; the kubelet puts it after the device plugin's value and the NVIDIA container "
-        'toolkit keeps the last, so the container would see GPUs not allocated to it (policy '
+        "toolkit keeps the last, so the container would see GPUs not allocated to it (policy "
         '"notebooks-time-slicing"): use another prefix',
     )
 
@@ -216,17 +214,26 @@ def test_a_deletion_timestamp_set_on_create_does_not_skip_the_review(server):
 @pytest.mark.parametrize(
     ("namespace", "resource", "message"),
     [
-        ("team-a", "nvidia.com/mig-3g.40gb",
-         'container "app": nvidia.com/mig-3g.40gb "1" is a MIG slice, but policy "default" gives this namespace '
-         "whole GPUs (mode exclusive); request nvidia.com/gpu instead"),
-        ("batch", "nvidia.com/gpu.shared",
-         'container "app": nvidia.com/gpu.shared "1" is a shared GPU, but policy "batch-mig" gives this namespace '
-         "MIG slices (nvidia.com/mig-1g.10gb, nvidia.com/mig-2g.20gb, nvidia.com/mig-3g.40gb); request "
-         "nvidia.com/gpu: 1 (it becomes nvidia.com/mig-1g.10gb) or one of those"),
-        ("notebooks", "nvidia.com/mig-1g.10gb",
-         'container "app": nvidia.com/mig-1g.10gb "1" is a MIG slice, but policy "notebooks-time-slicing" gives this '
-         "namespace time-slicing replicas (nvidia.com/gpu.shared); request nvidia.com/gpu: 1 (it becomes "
-         "nvidia.com/gpu.shared: 1) or nvidia.com/gpu.shared"),
+        (
+            "team-a",
+            "nvidia.com/mig-3g.40gb",
+            'container "app": nvidia.com/mig-3g.40gb "1" is a MIG slice, but policy "default" gives this namespace '
+            "whole GPUs (mode exclusive); request nvidia.com/gpu instead",
+        ),
+        (
+            "batch",
+            "nvidia.com/gpu.shared",
+            'container "app": nvidia.com/gpu.shared "1" is a shared GPU, but policy "batch-mig" gives this namespace '
+            "MIG slices (nvidia.com/mig-1g.10gb, nvidia.com/mig-2g.20gb, nvidia.com/mig-3g.40gb); request "
+            "nvidia.com/gpu: 1 (it becomes nvidia.com/mig-1g.10gb) or one of those",
+        ),
+        (
+            "notebooks",
+            "nvidia.com/mig-1g.10gb",
+            'container "app": nvidia.com/mig-1g.10gb "1" is a MIG slice, but policy "notebooks-time-slicing" '
+            "gives this namespace time-slicing replicas (nvidia.com/gpu.shared); request nvidia.com/gpu: 1 (it becomes "
+            "nvidia.com/gpu.shared: 1) or nvidia.com/gpu.shared",
+        ),
     ],
 )
 def test_a_namespace_may_ask_only_for_the_pool_its_policy_serves(server, namespace, resource, message):

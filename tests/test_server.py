@@ -100,7 +100,7 @@ def test_what_the_api_server_refuses_is_denied_by_mutate_itself_with_the_engine_
         "code": 403,
         "reason": "Forbidden",
         "message": 'container "main": nvidia.com/gpu "0.5" is fractional, but GPUs are whole devices '
-        '(the API server refuses it anyway); request a '
+        "(the API server refuses it anyway); request a "
         'whole number of GPUs (policy "default" gives whole GPUs only; ask for a namespace with sharing)',
     }
 

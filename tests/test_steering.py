@@ -762,8 +762,12 @@ def test_whole_gpu_pods_still_reach_whole_gpu_nodes_where_the_clusters_mig_strat
     """The GPU Operator's default MIG strategy is `single`, and GPU feature discovery then labels every GPU node
     `nvidia.com/mig.strategy=single`, MIG enabled or not (internal/lm/mig-strategy.go: the strategy labeler is
     merged whenever the strategy is not none). Only MIG-enabled nodes get `nvidia.com/gpu.slices.gi`."""
-    whole_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.sharing-strategy": "none",
-                          "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    whole_under_single = {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
     sliced_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.slices.gi": "1",
                            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}  # fmt: skip
     terms = required_terms(run(pod(container(limits={"nvidia.com/gpu": "1"})), WHOLE).mutated)

@@ -37,9 +37,7 @@ REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 # plugins older than the label set none, which never counts as drift.
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # none | single | mixed (internal/lm/mig-strategy.go)
-GFD_LABELS = frozenset(
-    {PRODUCT_LABEL, MEMORY_LABEL, COUNT_LABEL, REPLICAS_LABEL, STRATEGY_LABEL, MIG_STRATEGY_LABEL}
-)
+GFD_LABELS = frozenset({PRODUCT_LABEL, MEMORY_LABEL, COUNT_LABEL, REPLICAS_LABEL, STRATEGY_LABEL, MIG_STRATEGY_LABEL})
 # ACK's GPU sharing labels (memshare.py): the pool's sharing mode (cgpu, core_mem, share, ...) and placement.
 ACK_SCHEDULE_LABEL = "ack.node.gpu.schedule"
 ACK_PLACEMENT_LABEL = "ack.node.gpu.placement"

@@ -95,6 +95,8 @@ _KSERVE_FRAMEWORKS = (
     "model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface", "pmml", "lightgbm",
     "paddle",
 )  # fmt: skip
+
+
 class _Lists(TypedDict):
     """Where a Site's containers are, for kinds that share the layout."""
 
@@ -118,13 +120,19 @@ BUILTIN_KINDS: tuple[CustomKind, ...] = (
     # rayservice_types.go). A RayJob's submitter pod is a template of its own.
     CustomKind("ray.io", "RayCluster", "rayclusters", _RAY_CLUSTER, "ray-operator/apis/ray/v1/raycluster_types.go"),
     CustomKind(
-        "ray.io", "RayJob", "rayjobs",
-        (*(Site(s.path.replace("spec.", "spec.rayClusterSpec.", 1), name_key=s.name_key) for s in _RAY_CLUSTER),
-         Site("spec.submitterPodTemplate.spec")),
+        "ray.io",
+        "RayJob",
+        "rayjobs",
+        (
+            *(Site(s.path.replace("spec.", "spec.rayClusterSpec.", 1), name_key=s.name_key) for s in _RAY_CLUSTER),
+            Site("spec.submitterPodTemplate.spec"),
+        ),
         "ray-operator/apis/ray/v1/rayjob_types.go",
     ),
     CustomKind(
-        "ray.io", "RayService", "rayservices",
+        "ray.io",
+        "RayService",
+        "rayservices",
         tuple(Site(s.path.replace("spec.", "spec.rayClusterConfig.", 1), name_key=s.name_key) for s in _RAY_CLUSTER),
         "ray-operator/apis/ray/v1/rayservice_types.go",
     ),
@@ -138,24 +146,36 @@ BUILTIN_KINDS: tuple[CustomKind, ...] = (
     # Kubeflow Trainer (v2): a TrainJob asks resources per node of its runtime's trainer container; a
     # TrainingRuntime holds a JobSet template.
     CustomKind(
-        "trainer.kubeflow.org", "TrainJob", "trainjobs",
-        (Site("spec", containers=(), init_containers=(), single=("trainer",), volumes="",
-              resources="resourcesPerNode"),),
+        "trainer.kubeflow.org",
+        "TrainJob",
+        "trainjobs",
+        (
+            Site(
+                "spec", containers=(), init_containers=(), single=("trainer",), volumes="", resources="resourcesPerNode"
+            ),
+        ),
         "kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go",
     ),
     CustomKind(
-        "trainer.kubeflow.org", "TrainingRuntime", "trainingruntimes",
+        "trainer.kubeflow.org",
+        "TrainingRuntime",
+        "trainingruntimes",
         (Site("spec.template.spec.replicatedJobs[*].template.spec.template.spec"),),
         "kubeflow/trainer pkg/apis/trainer/v1alpha1/trainingruntime_types.go",
     ),
     # JobSet: kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go (ReplicatedJob.Template: a JobTemplateSpec).
     CustomKind(
-        "jobset.x-k8s.io", "JobSet", "jobsets", (Site("spec.replicatedJobs[*].template.spec.template.spec"),),
+        "jobset.x-k8s.io",
+        "JobSet",
+        "jobsets",
+        (Site("spec.replicatedJobs[*].template.spec.template.spec"),),
         "kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go",
     ),
     # LeaderWorkerSet: kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go.
     CustomKind(
-        "leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets",
+        "leaderworkerset.x-k8s.io",
+        "LeaderWorkerSet",
+        "leaderworkersets",
         (Site("spec.leaderWorkerTemplate.leaderTemplate.spec"), Site("spec.leaderWorkerTemplate.workerTemplate.spec")),
         "kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go",
     ),
@@ -164,42 +184,68 @@ BUILTIN_KINDS: tuple[CustomKind, ...] = (
     # pod spec inline (v1alpha1 servingruntime_types.go); an LLMInferenceService holds *corev1.PodSpec
     # (v1alpha1 llm_inference_service_types.go: template, worker, prefill.{template,worker}).
     CustomKind(
-        "serving.kserve.io", "InferenceService", "inferenceservices",
-        (Site("spec.predictor", single=_KSERVE_FRAMEWORKS), Site("spec.predictor.workerSpec"),
-         Site("spec.transformer"), Site("spec.explainer", single=("art",))),
+        "serving.kserve.io",
+        "InferenceService",
+        "inferenceservices",
+        (
+            Site("spec.predictor", single=_KSERVE_FRAMEWORKS),
+            Site("spec.predictor.workerSpec"),
+            Site("spec.transformer"),
+            Site("spec.explainer", single=("art",)),
+        ),
         f"{_KSERVE}/v1beta1/predictor.go, transformer.go, explainer.go",
     ),
     CustomKind(
-        "serving.kserve.io", "ServingRuntime", "servingruntimes", (Site("spec"), Site("spec.workerSpec")),
+        "serving.kserve.io",
+        "ServingRuntime",
+        "servingruntimes",
+        (Site("spec"), Site("spec.workerSpec")),
         f"{_KSERVE}/v1alpha1/servingruntime_types.go",
     ),
     CustomKind(
-        "serving.kserve.io", "LLMInferenceService", "llminferenceservices",
+        "serving.kserve.io",
+        "LLMInferenceService",
+        "llminferenceservices",
         (Site("spec.template"), Site("spec.worker"), Site("spec.prefill.template"), Site("spec.prefill.worker")),
         f"{_KSERVE}/v1alpha1/llm_inference_service_types.go",
     ),
     # Volcano: volcano-sh/apis pkg/apis/batch/v1alpha1/job.go (TaskSpec.Template).
     CustomKind(
-        "batch.volcano.sh", "Job", "jobs", (Site("spec.tasks[*].template.spec"),),
+        "batch.volcano.sh",
+        "Job",
+        "jobs",
+        (Site("spec.tasks[*].template.spec"),),
         "volcano-sh/apis pkg/apis/batch/v1alpha1/job.go",
     ),
     # Argo Workflows: argoproj/argo-workflows pkg/apis/workflow/v1alpha1/workflow_types.go (Template: container,
     # script, containerSet, initContainers, sidecars, volumes); a CronWorkflow holds a WorkflowSpec.
     CustomKind(
-        "argoproj.io", "Workflow", "workflows", (Site("spec.templates[*]", **_ARGO_TEMPLATE),),
+        "argoproj.io",
+        "Workflow",
+        "workflows",
+        (Site("spec.templates[*]", **_ARGO_TEMPLATE),),
         "argoproj/argo-workflows pkg/apis/workflow/v1alpha1/workflow_types.go",
     ),
     CustomKind(
-        "argoproj.io", "WorkflowTemplate", "workflowtemplates", (Site("spec.templates[*]", **_ARGO_TEMPLATE),),
+        "argoproj.io",
+        "WorkflowTemplate",
+        "workflowtemplates",
+        (Site("spec.templates[*]", **_ARGO_TEMPLATE),),
         "argoproj/argo-workflows pkg/apis/workflow/v1alpha1/workflow_template_types.go",
     ),
     CustomKind(
-        "argoproj.io", "CronWorkflow", "cronworkflows", (Site("spec.workflowSpec.templates[*]", **_ARGO_TEMPLATE),),
+        "argoproj.io",
+        "CronWorkflow",
+        "cronworkflows",
+        (Site("spec.workflowSpec.templates[*]", **_ARGO_TEMPLATE),),
         "argoproj/argo-workflows pkg/apis/workflow/v1alpha1/cron_workflow_types.go",
     ),
     # Kubeflow Notebook: kubeflow/kubeflow components/notebook-controller/api/v1/notebook_types.go.
     CustomKind(
-        "kubeflow.org", "Notebook", "notebooks", (Site("spec.template.spec"),),
+        "kubeflow.org",
+        "Notebook",
+        "notebooks",
+        (Site("spec.template.spec"),),
         "kubeflow/kubeflow components/notebook-controller/api/v1/notebook_types.go",
     ),
 )

@@ -140,22 +140,38 @@ def judge(obj: dict[str, Any], policy: Policy, path: tuple[str, ...]) -> list[Vi
     if devices is None:
         return problems  # a claim for no device
     if type(devices) is not dict:
-        problems.append(_problem(what, f"spec.devices must be a map ({APISERVER_TOO}); fix the manifest",
-                                 "spec.devices must be a map; fix the manifest", Refusal))
+        problems.append(
+            _problem(
+                what,
+                f"spec.devices must be a map ({APISERVER_TOO}); fix the manifest",
+                "spec.devices must be a map; fix the manifest",
+                Refusal,
+            )
+        )
         return problems
     requests = devices.get("requests")
     if requests is None:
         requests = []
     if type(requests) is not list:
-        problems.append(_problem(what, f"spec.devices.requests must be a list ({APISERVER_TOO}); fix the manifest",
-                                 "devices.requests must be a list; fix the manifest", Refusal))
+        problems.append(
+            _problem(
+                what,
+                f"spec.devices.requests must be a list ({APISERVER_TOO}); fix the manifest",
+                "devices.requests must be a list; fix the manifest",
+                Refusal,
+            )
+        )
         return problems
     if len(requests) > REQUESTS_MAX:
-        problems.append(_problem(
-            what,
-            f"{len(requests)} device requests, more than the {REQUESTS_MAX} a claim may hold ({APISERVER_TOO}); "
-            "split it into several claims",
-            f"{len(requests)} device requests, at most {REQUESTS_MAX}; split the claim", Refusal))
+        problems.append(
+            _problem(
+                what,
+                f"{len(requests)} device requests, more than the {REQUESTS_MAX} a claim may hold ({APISERVER_TOO}); "
+                "split it into several claims",
+                f"{len(requests)} device requests, at most {REQUESTS_MAX}; split the claim",
+                Refusal,
+            )
+        )
     rules = _Rules.of(policy)
     names: dict[str, set[str]] = {}  # request name -> its alternatives' names (config references)
     contributions: list[Asked] = []  # per request: the alternative with the most GPU devices
@@ -179,27 +195,40 @@ def _request(
     """Check one entry of spec.devices.requests as the API server does; what it asks for, where valid."""
     where = f"requests[{index}]"
     if type(request) is not dict:
-        problems.append(_problem(where, f"must be a map ({APISERVER_TOO}); fix the manifest",
-                                 "must be a map; fix the manifest", Refusal))
+        problems.append(
+            _problem(
+                where, f"must be a map ({APISERVER_TOO}); fix the manifest", "must be a map; fix the manifest", Refusal
+            )
+        )
         return []
     name: Any = request.get("name")  # as written: checked by _name_ok
     label = where
     if not _name_ok(name, where, problems):
         name = None
     elif name in names:
-        problems.append(_problem(
-            _label(name), f"the name is used by another request too ({APISERVER_TOO}); give each request its own name",
-            "the name is used twice; give each request its own name", Refusal))
+        problems.append(
+            _problem(
+                _label(name),
+                f"the name is used by another request too ({APISERVER_TOO}); give each request its own name",
+                "the name is used twice; give each request its own name",
+                Refusal,
+            )
+        )
     else:
         label = _label(name)
     exactly, alternatives = request.get("exactly"), request.get("firstAvailable")
     has_exactly, has_alternatives = exactly is not None, alternatives not in (None, [])
     if has_exactly == has_alternatives:
         which = "both" if has_exactly else "neither"
-        problems.append(_problem(
-            label, f"sets {which} of exactly and firstAvailable; a request sets exactly one ({APISERVER_TOO}): use "
-            "exactly for one kind of device, firstAvailable for alternatives",
-            f"sets {which} of exactly and firstAvailable; set exactly one", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f"sets {which} of exactly and firstAvailable; a request sets exactly one ({APISERVER_TOO}): use "
+                "exactly for one kind of device, firstAvailable for alternatives",
+                f"sets {which} of exactly and firstAvailable; set exactly one",
+                Refusal,
+            )
+        )
         return []
     ref = name or where
     if has_exactly:
@@ -208,29 +237,52 @@ def _request(
         one = _device_request(ref, label, exactly, "exactly", policy, problems)
         return [one] if one else []
     if type(alternatives) is not list:
-        problems.append(_problem(label, f"firstAvailable must be a list ({APISERVER_TOO}); fix the manifest",
-                                 "firstAvailable must be a list; fix the manifest", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f"firstAvailable must be a list ({APISERVER_TOO}); fix the manifest",
+                "firstAvailable must be a list; fix the manifest",
+                Refusal,
+            )
+        )
         return []
     if len(alternatives) > FIRST_AVAILABLE_MAX:
-        problems.append(_problem(
-            label, f"firstAvailable lists {len(alternatives)} alternatives, more than {FIRST_AVAILABLE_MAX} "
-            f"({APISERVER_TOO}); keep the {FIRST_AVAILABLE_MAX} you prefer",
-            f"{len(alternatives)} alternatives, at most {FIRST_AVAILABLE_MAX}; keep fewer", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f"firstAvailable lists {len(alternatives)} alternatives, more than {FIRST_AVAILABLE_MAX} "
+                f"({APISERVER_TOO}); keep the {FIRST_AVAILABLE_MAX} you prefer",
+                f"{len(alternatives)} alternatives, at most {FIRST_AVAILABLE_MAX}; keep fewer",
+                Refusal,
+            )
+        )
     subnames: set[str] = set()
     found: list[Asked] = []
     for position, alternative in enumerate(alternatives):
         sub_where = f"{label} firstAvailable[{position}]"
         if type(alternative) is not dict:
-            problems.append(_problem(sub_where, f"must be a map ({APISERVER_TOO}); fix the manifest",
-                                     "must be a map; fix the manifest", Refusal))
+            problems.append(
+                _problem(
+                    sub_where,
+                    f"must be a map ({APISERVER_TOO}); fix the manifest",
+                    "must be a map; fix the manifest",
+                    Refusal,
+                )
+            )
             continue
         sub: Any = alternative.get("name")  # as written
         if not _name_ok(sub, sub_where, problems):
             continue
         if sub in subnames:
-            problems.append(_problem(
-                sub_where, f'the name "{_cut(sub)}" is used by another alternative too ({APISERVER_TOO}); give each '
-                "its own name", "the name is used twice; give each alternative its own", Refusal))
+            problems.append(
+                _problem(
+                    sub_where,
+                    f'the name "{_cut(sub)}" is used by another alternative too ({APISERVER_TOO}); give each '
+                    "its own name",
+                    "the name is used twice; give each alternative its own",
+                    Refusal,
+                )
+            )
             continue
         subnames.add(sub)
         sub_ref = f"{ref}/{sub}"
@@ -246,9 +298,15 @@ def _name_ok(name: Any, where: str, problems: list[Violation]) -> bool:
     if type(name) is str and _is_label(name):
         return True
     shown = "no name" if name in (None, "") else f'name "{_cut(str(name))}"'
-    problems.append(_problem(
-        where, f"has {shown}; a request's name is a DNS label: lowercase letters, digits and '-', at most 63 "
-        f"({APISERVER_TOO}); name it, e.g. gpu", f"has {shown}; name it with a DNS label, e.g. gpu", Refusal))
+    problems.append(
+        _problem(
+            where,
+            f"has {shown}; a request's name is a DNS label: lowercase letters, digits and '-', at most 63 "
+            f"({APISERVER_TOO}); name it, e.g. gpu",
+            f"has {shown}; name it with a DNS label, e.g. gpu",
+            Refusal,
+        )
+    )
     return False
 
 
@@ -257,38 +315,67 @@ def _device_request(
 ) -> Asked | None:
     """`exactly` or one `firstAvailable` alternative: its class, mode and count, as the API server checks them."""
     if type(body) is not dict:
-        problems.append(_problem(label, f"{field} must be a map ({APISERVER_TOO}); fix the manifest",
-                                 f"{field} must be a map; fix the manifest", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f"{field} must be a map ({APISERVER_TOO}); fix the manifest",
+                f"{field} must be a map; fix the manifest",
+                Refusal,
+            )
+        )
         return None
     device_class = body.get("deviceClassName")
     if type(device_class) is not str or not _is_subdomain(device_class):
         shown = "no deviceClassName" if device_class in (None, "") else f'deviceClassName "{_cut(str(device_class))}"'
-        problems.append(_problem(
-            label, f"has {shown}; a request names its DeviceClass, a DNS subdomain ({APISERVER_TOO}); set it, e.g. "
-            "gpu.nvidia.com", f"has {shown}; set a DeviceClass, e.g. gpu.nvidia.com", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f"has {shown}; a request names its DeviceClass, a DNS subdomain ({APISERVER_TOO}); set it, e.g. "
+                "gpu.nvidia.com",
+                f"has {shown}; set a DeviceClass, e.g. gpu.nvidia.com",
+                Refusal,
+            )
+        )
         return None
     mode = body.get("allocationMode", EXACT_COUNT)  # the API server's default, set before any webhook
     count = body.get("count")
     kind = _class_kind(device_class, policy)
     if mode == ALL:
         if count not in (None, 0):
-            problems.append(_problem(
-                label, f"{device_class} count {_cut(str(count), 20)} is set with allocationMode All "
-                f"({APISERVER_TOO}); remove count, or use allocationMode ExactCount",
-                "count is set with allocationMode All; remove one of them", Refusal))
+            problems.append(
+                _problem(
+                    label,
+                    f"{device_class} count {_cut(str(count), 20)} is set with allocationMode All "
+                    f"({APISERVER_TOO}); remove count, or use allocationMode ExactCount",
+                    "count is set with allocationMode All; remove one of them",
+                    Refusal,
+                )
+            )
             return None
         return Asked(ref, device_class, kind, 0, True, body)
     if mode != EXACT_COUNT:
-        problems.append(_problem(
-            label, f'{device_class} allocationMode "{_cut(str(mode), 20)}" is neither ExactCount nor All '
-            f"({APISERVER_TOO}); use ExactCount with a count", "unknown allocationMode; use ExactCount", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f'{device_class} allocationMode "{_cut(str(mode), 20)}" is neither ExactCount nor All '
+                f"({APISERVER_TOO}); use ExactCount with a count",
+                "unknown allocationMode; use ExactCount",
+                Refusal,
+            )
+        )
         return None
     if count is None or (type(count) is int and count == 0):
         count = 1  # the API server's default for ExactCount (count is omitempty: 0 reads as absent)
     if type(count) is not int or count <= 0:
-        problems.append(_problem(
-            label, f"{device_class} count {_cut(str(count), 20)} is not a whole number greater than zero "
-            f"({APISERVER_TOO}); ask for 1 or more devices", "count must be a whole number > 0", Refusal))
+        problems.append(
+            _problem(
+                label,
+                f"{device_class} count {_cut(str(count), 20)} is not a whole number greater than zero "
+                f"({APISERVER_TOO}); ask for 1 or more devices",
+                "count must be a whole number > 0",
+                Refusal,
+            )
+        )
         return None
     return Asked(ref, device_class, kind, count, False, body)
 
@@ -299,29 +386,45 @@ def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violatio
     where = f'policy "{policy.name}"'
     label, cls = _label(asked.ref), asked.device_class
     if asked.body.get("adminAccess") is True:
-        problems.append(_problem(
-            label, f"{cls} adminAccess gives access to devices allocated to others, outside every GPU limit "
-            f"({where} does not allow it for tenants); remove adminAccess",
-            f"{_cut(cls, 24)} adminAccess is not for tenants; remove it"))
+        problems.append(
+            _problem(
+                label,
+                f"{cls} adminAccess gives access to devices allocated to others, outside every GPU limit "
+                f"({where} does not allow it for tenants); remove adminAccess",
+                f"{_cut(cls, 24)} adminAccess is not for tenants; remove it",
+            )
+        )
     if asked.every:
-        problems.append(_problem(
-            label, f"{cls} allocationMode All asks for every matching device of a node, which no cap can bound "
-            f"({where} allows at most {rules.max_per_pod} per pod); use allocationMode ExactCount with a count of "
-            f"at most {min(rules.max_per_pod, _container_maximum(asked, rules))}",
-            f"{_cut(cls, 24)} allocationMode All is unbounded; ask for an ExactCount"))
+        problems.append(
+            _problem(
+                label,
+                f"{cls} allocationMode All asks for every matching device of a node, which no cap can bound "
+                f"({where} allows at most {rules.max_per_pod} per pod); use allocationMode ExactCount with a count of "
+                f"at most {min(rules.max_per_pod, _container_maximum(asked, rules))}",
+                f"{_cut(cls, 24)} allocationMode All is unbounded; ask for an ExactCount",
+            )
+        )
     maximum = _container_maximum(asked, rules)
     if asked.count > maximum:
         if asked.kind == "mig" and rules.one_mig_slice:
-            problems.append(_problem(
-                label, f"{cls} count {asked.count} is more than one MIG slice per container ({where}): CUDA sees "
-                "one MIG device per process, and slices have no NVLink or P2P between them; ask for one bigger "
-                "profile, or whole GPUs in a namespace that has them",
-                f"{_cut(cls, 24)} count {asked.count}: one MIG slice per container; ask for a bigger profile"))
+            problems.append(
+                _problem(
+                    label,
+                    f"{cls} count {asked.count} is more than one MIG slice per container ({where}): CUDA sees "
+                    "one MIG device per process, and slices have no NVLink or P2P between them; ask for one bigger "
+                    "profile, or whole GPUs in a namespace that has them",
+                    f"{_cut(cls, 24)} count {asked.count}: one MIG slice per container; ask for a bigger profile",
+                )
+            )
         else:
-            problems.append(_problem(
-                label, f"{cls} count {asked.count} exceeds the per-container maximum of {maximum} ({where}): a "
-                f"container naming this request gets all {asked.count}; ask for at most {maximum}",
-                f"{_cut(cls, 24)} count {asked.count}: at most {maximum} per container; ask for fewer"))
+            problems.append(
+                _problem(
+                    label,
+                    f"{cls} count {asked.count} exceeds the per-container maximum of {maximum} ({where}): a "
+                    f"container naming this request gets all {asked.count}; ask for at most {maximum}",
+                    f"{_cut(cls, 24)} count {asked.count}: at most {maximum} per container; ask for fewer",
+                )
+            )
     if asked.kind == "mig":
         _profile(asked, label, rules, problems)
 
@@ -343,16 +446,24 @@ def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation])
             continue
         for profile in _PROFILE.findall(expression):
             if model is not None and model.profile(profile) is None:
-                problems.append(_problem(
-                    label, f"{asked.device_class} selects MIG profile {profile}, which {model.name} does not have "
-                    f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
-                    f"MIG profile {_cut(profile, 16)} is not on {model.name}; ask for one it has"))
+                problems.append(
+                    _problem(
+                        label,
+                        f"{asked.device_class} selects MIG profile {profile}, which {model.name} does not have "
+                        f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
+                        f"MIG profile {_cut(profile, 16)} is not on {model.name}; ask for one it has",
+                    )
+                )
             elif rules.offered is not None and profile not in rules.offered:
-                problems.append(_problem(
-                    label, f"{asked.device_class} selects MIG profile {profile}, which the nodes' MIG layout does "
-                    f'not offer (policy "{policy.name}" offers {", ".join(rules.offered)}): the claim would never be '
-                    "allocated; use one of those",
-                    f"MIG profile {_cut(profile, 16)} is not offered here; ask for one the policy lists"))
+                problems.append(
+                    _problem(
+                        label,
+                        f"{asked.device_class} selects MIG profile {profile}, which the nodes' MIG layout does "
+                        f'not offer (policy "{policy.name}" offers {", ".join(rules.offered)}): the claim would '
+                        "never be allocated; use one of those",
+                        f"MIG profile {_cut(profile, 16)} is not offered here; ask for one the policy lists",
+                    )
+                )
 
 
 def _claim_total(what: str, contributions: list[Asked], rules: _Rules, problems: list[Violation]) -> None:
@@ -366,10 +477,14 @@ def _claim_total(what: str, contributions: list[Asked], rules: _Rules, problems:
         return  # one request over the per-container maximum: its own line says it
     named = ", ".join(f'request "{_cut(a.ref, 70)}": {a.count} from {a.device_class}' for a in contributions)
     pod = "each pod made from this template gets its own" if what == "template" else "a pod naming this claim gets"
-    problems.append(_problem(
-        what, f"{total} GPU devices ({named}) exceed the per-pod maximum of {maximum} "
-        f'(policy "{rules.policy.name}"): {pod} {total}; ask for at most {maximum}, or split the work',
-        f"{total} GPU devices, at most {maximum} per pod; ask for fewer"))
+    problems.append(
+        _problem(
+            what,
+            f"{total} GPU devices ({named}) exceed the per-pod maximum of {maximum} "
+            f'(policy "{rules.policy.name}"): {pod} {total}; ask for at most {maximum}, or split the work',
+            f"{total} GPU devices, at most {maximum} per pod; ask for fewer",
+        )
+    )
 
 
 def _configs(what: str, configs: Any, names: dict[str, set[str]], policy: Policy, problems: list[Violation]) -> None:
@@ -377,13 +492,25 @@ def _configs(what: str, configs: Any, names: dict[str, set[str]], policy: Policy
     if configs is None:
         return
     if type(configs) is not list:
-        problems.append(_problem(what, f"spec.devices.config must be a list ({APISERVER_TOO}); fix the manifest",
-                                 "devices.config must be a list; fix the manifest", Refusal))
+        problems.append(
+            _problem(
+                what,
+                f"spec.devices.config must be a list ({APISERVER_TOO}); fix the manifest",
+                "devices.config must be a list; fix the manifest",
+                Refusal,
+            )
+        )
         return
     if len(configs) > CONFIG_MAX:
-        problems.append(_problem(
-            what, f"{len(configs)} device configs, more than the {CONFIG_MAX} a claim may hold ({APISERVER_TOO}); "
-            "merge them", f"{len(configs)} device configs, at most {CONFIG_MAX}; merge them", Refusal))
+        problems.append(
+            _problem(
+                what,
+                f"{len(configs)} device configs, more than the {CONFIG_MAX} a claim may hold ({APISERVER_TOO}); "
+                "merge them",
+                f"{len(configs)} device configs, at most {CONFIG_MAX}; merge them",
+                Refusal,
+            )
+        )
     for index, config in enumerate(configs):
         where = f"config[{index}]"
         if type(config) is not dict:
@@ -392,9 +519,15 @@ def _configs(what: str, configs: Any, names: dict[str, set[str]], policy: Policy
         for ref in refs if type(refs) is list else []:
             if not _names_request(ref, names):
                 known = ", ".join(sorted(names)) or "none"
-                problems.append(_problem(
-                    where, f'names request "{_cut(str(ref))}", which this {what} does not have ({APISERVER_TOO}); '
-                    f"name one of its requests ({known})", "names a request the claim does not have", Refusal))
+                problems.append(
+                    _problem(
+                        where,
+                        f'names request "{_cut(str(ref))}", which this {what} does not have ({APISERVER_TOO}); '
+                        f"name one of its requests ({known})",
+                        "names a request the claim does not have",
+                        Refusal,
+                    )
+                )
         _sharing(where, config.get("opaque"), policy, problems)
 
 
@@ -431,9 +564,13 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
         why, fix = f"{here} shares GPUs as MIG slices (mode mig)", "remove sharing and ask for a MIG device"
     else:
         why, fix = f"{here} gives this namespace whole GPUs (mode exclusive)", "remove sharing"
-    problems.append(_problem(
-        where, f"{kind} sharing strategy {_cut(strategy, 20)} does not match the namespace: {why}; {fix}",
-        f"{kind} sharing {_cut(strategy, 12)} is not this namespace's ({mode}); {fix}"))
+    problems.append(
+        _problem(
+            where,
+            f"{kind} sharing strategy {_cut(strategy, 20)} does not match the namespace: {why}; {fix}",
+            f"{kind} sharing {_cut(strategy, 12)} is not this namespace's ({mode}); {fix}",
+        )
+    )
 
 
 # ------------------------------------------------------------------------------ a pod's claims and templates
@@ -605,8 +742,10 @@ def pod_claims(
     def mig_names(name: str) -> bool:
         return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
 
-    groups = {"gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
-              "mig": (mig_names, rules.max_mig_per_container, "MIG devices")}
+    groups = {
+        "gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
+        "mig": (mig_names, rules.max_mig_per_container, "MIG devices"),
+    }
     where = f'policy "{policy.name}"'
     grouped: dict[str, list[tuple[ContainerRef, dict[str, Any]]]] = {"gpu": [], "mig": []}
     resources: dict[str, set[str]] = {"gpu": set(), "mig": set()}  # the extended resources counted
@@ -629,18 +768,25 @@ def pod_claims(
                     continue
                 parts = [f"{value} from {name}" for name, value in extended.items()]
                 parts += [f"{count} from {one.shown}" for one, count in claimed]
-                problems.append(container_violation(
-                    ref, f"{total} {noun} in all ({', '.join(parts)}) exceed the per-container maximum of {maximum} "
-                    f"({where}): a claim's devices count with the extended resources; ask for at most {maximum} "
-                    "in all",
-                    f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer"))
+                problems.append(
+                    container_violation(
+                        ref,
+                        f"{total} {noun} in all ({', '.join(parts)}) exceed the per-container maximum of {maximum} "
+                        f"({where}): a claim's devices count with the extended resources; ask for at most {maximum} "
+                        "in all",
+                        f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer",
+                    )
+                )
     for one in named.values():
         _, every = one.counts(policy)
         if every:
-            problems.append(pod_violation(
-                f"{one.shown} asks for every matching {every} device of a node (allocationMode All), which no cap "
-                f"can bound ({where} allows at most {rules.max_per_pod} per pod); name a claim with an exact count",
-                f"{_cut(one.name)}: allocationMode All is unbounded; use a claim with a count"))
+            problems.append(
+                pod_violation(
+                    f"{one.shown} asks for every matching {every} device of a node (allocationMode All), which no cap "
+                    f"can bound ({where} allows at most {rules.max_per_pod} per pod); name a claim with an exact count",
+                    f"{_cut(one.name)}: allocationMode All is unbounded; use a claim with a count",
+                )
+            )
     for group, (_, _, noun) in groups.items():
         claimed = [(one, one.counts(policy)[0].get(group, 0)) for one in named.values()]
         claimed = [(one, count) for one, count in claimed if count]
@@ -650,11 +796,14 @@ def pod_claims(
             continue
         parts = [f"{in_pod} from {' and '.join(sorted(resources[group]))}"] if in_pod else []
         parts += [f"{count} from {one.shown}" for one, count in claimed]
-        problems.append(pod_violation(
-            f"{total} {noun} in all ({', '.join(parts)}) exceed the per-pod maximum of {rules.max_per_pod} "
-            f"({where}): a pod's claims count with its extended resources; ask for at most {rules.max_per_pod} in "
-            "all, or split the pod",
-            f"{total} {noun} with its claims: at most {rules.max_per_pod} per pod; ask for fewer"))
+        problems.append(
+            pod_violation(
+                f"{total} {noun} in all ({', '.join(parts)}) exceed the per-pod maximum of {rules.max_per_pod} "
+                f"({where}): a pod's claims count with its extended resources; ask for at most {rules.max_per_pod} in "
+                "all, or split the pod",
+                f"{total} {noun} with its claims: at most {rules.max_per_pod} per pod; ask for fewer",
+            )
+        )
     return problems, warnings
 
 

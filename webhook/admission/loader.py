@@ -414,6 +414,7 @@ def _one_of(value: str, choices: Iterable[str]) -> str:
 
 # --- Validation: one document -> a Policy -------------------------------------------------------------------
 
+
 class _Marker(enum.Enum):
     """What a field holds when it yields no value: typed, so that the checker sees every place a value may be
     missing or invalid."""
@@ -441,6 +442,7 @@ def _valid(value: _T | _Bad) -> _T:
 def _given(value: _T | _Absent | _Bad, default: _D) -> _T | _D:
     """`_valid(value)`, or `default` where the field was not written."""
     return default if value is _ABSENT else _valid(value)
+
 
 # The field tables live in policyfields.py, which the JSON Schema is generated from as well.
 _TOP_FIELDS = policyfields.names(policyfields.DOCUMENT)

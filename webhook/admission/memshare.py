@@ -287,8 +287,11 @@ def pool_words(policy: Policy) -> tuple[str, str, str]:
     spec = spec_of(policy)
     assert spec is not None
     names = ", ".join(sorted(spec.resources - {NVIDIA_GPU}))
-    return (f"{spec.title} memory slices ({names})", f"{NVIDIA_GPU}: <fraction> (it becomes {spec.memory}) or "
-            "those", f"ask for {NVIDIA_GPU}: <fraction>")
+    return (
+        f"{spec.title} memory slices ({names})",
+        f"{NVIDIA_GPU}: <fraction> (it becomes {spec.memory}) or those",
+        f"ask for {NVIDIA_GPU}: <fraction>",
+    )
 
 
 def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[str, str]:

@@ -578,7 +578,8 @@ def glob_ties(policy_set: PolicySet) -> list[GlobTie]:
             rivals = sorted(
                 start + offset
                 for offset in block.overlapping(a)
-                if start + offset > a_index and globs[start + offset][3] is not a_policy
+                if start + offset > a_index
+                and globs[start + offset][3] is not a_policy
                 and a.may_share(shapes[start + offset])
             )
             if not rivals:
@@ -646,9 +647,7 @@ class _GlobShape:
 
     def may_share(self, other: _GlobShape) -> bool:
         """False when no name matches both (certain); True when one may."""
-        longest = min(
-            (n for n in (self.max_length, other.max_length) if n is not None), default=NAMESPACE_MAX_LENGTH
-        )
+        longest = min((n for n in (self.max_length, other.max_length) if n is not None), default=NAMESPACE_MAX_LENGTH)
         if max(self.min_length, other.min_length) > min(longest, NAMESPACE_MAX_LENGTH):
             return False
         # A name both match holds, at each fixed position from either end, a character both globs allow there.

@@ -116,8 +116,11 @@ SHARING = (
 
 GPU = (
     Field(
-        "model", "string", "The GPU model of the namespace's nodes; auto: taken from the nodes' product label.",
-        choices=tuple(GPU_MODELS), alternatives=("auto",),
+        "model",
+        "string",
+        "The GPU model of the namespace's nodes; auto: taken from the nodes' product label.",
+        choices=tuple(GPU_MODELS),
+        alternatives=("auto",),
     ),
     Field("memoryMiB", "integer", "The GPU's memory in MiB, for a model not listed.", minimum=1),
 )

@@ -197,9 +197,7 @@ def smallest_profile_for(
 
     Media-extension profiles are never picked: they cost the same slices and hold the GPU's only decoders.
     """
-    candidates = [
-        p for p in offered_profiles(model, offered) if not p.media_extensions and p.memory_share >= fraction
-    ]
+    candidates = [p for p in offered_profiles(model, offered) if not p.media_extensions and p.memory_share >= fraction]
     if not candidates:
         return None
     return min(candidates, key=lambda p: (p.memory_share, p.compute_slices))

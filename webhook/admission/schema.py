@@ -131,9 +131,7 @@ def _spec_rules() -> list[dict[str, Any]]:
                 "not": {"required": ["fractional"]},
             },
             "else": {
-                "properties": {
-                    "sharing": {"not": {"anyOf": [{"required": ["backend"]}, {"required": ["placement"]}]}}
-                }
+                "properties": {"sharing": {"not": {"anyOf": [{"required": ["backend"]}, {"required": ["placement"]}]}}}
             },
         },
         {  # fractional: mig picks a profile of the named model

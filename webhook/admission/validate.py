@@ -207,7 +207,9 @@ class _Rules:
             mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
             trusted_schedulers=policy.trusted_schedulers,
             served=_served_resources(policy, mig_model),
-            any_mig_profile=mode is Mode.MIG and not sharing.is_mig_single and mig_model is None
+            any_mig_profile=mode is Mode.MIG
+            and not sharing.is_mig_single
+            and mig_model is None
             and sharing.mig_profiles is None,
             renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
             gpu_memory_mib=policy.gpu_memory_mib,
@@ -335,16 +337,26 @@ def _container(ref: ContainerRef, rules: _Rules, problems: Problems) -> dict[str
         return {}
     if not isinstance(resources, dict):
         what = type(resources).__name__
-        _add(ref, problems, f"resources must be a map, not {what}; fix the manifest",
-             f"resources must be a map, not {_brief(what, 12)}; fix the manifest", Refusal)
+        _add(
+            ref,
+            problems,
+            f"resources must be a map, not {what}; fix the manifest",
+            f"resources must be a map, not {_brief(what, 12)}; fix the manifest",
+            Refusal,
+        )
         return {}
     requests, limits = resources.get("requests"), resources.get("limits")
     if not ((requests is None or isinstance(requests, dict)) and (limits is None or isinstance(limits, dict))):
         for which, value in (("requests", requests), ("limits", limits)):
             if value is not None and not isinstance(value, dict):
                 what = type(value).__name__
-                _add(ref, problems, f"resources.{which} must be a map, not {what}; fix the manifest",
-                     f"resources.{which} must be a map, not {_brief(what, 12)}; fix the manifest", Refusal)
+                _add(
+                    ref,
+                    problems,
+                    f"resources.{which} must be a map, not {what}; fix the manifest",
+                    f"resources.{which} must be a map, not {_brief(what, 12)}; fix the manifest",
+                    Refusal,
+                )
                 break
         return {}
     requests, limits = requests or {}, limits or {}
@@ -373,10 +385,13 @@ def _zero_companions(
     for name, count in counts.items():
         if not count:
             shown = quantity_text(limits[name])
-            _add(ref, problems,
-                 f"{name} {shown} beside {held} asks for no device, and a zero keeps the webhook from making the "
-                 f'request what policy "{rules.policy.name}" gives; remove {name}',
-                 f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it")
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} beside {held} asks for no device, and a zero keeps the webhook from making the "
+                f'request what policy "{rules.policy.name}" gives; remove {name}',
+                f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it",
+            )
 
 
 def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> int | Fraction | None:
@@ -384,16 +399,23 @@ def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Proble
         value = parse_quantity(raw)
     except QuantityError as error:
         shown = quantity_text(raw)
-        _add(ref, problems,
-             f'{name} {which} {shown} {error} ({APISERVER_TOO}); set a whole number of devices such as "1"',
-             f"{_brief(name)} {which} {_brief(shown, 12)} is not a quantity; set a whole number",
-             Refusal)
+        _add(
+            ref,
+            problems,
+            f'{name} {which} {shown} {error} ({APISERVER_TOO}); set a whole number of devices such as "1"',
+            f"{_brief(name)} {which} {_brief(shown, 12)} is not a quantity; set a whole number",
+            Refusal,
+        )
         return None
     if value < 0:
         shown = quantity_text(raw)
-        _add(ref, problems,
-             f"{name} {which} {shown} is negative ({APISERVER_TOO}); set a whole number of devices >= 0",
-             f"{_brief(name)} {which} {_brief(shown, 12)} is negative; set a whole number >= 0", Refusal)
+        _add(
+            ref,
+            problems,
+            f"{name} {which} {shown} is negative ({APISERVER_TOO}); set a whole number of devices >= 0",
+            f"{_brief(name)} {which} {_brief(shown, 12)} is negative; set a whole number >= 0",
+            Refusal,
+        )
         return None
     return value
 
@@ -407,11 +429,14 @@ def _resource(
             return None  # a null limit alone: zero to the API server, and no GPU
         if _parsed(ref, name, "request", request_raw, problems) is not None:
             shown = quantity_text(request_raw)
-            _add(ref, problems,
-                 f"{name} request {shown} has no limit; GPUs cannot be overcommitted ({APISERVER_TOO}): "
-                 f"set limits.{name} to the same value",
-                 f"{_brief(name)} request {_brief(shown, 12)} has no limit; set an equal limit",
-                 Refusal)
+            _add(
+                ref,
+                problems,
+                f"{name} request {shown} has no limit; GPUs cannot be overcommitted ({APISERVER_TOO}): "
+                f"set limits.{name} to the same value",
+                f"{_brief(name)} request {_brief(shown, 12)} has no limit; set an equal limit",
+                Refusal,
+            )
         return None
     limit = _parsed(ref, name, "limit", limit_raw, problems)
     if request_raw is NO_REQUEST or (type(request_raw) is type(limit_raw) and request_raw == limit_raw):
@@ -425,13 +450,16 @@ def _resource(
     policy = rules.policy
     if request != limit:
         request_shown, limit_shown = quantity_text(request_raw), quantity_text(limit_raw)
-        _add(ref, problems,
-             f"{name} request {_amount(name, request_raw, request)} differs from limit "
-             f"{_amount(name, limit_raw, limit)}; GPUs cannot be overcommitted "
-             f"({APISERVER_TOO}): set request and limit to the same whole number",
-             f"{_brief(name)} request {_brief(request_shown, 10)} != limit {_brief(limit_shown, 10)}; "
-             "set both to one whole number",
-             Refusal)
+        _add(
+            ref,
+            problems,
+            f"{name} request {_amount(name, request_raw, request)} differs from limit "
+            f"{_amount(name, limit_raw, limit)}; GPUs cannot be overcommitted "
+            f"({APISERVER_TOO}): set request and limit to the same whole number",
+            f"{_brief(name)} request {_brief(request_shown, 10)} != limit {_brief(limit_shown, 10)}; "
+            "set both to one whole number",
+            Refusal,
+        )
         return None
     value = limit
     if value.denominator != 1:
@@ -464,17 +492,21 @@ def _resource(
         shown = quantity_text(limit_raw)
         where = f'policy "{policy.name}"'
         if rules.one_shared_replica and rules.is_replica(name):
-            _add(ref, problems,
-                 f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
-                 f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
-                 f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1")
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
+                f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
+                f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1",
+            )
         elif rules.one_mig_slice and (
             name.startswith(MIG_PREFIX) or name == rules.mig_single_resource or name in rules.class_migs
         ):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
-            _over_container_maximum(ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum,
-                                    problems)
+            _over_container_maximum(
+                ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum, problems
+            )
     return value
 
 
@@ -482,10 +514,13 @@ def _over_container_maximum(
     ref: ContainerRef, what: str, brief: str, rules: _Rules, maximum: int, problems: Problems
 ) -> None:
     """`what` (a resource and its value) is more than one container may hold under the policy."""
-    _add(ref, problems,
-         f'{what} exceeds the per-container maximum of {maximum} (policy "{rules.policy.name}"); request at most '
-         f"{maximum}",
-         f"{brief}: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+    _add(
+        ref,
+        problems,
+        f'{what} exceeds the per-container maximum of {maximum} (policy "{rules.policy.name}"); request at most '
+        f"{maximum}",
+        f"{brief}: at most {_brief(str(maximum), 8)} per container; ask for fewer",
+    )
 
 
 def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
@@ -552,7 +587,7 @@ def _one_slice_line(what: str, rules: _Rules) -> str:
     """
     policy = rules.policy
     return (
-        f"{what} is more than one MIG slice per container (policy \"{policy.name}\"): CUDA sees one MIG device "
+        f'{what} is more than one MIG slice per container (policy "{policy.name}"): CUDA sees one MIG device '
         "per process, and slices have no NVLink or P2P between them; request one bigger profile, or whole GPUs "
         "in a namespace that has them"
     )
@@ -569,10 +604,13 @@ def _left_unmapped(ref: ContainerRef, raw: Any, rules: _Rules, problems: Problem
     target = rules.mapping_target
     policy = rules.policy
     shown = quantity_text(raw)
-    _add(ref, problems,
-         f"{NVIDIA_GPU} {shown} stays a whole GPU beside {target}, but under policy \"{policy.name}\" "
-         f"({policy.sharing.mode}) {NVIDIA_GPU} becomes {target}; request {target} or {NVIDIA_GPU}, not both",
-         f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both")
+    _add(
+        ref,
+        problems,
+        f'{NVIDIA_GPU} {shown} stays a whole GPU beside {target}, but under policy "{policy.name}" '
+        f"({policy.sharing.mode}) {NVIDIA_GPU} becomes {target}; request {target} or {NVIDIA_GPU}, not both",
+        f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both",
+    )
 
 
 def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules, problems: Problems) -> bool:
@@ -587,10 +625,13 @@ def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules
     n = int(value)
     what = f"{NVIDIA_GPU} {n} ({target} {n} under {policy.sharing.mode})"
     if rules.one_shared_replica and is_shared(target):
-        _add(ref, problems,
-             f"{what} exceeds 1 per container (policy \"{policy.name}\"): {_replicas_fate(policy.sharing.mode, n)}; "
-             "request 1, or whole GPUs in a namespace that has them",
-             f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1")
+        _add(
+            ref,
+            problems,
+            f'{what} exceeds 1 per container (policy "{policy.name}"): {_replicas_fate(policy.sharing.mode, n)}; '
+            "request 1, or whole GPUs in a namespace that has them",
+            f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1",
+        )
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
         _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
     else:
@@ -613,12 +654,15 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
             if asked is not None and asked > share:
                 policy = rules.policy
                 mode, limit = policy.sharing.mode, format_fraction(share)
-                _add(ref, problems,
-                     f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share here ({mode} gives "
-                     f'1/{policy.sharing.replicas} of a GPU per replica, policy "{policy.name}"); ask for {limit} '
-                     "or less, or for whole GPUs in a namespace that has them",
-                     f"{NVIDIA_GPU} {_brief(format_fraction(asked), 8)} exceeds one share "
-                     f"(1/{policy.sharing.replicas}); ask for {_brief(limit, 8)} or less, or whole GPUs")
+                _add(
+                    ref,
+                    problems,
+                    f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share here ({mode} gives "
+                    f'1/{policy.sharing.replicas} of a GPU per replica, policy "{policy.name}"); ask for {limit} '
+                    "or less, or for whole GPUs in a namespace that has them",
+                    f"{NVIDIA_GPU} {_brief(format_fraction(asked), 8)} exceeds one share "
+                    f"(1/{policy.sharing.replicas}); ask for {_brief(limit, 8)} or less, or whole GPUs",
+                )
             return
 
 
@@ -666,12 +710,15 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
         setting = f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
         portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
         # The value as written is not quoted (the log keeps every line): what it lets the framework take is.
-        _add(ref, problems,
-             f"{name} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this container's share "
-             f'is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set {setting}, or remove it and the '
-             "webhook sets it",
-             f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
-             + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)))
+        _add(
+            ref,
+            problems,
+            f"{name} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this container's share "
+            f'is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set {setting}, or remove it and the '
+            "webhook sets it",
+            f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
+            + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)),
+        )
 
 
 def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
@@ -696,11 +743,14 @@ def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _R
     instead = engines.argument(engine, share, rules.gpu_memory_mib)
     portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
     claim = format_fraction(found.value)
-    _add(ref, problems,
-         f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
-         f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
-         "webhook adds it",
-         f"{claim} of the GPU is over the {portion} share; write {instead}")
+    _add(
+        ref,
+        problems,
+        f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
+        f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
+        "webhook adds it",
+        f"{claim} of the GPU is over the {portion} share; write {instead}",
+    )
 
 
 def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, problems: Problems) -> None:
@@ -743,17 +793,23 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
             # The advice is what the nodes offer: another profile of the model that they do not offer would be
             # the next denial.
             choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
-            _add(ref, problems,
-                 f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
-                 f'(policy "{policy.name}"); use one of {", ".join(choices)}',
-                 f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has")
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
+                f'(policy "{policy.name}"); use one of {", ".join(choices)}',
+                f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has",
+            )
             return
         elif rules.offered is not None:
-            _add(ref, problems,
-                 f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
-                 f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
-                 "use one of those",
-                 f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists")
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
+                f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
+                "use one of those",
+                f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists",
+            )
             return
     if is_shared(name):
         what = "a shared GPU"
@@ -764,9 +820,12 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
     else:
         what = "an NVIDIA resource"
     gives, instead, short = _pool(rules)
-    _add(ref, problems,
-         f'{name} {shown} is {what}, but policy "{policy.name}" gives this namespace {gives}; request {instead}',
-         f"{_brief(name)}: not this namespace's GPUs; {short}")
+    _add(
+        ref,
+        problems,
+        f'{name} {shown} is {what}, but policy "{policy.name}" gives this namespace {gives}; request {instead}',
+        f"{_brief(name)}: not this namespace's GPUs; {short}",
+    )
 
 
 def _pool(rules: _Rules) -> tuple[str, str, str]:
@@ -778,8 +837,11 @@ def _pool(rules: _Rules) -> tuple[str, str, str]:
         name = sharing.resource_name
         if name == NVIDIA_GPU:
             return f"{sharing.mode} replicas as {NVIDIA_GPU}", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
-        return (f"{sharing.mode} replicas ({name})", f"{NVIDIA_GPU}: 1 (it becomes {name}: 1) or {name}",
-                f"ask for {NVIDIA_GPU}: 1")
+        return (
+            f"{sharing.mode} replicas ({name})",
+            f"{NVIDIA_GPU}: 1 (it becomes {name}: 1) or {name}",
+            f"ask for {NVIDIA_GPU}: 1",
+        )
     if sharing.mode is Mode.MIG:
         if sharing.is_mig_single:
             gives = f"one {sharing.mig_profile} MIG slice per {NVIDIA_GPU} (migStrategy single)"
@@ -812,10 +874,13 @@ def _memory_share(
     maximum = rules.max_whole_per_container
     if got.worth > maximum and not any(count > rules.container_maximum(name) for name, count in counts.items()):
         policy = rules.policy
-        _add(ref, problems,
-             f"holds {memshare.worth_text(got.worth)} ({policy.sharing.backend}), more than the per-container "
-             f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
-             f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less")
+        _add(
+            ref,
+            problems,
+            f"holds {memshare.worth_text(got.worth)} ({policy.sharing.backend}), more than the per-container "
+            f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
+            f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less",
+        )
 
 
 def _memory_pod_total(worths: Holders, rules: _Rules, problems: Problems) -> None:
@@ -848,9 +913,7 @@ def _privileged(ref: ContainerRef) -> bool:
 TRUST_HINT = "policy's trustedSchedulers"
 
 
-def _visible_devices(
-    ref: ContainerRef, rules: _Rules, problems: Problems, holds_gpu: bool, scheduler: Any
-) -> None:
+def _visible_devices(ref: ContainerRef, rules: _Rules, problems: Problems, holds_gpu: bool, scheduler: Any) -> None:
     """NVIDIA_VISIBLE_DEVICES in an unprivileged container (called only where the policy blocks it), whatever
     the container requests: the kubelet puts the pod's env after the device plugin's, and the container
     toolkit keeps the last value, so `nvidia.com/gpu: 1` beside `NVIDIA_VISIBLE_DEVICES=all` sees every GPU
@@ -869,8 +932,10 @@ def _visible_devices(
     policy = rules.policy
     if holds_gpu:
         state = "beside its GPU request"
-        why = ("the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, "
-               "so the container would see GPUs not allocated to it")
+        why = (
+            "the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, "
+            "so the container would see GPUs not allocated to it"
+        )
     else:
         state = "but requests no GPU"
         why = "the NVIDIA container toolkit would expose GPUs without allocating them"
@@ -880,30 +945,40 @@ def _visible_devices(
         from_config_map = type(source) is dict and type(source.get("configMapKeyRef")) is dict
         if from_config_map and type(scheduler) is str and scheduler in rules.trusted_schedulers:
             return
-        fix = "remove the variable (the device plugin sets it)" if holds_gpu else \
-            f"remove the variable or request {NVIDIA_GPU}"
+        fix = (
+            "remove the variable (the device plugin sets it)"
+            if holds_gpu
+            else f"remove the variable or request {NVIDIA_GPU}"
+        )
         short = "remove it" if holds_gpu else f"remove it or request {NVIDIA_GPU}"
         if from_config_map:  # the shape a scheduler writes: say how to trust one
             named = f'spec.schedulerName "{scheduler}"' if type(scheduler) is str else "no spec.schedulerName"
-            fix += (f"; if a scheduler sets it (KAI Scheduler's GPU sharing), list that scheduler in the "
-                    f"{TRUST_HINT} ({named} is not listed)")
+            fix += (
+                f"; if a scheduler sets it (KAI Scheduler's GPU sharing), list that scheduler in the "
+                f"{TRUST_HINT} ({named} is not listed)"
+            )
             short = f"{short}, or list its scheduler in {TRUST_HINT}"
-        _add(ref, problems, f"sets {VISIBLE_DEVICES} {state}; {why} ({where}): {fix}",
-             f"sets {VISIBLE_DEVICES} {state}; {short}")
+        _add(
+            ref,
+            problems,
+            f"sets {VISIBLE_DEVICES} {state}; {why} ({where}): {fix}",
+            f"sets {VISIBLE_DEVICES} {state}; {short}",
+        )
     elif "envFrom" in ref.body and (prefix := visible_devices_prefix(ref.body)) is not None:
         fix = "use another prefix" if holds_gpu else f"use another prefix or request {NVIDIA_GPU}"
-        _add(ref, problems,
-             f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key '
-             f'"{VISIBLE_DEVICES.removeprefix(prefix)}") {state}; {why} ({where}): {fix}',
-             f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix')
+        _add(
+            ref,
+            problems,
+            f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key '
+            f'"{VISIBLE_DEVICES.removeprefix(prefix)}") {state}; {why} ({where}): {fix}',
+            f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix',
+        )
 
 
 def _device_volumes(spec: dict[str, Any]) -> dict[str, str]:
     """The pod's hostPath volumes that hold the node's GPU device nodes: volume name -> host path."""
     return {
-        name: path
-        for name, path in host_paths(spec).items()
-        if DEVICE_PATH_MARK in path and is_gpu_device_path(path)
+        name: path for name, path in host_paths(spec).items() if DEVICE_PATH_MARK in path and is_gpu_device_path(path)
     }
 
 
@@ -914,16 +989,22 @@ def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: _Rules, pr
     where = f'policy "{rules.policy.name}"'
     for volume, path in volume_mounts(ref.body):
         if DEVICE_LIST_MARK in path and is_device_list_mount(path):
-            _add(ref, problems,
-                 f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give '
-                 f"the container the GPUs named there without allocating them ({where}); remove the mount and "
-                 f"request {NVIDIA_GPU}",
-                 f"mounts {_brief(path, 40)}, the toolkit's device list; remove it, request {NVIDIA_GPU}")
+            _add(
+                ref,
+                problems,
+                f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give '
+                f"the container the GPUs named there without allocating them ({where}); remove the mount and "
+                f"request {NVIDIA_GPU}",
+                f"mounts {_brief(path, 40)}, the toolkit's device list; remove it, request {NVIDIA_GPU}",
+            )
         elif volume in devices:
-            _add(ref, problems,
-                 f'mounts hostPath {devices[volume]} (volume "{volume}"): the node\'s GPU device nodes, outside '
-                 f"the device plugin's allocation ({where}); remove the volume and request {NVIDIA_GPU}",
-                 f"mounts hostPath {_brief(devices[volume], 30)}; remove it and request {NVIDIA_GPU}")
+            _add(
+                ref,
+                problems,
+                f'mounts hostPath {devices[volume]} (volume "{volume}"): the node\'s GPU device nodes, outside '
+                f"the device plugin's allocation ({where}); remove the volume and request {NVIDIA_GPU}",
+                f"mounts hostPath {_brief(devices[volume], 30)}; remove it and request {NVIDIA_GPU}",
+            )
 
 
 def effective_total(holders: Holders, name: str) -> tuple[int | Fraction, list[tuple[ContainerRef, int | Fraction]]]:
@@ -1008,10 +1089,13 @@ def _whole_gpus(holders: Holders, rules: _Rules, problems: Problems) -> None:
         merged.append((ref, {"": total}))
         if len(asked) > 1 and total > maximum and all(value <= maximum for value in asked.values()):
             what = " and ".join(f"{name} {value}" for name, value in asked.items())
-            _add(ref, problems,
-                 f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
-                 f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
-                 f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer")
+            _add(
+                ref,
+                problems,
+                f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
+                f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
+                f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer",
+            )
     total, running = effective_total(merged, "")
     if total <= rules.max_per_pod:
         return

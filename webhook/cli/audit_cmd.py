@@ -53,9 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_kubeconfig_arguments(parser)
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="audit one namespace (default: all namespaces)")
-    scope.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="audit every namespace (the default)"
-    )
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="audit every namespace (the default)")
     parser.add_argument(
         "--include-owned",
         action="store_true",

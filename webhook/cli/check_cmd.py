@@ -67,9 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_kubeconfig_arguments(nodes, when="--cluster")
     remote = parser.add_argument_group("against a running webhook")
-    remote.add_argument(
-        "--server", metavar="URL", help="send AdmissionReviews to this webhook (https://host:port)"
-    )
+    remote.add_argument("--server", metavar="URL", help="send AdmissionReviews to this webhook (https://host:port)")
     trust = remote.add_mutually_exclusive_group()
     trust.add_argument("--ca-file", metavar="FILE", help="CA bundle that signed the webhook's certificate")
     trust.add_argument("--insecure", action="store_true", help="do not verify the webhook's certificate")
@@ -172,7 +170,6 @@ def _check(args: argparse.Namespace) -> int:
     for error in errors:
         fail("check", str(error))
     return 2 if errors else code
-
 
 
 def cluster_view(kubeconfig: str | None, context: str | None) -> ClusterView:

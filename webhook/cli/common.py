@@ -56,9 +56,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print a unified diff (YAML) of each object the webhook would change",
     )
-    parser.add_argument(
-        "--fail-on-warn", action="store_true", help="exit 1 on warnings too, not only on denials"
-    )
+    parser.add_argument("--fail-on-warn", action="store_true", help="exit 1 on warnings too, not only on denials")
     parser.add_argument(
         "--show-env-values",
         action="store_true",
@@ -166,6 +164,4 @@ def evaluate_one(
             f"{where}: the admission engine failed on this object ({type(exc).__name__}: {exc}); "
             "please report it with the manifest"
         ) from None
-    return make_result(
-        decision, obj, source=source, document=document, namespace=namespace, item=item, owner=owner
-    )
+    return make_result(decision, obj, source=source, document=document, namespace=namespace, item=item, owner=owner)

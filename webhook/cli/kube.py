@@ -87,10 +87,22 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("CronJob", "batch/v1", "cronjobs.batch", "BatchV1Api", "cron_job"),
     Resource("Job", "batch/v1", "jobs.batch", "BatchV1Api", "job"),
     # DRA claims and templates before Pods: a pod's GPU total counts the devices of those it names.
-    Resource("ResourceClaimTemplate", "resource.k8s.io/v1", "resourceclaimtemplates.resource.k8s.io",
-             "ResourceV1Api", "resource_claim_template", optional=True),
-    Resource("ResourceClaim", "resource.k8s.io/v1", "resourceclaims.resource.k8s.io", "ResourceV1Api",
-             "resource_claim", optional=True),
+    Resource(
+        "ResourceClaimTemplate",
+        "resource.k8s.io/v1",
+        "resourceclaimtemplates.resource.k8s.io",
+        "ResourceV1Api",
+        "resource_claim_template",
+        optional=True,
+    ),
+    Resource(
+        "ResourceClaim",
+        "resource.k8s.io/v1",
+        "resourceclaims.resource.k8s.io",
+        "ResourceV1Api",
+        "resource_claim",
+        optional=True,
+    ),
     Resource("PodTemplate", "v1", "podtemplates", "CoreV1Api", "pod_template"),
     Resource("Pod", "v1", "pods", "CoreV1Api", "pod"),
 )
@@ -134,8 +146,7 @@ class KubeClient:
         if kubeconfig is None and context is None and not any(os.path.exists(path) for path in chain):
             if not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 raise ClusterError(
-                    "no kubeconfig (~/.kube/config or $KUBECONFIG) and not running in a cluster; "
-                    "pass --kubeconfig FILE"
+                    "no kubeconfig (~/.kube/config or $KUBECONFIG) and not running in a cluster; pass --kubeconfig FILE"
                 )
             config.load_incluster_config(client_configuration=configuration)
             return "in-cluster"
@@ -306,9 +317,7 @@ class KubeClient:
         method = getattr(api, f"list_{resource.method}{scope}")
         return method(_request_timeout=REQUEST_TIMEOUT_S, **kwargs)
 
-    def _get(
-        self, resource: Resource, namespace: str | None, page_size: int, token: str | None
-    ) -> dict[str, Any]:
+    def _get(self, resource: Resource, namespace: str | None, page_size: int, token: str | None) -> dict[str, Any]:
         """One page as a dict."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError, SSLError
@@ -337,13 +346,9 @@ class KubeClient:
         try:
             page = json.loads(body)
         except ValueError:
-            raise ClusterError(
-                f"{self.host} answered something that is not JSON listing {resource.name}"
-            ) from None
+            raise ClusterError(f"{self.host} answered something that is not JSON listing {resource.name}") from None
         if not isinstance(page, dict):
-            raise ClusterError(
-                f"{self.host} answered a {type(page).__name__}, not a list, for {resource.name}"
-            )
+            raise ClusterError(f"{self.host} answered a {type(page).__name__}, not a list, for {resource.name}")
         return page
 
     def _refusal(self, status: int, detail: str, resource: Resource) -> str:

@@ -23,7 +23,6 @@ from webhook.cli import goyaml
 FORMATS = ("table", "yaml", "json")
 
 
-
 @dataclass(slots=True)
 class Result:
     """One evaluated object, as every output format shows it."""

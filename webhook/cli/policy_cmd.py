@@ -230,8 +230,10 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
         summary += f", {len(smaller)} MIG slice size warning{'s' if len(smaller) != 1 else ''}"
     if unsteered:
         summary += f", {len(unsteered)} steering warning{'s' if len(unsteered) != 1 else ''}"
-    print(f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: "
-          f"no errors, {summary}", file=out)
+    print(
+        f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: no errors, {summary}",
+        file=out,
+    )
     return 0, policies
 
 

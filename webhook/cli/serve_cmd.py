@@ -50,9 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"make (or reuse) a throw-away CA and certificate for localhost, 127.0.0.1 and --host in {DEV_CERTS_DIR}/",
     )
-    parser.add_argument(
-        "--policies", metavar="DIR", default=None, help=POLICIES_HELP
-    )
+    parser.add_argument("--policies", metavar="DIR", default=None, help=POLICIES_HELP)
     add_custom_resources_argument(parser)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
@@ -248,7 +246,11 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         _start_metrics(host, args.metrics_port)
     _banner(args, host, policy_dir, len(policies.current.policies), cert_file, credentials.source)
     options = ServeOptions(
-        host=host, port=args.port, probe_port=args.probe_port, workers=args.workers, threads=args.threads,
+        host=host,
+        port=args.port,
+        probe_port=args.probe_port,
+        workers=args.workers,
+        threads=args.threads,
         log_level=args.log_level,
     )
     WebhookServer(create_app(state), state, options).run()

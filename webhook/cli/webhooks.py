@@ -497,12 +497,21 @@ def custom_entries_patch(kinds: tuple[CustomKind, ...]) -> str:
             "clientConfig": {
                 "service": {"name": "gpu-admission", "namespace": "gpu-admission", "path": "/validate", "port": 443}
             },
-            "rules": [{"apiGroups": [kind.group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                       "resources": [kind.resource], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": []},
-                {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]},
-            ]},
+            "rules": [
+                {
+                    "apiGroups": [kind.group],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [kind.resource],
+                    "scope": "Namespaced",
+                }
+            ],
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": []},
+                    {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]},
+                ]
+            },
             "matchConditions": [{"name": "mentions-managed-gpu", "expression": _Literal(kind_condition(kind))}],
         }
         operations.append({"op": "add", "path": "/webhooks/-", "value": value})

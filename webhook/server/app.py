@@ -57,8 +57,13 @@ _review_log = logging.getLogger(REVIEW_LOGGER)
 
 Answer = tuple[int, dict[str, Any]]  # (HTTP status, JSON body)
 WEBHOOK_PATHS: dict[str, WebhookMode] = {"/mutate": "mutate", "/validate": "validate"}
-_STATUS_LINES = {200: "200 OK", 400: "400 Bad Request", 413: "413 Content Too Large", 500: "500 Internal Server Error",
-                 503: "503 Service Unavailable"}
+_STATUS_LINES = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    413: "413 Content Too Large",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+}
 _CRASH: Answer = (500, {"error": "internal error; see the webhook's log", "code": 500})
 # json.dumps's output, made by one encoder (not one per call); answers are built here, never circular.
 _ENCODER = json.JSONEncoder(check_circular=False)
@@ -311,8 +316,13 @@ def _review(state: ServerState, webhook: WebhookMode, environ: dict[str, Any]) -
     try:
         body = _body(environ)
     except RequestEntityTooLarge:
-        return _reject(webhook, 413, f"body larger than {MAX_BODY_BYTES} bytes (7 MiB): an AdmissionReview "
-                       "holds at most two objects (an UPDATE's), each within the API server's 3 MiB limit", started)
+        return _reject(
+            webhook,
+            413,
+            f"body larger than {MAX_BODY_BYTES} bytes (7 MiB): an AdmissionReview "
+            "holds at most two objects (an UPDATE's), each within the API server's 3 MiB limit",
+            started,
+        )
     except OSError as exc:  # the client stopped sending (see tls.BoundedSSLSocket)
         return _reject(webhook, 400, f"body not received completely: {exc}", started)
     if len(body) > LARGE_BODY_BYTES:
@@ -336,15 +346,21 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
         try:
             old = review.old_object if review.operation == "UPDATE" else None
             cluster = state.cluster_view()  # the inventory's snapshot, or None: never waits
-            decision = state.evaluate(review.engine_object, review.engine_namespace, policies, old,  # type: ignore[arg-type]
-                                      cluster, state.claims)
+            obj = review.engine_object
+            assert obj is not None  # review.evaluates: there is an object to judge
+            decision = state.evaluate(obj, review.engine_namespace, policies, old, cluster, state.claims)
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:
             metrics.observe_review(webhook, "error", time.perf_counter() - started)
-            _log.exception("engine failed on review uid=%s (%s %s/%s)", review.uid, review.kind.get("kind"),
-                           review.engine_namespace, review.object_name,
-                           extra={"fields": {"uid": review.uid, "webhook": webhook}})
+            _log.exception(
+                "engine failed on review uid=%s (%s %s/%s)",
+                review.uid,
+                review.kind.get("kind"),
+                review.engine_namespace,
+                review.object_name,
+                extra={"fields": {"uid": review.uid, "webhook": webhook}},
+            )
             return _error_answer(500, f"internal error evaluating review {review.uid}; see the webhook's log")
 
     answer = build_response(review, decision, mode=webhook)

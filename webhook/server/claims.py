@@ -115,8 +115,14 @@ class ClaimCache(NodeInventory):
         self.lists += 1
         self._listed = True
         self._healthy()
-        log(_log, logging.INFO, f"{self.kind} cache: listed {count}", event="dra-cache-listed", kind=self.kind,
-            objects=count)
+        log(
+            _log,
+            logging.INFO,
+            f"{self.kind} cache: listed {count}",
+            event="dra-cache-listed",
+            kind=self.kind,
+            objects=count,
+        )
 
     def _apply(self, event: dict[str, Any]) -> None:
         parsed = watch_event(event, self.kind)
@@ -167,8 +173,16 @@ class ClaimsCache:
         if found is None:
             state = cache.state()
             metrics.count_dra_cache_miss(kind, state)
-            log(_log, logging.WARNING, f'{kind} "{namespace}/{name}" is not in the DRA cache ({state}): its devices '
-                "are not counted", event="dra-cache-miss", kind=kind, namespace=namespace, name=name, state=state)
+            log(
+                _log,
+                logging.WARNING,
+                f'{kind} "{namespace}/{name}" is not in the DRA cache ({state}): its devices are not counted',
+                event="dra-cache-miss",
+                kind=kind,
+                namespace=namespace,
+                name=name,
+                state=state,
+            )
         return found
 
     def details(self) -> dict[str, Any]:

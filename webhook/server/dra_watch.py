@@ -77,8 +77,14 @@ class DRAWatch(NodeInventory):
         self._listed = True
         self._healthy()
         self._on_change()
-        log(_log, logging.INFO, f"{self.kind} watch: listed {len(items)}", event="dra-listed", kind=self.kind,
-            objects=len(items))
+        log(
+            _log,
+            logging.INFO,
+            f"{self.kind} watch: listed {len(items)}",
+            event="dra-listed",
+            kind=self.kind,
+            objects=len(items),
+        )
 
     def _apply(self, event: dict[str, Any]) -> None:
         parsed = watch_event(event, self.kind)

@@ -253,8 +253,9 @@ class NodeInventory:
                 self._watch()
                 delay = self._backoff[0]  # the watch ended as watches do: resume from the last version
             except WatchExpired:
-                log(_log, logging.INFO, f"{self.what} watch expired (410 Gone): listing again",
-                    event="inventory-relist")
+                log(
+                    _log, logging.INFO, f"{self.what} watch expired (410 Gone): listing again", event="inventory-relist"
+                )
                 self._version = ""
             except Exception as exc:  # never let the thread die: back off and try again
                 self._broken(str(exc))
@@ -291,8 +292,13 @@ class NodeInventory:
         self.lists += 1
         self._publish()
         self._healthy()
-        log(_log, logging.INFO, f"node inventory: listed {nodes_text(len(nodes))}", event="inventory-listed",
-            nodes=len(nodes))
+        log(
+            _log,
+            logging.INFO,
+            f"node inventory: listed {nodes_text(len(nodes))}",
+            event="inventory-listed",
+            nodes=len(nodes),
+        )
 
     def _watch(self) -> None:
         timeout = random.randint(*self._watch_timeout)

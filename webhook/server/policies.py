@@ -94,8 +94,14 @@ class PolicyStore:
             if self._failed is not None:  # back to what is served (a directory moved away and back): no rejection
                 self._failed = self.last_error = None
                 if not quiet:
-                    log(_log, logging.INFO, "policy directory back to the policies being served",
-                        event="policy-reload", result="unchanged", directory=str(self.directory))
+                    log(
+                        _log,
+                        logging.INFO,
+                        "policy directory back to the policies being served",
+                        event="policy-reload",
+                        result="unchanged",
+                        directory=str(self.directory),
+                    )
             return None
         if current == self._failed:
             return None
@@ -108,10 +114,16 @@ class PolicyStore:
             self.last_error = _problems(exc)
             if not quiet:
                 metrics.count_reload(ok=False)
-                log(_log, logging.ERROR,
+                log(
+                    _log,
+                    logging.ERROR,
                     f"policy reload rejected, still serving the {len(self.current.policies)} policies loaded at "
                     f"{self.loaded_at:%Y-%m-%d %H:%M:%S} UTC: " + "; ".join(self.last_error),
-                    event="policy-reload", result="error", directory=str(self.directory), problems=self.last_error)
+                    event="policy-reload",
+                    result="error",
+                    directory=str(self.directory),
+                    problems=self.last_error,
+                )
             return False
         if fingerprint(self.directory) != current:
             return None  # changed while loading: load again at the next check
@@ -120,7 +132,13 @@ class PolicyStore:
         self.loaded_at = dt.datetime.now(dt.UTC)
         if not quiet:
             metrics.count_reload(ok=True)
-            log(_log, logging.INFO, f"policies reloaded: {len(policies.policies)} policies",
-                event="policy-reload", result="ok", directory=str(self.directory),
-                policies=[p.name for p in policies.policies][:50])
+            log(
+                _log,
+                logging.INFO,
+                f"policies reloaded: {len(policies.policies)} policies",
+                event="policy-reload",
+                result="ok",
+                directory=str(self.directory),
+                policies=[p.name for p in policies.policies][:50],
+            )
         return True

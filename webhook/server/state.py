@@ -102,11 +102,20 @@ class ServerState:
             metrics.count_cluster_skip(reason)
             if self._skipping != reason:
                 self._skipping = reason
-                why = "the first node list has not completed" if reason == "listing" else (
-                    f"the node watch has been broken for over {inventory.stale_after:g} s ({inventory.last_error})"
+                why = (
+                    "the first node list has not completed"
+                    if reason == "listing"
+                    else (
+                        f"the node watch has been broken for over {inventory.stale_after:g} s ({inventory.last_error})"
+                    )
                 )
-                log(_log, logging.WARNING, f"cluster checks skipped: {why}", event="cluster-checks-skipped",
-                    reason=reason)
+                log(
+                    _log,
+                    logging.WARNING,
+                    f"cluster checks skipped: {why}",
+                    event="cluster-checks-skipped",
+                    reason=reason,
+                )
         elif self._skipping:
             self._skipping = ""
             log(_log, logging.INFO, "cluster checks running again", event="cluster-checks-resumed")
@@ -160,8 +169,13 @@ class ServerState:
         problem = self.certificate.expiry_notice()
         if problem and time.monotonic() - self._expiry_warned >= EXPIRY_WARNING_EVERY:
             self._expiry_warned = time.monotonic()
-            log(_log, logging.WARNING, problem, event="certificate-expiry",
-                not_after=self.certificate.not_after.isoformat())
+            log(
+                _log,
+                logging.WARNING,
+                problem,
+                event="certificate-expiry",
+                not_after=self.certificate.not_after.isoformat(),
+            )
 
     def follow(self) -> None:
         """Keep the arbiter's copy as fresh as the workers' (quietly: they log and count).

@@ -232,18 +232,30 @@ class CertStore:
             if self.fingerprint() == fingerprint:  # stable, so really broken: say it once
                 self._failed = fingerprint
                 if not quiet:
-                    log(_log, logging.ERROR,
+                    log(
+                        _log,
+                        logging.ERROR,
                         f"certificate reload failed, still serving the previous one: {exc}",
-                        event="certificate-reload", result="error", cert_file=str(self.cert_file),
-                        key_file=str(self.key_file))
+                        event="certificate-reload",
+                        result="error",
+                        cert_file=str(self.cert_file),
+                        key_file=str(self.key_file),
+                    )
             return False
         if self.fingerprint() != fingerprint:  # changed while reading: take it next time
             return False
         self.context, self.validity, self._fingerprint = context, validity, fingerprint
         self._failed = None
         if not quiet:
-            log(_log, logging.INFO, "certificate reloaded", event="certificate-reload", result="ok",
-                cert_file=str(self.cert_file), not_after=validity.not_after.isoformat())
+            log(
+                _log,
+                logging.INFO,
+                "certificate reloaded",
+                event="certificate-reload",
+                result="ok",
+                cert_file=str(self.cert_file),
+                not_after=validity.not_after.isoformat(),
+            )
         return True
 
     def problem(self, now: dt.datetime | None = None) -> str | None:

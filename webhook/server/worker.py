@@ -487,8 +487,9 @@ class WebhookWorker(ThreadWorker):
             count_closed("incomplete")
         if self.writing:
             for conn in [c for c in self.writing if c.deadline <= now]:
-                self.log.info("closed %s: nothing of the response read for %.0f s", conn.client,
-                              BoundedSSLSocket.request_timeout)
+                self.log.info(
+                    "closed %s: nothing of the response read for %.0f s", conn.client, BoundedSSLSocket.request_timeout
+                )
                 self._drop_writing(conn)
         while self.lingering and self.lingering[0][0] <= now:
             self._close_lingering(self.lingering[0][1])
