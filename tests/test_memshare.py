@@ -30,7 +30,7 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import GPU, Backend, Limits, Mode, Placement, PolicySet, Sharing
+from webhook.admission.policy import GPU, Backend, Check, ClusterChecks, Limits, Mode, Placement, PolicySet, Sharing
 from webhook.admission.quantity import parse_quantity
 from webhook.admission.resources import GPU_MODELS
 
@@ -608,3 +608,117 @@ def test_a_re_applied_workload_gets_the_same_object(backend, value) -> None:
     )
     again = evaluate(reapplied, "team", policies)
     assert evanphx.apply(reapplied, again.patch) == first
+
+
+# --- what the cluster checks know of each backend's nodes ----------------------------------------------------
+
+
+def test_an_ack_share_larger_than_any_nodes_gpu_fits_nowhere() -> None:
+    """aliyun.com/gpu-mem on a node is the memory of all its GPUs (96 GiB over 4): a container's share is of one."""
+    checks = ClusterChecks(fits=Check.DENY, offered=Check.DENY, drift=Check.OFF)
+    pol = memory(Backend.ACK, GPU(memory_mib=49152), cluster=checks, steering=True)  # it thinks 48 GiB GPUs
+    cluster = view(_ack_node("ack-0", "cgpu"), _ack_node("ack-1", "cgpu", gib="64", gpus="4"))
+    asked = pod(container(limits={"aliyun.com/gpu-mem": "30"}))
+    decision = evaluate(asked, "team", PolicySet((pol,)), cluster=cluster)
+    assert decision.denials == [
+        'container "app": aliyun.com/gpu-mem "30" fits on no node: the most one GPU of a node holds is 24 GiB (node '
+        '"ack-0"); request at most 24, or list a larger node pool in cluster.assumeNodes (policy "team", '
+        "cluster.fits)"
+    ]
+    two = pod(container(limits={"aliyun.com/gpu-mem": "24"}), container("b", limits={"aliyun.com/gpu-mem": "24"}))
+    assert evaluate(two, "team", PolicySet((pol,)), cluster=cluster).denials == []  # each a GPU of its own
+    converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), cluster=cluster)  # 36 GiB of 48
+    assert resources(converted)["limits"] == {"aliyun.com/gpu-mem": "36"}
+    assert converted.denials == [  # the amount it became: what the scheduler would look for
+        'container "app": aliyun.com/gpu-mem "36" fits on no node: the most one GPU of a node holds is 24 GiB (node '
+        '"ack-0"); request at most 24, or list a larger node pool in cluster.assumeNodes (policy "team", '
+        "cluster.fits)"
+    ]
+    assert evaluate(gpu_pod("0.5"), "team", PolicySet((pol,)), cluster=cluster).denials == []
+
+
+HAMI_JSON = json.dumps([
+    {"id": "GPU-0", "count": 10, "devmem": 32768, "devcore": 100, "type": "NVIDIA-Tesla V100-PCIE-32GB", "numa": 1,
+     "mode": "hami-core", "health": True},
+    {"id": "GPU-1", "index": 1, "count": 10, "devmem": 32768, "devcore": 100, "type": "NVIDIA-Tesla V100-PCIE-32GB",
+     "mode": "hami-core", "health": True},
+])  # fmt: skip
+HAMI_LEGACY = (
+    "GPU-0,10,81920,100,NVIDIA-NVIDIA A100-SXM4-80GB,0,true:GPU-1,10,81920,100,NVIDIA-NVIDIA A100-SXM4-80GB,0,true:"
+)
+HAMI_H100 = json.dumps([
+    {"id": "GPU-2", "count": 10, "devmem": 81559, "type": "NVIDIA-NVIDIA H100 80GB HBM3", "health": True}
+])  # fmt: skip
+
+
+def _hami_node(name: str, register: str, gpus: str = "20") -> dict:
+    """A HAMi node: its vGPUs as nvidia.com/gpu (split count x GPUs), its GPUs in the register annotation."""
+    obj = node(name, {"nvidia.com/gpu": gpus})
+    obj["metadata"]["annotations"] = {"hami.io/node-nvidia-register": register, "hami.io/node-handshake": "x"}
+    return obj
+
+
+def test_the_node_snapshot_keeps_hamis_registered_gpus_in_both_encodings() -> None:
+    info = NodeInfo.from_object(_hami_node("h-0", HAMI_JSON))
+    legacy = NodeInfo.from_object(_hami_node("h-1", HAMI_LEGACY))
+    assert info is not None and legacy is not None
+    assert info.devices == (("NVIDIA-Tesla V100-PCIE-32GB", 32768),)
+    assert legacy.devices == (("NVIDIA-NVIDIA A100-SXM4-80GB", 81920),)
+    again = NodeInfo.from_object(_hami_node("h-9", HAMI_JSON))
+    assert again is not None and again.devices is info.devices  # interned: 5,000 nodes hold a few tuples
+    for broken in ("[{", "GPU-0,10:", '[{"type": "x", "devmem": "81920"}]', '{"a": 1}', ""):
+        got = NodeInfo.from_object(_hami_node("h-2", broken))
+        assert got is not None and got.devices == ()
+
+
+def test_hami_drift_compares_the_registered_gpus_with_the_policys_model_and_memory() -> None:
+    cluster = view(
+        _hami_node("h-0", HAMI_LEGACY),  # agrees
+        _hami_node("h-1", HAMI_JSON),
+        _hami_node("h-2", HAMI_JSON),
+        _hami_node("h-3", HAMI_H100),  # 81,559 MiB: within NVML's tolerance of 81,920, but another model
+    )
+    assert [d.line for d in clustercheck.drift(HAMI, cluster)] == [
+        'policy "team" gpu.model is A100-80GB, but 1 node (h-3) says H100-80GB: memory limits are worked out for '
+        "A100-80GB's memory; set gpu.model: H100-80GB (or auto), or give these nodes' namespaces their own policy"
+    ]
+    by_memory = memory(Backend.HAMI, GPU(memory_mib=81920))
+    assert [d.line for d in clustercheck.drift(by_memory, cluster)] == [
+        'policy "team" gpu.memoryMiB is 81920, but 2 nodes (h-1, h-2) say 32768: memory limits are worked out for '
+        "another GPU's memory; set gpu.memoryMiB: 32768"
+    ]
+    gfd = node("h-4", {"nvidia.com/gpu": "20"}, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                                                 "nvidia.com/gpu.memory": "81920"})  # fmt: skip
+    gfd["metadata"]["annotations"] = {"hami.io/node-nvidia-register": HAMI_JSON}
+    assert clustercheck.drift(by_memory, view(gfd)) == ()  # GPU feature discovery's labels, where a node has them
+
+
+def test_policy_lint_cluster_reports_hamis_drift_from_the_nodes_annotations(tmp_path) -> None:
+    """`policy lint --cluster` on a loopback Kubernetes API whose HAMi nodes register V100s; the policy says A100."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_audit import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces("default", "hami-serving")
+        api.put_node(_hami_node("hami-0", HAMI_JSON))
+        api.put_node(_hami_node("hami-1", HAMI_LEGACY))
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        root = Path(__file__).resolve().parent.parent
+        (policies / "hami.yaml").write_text(
+            (root / "examples" / "policies" / "memory-hami.yaml")
+            .read_text()
+            .replace("model: A100-80GB", "memoryMiB: 81920")
+        )
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.splitlines()[-4:-1] == [
+        "POLICY          FIELD          POLICY SAYS  NODES SAY  NODES            FIX",
+        "inference-hami  gpu.memoryMiB  81920        32768      1 node (hami-0)  set gpu.memoryMiB: 32768",
+        "policy drift: 1 disagreement in 1 policy (2 nodes read); until fixed, memory fractions and MIG conversions "
+        "are wrong for the pods on those nodes",
+    ]

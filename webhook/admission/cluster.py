@@ -6,11 +6,12 @@ watch has been broken too long): the cluster checks are then skipped, never fail
 from a single list (`--cluster`). Nothing here does I/O.
 
 Per node only what admission needs is kept, so that 5,000 nodes stay small: the allocatable amount of every
-managed GPU resource, and GPU feature discovery's labels.
+managed GPU resource, GPU feature discovery's labels, and the GPU kinds HAMi registers in an annotation.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from webhook.admission.quantity import quantity_or_none
-from webhook.admission.resources import is_managed
+from webhook.admission.resources import ACK_MEMORY, is_managed
 
 _T = TypeVar("_T")
 
@@ -44,9 +45,53 @@ ACK_PLACEMENT_LABEL = "ack.node.gpu.placement"
 MEMORY_SLICE_LABELS = frozenset({ACK_SCHEDULE_LABEL, ACK_PLACEMENT_LABEL})
 # What a node advertises beside the managed resources that admission reads: ACK's GPUs on a shared node (its
 # aliyun.com/gpu-mem is the memory of all of them).
-NODE_ONLY_RESOURCES = frozenset({"aliyun.com/gpu-count"})
+ACK_COUNT = "aliyun.com/gpu-count"
+NODE_ONLY_RESOURCES = frozenset({ACK_COUNT})
+# HAMi's device plugin registers each node's GPUs in this annotation (Project-HAMi/HAMi, docs "Protocol design"
+# and pkg/util DecodeNodeDevices): a JSON array of {"id", "count", "devmem" (MiB), "devcore", "type"
+# ("NVIDIA-" and NVML's name), ...}, or in older releases `id,count,devmem,devcore,type,numa,health` entries
+# each ended by ":". Only the distinct (type, MiB) pairs are kept: what drift compares with gpu.model/memoryMiB.
+HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+_DEVICE_SHAPES: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}  # interned, few distinct
 # Per-profile MIG labels under the mixed strategy, e.g. `nvidia.com/mig-1g.10gb.count`.
 _MIG_LABEL = re.compile(r"^nvidia\.com/mig-[0-9a-z.+-]+\.(count|memory|slices\.ci|slices\.gi|engines\.[a-z]+)$")
+
+
+def registered_devices(text: Any) -> tuple[tuple[str, int], ...]:
+    """HAMi's `hami.io/node-nvidia-register` -> the distinct (type, memory MiB) of the node's GPUs, sorted; ()
+    for anything else. Interned: 5,000 nodes of a few GPU kinds hold a few tuples."""
+    if not isinstance(text, str) or not text.strip():
+        return ()
+    found: set[tuple[str, int]] = set()
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return ()
+        for item in items if isinstance(items, list) else ():
+            kind = item.get("type") if isinstance(item, dict) else None
+            memory = item.get("devmem") if isinstance(item, dict) else None
+            if isinstance(kind, str) and type(memory) is int and memory > 0:
+                found.add((kind, memory))
+    else:
+        for entry in text.split(":"):
+            fields = entry.split(",")
+            if len(fields) == 7 and fields[2].isdigit() and int(fields[2]) > 0:
+                found.add((fields[4], int(fields[2])))
+    key = tuple(sorted((sys.intern(kind), memory) for kind, memory in found))
+    if len(_DEVICE_SHAPES) < 1024:
+        return _DEVICE_SHAPES.setdefault(key, key)
+    return _DEVICE_SHAPES.get(key, key)
+
+
+def per_container(allocatable: Mapping[str, int], resource: str, amount: int) -> int:
+    """The most of `resource` one container can get on a node advertising `amount` of it: the amount, but for
+    ACK's aliyun.com/gpu-mem, the memory of all the node's GPUs, of which a container gets a share of one
+    (gpushare-scheduler-extender pkg/cache/nodeinfo.go: each device holds the total / aliyun.com/gpu-count)."""
+    if resource == ACK_MEMORY:
+        gpus = allocatable.get(ACK_COUNT, 0)
+        return amount // gpus if gpus > 0 else amount
+    return amount
 
 
 def is_kept_label(key: str) -> bool:
@@ -66,6 +111,7 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # managed resources only, in whole devices (or the resource's unit)
     labels: Mapping[str, str]  # GFD labels only (is_kept_label)
     unschedulable: bool = False  # cordoned: still counted (it comes back), but said so in messages
+    devices: tuple[tuple[str, int], ...] = ()  # HAMi's registered GPUs: distinct (type, MiB) (registered_devices)
 
     @staticmethod
     def from_object(node: Any) -> NodeInfo | None:
@@ -92,7 +138,9 @@ class NodeInfo:
             for k, v in labels.items()
             if isinstance(k, str) and isinstance(v, str) and is_kept_label(k)
         }
-        return NodeInfo(name, amounts, kept, spec.get("unschedulable") is True)
+        annotations = found if isinstance(found := metadata.get("annotations"), dict) else {}
+        devices = registered_devices(annotations.get(HAMI_REGISTER_ANNOTATION))
+        return NodeInfo(name, amounts, kept, spec.get("unschedulable") is True, devices)
 
 
 @dataclass(frozen=True)
@@ -106,7 +154,8 @@ class ClusterView:
 
     def __post_init__(self) -> None:
         for node in self.nodes.values():
-            for name, amount in node.allocatable.items():
+            for name, total in node.allocatable.items():
+                amount = per_container(node.allocatable, name, total)
                 best = self._largest.get(name)
                 if best is None or amount > best[0]:
                     self._largest[name] = (amount, node.name)
@@ -116,7 +165,8 @@ class ClusterView:
         return ClusterView({node.name: node for node in nodes})
 
     def largest(self, resource: str) -> tuple[int, str] | None:
-        """The most of `resource` any one node can hold, and that node's name; None when no node has any."""
+        """The most of `resource` any one container can get on one node (per_container), and that node's name;
+        None when no node has any."""
         return self._largest.get(resource)
 
     def resources(self) -> Iterable[str]:

@@ -3,12 +3,15 @@
 Three checks, each `deny | warn | off` in the policy's `cluster:` section (policy.ClusterChecks), run by
 `engine.evaluate` on the object after mutation when it has a `ClusterView`, and skipped when it has none:
 - fits: each container's managed resources, and the pod's effective total (counted as the scheduler counts,
-  validate.effective_total), must fit on the largest node for that resource. Cordoned nodes count: they
-  come back. Node pools that scale from zero are invisible until they scale: `assumeNodes` describes them.
+  validate.effective_total), must fit on the largest node for that resource (ACK's aliyun.com/gpu-mem on the
+  largest GPU: cluster.per_container; each container's share is of one GPU, so it has no pod total).
+  Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
+  `assumeNodes` describes them.
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
 - drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
-  feature discovery labels (cluster.py) of the nodes its pods can land on say (`policy_nodes`: the resource
+  feature discovery labels (cluster.py; HAMi's registered GPUs where a node has no GFD memory label, and ACK's
+  own labels and resources, memshare.node_drift) of the nodes its pods can land on say (`policy_nodes`: the resource
   they hold after mutation, the pool its steering selects). A mismatch makes the memory fractions wrong.
 
 `unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none of
@@ -37,11 +40,13 @@ from webhook.admission.cluster import (
     ClusterView,
     NodeInfo,
     nodes_text,
+    per_container,
 )
 from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
+    ACK_MEMORY,
     GPU_MODELS,
     MIG_PREFIX,
     NVIDIA_GPU,
@@ -132,11 +137,20 @@ def _replicas(node: NodeInfo) -> int:
 
 
 def _memory(node: NodeInfo) -> int | None:
-    """The GPU's memory in MiB; None under MIG single, where GFD labels the slice's memory."""
+    """The GPU's memory in MiB; None under MIG single, where GFD labels the slice's memory. A node without GFD's
+    memory label says it in HAMi's registered devices (the smallest, where it has GPUs of several sizes)."""
     if "-MIG-" in node.labels.get(PRODUCT_LABEL, ""):
         return None
     text = node.labels.get(MEMORY_LABEL, "")
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    return _smallest_device(node)[1] if node.devices else None
+
+
+def _smallest_device(node: NodeInfo) -> tuple[str, int]:
+    """HAMi's registered GPU with the least memory, its type as GFD writes a product (spaces as "-")."""
+    kind, memory = min(node.devices, key=lambda device: (device[1], device[0]))
+    return kind.replace(" ", "-"), memory
 
 
 def _mig_counts(node: NodeInfo) -> dict[str, int]:
@@ -165,8 +179,11 @@ def product_model(product: str, memory_mib: int | None) -> GPUModel | None:
 
 
 def node_model(node: NodeInfo) -> GPUModel | None:
+    """The node's GPU model: GFD's product label, else the type HAMi registers its GPUs under."""
     product = node.labels.get(PRODUCT_LABEL)
-    return product_model(product, _memory(node)) if product else None
+    if product:
+        return product_model(product, _memory(node))
+    return product_model(*_smallest_device(node)) if node.devices else None
 
 
 def resolve(policy: Policy, view: ClusterView) -> Policy:
@@ -473,10 +490,21 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
     if plan is None or plan.view is not view:  # a new snapshot (or policy): once per pair
         maximum = policy.limits.max_per_pod
         resources = {*view.resources(), *(r for node in assumed_nodes(policy) for r in node.allocatable)}
-        roomy = frozenset(r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= maximum)
+        roomy = frozenset(
+            r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= _most(policy, r, maximum)
+        )
         drift_found = drift(policy, view) if policy.cluster.drift is not Check.OFF else ()
         plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found)
     return plan
+
+
+def _most(policy: Policy, resource: str, maximum: int) -> int | float:
+    """The most of `resource` a valid pod's container holds: the per-pod maximum of GPUs, but for ACK's
+    aliyun.com/gpu-mem the GiB of the policy's GPU (memshare.held refuses more), unbounded where it is unknown."""
+    if resource == ACK_MEMORY:
+        gpu_mib = policy.gpu_memory_mib
+        return gpu_mib // 1024 if gpu_mib else float("inf")
+    return maximum
 
 
 def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> list[tuple[Check, Violation]]:
@@ -518,7 +546,7 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted(held - covered):
+        for resource in sorted(held - covered - {ACK_MEMORY}):  # ACK: each container a share of its own GPU
             largest = _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
@@ -530,10 +558,11 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
 
 
 def _largest(policy: Policy, view: ClusterView, resource: str) -> tuple[int, str] | None:
-    """The most of `resource` one node holds, assumed nodes included."""
+    """The most of `resource` one container can get on one node (cluster.per_container), assumed nodes included."""
     best = view.largest(resource)
     for node in assumed_nodes(policy):
-        amount = node.allocatable.get(resource)
+        total = node.allocatable.get(resource)
+        amount = None if total is None else per_container(node.allocatable, resource, total)
         if amount is not None and (best is None or amount > best[0]):
             best = (amount, node.name)
     return best
@@ -548,9 +577,11 @@ def _too_big(
     ref: ContainerRef, resource: str, raw: Any, largest: tuple[int, str], view: ClusterView, where: str
 ) -> Violation:
     amount, shown = largest[0], quantity_text(raw)
+    holder = "one GPU of a node holds is" if resource == ACK_MEMORY else "one node holds is"
+    unit = " GiB" if resource == ACK_MEMORY else ""
     return container_violation(
         ref,
-        f"{resource} {shown} fits on no node: the most one node holds is {amount} ({_node(largest, view)}); "
+        f"{resource} {shown} fits on no node: the most {holder} {amount}{unit} ({_node(largest, view)}); "
         f"request at most {amount}, or list a larger node pool in cluster.assumeNodes ({where}, cluster.fits)",
         f"{resource} {shown} fits on no node (most: {amount}); request at most {amount}",
     )

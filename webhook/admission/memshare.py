@@ -31,7 +31,7 @@ from fractions import Fraction
 from math import ceil
 from typing import Any
 
-from webhook.admission.cluster import ACK_PLACEMENT_LABEL, ACK_SCHEDULE_LABEL, NodeInfo
+from webhook.admission.cluster import ACK_COUNT, ACK_PLACEMENT_LABEL, ACK_SCHEDULE_LABEL, NodeInfo
 from webhook.admission.patch import pointer
 from webhook.admission.policy import Backend, Mode, Placement, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
@@ -47,8 +47,6 @@ from webhook.admission.resources import (
     VOLCANO_MEMORY_PERCENT,
     VOLCANO_NUMBER,
 )
-
-ACK_COUNT = "aliyun.com/gpu-count"  # what a shared ACK node advertises beside aliyun.com/gpu-mem: its GPUs
 
 ACK_ISOLATED = ("cgpu", "core_mem")  # the shared modes that cap a container's memory (`share` does not)
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
@@ -385,6 +383,16 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     return Held(count * min(each, Fraction(1)) + count_whole, problems)
 
 
+def node_amounts(limits: dict[str, Any], policy: Policy) -> dict[str, int | Fraction]:
+    """A container's amounts of one GPU that a node must hold on one of its GPUs, for the cluster's fits check:
+    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py).
+    HAMi's and Volcano's nodes advertise no per-GPU memory as a resource: nothing."""
+    if policy.sharing.backend is not Backend.ACK or not limits:
+        return {}
+    amount = _amount(limits, ACK_MEMORY)
+    return {ACK_MEMORY: amount} if amount else {}
+
+
 def worth_text(worth: Fraction) -> str:
     return f"{format_fraction(worth)} GPUs' worth of memory"
 
@@ -431,8 +439,10 @@ NodeDrift = tuple[str, str, str, str, str]
 
 def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
     """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
-    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi and Volcano
-    nodes say none of this in labels or resources (their GPUs' memory is in the device plugins' annotations)."""
+    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's GPUs are
+    compared where GPU feature discovery's are (clustercheck.py reads the kinds it registers, cluster.py).
+    Volcano's nodes advertise their vGPUs' memory as a node total beside the number of vGPUs (split count times
+    GPUs), which does not say one GPU's memory: no drift."""
     sharing = policy.sharing
     if sharing.backend is not Backend.ACK:
         return []

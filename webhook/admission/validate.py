@@ -265,6 +265,7 @@ def validate(
     count_sum: int | Fraction = 0  # every count of every container
     memory = policy.sharing.mode is Mode.MEMORY
     worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
+    sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -276,6 +277,8 @@ def validate(
             counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
             if memory and counts is not None:
                 _memory_share(ref, counts, rules, problems, worths)
+                if counted is not None and (amounts := memshare.node_amounts(ref.resource_map("limits"), policy)):
+                    sized.append((ref, amounts))
             total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
             if counts:
                 holders.append((ref, counts))
@@ -309,6 +312,7 @@ def validate(
     if counted is not None:
         # The cluster checks read nodes' extended resources; DeviceClasses' are served by DRA, not nodes.
         counted += _without_classes(holders) if classes else holders
+        counted += sized
     return problems
 
 
