@@ -38,8 +38,9 @@ from webhook.admission.cluster import (
     NodeInfo,
     nodes_text,
 )
+from webhook.admission.globs import is_glob
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
+from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     GPU_MODELS,
