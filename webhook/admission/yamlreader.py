@@ -6,9 +6,10 @@ it stands. libyaml reads first; yamltext.py says when to read again without it.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from yaml import events
@@ -58,11 +59,17 @@ class _Refused(Exception):
 class _Container:
     value: dict[str, Any] | list[Any]
     path: str
-    key: Any = None  # a mapping's pending key; _NO_KEY while a key is expected
+    key: Any = None  # a mapping's pending key (any value YAML reads); _NO_KEY while a key is expected
     skip: bool = False  # the pending key was bad: drop its value
 
 
-_NO_KEY = object()
+class _Pending(enum.Enum):
+    """What a mapping holds between its values: no key yet (None is a key YAML can read)."""
+
+    NO_KEY = "no key"
+
+
+_NO_KEY: Final = _Pending.NO_KEY
 _NOT_UNICODE = "not valid Unicode text (a lone surrogate?); save the file as UTF-8"
 _RESOLVER = Resolver()
 _CONSTRUCTOR = SafeConstructor()
