@@ -490,12 +490,12 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
 def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
     """The offered check: a converted request that no node advertises warns (the pod would stay Pending)."""
     plain = view(node("gpu-0", {"nvidia.com/gpu": "8"}))
-    decision = evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=plain)
+    decision = evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), nodes=plain)
     assert decision.warnings[-1] == (
         'gpu-admission: container "app": no node offers volcano.sh/vgpu-number; request one the nodes have'
     )
     with_vgpu = view(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472"}))
-    assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=with_vgpu).warnings) == 1
+    assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), nodes=with_vgpu).warnings) == 1
 
 
 def test_the_policy_references_memory_policies_load_and_are_the_example_files() -> None:

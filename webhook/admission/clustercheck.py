@@ -67,7 +67,7 @@ def assumed_nodes(policy: Policy) -> tuple[NodeInfo, ...]:
 
 
 def _assumed(policy: Policy) -> tuple[NodeInfo, ...]:
-    return tuple(_assumed_node(shape) for shape in policy.cluster.assume_nodes)
+    return tuple(_assumed_node(shape) for shape in policy.cluster_checks.assume_nodes)
 
 
 def _assumed_node(shape: AssumedNode) -> NodeInfo:
@@ -174,7 +174,7 @@ def resolve(policy: Policy, view: ClusterView) -> Policy:
     """The policy with `replicas: auto` and `gpu.model: auto` taken from its nodes, once per snapshot: the
     most replicas and the smallest GPU (the smallest share, so that no pod is told it has more than it has).
     Left unknown (None) where no node says."""
-    if not policy.cluster.auto:
+    if not policy.cluster_checks.auto:
         return policy
     return view.derived("cluster-resolved", policy, lambda: _resolve(policy, view))
 
@@ -182,10 +182,10 @@ def resolve(policy: Policy, view: ClusterView) -> Policy:
 def _resolve(policy: Policy, view: ClusterView) -> Policy:
     nodes = policy_nodes(policy, view)
     sharing, gpu = policy.sharing, policy.gpu
-    if policy.cluster.auto_replicas:
+    if policy.cluster_checks.auto_replicas:
         replicas = max((r for r in map(_replicas, nodes) if r > 1), default=None)
         sharing = dataclasses.replace(sharing, replicas=replicas)
-    if policy.cluster.auto_model:
+    if policy.cluster_checks.auto_model:
         models = [m for m in map(node_model, nodes) if m is not None]
         if models:
             gpu = GPU(model=min(models, key=lambda m: m.memory_mib).name, memory_mib=gpu.memory_mib)
@@ -284,7 +284,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
         found.setdefault((field, says), (policy_says, effect, fix, []))[3].append(node.name)
 
     sharing, mode = policy.sharing, policy.sharing.mode
-    fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster.auto_replicas else None
+    fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster_checks.auto_replicas else None
     for node in nodes:
         replicas = _replicas(node)
         if fixed_replicas and REPLICAS_LABEL in node.labels and replicas != fixed_replicas:
@@ -312,7 +312,8 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "plugin's sharing config",
             )
         model = node_model(node)
-        if policy.gpu.model and not policy.cluster.auto_model and model is not None and model.name != policy.gpu.model:
+        fixed_model = not policy.cluster_checks.auto_model
+        if policy.gpu.model and fixed_model and model is not None and model.name != policy.gpu.model:
             note(
                 "gpu.model",
                 model.name,
@@ -475,7 +476,7 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
         maximum = policy.limits.max_per_pod
         resources = {*view.resources(), *(r for node in assumed_nodes(policy) for r in node.allocatable)}
         roomy = frozenset(r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= maximum)
-        drift_found = drift(policy, view) if policy.cluster.drift is not Check.OFF else ()
+        drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
         plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found)
     return plan
 
@@ -499,7 +500,7 @@ def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> l
 
 
 def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) -> list[tuple[Check, Violation]]:
-    rules = policy.cluster
+    rules = policy.cluster_checks
     found: list[tuple[Check, Violation]] = []
     where = f'policy "{policy.name}"'
     covered: set[str] = set()  # resources whose one container already has a line

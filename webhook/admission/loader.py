@@ -414,7 +414,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
         framework_env=framework_env,
         block_visible_devices_override=_valid(block),
         trusted_schedulers=trusted,
-        cluster=ClusterChecks(
+        cluster_checks=ClusterChecks(
             fits=_valid(cluster["fits"]),
             offered=_valid(cluster["offered"]),
             drift=_valid(cluster["drift"]),

@@ -210,7 +210,7 @@ class Policy:
     # Node affinity for the pool this policy's GPUs are on (steering.py). Built policies and the built-in
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False
-    cluster: ClusterChecks = field(default_factory=ClusterChecks)
+    cluster_checks: ClusterChecks = field(default_factory=ClusterChecks)
     device_classes: DeviceClasses = field(default_factory=DeviceClasses)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
