@@ -99,7 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
         from webhook.server.app import create_app as create_webhook_app
 
         fixed = evaluate(SCENARIOS["a: 2 containers, mutate"], NAMESPACE, state.policies.current)
-        state.evaluate = lambda obj, namespace, policies, old, cluster=None, claims=None: fixed
+        state.evaluate = lambda obj, namespace, policies, old, nodes=None, claims=None: fixed
         app = create_webhook_app(state)
     options = ServeOptions(host=args.host, port=args.port, workers=args.workers, threads=args.threads)
     if args.stock:

@@ -78,10 +78,10 @@ SCENARIOS = {
 }
 
 
-def measure(obj: dict[str, Any], policies, seconds: float, cluster: ClusterView | None = None) -> dict[str, float]:
+def measure(obj: dict[str, Any], policies, seconds: float, nodes: ClusterView | None = None) -> dict[str, float]:
     """Reviews per second and the median review time of `evaluate` on `obj` (with a node snapshot if given)."""
     for _ in range(200):  # warm caches
-        evaluate(obj, NAMESPACE, policies, None, cluster)
+        evaluate(obj, NAMESPACE, policies, None, nodes)
     samples: list[float] = []
     clock = time.perf_counter_ns
     deadline = time.perf_counter() + seconds
@@ -90,7 +90,7 @@ def measure(obj: dict[str, Any], policies, seconds: float, cluster: ClusterView 
     while time.perf_counter() < deadline:
         for _ in range(100):
             t0 = clock()
-            evaluate(obj, NAMESPACE, policies, None, cluster)
+            evaluate(obj, NAMESPACE, policies, None, nodes)
             samples.append(clock() - t0)
     elapsed = (clock() - start) / 1e9
     samples.sort()

@@ -50,8 +50,8 @@ CLUSTER = view(
 DENY = ClusterChecks(fits=Check.DENY, offered=Check.DENY, drift=Check.DENY)
 
 
-def run(obj: dict, pol, cluster: ClusterView | None = CLUSTER):
-    return evaluate(obj, NS, PolicySet((pol,)), cluster=cluster)
+def run(obj: dict, pol, nodes: ClusterView | None = CLUSTER):
+    return evaluate(obj, NS, PolicySet((pol,)), nodes=nodes)
 
 
 def gpus(n: str, name: str = "app", resource: str = "nvidia.com/gpu") -> dict:
@@ -106,18 +106,18 @@ def gpus(n: str, name: str = "app", resource: str = "nvidia.com/gpu") -> dict:
     ],
 )
 def test_fits_verdicts_and_lines(obj, verdict, lines):
-    decision = run(obj, policy(limits=_limits(16), cluster=DENY))
+    decision = run(obj, policy(limits=_limits(16), cluster_checks=DENY))
     assert (decision.verdict, decision.violations) == (verdict, lines)
 
 
 def test_a_cordoned_node_still_counts_and_is_named_so():
     cordoned = view(node("gpu-b", {"nvidia.com/gpu": "4"}, A100, unschedulable=True))
-    decision = run(pod(gpus("5")), policy(cluster=DENY), cordoned)
+    decision = run(pod(gpus("5")), policy(cluster_checks=DENY), cordoned)
     assert decision.violations == [
         'container "app": nvidia.com/gpu "5" fits on no node: the most one node holds is 4 (node "gpu-b", cordoned); '
         'request at most 4, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
     ]
-    fitting = run(pod(gpus("4")), policy(cluster=DENY), cordoned)
+    fitting = run(pod(gpus("4")), policy(cluster_checks=DENY), cordoned)
     assert (fitting.verdict, fitting.violations) == ("allow", [])
 
 
@@ -131,15 +131,15 @@ def test_warn_is_the_default_and_never_denies():
 
 
 def test_off_and_no_inventory_skip_the_checks():
-    off = policy(cluster=ClusterChecks(fits=Check.OFF, offered=Check.OFF, drift=Check.OFF))
+    off = policy(cluster_checks=ClusterChecks(fits=Check.OFF, offered=Check.OFF, drift=Check.OFF))
     assert run(pod(gpus("9")), off).warnings == []
-    assert run(pod(gpus("9")), policy(cluster=DENY, limits=_limits(16)), cluster=None).verdict == "allow"
+    assert run(pod(gpus("9")), policy(cluster_checks=DENY, limits=_limits(16)), nodes=None).verdict == "allow"
 
 
 def test_an_assumed_node_pool_lets_a_pod_fit_that_no_current_node_holds():
     pools = ClusterChecks(fits=Check.DENY, assume_nodes=(AssumedNode("h100-pool", (("nvidia.com/gpu", 16),)),))
-    assert run(pod(gpus("16")), policy(cluster=pools, limits=_limits(16))).verdict == "allow"
-    decision = run(pod(gpus("17")), policy(cluster=pools, limits=_limits(32)))
+    assert run(pod(gpus("16")), policy(cluster_checks=pools, limits=_limits(16))).verdict == "allow"
+    decision = run(pod(gpus("17")), policy(cluster_checks=pools, limits=_limits(32)))
     assert decision.violations == [
         'container "app": nvidia.com/gpu "17" fits on no node: the most one node holds is 16 (node "h100-pool '
         '(assumed)"); request at most 16, or list a larger node pool in cluster.assumeNodes (policy "team", '
@@ -154,7 +154,7 @@ def _limits(per_pod: int):
 
 
 def test_offered_names_the_mapped_resource_that_no_node_advertises():
-    shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster=DENY)
+    shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster_checks=DENY)
     decision = run(pod(gpus("1")), shared)
     assert decision.violations == [
         'container "app": nvidia.com/gpu.shared "1", which the policy maps nvidia.com/gpu to: no node advertises '
@@ -164,7 +164,7 @@ def test_offered_names_the_mapped_resource_that_no_node_advertises():
 
 
 def test_offered_names_the_converted_mig_profile_that_no_node_advertises():
-    mig = policy(sharing=MIG.sharing, gpu=MIG.gpu, cluster=DENY)
+    mig = policy(sharing=MIG.sharing, gpu=MIG.gpu, cluster_checks=DENY)
     nodes = view(
         node(
             "mig-a",
@@ -196,7 +196,7 @@ SLICED = view(
 
 
 def test_drift_in_replicas_is_one_line_naming_the_nodes():
-    shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster=DENY)
+    shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster_checks=DENY)
     assert [d.line for d in clustercheck.drift(shared, SLICED)] == [
         'policy "team" sharing.replicas is 4, but 5 nodes (ts-0, ts-1, ts-2, ...) say 8: each pod is told it has '
         "1/4 of a GPU, but the GPU is shared 8 ways; set sharing.replicas: 8 (or auto), or change the device "
@@ -272,7 +272,7 @@ def test_auto_takes_the_smallest_share_the_nodes_give():
     assert clustercheck.resolve(auto, nodes) is resolved  # once per snapshot
     env = {
         e["name"]: e["value"]
-        for e in evaluate(pod(gpus("1")), NS, PolicySet((auto,)), cluster=nodes).mutated["spec"]["containers"][0]["env"]
+        for e in evaluate(pod(gpus("1")), NS, PolicySet((auto,)), nodes=nodes).mutated["spec"]["containers"][0]["env"]
     }
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
     assert clustercheck.drift(auto, nodes) == ()  # auto values never drift
@@ -282,10 +282,14 @@ def test_auto_takes_the_smallest_share_the_nodes_give():
 
 def test_every_short_form_fits_a_warning():
     long_name = "c" * 63
-    shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster=DENY)
+    shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster_checks=DENY)
     for obj, pol, nodes in [
-        (pod(gpus("9", long_name)), policy(cluster=DENY, limits=_limits(16)), CLUSTER),
-        (pod(gpus("6", long_name), gpus("4", long_name + "x")), policy(cluster=DENY, limits=_limits(16)), CLUSTER),
+        (pod(gpus("9", long_name)), policy(cluster_checks=DENY, limits=_limits(16)), CLUSTER),
+        (
+            pod(gpus("6", long_name), gpus("4", long_name + "x")),
+            policy(cluster_checks=DENY, limits=_limits(16)),
+            CLUSTER,
+        ),
         (pod(gpus("1", long_name)), shared, CLUSTER),
         (pod(gpus("1", long_name)), shared, SLICED),
     ]:
@@ -297,7 +301,7 @@ def test_every_short_form_fits_a_warning():
 
 
 def test_enforcement_audit_keeps_deny_lines_silent():
-    audit = policy(cluster=DENY, enforcement=Enforcement.AUDIT, limits=_limits(16))
+    audit = policy(cluster_checks=DENY, enforcement=Enforcement.AUDIT, limits=_limits(16))
     decision = run(pod(gpus("9")), audit)
     assert (decision.verdict, decision.allowed, len(decision.violations)) == ("audit", True, 1)
 
@@ -309,7 +313,7 @@ def _doc(spec: str) -> str:
 
 def test_the_cluster_section_is_read_with_warn_as_the_default():
     (plain,) = parse_policy_sources({"p.yaml": _doc("")}).policies
-    assert plain.cluster == ClusterChecks(fits=Check.WARN, offered=Check.WARN, drift=Check.WARN)
+    assert plain.cluster_checks == ClusterChecks(fits=Check.WARN, offered=Check.WARN, drift=Check.WARN)
     (full,) = parse_policy_sources(
         {
             "p.yaml": _doc(
@@ -319,7 +323,7 @@ def test_the_cluster_section_is_read_with_warn_as_the_default():
             )
         }
     ).policies
-    assert full.cluster == ClusterChecks(
+    assert full.cluster_checks == ClusterChecks(
         fits=Check.DENY,
         offered=Check.OFF,
         drift=Check.WARN,
@@ -375,7 +379,7 @@ def test_each_cluster_section_problem_is_one_exact_line(spec, line):
 
 def test_a_new_snapshot_is_judged_afresh_for_the_same_policy():
     """The per-snapshot plan (the resources whose largest node holds the per-pod maximum) follows the view."""
-    same = policy(cluster=DENY)
+    same = policy(cluster_checks=DENY)
     small = view(node("gpu-s", {"nvidia.com/gpu": "2"}))
     assert run(pod(gpus("4")), same, CLUSTER).verdict == "allow"
     assert run(pod(gpus("4")), same, small).violations == [
@@ -387,7 +391,7 @@ def test_a_new_snapshot_is_judged_afresh_for_the_same_policy():
 
 def test_a_pod_that_fails_validation_still_gets_its_cluster_lines():
     """Under warn or audit a pod over the per-pod maximum is admitted: whether it fits on a node still matters."""
-    warn = policy(cluster=DENY, enforcement=Enforcement.WARN, limits=_limits(4))
+    warn = policy(cluster_checks=DENY, enforcement=Enforcement.WARN, limits=_limits(4))
     decision = run(pod(gpus("4", "a"), gpus("6", "b")), warn)
     assert decision.verdict == "warn"
     assert [line.split(":")[0] for line in decision.violations] == [
@@ -446,7 +450,7 @@ def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
 )
 def test_no_pod_of_the_mixed_cluster_gets_a_drift_warning(namespace, quantity, warnings):
     policies, nodes = _mixed()
-    decision = evaluate(pod(gpus(quantity)), namespace, policies, cluster=nodes)
+    decision = evaluate(pod(gpus(quantity)), namespace, policies, nodes=nodes)
     assert (decision.verdict, decision.violations) == ("allow", [])
     assert decision.warnings == [f"gpu-admission: {w}" for w in warnings]
 
@@ -460,9 +464,9 @@ def test_a_relabelled_pool_drifts_on_its_own_policy_only():
         "1/4 of a GPU, but the GPU is shared 2 ways; set sharing.replicas: 2 (or auto), or change the device "
         "plugin's sharing config"
     ]
-    whole = evaluate(pod(gpus("1")), "training", policies, cluster=nodes)
+    whole = evaluate(pod(gpus("1")), "training", policies, nodes=nodes)
     assert "drift" not in " ".join(whole.warnings)
-    shared = evaluate(pod(gpus("1")), "notebooks", policies, cluster=nodes)
+    shared = evaluate(pod(gpus("1")), "notebooks", policies, nodes=nodes)
     assert shared.warnings[-1] == "gpu-admission: pod: policy sharing.replicas 4 but 2 nodes say 2; ask an admin"
 
 

@@ -346,7 +346,7 @@ def test_the_cluster_checks_do_not_look_for_device_class_resources_on_nodes():
     """Nodes do not advertise DeviceClasses' resources (DRA serves them): no "no node advertises it"."""
     node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
     view = ClusterView.of([NodeInfo.from_object(node)])
-    decision = evaluate(pod(container(limits={CLASS_GPU: 1})), "team", PolicySet((CAPPED,)), cluster=view)
+    decision = evaluate(pod(container(limits={CLASS_GPU: 1})), "team", PolicySet((CAPPED,)), nodes=view)
     assert (decision.verdict, decision.warnings) == ("allow", [])
 
 

@@ -18,7 +18,7 @@ from webhook.admission.policy import Limits, PolicySet
 FIXTURES = Path(__file__).parent / "fixtures" / "dra"
 CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
 SLICE = yaml.safe_load((FIXTURES / "resourceslice.yaml").read_text())
-WIDE = policy(limits=Limits(max_per_container=16, max_per_pod=16), cluster=DENY)
+WIDE = policy(limits=Limits(max_per_container=16, max_per_pod=16), cluster_checks=DENY)
 
 
 def dra_view(*slices: dict, classes: list[dict] = CLASSES) -> ClusterView:
@@ -29,7 +29,7 @@ def dra_view(*slices: dict, classes: list[dict] = CLASSES) -> ClusterView:
 
 
 def judged(gpus: str, cluster: ClusterView, resource: str = "nvidia.com/gpu") -> tuple[str, list[str]]:
-    decision = evaluate(pod(container("train", limits={resource: gpus})), "team", PolicySet((WIDE,)), cluster=cluster)
+    decision = evaluate(pod(container("train", limits={resource: gpus})), "team", PolicySet((WIDE,)), nodes=cluster)
     return decision.verdict, decision.violations
 
 

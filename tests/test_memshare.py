@@ -490,12 +490,12 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
 def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
     """The offered check: a converted request that no node advertises warns (the pod would stay Pending)."""
     plain = view(node("gpu-0", {"nvidia.com/gpu": "8"}))
-    decision = evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=plain)
+    decision = evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), nodes=plain)
     assert decision.warnings[-1] == (
         'gpu-admission: container "app": no node offers volcano.sh/vgpu-number; request one the nodes have'
     )
     with_vgpu = view(node("v-0", {"volcano.sh/vgpu-number": "80", "volcano.sh/vgpu-memory": "652472"}))
-    assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), cluster=with_vgpu).warnings) == 1
+    assert len(evaluate(gpu_pod("0.25"), "team", PolicySet((VOLCANO,)), nodes=with_vgpu).warnings) == 1
 
 
 def test_the_policy_references_memory_policies_load_and_are_the_example_files() -> None:
@@ -616,25 +616,25 @@ def test_a_re_applied_workload_gets_the_same_object(backend, value) -> None:
 def test_an_ack_share_larger_than_any_nodes_gpu_fits_nowhere() -> None:
     """aliyun.com/gpu-mem on a node is the memory of all its GPUs (96 GiB over 4): a container's share is of one."""
     checks = ClusterChecks(fits=Check.DENY, offered=Check.DENY, drift=Check.OFF)
-    pol = memory(Backend.ACK, GPU(memory_mib=49152), cluster=checks, steering=True)  # it thinks 48 GiB GPUs
+    pol = memory(Backend.ACK, GPU(memory_mib=49152), cluster_checks=checks, steering=True)  # it thinks 48 GiB GPUs
     cluster = view(_ack_node("ack-0", "cgpu"), _ack_node("ack-1", "cgpu", gib="64", gpus="4"))
     asked = pod(container(limits={"aliyun.com/gpu-mem": "30"}))
-    decision = evaluate(asked, "team", PolicySet((pol,)), cluster=cluster)
+    decision = evaluate(asked, "team", PolicySet((pol,)), nodes=cluster)
     assert decision.denials == [
         'container "app": aliyun.com/gpu-mem "30" fits on no node: the most one GPU of a node holds is 24 GiB (node '
         '"ack-0"); request at most 24, or list a larger node pool in cluster.assumeNodes (policy "team", '
         "cluster.fits)"
     ]
     two = pod(container(limits={"aliyun.com/gpu-mem": "24"}), container("b", limits={"aliyun.com/gpu-mem": "24"}))
-    assert evaluate(two, "team", PolicySet((pol,)), cluster=cluster).denials == []  # each a GPU of its own
-    converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), cluster=cluster)  # 36 GiB of 48
+    assert evaluate(two, "team", PolicySet((pol,)), nodes=cluster).denials == []  # each a GPU of its own
+    converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), nodes=cluster)  # 36 GiB of 48
     assert resources(converted)["limits"] == {"aliyun.com/gpu-mem": "36"}
     assert converted.denials == [  # the amount it became: what the scheduler would look for
         'container "app": aliyun.com/gpu-mem "36" fits on no node: the most one GPU of a node holds is 24 GiB (node '
         '"ack-0"); request at most 24, or list a larger node pool in cluster.assumeNodes (policy "team", '
         "cluster.fits)"
     ]
-    assert evaluate(gpu_pod("0.5"), "team", PolicySet((pol,)), cluster=cluster).denials == []
+    assert evaluate(gpu_pod("0.5"), "team", PolicySet((pol,)), nodes=cluster).denials == []
 
 
 HAMI_JSON = json.dumps([

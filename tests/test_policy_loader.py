@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission import loader
+from webhook.admission import yamlreader
 from webhook.admission.loader import (
     MAX_DEPTH,
     MAX_EVENTS,
@@ -1018,7 +1018,7 @@ def test_deep_nesting_fails_fast_without_recursion() -> None:
 @pytest.mark.parametrize("depth", [40, 1_500, 50_000])
 def test_the_nesting_message_is_ours_whichever_parser_reads(parser: type, depth: int) -> None:
     # libyaml from 0.2.6 refuses 1,000 levels itself, in words of its own: the loader's limit must speak first.
-    _, stopped = loader._read_documents("a: " + "[" * depth + "]" * depth + "\n", parser)
+    _, stopped = yamlreader.read_documents("a: " + "[" * depth + "]" * depth + "\n", parser)
     assert stopped == f"nesting deeper than {MAX_DEPTH} levels at line 1, column {MAX_DEPTH + 3}; " + (
         "a policy document nests 4 levels deep"
     )

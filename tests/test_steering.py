@@ -690,14 +690,14 @@ def test_a_pod_bound_to_its_node_is_never_steered_and_is_judged_against_that_nod
     pol, node, resource, known, violations
 ) -> None:
     obj = validator(node, resource)
-    decision = evaluate(obj, NS, PolicySet((pol,)), cluster=bound_view() if known else None)
+    decision = evaluate(obj, NS, PolicySet((pol,)), nodes=bound_view() if known else None)
     assert decision.violations == violations
     assert decision.verdict == ("deny" if violations else "allow")
     assert all("affinity" not in op["path"] for op in decision.patch)
     assert "affinity" not in evanphx.apply(obj, decision.patch)["spec"]
     assert all("node affinity added" not in w for w in decision.warnings)
     warn = dataclasses.replace(pol, enforcement=Enforcement.WARN)
-    warned = evaluate(obj, NS, PolicySet((warn,)), cluster=bound_view() if known else None)
+    warned = evaluate(obj, NS, PolicySet((warn,)), nodes=bound_view() if known else None)
     short = (
         f'gpu-admission: pod: spec.nodeName "{node}" is outside the policy\'s GPU pool; bind it to a node in the pool'
     )

@@ -42,8 +42,9 @@ from webhook.admission.cluster import (
     nodes_text,
     per_container,
 )
+from webhook.admission.globs import is_glob
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
+from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
@@ -71,7 +72,7 @@ def assumed_nodes(policy: Policy) -> tuple[NodeInfo, ...]:
 
 
 def _assumed(policy: Policy) -> tuple[NodeInfo, ...]:
-    return tuple(_assumed_node(shape) for shape in policy.cluster.assume_nodes)
+    return tuple(_assumed_node(shape) for shape in policy.cluster_checks.assume_nodes)
 
 
 def _assumed_node(shape: AssumedNode) -> NodeInfo:
@@ -190,7 +191,7 @@ def resolve(policy: Policy, view: ClusterView) -> Policy:
     """The policy with `replicas: auto` and `gpu.model: auto` taken from its nodes, once per snapshot: the
     most replicas and the smallest GPU (the smallest share, so that no pod is told it has more than it has).
     Left unknown (None) where no node says."""
-    if not policy.cluster.auto:
+    if not policy.cluster_checks.auto:
         return policy
     return view.derived("cluster-resolved", policy, lambda: _resolve(policy, view))
 
@@ -198,10 +199,10 @@ def resolve(policy: Policy, view: ClusterView) -> Policy:
 def _resolve(policy: Policy, view: ClusterView) -> Policy:
     nodes = policy_nodes(policy, view)
     sharing, gpu = policy.sharing, policy.gpu
-    if policy.cluster.auto_replicas:
+    if policy.cluster_checks.auto_replicas:
         replicas = max((r for r in map(_replicas, nodes) if r > 1), default=None)
         sharing = dataclasses.replace(sharing, replicas=replicas)
-    if policy.cluster.auto_model:
+    if policy.cluster_checks.auto_model:
         models = [m for m in map(node_model, nodes) if m is not None]
         if models:
             gpu = GPU(model=min(models, key=lambda m: m.memory_mib).name, memory_mib=gpu.memory_mib)
@@ -300,7 +301,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
         found.setdefault((field, says), (policy_says, effect, fix, []))[3].append(node.name)
 
     sharing, mode = policy.sharing, policy.sharing.mode
-    fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster.auto_replicas else None
+    fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster_checks.auto_replicas else None
     for node in nodes:
         replicas = _replicas(node)
         if fixed_replicas and REPLICAS_LABEL in node.labels and replicas != fixed_replicas:
@@ -328,7 +329,8 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "plugin's sharing config",
             )
         model = node_model(node)
-        if policy.gpu.model and not policy.cluster.auto_model and model is not None and model.name != policy.gpu.model:
+        fixed_model = not policy.cluster_checks.auto_model
+        if policy.gpu.model and fixed_model and model is not None and model.name != policy.gpu.model:
             note(
                 "gpu.model",
                 model.name,
@@ -493,7 +495,7 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
         roomy = frozenset(
             r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= _most(policy, r, maximum)
         )
-        drift_found = drift(policy, view) if policy.cluster.drift is not Check.OFF else ()
+        drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
         plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found)
     return plan
 
@@ -526,7 +528,7 @@ def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> l
 
 
 def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) -> list[tuple[Check, Violation]]:
-    rules = policy.cluster
+    rules = policy.cluster_checks
     found: list[tuple[Check, Violation]] = []
     where = f'policy "{policy.name}"'
     covered: set[str] = set()  # resources whose one container already has a line

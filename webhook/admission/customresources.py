@@ -425,7 +425,7 @@ def evaluate(
     namespace: str,
     policies: PolicySet,
     old: Any = None,
-    cluster: ClusterView | None = None,
+    nodes: ClusterView | None = None,
     claims: ClaimsView | None = None,
     kinds: KindTable = BUILTIN,
 ) -> Decision:
@@ -434,8 +434,8 @@ def evaluate(
     that exists yet, so they are judged without."""
     kind = kinds.lookup(obj)
     if kind is not None:
-        return judge(obj, kind, namespace, policies, old, cluster)
-    decision = evaluate_workload(obj, namespace, policies, old, cluster, claims)
+        return judge(obj, kind, namespace, policies, old, nodes)
+    decision = evaluate_workload(obj, namespace, policies, old, nodes, claims)
     if decision.skipped and decision.skip_reason == NO_POD_SPEC and _custom_group(obj):
         where = gpu_mention(obj)
         if where:  # a kind nobody told gpu-admission about, asking for GPUs: say so, never pass it quietly
@@ -493,7 +493,7 @@ def judge(
     namespace: str,
     policies: PolicySet,
     old: Any = None,
-    cluster: ClusterView | None = None,
+    nodes: ClusterView | None = None,
 ) -> Decision:
     """The verdict on a custom resource: each template judged as the pods it makes will be (after mutation), its
     lines led by its place; nothing is ever patched. Left alone, as workloads are (engine._left_alone): an
@@ -531,7 +531,7 @@ def judge(
             "metadata": {"name": name if type(name) is str else "", "namespace": namespace},
             "template": {"spec": copy.deepcopy(template.spec)},
         }
-        decision = evaluate_workload(view, namespace, policies, None, cluster)
+        decision = evaluate_workload(view, namespace, policies, None, nodes)
         lead = f"{template.place} " if template.place else ""
         violations += [lead + line for line in decision.violations]
         refusals += [lead + line for line in decision.refusals]

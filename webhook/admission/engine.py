@@ -1,4 +1,4 @@
-"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old, cluster)`.
+"""The one entry point of the admission decision: `evaluate(obj, namespace, policies, old, nodes)`.
 
 The server's /mutate and /validate, the CLI's check, audit and policy explain, and the tests all call this, so
 every rule lives once: mutate (mutate.py: requests into limits, fractions, mapping, env hints, steering; the
@@ -62,13 +62,13 @@ def evaluate(
     namespace: str,
     policies: PolicySet,
     old: Any = None,
-    cluster: ClusterView | None = None,
+    nodes: ClusterView | None = None,
     claims: dra.ClaimsView | None = None,
 ) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
     `old` is the object before an UPDATE (None for a CREATE, and offline). Templates are validated on the
-    mutation result too: their pods will be mutated when created. `cluster` is the node inventory's latest
+    mutation result too: their pods will be mutated when created. `nodes` is the node inventory's latest
     trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (dra.py).
@@ -78,8 +78,8 @@ def evaluate(
     if spec_path is None and (claim_path := dra.claim_spec_path(obj)) is not None:  # judged, never mutated
         if reason := dra.left_alone(obj, old, claim_path):
             return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
-        if cluster is not None and policy.cluster.auto:
-            policy = clustercheck.resolve(policy, cluster)
+        if nodes is not None and policy.cluster_checks.auto:
+            policy = clustercheck.resolve(policy, nodes)
         return _verdict(policy, [], [], dra.judge(obj, policy, claim_path), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason or spec_path is None:
@@ -93,10 +93,10 @@ def evaluate(
             found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims, [])  # no GPU counts
             return _verdict(policy, [], warnings, found, obj, [])
         return Decision(True, "allow", policy.name, mutated=obj)
-    if cluster is not None and policy.cluster.auto:
-        policy = clustercheck.resolve(policy, cluster)  # `auto` values from the nodes (the same name)
+    if nodes is not None and policy.cluster_checks.auto:
+        policy = clustercheck.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    counted: Holders | None = [] if cluster is not None or counts_claims else None
+    counted: Holders | None = [] if nodes is not None or counts_claims else None
     found = validate(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
@@ -107,15 +107,15 @@ def evaluate(
         assert claims is not None
         claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims, counted)
         found, warnings = found + claimed, warnings + missing
-    if cluster is not None and spec_path is not None:
+    if nodes is not None and spec_path is not None:
         # A pod that names its node is never steered (steering.py): it is judged against that node instead.
         spec = get_path(result.obj, spec_path)
         if type(spec) is dict and spec.get("nodeName"):
-            found = found + clustercheck.bound_node(spec, policy, cluster)
-    if counted and cluster is not None:
+            found = found + clustercheck.bound_node(spec, policy, nodes)
+    if counted and nodes is not None:
         # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
         # decides), `warn` ones are warnings whatever the enforcement.
-        checked = clustercheck.check(counted, policy, cluster, not found)
+        checked = clustercheck.check(counted, policy, nodes, not found)
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]

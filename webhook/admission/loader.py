@@ -20,13 +20,8 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Final, Literal, TypedDict, TypeVar
 
-import yaml
-from yaml import events
-from yaml.constructor import SafeConstructor
-from yaml.nodes import ScalarNode
-from yaml.resolver import Resolver
-
 from webhook.admission import policyfields
+from webhook.admission.globs import is_glob, is_namespace_name, parse_glob
 from webhook.admission.policy import (
     DEFAULT_FRAMEWORK_ENV,
     DEFAULT_MAX_PER_POD,
@@ -48,21 +43,25 @@ from webhook.admission.policy import (
     PolicySet,
     Sharing,
     Steering,
-    is_glob,
-    is_namespace_name,
-    parse_glob,
-    quote,
 )
 from webhook.admission.quantity import format_fraction
 from webhook.admission.resources import GPU_MODELS, NVIDIA_GPU, is_managed, is_mig_profile_name, is_shared
-from webhook.admission.violation import cut
-from webhook.admission.yamltext import FAST_PARSER, reader_for_retry
+from webhook.admission.yamlreader import MAX_DEPTH as MAX_DEPTH  # re-exported: the limits a policy file meets
+from webhook.admission.yamlreader import MAX_EVENTS as MAX_EVENTS
+from webhook.admission.yamlreader import (
+    TAG,
+    Invalid,
+    Scalar,
+    describe,
+    join_path,
+    quote_value,
+    read_documents,
+    shorten,
+)
 
 API_VERSION = policyfields.API_VERSION
 KIND = policyfields.KIND
 MAX_FILE_BYTES = 1024 * 1024  # the most a ConfigMap holds; real policy files are a few KiB
-MAX_DEPTH = 16  # a policy document nests 4 levels deep
-MAX_EVENTS = 50_000  # YAML events per file (values, collections, documents): ample, and read in well under 1 s
 MAX_PROBLEMS_PER_FILE = 100
 MAX_GLOB_LENGTH = 253
 POLICY_SUFFIXES = (".yaml", ".yml")
@@ -71,16 +70,6 @@ POLICY_SUFFIXES = (".yaml", ".yml")
 _DNS_SUBDOMAIN = re.compile(policyfields.DNS_SUBDOMAIN)
 _RESOURCE_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DECIMAL = re.compile(r"^[-+]?(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?$")
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]+")
-# The texts (underscores removed) that a scalar tagged !!int or !!float may hold: YAML 1.1's forms, ASCII only.
-# PyYAML's constructors raise on others (`!!int abc`, and even an untagged `0x_`), or read them loosely.
-_INT_TEXT = re.compile(r"[-+]?(?:0b[01]+|0x[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*(?::[0-9]+)*)")
-_FLOAT_TEXT = re.compile(
-    r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+(?::[0-5]?[0-9])+\.?[0-9]*"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
-)
-
-_TAG = "tag:yaml.org,2002:"
 _NAMESPACE_RULE = (
     "namespace names are 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 )
@@ -165,238 +154,7 @@ def _read_file(path: str) -> str | _Unreadable:
         )
 
 
-# --- YAML: events -> plain values, refusing what a policy file never needs ----------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Scalar:
-    """A YAML scalar that is not a string, whole number, boolean or null (a decimal, a date...): its text."""
-
-    tag: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Invalid:
-    """A scalar that its YAML tag cannot hold (`!!int abc`, `!!bool maybe`), reported where it stands while
-    reading; validation then stays silent about it rather than describe it a second time."""
-
-    message: str
-
-
-class _Refused(Exception):
-    """The document cannot be read further (syntax error, alias, nesting): its message says why."""
-
-
-@dataclass
-class _Container:
-    value: dict[str, Any] | list[Any]
-    path: str
-    key: Any = None  # a mapping's pending key; _NO_KEY while a key is expected
-    skip: bool = False  # the pending key was bad: drop its value
-
-
-_NO_KEY = object()
-_NOT_UNICODE = "not valid Unicode text (a lone surrogate?); save the file as UTF-8"
-_RESOLVER = Resolver()
-_CONSTRUCTOR = SafeConstructor()
-_COLLECTION_TAGS = (None, "!", _TAG + "map", _TAG + "seq")
-_SCALAR_TAGS = {_TAG + name for name in ("int", "float", "timestamp", "binary")}  # kept as text
-
-
-@dataclass
-class _Document:
-    value: Any
-    problems: list[tuple[str, str]] = field(default_factory=list)  # (field path, message)
-
-
-def _where(mark: Any) -> str:
-    return f"line {mark.line + 1}, column {mark.column + 1}"
-
-
-def _join(path: str, key: str) -> str:
-    """`path.key`; a key that is not plain (letters, digits, `_ - . /`) is quoted, so a problem stays one line."""
-    key = _shorten(key) if _PLAIN_KEY.fullmatch(key) else _quote(key)
-    return f"{path}.{key}" if path else key
-
-
-def _child_path(container: _Container) -> str:
-    if isinstance(container.value, list):
-        return f"{container.path}[{len(container.value)}]"
-    if container.key is _NO_KEY or isinstance(container.key, _Invalid):
-        return container.path
-    return _join(container.path, str(container.key))
-
-
-def _scalar(event: events.ScalarEvent) -> Any:
-    """The scalar's value; _Invalid where its tag cannot hold its text (PyYAML's constructors would raise)."""
-    tag = explicit = event.tag
-    text = event.value
-    if tag is None or tag == "!":
-        resolved = _RESOLVER.resolve(ScalarNode, text, event.implicit)  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
-        tag, explicit = resolved, None
-    if tag in (_TAG + "str", _TAG + "merge"):  # "<<" (a merge needs an alias anyway): an unknown field
-        return text
-    if tag == _TAG + "null":
-        return None
-    if tag == _TAG + "bool":
-        value = SafeConstructor.bool_values.get(text.lower())
-        return _invalid(event, "is not a boolean; write true or false") if value is None else value
-    if tag == _TAG + "int":
-        if not _INT_TEXT.fullmatch(text.replace("_", "")):
-            if explicit is None:  # "0x_": YAML 1.1 reads a 0x or 0b prefix as a number even without digits
-                why = "is not a whole number (a 0x or 0b prefix needs digits); write one (e.g. 4) or quote it"
-            else:
-                why = "is not a whole number; write one (e.g. 4) or remove the tag"
-            return _invalid(event, why)
-        if len(text) <= 32:  # longer: refused by range checks, kept as text
-            return _CONSTRUCTOR.construct_yaml_int(ScalarNode(tag, text))
-    if tag == _TAG + "float" and not _FLOAT_TEXT.fullmatch(text.replace("_", "")):
-        return _invalid(event, "is not a number; write one (e.g. 0.25) or remove the tag")
-    if tag in _SCALAR_TAGS:
-        return _Scalar(tag, text)
-    raise _Refused(f"unsupported YAML tag {tag} at {_where(event.start_mark)}; remove the tag")
-
-
-def _invalid(event: events.ScalarEvent, why: str) -> _Invalid:
-    """`!!int "abc" at line 3, column 8 <why>`: the tag as written (short form), the text quoted."""
-    tag = event.tag
-    shown = _quote(event.value)
-    if tag is not None and tag != "!":
-        shown = f"{'!!' + tag.removeprefix(_TAG) if tag.startswith(_TAG) else tag} {shown}"
-    return _Invalid(f"{shown} at {_where(event.start_mark)} {why}")
-
-
-def _read_documents(text: str, parser_class: type = FAST_PARSER) -> tuple[list[_Document], str | None]:
-    """The documents of `text` (None for empty ones), and why reading stopped early, if it did.
-
-    libyaml (about ten times faster than pure Python on a hostile 1 MiB file) reads first; where it gives up on
-    a text that may nest past its own limit, the text is read again without it (yamltext.py), so that this
-    module's limit and message decide.
-    """
-    documents: list[_Document] = []
-    try:
-        parser = parser_class(text)
-    except UnicodeError:
-        return documents, _NOT_UNICODE
-    stack: list[_Container] = []
-    current = _Document(None)
-
-    def add(value: Any) -> None:
-        if isinstance(value, _Invalid):  # reported here, with its path; validation does not describe it again
-            current.problems.append((_child_path(stack[-1]) if stack else "", value.message))
-        if not stack:
-            current.value = value
-            return
-        top = stack[-1]
-        if isinstance(top.value, list):
-            top.value.append(value)
-        elif top.key is _NO_KEY:
-            top.skip = not isinstance(value, str)
-            if top.skip and not isinstance(value, _Invalid):
-                current.problems.append((top.path, f"keys must be strings, got {_describe(value)}"))
-            elif value in top.value:
-                current.problems.append((_join(top.path, value), "duplicate key; remove one of them"))
-            top.key = value
-        else:
-            if not top.skip:
-                top.value[top.key] = value
-            top.key, top.skip = _NO_KEY, False
-
-    try:
-        try:
-            for count in range(MAX_EVENTS + 1):
-                event = parser.get_event()
-                if isinstance(event, events.StreamEndEvent):
-                    break
-                if count == MAX_EVENTS:
-                    raise _Refused(
-                        f"has more than {MAX_EVENTS} YAML values (at {_where(event.start_mark)}); "
-                        "policy files are small: split or trim it"
-                    )
-                if isinstance(event, events.DocumentStartEvent):
-                    current = _Document(None)
-                elif isinstance(event, events.DocumentEndEvent):
-                    documents.append(current)
-                elif isinstance(event, events.AliasEvent):
-                    raise _Refused(
-                        f"YAML alias *{event.anchor} at {_where(event.start_mark)} is not allowed in policy "
-                        "files (aliases can expand exponentially); write the value out"
-                    )
-                elif isinstance(event, events.ScalarEvent):
-                    add(_scalar(event))
-                elif isinstance(event, events.CollectionStartEvent):
-                    if len(stack) >= MAX_DEPTH:
-                        raise _Refused(
-                            f"nesting deeper than {MAX_DEPTH} levels at {_where(event.start_mark)}; "
-                            "a policy document nests 4 levels deep"
-                        )
-                    if event.tag not in _COLLECTION_TAGS:
-                        where = _where(event.start_mark)
-                        raise _Refused(f"unsupported YAML tag {event.tag} at {where}; remove the tag")
-                    path = _child_path(stack[-1]) if stack else ""
-                    if isinstance(event, events.MappingStartEvent):
-                        stack.append(_Container({}, path, _NO_KEY))
-                    else:
-                        stack.append(_Container([], path))
-                elif isinstance(event, events.CollectionEndEvent):
-                    done = stack.pop()
-                    add(done.value)
-        finally:
-            parser.dispose()
-    except _Refused as exc:
-        return documents, str(exc)
-    except yaml.MarkedYAMLError as exc:
-        retry = reader_for_retry(parser_class, text)
-        if retry is not None:
-            return _read_documents(text, retry)
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at {_where(mark)}" if mark is not None else ""
-        context = f" ({exc.context})" if exc.context and exc.problem else ""
-        return documents, f"invalid YAML{where}: {exc.problem or exc.context}{context}"
-    except yaml.reader.ReaderError as exc:  # a character YAML forbids, e.g. NUL; libyaml counts bytes
-        line = text.encode("utf-8", "replace")[: exc.position].count(b"\n") + 1
-        return documents, f"invalid YAML at line {line}: {exc.reason} (character #x{exc.character:04x})"
-    except yaml.YAMLError as exc:
-        return documents, f"invalid YAML: {str(exc).splitlines()[0]}"
-    except UnicodeError:
-        return documents, _NOT_UNICODE
-    return documents, None
-
-
 # --- Messages ----------------------------------------------------------------------------------------------
-
-
-def _shorten(text: str, limit: int = 60) -> str:
-    return cut(text, limit, "…")
-
-
-def _quote(value: str) -> str:
-    """Shortened, quoted and escaped (`policy.quote`): a problem stays one line whatever the value holds."""
-    return quote(_shorten(value))
-
-
-def _describe(value: Any) -> str:
-    """A value as the user wrote it, and what YAML made of it."""
-    if value is None:
-        return "an empty value (null)"
-    if isinstance(value, bool):
-        return f"{str(value).lower()} (a boolean; YAML also reads yes/no/on/off as booleans)"
-    if isinstance(value, int):
-        return f"{value} (a whole number)"
-    if isinstance(value, str):
-        return f"{_quote(value)} (a string)"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, _Invalid):  # already reported; the checker stays silent about it
-        return "a value its YAML tag cannot hold"
-    kind = {"float": "a decimal number", "int": "a whole number", "timestamp": "a date"}
-    text = _shorten(value.text, 30)
-    if not text.isprintable():  # an explicitly tagged scalar holds any text (`!!binary "a\nb"`): keep one line
-        text = _quote(value.text)
-    return f"{text} ({kind.get(value.tag.removeprefix(_TAG), value.tag.removeprefix(_TAG))})"
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str:
@@ -409,7 +167,7 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 def _one_of(value: str, choices: Iterable[str]) -> str:
     choices = list(choices)
     hint = _suggest(value, choices)
-    return f"{_quote(value)} is not one of {', '.join(choices)}" + (f" ({hint})" if hint else "")
+    return f"{quote_value(value)} is not one of {', '.join(choices)}" + (f" ({hint})" if hint else "")
 
 
 # --- Validation: one document -> a Policy -------------------------------------------------------------------
@@ -480,35 +238,35 @@ class _DocumentChecker:
     def expected(self, path: str, value: Any, message: str) -> None:
         """`value` has the wrong type or shape: a problem, unless it is a scalar that its own YAML tag refused
         (`!!int abc`), which reading already reported at this path."""
-        if not isinstance(value, _Invalid):
+        if not isinstance(value, Invalid):
             self.problem(path, message)
 
     def mapping(self, value: Any, path: str, known: tuple[str, ...]) -> dict[str, Any] | None:
         if not isinstance(value, dict):
-            self.expected(path, value, f"expected a mapping of {', '.join(known)}; got {_describe(value)}")
+            self.expected(path, value, f"expected a mapping of {', '.join(known)}; got {describe(value)}")
             return None
         for key in value:
             if key not in known:
                 hint = _suggest(key, known) or "known fields: " + ", ".join(known)
-                self.problem(_join(path, key), f"unknown field ({hint})")
+                self.problem(join_path(path, key), f"unknown field ({hint})")
         return value
 
     def section(self, parent: dict[str, Any], key: str, path: str, known: tuple[str, ...]) -> dict[str, Any]:
         """An optional sub-mapping; {} when absent or invalid (its problems are reported)."""
         if key not in parent:
             return {}
-        return self.mapping(parent[key], _join(path, key), known) or {}
+        return self.mapping(parent[key], join_path(path, key), known) or {}
 
     def string(self, value: Any, path: str, what: str = "a string") -> str | _Bad:
         if isinstance(value, str):
             return value
-        self.expected(path, value, f"expected {what}, got {_describe(value)}")
+        self.expected(path, value, f"expected {what}, got {describe(value)}")
         return _BAD
 
     def enum(self, parent: dict[str, Any], key: str, path: str, kind: type[_E], default: _D) -> _E | _D | _Bad:
         if key not in parent:
             return default
-        path = _join(path, key)
+        path = join_path(path, key)
         choices = [member.value for member in kind]
         value = self.string(parent[key], path, "one of " + ", ".join(choices))
         if value is _BAD:
@@ -521,15 +279,15 @@ class _DocumentChecker:
     def integer(self, parent: dict[str, Any], key: str, path: str, minimum: int, rule: str) -> int | _Absent | _Bad:
         if key not in parent:
             return _ABSENT
-        path, value = _join(path, key), parent[key]
-        if isinstance(value, bool) or not isinstance(value, int | _Scalar):
-            self.expected(path, value, f"expected a whole number, got {_describe(value)}")
+        path, value = join_path(path, key), parent[key]
+        if isinstance(value, bool) or not isinstance(value, int | Scalar):
+            self.expected(path, value, f"expected a whole number, got {describe(value)}")
             return _BAD
-        if isinstance(value, _Scalar):
-            if value.tag == _TAG + "int":
-                self.problem(path, f"{_shorten(value.text, 30)} is too large; {rule}")
+        if isinstance(value, Scalar):
+            if value.tag == TAG + "int":
+                self.problem(path, f"{shorten(value.text, 30)} is too large; {rule}")
             else:
-                self.problem(path, f"expected a whole number, got {_describe(value)}")
+                self.problem(path, f"expected a whole number, got {describe(value)}")
             return _BAD
         if value < minimum:
             self.problem(path, f"{value} is too small; {rule}")
@@ -541,22 +299,22 @@ class _DocumentChecker:
             return default
         if isinstance(value := parent[key], bool):
             return value
-        self.expected(_join(path, key), value, f"expected true or false, got {_describe(value)}")
+        self.expected(join_path(path, key), value, f"expected true or false, got {describe(value)}")
         return _BAD
 
     def fraction(self, parent: dict[str, Any], key: str, path: str) -> Fraction | _Bad | None:
         """A number in (0, 1], exactly as written."""
         if key not in parent:
             return None
-        path, value = _join(path, key), parent[key]
+        path, value = join_path(path, key), parent[key]
         rule = "a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"
         exact = _exact_number(value)
         if exact is None:
-            self.expected(path, value, f"expected a number, got {_describe(value)}; {rule}")
+            self.expected(path, value, f"expected a number, got {describe(value)}; {rule}")
             return _BAD
         if not 0 < exact <= 1:
-            shown = value.text if isinstance(value, _Scalar) else str(value)
-            self.problem(path, f"{_shorten(shown, 30)} is out of range; {rule}")
+            shown = value.text if isinstance(value, Scalar) else str(value)
+            self.problem(path, f"{shorten(shown, 30)} is out of range; {rule}")
             return _BAD
         return exact
 
@@ -567,7 +325,7 @@ def _exact_number(value: Any) -> Fraction | None:
         return None
     if isinstance(value, int):
         return Fraction(value)
-    if not isinstance(value, _Scalar) or value.tag not in (_TAG + "float", _TAG + "int"):
+    if not isinstance(value, Scalar) or value.tag not in (TAG + "float", TAG + "int"):
         return None
     text = value.text.replace("_", "")
     match = _DECIMAL.match(text)
@@ -583,52 +341,34 @@ def _check_resource_name(name: str) -> str | None:
     prefix, slash, rest = name.partition("/")
     rule = "use <domain>/<name>, e.g. nvidia.com/gpu.shared"
     if not slash or not _DNS_SUBDOMAIN.match(prefix) or len(prefix) > 253:
-        return f"{_quote(name)} is not an extended resource name; {rule}"
+        return f"{quote_value(name)} is not an extended resource name; {rule}"
     if not _RESOURCE_NAME_PART.match(rest) or len(rest) > 63:
-        return f"{_quote(name)} is not an extended resource name; {rule}"
+        return f"{quote_value(name)} is not an extended resource name; {rule}"
     if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
-        return f"{_quote(name)} is in the kubernetes.io domain, which extended resources may not use; {rule}"
+        return f"{quote_value(name)} is in the kubernetes.io domain, which extended resources may not use; {rule}"
     if name == NVIDIA_GPU:
         return None  # the device plugin's default (renameByDefault: false): replicas keep the GPU's name
     if not (is_managed(name) and is_shared(name)):  # the rules, mentions_gpu and the matchConditions know these
         return (
-            f"{_quote(name)} is not a shared GPU resource that the webhook checks; use nvidia.com/gpu.shared (the "
+            f"{quote_value(name)} is not a shared GPU resource that the webhook checks; use nvidia.com/gpu.shared (the "
             "device plugin's name with renameByDefault: true) or nvidia.com/mig-<profile>.shared"
         )
     return None
 
 
 def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) -> _Parsed:
-    """Validate one document; a Policy only when it has no problems."""
+    """Validate one document, section by section in the order the problems are reported; a Policy only when
+    it has no problems."""
     parsed = _Parsed(source)
     check = _DocumentChecker(problems)
     if not isinstance(value, dict):
         check.expected(
-            "", value, f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {_describe(value)}"
+            "", value, f"a policy document must be a mapping with {', '.join(_TOP_FIELDS)}; got {describe(value)}"
         )
         return parsed
     check.mapping(value, "", _TOP_FIELDS)
-    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if key not in value:
-            check.problem(key, f"required; set it to {expected}")
-        elif check.string(value[key], key) is not _BAD and value[key] != expected:
-            check.problem(key, f"{_quote(value[key])} is not supported; use {expected}")
-
-    if "metadata" not in value:
-        check.problem("metadata.name", "required; give the policy a unique name")
-    elif (metadata := check.mapping(value["metadata"], "metadata", _METADATA_FIELDS)) is not None:
-        if "name" not in metadata:
-            check.problem("metadata.name", "required; give the policy a unique name")
-        elif (name := check.string(metadata["name"], "metadata.name")) is not _BAD:
-            if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-                check.problem(
-                    "metadata.name",
-                    f"{_quote(name)} is not a valid name; use lowercase letters, digits, '-' and '.', "
-                    "starting and ending with a letter or digit",
-                )
-            else:
-                parsed.name = name
-
+    _check_type(value, check)
+    parsed.name = _parse_metadata(value, check)
     if "spec" not in value:
         check.problem("spec", "required; a policy needs at least spec.namespaces")
         return parsed
@@ -641,31 +381,123 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
     sharing_map = check.section(spec, "sharing", "spec", _SHARING_FIELDS)
     gpu_map = check.section(spec, "gpu", "spec", _GPU_FIELDS)
     limits_map = check.section(spec, "limits", "spec", _LIMITS_FIELDS)
+    model, memory_mib, auto_model = _parse_gpu(gpu_map, check)
+    auto_replicas = sharing_map.get("replicas") == AUTO
+    mode, sharing = _parse_sharing(sharing_map, model, check, auto_replicas)
+    _check_modes_agree(spec, mode, fractional, model, memory_mib, auto_model, check)
+    max_container, max_pod = _parse_limits(limits_map, check)
+    memory_fraction = _parse_memory_fraction(spec, mode, sharing, check)
+    framework_env = _parse_frameworks(spec, check)
+    block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
+    trusted = _parse_trusted_schedulers(spec, check)
+    steering = _parse_steering(spec, check)
+    cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
+    device_classes = _parse_device_class_lists(spec, check)
 
+    if problems or parsed.name is None or sharing is None:
+        return parsed
+    parsed.policy = Policy(
+        name=parsed.name,
+        namespaces=tuple(pattern for _, pattern in parsed.namespaces),
+        enforcement=_valid(enforcement),
+        sharing=sharing,
+        gpu=GPU(
+            model=_given(model, None),
+            memory_mib=_given(memory_mib, None),
+        ),
+        limits=Limits(
+            max_per_container=_given(max_container, None),
+            max_per_pod=_given(max_pod, DEFAULT_MAX_PER_POD),
+        ),
+        fractional=_valid(fractional),
+        memory_fraction=_valid(memory_fraction),
+        framework_env=framework_env,
+        block_visible_devices_override=_valid(block),
+        trusted_schedulers=trusted,
+        cluster_checks=ClusterChecks(
+            fits=_valid(cluster["fits"]),
+            offered=_valid(cluster["offered"]),
+            drift=_valid(cluster["drift"]),
+            assume_nodes=cluster["assumeNodes"],
+            auto_replicas=auto_replicas,
+            auto_model=auto_model,
+        ),
+        device_classes=device_classes,
+        source=source,
+    )
+    parsed.steering = _valid(steering)
+    return parsed
+
+
+def _check_type(document: dict[str, Any], check: _DocumentChecker) -> None:
+    """apiVersion and kind: required, and this webhook's."""
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if key not in document:
+            check.problem(key, f"required; set it to {expected}")
+        elif check.string(document[key], key) is not _BAD and document[key] != expected:
+            check.problem(key, f"{quote_value(document[key])} is not supported; use {expected}")
+
+
+def _parse_metadata(document: dict[str, Any], check: _DocumentChecker) -> str | None:
+    """metadata.name, when it is a valid name."""
+    if "metadata" not in document:
+        check.problem("metadata.name", "required; give the policy a unique name")
+        return None
+    metadata = check.mapping(document["metadata"], "metadata", _METADATA_FIELDS)
+    if metadata is None:
+        return None
+    if "name" not in metadata:
+        check.problem("metadata.name", "required; give the policy a unique name")
+        return None
+    name = check.string(metadata["name"], "metadata.name")
+    if name is _BAD:
+        return None
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        check.problem(
+            "metadata.name",
+            f"{quote_value(name)} is not a valid name; use lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit",
+        )
+        return None
+    return name
+
+
+def _parse_gpu(gpu: dict[str, Any], check: _DocumentChecker) -> tuple[str | _Absent | _Bad, int | _Absent | _Bad, bool]:
+    """spec.gpu: the model, the memory in MiB, and whether the model is `auto` (taken from the nodes)."""
     model: str | _Absent | _Bad = _ABSENT
-    auto_model = gpu_map.get("model") == AUTO
+    auto_model = gpu.get("model") == AUTO
     if auto_model:
         pass  # resolved per inventory snapshot (clustercheck.resolve); unknown offline
-    elif "model" in gpu_map:
-        model = check.string(gpu_map["model"], "spec.gpu.model")
+    elif "model" in gpu:
+        model = check.string(gpu["model"], "spec.gpu.model")
         if model is not _BAD and model not in GPU_MODELS:
             hint = _suggest(model, GPU_MODELS)
             check.problem(
                 "spec.gpu.model",
-                f"{_quote(model)} is not a known GPU model (known: {', '.join(GPU_MODELS)})"
+                f"{quote_value(model)} is not a known GPU model (known: {', '.join(GPU_MODELS)})"
                 + (f"; {hint}" if hint else "; or leave it out and give gpu.memoryMiB"),
             )
             model = _BAD
     memory_mib = check.integer(
-        gpu_map,
+        gpu,
         "memoryMiB",
         "spec.gpu",
         policyfields.minimum("spec.gpu.memoryMiB"),
         "the GPU's memory in MiB is at least 1",
     )
+    return model, memory_mib, auto_model
 
-    auto_replicas = sharing_map.get("replicas") == AUTO
-    mode, sharing = _parse_sharing(sharing_map, model, check, auto_replicas)
+
+def _check_modes_agree(
+    spec: dict[str, Any],
+    mode: Mode | _Bad,
+    fractional: Fractional | _Bad,
+    model: str | _Absent | _Bad,
+    memory_mib: int | _Absent | _Bad,
+    auto_model: bool,
+    check: _DocumentChecker,
+) -> None:
+    """What sharing.mode and spec.fractional need of each other and of spec.gpu."""
     if mode is Mode.MPS and model is _ABSENT and memory_mib is _ABSENT and not auto_model:
         check.problem(
             "spec.gpu",
@@ -696,41 +528,50 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             f"{mode}); use reject or mig, or change the mode",
         )
 
+
+def _parse_limits(limits: dict[str, Any], check: _DocumentChecker) -> tuple[int | _Absent | _Bad, int | _Absent | _Bad]:
+    """spec.limits: the most GPUs per container and per pod."""
     max_container = check.integer(
-        limits_map,
+        limits,
         "maxPerContainer",
         "spec.limits",
         policyfields.minimum("spec.limits.maxPerContainer"),
         "a container may hold at least 1 GPU",
     )
     max_pod = check.integer(
-        limits_map,
+        limits,
         "maxPerPod",
         "spec.limits",
         policyfields.minimum("spec.limits.maxPerPod"),
         "a pod may hold at least 1 GPU",
     )
-    if "memoryFraction" in spec and mode is not _BAD and not mode.is_shared:  # a time-sliced or MPS replica's share
+    return max_container, max_pod
+
+
+def _parse_memory_fraction(
+    spec: dict[str, Any], mode: Mode | _Bad, sharing: Sharing | None, check: _DocumentChecker
+) -> Fraction | _Bad | None:
+    """spec.memoryFraction: a time-sliced or MPS replica's share of the GPU's memory, at most 1/replicas."""
+    if "memoryFraction" in spec and mode is not _BAD and not mode.is_shared:
         check.problem(
             "spec.memoryFraction", f"only applies when mode is time-slicing or mps (mode is {mode}); remove it"
         )
-        memory_fraction = None
-    else:
-        memory_fraction = check.fraction(spec, "memoryFraction", "spec")
-        replicas = sharing.replicas if sharing is not None else None
-        if memory_fraction not in (None, _BAD) and replicas and memory_fraction > Fraction(1, replicas):
-            check.problem(
-                "spec.memoryFraction",
-                f"{format_fraction(memory_fraction)} is more than one replica's share (1/{replicas} of a GPU): "
-                f"{replicas} containers share each GPU, so every GPU would be overcommitted; set at most "
-                f"{format_fraction(Fraction(1, replicas))}",
-            )
-            memory_fraction = _BAD
-    framework_env = _parse_frameworks(spec, check)
-    block = check.boolean(spec, "blockVisibleDevicesOverride", "spec", True)
-    trusted = _parse_trusted_schedulers(spec, check)
-    steering = _parse_steering(spec, check)
-    cluster = _parse_cluster(check.section(spec, "cluster", "spec", _CLUSTER_FIELDS), check)
+        return None
+    memory_fraction = check.fraction(spec, "memoryFraction", "spec")
+    replicas = sharing.replicas if sharing is not None else None
+    if memory_fraction not in (None, _BAD) and replicas and memory_fraction > Fraction(1, replicas):
+        check.problem(
+            "spec.memoryFraction",
+            f"{format_fraction(memory_fraction)} is more than one replica's share (1/{replicas} of a GPU): "
+            f"{replicas} containers share each GPU, so every GPU would be overcommitted; set at most "
+            f"{format_fraction(Fraction(1, replicas))}",
+        )
+        return _BAD
+    return memory_fraction
+
+
+def _parse_device_class_lists(spec: dict[str, Any], check: _DocumentChecker) -> DeviceClasses:
+    """spec.deviceClasses: the DRA classes of whole GPUs and of MIG devices, each class in one list."""
     classes = check.section(spec, "deviceClasses", "spec", _DEVICE_CLASSES_FIELDS)
     device_classes = DeviceClasses(
         gpu=_parse_device_classes(classes, "gpu", check), mig=_parse_device_classes(classes, "mig", check)
@@ -741,40 +582,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             "spec.deviceClasses",
             f"{', '.join(both)} listed as both whole GPUs and MIG devices; keep each class in one list",
         )
-
-    if problems or parsed.name is None or sharing is None:
-        return parsed
-    parsed.policy = Policy(
-        name=parsed.name,
-        namespaces=tuple(pattern for _, pattern in parsed.namespaces),
-        enforcement=_valid(enforcement),
-        sharing=sharing,
-        gpu=GPU(
-            model=_given(model, None),
-            memory_mib=_given(memory_mib, None),
-        ),
-        limits=Limits(
-            max_per_container=_given(max_container, None),
-            max_per_pod=_given(max_pod, DEFAULT_MAX_PER_POD),
-        ),
-        fractional=_valid(fractional),
-        memory_fraction=_valid(memory_fraction),
-        framework_env=framework_env,
-        block_visible_devices_override=_valid(block),
-        trusted_schedulers=trusted,
-        cluster=ClusterChecks(
-            fits=_valid(cluster["fits"]),
-            offered=_valid(cluster["offered"]),
-            drift=_valid(cluster["drift"]),
-            assume_nodes=cluster["assumeNodes"],
-            auto_replicas=auto_replicas,
-            auto_model=auto_model,
-        ),
-        device_classes=device_classes,
-        source=source,
-    )
-    parsed.steering = _valid(steering)
-    return parsed
+    return device_classes
 
 
 def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tuple[int, str]]:
@@ -785,11 +593,11 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
         return []
     entries = spec["namespaces"]
     if isinstance(entries, str):
-        got = _describe(entries)
-        check.problem(path, f"expected a list of namespaces or globs, got {got}; write [{_quote(entries)}]")
+        got = describe(entries)
+        check.problem(path, f"expected a list of namespaces or globs, got {got}; write [{quote_value(entries)}]")
         return []
     if not isinstance(entries, list):
-        check.expected(path, entries, f"expected a list of namespaces or globs, got {_describe(entries)}")
+        check.expected(path, entries, f"expected a list of namespaces or globs, got {describe(entries)}")
         return []
     if not entries:
         check.problem(path, 'empty; list at least one namespace or glob ("*" for every namespace)')
@@ -800,7 +608,7 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
         if check.string(entry, where, "a namespace name or glob") is _BAD:
             continue
         if entry in seen:
-            check.problem(where, f"{_quote(entry)} is listed twice in this policy; remove one")
+            check.problem(where, f"{quote_value(entry)} is listed twice in this policy; remove one")
             continue
         seen.add(entry)
         if is_glob(entry):
@@ -809,10 +617,10 @@ def _parse_namespaces(spec: dict[str, Any], check: _DocumentChecker) -> list[tup
                     raise ValueError(f"is longer than {MAX_GLOB_LENGTH} characters")
                 parse_glob(entry)
             except ValueError as exc:
-                check.problem(where, f"{_quote(entry)} is not a valid glob: it {exc}")
+                check.problem(where, f"{quote_value(entry)} is not a valid glob: it {exc}")
                 continue
         elif not is_namespace_name(entry):
-            check.problem(where, f"{_quote(entry)} is not a valid namespace name; {_NAMESPACE_RULE}")
+            check.problem(where, f"{quote_value(entry)} is not a valid namespace name; {_NAMESPACE_RULE}")
             continue
         valid.append((index, entry))
     return valid
@@ -875,13 +683,13 @@ def _parse_sharing(
         if gpu is not None and gpu.profile(profile) is None:
             check.problem(
                 f"{path}.migProfile",
-                f"{_quote(profile)} is not a MIG profile of {gpu.name} (valid: {', '.join(gpu.profile_names())})",
+                f"{quote_value(profile)} is not a MIG profile of {gpu.name} (valid: {', '.join(gpu.profile_names())})",
             )
             return mode, None
         if not is_mig_profile_name(profile):
             check.problem(
                 f"{path}.migProfile",
-                f"{_quote(profile)} is not a MIG profile name; use <slices>g.<memory>gb[+me], {example}",
+                f"{quote_value(profile)} is not a MIG profile name; use <slices>g.<memory>gb[+me], {example}",
             )
             return mode, None
     offered = _parse_mig_profiles(sharing, mode, model, _valid(profile), check)
@@ -942,7 +750,7 @@ def _parse_mig_profiles(
         return _BAD
     entries = sharing["migProfiles"]
     if not isinstance(entries, list):
-        check.expected(path, entries, f"expected a list of MIG profiles, got {_describe(entries)}")
+        check.expected(path, entries, f"expected a list of MIG profiles, got {describe(entries)}")
         return _BAD
     if not entries:
         check.problem(path, "is empty; list the profiles the nodes' MIG layout offers (mig-parted's config)")
@@ -955,19 +763,19 @@ def _parse_mig_profiles(
             return _BAD
         if gpu is not None and gpu.profile(entry) is None:
             valid = ", ".join(gpu.profile_names())
-            check.problem(where, f"{_quote(entry)} is not a MIG profile of {gpu.name} (valid: {valid})")
+            check.problem(where, f"{quote_value(entry)} is not a MIG profile of {gpu.name} (valid: {valid})")
             return _BAD
         if not is_mig_profile_name(entry):
-            check.problem(where, f"{_quote(entry)} is not a MIG profile name; use <slices>g.<memory>gb[+me]")
+            check.problem(where, f"{quote_value(entry)} is not a MIG profile name; use <slices>g.<memory>gb[+me]")
             return _BAD
         if entry in offered:
-            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+            check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
             return _BAD
         offered.append(entry)
     if profile is not None and profile not in offered:
         check.problem(
             "spec.sharing.migProfile",
-            f"{_quote(profile)} is not in migProfiles ({', '.join(offered)}): one GPU would become a slice the "
+            f"{quote_value(profile)} is not in migProfiles ({', '.join(offered)}): one GPU would become a slice the "
             "nodes do not offer; pick one of them",
         )
         return _BAD
@@ -980,7 +788,7 @@ def _parse_steering(spec: dict[str, Any], check: _DocumentChecker) -> Steering |
     if isinstance(value, bool):
         return Steering.ON if value else Steering.OFF
     if value != "auto":
-        check.expected("spec.steering", value, f"expected true, false or auto, got {_describe(value)}")
+        check.expected("spec.steering", value, f"expected true, false or auto, got {describe(value)}")
         return _BAD
     return Steering.AUTO
 
@@ -1007,7 +815,7 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
     shapes: list[AssumedNode] = []
     entries = section.get("assumeNodes", [])
     if not isinstance(entries, list):
-        check.expected(f"{path}.assumeNodes", entries, f"expected a list of node shapes, got {_describe(entries)}")
+        check.expected(f"{path}.assumeNodes", entries, f"expected a list of node shapes, got {describe(entries)}")
         entries = []
     for index, entry in enumerate(entries):
         where = f"{path}.assumeNodes[{index}]"
@@ -1024,7 +832,7 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
         for resource in amounts:
             if not is_managed(resource):
                 check.problem(
-                    _join(f"{where}.allocatable", resource),
+                    join_path(f"{where}.allocatable", resource),
                     "is not a GPU resource the webhook manages; list only GPU resources, e.g. nvidia.com/gpu: 8",
                 )
                 continue
@@ -1037,7 +845,7 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
             )
         labels: list[tuple[str, str]] = []
         for key, value in _open_mapping(shape, "labels", where, check).items():
-            if check.string(value, _join(f"{where}.labels", key), "a label value (quote numbers)") is not _BAD:
+            if check.string(value, join_path(f"{where}.labels", key), "a label value (quote numbers)") is not _BAD:
                 labels.append((key, value))
         if name is not _BAD:
             shapes.append(AssumedNode(name, tuple(allocatable), tuple(labels)))
@@ -1051,7 +859,7 @@ def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChe
         return ()
     entries = section[key]
     if not isinstance(entries, list):
-        check.expected(path, entries, f"expected a list of DeviceClass names, got {_describe(entries)}")
+        check.expected(path, entries, f"expected a list of DeviceClass names, got {describe(entries)}")
         return ()
     if not entries:
         check.problem(path, "is empty; list DeviceClass names, or remove it")
@@ -1063,10 +871,10 @@ def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChe
             continue
         if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
             check.problem(
-                where, f"{_quote(entry)} is not a DeviceClass name; use a DNS subdomain, e.g. gpu.example.com"
+                where, f"{quote_value(entry)} is not a DeviceClass name; use a DNS subdomain, e.g. gpu.example.com"
             )
         elif entry in names:
-            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+            check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
         else:
             names.append(entry)
     return tuple(names)
@@ -1077,7 +885,7 @@ def _open_mapping(parent: dict[str, Any], key: str, path: str, check: _DocumentC
     value = parent.get(key, {})
     if isinstance(value, dict):
         return value
-    check.expected(_join(path, key), value, f"expected a mapping, got {_describe(value)}")
+    check.expected(join_path(path, key), value, f"expected a mapping, got {describe(value)}")
     return {}
 
 
@@ -1088,7 +896,7 @@ def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[st
     entries = spec["frameworkEnv"]
     if not isinstance(entries, list):
         check.expected(
-            path, entries, f"expected a list of frameworks ({', '.join(FRAMEWORKS)}), got {_describe(entries)}"
+            path, entries, f"expected a list of frameworks ({', '.join(FRAMEWORKS)}), got {describe(entries)}"
         )
         return ()
     chosen: list[str] = []
@@ -1099,7 +907,7 @@ def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[st
         if entry not in FRAMEWORKS:
             check.problem(where, _one_of(entry, FRAMEWORKS))
         elif entry in chosen:
-            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+            check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
         else:
             chosen.append(entry)
     return tuple(chosen)
@@ -1110,7 +918,7 @@ def _parse_trusted_schedulers(spec: dict[str, Any], check: _DocumentChecker) -> 
     path = "spec.trustedSchedulers"
     entries = spec.get("trustedSchedulers", [])
     if not isinstance(entries, list):
-        check.expected(path, entries, f"expected a list of scheduler names, got {_describe(entries)}")
+        check.expected(path, entries, f"expected a list of scheduler names, got {describe(entries)}")
         return ()
     chosen: list[str] = []
     for index, entry in enumerate(entries):
@@ -1120,11 +928,11 @@ def _parse_trusted_schedulers(spec: dict[str, Any], check: _DocumentChecker) -> 
         if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
             check.problem(
                 where,
-                f"{_quote(entry)} is not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase "
+                f"{quote_value(entry)} is not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase "
                 "letters, digits, '-' and '.'); write it as pods name it, e.g. kai-scheduler",
             )
         elif entry in chosen:
-            check.problem(where, f"{_quote(entry)} is listed twice; remove one")
+            check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
         else:
             chosen.append(entry)
     return tuple(chosen)
@@ -1146,7 +954,7 @@ def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
         if isinstance(text, _Unreadable):
             problems.append(f"{name}: {text.message}")
             continue
-        documents, stopped = _read_documents(text)
+        documents, stopped = read_documents(text)
         for index, document in enumerate(documents):
             if document.value is None and not document.problems:
                 continue  # an empty document ("---" with nothing after it)
@@ -1199,7 +1007,7 @@ def _set_problems(parsed: list[_Parsed]) -> list[str]:
             first = names.setdefault(entry.name, entry)
             if first is not entry:
                 problems.append(
-                    f"{entry.source} metadata.name: {_quote(entry.name)} is already the name of the policy in "
+                    f"{entry.source} metadata.name: {quote_value(entry.name)} is already the name of the policy in "
                     f"{first.source}; give each policy a unique name"
                 )
         for index, pattern in entry.namespaces:
@@ -1207,7 +1015,7 @@ def _set_problems(parsed: list[_Parsed]) -> list[str]:
             if first is not entry:
                 kind = "glob" if is_glob(pattern) else "namespace"
                 problems.append(
-                    f"{entry.source} spec.namespaces[{index}]: {kind} {_quote(pattern)} is listed by both "
+                    f"{entry.source} spec.namespaces[{index}]: {kind} {quote_value(pattern)} is listed by both "
                     f'policy "{first.name}" ({first.source}) and policy "{entry.name}" ({entry.source}); '
                     "keep it in one of them"
                 )

@@ -6,15 +6,14 @@ consistent set. Parsing YAML into these classes lives in `loader`.
 
 from __future__ import annotations
 
-import bisect
 import fnmatch
-import json
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from webhook.admission.globs import is_glob, literal_chars
 
 
 class Mode(StrEnum):
@@ -211,7 +210,7 @@ class Policy:
     # Node affinity for the pool this policy's GPUs are on (steering.py). Built policies and the built-in
     # defaults do not steer; the loader resolves `spec.steering` (auto by default) for the policies it reads.
     steering: bool = False
-    cluster: ClusterChecks = field(default_factory=ClusterChecks)
+    cluster_checks: ClusterChecks = field(default_factory=ClusterChecks)
     device_classes: DeviceClasses = field(default_factory=DeviceClasses)
     source: str = "<built-in>"  # "policies/x.yaml#0", for messages
     # Derived values that the hot path reuses (see `derived`); not part of the policy's identity.
@@ -289,29 +288,16 @@ class Selection:
     reason: str
 
 
-def _literal_chars(pattern: str) -> int:
-    """How specific a glob is: the characters that must match literally."""
-    count, i = 0, 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch in "*?":
-            i += 1
-        elif ch == "[":
-            end = pattern.find("]", i + 2)
-            if end == -1:  # fnmatch treats an unclosed "[" literally
-                count, i = count + 1, i + 1
-            else:
-                i = end + 1
-        else:
-            count, i = count + 1, i + 1
-    return count
-
-
-def is_glob(pattern: str) -> bool:
-    return any(ch in pattern for ch in "*?[")
-
-
 SELECTION_MEMO_SIZE = 10_000
+
+
+class RankedGlob(NamedTuple):
+    """A namespaces glob where `PolicySet.select` tries it: most literal characters first, file order next."""
+
+    negative_literals: int  # minus its literal characters, so that the most specific sorts first
+    order: int  # its policy's place in file order
+    pattern: str
+    policy: Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,16 +309,16 @@ class PolicySet:
     # from "files that hold no policies".
     files: tuple[str, ...] = field(default=(), compare=False)
     _exact: dict[str, Policy] = field(default_factory=dict, repr=False, compare=False)
-    _globs: tuple[tuple[int, int, str, Policy], ...] = field(default=(), repr=False, compare=False)
+    _globs: tuple[RankedGlob, ...] = field(default=(), repr=False, compare=False)
     _selections: dict[str, Selection] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         exact: dict[str, Policy] = {}
-        globs: list[tuple[int, int, str, Policy]] = []
+        globs: list[RankedGlob] = []
         for order, policy in enumerate(self.policies):
             for pattern in policy.namespaces:
                 if is_glob(pattern):
-                    globs.append((-_literal_chars(pattern), order, pattern, policy))
+                    globs.append(RankedGlob(-literal_chars(pattern), order, pattern, policy))
                 else:
                     exact.setdefault(pattern, policy)
         globs.sort(key=lambda g: (g[0], g[1]))
@@ -373,6 +359,16 @@ class PolicySet:
         ]
         return exact + [(pattern, policy, -negative) for negative, _, pattern, policy in self._globs]
 
+    @property
+    def ranked_globs(self) -> tuple[RankedGlob, ...]:
+        """Every namespaces glob in the order `select` tries them (for `globs.glob_ties`)."""
+        return self._globs
+
+    @property
+    def exact_names(self) -> Collection[str]:
+        """Every namespaces entry that is a name, not a glob."""
+        return self._exact.keys()
+
     def for_namespace(self, namespace: str) -> Policy:
         return (self._selections.get(namespace) or self.select(namespace)).policy  # a call fewer, once selected
 
@@ -386,351 +382,3 @@ class PolicySet:
             return []
         best = matching[0][0]
         return [(g[2], g[3]) for g in matching if g[0] == best]
-
-
-# --- Namespace globs: validation and static tie analysis (for the loader and `policy lint`) ---------------
-
-NAMESPACE_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-"  # letters first: examples read like words
-NAMESPACE_MAX_LENGTH = 63  # a DNS-1123 label
-_ALNUM = frozenset(NAMESPACE_ALPHABET[:-1])
-
-
-def quote(text: str) -> str:
-    """`text` for a message: quoted and escaped as JSON, so the message stays one line whatever `text` holds
-    (newlines, NUL), and shown as written: characters that are not printable (C1 controls such as a one-byte
-    CSI, line and paragraph separators, bidirectional overrides) are escaped too."""
-    quoted = json.dumps(text, ensure_ascii=False)
-    if quoted.isprintable():
-        return quoted
-    return "".join(char if char.isprintable() else json.dumps(char)[1:-1] for char in quoted)
-
-
-def is_namespace_name(name: str) -> bool:
-    """A valid namespace name: a DNS-1123 label (1-63 lowercase letters, digits, '-'; alphanumeric ends)."""
-    return (
-        0 < len(name) <= NAMESPACE_MAX_LENGTH
-        and all(c in NAMESPACE_ALPHABET for c in name)
-        and name[0] in _ALNUM
-        and name[-1] in _ALNUM
-    )
-
-
-# A glob as tokens: "*", "?", or the set of namespace characters that one position matches.
-GlobToken = str | frozenset[str]
-
-
-def parse_glob(pattern: str) -> tuple[GlobToken, ...]:
-    """`pattern` as tokens, or ValueError saying (for people) why no namespace could ever match it.
-
-    Character classes are resolved by `fnmatch` itself, so the tokens mean exactly what selection does.
-    """
-    tokens = _tokenize(pattern)
-    # Most globs match an obvious name (a letter or digit where they can, "a" for a wildcard): no search then.
-    guess = "".join("a" if token in ("*", "?") else min(token, key=NAMESPACE_ALPHABET.index) for token in tokens)
-    if not is_namespace_name(guess) and common_namespace((tokens,)) is None:
-        raise ValueError(
-            "matches no valid namespace name (names are 1-63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit)"
-        )
-    return tokens
-
-
-def _tokenize(pattern: str) -> tuple[GlobToken, ...]:
-    """`pattern` as tokens, or ValueError for a character or class that no namespace name can hold."""
-    tokens: list[GlobToken] = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch in "*?":
-            if not (ch == "*" and tokens and tokens[-1] == "*"):  # "**" is "*"
-                tokens.append(ch)
-            i += 1
-        elif ch == "[":
-            start = i + 2 if pattern[i + 1 : i + 2] == "!" else i + 1
-            end = pattern.find("]", start)
-            if end == start:
-                raise ValueError('has an empty character class "[]"')
-            if end == -1:
-                raise ValueError('has a "[" without a closing "]"')
-            body = pattern[start:end]
-            bad = next((c for c in body if c not in NAMESPACE_ALPHABET), None)
-            if bad is not None:
-                raise ValueError(f"has {quote(bad)} in a character class, which no namespace name can contain")
-            chars = frozenset(c for c in NAMESPACE_ALPHABET if fnmatch.fnmatchcase(c, pattern[i : end + 1]))
-            if not chars:
-                raise ValueError(f"has a character class {quote(pattern[i : end + 1])} that matches no character")
-            tokens.append(chars)
-            i = end + 1
-        elif ch in NAMESPACE_ALPHABET:
-            tokens.append(frozenset(ch))
-            i += 1
-        else:
-            raise ValueError(f"contains {quote(ch)}, which no namespace name can contain")
-    return tuple(tokens)
-
-
-# A glob's automaton (see `_step_table`): per-character step masks, start bits, accept bit.
-_Machine = tuple[dict[tuple[str, int], int], int, int]
-
-
-def _step_table(tokens: Sequence[GlobToken]) -> _Machine:
-    """A glob as a bitmask NFA (bit i: `i` tokens matched): per-character step masks, start and accept bits."""
-    n = len(tokens)
-
-    def closure(mask: int) -> int:
-        for i in range(n):  # a "*" may match nothing: being before it is being after it
-            if mask >> i & 1 and tokens[i] == "*":
-                mask |= 1 << (i + 1)
-        return mask
-
-    table: dict[tuple[str, int], int] = {}
-    for c in NAMESPACE_ALPHABET:
-        for i, token in enumerate(tokens):
-            if token == "*":
-                table[c, i] = closure(1 << i)
-            elif token == "?" or c in token:
-                table[c, i] = closure(1 << (i + 1))
-    return table, closure(1), 1 << n
-
-
-def common_namespace(
-    required: Sequence[Sequence[GlobToken]], avoided: Sequence[Sequence[GlobToken]] = ()
-) -> str | None:
-    """The shortest (then alphabetically first) valid namespace name that every `required` glob matches
-    and no `avoided` glob matches, or None if there is none.
-
-    A breadth-first search over the product of the globs' automata, bounded by the 63-character limit:
-    exact, and fast for the handful of short globs a policy directory holds.
-    """
-    return _first_name([_step_table(tokens) for tokens in (*required, *avoided)], len(required))
-
-
-def _first_name(machines: Sequence[_Machine], n_required: int) -> str | None:
-    """`common_namespace` on automata already built: the first `n_required` must accept, the rest must not."""
-    start = tuple(m[1] for m in machines)
-    # State: each glob's set of positions, and whether the last character was "-" (a name cannot end so).
-    frontier: list[tuple[tuple[int, ...], bool, str]] = [(start, False, "")]
-    seen: set[tuple[tuple[int, ...], bool]] = set()  # not the start: "" may not begin with "-", "a" may
-    for _ in range(NAMESPACE_MAX_LENGTH):
-        next_frontier = []
-        for masks, _dash, name in frontier:
-            for c in NAMESPACE_ALPHABET:
-                if not name and c == "-":
-                    continue
-                stepped = []
-                for (table, _, _), mask in zip(machines, masks, strict=True):
-                    new = 0
-                    while mask:
-                        low = mask & -mask
-                        new |= table.get((c, low.bit_length() - 1), 0)
-                        mask ^= low
-                    stepped.append(new)
-                if any(stepped[k] == 0 for k in range(n_required)):
-                    continue  # a required glob can no longer match
-                state = (tuple(stepped), c == "-")
-                if state in seen:
-                    continue
-                seen.add(state)
-                candidate = name + c
-                accepted = [bool(mask & machine[2]) for mask, machine in zip(stepped, machines, strict=True)]
-                if c != "-" and all(accepted[:n_required]) and not any(accepted[n_required:]):
-                    return candidate
-                next_frontier.append((state[0], state[1], candidate))
-        frontier = next_frontier
-        if not frontier:
-            break
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class GlobTie:
-    """Globs of different policies that match some namespace equally specifically: file order decides."""
-
-    example: str  # a namespace they tie for
-    globs: tuple[tuple[str, Policy], ...]  # winner (earliest in file order) first
-
-
-def glob_ties(policy_set: PolicySet) -> list[GlobTie]:
-    """Every tie between globs of different policies, each with an example namespace.
-
-    For each pair of globs with equal literal counts, search for a valid namespace name that both match
-    while no exact name and no more specific glob claims it (`common_namespace`), then confirm it with
-    `PolicySet.ties`, the selection itself. Exact where `common_namespace` is: no tie is missed or invented.
-
-    A directory may hold thousands of globs, so each glob is analysed once (`_GlobShape`), and the search runs
-    only for pairs whose fixed heads, tails and lengths let them match one name, found through an index of
-    their literal heads and tails rather than by trying every pair; shadows that cannot match such a name are
-    left out of the search. Neither changes a result: what is left out could not have matched.
-    """
-    globs = policy_set._globs
-    shapes = [_GlobShape.of(pattern) for _, _, pattern, _ in globs]
-    everything = _AffixIndexes(shapes)
-    exact = _ExactNames(policy_set._exact)
-    found: dict[frozenset[str], GlobTie] = {}
-    start = 0
-    while start < len(globs):  # blocks of equal literal counts, most literal first: only they can tie
-        end = start
-        while end < len(globs) and globs[end][0] == globs[start][0]:
-            end += 1
-        block = _AffixIndexes(shapes[start:end])
-        for a_index in range(start, end):
-            a, a_policy = shapes[a_index], globs[a_index][3]
-            rivals = sorted(
-                start + offset
-                for offset in block.overlapping(a)
-                if start + offset > a_index
-                and globs[start + offset][3] is not a_policy
-                and a.may_share(shapes[start + offset])
-            )
-            if not rivals:
-                continue
-            more_specific = [index for index in everything.overlapping(a) if index < start]
-            more_specific = [index for index in more_specific if a.may_share(shapes[index])]
-            for b_index in rivals:
-                b = shapes[b_index]
-                shadows = [shapes[index].machine for index in more_specific if b.may_share(shapes[index])]
-                shadows += exact.machines(a, b)
-                example = _first_name([a.machine, b.machine, *shadows], 2)
-                if example is None:
-                    continue
-                tied = tuple(policy_set.ties(example))
-                if len({id(policy) for _, policy in tied}) < 2:
-                    continue
-                found.setdefault(frozenset(pattern for pattern, _ in tied), GlobTie(example, tied))
-        start = end
-    return list(found.values())
-
-
-_ANY = frozenset(NAMESPACE_ALPHABET)
-
-
-def _chars(token: GlobToken) -> frozenset[str]:
-    """The characters one position may hold: a "?" (the only other string token is "*") any."""
-    return _ANY if isinstance(token, str) else token
-
-
-@dataclass(frozen=True, slots=True)
-class _GlobShape:
-    """One glob as `glob_ties` needs it, worked out once: its automaton, and bounds on the names it matches
-    that rule most pairs out without a search."""
-
-    pattern: str
-    machine: _Machine
-    head: tuple[frozenset[str], ...]  # the characters each position before the first "*" may hold
-    tail: tuple[frozenset[str], ...]  # the same after the last "*", last position first
-    min_length: int
-    max_length: int | None  # None: a "*" makes it unbounded
-    literal_head: str  # the leading characters that must match literally: the index's key
-    literal_tail: str  # the trailing ones, last first (so that tails compare as heads do)
-
-    @staticmethod
-    def of(pattern: str) -> _GlobShape:
-        tokens = _tokenize(pattern)
-        fixed = [_chars(token) for token in tokens if token != "*"]  # one character each
-        if "*" in tokens:
-            first, last = tokens.index("*"), len(tokens) - 1 - tokens[::-1].index("*")
-            head = [_chars(token) for token in tokens[:first]]
-            tail = [_chars(token) for token in tokens[last + 1 :]]
-            max_length = None
-        else:
-            head, tail, max_length = fixed, fixed, len(fixed)
-        return _GlobShape(
-            pattern=pattern,
-            machine=_step_table(tokens),
-            head=tuple(head),
-            tail=tuple(reversed(tail)),
-            min_length=len(fixed),
-            max_length=max_length,
-            literal_head=_literal(head),
-            literal_tail=_literal(tail[::-1]),
-        )
-
-    def may_share(self, other: _GlobShape) -> bool:
-        """False when no name matches both (certain); True when one may."""
-        longest = min((n for n in (self.max_length, other.max_length) if n is not None), default=NAMESPACE_MAX_LENGTH)
-        if max(self.min_length, other.min_length) > min(longest, NAMESPACE_MAX_LENGTH):
-            return False
-        # A name both match holds, at each fixed position from either end, a character both globs allow there.
-        heads = zip(self.head, other.head, strict=False)  # the shorter fixed part bounds what is known
-        tails = zip(self.tail, other.tail, strict=False)
-        return all(mine & theirs for mine, theirs in heads) and all(mine & theirs for mine, theirs in tails)
-
-
-class _AffixIndexes:
-    """Globs (by position in the list given) indexed by their literal heads and by their literal tails."""
-
-    def __init__(self, shapes: Sequence[_GlobShape]) -> None:
-        self._heads = _AffixIndex([shape.literal_head for shape in shapes])
-        self._tails = _AffixIndex([shape.literal_tail for shape in shapes])
-
-    def overlapping(self, shape: _GlobShape) -> list[int]:
-        """The globs whose literal head, or whose literal tail, agrees with `shape`'s, from whichever index names
-        fewer: every glob that may match a name `shape` matches (itself included), and some that cannot
-        (`may_share` tells)."""
-        if self._heads.count(shape.literal_head) <= self._tails.count(shape.literal_tail):
-            return self._heads.compatible(shape.literal_head)
-        return self._tails.compatible(shape.literal_tail)
-
-
-class _AffixIndex:
-    """Globs by a literal affix (a head, or a tail reversed to read as one). Two globs match a common name only
-    if one's affix is a prefix of the other's: found by bisection and look-ups, not by trying every glob."""
-
-    def __init__(self, keys: Sequence[str]) -> None:
-        self._order = sorted(range(len(keys)), key=keys.__getitem__)
-        self._sorted = [keys[index] for index in self._order]
-        self._by_key: dict[str, list[int]] = {}
-        for index, key in enumerate(keys):
-            self._by_key.setdefault(key, []).append(index)
-
-    def _extending(self, key: str) -> tuple[int, int]:
-        """The range of `_sorted` that starts with `key` (names and globs hold no character near U+10FFFF)."""
-        return bisect.bisect_left(self._sorted, key), bisect.bisect_left(self._sorted, key + "\U0010ffff")
-
-    def count(self, key: str) -> int:
-        low, high = self._extending(key)
-        return high - low + sum(len(self._by_key.get(key[:end], ())) for end in range(len(key)))
-
-    def compatible(self, key: str) -> list[int]:
-        """Every glob whose affix extends `key` or is a shorter prefix of it."""
-        low, high = self._extending(key)
-        found = self._order[low:high]
-        for end in range(len(key)):
-            found += self._by_key.get(key[:end], ())
-        return found
-
-
-class _ExactNames:
-    """Exact names as shadows of a pair of globs: those both globs match, each glob's matches found once (among
-    the names that start with its literal head) and each name's automaton built once."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        self._sorted = sorted(names)
-        self._matches: dict[str, frozenset[str]] = {}
-        self._machines: dict[str, _Machine] = {}
-
-    def _matching(self, shape: _GlobShape) -> frozenset[str]:
-        names = self._matches.get(shape.pattern)
-        if names is None:
-            low = bisect.bisect_left(self._sorted, shape.literal_head)
-            high = bisect.bisect_left(self._sorted, shape.literal_head + "\U0010ffff")
-            match = re.compile(fnmatch.translate(shape.pattern)).match  # what fnmatchcase runs, compiled once
-            names = self._matches[shape.pattern] = frozenset(n for n in self._sorted[low:high] if match(n))
-        return names
-
-    def machines(self, a: _GlobShape, b: _GlobShape) -> list[_Machine]:
-        both = self._matching(a) & self._matching(b)
-        for name in both:
-            if name not in self._machines:
-                self._machines[name] = _step_table([frozenset(c) for c in name])
-        return [self._machines[name] for name in sorted(both)]
-
-
-def _literal(sets: Sequence[frozenset[str]]) -> str:
-    """The leading run of single characters in `sets`."""
-    text = []
-    for chars in sets:
-        if len(chars) != 1:
-            break
-        text.append(next(iter(chars)))
-    return "".join(text)

@@ -85,7 +85,8 @@ def _mode_is(modes: list[str]) -> dict[str, Any]:
 
 
 def _spec_rules() -> list[dict[str, Any]]:
-    """The rules between spec's fields, as the loader's _parse_document and _parse_sharing check them."""
+    """The rules between spec's fields, as the loader checks them (`_check_modes_agree`, `_parse_sharing`,
+    `_parse_memory_fraction`)."""
     mig = Mode.MIG.value
     return [
         {  # time-slicing and mps need replicas; replicas, resourceName and memoryFraction apply only there

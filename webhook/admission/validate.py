@@ -16,9 +16,10 @@ per enforcement.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from webhook.admission import engines, memshare, steering
 from webhook.admission.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
@@ -120,7 +121,13 @@ def short_offer(policy: Policy) -> str:
     return "ask for whole GPUs (none are shared here)"
 
 
-NO_REQUEST: Any = object()  # the request is absent (the API server defaults it to the limit), not null
+class _Missing(enum.Enum):
+    """A value a container does not write, told apart from every value JSON may hold (null among them)."""
+
+    REQUEST = "no request"  # the API server defaults the request to the limit
+
+
+NO_REQUEST: Final = _Missing.REQUEST
 
 Holders = list[tuple[ContainerRef, dict[str, "int | Fraction"]]]
 Problems = list[Violation]
@@ -425,7 +432,7 @@ def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Proble
 
 
 def _resource(
-    ref: ContainerRef, name: str, request_raw: Any, limit_raw: Any, rules: _Rules, problems: Problems
+    ref: ContainerRef, name: str, request_raw: Any | _Missing, limit_raw: Any, rules: _Rules, problems: Problems
 ) -> int | Fraction | None:
     """Check one managed resource of a container; return its count when it is valid."""
     if limit_raw is None:  # only before mutation (which copies requests into limits)

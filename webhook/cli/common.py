@@ -113,12 +113,12 @@ def manifests_not_policies(directory: str, problems: list[str]) -> list[str]:
 
 def local_evaluator(
     policies: PolicySet,
-    cluster: ClusterView | None = None,
+    nodes: ClusterView | None = None,
     kinds: KindTable | None = None,
     claims: ClaimsView | None = None,
 ) -> Evaluator:
     """The engine, after the API server's own defaulting (limits without requests get requests); with
-    `cluster`, the policies' cluster checks run against it; with `claims`, a pod's DRA claims count with it.
+    `nodes`, the policies' cluster checks run against them; with `claims`, a pod's DRA claims count with it.
     Custom resources of `kinds` (the built-in table when None) are judged by their pod templates, as the
     server's /validate judges them."""
     from webhook.admission.customresources import BUILTIN, evaluate
@@ -127,7 +127,7 @@ def local_evaluator(
     table = kinds if kinds is not None else BUILTIN
 
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, cluster, claims, table)
+        return evaluate(default_requests_from_limits(obj), namespace, policies, None, nodes, claims, table)
 
     return evaluate_local
 

@@ -2,7 +2,7 @@
 why; print the policy files' JSON Schema.
 
 Both are views of the core: `loader.load_policies` finds every problem, `PolicySet.select` says which pattern
-won, `policy.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
+won, `globs.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
 decides anything. Heavy modules are imported inside the handlers so `gpu-webhook` starts fast.
 """
 
@@ -154,8 +154,9 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
 
 def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
+    from webhook.admission.globs import glob_ties
     from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.policy import Fractional, glob_ties
+    from webhook.admission.policy import Fractional
 
     chosen = policy_directory(directory)
     try:
@@ -275,7 +276,7 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
 
 
 def _is_glob(pattern: str) -> bool:
-    from webhook.admission.policy import is_glob
+    from webhook.admission.globs import is_glob
 
     return is_glob(pattern)
 
@@ -365,8 +366,8 @@ def describe_share(policy: Policy) -> str:
 
 
 def explain(namespaces: list[str], directory: str | None, out: TextIO, err: TextIO) -> int:
+    from webhook.admission.globs import is_namespace_name, quote
     from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.policy import is_namespace_name, quote
 
     bad = [name for name in namespaces if not is_namespace_name(name)]
     for name in bad:

@@ -345,10 +345,10 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
         policies = state.policies.current  # read once: a reload mid-review cannot mix two sets
         try:
             old = review.old_object if review.operation == "UPDATE" else None
-            cluster = state.cluster_view()  # the inventory's snapshot, or None: never waits
+            nodes = state.cluster_view()  # the inventory's snapshot, or None: never waits
             obj = review.engine_object
             assert obj is not None  # review.evaluates: there is an object to judge
-            decision = state.evaluate(obj, review.engine_namespace, policies, old, cluster, state.claims)
+            decision = state.evaluate(obj, review.engine_namespace, policies, old, nodes, state.claims)
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:
