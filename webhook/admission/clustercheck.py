@@ -42,6 +42,7 @@ from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet, is_glob
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
+    DEVICE_CLASS_PREFIX,
     GPU_MODELS,
     MIG_PREFIX,
     NVIDIA_GPU,
@@ -507,6 +508,8 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
         for resource, value in counts.items():
             raw = ref.resource_map("limits").get(resource, value)
             largest = _largest(policy, view, resource)
+            if largest is None and resource.startswith(DEVICE_CLASS_PREFIX):
+                continue  # a DeviceClass no slice shows: its selector may be one not read here (draslices.py)
             if largest is None:
                 offered = is_shared(resource) or resource.startswith(MIG_PREFIX)  # a shared or MIG resource
                 level = rules.offered if offered else rules.fits

@@ -713,6 +713,7 @@ def pod_claims(
     spec = get_path(obj, spec_path)
     found: list[tuple[str, str, str, Devices]] = []  # (the pod's name for it, kind, its name, devices)
     warnings: list[str] = []
+    claimed = 0  # every GPU device of the claims found; -1 once one asks for all of a node's
     for entry in spec.get("resourceClaims") or ():
         name = entry.get("name") if type(entry) is dict else None
         if type(name) is not str:
@@ -731,12 +732,20 @@ def pod_claims(
             )
         else:
             found.append((name, kind, source, devices))
+            more = _claimed(devices, policy)
+            claimed = -1 if more < 0 or claimed < 0 else claimed + more
     problems: list[Violation] = []
     if not found:
         return problems, warnings
     rules = _Rules.of(policy)
-    if holders is not None and _within_at_most(spec, found, policy, rules, holders):
-        return problems, warnings
+    if holders is not None and claimed >= 0:
+        # The usual case, answered without counting container by container: every GPU count of the pod
+        # (validation's) plus every device of its claims is within the least maximum that could apply.
+        extended: Any = 0
+        for _, counts in holders:
+            extended += sum(counts.values())
+        if extended + claimed <= rules.least_maximum:
+            return problems, warnings
     named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
 
     def mig_names(name: str) -> bool:
@@ -807,41 +816,17 @@ def pod_claims(
     return problems, warnings
 
 
-def _within_at_most(
-    spec: dict[str, Any],
-    found: list[tuple[str, str, str, Devices]],
-    policy: Policy,
-    rules: _Rules,
-    holders: list[tuple[ContainerRef, dict[str, Any]]],
-) -> bool:
-    """The usual case, answered without counting container by container: every GPU count of the pod plus
-    every device of its claims is within each maximum that could apply (a container's share and each kind's
-    pod total are at most that)."""
-    extended: Any = 0
-    for _, counts in holders:
-        extended += sum(counts.values())
-    claimed: dict[str, int] = {}
-    for _, _, _, devices in found:
+def _claimed(devices: Devices, policy: Policy) -> int:
+    """All the GPU devices (whole and MIG) a claim asks for, each request at its largest alternative; -1 where
+    one asks for every device (allocationMode All). Once per policy and distinct value, as `_counts`."""
+    memo: dict[Devices, int] = policy.memo.get("dra-claim-sums") or policy.derived("dra-claim-sums", lambda _: {})
+    found = memo.get(devices)
+    if found is None:
+        if len(memo) >= 4096:
+            memo.clear()
         totals, every = _counts(devices, policy, None)
-        if every:
-            return False
-        for kind, count in totals.items():
-            claimed[kind] = claimed.get(kind, 0) + count
-    for kind, count in claimed.items():
-        maximum = rules.max_mig_per_container if kind == "mig" else rules.max_whole_per_container
-        if extended + count > min(maximum, rules.max_per_pod):
-            return False
-    # validation's holders leave DeviceClass resources out where it counted them apart: read the spec again
-    # (the limits: mutation has made every GPU request a limit too).
-    classes = rules.class_names
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        for body in containers if type(containers) is list else ():
-            resources = body.get("resources") if type(body) is dict else None
-            amounts = resources.get("limits") if type(resources) is dict else None
-            if type(amounts) is dict and not classes.isdisjoint(amounts):
-                return False
-    return True
+        found = memo[devices] = -1 if every else sum(totals.values())
+    return found
 
 
 def _container_claims(
