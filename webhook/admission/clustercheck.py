@@ -614,3 +614,34 @@ def _drift_violation(item: Drift) -> Violation:
     if len(f"pod: {short}") > SHORT_LIMIT:  # the values are the user's: shown whole in the long line
         short = f"policy {item.field} disagrees with {nodes}; ask an admin to fix the policy"
     return pod_violation(f"{item.line} (cluster.drift)", short)
+
+
+def claims_fit(
+    claimed: dict[str, list[tuple[str, int]]], holders: Holders, policy: Policy, view: ClusterView
+) -> list[tuple[Check, Violation]]:
+    """`cluster.fits` for a pod's claims (dra.claimed_by_class): the devices it asks of each DeviceClass,
+    with its `deviceclass.resource.kubernetes.io/<class>` resources, must be on one node. A class no slice
+    shows is not judged (its selector may be one not read here: draslices.py)."""
+    if policy.cluster.fits is Check.OFF:
+        return []
+    found: list[tuple[Check, Violation]] = []
+    for device_class, claims in sorted(claimed.items()):
+        resource = DEVICE_CLASS_PREFIX + device_class
+        largest = _largest(policy, view, resource)
+        if largest is None:
+            continue
+        in_containers, _ = effective_total(holders, resource)
+        total = in_containers + sum(count for _, count in claims)
+        if total <= largest[0] or in_containers > largest[0]:  # the second said by _search already
+            continue
+        amount = largest[0]
+        parts = [f"{in_containers} from {resource}"] if in_containers else []
+        parts += [f"{count} from {shown}" for shown, count in claims]
+        line = (
+            f"{total} {device_class} devices in all ({', '.join(parts)}) fit on no node: the most one node holds "
+            f"is {amount} ({_node(largest, view)}); ask for at most {amount} in all, or split the pod "
+            f'(policy "{policy.name}", cluster.fits)'
+        )
+        short = f"{total} {device_class} devices fit on no node (most: {amount}); ask for at most {amount}"
+        found.append((policy.cluster.fits, pod_violation(line, short)))
+    return found

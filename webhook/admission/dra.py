@@ -682,6 +682,9 @@ def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict
     return found
 
 
+Found = tuple[str, str, str, Devices]  # a claim a pod names: (the pod's name for it, kind, its name, devices)
+
+
 @dataclass(frozen=True, slots=True)
 class _Named:
     """One entry of the pod's spec.resourceClaims, found in the view."""
@@ -706,14 +709,16 @@ def pod_claims(
     spec_path: tuple[str, ...],
     view: ClaimsView,
     holders: list[tuple[ContainerRef, dict[str, Any]]] | None = None,
+    named_out: list[Found] | None = None,
 ) -> tuple[list[Violation], list[str]]:
     """The devices of the claims and templates a pod names, counted with its extended resources against
     `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold.
-    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer."""
+    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer;
+    `named_out`, when given, receives the claims found (for the cluster checks: `claimed_by_class`)."""
     spec = get_path(obj, spec_path)
-    found: list[tuple[str, str, str, Devices]] = []  # (the pod's name for it, kind, its name, devices)
+    found: list[Found] = []
     warnings: list[str] = []
-    claimed = 0  # every GPU device of the claims found; -1 once one asks for all of a node's
+    claimed_total = 0  # every GPU device of the claims found; -1 once one asks for all of a node's
     for entry in spec.get("resourceClaims") or ():
         name = entry.get("name") if type(entry) is dict else None
         if type(name) is not str:
@@ -733,18 +738,20 @@ def pod_claims(
         else:
             found.append((name, kind, source, devices))
             more = _claimed(devices, policy)
-            claimed = -1 if more < 0 or claimed < 0 else claimed + more
+            claimed_total = -1 if more < 0 or claimed_total < 0 else claimed_total + more
     problems: list[Violation] = []
     if not found:
         return problems, warnings
     rules = _Rules.of(policy)
-    if holders is not None and claimed >= 0:
+    if named_out is not None:
+        named_out += found
+    if holders is not None and claimed_total >= 0:
         # The usual case, answered without counting container by container: every GPU count of the pod
         # (validation's) plus every device of its claims is within the least maximum that could apply.
         extended: Any = 0
         for _, counts in holders:
             extended += sum(counts.values())
-        if extended + claimed <= rules.least_maximum:
+        if extended + claimed_total <= rules.least_maximum:
             return problems, warnings
     named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
 
@@ -844,3 +851,23 @@ def _container_claims(
         request = entry.get("request") if type(entry.get("request")) is str and entry.get("request") else None
         found[(one.name, request)] = (one, one.counts(policy, request)[0])
     return list(found.values())
+
+
+def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
+    """For the cluster checks: the devices the claims a pod names (`pod_claims`' `named_out`) ask of each
+    DeviceClass, as (the claim as messages show it, count). Only what must be on one node: a request with one
+    class and an exact count (a `firstAvailable` request may fall back to a smaller alternative; `All` takes
+    what is there)."""
+    claimed: dict[str, list[tuple[str, int]]] = {}
+    for name, kind, source, devices in found:
+        alternatives: dict[str, int] = {}
+        for ref, _, _ in devices:
+            alternatives[ref] = alternatives.get(ref, 0) + 1
+        per_class: dict[str, int] = {}
+        for ref, device_class, count in devices:
+            if alternatives[ref] == 1 and count > 0:
+                per_class[device_class] = per_class.get(device_class, 0) + count
+        shown = _Named(name, kind, source, devices).shown
+        for device_class, count in per_class.items():
+            claimed.setdefault(device_class, []).append((shown, count))
+    return claimed
