@@ -138,6 +138,36 @@ def test_a_device_class_resource_is_held_to_the_largest_dra_node():
     assert judged("12", dra_view(), resource) == ("allow", []), "no slice shows the class: not judged"
 
 
+def test_a_class_of_one_mig_profile_serves_that_profile_only():
+    """A DeviceClass selecting one MIG profile and serving `nvidia.com/mig-1g.10gb`: the node offers the
+    devices of that profile under that name; NVIDIA's `mig.nvidia.com` counts every MIG device."""
+    one_profile = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "mig-1g.10gb.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
+                                "device.attributes['gpu.nvidia.com'].type == 'mig' && "
+                                "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}],
+                 "extendedResourceName": "nvidia.com/mig-1g.10gb"},
+    }  # fmt: skip
+    assert class_info(one_profile) == (
+        "mig-1g.10gb.example.com",
+        ClassInfo("gpu.nvidia.com", "mig", "nvidia.com/mig-1g.10gb", "1g.10gb"),
+    )
+
+    def mig(index: int, profile: str) -> dict:
+        return {"name": f"gpu-0-mig-{index}", "attributes": {"type": {"string": "mig"},
+                                                             "profile": {"string": profile}}}  # fmt: skip
+
+    profiles = ["1g.10gb", "1g.10gb", "1g.10gb", "2g.20gb", "2g.20gb"]
+    migs = {"metadata": {"name": "gpu-node-1-mig"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1",
+            "devices": [mig(i, p) for i, p in enumerate(profiles)]}}  # fmt: skip
+    merged = dra_view(migs, classes=[*CLASSES, one_profile]).nodes["gpu-node-1"]
+    assert dict(merged.allocatable) == {
+        "deviceclass.resource.kubernetes.io/mig.nvidia.com": 5,
+        "deviceclass.resource.kubernetes.io/mig-1g.10gb.example.com": 3,
+        "nvidia.com/mig-1g.10gb": 3,
+    }
+
+
 # --- through the real server, the slices and classes watched from a loopback API server ---------------------
 
 POLICY = """\

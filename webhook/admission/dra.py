@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.admission.draslices import PROFILE
 from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Mode, Policy
@@ -62,9 +63,6 @@ STRATEGIES = {"TimeSlicing": Mode.TIME_SLICING, "MPS": Mode.MPS}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` (or ["profile"], double quotes): the MIG profile
-# a selector asks for. A selector that does not name one is not checked against the profiles.
-_PROFILE = re.compile(r"""(?:\.profile|\[\s*['"]profile['"]\s*\])\s*==\s*['"]([^'"]+)['"]""")
 
 
 def claim_spec_path(obj: Any) -> tuple[str, ...] | None:
@@ -444,7 +442,7 @@ def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation])
         expression = cel.get("expression") if type(cel) is dict else None
         if type(expression) is not str:
             continue
-        for profile in _PROFILE.findall(expression):
+        for profile in PROFILE.findall(expression):
             if model is not None and model.profile(profile) is None:
                 problems.append(
                     _problem(
