@@ -74,6 +74,100 @@ def test_a_class_that_serves_no_extended_resource_adds_only_its_device_class_res
     assert list(filter(None, map(class_info, unreadable))) == []
 
 
+def test_a_pods_claims_and_device_class_resources_are_held_to_the_largest_dra_node():
+    """12 GPUs asked through a claim, a template, a DeviceClass's resource or a mix: refused on a pool whose
+    largest node has 8, naming it; 8 in all admitted; a `firstAvailable` request with a smaller alternative,
+    and a class no slice shows, are not judged here."""
+    from tests.test_dra import claim, exactly
+    from tests.test_dra_pods import BIG_OR_SMALL, NS, claiming, index, named, using
+
+    assert NS == "team"
+    twelve = named(claim(exactly(count=12)), "twelve")
+    eight = named(claim(exactly(count=8)), "eight")
+    four = named(claim(exactly(count=4), kind="ResourceClaimTemplate"), "four-per-pod")
+    huge_or_small = named(claim({"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 12},
+        {"name": "small", "deviceClassName": "gpu.nvidia.com", "count": 1},
+    ]}), "huge-or-small")  # fmt: skip
+    nics = named(claim(exactly("nic", device_class="nic.example.com", count=12)), "nics")
+    claims = index(twelve, eight, four, huge_or_small, nics, BIG_OR_SMALL)
+    cluster = dra_view(SLICE)
+
+    def verdict(obj: dict) -> tuple[str, list[str]]:
+        decision = evaluate(obj, "team", PolicySet((WIDE,)), nodes=cluster, claims=claims)
+        return decision.verdict, decision.violations
+
+    assert verdict(claiming(using("train", "gpus"), gpus="twelve")) == ("deny", [
+        'pod: 12 gpu.nvidia.com devices in all (12 from claim "gpus" (ResourceClaim "twelve")) fit on no node: the '
+        'most one node holds is 8 (node "gpu-node-1"); ask for at most 8 in all, or split the pod (policy "team", '
+        "cluster.fits)",
+    ])  # fmt: skip
+    assert verdict(claiming(using("train", "gpus"), gpus="eight")) == ("allow", [])
+    assert verdict(claiming(using("train", "a", "b"), a="eight", b="template:four-per-pod")) == ("deny", [
+        'pod: 12 gpu.nvidia.com devices in all (8 from claim "a" (ResourceClaim "eight"), 4 from claim "b" '
+        '(ResourceClaimTemplate "four-per-pod")) fit on no node: the most one node holds is 8 (node "gpu-node-1"); '
+        'ask for at most 8 in all, or split the pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    mixed = claiming(
+        using("train", "gpus", limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "4"}),
+        gpus="template:four-per-pod",
+    )
+    assert verdict(mixed) == ("allow", [])
+    mixed = claiming(
+        using("train", "gpus", limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "6"}),
+        gpus="template:four-per-pod",
+    )
+    assert verdict(mixed) == ("deny", [
+        "pod: 10 gpu.nvidia.com devices in all (6 from deviceclass.resource.kubernetes.io/gpu.nvidia.com, 4 from "
+        'claim "gpus" (ResourceClaimTemplate "four-per-pod")) fit on no node: the most one node holds is 8 (node '
+        '"gpu-node-1"); ask for at most 8 in all, or split the pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(claiming(using("train", "gpus"), gpus="huge-or-small")) == ("allow", [])
+    assert verdict(claiming(using("train", "gpus"), gpus="big-or-small")) == ("allow", [])
+    assert verdict(claiming(using("train", "nics"), nics="nics")) == ("allow", [])
+
+
+def test_a_device_class_resource_is_held_to_the_largest_dra_node():
+    cluster = dra_view(SLICE)
+    resource = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+    assert judged("8", cluster, resource) == ("allow", [])
+    assert judged("12", cluster, resource) == ("deny", [
+        f'container "train": {resource} "12" fits on no node: the most one node holds is 8 (node "gpu-node-1"); '
+        'request at most 8, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert judged("12", dra_view(), resource) == ("allow", []), "no slice shows the class: not judged"
+
+
+def test_a_class_of_one_mig_profile_serves_that_profile_only():
+    """A DeviceClass selecting one MIG profile and serving `nvidia.com/mig-1g.10gb`: the node offers the
+    devices of that profile under that name; NVIDIA's `mig.nvidia.com` counts every MIG device."""
+    one_profile = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "mig-1g.10gb.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
+                                "device.attributes['gpu.nvidia.com'].type == 'mig' && "
+                                "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}],
+                 "extendedResourceName": "nvidia.com/mig-1g.10gb"},
+    }  # fmt: skip
+    assert class_info(one_profile) == (
+        "mig-1g.10gb.example.com",
+        ClassInfo("gpu.nvidia.com", "mig", "nvidia.com/mig-1g.10gb", "1g.10gb"),
+    )
+
+    def mig(index: int, profile: str) -> dict:
+        return {"name": f"gpu-0-mig-{index}", "attributes": {"type": {"string": "mig"},
+                                                             "profile": {"string": profile}}}  # fmt: skip
+
+    profiles = ["1g.10gb", "1g.10gb", "1g.10gb", "2g.20gb", "2g.20gb"]
+    migs = {"metadata": {"name": "gpu-node-1-mig"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1",
+            "devices": [mig(i, p) for i, p in enumerate(profiles)]}}  # fmt: skip
+    merged = dra_view(migs, classes=[*CLASSES, one_profile]).nodes["gpu-node-1"]
+    assert dict(merged.allocatable) == {
+        "deviceclass.resource.kubernetes.io/mig.nvidia.com": 5,
+        "deviceclass.resource.kubernetes.io/mig-1g.10gb.example.com": 3,
+        "nvidia.com/mig-1g.10gb": 3,
+    }
+
+
 # --- through the real server, the slices and classes watched from a loopback API server ---------------------
 
 POLICY = """\

@@ -48,6 +48,7 @@ from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, Poli
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
+    DEVICE_CLASS_PREFIX,
     GPU_MODELS,
     MIG_PREFIX,
     NVIDIA_GPU,
@@ -537,6 +538,8 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
         for resource, value in counts.items():
             raw = ref.resource_map("limits").get(resource, value)
             largest = _largest(policy, view, resource)
+            if largest is None and resource.startswith(DEVICE_CLASS_PREFIX):
+                continue  # a DeviceClass no slice shows: its selector may be one not read here (draslices.py)
             if largest is None:
                 offered = is_shared(resource) or resource.startswith(MIG_PREFIX)  # a shared or MIG resource
                 level = rules.offered if offered else rules.fits
@@ -644,3 +647,34 @@ def _drift_violation(item: Drift) -> Violation:
     if len(f"pod: {short}") > SHORT_LIMIT:  # the values are the user's: shown whole in the long line
         short = f"policy {item.field} disagrees with {nodes}; ask an admin to fix the policy"
     return pod_violation(f"{item.line} (cluster.drift)", short)
+
+
+def claims_fit(
+    claimed: dict[str, list[tuple[str, int]]], holders: Holders, policy: Policy, view: ClusterView
+) -> list[tuple[Check, Violation]]:
+    """`cluster.fits` for a pod's claims (dra.claimed_by_class): the devices it asks of each DeviceClass,
+    with its `deviceclass.resource.kubernetes.io/<class>` resources, must be on one node. A class no slice
+    shows is not judged (its selector may be one not read here: draslices.py)."""
+    if policy.cluster_checks.fits is Check.OFF:
+        return []
+    found: list[tuple[Check, Violation]] = []
+    for device_class, claims in sorted(claimed.items()):
+        resource = DEVICE_CLASS_PREFIX + device_class
+        largest = _largest(policy, view, resource)
+        if largest is None:
+            continue
+        in_containers, _ = effective_total(holders, resource)
+        total = in_containers + sum(count for _, count in claims)
+        if total <= largest[0] or in_containers > largest[0]:  # the second said by _search already
+            continue
+        amount = largest[0]
+        parts = [f"{in_containers} from {resource}"] if in_containers else []
+        parts += [f"{count} from {shown}" for shown, count in claims]
+        line = (
+            f"{total} {device_class} devices in all ({', '.join(parts)}) fit on no node: the most one node holds "
+            f"is {amount} ({_node(largest, view)}); ask for at most {amount} in all, or split the pod "
+            f'(policy "{policy.name}", cluster.fits)'
+        )
+        short = f"{total} {device_class} devices fit on no node (most: {amount}); ask for at most {amount}"
+        found.append((policy.cluster_checks.fits, pod_violation(line, short)))
+    return found

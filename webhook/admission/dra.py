@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.admission.draslices import PROFILE
 from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Mode, Policy
@@ -62,9 +63,6 @@ STRATEGIES = {"TimeSlicing": Mode.TIME_SLICING, "MPS": Mode.MPS}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` (or ["profile"], double quotes): the MIG profile
-# a selector asks for. A selector that does not name one is not checked against the profiles.
-_PROFILE = re.compile(r"""(?:\.profile|\[\s*['"]profile['"]\s*\])\s*==\s*['"]([^'"]+)['"]""")
 
 
 def claim_spec_path(obj: Any) -> tuple[str, ...] | None:
@@ -444,7 +442,7 @@ def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation])
         expression = cel.get("expression") if type(cel) is dict else None
         if type(expression) is not str:
             continue
-        for profile in _PROFILE.findall(expression):
+        for profile in PROFILE.findall(expression):
             if model is not None and model.profile(profile) is None:
                 problems.append(
                     _problem(
@@ -682,6 +680,9 @@ def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict
     return found
 
 
+Found = tuple[str, str, str, Devices]  # a claim a pod names: (the pod's name for it, kind, its name, devices)
+
+
 @dataclass(frozen=True, slots=True)
 class _Named:
     """One entry of the pod's spec.resourceClaims, found in the view."""
@@ -706,13 +707,16 @@ def pod_claims(
     spec_path: tuple[str, ...],
     view: ClaimsView,
     holders: list[tuple[ContainerRef, dict[str, Any]]] | None = None,
+    named_out: list[Found] | None = None,
 ) -> tuple[list[Violation], list[str]]:
     """The devices of the claims and templates a pod names, counted with its extended resources against
     `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold.
-    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer."""
+    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer;
+    `named_out`, when given, receives the claims found (for the cluster checks: `claimed_by_class`)."""
     spec = get_path(obj, spec_path)
-    found: list[tuple[str, str, str, Devices]] = []  # (the pod's name for it, kind, its name, devices)
+    found: list[Found] = []
     warnings: list[str] = []
+    claimed_total = 0  # every GPU device of the claims found; -1 once one asks for all of a node's
     for entry in spec.get("resourceClaims") or ():
         name = entry.get("name") if type(entry) is dict else None
         if type(name) is not str:
@@ -731,12 +735,22 @@ def pod_claims(
             )
         else:
             found.append((name, kind, source, devices))
+            more = _claimed(devices, policy)
+            claimed_total = -1 if more < 0 or claimed_total < 0 else claimed_total + more
     problems: list[Violation] = []
     if not found:
         return problems, warnings
     rules = _Rules.of(policy)
-    if holders is not None and _within_at_most(spec, found, policy, rules, holders):
-        return problems, warnings
+    if named_out is not None:
+        named_out += found
+    if holders is not None and claimed_total >= 0:
+        # The usual case, answered without counting container by container: every GPU count of the pod
+        # (validation's) plus every device of its claims is within the least maximum that could apply.
+        extended: Any = 0
+        for _, counts in holders:
+            extended += sum(counts.values())
+        if extended + claimed_total <= rules.least_maximum:
+            return problems, warnings
     named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
 
     def mig_names(name: str) -> bool:
@@ -807,41 +821,17 @@ def pod_claims(
     return problems, warnings
 
 
-def _within_at_most(
-    spec: dict[str, Any],
-    found: list[tuple[str, str, str, Devices]],
-    policy: Policy,
-    rules: _Rules,
-    holders: list[tuple[ContainerRef, dict[str, Any]]],
-) -> bool:
-    """The usual case, answered without counting container by container: every GPU count of the pod plus
-    every device of its claims is within each maximum that could apply (a container's share and each kind's
-    pod total are at most that)."""
-    extended: Any = 0
-    for _, counts in holders:
-        extended += sum(counts.values())
-    claimed: dict[str, int] = {}
-    for _, _, _, devices in found:
+def _claimed(devices: Devices, policy: Policy) -> int:
+    """All the GPU devices (whole and MIG) a claim asks for, each request at its largest alternative; -1 where
+    one asks for every device (allocationMode All). Once per policy and distinct value, as `_counts`."""
+    memo: dict[Devices, int] = policy.memo.get("dra-claim-sums") or policy.derived("dra-claim-sums", lambda _: {})
+    found = memo.get(devices)
+    if found is None:
+        if len(memo) >= 4096:
+            memo.clear()
         totals, every = _counts(devices, policy, None)
-        if every:
-            return False
-        for kind, count in totals.items():
-            claimed[kind] = claimed.get(kind, 0) + count
-    for kind, count in claimed.items():
-        maximum = rules.max_mig_per_container if kind == "mig" else rules.max_whole_per_container
-        if extended + count > min(maximum, rules.max_per_pod):
-            return False
-    # validation's holders leave DeviceClass resources out where it counted them apart: read the spec again
-    # (the limits: mutation has made every GPU request a limit too).
-    classes = rules.class_names
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        for body in containers if type(containers) is list else ():
-            resources = body.get("resources") if type(body) is dict else None
-            amounts = resources.get("limits") if type(resources) is dict else None
-            if type(amounts) is dict and not classes.isdisjoint(amounts):
-                return False
-    return True
+        found = memo[devices] = -1 if every else sum(totals.values())
+    return found
 
 
 def _container_claims(
@@ -859,3 +849,23 @@ def _container_claims(
         request = entry.get("request") if type(entry.get("request")) is str and entry.get("request") else None
         found[(one.name, request)] = (one, one.counts(policy, request)[0])
     return list(found.values())
+
+
+def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
+    """For the cluster checks: the devices the claims a pod names (`pod_claims`' `named_out`) ask of each
+    DeviceClass, as (the claim as messages show it, count). Only what must be on one node: a request with one
+    class and an exact count (a `firstAvailable` request may fall back to a smaller alternative; `All` takes
+    what is there)."""
+    claimed: dict[str, list[tuple[str, int]]] = {}
+    for name, kind, source, devices in found:
+        alternatives: dict[str, int] = {}
+        for ref, _, _ in devices:
+            alternatives[ref] = alternatives.get(ref, 0) + 1
+        per_class: dict[str, int] = {}
+        for ref, device_class, count in devices:
+            if alternatives[ref] == 1 and count > 0:
+                per_class[device_class] = per_class.get(device_class, 0) + count
+        shown = _Named(name, kind, source, devices).shown
+        for device_class, count in per_class.items():
+            claimed.setdefault(device_class, []).append((shown, count))
+    return claimed

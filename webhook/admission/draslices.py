@@ -12,8 +12,9 @@ Written from kubernetes/kubernetes pkg/apis/resource/types.go (resource.k8s.io/v
 nodeName, pool, devices[].attributes (a map of one-of string/int/bool/version) and capacity (value); a
 DeviceClass's spec.selectors[].cel.expression and spec.extendedResourceName) and from NVIDIA/k8s-dra-driver-gpu
 (its DeviceClasses select `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type ==
-'gpu'` or `'mig'`; a GPU's attributes `type`, `productName`, `architecture`, `uuid`, `index`, capacity
-`memory`; a MIG device's `profile`). A selector this module cannot read (any CEL beyond driver and type) is
+'gpu'` or `'mig'`, a class of one MIG profile adding `device.attributes['gpu.nvidia.com'].profile ==
+'1g.10gb'`; a GPU's attributes `type`, `productName`, `architecture`, `uuid`, `index`, capacity `memory`; a MIG
+device's `profile`). A selector this module cannot read (any CEL beyond driver, type and MIG profile) is
 not guessed at: that class serves nothing here, and the checks treat its resource as before (not offered by
 DRA). Nothing here does I/O.
 """
@@ -32,6 +33,9 @@ from webhook.admission.resources import DEVICE_CLASS_PREFIX
 
 _DRIVER = re.compile(r"""device\.driver\s*==\s*['"]([^'"]+)['"]""")
 _TYPE = re.compile(r"""device\.attributes\[\s*['"][^'"]+['"]\s*\]\.type\s*==\s*['"]([^'"]+)['"]""")
+# `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` (or ["profile"], double quotes): the MIG profile
+# a selector asks for (a claim's, or a DeviceClass's that serves one profile as `nvidia.com/mig-<profile>`).
+PROFILE = re.compile(r"""(?:\.profile|\[\s*['"]profile['"]\s*\])\s*==\s*['"]([^'"]+)['"]""")
 MIB = 1024 * 1024
 
 
@@ -61,9 +65,14 @@ class ClassInfo:
     driver: str
     type: str  # "" where the selector names no type
     extended_resource: str  # spec.extendedResourceName, or ""
+    profile: str = ""  # the MIG profile the selector asks for (`...profile == '1g.10gb'`), or ""
 
     def matches(self, driver: str, device: Device) -> bool:
-        return driver == self.driver and (not self.type or device.type == self.type)
+        return (
+            driver == self.driver
+            and (not self.type or device.type == self.type)
+            and (not self.profile or device.profile == self.profile)
+        )
 
 
 def _attribute(attributes: Any, name: str) -> Any:
@@ -118,7 +127,7 @@ def class_info(obj: Any) -> tuple[str, ClassInfo] | None:
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not isinstance(spec, dict):
         return None
-    driver = kind = ""
+    driver = kind = profile = ""
     for selector in spec.get("selectors") or ():
         cel = selector.get("cel") if isinstance(selector, dict) else None
         expression = cel.get("expression") if isinstance(cel, dict) else None
@@ -128,10 +137,12 @@ def class_info(obj: Any) -> tuple[str, ClassInfo] | None:
             driver = found.group(1)
         if found := _TYPE.search(expression):
             kind = found.group(1)
+        if found := PROFILE.search(expression):
+            profile = found.group(1)
     if not driver:
         return None
     extended = spec.get("extendedResourceName")
-    return name, ClassInfo(driver, kind, extended if isinstance(extended, str) else "")
+    return name, ClassInfo(driver, kind, extended if isinstance(extended, str) else "", profile)
 
 
 def merge(

@@ -90,7 +90,10 @@ def evaluate(
     if not mentions_gpu(obj, spec_path):
         if counts_claims:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
-            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims, [])  # no GPU counts
+            found_claims: list[dra.Found] = []
+            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims, [], found_claims)  # no counts
+            if nodes is not None and found_claims:
+                found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
             return _verdict(policy, [], warnings, found, obj, [])
         return Decision(True, "allow", policy.name, mutated=obj)
     if nodes is not None and policy.cluster_checks.auto:
@@ -105,8 +108,11 @@ def evaluate(
     warnings = result.warnings
     if counts_claims:
         assert claims is not None
-        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims, counted)
+        named: list[dra.Found] | None = [] if nodes is not None else None
+        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims, counted, named)
         found, warnings = found + claimed, warnings + missing
+        if named and nodes is not None:
+            found = found + _claims_fit(named, counted or [], policy, nodes, warnings)
     if nodes is not None and spec_path is not None:
         # A pod that names its node is never steered (steering.py): it is judged against that node instead.
         spec = get_path(result.obj, spec_path)
@@ -120,6 +126,16 @@ def evaluate(
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
     return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+
+
+def _claims_fit(
+    named: list[dra.Found], counted: Holders, policy: Policy, cluster: ClusterView, warnings: list[str]
+) -> list[Violation]:
+    """The cluster checks on a pod's claims: `deny` ones returned, `warn` ones added to `warnings`."""
+    claimed = dra.claimed_by_class(named)
+    checked = clustercheck.claims_fit(claimed, counted, policy, cluster) if claimed else []
+    warnings += [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
+    return [v for level, v in checked if level is Check.DENY]
 
 
 def _verdict(

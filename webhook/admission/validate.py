@@ -168,6 +168,7 @@ class _Rules:
     class_migs: frozenset[str]
     class_names: frozenset[str]  # both
     whole_gpus: frozenset[str]
+    least_maximum: int  # the least of the whole-GPU, MIG and pod maxima: a GPU total within it is within each
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -232,6 +233,11 @@ class _Rules:
             class_migs=class_migs,
             class_names=class_gpus | class_migs,
             whole_gpus=class_gpus | whole,
+            least_maximum=min(
+                policy.mig_max_per_container,
+                policy.per_container("whole"),
+                policy.limits.max_per_pod,
+            ),
         )
 
 
@@ -316,10 +322,9 @@ def validate(
             break
     if classes:
         _whole_gpus(holders, rules, problems)
-    if counted is not None:
-        # The cluster checks read nodes' extended resources; DeviceClasses' are served by DRA, not nodes.
-        counted += _without_classes(holders) if classes else holders
-        counted += sized
+    if counted is not None:  # DeviceClasses' resources included: the cluster checks read them from slices
+        counted += holders
+        counted += sized  # the memory backends' per-GPU amounts (memshare.node_amounts)
     return problems
 
 
@@ -1073,14 +1078,6 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
                 "fewer or split the pod",
             )
         )
-
-
-def _without_classes(holders: Holders) -> Holders:
-    kept = [
-        (ref, {name: value for name, value in counts.items() if not name.startswith(DEVICE_CLASS_PREFIX)})
-        for ref, counts in holders
-    ]
-    return [(ref, counts) for ref, counts in kept if counts]
 
 
 def _whole_gpus(holders: Holders, rules: _Rules, problems: Problems) -> None:
