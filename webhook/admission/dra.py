@@ -121,7 +121,7 @@ def _class_kinds(policy: Policy) -> dict[str, str]:
 
 
 def _class_kind(name: str, policy: Policy) -> str:
-    return (policy.memo.get("dra-classes") or policy.derived("dra-classes", _class_kinds)).get(name, "")
+    return policy.derived("dra-classes", _class_kinds).get(name, "")
 
 
 # The API server's name rules, memoized: the same few names come in claim after claim.

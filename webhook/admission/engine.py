@@ -153,8 +153,10 @@ def _verdict(
     a denied object is not changed, so a denial carries none of them, only the other warnings.
     """
     if not found:  # the usual case
-        # In field order, by position: keyword arguments to a class cost a dict per review (2,500 instructions).
-        return Decision(True, "allow", policy.name, patch, warnings, [], mutated, kinds)
+        return Decision(
+            allowed=True, verdict="allow", policy=policy.name, patch=patch, warnings=warnings, mutated=mutated,
+            mutation_kinds=kinds,
+        )  # fmt: skip
     violations = [violation.line for violation in found]
     refusals = [violation.line for violation in found if type(violation) is Refusal]
     refused_only = False
@@ -174,16 +176,16 @@ def _verdict(
     if verdict == "deny" and mutation_lines:
         warnings = warnings[mutation_lines:]
     return Decision(
-        verdict != "deny",  # allowed
-        verdict,  # verdict
-        policy.name,  # policy
-        patch,  # patch
-        warnings,  # warnings
-        violations,  # violations
-        mutated,  # mutated
-        kinds,  # mutation_kinds
-        refusals,  # refusals
-        refused_only,  # refused_only
+        allowed=verdict != "deny",
+        verdict=verdict,
+        policy=policy.name,
+        patch=patch,
+        warnings=warnings,
+        violations=violations,
+        mutated=mutated,
+        mutation_kinds=kinds,
+        refusals=refusals,
+        refused_only=refused_only,
     )
 
 

@@ -109,8 +109,7 @@ class _Plan:
 
     @staticmethod
     def of(policy: Policy) -> _Plan:
-        # The memo read here, not through `derived`: a call fewer on every review once the plan is made.
-        return policy.memo.get("mutation-plan") or policy.derived("mutation-plan", _Plan._build)
+        return policy.derived("mutation-plan", _Plan._build)
 
     @staticmethod
     def _build(policy: Policy) -> _Plan:

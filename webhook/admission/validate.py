@@ -184,8 +184,7 @@ class _Rules:
 
     @staticmethod
     def of(policy: Policy) -> _Rules:
-        # The memo read here, not through `derived`: a call fewer on every review once the rules are made.
-        return policy.memo.get("validation-rules") or policy.derived("validation-rules", _Rules._build)
+        return policy.derived("validation-rules", _Rules._build)
 
     @staticmethod
     def _build(policy: Policy) -> _Rules:
