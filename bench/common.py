@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -82,3 +84,17 @@ def check(results: list[tuple[str, bool, str]]) -> bool:
         print(f"  [{'met' if met else 'MISSED'}] {target}: {detail}")
     sys.stdout.flush()
     return all(met for _, met, _ in results)
+
+
+def callgrind_per_call(module: str, part: str, calls: int) -> float:
+    """Instructions per call of `part`, counted by valgrind's callgrind: `python -m <module> --child <part> <calls>`
+    must warm up, then make the calls inside one `functools.reduce`, the only function counted."""
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no",
+        "--toggle-collect=functools_reduce", sys.executable, "-m", module, "--child", part, str(calls),
+    ]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", run.stderr)
+    if run.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind failed for {part!r} (exit {run.returncode}): {run.stderr[-500:]}")
+    return int(found.group(1)) / calls

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import functools
 import gc
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -25,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import check, pin_to_one_core, table, write_results
+from bench.common import callgrind_per_call, check, pin_to_one_core, table, write_results
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
 from webhook.server.claims import ClaimCache, ClaimsCache
@@ -197,15 +195,7 @@ def instructions(which: str, calls: int = 500) -> float | None:
     """Instructions per review of the plain pod or the pod with a claim (valgrind), or None without it."""
     if shutil.which("valgrind") is None:
         return None
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no",
-        "--toggle-collect=functools_reduce", sys.executable, "-m", "bench.dra", "--child", which, str(calls),
-    ]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, check=False)
-    found = re.search(r"Collected\s*:\s*(\d+)", run.stderr)
-    if run.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind failed for {which!r} (exit {run.returncode}): {run.stderr[-500:]}")
-    return int(found.group(1)) / calls
+    return callgrind_per_call("bench.dra", which, calls)
 
 
 def main(seconds: float = 0.5, rounds: int = 9) -> bool:

@@ -10,15 +10,13 @@ Without valgrind the benchmark says so and passes.
 from __future__ import annotations
 
 import functools
-import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import table, write_results
+from bench.common import callgrind_per_call, table, write_results
 from bench.engine import NAMESPACE, SCENARIOS, policy_sources
 
 CALLS = 500  # per count: the counts are exact, so a few hundred calls give every digit that matters
@@ -78,15 +76,7 @@ def _child(part: str, calls: int) -> None:
 
 def count(part: str, calls: int = CALLS) -> float:
     """Instructions per call of `part`."""
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no",
-        "--toggle-collect=functools_reduce", sys.executable, "-m", "bench.instructions", "--child", part, str(calls),
-    ]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, check=False)
-    found = re.search(r"Collected\s*:\s*(\d+)", run.stderr)
-    if run.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind failed for {part!r} (exit {run.returncode}): {run.stderr[-500:]}")
-    return int(found.group(1)) / calls
+    return callgrind_per_call("bench.instructions", part, calls)
 
 
 def main() -> bool:
