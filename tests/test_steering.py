@@ -773,3 +773,43 @@ def test_whole_gpu_pods_still_reach_whole_gpu_nodes_where_the_clusters_mig_strat
     terms = required_terms(run(pod(container(limits={"nvidia.com/gpu": "1"})), WHOLE).mutated)
     assert [term_matches(term, whole_under_single) for term in terms] == [True]
     assert [term_matches(term, sliced_under_single) for term in terms] == [False]
+
+
+OLD_WHOLE_GPU_TERM = [NOT_SLICED, {"key": MIG_STRATEGY, "operator": "NotIn", "values": ["single"]}]
+
+
+def test_the_expression_version_0_1_0_added_for_whole_gpus_is_replaced_on_the_next_review() -> None:
+    """A workload admitted by 0.1.0 carries `mig.strategy notin (single)`, which no whole-GPU node of a cluster on
+    the GPU Operator's default strategy matches; kubectl apply never deletes it (the user's file never had it).
+    The next review takes it out of every term and adds what selects those nodes; the user's expressions stay."""
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    spec = {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+        {"matchExpressions": copy.deepcopy(OLD_WHOLE_GPU_TERM)},
+        {"matchExpressions": [zone, *copy.deepcopy(OLD_WHOLE_GPU_TERM)]},
+    ]}}}}  # fmt: skip
+    decision = run(pod(gpu("1"), **spec), WHOLE)
+    assert required_terms(decision.mutated) == [
+        {"matchExpressions": WHOLE_TERM},
+        {"matchExpressions": [zone, *WHOLE_TERM]},
+    ]
+    assert decision.warnings == [
+        "gpu-admission: pod: node affinity added on nvidia.com/gpu.sharing-strategy, nvidia.com/gpu.slices.gi",
+        "gpu-admission: pod: node affinity nvidia.com/mig.strategy notin (single) removed (0.1.0's; it excludes "
+        "whole GPUs)",
+    ]
+    whole_under_single = {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.sharing-strategy": "none"}
+    assert [term_matches(term, {**whole_under_single, "zone": "a"}) for term in required_terms(decision.mutated)] == [
+        True,
+        True,
+    ]
+
+
+def test_the_old_expression_is_kept_outside_whole_gpu_namespaces() -> None:
+    """Only a whole-GPU policy replaces it: elsewhere it is the user's own constraint, judged as such."""
+    spec = {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+        {"matchExpressions": copy.deepcopy(OLD_WHOLE_GPU_TERM)},
+    ]}}}}  # fmt: skip
+    decision = run(pod(gpu("1"), **spec), SLICED)
+    assert {"key": MIG_STRATEGY, "operator": "NotIn", "values": ["single"]} in required_terms(decision.mutated)[0][
+        "matchExpressions"
+    ]

@@ -302,8 +302,12 @@ def _steer(
         return []
     new_sections["affinity"] = steered.affinity
     result.kinds.append("steering")
-    line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
-    result.warnings.append(cut(line))
+    if steered.added:
+        line = f"{WARNING_PREFIX}pod: node affinity added on " + ", ".join(r.key for r in steered.added)
+        result.warnings.append(cut(line))
+    for requirement in steered.removed:
+        line = f"{WARNING_PREFIX}pod: node affinity {requirement} removed (0.1.0's; it excludes whole GPUs)"
+        result.warnings.append(cut(line))
     return steered.patch or []
 
 

@@ -81,6 +81,12 @@ class Requirement:
         return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
 
 
+# What version 0.1.0 added for whole-GPU namespaces. It selects no whole-GPU node where the cluster's MIG strategy
+# is `single` (the GPU Operator's default), so a workload that still carries it never schedules there: steering a
+# whole-GPU pod spec takes it out of every term (the requirements that replace it are added as always).
+OBSOLETE = Requirement(MIG_STRATEGY, "NotIn", ("single",))
+
+
 def requirements(policy: Policy) -> tuple[Requirement, ...]:
     """The requirements every GPU pod of the namespace gets (none where the policy does not steer)."""
     return policy.derived("steering-requirements", _requirements)
@@ -245,6 +251,7 @@ class Steered:
     patch: list[dict[str, Any]] | None = None
     conflicts: list[Violation] | None = None
     added: tuple[Requirement, ...] = ()
+    removed: tuple[Requirement, ...] = ()  # OBSOLETE, where a term carried it
 
 
 def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
@@ -280,6 +287,8 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     if type(terms) is not list or not all(type(term) is dict for term in terms):
         return _done(conflicts, None, None, wanted)
     new_terms, patch, contradicted, live = [], [], [], 0
+    obsolete = OBSOLETE.expression if policy.sharing.mode is Mode.EXCLUSIVE else None
+    removed = False
     for index, term in enumerate(terms):
         expressions = term.get("matchExpressions")
         if expressions is not None and type(expressions) is not list:
@@ -288,11 +297,17 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
             new_terms.append(term)  # selects no node, and still none with more requirements
             continue
         live += 1
+        term_at = f"{at}/nodeSelectorTerms/{index_token(index)}/matchExpressions"
+        stale = _places(expressions or [], obsolete) if obsolete else []
+        if stale:
+            patch += [{"op": "remove", "path": f"{term_at}/{i}"} for i in reversed(stale)]
+            expressions = [e for i, e in enumerate(expressions or []) if i not in stale]
+            term = {**term, "matchExpressions": expressions}
+            removed = True
         clash = _term_conflicts(expressions or [], wanted, policy)
         if clash:
             contradicted.append((index, clash))
         missing = [r.expression for r in wanted if r.expression not in _normalised(expressions or [], r.key)]
-        term_at = f"{at}/nodeSelectorTerms/{index_token(index)}/matchExpressions"
         if not missing:
             new_terms.append(term)
         elif expressions is None:
@@ -304,7 +319,8 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     if live and len(contradicted) == live:
         conflicts.append(_affinity_conflict(contradicted, policy))
     new = {**affinity, "nodeAffinity": {**node_affinity, REQUIRED: {**required, "nodeSelectorTerms": new_terms}}}
-    return _done(conflicts, new, patch, wanted)
+    added = any(op["op"] == "add" for op in patch)
+    return _done(conflicts, new, patch, wanted if added else (), (OBSOLETE,) if removed else ())
 
 
 def kept_name_pin(spec: dict[str, Any]) -> str | None:
@@ -348,13 +364,17 @@ def holds_steered(spec: dict[str, Any], policy: Policy) -> bool:
 
 
 def _done(
-    conflicts: list[Violation], affinity: Any, patch: list[dict[str, Any]] | None, wanted: tuple[Requirement, ...]
+    conflicts: list[Violation],
+    affinity: Any,
+    patch: list[dict[str, Any]] | None,
+    added: tuple[Requirement, ...],
+    removed: tuple[Requirement, ...] = (),
 ) -> Steered | None:
     if conflicts:
         return Steered(conflicts=conflicts)  # no patch: see the module's docstring
     if not patch:
         return None
-    return Steered(affinity=affinity, patch=patch, added=wanted)
+    return Steered(affinity=affinity, patch=patch, added=added, removed=removed)
 
 
 def _add(path: str, value: Any) -> dict[str, Any]:
@@ -375,6 +395,11 @@ def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
         elif type(e) is dict and e.get("key") == key and e.get("operator") in ("Exists", "DoesNotExist"):
             found.append({"key": key, "operator": e["operator"]})
     return found
+
+
+def _places(expressions: list[Any], expression: dict[str, Any]) -> list[int]:
+    """The indexes in a term's expressions of `expression` (as `_normalised` writes it)."""
+    return [i for i, e in enumerate(expressions) if _normalised([e], expression["key"]) == [expression]]
 
 
 def _holds(spec: dict[str, Any], resource: str) -> bool:
