@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests import evanphx
 from tests.conftest import LiveServer
@@ -396,3 +398,46 @@ def test_audit_judges_claims_and_templates_and_counts_them_in_pods(tmp_path: Pat
         assert api.list_requests("resourceclaims") == ["GET /apis/resource.k8s.io/v1/resourceclaims?limit=500"]
     finally:
         api.stop()
+
+
+# --- the property: no mix gets past the caps -------------------------------------------------------------------
+
+# The claims a generated pod may name, with the GPUs each holds at most (firstAvailable at its largest; a NIC
+# claim holds none).
+POOL = {"one-gpu": (ONE, 1), "two-gpus": (TWO, 2), "big-or-small": (BIG_OR_SMALL, 4), "nics": (NIC, 0),
+        "template:two-per-pod": (TEMPLATE_TWO, 2)}  # fmt: skip
+PROPERTY_POLICY = policy(limits=Limits(max_per_container=3, max_per_pod=5))
+
+
+@st.composite
+def mixed_pods(draw: st.DrawFn) -> tuple[dict[str, Any], list[int], int]:
+    """A pod asking GPUs by any mix of the four routes, with each container's total and the pod's, counted here
+    from the routes alone: a container counts its resources and the claims it names, the pod its containers'
+    resources and every claim it names, whether a container names it or not."""
+    sources = draw(st.lists(st.sampled_from(sorted(POOL)), max_size=3, unique=True))
+    claims = {f"c{i}": source for i, source in enumerate(sources)}
+    containers, totals, own = [], [], 0
+    for number in range(draw(st.integers(1, 3))):
+        limits = {}
+        extended, by_class = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+        if extended:
+            limits["nvidia.com/gpu"] = str(extended)
+        if by_class:
+            limits[CLASS_GPU] = str(by_class)
+        names = draw(st.lists(st.sampled_from(sorted(claims)), unique=True)) if claims else []
+        containers.append(using(f"c-{number}", *names, limits=limits or None))
+        totals.append(extended + by_class + sum(POOL[claims[name]][1] for name in names))
+        own += extended + by_class
+    return claiming(*containers, **claims), totals, own + sum(POOL[source][1] for source in claims.values())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_pods())
+def test_no_mix_of_the_four_routes_gets_a_pod_past_its_caps(case: tuple[dict[str, Any], list[int], int]) -> None:
+    """Whatever a pod mixes (nvidia.com/gpu, the DeviceClass resource, claims, templates, named by containers or
+    not), it is denied exactly when a container's devices or the pod's exceed the caps."""
+    obj, totals, pod_total = case
+    view = index(*(entry for entry, _ in POOL.values()))
+    decision = judged(obj, PROPERTY_POLICY, view)
+    over = any(total > 3 for total in totals) or pod_total > 5
+    assert decision.verdict == ("deny" if over else "allow"), (totals, pod_total, decision.violations)
