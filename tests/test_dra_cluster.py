@@ -70,8 +70,11 @@ def test_a_class_that_serves_no_extended_resource_adds_only_its_device_class_res
     only_mig_class = [c for c in CLASSES if c["metadata"]["name"] == "mig.nvidia.com"]
     merged = dra_view(SLICE, classes=only_mig_class).nodes["gpu-node-1"]
     assert dict(merged.allocatable) == {}, "the slice holds GPUs, not MIG devices"
-    unreadable = [{"metadata": {"name": "x"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}]
-    assert list(filter(None, map(class_info, unreadable))) == []
+    every = {"metadata": {"name": "every"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
+    name, read = class_info(every)
+    assert (name, read, read.exact) == ("every", ClassInfo("", "", ""), True)
+    merged = dra_view(SLICE, classes=[every]).nodes["gpu-node-1"]
+    assert dict(merged.allocatable) == {"deviceclass.resource.kubernetes.io/every": 8}, "`true` selects every device"
 
 
 def test_a_pods_claims_and_device_class_resources_are_held_to_the_largest_dra_node():
