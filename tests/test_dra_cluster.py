@@ -171,6 +171,68 @@ def test_a_class_of_one_mig_profile_serves_that_profile_only():
     }
 
 
+def test_a_classs_extended_resource_its_device_class_resource_and_claims_draw_on_the_same_devices():
+    """`nvidia.com/gpu` served by gpu.nvidia.com, `deviceclass.resource.kubernetes.io/gpu.nvidia.com` and a
+    claim of that class: the scheduler allocates them all from one node's 8 GPUs (KEP-5004). 6 and 6 never
+    run there, whichever two ways the pod asks; 4 and 4 do."""
+    from tests.test_dra import claim, exactly
+    from tests.test_dra_pods import claiming, index, named, using
+
+    claims = index(named(claim(exactly(count=6)), "six"), named(claim(exactly(count=4)), "four"))
+    cluster = dra_view(SLICE)
+
+    def verdict(obj: dict) -> tuple[str, list[str]]:
+        decision = evaluate(obj, "team", PolicySet((WIDE,)), nodes=cluster, claims=claims)
+        return decision.verdict, decision.violations
+
+    gpus, by_class = "nvidia.com/gpu", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+    assert verdict(claiming(using("train", "gpus", limits={gpus: "6"}), gpus="six")) == ("deny", [
+        'pod: 12 gpu.nvidia.com devices in all (6 from nvidia.com/gpu, 6 from claim "gpus" (ResourceClaim "six")) '
+        'fit on no node: the most one node holds is 8 (node "gpu-node-1"); ask for at most 8 in all, or split the '
+        'pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(claiming(using("train", "gpus", limits={gpus: "4"}), gpus="four")) == ("allow", [])
+    both = pod(container("train", limits={gpus: "6"}), container("sidecar", limits={by_class: "6"}))
+    assert verdict(both) == ("deny", [
+        "pod: 12 gpu.nvidia.com devices in all (6 from deviceclass.resource.kubernetes.io/gpu.nvidia.com, 6 from "
+        'nvidia.com/gpu) fit on no node: the most one node holds is 8 (node "gpu-node-1"); ask for at most 8 in '
+        'all, or split the pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(pod(container("train", limits={gpus: "4", by_class: "4"}))) == ("allow", [])
+    three = claiming(using("train", "gpus", limits={gpus: "2", by_class: "2"}), gpus="six")
+    assert verdict(three) == ("deny", [
+        "pod: 10 gpu.nvidia.com devices in all (2 from deviceclass.resource.kubernetes.io/gpu.nvidia.com, 2 from "
+        'nvidia.com/gpu, 6 from claim "gpus" (ResourceClaim "six")) fit on no node: the most one node holds is 8 '
+        '(node "gpu-node-1"); ask for at most 8 in all, or split the pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    # An init container's devices are given back before the containers start (the scheduler's requests count
+    # each resource's effective total): 6 then 6 of one resource, beside 2 of the other, fit on 8.
+    init = pod(container("train", limits={gpus: "6"}), container("sidecar", limits={by_class: "2"}))
+    init["spec"]["initContainers"] = [container("prepare", limits={gpus: "6"})]
+    assert verdict(init) == ("allow", [])
+
+
+def test_where_a_device_plugin_serves_the_extended_resource_it_does_not_draw_on_the_slices():
+    """A node that advertises `nvidia.com/gpu` itself (a device plugin) serves it that way, not from its DRA
+    devices (KEP-5004): 6 from the plugin's 8 and a claim of 6 from the slice's 8 run there together."""
+    from tests.test_dra import claim, exactly
+    from tests.test_dra_pods import claiming, index, named, using
+
+    nodes = view(node("gpu-node-1", {"nvidia.com/gpu": 8})).nodes
+    read = dict(filter(None, map(class_info, CLASSES)))
+    cluster = ClusterView(merge(nodes, [slice_info(SLICE)[1]], read))
+    merged = cluster.nodes["gpu-node-1"]
+    assert (dict(merged.allocatable), merged.served) == (
+        {"nvidia.com/gpu": 8, "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8},
+        (),
+    )
+    claims = index(named(claim(exactly(count=6)), "six"))
+    decision = evaluate(claiming(using("train", "gpus", limits={"nvidia.com/gpu": "6"}), gpus="six"), "team",
+                        PolicySet((WIDE,)), nodes=cluster, claims=claims)  # fmt: skip
+    assert (decision.verdict, decision.violations) == ("allow", [])
+    assert dra_view(SLICE).nodes["gpu-node-1"].served == (("nvidia.com/gpu", "gpu.nvidia.com"),)
+
+
 # --- through the real server, the slices and classes watched from a loopback API server ---------------------
 
 POLICY = """\
