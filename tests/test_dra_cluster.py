@@ -4,6 +4,7 @@ node. Fixtures: NVIDIA's DRA driver's DeviceClasses and one node's ResourceSlice
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -233,6 +234,67 @@ def test_where_a_device_plugin_serves_the_extended_resource_it_does_not_draw_on_
     assert dra_view(SLICE).nodes["gpu-node-1"].served == (("nvidia.com/gpu", "gpu.nvidia.com"),)
 
 
+def mig_slice(node_name: str, *profiles: str) -> dict:
+    """A node's MIG devices as NVIDIA's DRA driver publishes them (cmd/gpu-kubelet-plugin: type mig, the
+    profile, the parent's productName and uuid, the slice's own memory)."""
+    memory = {"1g.10gb": "9856Mi", "2g.20gb": "19968Mi", "3g.40gb": "40192Mi"}
+    devices = [
+        {"name": f"gpu-0-mig-{index}", "attributes": {
+            "type": {"string": "mig"}, "profile": {"string": profile},
+            "productName": {"string": "NVIDIA A100-SXM4-80GB"}, "parentUUID": {"string": "GPU-0"},
+            "cudaComputeCapability": {"version": "8.0.0"}},
+         "capacity": {"memory": {"value": memory[profile]}}}
+        for index, profile in enumerate(profiles)
+    ]  # fmt: skip
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node_name}-mig"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node_name, "devices": devices}}  # fmt: skip
+
+
+def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slices():
+    """A DRA-only MIG pool: its nodes' MIG devices are read as the mixed strategy's labels, so a policy
+    offering profiles the slices do not publish, or a GPU model they contradict, is drift, with its lines."""
+    from tests.test_clustercheck import MIG_POLICY
+    from webhook.admission import clustercheck
+    from webhook.admission.policy import GPU
+
+    nodes = view(node("dra-mig-1", {}), node("dra-mig-2", {})).nodes
+    read = dict(filter(None, map(class_info, CLASSES)))
+    slices = [slice_info(mig_slice(name, "2g.20gb", "2g.20gb", "2g.20gb"))[1] for name in ("dra-mig-1", "dra-mig-2")]
+    cluster = ClusterView(merge(nodes, slices, read))
+    assert dict(cluster.nodes["dra-mig-1"].labels) == {
+        "nvidia.com/mig-2g.20gb.count": "3", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"
+    }  # fmt: skip
+    assert [d.line for d in clustercheck.drift(MIG_POLICY, cluster)] == [
+        'policy "team" sharing.migProfile is 1g.10gb, but 2 nodes (dra-mig-1, dra-mig-2) say no 1g.10gb slice: pods '
+        "converted to nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles "
+        "the nodes have, or change their MIG layout (mig-parted)",
+        'policy "team" sharing.migProfiles is 1g.10gb, 3g.40gb, but 2 nodes (dra-mig-1, dra-mig-2) say 2g.20gb x3 '
+        "(MIG devices in ResourceSlices): pods converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot "
+        "run there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
+    ]  # fmt: skip
+    h100 = dataclasses.replace(MIG_POLICY, gpu=GPU(model="H100-80GB"), memo={})
+    assert [d.line for d in clustercheck.drift(h100, cluster) if d.field == "gpu.model"] == [
+        (
+            'policy "team" gpu.model is H100-80GB, but 2 nodes (dra-mig-1, dra-mig-2) say A100-80GB: memory limits are '
+            "worked out for H100-80GB's memory; set gpu.model: A100-80GB (or auto), or give these nodes' namespaces "
+            "their own policy"
+        )
+    ]
+    offered = [slice_info(mig_slice("dra-mig-1", "1g.10gb", "1g.10gb", "3g.40gb"))[1]]
+    assert clustercheck.drift(MIG_POLICY, ClusterView(merge(nodes, offered, read))) == ()
+
+
+def test_drift_compares_a_policys_gpu_memory_with_the_gpus_in_the_slices():
+    from webhook.admission import clustercheck
+    from webhook.admission.policy import GPU
+
+    wrong = policy(gpu=GPU(model="H100-80GB", memory_mib=40960))
+    assert [d.line for d in clustercheck.drift(wrong, dra_view(SLICE))] == [
+        'policy "team" gpu.memoryMiB is 40960, but 1 node (gpu-node-1) says 81559: memory limits are worked out for '
+        "another GPU's memory; set gpu.memoryMiB: 81559",
+    ]
+
+
 # --- through the real server, the slices and classes watched from a loopback API server ---------------------
 
 POLICY = """\
@@ -310,5 +372,45 @@ def test_check_with_cluster_reads_the_slices_and_classes_too(tmp_path):
         run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
                           str(tmp_path / "pods.yaml"))  # fmt: skip
         assert run.returncode == 1 and "no node advertises it" in run.stdout
+    finally:
+        api.stop()
+
+
+MIG_POLICY_YAML = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: slices}
+spec:
+  namespaces: [train]
+  gpu: {model: A100-80GB}
+  sharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [1g.10gb, 3g.40gb]}
+"""
+
+
+def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_check import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    api.add_namespaces("train")
+    api.put_node(node("dra-mig-1", {}))
+    for item in CLASSES:
+        api.put(item)
+    api.put(mig_slice("dra-mig-1", "2g.20gb", "2g.20gb", "2g.20gb"))
+    try:
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "p.yaml").write_text(MIG_POLICY_YAML)
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+                          "-o", "json")  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
+            'policy "slices" sharing.migProfile is 1g.10gb, but 1 node (dra-mig-1) says no 1g.10gb slice: pods '
+            "converted to nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of "
+            "migProfiles the nodes have, or change their MIG layout (mig-parted)",
+            'policy "slices" sharing.migProfiles is 1g.10gb, 3g.40gb, but 1 node (dra-mig-1) says 2g.20gb x3 (MIG '
+            "devices in ResourceSlices): pods converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot run "
+            "there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
+        ]
     finally:
         api.stop()

@@ -399,24 +399,25 @@ def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str]
         says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
     elif counts and not counts.keys() & set(_offered(policy)):
         says = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
+        if node.sliced:  # DRA's MIG devices (draslices.merge): no device plugin strategy to change
+            says += " (MIG devices in ResourceSlices)"
     else:
         return None
+    layout = "change their MIG layout (mig-parted)" + ("" if node.sliced else " and use mig.strategy mixed")
     if sharing.mig_profiles is not None:
         return (
             "sharing.migProfiles",
             says,
             ", ".join(sharing.mig_profiles),
             f"pods converted to {', '.join(map(mig_resource, sharing.mig_profiles))} cannot run there",
-            "list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted) "
-            "and use mig.strategy mixed",
+            f"list the profiles the nodes have in sharing.migProfiles, or {layout}",
         )
     return (
         "sharing.migProfile",
         says,
         profile,
         effect,
-        "set sharing.migProfile to a profile the nodes have, or change their MIG layout (mig-parted) and use "
-        "mig.strategy mixed",
+        f"set sharing.migProfile to a profile the nodes have, or {layout}",
     )
 
 
