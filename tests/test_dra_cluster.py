@@ -234,6 +234,44 @@ def test_where_a_device_plugin_serves_the_extended_resource_it_does_not_draw_on_
     assert dra_view(SLICE).nodes["gpu-node-1"].served == (("nvidia.com/gpu", "gpu.nvidia.com"),)
 
 
+def test_a_class_selects_by_product_memory_and_compute_capability_and_counts_at_most_what_it_may_select():
+    """DeviceClasses whose selectors read attributes and capacity (celselect.py): each counts only the node's
+    devices they select; a selector part not read is taken as true, so the class counts what it may select
+    (never fewer: the checks never fail closed on it), and says it is not exact."""
+    nv = "device.attributes['gpu.nvidia.com']"
+
+    def device_class(name: str, expression: str, extended: str = "") -> dict:
+        spec: dict = {"selectors": [{"cel": {"expression": expression}}]}
+        if extended:
+            spec["extendedResourceName"] = extended
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+    big = device_class("big.example.com", "device.driver == 'gpu.nvidia.com' && "
+                       "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0")  # fmt: skip
+    h100 = device_class("h100.example.com", f"{nv}.productName == 'NVIDIA H100 80GB HBM3' && {nv}.index < 4",
+                        "example.com/h100")  # fmt: skip
+    hopper = device_class("hopper.example.com", f"{nv}.cudaComputeCapability.compareTo(semver('9.0.0')) >= 0")
+    a100 = device_class("a100.example.com", f"{nv}.productName == 'NVIDIA A100-SXM4-80GB'")
+    guessed = device_class("guessed.example.com", f"device.driver == 'gpu.nvidia.com' && {nv}.type == 'gpu' && "
+                           f"{nv}.productName.lowerAscii().matches('a100')")  # fmt: skip
+    classes = [big, h100, hopper, a100, guessed]
+    read = dict(filter(None, map(class_info, classes)))
+    assert [(name, one.exact) for name, one in read.items()] == [
+        ("big.example.com", True), ("h100.example.com", True), ("hopper.example.com", True),
+        ("a100.example.com", True), ("guessed.example.com", False),
+    ]  # fmt: skip
+    merged = dra_view(SLICE, classes=classes).nodes["gpu-node-1"]
+    prefix = "deviceclass.resource.kubernetes.io/"
+    assert dict(merged.allocatable) == {
+        f"{prefix}big.example.com": 8,
+        f"{prefix}h100.example.com": 4,  # indexes 0 to 3
+        "example.com/h100": 4,
+        f"{prefix}hopper.example.com": 8,
+        f"{prefix}guessed.example.com": 8,  # at most: the A100 test is not read
+    }
+    assert merged.served == (("example.com/h100", "h100.example.com"),)
+
+
 def mig_slice(node_name: str, *profiles: str) -> dict:
     """A node's MIG devices as NVIDIA's DRA driver publishes them (cmd/gpu-kubelet-plugin: type mig, the
     profile, the parent's productName and uuid, the slice's own memory)."""

@@ -34,7 +34,7 @@ from webhook.admission.quantity import quantity_or_none
 
 MAX_LENGTH: Final = 10 * 1024  # CELSelectorExpressionMaxLength
 MAX_DEPTH: Final = 32  # parentheses around a conjunct; deeper is not read
-SHOWN: Final = 60  # characters of an unread conjunct kept for messages
+SHOWN: Final = 100  # characters of an unread conjunct kept for messages
 
 _TOKEN = re.compile(
     r"""(?:
