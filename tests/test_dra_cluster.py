@@ -450,5 +450,18 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
             "devices in ResourceSlices): pods converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot run "
             "there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
         ]
+        assert "unreadSelectors" not in yaml.safe_load(run.stdout)
+        guessed = ("device.driver == 'gpu.nvidia.com' && "
+                   "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')")  # fmt: skip
+        api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "a100.example.com"},
+                 "spec": {"selectors": [{"cel": {"expression": guessed}}]}})  # fmt: skip
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config))
+        assert run.returncode == 1, run.stderr
+        assert run.stdout.splitlines()[-1] == (
+            'note: DeviceClass "a100.example.com": its selector is not read in full '
+            "(device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')): its devices are counted "
+            "as those the rest of it selects, the most it may select (the cluster checks never refuse a pod on what "
+            "they cannot read)"
+        )
     finally:
         api.stop()

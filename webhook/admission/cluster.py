@@ -153,6 +153,8 @@ class ClusterView:
     amounts eagerly (the snapshot is built off the hot path), per-policy values on first use (`derived`)."""
 
     nodes: Mapping[str, NodeInfo]
+    # What the view could not read in full, a line each (draslices.unread: DeviceClass selectors), for lint
+    unread: tuple[str, ...] = field(default=(), compare=False)
     _largest: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False, compare=False)
     _derived: dict[tuple[str, int], tuple[object, Any]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -187,6 +187,17 @@ def class_info(obj: Any) -> tuple[str, ClassInfo] | None:
     )
 
 
+def unread(classes: Mapping[str, ClassInfo]) -> tuple[str, ...]:
+    """A line for each DeviceClass whose selectors are not read in full (for `policy lint --cluster`)."""
+    return tuple(
+        f'DeviceClass "{name}": its selector is not read in full ({"; ".join(cls.selector.unread)}): its devices '
+        "are counted as those the rest of it selects, the most it may select (the cluster checks never refuse "
+        "a pod on what they cannot read)"
+        for name, cls in sorted(classes.items())
+        if not cls.exact
+    )
+
+
 def merge(
     nodes: Mapping[str, NodeInfo], slices: Iterable[SliceInfo], classes: Mapping[str, ClassInfo]
 ) -> dict[str, NodeInfo]:
