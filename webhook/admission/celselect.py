@@ -31,6 +31,7 @@ from fractions import Fraction
 from typing import Final
 
 from webhook.admission.quantity import quantity_or_none
+from webhook.admission.violation import cut
 
 MAX_LENGTH: Final = 10 * 1024  # CELSelectorExpressionMaxLength
 MAX_DEPTH: Final = 32  # parentheses around a conjunct; deeper is not read
@@ -179,8 +180,7 @@ def of_selectors(selectors: object) -> Selector:
 
 
 def _shown(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+    return cut(" ".join(text.split()), SHOWN)
 
 
 def _tokens(text: str) -> tuple[list[tuple[str, str]], list[tuple[int, int]]] | None:
