@@ -243,9 +243,13 @@ def merge(
         sliced = bool(gpus or migs)
         if amounts != node.allocatable or labels != node.labels or pairs or sliced:
             merged[node_name] = NodeInfo(
-                node_name, amounts, labels, node.unschedulable, node.devices, _PAIRS.setdefault(pairs, pairs), sliced
+                node_name, amounts, labels, node.unschedulable, node.devices, _interned(pairs), sliced
             )
     return merged
 
 
 _PAIRS: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # interned: a few distinct
+
+
+def _interned(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return _PAIRS.setdefault(pairs, pairs) if len(_PAIRS) < 1024 else _PAIRS.get(pairs, pairs)
