@@ -168,6 +168,33 @@ def test_mig_devices_are_held_to_the_policys_mig_profiles():
     ])  # fmt: skip
 
 
+def test_a_mig_profile_is_read_from_any_selector_celselect_reads():
+    """The profile a request's selectors name, read by celselect (the one reader of selectors): beside other
+    comparisons, in parentheses, the literal first; a selector it cannot split (`||`) is not judged."""
+    small_only = policy(
+        sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb", mig_profiles=("1g.10gb",)), gpu=GPU(model="H100-80GB")
+    )
+
+    def selecting(expression: str) -> dict:
+        return claim(exactly("slice", "mig.nvidia.com", selectors=[{"cel": {"expression": expression}}]))
+
+    line = (
+        'request "slice": mig.nvidia.com selects MIG profile 3g.40gb, which the nodes\' MIG layout does not offer '
+        '(policy "team" offers 1g.10gb): the claim would never be allocated; use one of those'
+    )
+    nv = "device.attributes['gpu.nvidia.com']"
+    for expression in (
+        f"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('20Gi')) >= 0 && ({nv}.profile == '3g.40gb')",
+        f"'3g.40gb' == {nv}.profile && {nv}.productName.lowerAscii().matches('h100')",
+        'device.attributes["gpu.nvidia.com"]["profile"] == "3g.40gb"',
+    ):
+        assert judged(selecting(expression), small_only) == ("deny", [line]), expression
+    assert judged(selecting(f"{nv}.profile == '1g.10gb'"), small_only) == ("allow", [])
+    either = f"{nv}.profile == '3g.40gb' || {nv}.profile == '1g.10gb'"
+    assert judged(selecting(either), small_only) == ("allow", []), "not read: never a denial"
+    assert judged(selecting(f"{nv}.profile != '3g.40gb'"), small_only) == ("allow", [])
+
+
 def test_admin_access_is_refused_for_tenants():
     assert judged(claim(exactly(adminAccess=True))) == ("deny", [
         'request "gpu": gpu.nvidia.com adminAccess gives access to devices allocated to others, outside every GPU '

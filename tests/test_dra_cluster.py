@@ -4,6 +4,7 @@ node. Fixtures: NVIDIA's DRA driver's DeviceClasses and one node's ResourceSlice
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -70,8 +71,11 @@ def test_a_class_that_serves_no_extended_resource_adds_only_its_device_class_res
     only_mig_class = [c for c in CLASSES if c["metadata"]["name"] == "mig.nvidia.com"]
     merged = dra_view(SLICE, classes=only_mig_class).nodes["gpu-node-1"]
     assert dict(merged.allocatable) == {}, "the slice holds GPUs, not MIG devices"
-    unreadable = [{"metadata": {"name": "x"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}]
-    assert list(filter(None, map(class_info, unreadable))) == []
+    every = {"metadata": {"name": "every"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}
+    name, read = class_info(every)
+    assert (name, read, read.exact) == ("every", ClassInfo("", "", ""), True)
+    merged = dra_view(SLICE, classes=[every]).nodes["gpu-node-1"]
+    assert dict(merged.allocatable) == {"deviceclass.resource.kubernetes.io/every": 8}, "`true` selects every device"
 
 
 def test_a_pods_claims_and_device_class_resources_are_held_to_the_largest_dra_node():
@@ -168,6 +172,167 @@ def test_a_class_of_one_mig_profile_serves_that_profile_only():
     }
 
 
+def test_a_classs_extended_resource_its_device_class_resource_and_claims_draw_on_the_same_devices():
+    """`nvidia.com/gpu` served by gpu.nvidia.com, `deviceclass.resource.kubernetes.io/gpu.nvidia.com` and a
+    claim of that class: the scheduler allocates them all from one node's 8 GPUs (KEP-5004). 6 and 6 never
+    run there, whichever two ways the pod asks; 4 and 4 do."""
+    from tests.test_dra import claim, exactly
+    from tests.test_dra_pods import claiming, index, named, using
+
+    claims = index(named(claim(exactly(count=6)), "six"), named(claim(exactly(count=4)), "four"))
+    cluster = dra_view(SLICE)
+
+    def verdict(obj: dict) -> tuple[str, list[str]]:
+        decision = evaluate(obj, "team", PolicySet((WIDE,)), nodes=cluster, claims=claims)
+        return decision.verdict, decision.violations
+
+    gpus, by_class = "nvidia.com/gpu", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+    assert verdict(claiming(using("train", "gpus", limits={gpus: "6"}), gpus="six")) == ("deny", [
+        'pod: 12 gpu.nvidia.com devices in all (6 from nvidia.com/gpu, 6 from claim "gpus" (ResourceClaim "six")) '
+        'fit on no node: the most one node holds is 8 (node "gpu-node-1"); ask for at most 8 in all, or split the '
+        'pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(claiming(using("train", "gpus", limits={gpus: "4"}), gpus="four")) == ("allow", [])
+    both = pod(container("train", limits={gpus: "6"}), container("sidecar", limits={by_class: "6"}))
+    assert verdict(both) == ("deny", [
+        "pod: 12 gpu.nvidia.com devices in all (6 from deviceclass.resource.kubernetes.io/gpu.nvidia.com, 6 from "
+        'nvidia.com/gpu) fit on no node: the most one node holds is 8 (node "gpu-node-1"); ask for at most 8 in '
+        'all, or split the pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(pod(container("train", limits={gpus: "4", by_class: "4"}))) == ("allow", [])
+    three = claiming(using("train", "gpus", limits={gpus: "2", by_class: "2"}), gpus="six")
+    assert verdict(three) == ("deny", [
+        "pod: 10 gpu.nvidia.com devices in all (2 from deviceclass.resource.kubernetes.io/gpu.nvidia.com, 2 from "
+        'nvidia.com/gpu, 6 from claim "gpus" (ResourceClaim "six")) fit on no node: the most one node holds is 8 '
+        '(node "gpu-node-1"); ask for at most 8 in all, or split the pod (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    # An init container's devices are given back before the containers start (the scheduler's requests count
+    # each resource's effective total): 6 then 6 of one resource, beside 2 of the other, fit on 8.
+    init = pod(container("train", limits={gpus: "6"}), container("sidecar", limits={by_class: "2"}))
+    init["spec"]["initContainers"] = [container("prepare", limits={gpus: "6"})]
+    assert verdict(init) == ("allow", [])
+
+
+def test_where_a_device_plugin_serves_the_extended_resource_it_does_not_draw_on_the_slices():
+    """A node that advertises `nvidia.com/gpu` itself (a device plugin) serves it that way, not from its DRA
+    devices (KEP-5004): 6 from the plugin's 8 and a claim of 6 from the slice's 8 run there together."""
+    from tests.test_dra import claim, exactly
+    from tests.test_dra_pods import claiming, index, named, using
+
+    nodes = view(node("gpu-node-1", {"nvidia.com/gpu": 8})).nodes
+    read = dict(filter(None, map(class_info, CLASSES)))
+    cluster = ClusterView(merge(nodes, [slice_info(SLICE)[1]], read))
+    merged = cluster.nodes["gpu-node-1"]
+    assert (dict(merged.allocatable), merged.served) == (
+        {"nvidia.com/gpu": 8, "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 8},
+        (),
+    )
+    claims = index(named(claim(exactly(count=6)), "six"))
+    decision = evaluate(claiming(using("train", "gpus", limits={"nvidia.com/gpu": "6"}), gpus="six"), "team",
+                        PolicySet((WIDE,)), nodes=cluster, claims=claims)  # fmt: skip
+    assert (decision.verdict, decision.violations) == ("allow", [])
+    assert dra_view(SLICE).nodes["gpu-node-1"].served == (("nvidia.com/gpu", "gpu.nvidia.com"),)
+
+
+def test_a_class_selects_by_product_memory_and_compute_capability_and_counts_at_most_what_it_may_select():
+    """DeviceClasses whose selectors read attributes and capacity (celselect.py): each counts only the node's
+    devices they select; a selector part not read is taken as true, so the class counts what it may select
+    (never fewer: the checks never fail closed on it), and says it is not exact."""
+    nv = "device.attributes['gpu.nvidia.com']"
+
+    def device_class(name: str, expression: str, extended: str = "") -> dict:
+        spec: dict = {"selectors": [{"cel": {"expression": expression}}]}
+        if extended:
+            spec["extendedResourceName"] = extended
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+    big = device_class("big.example.com", "device.driver == 'gpu.nvidia.com' && "
+                       "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0")  # fmt: skip
+    h100 = device_class("h100.example.com", f"{nv}.productName == 'NVIDIA H100 80GB HBM3' && {nv}.index < 4",
+                        "example.com/h100")  # fmt: skip
+    hopper = device_class("hopper.example.com", f"{nv}.cudaComputeCapability.compareTo(semver('9.0.0')) >= 0")
+    a100 = device_class("a100.example.com", f"{nv}.productName == 'NVIDIA A100-SXM4-80GB'")
+    guessed = device_class("guessed.example.com", f"device.driver == 'gpu.nvidia.com' && {nv}.type == 'gpu' && "
+                           f"{nv}.productName.lowerAscii().matches('a100')")  # fmt: skip
+    classes = [big, h100, hopper, a100, guessed]
+    read = dict(filter(None, map(class_info, classes)))
+    assert [(name, one.exact) for name, one in read.items()] == [
+        ("big.example.com", True), ("h100.example.com", True), ("hopper.example.com", True),
+        ("a100.example.com", True), ("guessed.example.com", False),
+    ]  # fmt: skip
+    merged = dra_view(SLICE, classes=classes).nodes["gpu-node-1"]
+    prefix = "deviceclass.resource.kubernetes.io/"
+    assert dict(merged.allocatable) == {
+        f"{prefix}big.example.com": 8,
+        f"{prefix}h100.example.com": 4,  # indexes 0 to 3
+        "example.com/h100": 4,
+        f"{prefix}hopper.example.com": 8,
+        f"{prefix}guessed.example.com": 8,  # at most: the A100 test is not read
+    }
+    assert merged.served == (("example.com/h100", "h100.example.com"),)
+
+
+def mig_slice(node_name: str, *profiles: str) -> dict:
+    """A node's MIG devices as NVIDIA's DRA driver publishes them (cmd/gpu-kubelet-plugin: type mig, the
+    profile, the parent's productName and uuid, the slice's own memory)."""
+    memory = {"1g.10gb": "9856Mi", "2g.20gb": "19968Mi", "3g.40gb": "40192Mi"}
+    devices = [
+        {"name": f"gpu-0-mig-{index}", "attributes": {
+            "type": {"string": "mig"}, "profile": {"string": profile},
+            "productName": {"string": "NVIDIA A100-SXM4-80GB"}, "parentUUID": {"string": "GPU-0"},
+            "cudaComputeCapability": {"version": "8.0.0"}},
+         "capacity": {"memory": {"value": memory[profile]}}}
+        for index, profile in enumerate(profiles)
+    ]  # fmt: skip
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node_name}-mig"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node_name, "devices": devices}}  # fmt: skip
+
+
+def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slices():
+    """A DRA-only MIG pool: its nodes' MIG devices are read as the mixed strategy's labels, so a policy
+    offering profiles the slices do not publish, or a GPU model they contradict, is drift, with its lines."""
+    from tests.test_clustercheck import MIG_POLICY
+    from webhook.admission import clustercheck
+    from webhook.admission.policy import GPU
+
+    nodes = view(node("dra-mig-1", {}), node("dra-mig-2", {})).nodes
+    read = dict(filter(None, map(class_info, CLASSES)))
+    slices = [slice_info(mig_slice(name, "2g.20gb", "2g.20gb", "2g.20gb"))[1] for name in ("dra-mig-1", "dra-mig-2")]
+    cluster = ClusterView(merge(nodes, slices, read))
+    assert dict(cluster.nodes["dra-mig-1"].labels) == {
+        "nvidia.com/mig-2g.20gb.count": "3", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"
+    }  # fmt: skip
+    assert [d.line for d in clustercheck.drift(MIG_POLICY, cluster)] == [
+        'policy "team" sharing.migProfile is 1g.10gb, but 2 nodes (dra-mig-1, dra-mig-2) say no 1g.10gb slice: pods '
+        "converted to nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles "
+        "the nodes have, or change their MIG layout (mig-parted)",
+        'policy "team" sharing.migProfiles is 1g.10gb, 3g.40gb, but 2 nodes (dra-mig-1, dra-mig-2) say 2g.20gb x3 '
+        "(MIG devices in ResourceSlices): pods converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot "
+        "run there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
+    ]  # fmt: skip
+    h100 = dataclasses.replace(MIG_POLICY, gpu=GPU(model="H100-80GB"), memo={})
+    assert [d.line for d in clustercheck.drift(h100, cluster) if d.field == "gpu.model"] == [
+        (
+            'policy "team" gpu.model is H100-80GB, but 2 nodes (dra-mig-1, dra-mig-2) say A100-80GB: memory limits are '
+            "worked out for H100-80GB's memory; set gpu.model: A100-80GB (or auto), or give these nodes' namespaces "
+            "their own policy"
+        )
+    ]
+    offered = [slice_info(mig_slice("dra-mig-1", "1g.10gb", "1g.10gb", "3g.40gb"))[1]]
+    assert clustercheck.drift(MIG_POLICY, ClusterView(merge(nodes, offered, read))) == ()
+
+
+def test_drift_compares_a_policys_gpu_memory_with_the_gpus_in_the_slices():
+    from webhook.admission import clustercheck
+    from webhook.admission.policy import GPU
+
+    wrong = policy(gpu=GPU(model="H100-80GB", memory_mib=40960))
+    assert [d.line for d in clustercheck.drift(wrong, dra_view(SLICE))] == [
+        'policy "team" gpu.memoryMiB is 40960, but 1 node (gpu-node-1) says 81559: memory limits are worked out for '
+        "another GPU's memory; set gpu.memoryMiB: 81559",
+    ]
+
+
 # --- through the real server, the slices and classes watched from a loopback API server ---------------------
 
 POLICY = """\
@@ -245,5 +410,58 @@ def test_check_with_cluster_reads_the_slices_and_classes_too(tmp_path):
         run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
                           str(tmp_path / "pods.yaml"))  # fmt: skip
         assert run.returncode == 1 and "no node advertises it" in run.stdout
+    finally:
+        api.stop()
+
+
+MIG_POLICY_YAML = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: slices}
+spec:
+  namespaces: [train]
+  gpu: {model: A100-80GB}
+  sharing: {mode: mig, migProfile: 1g.10gb, migProfiles: [1g.10gb, 3g.40gb]}
+"""
+
+
+def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_check import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    api.add_namespaces("train")
+    api.put_node(node("dra-mig-1", {}))
+    for item in CLASSES:
+        api.put(item)
+    api.put(mig_slice("dra-mig-1", "2g.20gb", "2g.20gb", "2g.20gb"))
+    try:
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "p.yaml").write_text(MIG_POLICY_YAML)
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+                          "-o", "json")  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
+            'policy "slices" sharing.migProfile is 1g.10gb, but 1 node (dra-mig-1) says no 1g.10gb slice: pods '
+            "converted to nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of "
+            "migProfiles the nodes have, or change their MIG layout (mig-parted)",
+            'policy "slices" sharing.migProfiles is 1g.10gb, 3g.40gb, but 1 node (dra-mig-1) says 2g.20gb x3 (MIG '
+            "devices in ResourceSlices): pods converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot run "
+            "there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
+        ]
+        assert "unreadSelectors" not in yaml.safe_load(run.stdout)
+        guessed = ("device.driver == 'gpu.nvidia.com' && "
+                   "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')")  # fmt: skip
+        api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "a100.example.com"},
+                 "spec": {"selectors": [{"cel": {"expression": guessed}}]}})  # fmt: skip
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config))
+        assert run.returncode == 1, run.stderr
+        assert run.stdout.splitlines()[-1] == (
+            'note: DeviceClass "a100.example.com": its selector is not read in full '
+            "(device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')): its devices are counted "
+            "as those the rest of it selects, the most it may select (the cluster checks never refuse a pod on what "
+            "they cannot read)"
+        )
     finally:
         api.stop()

@@ -112,6 +112,10 @@ class NodeInfo:
     labels: Mapping[str, str]  # GFD labels only (is_kept_label)
     unschedulable: bool = False  # cordoned: still counted (it comes back), but said so in messages
     devices: tuple[tuple[str, int], ...] = ()  # HAMi's registered GPUs: distinct (type, MiB) (registered_devices)
+    # DRA (draslices.merge): (extended resource, DeviceClass) for each resource a class serves from the node's
+    # devices; and whether its GPUs or MIG devices are in ResourceSlices (its labels then come from them)
+    served: tuple[tuple[str, str], ...] = ()
+    sliced: bool = False
 
     @staticmethod
     def from_object(node: Any) -> NodeInfo | None:
@@ -149,6 +153,8 @@ class ClusterView:
     amounts eagerly (the snapshot is built off the hot path), per-policy values on first use (`derived`)."""
 
     nodes: Mapping[str, NodeInfo]
+    # What the view could not read in full, a line each (draslices.unread: DeviceClass selectors), for lint
+    unread: tuple[str, ...] = field(default=(), compare=False)
     _largest: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False, compare=False)
     _derived: dict[tuple[str, int], tuple[object, Any]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -399,24 +399,25 @@ def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str]
         says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
     elif counts and not counts.keys() & set(_offered(policy)):
         says = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
+        if node.sliced:  # DRA's MIG devices (draslices.merge): no device plugin strategy to change
+            says += " (MIG devices in ResourceSlices)"
     else:
         return None
+    layout = "change their MIG layout (mig-parted)" + ("" if node.sliced else " and use mig.strategy mixed")
     if sharing.mig_profiles is not None:
         return (
             "sharing.migProfiles",
             says,
             ", ".join(sharing.mig_profiles),
             f"pods converted to {', '.join(map(mig_resource, sharing.mig_profiles))} cannot run there",
-            "list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted) "
-            "and use mig.strategy mixed",
+            f"list the profiles the nodes have in sharing.migProfiles, or {layout}",
         )
     return (
         "sharing.migProfile",
         says,
         profile,
         effect,
-        "set sharing.migProfile to a profile the nodes have, or change their MIG layout (mig-parted) and use "
-        "mig.strategy mixed",
+        f"set sharing.migProfile to a profile the nodes have, or {layout}",
     )
 
 
@@ -479,6 +480,19 @@ def unmatched_namespaces(policies: PolicySet, namespaces: Iterable[str]) -> list
 
 
 @dataclass(frozen=True, slots=True)
+class _Pools:
+    """The DRA devices a pod's resources draw on together (KEP-5004: the scheduler allocates a pod's extended
+    resources served by a DeviceClass, its `deviceclass.resource.kubernetes.io/<class>` resources and its
+    claims from the same devices of one node). Worked out once per snapshot and policy."""
+
+    # resource -> the DeviceClasses it may draw devices from, on some node
+    classes_of: dict[str, frozenset[str]]
+    # class -> (its devices, the resources drawing on them there, node) for each distinct set of those
+    # resources, the node with the most devices for that set; the most devices first
+    shapes: dict[str, tuple[tuple[int, frozenset[str], str], ...]]
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     """What the checks need of one policy against one snapshot, worked out once: the hot path is then a few
     set look-ups for a pod that fits."""
@@ -486,6 +500,7 @@ class _Plan:
     view: ClusterView
     roomy: frozenset[str]  # resources whose largest node holds the policy's per-pod maximum: a valid pod fits
     drift: tuple[Drift, ...]
+    pools: _Pools
 
 
 def _plan(policy: Policy, view: ClusterView) -> _Plan:
@@ -493,12 +508,40 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
     if plan is None or plan.view is not view:  # a new snapshot (or policy): once per pair
         maximum = policy.limits.max_per_pod
         resources = {*view.resources(), *(r for node in assumed_nodes(policy) for r in node.allocatable)}
+        # A valid pod holds at most the per-pod maximum of GPUs in all, whichever names it asks them by
+        # (validation counts a class's resource with the extended resource it serves): where one node has that
+        # many devices of a class, every way of asking for them fits there together.
         roomy = frozenset(
             r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= _most(policy, r, maximum)
         )
         drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
-        plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found)
+        plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found, _pools(policy, view))
     return plan
+
+
+def _pools(policy: Policy, view: ClusterView) -> _Pools:
+    classes_of: dict[str, set[str]] = {}
+    best: dict[str, dict[frozenset[str], tuple[int, str]]] = {}
+    for node in (*view.nodes.values(), *assumed_nodes(policy)):
+        for resource, amount in node.allocatable.items():
+            if not resource.startswith(DEVICE_CLASS_PREFIX):
+                continue
+            name = resource[len(DEVICE_CLASS_PREFIX) :]
+            drawing = frozenset((resource, *(r for r, served_by in node.served if served_by == name)))
+            for one in drawing:
+                classes_of.setdefault(one, set()).add(name)
+            found = best.setdefault(name, {}).get(drawing)
+            if found is None or amount > found[0]:
+                best[name][drawing] = (amount, node.name)
+    shapes = {
+        name: tuple(sorted(((amount, drawing, node) for drawing, (amount, node) in found.items()), key=_most_first))
+        for name, found in best.items()
+    }
+    return _Pools({r: frozenset(names) for r, names in classes_of.items()}, shapes)
+
+
+def _most_first(shape: tuple[int, frozenset[str], str]) -> tuple[int, int, str]:
+    return (-shape[0], len(shape[1]), shape[2])
 
 
 def _most(policy: Policy, resource: str, maximum: int) -> int | float:
@@ -556,6 +599,8 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
                 found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
+    if plan.pools.shapes and rules.fits is not Check.OFF:
+        found += _pooled(holders, {}, policy, view, plan.pools)
     for item in plan.drift:
         if _affects(item, held):
             found.append((rules.drift, _drift_violation(item)))
@@ -652,29 +697,53 @@ def _drift_violation(item: Drift) -> Violation:
 def claims_fit(
     claimed: dict[str, list[tuple[str, int]]], holders: Holders, policy: Policy, view: ClusterView
 ) -> list[tuple[Check, Violation]]:
-    """`cluster.fits` for a pod's claims (dra.claimed_by_class): the devices it asks of each DeviceClass,
-    with its `deviceclass.resource.kubernetes.io/<class>` resources, must be on one node. A class no slice
-    shows is not judged (its selector may be one not read here: draslices.py)."""
+    """`cluster.fits` for a pod's claims (dra.claimed_by_class): the devices it asks of each DeviceClass, with
+    its resources that draw on the same devices, must be on one node (`_pooled`)."""
     if policy.cluster_checks.fits is Check.OFF:
         return []
+    return _pooled(holders, claimed, policy, view, _plan(policy, view).pools)
+
+
+def _pooled(
+    holders: Holders, claimed: dict[str, list[tuple[str, int]]], policy: Policy, view: ClusterView, pools: _Pools
+) -> list[tuple[Check, Violation]]:
+    """The devices a pod draws from each DeviceClass on one node, all ways together: its extended resources
+    the class serves there (not where a device plugin serves them), its `deviceclass.resource.kubernetes.io/
+    <class>` resources (each its effective total, as the scheduler's requests count them) and its claims'
+    exact-count requests of the class. Judged where the pod draws on a class in two ways or more, or through a
+    claim; a class no slice shows is not (nothing is known of it). What one resource asks alone, and what
+    the resources ask without the claims, are said by their own lines: not again here."""
+    held = {name for _, counts in holders for name in counts}
+    names = {c for r in held for c in pools.classes_of.get(r, ())} | claimed.keys()
     found: list[tuple[Check, Violation]] = []
-    for device_class, claims in sorted(claimed.items()):
-        resource = DEVICE_CLASS_PREFIX + device_class
-        largest = _largest(policy, view, resource)
-        if largest is None:
+    for device_class in sorted(names):
+        shapes = pools.shapes.get(device_class)
+        claims = claimed.get(device_class, [])
+        routes = sorted(r for r in held if device_class in pools.classes_of.get(r, ()))
+        if not shapes or (not claims and len(routes) < 2):
             continue
-        in_containers, _ = effective_total(holders, resource)
-        total = in_containers + sum(count for _, count in claims)
-        if total <= largest[0] or in_containers > largest[0]:  # the second said by _search already
+        totals = {r: effective_total(holders, r)[0] for r in routes}
+        in_claims = sum(count for _, count in claims)
+        if any(_need(totals, drawing, in_claims) <= amount for amount, drawing, _ in shapes):
             continue
-        amount = largest[0]
-        parts = [f"{in_containers} from {resource}"] if in_containers else []
+        if claims and len(routes) > 1 and not any(_need(totals, drawing, 0) <= amount for amount, drawing, _ in shapes):
+            continue  # the resources alone fit on no node: their own line says it
+        if any(totals[r] > (_largest(policy, view, r) or (totals[r], ""))[0] for r in routes):
+            continue  # one resource alone fits on no node: its own line says it
+        amount, drawing, node = shapes[0]
+        total = _need(totals, drawing, in_claims)
+        parts = [f"{totals[r]} from {r}" for r in routes if r in drawing and totals[r]]
         parts += [f"{count} from {shown}" for shown, count in claims]
         line = (
             f"{total} {device_class} devices in all ({', '.join(parts)}) fit on no node: the most one node holds "
-            f"is {amount} ({_node(largest, view)}); ask for at most {amount} in all, or split the pod "
+            f"is {amount} ({_node((amount, node), view)}); ask for at most {amount} in all, or split the pod "
             f'(policy "{policy.name}", cluster.fits)'
         )
         short = f"{total} {device_class} devices fit on no node (most: {amount}); ask for at most {amount}"
         found.append((policy.cluster_checks.fits, pod_violation(line, short)))
     return found
+
+
+def _need(totals: dict[str, int | Fraction], drawing: frozenset[str], claimed: int) -> int | Fraction:
+    """The devices of a class a pod draws on a node where `drawing` are the resources served from them."""
+    return sum((total for r, total in totals.items() if r in drawing), start=claimed)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.admission.draslices import PROFILE
+from webhook.admission import celselect
 from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Mode, Policy
@@ -432,36 +432,29 @@ def _container_maximum(asked: Asked, rules: _Rules) -> int:
 
 
 def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation]) -> None:
-    """A MIG device's profile, where a selector names it, against the policy's model and offered profiles."""
-    selectors = asked.body.get("selectors")
-    if type(selectors) is not list:
-        return
+    """A MIG device's profile, where a selector names it (`...profile == '3g.40gb'`, read by celselect), against
+    the policy's model and offered profiles. A selector not read in full is judged on what was read."""
     policy, model = rules.policy, rules.mig_model
-    for selector in selectors:
-        cel = selector.get("cel") if type(selector) is dict else None
-        expression = cel.get("expression") if type(cel) is dict else None
-        if type(expression) is not str:
-            continue
-        for profile in PROFILE.findall(expression):
-            if model is not None and model.profile(profile) is None:
-                problems.append(
-                    _problem(
-                        label,
-                        f"{asked.device_class} selects MIG profile {profile}, which {model.name} does not have "
-                        f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
-                        f"MIG profile {_cut(profile, 16)} is not on {model.name}; ask for one it has",
-                    )
+    for profile in celselect.of_selectors(asked.body.get("selectors")).equal_to("profile"):
+        if model is not None and model.profile(profile) is None:
+            problems.append(
+                _problem(
+                    label,
+                    f"{asked.device_class} selects MIG profile {profile}, which {model.name} does not have "
+                    f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
+                    f"MIG profile {_cut(profile, 16)} is not on {model.name}; ask for one it has",
                 )
-            elif rules.offered is not None and profile not in rules.offered:
-                problems.append(
-                    _problem(
-                        label,
-                        f"{asked.device_class} selects MIG profile {profile}, which the nodes' MIG layout does "
-                        f'not offer (policy "{policy.name}" offers {", ".join(rules.offered)}): the claim would '
-                        "never be allocated; use one of those",
-                        f"MIG profile {_cut(profile, 16)} is not offered here; ask for one the policy lists",
-                    )
+            )
+        elif rules.offered is not None and profile not in rules.offered:
+            problems.append(
+                _problem(
+                    label,
+                    f"{asked.device_class} selects MIG profile {profile}, which the nodes' MIG layout does "
+                    f'not offer (policy "{policy.name}" offers {", ".join(rules.offered)}): the claim would '
+                    "never be allocated; use one of those",
+                    f"MIG profile {_cut(profile, 16)} is not offered here; ask for one the policy lists",
                 )
+            )
 
 
 def _claim_total(what: str, contributions: list[Asked], rules: _Rules, problems: list[Violation]) -> None:

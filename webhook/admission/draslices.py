@@ -3,40 +3,45 @@
 On a node pool served by Dynamic Resource Allocation alone, a node advertises no `nvidia.com/gpu`: its GPUs
 are devices in ResourceSlices, and a DeviceClass with `spec.extendedResourceName` (KEP-5004) serves the
 extended resource from them. So the cluster checks (clustercheck.py) read each node with its DRA devices
-added: for each DeviceClass whose selector names a driver (and a device type), the devices of that node that
-match count as the class's extended resource (and as `deviceclass.resource.kubernetes.io/<class>`), and a node
-without GPU feature discovery's labels gets them from its devices' attributes (product, memory, count), so
-`fits`, `offered` and `drift` read it as they read a device-plugin node.
+added: for each DeviceClass, the devices of that node its selectors may select (celselect.py) count as
+`deviceclass.resource.kubernetes.io/<class>` and, where the node does not advertise the class's extended
+resource itself (a device plugin's, which the scheduler then uses instead), as that resource; the node keeps
+which class serves which resource (`NodeInfo.served`), since a pod's extended resource, its DeviceClass
+resources and its claims draw on the same devices. A node without GPU feature discovery's labels gets them
+from its devices' attributes (product, memory, count; the MIG profiles as the mixed strategy's
+`nvidia.com/mig-<profile>.count`), so `fits`, `offered` and `drift` read it as they read a device-plugin node.
 
 Written from kubernetes/kubernetes pkg/apis/resource/types.go (resource.k8s.io/v1: ResourceSlice spec.driver,
-nodeName, pool, devices[].attributes (a map of one-of string/int/bool/version) and capacity (value); a
-DeviceClass's spec.selectors[].cel.expression and spec.extendedResourceName) and from NVIDIA/k8s-dra-driver-gpu
-(its DeviceClasses select `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type ==
-'gpu'` or `'mig'`, a class of one MIG profile adding `device.attributes['gpu.nvidia.com'].profile ==
-'1g.10gb'`; a GPU's attributes `type`, `productName`, `architecture`, `uuid`, `index`, capacity `memory`; a MIG
-device's `profile`). A selector this module cannot read (any CEL beyond driver, type and MIG profile) is
-not guessed at: that class serves nothing here, and the checks treat its resource as before (not offered by
-DRA). Nothing here does I/O.
+nodeName, pool, devices[].attributes (a map of one-of string/int/bool/version, a name qualified by a domain
+or in the driver's) and capacity (value); a DeviceClass's spec.selectors[].cel.expression and
+spec.extendedResourceName), KEP-5004 (a node with device-plugin capacity for the resource serves it that
+way) and from NVIDIA/k8s-dra-driver-gpu (its DeviceClasses select `device.driver == 'gpu.nvidia.com' &&
+device.attributes['gpu.nvidia.com'].type == 'gpu'` or `'mig'`; a GPU's attributes `type`, `productName`,
+`architecture`, `uuid`, `index`, capacity `memory`; a MIG device's `profile`, its parent's `productName`, and
+its own `memory`). A selector part celselect cannot read is taken as true: the class's count is then the
+most it can be, never fewer (`ClassInfo.exact` says which). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
+from webhook.admission import celselect
+from webhook.admission.celselect import ANY, UNKNOWN, Key, Selector, Semver, Value
 from webhook.admission.cluster import COUNT_LABEL, MEMORY_LABEL, PRODUCT_LABEL, NodeInfo
 from webhook.admission.quantity import quantity_or_none
-from webhook.admission.resources import DEVICE_CLASS_PREFIX
+from webhook.admission.resources import DEVICE_CLASS_PREFIX, MIG_PREFIX
 
-_DRIVER = re.compile(r"""device\.driver\s*==\s*['"]([^'"]+)['"]""")
-_TYPE = re.compile(r"""device\.attributes\[\s*['"][^'"]+['"]\s*\]\.type\s*==\s*['"]([^'"]+)['"]""")
-# `device.attributes['gpu.nvidia.com'].profile == '1g.10gb'` (or ["profile"], double quotes): the MIG profile
-# a selector asks for (a claim's, or a DeviceClass's that serves one profile as `nvidia.com/mig-<profile>`).
-PROFILE = re.compile(r"""(?:\.profile|\[\s*['"]profile['"]\s*\])\s*==\s*['"]([^'"]+)['"]""")
 MIB = 1024 * 1024
+# Attributes unique to one device (and PCI addresses, under the kubernetes domain): not kept, so that 5,000
+# nodes' devices share their attribute maps; a selector that reads one may match (celselect.UNKNOWN).
+UNIQUE_ATTRIBUTES = frozenset({"uuid", "parentUUID"})
+UNIQUE_DOMAINS = frozenset({"resource.kubernetes.io"})
+_SHAPES: dict[tuple[tuple[Key, Value], ...], Mapping[Key, Value]] = {}  # interned attribute maps, few distinct
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,9 @@ class Device:
     product: str  # `productName`, or ""
     memory_mib: int | None  # capacity `memory`
     profile: str  # a MIG device's `profile`, or ""
+    # What selectors read: attributes and capacities by (domain, name) (shared between alike devices)
+    attributes: Mapping[Key, Value] = field(default_factory=dict, compare=False, repr=False)
+    capacity: Mapping[Key, Value] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,33 +68,73 @@ class SliceInfo:
 
 @dataclass(frozen=True, slots=True)
 class ClassInfo:
-    """One DeviceClass: the driver and device type its selector asks for, and the extended resource it serves."""
+    """One DeviceClass: what its selectors ask for (the driver, device type and MIG profile they name, for
+    messages; `selector` decides), and the extended resource it serves."""
 
-    driver: str
-    type: str  # "" where the selector names no type
+    driver: str  # "" where the selectors name none
+    type: str  # "" where the selectors name no type
     extended_resource: str  # spec.extendedResourceName, or ""
-    profile: str = ""  # the MIG profile the selector asks for (`...profile == '1g.10gb'`), or ""
+    profile: str = ""  # the MIG profile the selectors ask for (`...profile == '1g.10gb'`), or ""
+    selector: Selector = field(default=ANY, compare=False, repr=False)
+
+    @property
+    def exact(self) -> bool:
+        """Whether every part of the selectors was read (else its devices are those it may select)."""
+        return self.selector.exact
 
     def matches(self, driver: str, device: Device) -> bool:
-        return (
-            driver == self.driver
-            and (not self.type or device.type == self.type)
-            and (not self.profile or device.profile == self.profile)
-        )
+        return self.selector.matches(driver, device.attributes, device.capacity)
 
 
-def _attribute(attributes: Any, name: str) -> Any:
-    """An attribute's value (`{string: ...}`, `{int: ...}`), by its plain or its driver-qualified name."""
-    if not isinstance(attributes, dict):
+def _key(name: str, driver: str) -> Key:
+    """An attribute's or capacity's (domain, name): a name without a domain is in the driver's."""
+    domain, _, plain = name.rpartition("/")
+    return (sys.intern(domain or driver), sys.intern(plain))
+
+
+def _value(raw: Any) -> Value | None:
+    """`{string: ...}`, `{int: ...}`, `{bool: ...}`, `{version: ...}` -> the value selectors compare."""
+    if not isinstance(raw, dict):
         return None
-    value = attributes.get(name)
-    if value is None:
-        value = next((v for k, v in attributes.items() if isinstance(k, str) and k.endswith("/" + name)), None)
-    if isinstance(value, dict):
-        for kind in ("string", "int", "bool", "version"):
-            if kind in value:
-                return value[kind]
+    if isinstance(found := raw.get("string"), str):
+        return sys.intern(found) if len(found) <= 64 else found
+    if type(found := raw.get("int")) is int:
+        return found
+    if type(found := raw.get("bool")) is bool:
+        return found
+    if isinstance(found := raw.get("version"), str):
+        return Semver.of(found) or UNKNOWN  # a pre-release: not compared here
     return None
+
+
+def _attributes(raw: Any, driver: str) -> Mapping[Key, Value]:
+    found: dict[Key, Value] = {}
+    for name, item in raw.items() if isinstance(raw, dict) else ():
+        if not isinstance(name, str):
+            continue
+        key = _key(name, driver)
+        unique = key[1] in UNIQUE_ATTRIBUTES or key[0] in UNIQUE_DOMAINS
+        value = UNKNOWN if unique else _value(item)
+        if value is not None:
+            found[key] = value
+    return _shared(found)
+
+
+def _capacity(raw: Any, driver: str) -> Mapping[Key, Value]:
+    found: dict[Key, Value] = {}
+    for name, item in raw.items() if isinstance(raw, dict) else ():
+        amount = quantity_or_none(item.get("value")) if isinstance(name, str) and isinstance(item, dict) else None
+        if amount is not None:
+            found[_key(name, driver)] = Fraction(amount)
+    return _shared(found)
+
+
+def _shared(found: dict[Key, Value]) -> Mapping[Key, Value]:
+    """One map per distinct content (alike devices share it), within a bound no cluster reaches."""
+    shape = tuple(sorted(found.items(), key=lambda item: item[0]))  # keys are distinct: values never compared
+    if len(_SHAPES) >= 4096:
+        return _SHAPES.get(shape) or found
+    return _SHAPES.setdefault(shape, found)
 
 
 def slice_info(obj: Any) -> tuple[str, SliceInfo] | None:
@@ -105,51 +153,58 @@ def slice_info(obj: Any) -> tuple[str, SliceInfo] | None:
     for device in spec.get("devices") or ():
         if not isinstance(device, dict):
             continue
-        attributes = device.get("attributes")
-        capacity = device.get("capacity")
-        memory = capacity.get("memory") if isinstance(capacity, dict) else None
-        amount = quantity_or_none(memory.get("value")) if isinstance(memory, dict) else None
-        kind, product, profile = (_attribute(attributes, key) for key in ("type", "productName", "profile"))
+        attributes = _attributes(device.get("attributes"), driver)
+        capacity = _capacity(device.get("capacity"), driver)
+        memory = capacity.get((driver, "memory"))
+        kind, product, profile = (attributes.get((driver, key)) for key in ("type", "productName", "profile"))
         devices.append(Device(
-            sys.intern(kind) if isinstance(kind, str) else "",
-            sys.intern(product) if isinstance(product, str) else "",
-            int(amount // MIB) if amount is not None else None,
-            sys.intern(profile) if isinstance(profile, str) else "",
+            kind if isinstance(kind, str) else "",
+            product if isinstance(product, str) else "",
+            int(memory // MIB) if isinstance(memory, Fraction) else None,
+            profile if isinstance(profile, str) else "",
+            attributes,
+            capacity,
         ))  # fmt: skip
     return name, SliceInfo(sys.intern(node), sys.intern(driver), tuple(devices))
 
 
 def class_info(obj: Any) -> tuple[str, ClassInfo] | None:
-    """A DeviceClass -> (its name, ClassInfo); None where its selectors name no driver (not read here)."""
+    """A DeviceClass -> (its name, ClassInfo); None for what is not a DeviceClass with a name."""
     if not isinstance(obj, dict):
         return None
     metadata, spec = obj.get("metadata"), obj.get("spec")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not isinstance(spec, dict):
         return None
-    driver = kind = profile = ""
-    for selector in spec.get("selectors") or ():
-        cel = selector.get("cel") if isinstance(selector, dict) else None
-        expression = cel.get("expression") if isinstance(cel, dict) else None
-        if not isinstance(expression, str):
-            continue
-        if found := _DRIVER.search(expression):
-            driver = found.group(1)
-        if found := _TYPE.search(expression):
-            kind = found.group(1)
-        if found := PROFILE.search(expression):
-            profile = found.group(1)
-    if not driver:
-        return None
+    selector = celselect.of_selectors(spec.get("selectors"))
     extended = spec.get("extendedResourceName")
-    return name, ClassInfo(driver, kind, extended if isinstance(extended, str) else "", profile)
+    return name, ClassInfo(
+        selector.first("driver"),
+        selector.first("type"),
+        extended if isinstance(extended, str) else "",
+        selector.first("profile"),
+        selector,
+    )
+
+
+def unread(classes: Mapping[str, ClassInfo]) -> tuple[str, ...]:
+    """A line for each DeviceClass whose selectors are not read in full (for `policy lint --cluster`)."""
+    return tuple(
+        f'DeviceClass "{name}": its selector is not read in full ({"; ".join(cls.selector.unread)}): its devices '
+        "are counted as those the rest of it selects, the most it may select (the cluster checks never refuse "
+        "a pod on what they cannot read)"
+        for name, cls in sorted(classes.items())
+        if not cls.exact
+    )
 
 
 def merge(
     nodes: Mapping[str, NodeInfo], slices: Iterable[SliceInfo], classes: Mapping[str, ClassInfo]
 ) -> dict[str, NodeInfo]:
-    """The nodes with their DRA devices: each class's matching devices added as its extended resource and
-    as `deviceclass.resource.kubernetes.io/<class>`; GPU labels from the devices where the node has none."""
+    """The nodes with their DRA devices: each class's devices added as `deviceclass.resource.kubernetes.io/
+    <class>` and, where the node has no device-plugin capacity for it, as its extended resource (of the
+    classes serving one name, the one that selects the most: the most the scheduler could find); GPU and
+    MIG labels from the devices where the node has none."""
     by_node: dict[str, list[SliceInfo]] = {}
     for one in slices:
         by_node.setdefault(one.node, []).append(one)
@@ -157,20 +212,44 @@ def merge(
     for node_name, held in by_node.items():
         node = nodes.get(node_name) or NodeInfo(node_name, {}, {})
         amounts = dict(node.allocatable)
-        for class_name, cls in classes.items():
+        served: dict[str, tuple[int, str]] = {}  # extended resource -> (devices, the class serving them)
+        for class_name, cls in sorted(classes.items()):
             count = sum(1 for one in held for device in one.devices if cls.matches(one.driver, device))
             if not count:
                 continue
-            names = [DEVICE_CLASS_PREFIX + class_name] + ([cls.extended_resource] if cls.extended_resource else [])
-            for resource in names:
-                amounts[resource] = amounts.get(resource, 0) + count
+            amounts[DEVICE_CLASS_PREFIX + class_name] = count
+            resource = cls.extended_resource
+            if resource and resource not in node.allocatable and count > served.get(resource, (0, ""))[0]:
+                served[resource] = (count, class_name)
+        for resource, (count, _) in served.items():
+            amounts[resource] = count
         labels = dict(node.labels)
         gpus = [device for one in held for device in one.devices if device.type == "gpu"]
+        migs = [device for one in held for device in one.devices if device.type == "mig" and device.profile]
         if gpus and PRODUCT_LABEL not in labels and gpus[0].product:
             labels[PRODUCT_LABEL] = sys.intern(gpus[0].product.replace(" ", "-"))  # as GFD writes it
             if gpus[0].memory_mib is not None:
                 labels[MEMORY_LABEL] = str(gpus[0].memory_mib)
             labels[COUNT_LABEL] = str(len(gpus))
-        if amounts != node.allocatable or labels != node.labels:
-            merged[node_name] = NodeInfo(node_name, amounts, labels, node.unschedulable)
+        if migs and not any(key.startswith(("nvidia.com/mig", MIG_PREFIX)) for key in labels):
+            profiles: dict[str, int] = {}
+            for device in migs:
+                profiles[device.profile] = profiles.get(device.profile, 0) + 1
+            for profile, count in profiles.items():  # as the mixed strategy labels them
+                labels[sys.intern(f"{MIG_PREFIX}{profile}.count")] = str(count)
+            if PRODUCT_LABEL not in labels and migs[0].product:  # the parent GPU's (its memory is the slice's)
+                labels[PRODUCT_LABEL] = sys.intern(migs[0].product.replace(" ", "-"))
+        pairs = tuple(sorted((resource, class_name) for resource, (_, class_name) in served.items()))
+        sliced = bool(gpus or migs)
+        if amounts != node.allocatable or labels != node.labels or pairs or sliced:
+            merged[node_name] = NodeInfo(
+                node_name, amounts, labels, node.unschedulable, node.devices, _interned(pairs), sliced
+            )
     return merged
+
+
+_PAIRS: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # interned: a few distinct
+
+
+def _interned(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return _PAIRS.setdefault(pairs, pairs) if len(_PAIRS) < 1024 else _PAIRS.get(pairs, pairs)

@@ -27,22 +27,23 @@ def list_view(cluster: KubeClient, page_size: int = 500) -> ClusterView:
 
     nodes = cluster.list_objects(NODES, None, page_size=page_size)
     infos = {info.name: info for info in map(NodeInfo.from_object, nodes) if info is not None}
-    return ClusterView(_with_dra(cluster, infos, page_size))
+    return _with_dra(cluster, infos, page_size)
 
 
-def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -> dict[str, NodeInfo]:
+def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -> ClusterView:
     """The nodes with the devices DRA serves on them (ResourceSlices, DeviceClasses), as the server's view has
     them; the nodes alone where the cluster serves no DRA v1 or the identity may not list it."""
-    from webhook.admission.draslices import class_info, merge, slice_info
+    from webhook.admission.draslices import class_info, merge, slice_info, unread
     from webhook.cli.kube import DEVICE_CLASSES, RESOURCE_SLICES, Forbidden
 
     try:
         slices = cluster.list_objects(RESOURCE_SLICES, None, page_size=page_size)
         classes = cluster.list_objects(DEVICE_CLASSES, None, page_size=page_size)
     except Forbidden:
-        return nodes
+        return ClusterView(nodes)
     read = dict(found for found in map(class_info, classes) if found is not None)
-    return merge(nodes, [found[1] for found in map(slice_info, slices) if found is not None], read)
+    merged = merge(nodes, [found[1] for found in map(slice_info, slices) if found is not None], read)
+    return ClusterView(merged, unread(read))
 
 
 def list_namespaces(cluster: KubeClient, page_size: int = 500) -> list[str]:

@@ -262,6 +262,8 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
     if args.output == "table":
         print_drift(drift, view, out)
         print_unmatched(unmatched, len(namespaces), out)
+        for line in view.unread:
+            out.write(f"note: {line}\n")
     else:
         from webhook.cli.output import dump_yaml
 
@@ -271,6 +273,8 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
             "drift": [drift_json(item) for item in drift],
             "unmatchedNamespaces": [unmatched_json(item) for item in unmatched],
         }
+        if view.unread:  # DeviceClass selectors read in part: said, never an error
+            document["unreadSelectors"] = list(view.unread)
         out.write(json.dumps(document, indent=2) + "\n" if args.output == "json" else dump_yaml(document))
     return 1 if drift or unmatched else 0
 
