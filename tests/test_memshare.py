@@ -662,13 +662,13 @@ def test_the_node_snapshot_keeps_hamis_registered_gpus_in_both_encodings() -> No
     info = NodeInfo.from_object(_hami_node("h-0", HAMI_JSON))
     legacy = NodeInfo.from_object(_hami_node("h-1", HAMI_LEGACY))
     assert info is not None and legacy is not None
-    assert info.devices == (("NVIDIA-Tesla V100-PCIE-32GB", 32768),)
-    assert legacy.devices == (("NVIDIA-NVIDIA A100-SXM4-80GB", 81920),)
+    assert (info.registrar, tuple(info.devices)) == ("hami", (("NVIDIA-Tesla V100-PCIE-32GB", 32768),))
+    assert (legacy.registrar, tuple(legacy.devices)) == ("hami", (("NVIDIA-NVIDIA A100-SXM4-80GB", 81920),))
     again = NodeInfo.from_object(_hami_node("h-9", HAMI_JSON))
     assert again is not None and again.devices is info.devices  # interned: 5,000 nodes hold a few tuples
     for broken in ("[{", "GPU-0,10:", '[{"type": "x", "devmem": "81920"}]', '{"a": 1}', ""):
         got = NodeInfo.from_object(_hami_node("h-2", broken))
-        assert got is not None and got.devices == ()
+        assert got is not None and got.devices == () and got.registrar == ""
 
 
 def test_hami_drift_compares_the_registered_gpus_with_the_policys_model_and_memory() -> None:

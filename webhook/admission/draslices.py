@@ -172,5 +172,5 @@ def merge(
                 labels[MEMORY_LABEL] = str(gpus[0].memory_mib)
             labels[COUNT_LABEL] = str(len(gpus))
         if amounts != node.allocatable or labels != node.labels:
-            merged[node_name] = NodeInfo(node_name, amounts, labels, node.unschedulable)
+            merged[node_name] = NodeInfo(node_name, amounts, labels, node.unschedulable, node.devices)
     return merged
