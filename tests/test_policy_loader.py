@@ -329,7 +329,8 @@ SPEC_CASES = [
     (
         "namespaces: [a]\nsharing: mig",
         "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-        'migProfile, migProfiles, migStrategy, backend, placement, gpuMemoryFactor, deviceMemoryScaling; got "mig" (a string)',
+        "migProfile, migProfiles, migStrategy, backend, placement, gpuMemoryFactor, deviceMemoryScaling; "
+        'got "mig" (a string)',
     ),
     (
         "namespaces: [a]\nsharing: {mode: timeslicing}",
@@ -535,8 +536,8 @@ SPEC_CASES = [
     ),
     (
         "namespaces: [a]\nsharing: {mode: memory, backend: hami, deviceMemoryScaling: 100.5}\ngpu: {model: A100-80GB}",
-        "p.yaml#0 spec.sharing.deviceMemoryScaling: 100.5 is out of range; HAMi registers each GPU's memory times this: "
-        "greater than 0 and at most 100 (default 1)",
+        "p.yaml#0 spec.sharing.deviceMemoryScaling: 100.5 is out of range; HAMi registers each GPU's memory times "
+        "this: greater than 0 and at most 100 (default 1)",
     ),
     (
         "namespaces: [a]\nsharing: {mode: memory, backend: hami, deviceMemoryScaling: two}\ngpu: {model: A100-80GB}",
