@@ -402,7 +402,8 @@ def test_the_server_gives_each_backends_share_and_placement(memory_server) -> No
     expected = {
         "ack-notebooks": {"aliyun.com/gpu-mem": "6"},  # 0.25 x 24 GiB
         "hami-serving": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"},
-        "vgpu-batch": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20389", "volcano.sh/vgpu-cores": "25"},
+        # 0.25 x 81,559 MiB in units of 10 MiB (the example's gpuMemoryFactor), rounded down
+        "vgpu-batch": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2038", "volcano.sh/vgpu-cores": "25"},
     }
     for namespace, wanted in expected.items():
         obj = _namespaced(gpu_pod("0.25"), namespace)
@@ -436,9 +437,9 @@ def test_the_server_judges_a_request_written_for_volcano(memory_server) -> None:
     response = review(memory_server, "validate", obj)
     assert response["allowed"] is False
     assert response["status"]["message"] == (
-        'container "app": volcano.sh/vgpu-memory 90000 (MiB) is more than one H100-80GB\'s memory (81559 MiB): '
-        'Volcano vGPU gives each share the memory of one GPU (policy "batch-volcano-vgpu"); request at most 81559, '
-        "or whole GPUs as nvidia.com/gpu: N"
+        'container "app": volcano.sh/vgpu-memory 90000 (units of 10 MiB) is more than one H100-80GB\'s memory (8155 '
+        'units of 10 MiB): Volcano vGPU gives each share the memory of one GPU (policy "batch-volcano-vgpu"); request '
+        "at most 8155, or whole GPUs as nvidia.com/gpu: N"
     )
 
 
@@ -1014,15 +1015,16 @@ def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() ->
 
 def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(tmp_path) -> None:
     """`policy lint --cluster` on a loopback Kubernetes API whose Volcano nodes register H100s in units of
-    10 MiB; the shipped example says the device plugin's default, 1."""
+    1 MiB (the device plugin's default factor), and one in the shipped example's 10."""
     from tests.fake_kube_api import FakeKubeAPI
     from tests.test_cli_audit import gpu_webhook
 
     api = FakeKubeAPI().start()
     try:
         api.add_namespaces("default", "vgpu-batch")
-        api.put_node(_volcano_node("vgpu-0", 8155))
-        api.put_node(_volcano_node("vgpu-1", 8155, mode=None))
+        api.put_node(_volcano_node("vgpu-0", 81559))
+        api.put_node(_volcano_node("vgpu-1", 81559, mode=None))
+        api.put_node(_volcano_node("vgpu-2", 8155))
         policies = tmp_path / "policies"
         policies.mkdir()
         root = Path(__file__).resolve().parent.parent
@@ -1035,8 +1037,8 @@ def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(
     assert run.stdout.splitlines()[-4:-1] == [
         "POLICY              FIELD                    POLICY SAYS  NODES SAY                                         "
         "       NODES                     FIX",
-        "batch-volcano-vgpu  sharing.gpuMemoryFactor  1            10 (8155 units of volcano.sh/vgpu-memory per "
-        "H100-80GB)  2 nodes (vgpu-0, vgpu-1)  set sharing.gpuMemoryFactor: 10 (the device plugin's gpuMemoryFactor)",
-        "policy drift: 1 disagreement in 1 policy (2 nodes read); until fixed, memory fractions and MIG conversions "
+        "batch-volcano-vgpu  sharing.gpuMemoryFactor  10           1 (81559 units of volcano.sh/vgpu-memory per "
+        "H100-80GB)  2 nodes (vgpu-0, vgpu-1)  set sharing.gpuMemoryFactor: 1 (the device plugin's gpuMemoryFactor)",
+        "policy drift: 1 disagreement in 1 policy (3 nodes read); until fixed, memory fractions and MIG conversions "
         "are wrong for the pods on those nodes",
     ]
