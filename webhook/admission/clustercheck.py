@@ -10,9 +10,11 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
 - drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
-  feature discovery labels (cluster.py; HAMi's registered GPUs where a node has no GFD memory label, and ACK's
-  own labels and resources, memshare.node_drift) of the nodes its pods can land on say (`policy_nodes`: the resource
-  they hold after mutation, the pool its steering selects). A mismatch makes the memory fractions wrong.
+  feature discovery labels (cluster.py; the GPUs HAMi or Volcano registers where a node has no GFD memory
+  label, read through the policy's deviceMemoryScaling or gpuMemoryFactor, and those against the model their
+  type names, memshare.unit_drift; ACK's own labels and resources, memshare.node_drift) of the nodes its pods
+  can land on say (`policy_nodes`: the resource they hold after mutation, the pool its steering selects). A
+  mismatch makes the memory fractions wrong.
 
 `unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none of
 the cluster's namespaces.

@@ -505,10 +505,10 @@ NodeDrift = tuple[str, str, str, str, str]
 
 def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
     """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
-    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's GPUs are
-    compared where GPU feature discovery's are (clustercheck.py reads the kinds it registers, cluster.py).
-    Volcano's nodes advertise their vGPUs' memory as a node total beside the number of vGPUs (split count times
-    GPUs), which does not say one GPU's memory: no drift."""
+    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's and
+    Volcano's GPUs are compared where GPU feature discovery's are (clustercheck.py reads the kinds they register
+    in their node annotations, cluster.py, through registered_mib), and their units by unit_drift: their
+    resources alone (Volcano's vGPU memory is a node total) do not say one GPU's memory."""
     sharing = policy.sharing
     if sharing.backend is not Backend.ACK:
         return []
