@@ -1042,3 +1042,22 @@ def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(
         "policy drift: 1 disagreement in 1 policy (3 nodes read); until fixed, memory fractions and MIG conversions "
         "are wrong for the pods on those nodes",
     ]
+
+
+def test_policy_explain_says_the_units_and_the_scaling() -> None:
+    from webhook.admission import memshare
+
+    assert memshare.describe_mode(volcano_memory(factor=10)) == (
+        "memory: volcano (volcano.sh/vgpu-memory in units of 10 MiB), the backend's default placement"
+    )
+    assert memshare.describe_share(volcano_memory(factor=10)) == (
+        "nvidia.com/gpu 0.25 becomes volcano.sh/vgpu-number 1, volcano.sh/vgpu-memory 2038, volcano.sh/vgpu-cores "
+        "25; at least 0.01; nvidia.com/gpu: N becomes N whole GPUs"
+    )
+    assert memshare.describe_mode(hami_memory(Fraction(3, 2))) == (
+        "memory: hami (nvidia.com/gpumem in MiB, deviceMemoryScaling 1.5), the backend's default placement"
+    )
+    assert memshare.describe_share(hami_memory(Fraction(3, 2))) == (
+        "nvidia.com/gpu 0.25 becomes nvidia.com/gpu 1, nvidia.com/gpumem 30720, nvidia.com/gpucores 25; at least "
+        "0.01; nvidia.com/gpu: N becomes N whole GPUs"
+    )  # 81,920 x 1.5 = 122,880 MiB registered, a quarter of it
