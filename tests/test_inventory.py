@@ -167,3 +167,27 @@ def test_before_the_first_list_reviews_skip_the_checks_counted_and_logged_once(c
             "ready": True,
         },
     )
+
+
+def test_register_annotations_are_kept_and_a_hostile_one_stops_nothing(api, tmp_path):
+    """A node whose HAMi annotation is JSON nested 100,000 deep (which raised while the snapshot was built) is
+    listed as a node without registered GPUs; a node's GPUs passing from HAMi's device plugin to Volcano's,
+    with the same numbers, is a change the watch publishes."""
+    hostile = node("gpu-h", {"nvidia.com/gpu": "10"})
+    hostile["metadata"]["annotations"] = {"hami.io/node-nvidia-register": "[" * 100_000}
+    api.put_node(hostile)
+    hami = node("gpu-v", {"nvidia.com/gpu": "10"})
+    hami["metadata"]["annotations"] = {"hami.io/node-nvidia-register": "GPU-0,10,81920,100,NVIDIA-A100,0,true:"}
+    api.put_node(hami)
+    inventory = inventory_for(api, tmp_path)
+    eventually(lambda: inventory.view() is not None)
+    nodes = inventory.view().nodes
+    assert (nodes["gpu-h"].devices, nodes["gpu-h"].registrar) == ((), "")
+    assert (tuple(nodes["gpu-v"].devices), nodes["gpu-v"].registrar) == ((("NVIDIA-A100", 81920),), "hami")
+    eventually(lambda: api.watch_requests())
+    volcano = node("gpu-v", {"nvidia.com/gpu": "10"})  # as before: only the annotation changes
+    volcano["metadata"]["annotations"] = {"volcano.sh/node-vgpu-register": "GPU-0,10,81920,NVIDIA-A100,true,hami-core:"}
+    api.put_node(volcano)
+    eventually(lambda: inventory.view().nodes["gpu-v"].registrar == "volcano")
+    assert tuple(inventory.view().nodes["gpu-v"].devices) == (("NVIDIA-A100", 81920),)
+    inventory.stop()

@@ -402,7 +402,8 @@ def test_the_server_gives_each_backends_share_and_placement(memory_server) -> No
     expected = {
         "ack-notebooks": {"aliyun.com/gpu-mem": "6"},  # 0.25 x 24 GiB
         "hami-serving": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"},
-        "vgpu-batch": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20389", "volcano.sh/vgpu-cores": "25"},
+        # 0.25 x 81,559 MiB in units of 10 MiB (the example's gpuMemoryFactor), rounded down
+        "vgpu-batch": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2038", "volcano.sh/vgpu-cores": "25"},
     }
     for namespace, wanted in expected.items():
         obj = _namespaced(gpu_pod("0.25"), namespace)
@@ -436,9 +437,9 @@ def test_the_server_judges_a_request_written_for_volcano(memory_server) -> None:
     response = review(memory_server, "validate", obj)
     assert response["allowed"] is False
     assert response["status"]["message"] == (
-        'container "app": volcano.sh/vgpu-memory 90000 (MiB) is more than one H100-80GB\'s memory (81559 MiB): '
-        'Volcano vGPU gives each share the memory of one GPU (policy "batch-volcano-vgpu"); request at most 81559, '
-        "or whole GPUs as nvidia.com/gpu: N"
+        'container "app": volcano.sh/vgpu-memory 90000 (units of 10 MiB) is more than one H100-80GB\'s memory (8155 '
+        'units of 10 MiB): Volcano vGPU gives each share the memory of one GPU (policy "batch-volcano-vgpu"); request '
+        "at most 8155, or whole GPUs as nvidia.com/gpu: N"
     )
 
 
@@ -662,13 +663,13 @@ def test_the_node_snapshot_keeps_hamis_registered_gpus_in_both_encodings() -> No
     info = NodeInfo.from_object(_hami_node("h-0", HAMI_JSON))
     legacy = NodeInfo.from_object(_hami_node("h-1", HAMI_LEGACY))
     assert info is not None and legacy is not None
-    assert info.devices == (("NVIDIA-Tesla V100-PCIE-32GB", 32768),)
-    assert legacy.devices == (("NVIDIA-NVIDIA A100-SXM4-80GB", 81920),)
+    assert (info.registrar, tuple(info.devices)) == ("hami", (("NVIDIA-Tesla V100-PCIE-32GB", 32768),))
+    assert (legacy.registrar, tuple(legacy.devices)) == ("hami", (("NVIDIA-NVIDIA A100-SXM4-80GB", 81920),))
     again = NodeInfo.from_object(_hami_node("h-9", HAMI_JSON))
     assert again is not None and again.devices is info.devices  # interned: 5,000 nodes hold a few tuples
     for broken in ("[{", "GPU-0,10:", '[{"type": "x", "devmem": "81920"}]', '{"a": 1}', ""):
         got = NodeInfo.from_object(_hami_node("h-2", broken))
-        assert got is not None and got.devices == ()
+        assert got is not None and got.devices == () and got.registrar == ""
 
 
 def test_hami_drift_compares_the_registered_gpus_with_the_policys_model_and_memory() -> None:
@@ -722,3 +723,341 @@ def test_policy_lint_cluster_reports_hamis_drift_from_the_nodes_annotations(tmp_
         "policy drift: 1 disagreement in 1 policy (2 nodes read); until fixed, memory fractions and MIG conversions "
         "are wrong for the pods on those nodes",
     ]
+
+
+# --- Volcano's gpuMemoryFactor and HAMi's deviceMemoryScaling -------------------------------------------------
+#
+# Written from the device plugins' sources: Volcano's vGPU device plugin (Project-HAMi/volcano-vgpu-device-plugin
+# pkg/plugin/register.go) registers NVML's MiB divided by gpuMemoryFactor, and gives a container
+# CUDA_DEVICE_MEMORY_LIMIT = its volcano.sh/vgpu-memory times the factor (pkg/plugin/server.go); it encodes each
+# GPU as `id,count,devmem,type,health,mode:` (pkg/util/util.go EncodeNodeDevices), five fields before the dynamic
+# MIG release. HAMi's device plugin registers NVML's MiB times deviceMemoryScaling (getAPIDevices, register.go).
+
+H100_TYPE = "NVIDIA-NVIDIA H100 80GB HBM3"  # "NVIDIA-" and NVML's name, as both plugins write it
+
+
+def volcano_memory(gpu: GPU = H100, factor: int = 1, **kw):
+    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=Backend.VOLCANO, gpu_memory_factor=factor), gpu=gpu,
+                  **kw)  # fmt: skip
+
+
+def hami_memory(scaling: Fraction, gpu: GPU = A100, **kw):
+    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=Backend.HAMI, device_memory_scaling=scaling), gpu=gpu,
+                  **kw)  # fmt: skip
+
+
+def _volcano_node(name: str, devmem: int, kind: str = H100_TYPE, gpus: int = 2, mode: str | None = "hami-core"):
+    """A Volcano vGPU node: vgpu-number = GPUs x deviceSplitCount (10), vgpu-memory the units of all GPUs."""
+    entries = "".join(f"GPU-{name}-{i},10,{devmem},{kind},true" + (f",{mode}" if mode else "") + ":"
+                      for i in range(gpus))  # fmt: skip
+    obj = node(name, {"volcano.sh/vgpu-number": str(10 * gpus), "volcano.sh/vgpu-memory": str(devmem * gpus),
+                      "volcano.sh/vgpu-cores": str(100 * gpus)})  # fmt: skip
+    obj["metadata"]["annotations"] = {"volcano.sh/node-vgpu-register": entries}
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("pol", "value", "expected", "warning"),
+    [
+        # 0.25 x 81,559 MiB = 20,389.75 MiB = 2,038.975 units of 10 MiB: 2,038 (20,380 MiB)
+        (volcano_memory(factor=10), "0.25", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2038",
+                                             "volcano.sh/vgpu-cores": "25"},
+         "nvidia.com/gpu 0.25 became volcano.sh/vgpu-memory 2038, volcano.sh/vgpu-cores 25"),
+        # units of 1,000 MiB: 20.39 -> 20 (20,000 MiB)
+        (volcano_memory(factor=1000), "0.25", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20",
+                                               "volcano.sh/vgpu-cores": "25"},
+         "nvidia.com/gpu 0.25 became volcano.sh/vgpu-memory 20, volcano.sh/vgpu-cores 25"),
+        # HAMi registers 81,920 x 2 = 163,840 MiB per GPU: a quarter of it is 40,960 MiB
+        (hami_memory(Fraction(2)), "0.25", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "40960",
+                                            "nvidia.com/gpucores": "25"},
+         "nvidia.com/gpu 0.25 became 1 with nvidia.com/gpumem 40960, nvidia.com/gpucores 25"),
+        # 81,920 x 1.5 = 122,880 MiB; 0.3 of it is 36,864
+        (hami_memory(Fraction(3, 2)), "0.3", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "36864",
+                                              "nvidia.com/gpucores": "30"},
+         "nvidia.com/gpu 0.3 became 1 with nvidia.com/gpumem 36864, nvidia.com/gpucores 30"),
+        # below 1, HAMi registers less than the GPU has: 81,920 x 0.5 = 40,960 MiB, a quarter 10,240
+        (hami_memory(Fraction(1, 2)), "0.25", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240",
+                                               "nvidia.com/gpucores": "25"},
+         "nvidia.com/gpu 0.25 became 1 with nvidia.com/gpumem 10240, nvidia.com/gpucores 25"),
+    ],
+    ids=["volcano-factor-10", "volcano-factor-1000", "hami-scaling-2", "hami-scaling-1.5", "hami-scaling-0.5"],
+)  # fmt: skip
+def test_a_fraction_is_taken_in_the_device_plugins_units_of_the_memory_it_registers(pol, value, expected, warning):
+    decision = run(gpu_pod(value), pol)
+    assert decision.verdict == "allow" and decision.violations == []
+    assert resources(decision) == {"requests": expected, "limits": expected}
+    assert decision.warnings == [f'gpu-admission: container "app": {warning}']
+
+
+@pytest.mark.parametrize(
+    ("pol", "value", "line"),
+    [
+        # one unit of 1,000 MiB is 1,000 / 81,559 = 0.01226 of the GPU: rounded up to 0.0123
+        (volcano_memory(factor=1000), "0.012", 'container "app": nvidia.com/gpu "0.012" is less than one unit of '
+         "Volcano vGPU (1 unit of 1000 MiB of the GPU's 81559 MiB and 1% of its compute, policy \"team\"); request "
+         "0.0123 or more"),
+        (hami_memory(Fraction(1, 2)), "0.005", 'container "app": nvidia.com/gpu "0.005" is less than one unit of '
+         "HAMi (1 MiB of the GPU's 40960 MiB (81920 MiB x HAMi's deviceMemoryScaling 0.5) and 1% of its compute, "
+         'policy "team"); request 0.01 or more'),
+    ],
+    ids=["volcano-factor-1000", "hami-scaling-0.5"],
+)  # fmt: skip
+def test_the_smallest_fraction_is_one_unit_of_the_device_plugins(pol, value, line) -> None:
+    decision = run(gpu_pod(value), pol)
+    assert decision.denials == [line]
+    smallest = line.rsplit("request ", 1)[1].removesuffix(" or more")
+    assert run(gpu_pod(smallest), pol).verdict == "allow"
+
+
+@pytest.mark.parametrize(
+    ("pol", "limits", "line"),
+    [
+        # 9,000 units of 10 MiB = 90,000 MiB, more than 81,559: 8,155 units is the most
+        (volcano_memory(factor=10), {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "9000"},
+         'container "app": volcano.sh/vgpu-memory 9000 (units of 10 MiB) is more than one H100-80GB\'s memory (8155 '
+         'units of 10 MiB): Volcano vGPU gives each share the memory of one GPU (policy "team"); request at most '
+         "8155, or whole GPUs as nvidia.com/gpu: N"),
+        (volcano_memory(factor=10), {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "8155"}, None),
+        # HAMi's scheduler divides the 163,840 MiB it registers: 170,000 is more, 163,840 is all of it
+        (hami_memory(Fraction(2)), {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "170000"},
+         'container "app": nvidia.com/gpumem 170000 (MiB) is more than one A100-80GB\'s memory (163840 MiB as HAMi '
+         "registers it: 81920 MiB x deviceMemoryScaling 2): HAMi gives each share the memory of one GPU (policy "
+         '"team"); request at most 163840, or whole GPUs as nvidia.com/gpu: N'),
+        (hami_memory(Fraction(2)), {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "163840"}, None),
+    ],
+    ids=["volcano-more-than-a-gpu", "volcano-a-gpu", "hami-more-than-a-gpu", "hami-a-gpu"],
+)  # fmt: skip
+def test_a_request_in_the_backends_units_is_capped_at_the_memory_the_plugin_registers(pol, limits, line) -> None:
+    assert run(pod(container(limits=limits)), pol).denials == ([line] if line else [])
+
+
+def test_gpus_worth_of_memory_counts_volcano_units_as_the_factors_mib() -> None:
+    """4,096 units of 20 MiB are half an A100-80GB: three such containers hold 1.5 GPUs' worth."""
+    pol = volcano_memory(A100, factor=20, limits=Limits(max_per_pod=1))
+    half = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2048"}
+    assert run(pod(*(container(f"c{i}", limits=dict(half)) for i in range(2))), pol).denials == []
+    assert run(pod(*(container(f"c{i}", limits=dict(half)) for i in range(3))), pol).denials == [
+        'pod: 1.5 GPUs\' worth of memory in effect (containers running together: "c0"=0.5, "c1"=0.5, "c2"=0.5) '
+        'exceeds the per-pod maximum of 1 GPUs (policy "team", volcano); request less or split the pod'
+    ]
+
+
+@pytest.mark.parametrize("backend", [Backend.HAMI, Backend.VOLCANO], ids=["hami", "volcano"])
+def test_whole_gpus_are_all_of_what_the_plugin_registers_whatever_its_units(backend) -> None:
+    pol = hami_memory(Fraction(2)) if backend is Backend.HAMI else volcano_memory(factor=10)
+    plain = run(gpu_pod("2"), memory(backend))
+    assert resources(run(gpu_pod("2"), pol)) == resources(plain)  # memory-percentage 100, cores 100
+
+
+@SETTINGS
+@given(
+    st.integers(1, 9999),
+    st.sampled_from([1, 2, 10, 64, 100, 1000]),
+    st.sampled_from([Fraction(1, 2), Fraction(1), Fraction(3, 2), Fraction(9, 5), Fraction(2), Fraction(5)]),
+    st.one_of(st.sampled_from(list(GPU_MODELS)).map(lambda m: GPU(model=m)),
+              st.integers(1024, 200_000).map(lambda mib: GPU(memory_mib=mib))),
+)  # fmt: skip
+def test_no_share_is_more_than_f_of_the_memory_the_plugin_registers(ten_thousandths, factor, scaling, gpu) -> None:
+    """Volcano: the units times the factor at most f of the GPU's MiB, less by under one unit. HAMi: the MiB
+    at most f of what it registers (the GPU's MiB times the scaling, rounded down as HAMi does)."""
+    fraction = Fraction(ten_thousandths, 10_000)
+    text = str(fraction.numerator / fraction.denominator)
+    gpu_mib = volcano_memory(gpu).gpu_memory_mib
+    assert gpu_mib is not None
+    cases = [
+        (volcano_memory(gpu, factor), "volcano.sh/vgpu-memory", factor, gpu_mib),
+        (hami_memory(scaling, gpu), "nvidia.com/gpumem", 1, int(gpu_mib * scaling)),
+    ]
+    for pol, name, unit, whole_mib in cases:
+        decision = evaluate(gpu_pod(text), "team", PolicySet((pol,)))
+        limits = decision.mutated["spec"]["containers"][0]["resources"]["limits"]
+        if fraction * whole_mib < unit or fraction < Fraction(1, 100):  # below one unit, or 1% of the compute
+            assert name not in limits and decision.verdict == "deny"
+            continue
+        given_mib = int(limits[name]) * unit
+        assert fraction * whole_mib - unit < given_mib <= fraction * whole_mib
+        assert decision.verdict == "allow"
+
+
+def test_the_node_snapshot_keeps_volcanos_registered_gpus_in_both_of_its_encodings() -> None:
+    six = NodeInfo.from_object(_volcano_node("v-0", 8155))  # with the mode (dynamic MIG and later)
+    five = NodeInfo.from_object(_volcano_node("v-1", 81559, mode=None))  # before it
+    assert six is not None and five is not None
+    assert (six.registrar, tuple(six.devices)) == ("volcano", ((H100_TYPE, 8155),))
+    assert (five.registrar, tuple(five.devices)) == ("volcano", ((H100_TYPE, 81559),))
+    again = NodeInfo.from_object(_volcano_node("v-2", 8155))
+    assert again is not None and again.devices is six.devices  # interned
+    # The same numbers registered by HAMi are another registrar's: the inventory sees the node change
+    hami = NodeInfo.from_object(_hami_node("v-0", json.dumps([{"devmem": 8155, "type": H100_TYPE}])))
+    assert hami is not None and tuple(hami.devices) == tuple(six.devices) and hami.devices != six.devices
+    assert dataclass_replace(six, devices=hami.devices) != six
+
+
+def dataclass_replace(info: NodeInfo, **changes) -> NodeInfo:
+    import dataclasses
+
+    return dataclasses.replace(info, **changes)
+
+
+HOSTILE_REGISTERS = [
+    "[" * 100_000,  # JSON nested past the interpreter's recursion limit
+    '[{"devmem": 81920, "type": "NVIDIA-A100"}' + "]" * 5,
+    "GPU-0,10,²,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:",  # a digit to str.isdigit, not to int()
+    "GPU-0,10," + "9" * 5000 + ",NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:",  # past int()'s digit limit
+    "GPU-0,10,²,100,NVIDIA-NVIDIA A100-SXM4-80GB,0,true:",  # HAMi's older entries, the same two
+    "GPU-0,10," + "9" * 5000 + ",100,NVIDIA-NVIDIA A100-SXM4-80GB,0,true:",
+    "GPU-0,10,-81920,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:",
+    "GPU-0,10,0,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:",
+    "GPU-0,10,81920,NVIDIA\nA100\x1b[31m,true,hami-core:",  # a type that would break a line
+    "GPU-0,10,81920,,true,hami-core:",
+    "GPU-0,10,81920," + "A" * 200 + ",true,hami-core:",
+    "GPU-0,10,81920:",
+    "GPU-0,10,81920,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core,x,y:",
+    ":::,,,:,,,,,:",
+    "x" * 250_000,
+    json.dumps(
+        [
+            {"devmem": 10**12, "type": "NVIDIA-A100"},
+            {"devmem": True, "type": "NVIDIA-A100"},
+            {"devmem": 81920, "type": 7},
+            {"devmem": 81920, "type": "T" * 500},
+            [1],
+            None,
+        ]
+    ),
+    json.dumps({"devmem": 81920, "type": "NVIDIA-A100"}),
+    12345,
+    ["GPU-0,10,81920,NVIDIA-NVIDIA A100-SXM4-80GB,true,hami-core:"],
+    None,
+]
+
+
+@pytest.mark.parametrize("annotation", ["volcano.sh/node-vgpu-register", "hami.io/node-nvidia-register"])
+@pytest.mark.parametrize("value", HOSTILE_REGISTERS, ids=range(len(HOSTILE_REGISTERS)))
+def test_a_hostile_register_annotation_reads_as_no_gpus(annotation, value) -> None:
+    obj = node("n-0", {"volcano.sh/vgpu-number": "10", "nvidia.com/gpu": "10"})
+    obj["metadata"]["annotations"] = {annotation: value}
+    info = NodeInfo.from_object(obj)
+    assert info is not None and info.devices == () and info.registrar == ""
+    cluster = view(obj)
+    for pol in (volcano_memory(factor=10), hami_memory(Fraction(2)), VOLCANO, HAMI):
+        assert clustercheck.drift(pol, cluster) == ()
+        assert evaluate(gpu_pod("0.25"), "team", PolicySet((pol,)), nodes=cluster).verdict == "allow"
+
+
+def test_volcano_drift_reads_the_registered_units_through_the_policys_factor() -> None:
+    cluster = view(
+        _volcano_node("v-0", 8155),  # 81,559 MiB in units of 10 MiB
+        _volcano_node("v-1", 8155),
+        _volcano_node("v-2", 81559, mode=None),  # units of 1 MiB, an older device plugin
+        _volcano_node("v-3", 81, kind="NVIDIA-NVIDIA H100 80GB HBM3"),  # units of 1,000 MiB
+    )
+    assert [d.line for d in clustercheck.drift(volcano_memory(factor=10), cluster)] == [
+        'policy "team" sharing.gpuMemoryFactor is 10, but 1 node (v-2) says 1 (81559 units of volcano.sh/vgpu-memory '
+        "per H100-80GB): a unit of volcano.sh/vgpu-memory is 1 MiB there, so each share gets 0.1 times the memory it "
+        "means; set sharing.gpuMemoryFactor: 1 (the device plugin's gpuMemoryFactor)",
+        'policy "team" sharing.gpuMemoryFactor is 10, but 1 node (v-3) says 1000 (81 units of volcano.sh/vgpu-memory '
+        "per H100-80GB): a unit of volcano.sh/vgpu-memory is 1000 MiB there, so each share gets 100 times the memory "
+        "it means; set sharing.gpuMemoryFactor: 1000 (the device plugin's gpuMemoryFactor)",
+    ]
+    assert [d.line for d in clustercheck.drift(volcano_memory(), view(_volcano_node("v-0", 8155)))] == [
+        'policy "team" sharing.gpuMemoryFactor is 1, but 1 node (v-0) says 10 (8155 units of volcano.sh/vgpu-memory '
+        "per H100-80GB): a unit of volcano.sh/vgpu-memory is 10 MiB there, so each share gets 10 times the memory it "
+        "means; set sharing.gpuMemoryFactor: 10 (the device plugin's gpuMemoryFactor)",
+    ]  # and no gpu.model or gpu.memoryMiB line besides: the units were misread, the GPU is the one the policy says
+    agreeing = view(_volcano_node("v-0", 8155), _volcano_node("v-1", 8155))
+    assert clustercheck.drift(volcano_memory(factor=10), agreeing) == ()
+
+
+def test_volcano_drift_names_another_gpu_through_the_factor() -> None:
+    cluster = view(_volcano_node("v-0", 8155), _volcano_node("v-1", 4096, kind="NVIDIA-NVIDIA A100-SXM4-40GB"))
+    assert [d.line for d in clustercheck.drift(volcano_memory(A100, factor=10), cluster)] == [
+        'policy "team" gpu.model is A100-80GB, but 1 node (v-1) says A100-40GB: memory limits are worked out for '
+        "A100-80GB's memory; set gpu.model: A100-40GB (or auto), or give these nodes' namespaces their own policy",
+        'policy "team" gpu.model is A100-80GB, but 1 node (v-0) says H100-80GB: memory limits are worked out for '
+        "A100-80GB's memory; set gpu.model: H100-80GB (or auto), or give these nodes' namespaces their own policy",
+    ]
+    by_memory = volcano_memory(GPU(memory_mib=40960), factor=10)  # 4,096 units of 10 MiB are 40,960 MiB
+    assert [d.line for d in clustercheck.drift(by_memory, cluster)] == [
+        'policy "team" gpu.memoryMiB is 40960, but 1 node (v-0) says 81550: memory limits are worked out for another '
+        "GPU's memory; set gpu.memoryMiB: 81550"
+    ]
+    auto = volcano_memory(GPU(model=None), factor=10, cluster_checks=ClusterChecks(auto_model=True))
+    assert clustercheck.resolve(auto, view(_volcano_node("v-0", 8155))).gpu.model == "H100-80GB"
+
+
+def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() -> None:
+    a100 = "NVIDIA-NVIDIA A100-SXM4-80GB"
+    scaled = json.dumps([{"id": "GPU-0", "count": 10, "devmem": 163840, "devcore": 100, "type": a100}])
+    legacy = f"GPU-1,10,147456,100,{a100},0,true:"  # 81,920 x 1.8
+    cluster = view(_hami_node("h-0", scaled), _hami_node("h-1", HAMI_LEGACY), _hami_node("h-2", legacy))
+    assert [d.line for d in clustercheck.drift(hami_memory(Fraction(2)), cluster)] == [
+        'policy "team" sharing.deviceMemoryScaling is 2, but 1 node (h-1) says 1 (81920 MiB registered per '
+        "A100-80GB): HAMi divides 81920 MiB of each GPU there, so each fraction is taken of another amount of memory; "
+        "set sharing.deviceMemoryScaling: 1 (HAMi's deviceMemoryScaling)",
+        'policy "team" sharing.deviceMemoryScaling is 2, but 1 node (h-2) says 1.8 (147456 MiB registered per '
+        "A100-80GB): HAMi divides 147456 MiB of each GPU there, so each fraction is taken of another amount of "
+        "memory; set sharing.deviceMemoryScaling: 1.8 (HAMi's deviceMemoryScaling)",
+    ]
+    assert clustercheck.drift(hami_memory(Fraction(2)), view(_hami_node("h-0", scaled))) == ()  # not drift
+    assert [d.line for d in clustercheck.drift(HAMI, view(_hami_node("h-0", scaled)))] == [
+        'policy "team" sharing.deviceMemoryScaling is 1, but 1 node (h-0) says 2 (163840 MiB registered per '
+        "A100-80GB): HAMi divides 163840 MiB of each GPU there, so each fraction is taken of another amount of "
+        "memory; set sharing.deviceMemoryScaling: 2 (HAMi's deviceMemoryScaling)"
+    ]  # where a plain policy used to read 163,840 MiB as another GPU
+    a100_40 = json.dumps([{"devmem": 81920, "type": "NVIDIA-NVIDIA A100-SXM4-40GB"}])  # 40,960 x 2
+    auto = hami_memory(Fraction(2), GPU(model=None), cluster_checks=ClusterChecks(auto_model=True))
+    resolved = clustercheck.resolve(auto, view(_hami_node("h-3", a100_40)))
+    assert resolved.gpu.model == "A100-40GB"  # not the 80 GB one its registered 81,920 MiB would suggest
+    half = evaluate(gpu_pod("0.5"), "team", PolicySet((auto,)), nodes=view(_hami_node("h-3", a100_40)))
+    assert resources(half)["limits"]["nvidia.com/gpumem"] == "40960"  # half of 40,960 x 2
+
+
+def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(tmp_path) -> None:
+    """`policy lint --cluster` on a loopback Kubernetes API whose Volcano nodes register H100s in units of
+    1 MiB (the device plugin's default factor), and one in the shipped example's 10."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_audit import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces("default", "vgpu-batch")
+        api.put_node(_volcano_node("vgpu-0", 81559))
+        api.put_node(_volcano_node("vgpu-1", 81559, mode=None))
+        api.put_node(_volcano_node("vgpu-2", 8155))
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        root = Path(__file__).resolve().parent.parent
+        (policies / "volcano.yaml").write_text((root / "examples" / "policies" / "memory-volcano.yaml").read_text())
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.splitlines()[-4:-1] == [
+        "POLICY              FIELD                    POLICY SAYS  NODES SAY                                         "
+        "       NODES                     FIX",
+        "batch-volcano-vgpu  sharing.gpuMemoryFactor  10           1 (81559 units of volcano.sh/vgpu-memory per "
+        "H100-80GB)  2 nodes (vgpu-0, vgpu-1)  set sharing.gpuMemoryFactor: 1 (the device plugin's gpuMemoryFactor)",
+        "policy drift: 1 disagreement in 1 policy (3 nodes read); until fixed, memory fractions and MIG conversions "
+        "are wrong for the pods on those nodes",
+    ]
+
+
+def test_policy_explain_says_the_units_and_the_scaling() -> None:
+    from webhook.admission import memshare
+
+    assert memshare.describe_mode(volcano_memory(factor=10)) == (
+        "memory: volcano (volcano.sh/vgpu-memory in units of 10 MiB), the backend's default placement"
+    )
+    assert memshare.describe_share(volcano_memory(factor=10)) == (
+        "nvidia.com/gpu 0.25 becomes volcano.sh/vgpu-number 1, volcano.sh/vgpu-memory 2038, volcano.sh/vgpu-cores "
+        "25; at least 0.01; nvidia.com/gpu: N becomes N whole GPUs"
+    )
+    assert memshare.describe_mode(hami_memory(Fraction(3, 2))) == (
+        "memory: hami (nvidia.com/gpumem in MiB, deviceMemoryScaling 1.5), the backend's default placement"
+    )
+    assert memshare.describe_share(hami_memory(Fraction(3, 2))) == (
+        "nvidia.com/gpu 0.25 becomes nvidia.com/gpu 1, nvidia.com/gpumem 30720, nvidia.com/gpucores 25; at least "
+        "0.01; nvidia.com/gpu: N becomes N whole GPUs"
+    )  # 81,920 x 1.5 = 122,880 MiB registered, a quarter of it

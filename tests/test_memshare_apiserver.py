@@ -67,8 +67,8 @@ def _create(plane: ControlPlane, pod: dict[str, Any]):
     [
         ("ack-apiserver", {"aliyun.com/gpu-mem": "6"}),  # 0.25 x 24 GiB
         ("hami-apiserver", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"}),
-        ("vgpu-apiserver", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20389",
-                            "volcano.sh/vgpu-cores": "25"}),
+        ("vgpu-apiserver", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2038",
+                            "volcano.sh/vgpu-cores": "25"}),  # in units of 10 MiB, the example's gpuMemoryFactor
     ],
 )  # fmt: skip
 def test_a_quarter_gpu_is_stored_as_the_backends_share(plane: ControlPlane, namespace: str, limits) -> None:

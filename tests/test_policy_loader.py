@@ -329,7 +329,8 @@ SPEC_CASES = [
     (
         "namespaces: [a]\nsharing: mig",
         "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-        'migProfile, migProfiles, migStrategy, backend, placement; got "mig" (a string)',
+        "migProfile, migProfiles, migStrategy, backend, placement, gpuMemoryFactor, deviceMemoryScaling; "
+        'got "mig" (a string)',
     ),
     (
         "namespaces: [a]\nsharing: {mode: timeslicing}",
@@ -502,6 +503,46 @@ SPEC_CASES = [
     (
         "namespaces: [a]\nsharing: {mode: mig, migProfile: 1g.10gb, placement: spread}",
         "p.yaml#0 spec.sharing.placement: only applies when mode is memory (mode is mig); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami, gpuMemoryFactor: 10}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 spec.sharing.gpuMemoryFactor: is the Volcano vGPU device plugin's gpuMemoryFactor: it only applies "
+        "when backend is volcano (backend is hami); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: volcano, deviceMemoryScaling: 2}\ngpu: {model: H100-80GB}",
+        "p.yaml#0 spec.sharing.deviceMemoryScaling: is HAMi's deviceMemoryScaling: it only applies when backend is "
+        "hami (backend is volcano); the Volcano vGPU device plugin registers each GPU's memory unscaled, whatever its "
+        "own; remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {deviceMemoryScaling: 2}",
+        "p.yaml#0 spec.sharing.deviceMemoryScaling: is HAMi's deviceMemoryScaling: it only applies when backend is "
+        "hami (mode is not memory); remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: volcano, gpuMemoryFactor: 0}\ngpu: {model: H100-80GB}",
+        "p.yaml#0 spec.sharing.gpuMemoryFactor: 0 is too small; one unit of volcano.sh/vgpu-memory is at least 1 MiB "
+        "(the device plugin's gpuMemoryFactor, default 1)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: volcano, gpuMemoryFactor: 2.5}\ngpu: {model: H100-80GB}",
+        "p.yaml#0 spec.sharing.gpuMemoryFactor: expected a whole number, got 2.5 (a decimal number)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami, deviceMemoryScaling: 0}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 spec.sharing.deviceMemoryScaling: 0 is out of range; HAMi registers each GPU's memory times this: "
+        "greater than 0 and at most 100 (default 1)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami, deviceMemoryScaling: 100.5}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 spec.sharing.deviceMemoryScaling: 100.5 is out of range; HAMi registers each GPU's memory times "
+        "this: greater than 0 and at most 100 (default 1)",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami, deviceMemoryScaling: two}\ngpu: {model: A100-80GB}",
+        'p.yaml#0 spec.sharing.deviceMemoryScaling: expected a number, got "two" (a string); HAMi registers each '
+        "GPU's memory times this: greater than 0 and at most 100 (default 1)",
     ),
     # limits
     (

@@ -94,6 +94,12 @@ def test_the_schema_carries_the_loaders_enums_and_bounds() -> None:
         "description": "The most GPUs one pod may hold.", "type": "integer", "minimum": 1, "default": 8,
     }  # fmt: skip
     assert (spec["memoryFraction"]["exclusiveMinimum"], spec["memoryFraction"]["maximum"]) == (0, 1)
+    scaling, factor = (
+        spec["sharing"]["properties"]["deviceMemoryScaling"],
+        spec["sharing"]["properties"]["gpuMemoryFactor"],
+    )
+    assert (scaling["exclusiveMinimum"], scaling["maximum"], scaling["default"]) == (0, 100, 1)
+    assert (factor["type"], factor["minimum"], factor["default"]) == ("integer", 1, 1)
     assert spec["frameworkEnv"]["items"]["enum"] == ["jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"]
     model = spec["gpu"]["properties"]["model"]["anyOf"]
     assert policyfields.lookup("spec.gpu.model").choices == tuple(model[0]["enum"])
@@ -137,6 +143,8 @@ VALID_SPECS = [
     "namespaces: [a]\nsharing: {mode: memory, backend: ack, placement: spread}\ngpu: {model: A100-80GB}",
     "namespaces: [a]\nsharing: {mode: memory, backend: hami, placement: binpack}\ngpu: {memoryMiB: 24576}",
     "namespaces: [a]\nsharing: {mode: memory, backend: volcano}\ngpu: {model: H100-80GB}",
+    "namespaces: [a]\nsharing: {mode: memory, backend: volcano, gpuMemoryFactor: 10}\ngpu: {model: H100-80GB}",
+    "namespaces: [a]\nsharing: {mode: memory, backend: hami, deviceMemoryScaling: 1.5}\ngpu: {model: A100-80GB}",
 ]
 
 

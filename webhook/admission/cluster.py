@@ -6,7 +6,8 @@ watch has been broken too long): the cluster checks are then skipped, never fail
 from a single list (`--cluster`). Nothing here does I/O.
 
 Per node only what admission needs is kept, so that 5,000 nodes stay small: the allocatable amount of every
-managed GPU resource, GPU feature discovery's labels, and the GPU kinds HAMi registers in an annotation.
+managed GPU resource, GPU feature discovery's labels, and the GPU kinds HAMi or Volcano's vGPU device plugin
+registers in an annotation.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from fractions import Fraction
+from typing import Any, TypeGuard, TypeVar
 
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import ACK_MEMORY, is_managed
 
 _T = TypeVar("_T")
 
+MEMORY_TOLERANCE = Fraction(2, 100)  # NVML reports a little less than the nominal size: not drift
 STALE_AFTER_S = 120.0  # a watch broken this long: the snapshot may be wrong, and the checks are skipped
 
 # GPU feature discovery's labels that admission reads (NVIDIA/k8s-device-plugin, GFD). Checked at the source,
@@ -47,41 +50,120 @@ MEMORY_SLICE_LABELS = frozenset({ACK_SCHEDULE_LABEL, ACK_PLACEMENT_LABEL})
 # aliyun.com/gpu-mem is the memory of all of them).
 ACK_COUNT = "aliyun.com/gpu-count"
 NODE_ONLY_RESOURCES = frozenset({ACK_COUNT})
-# HAMi's device plugin registers each node's GPUs in this annotation (Project-HAMi/HAMi, docs "Protocol design"
-# and pkg/util DecodeNodeDevices): a JSON array of {"id", "count", "devmem" (MiB), "devcore", "type"
-# ("NVIDIA-" and NVML's name), ...}, or in older releases `id,count,devmem,devcore,type,numa,health` entries
-# each ended by ":". Only the distinct (type, MiB) pairs are kept: what drift compares with gpu.model/memoryMiB.
+# The vGPU device plugins register each node's GPUs in a node annotation, for their schedulers:
+# - HAMi (Project-HAMi/HAMi, docs "Protocol design" and pkg/util DecodeNodeDevices): `hami.io/node-nvidia-register`,
+#   a JSON array of {"id", "count", "devmem" (MiB times the device plugin's deviceMemoryScaling: pkg/device-plugin/
+#   nvidiadevice/nvinternal/plugin/register.go, getAPIDevices), "devcore", "type" ("NVIDIA-" and NVML's name), ...},
+#   or in older releases `id,count,devmem,devcore,type,numa,health` entries each ended by ":".
+# - Volcano's vGPU (Project-HAMi/volcano-vgpu-device-plugin pkg/util/util.go EncodeNodeDevices and
+#   pkg/plugin/register.go ConvertDeviceInfo at 4fb76ba16a17; read by volcano-sh/volcano
+#   pkg/scheduler/api/devices/nvidia/vgpu/utils.go decodeNodeDevices at ed72c7c815a9):
+#   `volcano.sh/node-vgpu-register`, `id,count,devmem,type,health,mode` entries each ended by ":" (`mode`
+#   since the dynamic MIG release; five fields before), devmem in units of the device plugin's gpuMemoryFactor
+#   MiB (NVML's MiB divided by it, rounded down).
+# Only the distinct (type, amount) pairs are kept, and which plugin registered them (the tuple's class, so that
+# a node holds no field more): what drift compares with gpu.model/memoryMiB through the policy's
+# deviceMemoryScaling or gpuMemoryFactor (memshare.registered_mib).
 HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
-_DEVICE_SHAPES: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}  # interned, few distinct
+VOLCANO_REGISTER_ANNOTATION = "volcano.sh/node-vgpu-register"
+HAMI, VOLCANO = "hami", "volcano"  # NodeInfo.registrar: the Backend values (policy.Backend) of the two plugins
+
+
+class Registered(tuple[tuple[str, int], ...]):
+    """The distinct (type, amount) pairs of the GPUs a device plugin registers, sorted; the class says whose
+    (`registrar`). Equal only to the same pairs of the same registrar (a plain tuple has none): a node whose
+    GPUs pass from one device plugin to the other has changed, though the numbers may be the same."""
+
+    __slots__ = ()
+    registrar = ""
+
+    def __eq__(self, other: object) -> bool:
+        return tuple.__eq__(self, other) is True and getattr(other, "registrar", "") == self.registrar
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((self.registrar, tuple(self)))
+
+
+class HamiRegistered(Registered):
+    __slots__ = ()
+    registrar = HAMI  # amounts in MiB times deviceMemoryScaling
+
+
+class VolcanoRegistered(Registered):
+    __slots__ = ()
+    registrar = VOLCANO  # amounts in units of gpuMemoryFactor MiB
+
+
+_REGISTERS = ((HAMI_REGISTER_ANNOTATION, HamiRegistered), (VOLCANO_REGISTER_ANNOTATION, VolcanoRegistered))
+# The ":"-ended entries of each: (field counts accepted, where the amount is, where the type is).
+_ENTRY_LAYOUT = {HAMI: ((7,), 2, 4), VOLCANO: ((5, 6), 2, 3)}
+_MAX_AMOUNT_DIGITS = 9  # 999,999,999 MiB per GPU: more is no GPU, and int() of a long text is slow
+_MAX_TYPE_LENGTH = 128  # NVML names are a few dozen characters
+_DEVICE_SHAPES: dict[tuple[str, tuple[tuple[str, int], ...]], Registered] = {}  # interned, few distinct
 # Per-profile MIG labels under the mixed strategy, e.g. `nvidia.com/mig-1g.10gb.count`.
 _MIG_LABEL = re.compile(r"^nvidia\.com/mig-[0-9a-z.+-]+\.(count|memory|slices\.ci|slices\.gi|engines\.[a-z]+)$")
 
 
-def registered_devices(text: Any) -> tuple[tuple[str, int], ...]:
-    """HAMi's `hami.io/node-nvidia-register` -> the distinct (type, memory MiB) of the node's GPUs, sorted; ()
-    for anything else. Interned: 5,000 nodes of a few GPU kinds hold a few tuples."""
+def registered_devices(text: Any, kind: type[Registered] = HamiRegistered) -> Registered:
+    """A register annotation's text -> the distinct (type, amount) of the node's GPUs, sorted; empty for
+    anything else (a value that is not one of the encodings reads as no GPUs, never an error). `kind` says
+    whose: HAMi's (JSON, or its older entries; amounts in MiB) or Volcano's (entries; amounts in
+    gpuMemoryFactor units). Interned: 5,000 nodes of a few GPU kinds hold a few tuples."""
+    registrar = kind.registrar
     if not isinstance(text, str) or not text.strip():
-        return ()
+        return _EMPTY
     found: set[tuple[str, int]] = set()
-    if text.lstrip().startswith("["):
+    if registrar == HAMI and text.lstrip().startswith("["):
         try:
             items = json.loads(text)
-        except ValueError:
-            return ()
+        except (ValueError, RecursionError):  # RecursionError: brackets nested thousands deep
+            return _EMPTY
         for item in items if isinstance(items, list) else ():
-            kind = item.get("type") if isinstance(item, dict) else None
-            memory = item.get("devmem") if isinstance(item, dict) else None
-            if isinstance(kind, str) and type(memory) is int and memory > 0:
-                found.add((kind, memory))
+            name = item.get("type") if isinstance(item, dict) else None
+            amount = item.get("devmem") if isinstance(item, dict) else None
+            if _is_type(name) and type(amount) is int and 0 < amount < 10**_MAX_AMOUNT_DIGITS:
+                found.add((name, amount))
     else:
+        counts, amount_at, type_at = _ENTRY_LAYOUT[registrar]
         for entry in text.split(":"):
             fields = entry.split(",")
-            if len(fields) == 7 and fields[2].isdigit() and int(fields[2]) > 0:
-                found.add((fields[4], int(fields[2])))
-    key = tuple(sorted((sys.intern(kind), memory) for kind, memory in found))
-    if len(_DEVICE_SHAPES) < 1024:
-        return _DEVICE_SHAPES.setdefault(key, key)
-    return _DEVICE_SHAPES.get(key, key)
+            if len(fields) in counts:
+                amount_text, name = fields[amount_at], fields[type_at]
+                if _is_amount(amount_text) and _is_type(name) and int(amount_text) > 0:
+                    found.add((name, int(amount_text)))
+    if not found:
+        return _EMPTY
+    pairs = tuple(sorted((sys.intern(name), amount) for name, amount in found))
+    interned = _DEVICE_SHAPES.get((registrar, pairs))
+    if interned is None:
+        interned = kind(pairs)
+        if len(_DEVICE_SHAPES) < 1024:
+            _DEVICE_SHAPES[(registrar, pairs)] = interned
+    return interned
+
+
+_EMPTY = Registered()
+
+
+def _is_amount(text: str) -> bool:
+    """ASCII digits only (`str.isdigit` takes "²", which int() refuses), and few of them."""
+    return 0 < len(text) <= _MAX_AMOUNT_DIGITS and text.isascii() and text.isdigit()
+
+
+def _is_type(kind: Any) -> TypeGuard[str]:
+    return isinstance(kind, str) and 0 < len(kind) <= _MAX_TYPE_LENGTH and kind.isprintable()
+
+
+def registered(annotations: Mapping[str, Any]) -> Registered:
+    """The GPUs a node's annotations register (HAMi's first, where a node somehow has both); empty where none."""
+    for annotation, kind in _REGISTERS:
+        devices = registered_devices(annotations.get(annotation), kind)
+        if devices:
+            return devices
+    return _EMPTY
 
 
 def per_container(allocatable: Mapping[str, int], resource: str, amount: int) -> int:
@@ -111,11 +193,16 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # managed resources only, in whole devices (or the resource's unit)
     labels: Mapping[str, str]  # GFD labels only (is_kept_label)
     unschedulable: bool = False  # cordoned: still counted (it comes back), but said so in messages
-    devices: tuple[tuple[str, int], ...] = ()  # HAMi's registered GPUs: distinct (type, MiB) (registered_devices)
+    devices: tuple[tuple[str, int], ...] = ()  # registered GPUs: distinct (type, amount) (registered_devices)
     # DRA (draslices.merge): (extended resource, DeviceClass) for each resource a class serves from the node's
     # devices; and whether its GPUs or MIG devices are in ResourceSlices (its labels then come from them)
     served: tuple[tuple[str, str], ...] = ()
     sliced: bool = False
+
+    @property
+    def registrar(self) -> str:
+        """Whose annotation `devices` came from: HAMI (amounts in scaled MiB), VOLCANO (units), "" (none)."""
+        return self.devices.registrar if isinstance(self.devices, Registered) else ""
 
     @staticmethod
     def from_object(node: Any) -> NodeInfo | None:
@@ -143,8 +230,7 @@ class NodeInfo:
             if isinstance(k, str) and isinstance(v, str) and is_kept_label(k)
         }
         annotations = found if isinstance(found := metadata.get("annotations"), dict) else {}
-        devices = registered_devices(annotations.get(HAMI_REGISTER_ANNOTATION))
-        return NodeInfo(name, amounts, kept, spec.get("unschedulable") is True, devices)
+        return NodeInfo(name, amounts, kept, spec.get("unschedulable") is True, registered(annotations))
 
 
 @dataclass(frozen=True)

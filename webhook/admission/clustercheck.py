@@ -10,9 +10,11 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
 - drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
-  feature discovery labels (cluster.py; HAMi's registered GPUs where a node has no GFD memory label, and ACK's
-  own labels and resources, memshare.node_drift) of the nodes its pods can land on say (`policy_nodes`: the resource
-  they hold after mutation, the pool its steering selects). A mismatch makes the memory fractions wrong.
+  feature discovery labels (cluster.py; the GPUs HAMi or Volcano registers where a node has no GFD memory
+  label, read through the policy's deviceMemoryScaling or gpuMemoryFactor, and those against the model their
+  type names, memshare.unit_drift; ACK's own labels and resources, memshare.node_drift) of the nodes its pods
+  can land on say (`policy_nodes`: the resource they hold after mutation, the pool its steering selects). A
+  mismatch makes the memory fractions wrong.
 
 `unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none of
 the cluster's namespaces.
@@ -33,6 +35,7 @@ from typing import Any
 from webhook.admission import memshare, steering
 from webhook.admission.cluster import (
     MEMORY_LABEL,
+    MEMORY_TOLERANCE,
     MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
     REPLICAS_LABEL,
@@ -60,7 +63,6 @@ from webhook.admission.resources import (
 from webhook.admission.validate import Holders, container_violation, effective_total, pod_violation
 from webhook.admission.violation import SHORT_LIMIT, Violation
 
-MEMORY_TOLERANCE = Fraction(2, 100)  # NVML reports a little less than the nominal size: not drift
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
 
 
@@ -138,21 +140,41 @@ def _replicas(node: NodeInfo) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _memory(node: NodeInfo) -> int | None:
+def _memory(node: NodeInfo, policy: Policy) -> int | None:
     """The GPU's memory in MiB; None under MIG single, where GFD labels the slice's memory. A node without GFD's
-    memory label says it in HAMi's registered devices (the smallest, where it has GPUs of several sizes)."""
+    memory label says it in the GPUs HAMi or Volcano registers (the smallest, where it has GPUs of several
+    sizes), read through the policy's deviceMemoryScaling or gpuMemoryFactor (memshare.registered_mib)."""
     if "-MIG-" in node.labels.get(PRODUCT_LABEL, ""):
         return None
     text = node.labels.get(MEMORY_LABEL, "")
     if text.isdigit() and int(text) > 0:
         return int(text)
-    return _smallest_device(node)[1] if node.devices else None
+    return _smallest_device(node, policy)[1] if node.devices else None
 
 
-def _smallest_device(node: NodeInfo) -> tuple[str, int]:
-    """HAMi's registered GPU with the least memory, its type as GFD writes a product (spaces as "-")."""
-    kind, memory = min(node.devices, key=lambda device: (device[1], device[0]))
-    return kind.replace(" ", "-"), memory
+def _smallest_device(node: NodeInfo, policy: Policy) -> tuple[str, int]:
+    """The registered GPU with the least memory, in MiB as the policy reads it, its type as GFD writes a
+    product (spaces as "-")."""
+    kind, amount = min(node.devices, key=lambda device: (device[1], device[0]))
+    return _product(kind), int(memshare.registered_mib(policy, node.registrar, amount))
+
+
+def _product(kind: str) -> str:
+    return kind.replace(" ", "-")
+
+
+def _unit_drift(policy: Policy, node: NodeInfo) -> list[memshare.NodeDrift]:
+    """memshare.unit_drift for each GPU kind the node registers whose type names a model of
+    resources.GPU_MODELS (`NVIDIA-NVIDIA H100 80GB HBM3`), against that model's memory."""
+    found = []
+    for kind, amount in node.devices:
+        model = product_model(_product(kind), None)
+        if model is None:
+            continue
+        item = memshare.unit_drift(policy, node.registrar, amount, model.memory_mib, model.name)
+        if item is not None and item not in found:
+            found.append(item)
+    return found
 
 
 def _mig_counts(node: NodeInfo) -> dict[str, int]:
@@ -180,12 +202,12 @@ def product_model(product: str, memory_mib: int | None) -> GPUModel | None:
     return named[0] if len(named) == 1 else (family[0] if len(family) == 1 else None)
 
 
-def node_model(node: NodeInfo) -> GPUModel | None:
-    """The node's GPU model: GFD's product label, else the type HAMi registers its GPUs under."""
+def node_model(node: NodeInfo, policy: Policy) -> GPUModel | None:
+    """The node's GPU model: GFD's product label, else the type HAMi or Volcano registers its GPUs under."""
     product = node.labels.get(PRODUCT_LABEL)
     if product:
-        return product_model(product, _memory(node))
-    return product_model(*_smallest_device(node)) if node.devices else None
+        return product_model(product, _memory(node, policy))
+    return product_model(*_smallest_device(node, policy)) if node.devices else None
 
 
 def resolve(policy: Policy, view: ClusterView) -> Policy:
@@ -204,11 +226,11 @@ def _resolve(policy: Policy, view: ClusterView) -> Policy:
         replicas = max((r for r in map(_replicas, nodes) if r > 1), default=None)
         sharing = dataclasses.replace(sharing, replicas=replicas)
     if policy.cluster_checks.auto_model:
-        models = [m for m in map(node_model, nodes) if m is not None]
+        models = [m for m in (node_model(n, policy) for n in nodes) if m is not None]
         if models:
             gpu = GPU(model=min(models, key=lambda m: m.memory_mib).name, memory_mib=gpu.memory_mib)
         else:
-            memory = min((m for m in map(_memory, nodes) if m is not None), default=gpu.memory_mib)
+            memory = min((m for m in (_memory(n, policy) for n in nodes) if m is not None), default=gpu.memory_mib)
             gpu = GPU(model=None, memory_mib=memory)
     return dataclasses.replace(policy, sharing=sharing, gpu=gpu, memo={})
 
@@ -329,7 +351,12 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 f"set sharing.mode: {'exclusive' if strategy == 'none' else strategy}, or change the device "
                 "plugin's sharing config",
             )
-        model = node_model(node)
+        units = _unit_drift(policy, node) if node.devices else []
+        for field, says, policy_says, effect, fix in units:
+            note(field, says, node, policy_says, effect, fix)
+        # Memory read through another scaling or factor than the device plugin's is not another GPU: said once
+        registered = bool(units) and not node.labels.get(MEMORY_LABEL, "").isdigit()
+        model = None if registered else node_model(node, policy)
         fixed_model = not policy.cluster_checks.auto_model
         if policy.gpu.model and fixed_model and model is not None and model.name != policy.gpu.model:
             note(
@@ -340,7 +367,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 f"memory limits are worked out for {policy.gpu.model}'s memory",
                 f"set gpu.model: {model.name} (or auto), or give these nodes' namespaces their own policy",
             )
-        memory = _memory(node)
+        memory = None if registered else _memory(node, policy)
         if policy.gpu.memory_mib and memory and abs(memory - policy.gpu.memory_mib) > MEMORY_TOLERANCE * memory:
             note(
                 "gpu.memoryMiB",

@@ -304,15 +304,19 @@ class _DocumentChecker:
 
     def fraction(self, parent: dict[str, Any], key: str, path: str) -> Fraction | _Bad | None:
         """A number in (0, 1], exactly as written."""
+        rule = "a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"
+        return self.number(parent, key, path, Fraction(1), rule)
+
+    def number(self, parent: dict[str, Any], key: str, path: str, most: Fraction, rule: str) -> Fraction | _Bad | None:
+        """A number in (0, most], exactly as written."""
         if key not in parent:
             return None
         path, value = join_path(path, key), parent[key]
-        rule = "a share of the GPU's memory is greater than 0 and at most 1, e.g. 0.25"
         exact = _exact_number(value)
         if exact is None:
             self.expected(path, value, f"expected a number, got {describe(value)}; {rule}")
             return _BAD
-        if not 0 < exact <= 1:
+        if not 0 < exact <= most:
             shown = value.text if isinstance(value, Scalar) else str(value)
             self.problem(path, f"{shorten(shown, 30)} is out of range; {rule}")
             return _BAD
@@ -694,7 +698,8 @@ def _parse_sharing(
             return mode, None
     offered = _parse_mig_profiles(sharing, mode, model, _valid(profile), check)
     backend, placement = _parse_memory(sharing, mode, check)
-    if not ok or offered is _BAD or backend is _BAD or placement is _BAD:
+    factor, scaling = _parse_memory_units(sharing, backend, check)
+    if not ok or offered is _BAD or _BAD in (backend, placement, factor, scaling):
         return mode, None
     return mode, Sharing(
         mode=mode,
@@ -705,6 +710,8 @@ def _parse_sharing(
         mig_strategy=_valid(strategy),
         backend=backend,
         placement=placement,
+        gpu_memory_factor=_valid(factor),
+        device_memory_scaling=_valid(scaling),
     )
 
 
@@ -735,6 +742,39 @@ def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) 
         )
         placement = _BAD
     return backend, placement
+
+
+# Where each backend's own memory unit is set, and the device plugin config that holds it.
+_MEMORY_UNITS = {
+    "gpuMemoryFactor": (Backend.VOLCANO, "the Volcano vGPU device plugin's gpuMemoryFactor"),
+    "deviceMemoryScaling": (Backend.HAMI, "HAMi's deviceMemoryScaling"),
+}
+
+
+def _parse_memory_units(sharing: dict[str, Any], backend: Any, check: _DocumentChecker) -> tuple[Any, Any]:
+    """spec.sharing.gpuMemoryFactor (volcano) and deviceMemoryScaling (hami): each its default where absent,
+    _BAD where invalid or under another backend (reported)."""
+    path = "spec.sharing"
+    bad = False
+    for key, (owner, what) in _MEMORY_UNITS.items():
+        if key in sharing and backend is not owner and backend is not _BAD:
+            where = f"backend is {backend}" if backend is not None else "mode is not memory"
+            why = f"is {what}: it only applies when backend is {owner} ({where})"
+            if key == "deviceMemoryScaling" and backend is Backend.VOLCANO:
+                why += "; the Volcano vGPU device plugin registers each GPU's memory unscaled, whatever its own"
+            check.problem(f"{path}.{key}", f"{why}; remove it")
+            bad = True
+    if bad:
+        return _BAD, _BAD
+    factor = check.integer(
+        sharing, "gpuMemoryFactor", path, policyfields.minimum("spec.sharing.gpuMemoryFactor"),
+        "one unit of volcano.sh/vgpu-memory is at least 1 MiB (the device plugin's gpuMemoryFactor, default 1)",
+    )  # fmt: skip
+    most = policyfields.lookup("spec.sharing.deviceMemoryScaling").at_most
+    assert most is not None
+    rule = f"HAMi registers each GPU's memory times this: greater than 0 and at most {most} (default 1)"
+    scaling = check.number(sharing, "deviceMemoryScaling", path, most, rule)
+    return (factor if factor is _BAD else _given(factor, 1)), (Fraction(1) if scaling is None else scaling)
 
 
 def _parse_mig_profiles(

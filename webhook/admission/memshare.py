@@ -14,11 +14,18 @@ Each backend, checked at its source:
   compute; pkg/device/nvidia/device.go Fit: cores 100 is a GPU of its own, "Coresreq=100 indicates it want this
   card exclusively"): a fraction is one vGPU with MiB and percent; whole GPUs are N vGPUs of 100% memory and
   100 cores. Placement is the pod annotations `hami.io/node-scheduler-policy` and `hami.io/gpu-scheduler-policy`.
+  Its device plugin registers each GPU's memory times `deviceMemoryScaling` (pkg/device-plugin/nvidiadevice/
+  nvinternal/plugin/register.go, getAPIDevices, at 4707fb02c91c), and its scheduler divides that among the
+  vGPUs: above 1 it is virtual memory (CUDA_OVERSUBSCRIBE, host memory behind what the device lacks), and a
+  fraction f is f of it (`sharing.deviceMemoryScaling`), as `nvidia.com/gpumem-percentage` is.
 - volcano, Volcano's vGPU (volcano-sh/volcano pkg/scheduler/api/devices/nvidia/vgpu, and the vgpu device
-  plugin's config: `volcano.sh/vgpu-number`, `volcano.sh/vgpu-memory` in MiB with gpuMemoryFactor 1,
-  `volcano.sh/vgpu-memory-percentage`, `volcano.sh/vgpu-cores`; the same cores-100 rule): as HAMi, under its
-  own names. Binpack or spread is the scheduler's `deviceshare.SchedulePolicy`, one value for the whole
-  scheduler: no pod can ask for it, so a policy cannot set it (the loader says so).
+  plugin's config: `volcano.sh/vgpu-number`, `volcano.sh/vgpu-memory`, `volcano.sh/vgpu-memory-percentage`,
+  `volcano.sh/vgpu-cores`; the same cores-100 rule): as HAMi, under its own names. One unit of
+  `volcano.sh/vgpu-memory` is `gpuMemoryFactor` MiB (Project-HAMi/volcano-vgpu-device-plugin at 4fb76ba16a17:
+  pkg/plugin/register.go registers NVML's MiB divided by it, pkg/plugin/server.go sets the container's
+  CUDA_DEVICE_MEMORY_LIMIT to the units times it): `sharing.gpuMemoryFactor`. Binpack or spread is the
+  scheduler's `deviceshare.SchedulePolicy`, one value for the whole scheduler: no pod can ask for it, so a
+  policy cannot set it (the loader says so).
 
 Amounts are rounded down to the backend's unit, so the shares of one GPU never add up to more than it has; a
 fraction too small for one unit is refused with the smallest that works. Pure data and functions, no I/O.
@@ -31,7 +38,14 @@ from fractions import Fraction
 from math import ceil
 from typing import Any
 
-from webhook.admission.cluster import ACK_COUNT, ACK_PLACEMENT_LABEL, ACK_SCHEDULE_LABEL, NodeInfo
+from webhook.admission.cluster import (
+    ACK_COUNT,
+    ACK_PLACEMENT_LABEL,
+    ACK_SCHEDULE_LABEL,
+    MEMORY_TOLERANCE,
+    VOLCANO,
+    NodeInfo,
+)
 from webhook.admission.patch import pointer
 from webhook.admission.policy import Backend, Mode, Placement, Policy
 from webhook.admission.quantity import format_fraction, quantity_or_none
@@ -61,7 +75,7 @@ class BackendSpec:
     backend: Backend
     title: str  # for messages
     count: str | None  # the resource that counts (v)GPUs; None: ACK, one GPU per container
-    memory: str  # the memory of one (v)GPU, in `unit_mib`
+    memory: str  # the memory of one (v)GPU, in `unit_mib` (Volcano's: the policy's gpuMemoryFactor, units_of)
     unit_mib: int
     unit: str  # "GiB", "MiB"
     percent: str | None  # the memory of one (v)GPU in percent of the GPU
@@ -96,6 +110,43 @@ def spec_of(policy: Policy) -> BackendSpec | None:
     return BACKENDS[backend] if policy.sharing.mode is Mode.MEMORY and backend is not None else None
 
 
+# --- Units: the memory a fraction is taken of, and one unit of it -------------------------------------------
+
+
+def units_of(spec: BackendSpec, policy: Policy) -> tuple[int | None, int]:
+    """(the MiB a fraction is taken of, the MiB of one unit of `spec.memory`): the GPU's memory, but HAMi's
+    as its device plugin registers it (times deviceMemoryScaling, rounded down as it does: what its scheduler
+    divides among vGPUs); one GiB for ACK, one MiB for HAMi, gpuMemoryFactor MiB for Volcano. The memory is
+    None where the policy does not know it."""
+    gpu_mib, sharing = policy.gpu_memory_mib, policy.sharing
+    if spec.backend is Backend.HAMI and gpu_mib is not None:
+        gpu_mib = int(gpu_mib * sharing.device_memory_scaling)
+    return gpu_mib, sharing.gpu_memory_factor if spec.backend is Backend.VOLCANO else spec.unit_mib
+
+
+def unit_text(spec: BackendSpec, unit_mib: int) -> str:
+    """`GiB`, `MiB`, or `units of 10 MiB` (Volcano's gpuMemoryFactor)."""
+    return spec.unit if unit_mib == spec.unit_mib else f"units of {unit_mib} MiB"
+
+
+def memory_text(spec: BackendSpec, policy: Policy, gpu_mib: int) -> str:
+    """The memory a fraction is taken of, for messages: `81920 MiB`, or `163840 MiB (81920 MiB x HAMi's
+    deviceMemoryScaling 2)`."""
+    scaling = policy.sharing.device_memory_scaling
+    if spec.backend is not Backend.HAMI or scaling == 1 or policy.gpu_memory_mib is None:
+        return f"{gpu_mib} MiB"
+    return f"{gpu_mib} MiB ({policy.gpu_memory_mib} MiB x HAMi's deviceMemoryScaling {format_fraction(scaling)})"
+
+
+def registered_mib(policy: Policy, registrar: str, amount: int) -> Fraction:
+    """The GPU memory a node's registered amount (cluster.registered_devices) stands for, read through the
+    policy: Volcano's are units of gpuMemoryFactor MiB, HAMi's MiB times deviceMemoryScaling (each 1 unless the
+    policy is of that backend, where the loader allows them)."""
+    if registrar == VOLCANO:
+        return Fraction(amount * policy.sharing.gpu_memory_factor)
+    return amount / policy.sharing.device_memory_scaling
+
+
 # --- Fractions -------------------------------------------------------------------------------------------
 
 
@@ -106,10 +157,10 @@ class Share:
     resources: tuple[tuple[str, str], ...] = ()
 
 
-def share(spec: BackendSpec, fraction: int | Fraction, gpu_mib: int) -> Share:
-    """f of a GPU of `gpu_mib` MiB, rounded down to the backend's units (whole GiB for ACK, MiB and whole
-    percent of compute for HAMi and Volcano)."""
-    units = int(fraction * gpu_mib // spec.unit_mib)
+def share(spec: BackendSpec, fraction: int | Fraction, gpu_mib: int, unit_mib: int) -> Share:
+    """f of a GPU of `gpu_mib` MiB, rounded down to the backend's units of `unit_mib` (whole GiB for ACK, MiB
+    for HAMi, gpuMemoryFactor MiB for Volcano) and whole percent of compute (HAMi and Volcano)."""
+    units = int(fraction * gpu_mib // unit_mib)
     cores = int(fraction * 100) if spec.cores else 1
     if units < 1 or cores < 1:
         return Share()
@@ -121,9 +172,9 @@ def share(spec: BackendSpec, fraction: int | Fraction, gpu_mib: int) -> Share:
     return Share(resources)
 
 
-def smallest(spec: BackendSpec, gpu_mib: int) -> Fraction:
+def smallest(spec: BackendSpec, gpu_mib: int, unit_mib: int) -> Fraction:
     """The smallest fraction, in at most four decimals, that gives one unit of memory (and 1% of compute)."""
-    least = max(Fraction(spec.unit_mib, gpu_mib), Fraction(1, 100) if spec.cores else Fraction(0))
+    least = max(Fraction(unit_mib, gpu_mib), Fraction(1, 100) if spec.cores else Fraction(0))
     return Fraction(ceil(least * 10_000), 10_000)
 
 
@@ -151,14 +202,14 @@ def convert(
     """`nvidia.com/gpu` (text, value) into the backend's resources, in both maps that hold it. A container that
     already holds one of them (written in the backend's own resources, or converted before) is left alone."""
     spec = spec_of(policy)
-    gpu_mib = policy.gpu_memory_mib
     if spec is None or any(name in BACKEND_RESOURCES for name in (*requests, *limits)):
         return
+    gpu_mib, unit_mib = units_of(spec, policy)
     text, value = gpu
     if 0 < value < 1:
         if gpu_mib is None:
             return  # validation explains
-        converted = share(spec, Fraction(value), gpu_mib)
+        converted = share(spec, Fraction(value), gpu_mib, unit_mib)
         if not converted.resources:
             return  # too small: validation names the smallest that works
         _replace(requests, limits, converted.resources)
@@ -297,7 +348,7 @@ def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[
     would): too small for one unit, or the GPU's memory unknown."""
     spec = spec_of(policy)
     assert spec is not None
-    gpu_mib = policy.gpu_memory_mib
+    gpu_mib, unit_mib = units_of(spec, policy)
     where = f'policy "{policy.name}"'
     if gpu_mib is None:
         return (
@@ -311,18 +362,22 @@ def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[
             f"share ({where}); request a fraction below 1 or a whole number of GPUs",
             f"{NVIDIA_GPU} {shown}: ask for a fraction below 1 or whole GPUs",
         )
-    if share(spec, value, gpu_mib).resources:  # it would convert: the container holds the backend's own resources
+    if share(
+        spec, value, gpu_mib, unit_mib
+    ).resources:  # it would convert: the container holds the backend's own resources
         instead = f"{NVIDIA_GPU}: 1 with {spec.memory}" if spec.count == NVIDIA_GPU else f"{spec.memory} alone"
         return (
             f"{NVIDIA_GPU} {shown} is fractional beside {spec.title}'s own resources, which the webhook leaves as "
             f"written ({where}); request the fraction alone (it becomes {spec.memory}), or {instead}",
             f"{NVIDIA_GPU} {shown} beside {spec.memory}: ask for one of them",
         )
-    least = format_fraction(smallest(spec, gpu_mib))
-    unit = f"1 {spec.unit} of the GPU's {gpu_mib} MiB" + (" and 1% of its compute" if spec.cores else "")
+    least = format_fraction(smallest(spec, gpu_mib, unit_mib))
+    one = f"1 {spec.unit}" if unit_mib == spec.unit_mib else f"1 unit of {unit_mib} MiB"
+    unit = f"{one} of the GPU's {memory_text(spec, policy, gpu_mib)}" + (" and 1% of its compute" if spec.cores else "")
     return (
         f"{NVIDIA_GPU} {shown} is less than one unit of {spec.title} ({unit}, {where}); request {least} or more",
-        f"{NVIDIA_GPU} {shown} is below one {spec.unit} share; ask for {least} or more",
+        f"{NVIDIA_GPU} {shown} is below one {spec.unit if unit_mib == spec.unit_mib else 'unit'} share; ask for "
+        f"{least} or more",
     )
 
 
@@ -344,15 +399,21 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     as GPUs' worth of memory, and each amount that no GPU can give."""
     spec = spec_of(policy)
     assert spec is not None
-    gpu_mib = policy.gpu_memory_mib
+    gpu_mib, unit_mib = units_of(spec, policy)
     problems: list[tuple[str, str]] = []
     where = f'policy "{policy.name}"'
     model = policy.gpu.model or "GPU"
     memory = _amount(limits, spec.memory)
-    if gpu_mib is not None and memory * spec.unit_mib > gpu_mib:
-        most = gpu_mib // spec.unit_mib
+    if gpu_mib is not None and memory * unit_mib > gpu_mib:
+        most, unit = gpu_mib // unit_mib, unit_text(spec, unit_mib)
+        scaling = policy.sharing.device_memory_scaling
+        registered = (
+            f" as HAMi registers it: {policy.gpu_memory_mib} MiB x deviceMemoryScaling {format_fraction(scaling)}"
+            if spec.backend is Backend.HAMI and scaling != 1
+            else ""
+        )
         problems.append((
-            f"{spec.memory} {memory} ({spec.unit}) is more than one {model}'s memory ({most} {spec.unit}): "
+            f"{spec.memory} {memory} ({unit}) is more than one {model}'s memory ({most} {unit}{registered}): "
             f"{spec.title} gives each share the memory of one GPU ({where}); request at most {most}, or whole "
             f"GPUs as {NVIDIA_GPU}: N",
             f"{spec.memory} {memory}: more than one GPU's memory; ask for at most {most}",
@@ -364,7 +425,7 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
                 f"{name} {_amount(limits, name)}: more than 100 percent; ask for at most 100",
             ))  # fmt: skip
     if spec.backend is Backend.ACK:
-        worth = Fraction(memory * spec.unit_mib, gpu_mib) if gpu_mib else Fraction(0)
+        worth = Fraction(memory * unit_mib, gpu_mib) if gpu_mib else Fraction(0)
         return Held(worth + _amount(limits, NVIDIA_GPU), problems)
     assert spec.count is not None and spec.percent is not None
     count = _amount(limits, spec.count)
@@ -375,7 +436,7 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     else:
         count_whole = 0
     if memory and gpu_mib:
-        each = Fraction(memory, gpu_mib)
+        each = Fraction(memory * unit_mib, gpu_mib)
     elif _amount(limits, spec.percent):
         each = Fraction(_amount(limits, spec.percent), 100)
     else:
@@ -405,20 +466,25 @@ def describe_mode(policy: Policy) -> str:
     spec = spec_of(policy)
     assert spec is not None
     placement = policy.sharing.placement or "the backend's default placement"
-    return f"memory: {spec.backend} ({spec.memory} in {spec.unit}), {placement}"
+    _, unit_mib = units_of(spec, policy)
+    scaling = policy.sharing.device_memory_scaling
+    scaled = (
+        f", deviceMemoryScaling {format_fraction(scaling)}" if spec.backend is Backend.HAMI and scaling != 1 else ""
+    )
+    return f"memory: {spec.backend} ({spec.memory} in {unit_text(spec, unit_mib)}{scaled}), {placement}"
 
 
 def describe_share(policy: Policy) -> str:
     """What `nvidia.com/gpu: f` and `N` become here."""
     spec = spec_of(policy)
     assert spec is not None
-    gpu_mib = policy.gpu_memory_mib
+    gpu_mib, unit_mib = units_of(spec, policy)
     if gpu_mib is None:
         return f"nvidia.com/gpu: f becomes f of the GPU's memory as {spec.memory}, once the nodes say how much"
-    example = share(spec, Fraction(1, 4), gpu_mib)
+    example = share(spec, Fraction(1, 4), gpu_mib, unit_mib)
     shown = ", ".join(f"{name} {amount}" for name, amount in example.resources)
     kept = "stays nvidia.com/gpu: N (exclusive nodes)" if whole(spec, "N") is None else "becomes N whole GPUs"
-    least = format_fraction(smallest(spec, gpu_mib))
+    least = format_fraction(smallest(spec, gpu_mib, unit_mib))
     return f"nvidia.com/gpu 0.25 becomes {shown}; at least {least}; nvidia.com/gpu: N {kept}"
 
 
@@ -439,10 +505,10 @@ NodeDrift = tuple[str, str, str, str, str]
 
 def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
     """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
-    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's GPUs are
-    compared where GPU feature discovery's are (clustercheck.py reads the kinds it registers, cluster.py).
-    Volcano's nodes advertise their vGPUs' memory as a node total beside the number of vGPUs (split count times
-    GPUs), which does not say one GPU's memory: no drift."""
+    placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's and
+    Volcano's GPUs are compared where GPU feature discovery's are (clustercheck.py reads the kinds they register
+    in their node annotations, cluster.py, through registered_mib), and their units by unit_drift: their
+    resources alone (Volcano's vGPU memory is a node total) do not say one GPU's memory."""
     sharing = policy.sharing
     if sharing.backend is not Backend.ACK:
         return []
@@ -470,6 +536,57 @@ def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
             f"set gpu.memoryMiB: {gib // gpus * 1024}, or give these nodes' namespaces their own policy",
         ))  # fmt: skip
     return found
+
+
+def unit_drift(policy: Policy, registrar: str, amount: int, gpu_mib: int, model: str) -> NodeDrift | None:
+    """Where a GPU that a node registers (`amount`, by HAMi's or Volcano's device plugin: `registrar`) is not
+    the memory of the GPU it is (`gpu_mib`, named `model`: its type, or GPU feature discovery's label) when read
+    through the policy's deviceMemoryScaling or gpuMemoryFactor: the device plugin's differs, and every
+    fraction is converted to another amount of memory than it means. The device plugin's value as the amount
+    says it (the annotation does not carry it): the scaling to two decimals, the factor the roundest whole
+    number that registers that amount. None where they agree, or the policy is of another backend."""
+    sharing = policy.sharing
+    if sharing.mode is not Mode.MEMORY or sharing.backend is None or sharing.backend.value != registrar:
+        return None
+    read = registered_mib(policy, registrar, amount)
+    if abs(read - gpu_mib) <= MEMORY_TOLERANCE * gpu_mib:
+        return None
+    if sharing.backend is Backend.VOLCANO:
+        factor = _roundest(
+            Fraction(gpu_mib) * (1 - MEMORY_TOLERANCE) / (amount + 1),
+            Fraction(gpu_mib) * (1 + MEMORY_TOLERANCE) / amount,
+            Fraction(gpu_mib, amount),
+        )
+        if factor == sharing.gpu_memory_factor:
+            return None
+        ratio = format_fraction(Fraction(factor, sharing.gpu_memory_factor))
+        return (
+            "sharing.gpuMemoryFactor", f"{factor} ({amount} units of {VOLCANO_MEMORY} per {model})",
+            str(sharing.gpu_memory_factor),
+            f"a unit of {VOLCANO_MEMORY} is {factor} MiB there, so each share gets {ratio} times the memory it means",
+            f"set sharing.gpuMemoryFactor: {factor} (the device plugin's gpuMemoryFactor)",
+        )  # fmt: skip
+    scaling = Fraction(round(Fraction(amount, gpu_mib) * 100), 100)
+    if scaling in (0, sharing.device_memory_scaling):
+        return None
+    shown = format_fraction(scaling)
+    return (
+        "sharing.deviceMemoryScaling", f"{shown} ({amount} MiB registered per {model})",
+        format_fraction(sharing.device_memory_scaling),
+        f"HAMi divides {amount} MiB of each GPU there, so each fraction is taken of another amount of memory",
+        f"set sharing.deviceMemoryScaling: {shown} (HAMi's deviceMemoryScaling)",
+    )  # fmt: skip
+
+
+def _roundest(low: Fraction, high: Fraction, near: Fraction) -> int:
+    """The whole number in [low, high] (at least 1) with the most trailing zeros, nearest `near` among those:
+    the gpuMemoryFactor that registers a GPU's memory as so many units (people set 1, 10, 100)."""
+    low, high = max(Fraction(1), low), max(Fraction(1), high)
+    step = 10 ** max(0, len(str(int(high))) - 1)
+    while step > 1 and ceil(low / step) * step > high:
+        step //= 10
+    first, last = ceil(low / step), int(high // step)
+    return max(first, min(last, round(near / step))) * step if first <= last else max(1, round(near))
 
 
 UNSTEERED = (

@@ -100,6 +100,11 @@ class Sharing:
     mig_strategy: MigStrategy = MigStrategy.MIXED
     backend: Backend | None = None  # mode memory: whose device plugin slices the memory (required there)
     placement: Placement | None = None  # mode memory: binpack or spread; None: the backend's own default
+    # backend volcano: the vGPU device plugin's gpuMemoryFactor, the MiB in one unit of volcano.sh/vgpu-memory
+    gpu_memory_factor: int = 1
+    # backend hami: HAMi's deviceMemoryScaling, what its device plugin registers per GPU (and its scheduler
+    # divides among the vGPUs) in multiples of the GPU's memory; above 1, virtual memory (memshare.py)
+    device_memory_scaling: Fraction = Fraction(1)
 
     @property
     def shared_resource(self) -> str | None:

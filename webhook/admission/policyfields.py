@@ -35,6 +35,7 @@ KIND = "GPUPolicy"
 # Kubernetes' DNS subdomain (metadata.name, which the loader checks with it too) and MIG profile names.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MIG_PROFILE = MIG_PROFILE_PATTERN
+MAX_MEMORY_SCALING = 100  # deviceMemoryScaling: HAMi sets no bound; a hundred times a GPU's memory is none
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,15 @@ SHARING = (
         "placement", "string", "memory: binpack (fill one GPU before the next) or spread (one pod per GPU where "
         "possible), in the form the backend reads; the backend's default when absent. Not for volcano.",
         choices=_values(Placement),
+    ),
+    Field(
+        "gpuMemoryFactor", "integer", "volcano: the vGPU device plugin's gpuMemoryFactor, the MiB in one unit of "
+        "volcano.sh/vgpu-memory (fractions are converted to whole units).", minimum=1, default=1,
+    ),
+    Field(
+        "deviceMemoryScaling", "number", "hami: HAMi's deviceMemoryScaling, the memory its device plugin registers "
+        "per GPU in multiples of the GPU's memory (above 1: virtual memory); fractions are of that memory.",
+        above=Fraction(0), at_most=Fraction(MAX_MEMORY_SCALING), default=1,
     ),
 )  # fmt: skip
 

@@ -18,6 +18,7 @@ from webhook.admission.policyfields import DOCUMENT, Field
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "https://gpu-admission.io/schemas/gpu-policy.schema.json"
 SHARED_MODES = [Mode.TIME_SLICING.value, Mode.MPS.value]
+_MEMORY_ONLY = ("backend", "placement", "gpuMemoryFactor", "deviceMemoryScaling")  # sharing's keys under memory
 
 
 def _number(value: Fraction) -> int | float:
@@ -131,10 +132,17 @@ def _spec_rules() -> list[dict[str, Any]]:
                 },
                 "not": {"required": ["fractional"]},
             },
-            "else": {
-                "properties": {"sharing": {"not": {"anyOf": [{"required": ["backend"]}, {"required": ["placement"]}]}}}
-            },
+            "else": {"properties": {"sharing": {"not": {"anyOf": [{"required": [key]} for key in _MEMORY_ONLY]}}}},
         },
+        *(
+            {  # each backend's own memory unit applies under that backend only
+                "if": {"properties": {"sharing": {"required": [key]}}, "required": ["sharing"]},
+                "then": {
+                    "properties": {"sharing": {"properties": {"backend": {"const": backend}}, "required": ["backend"]}}
+                },
+            }
+            for key, backend in (("gpuMemoryFactor", "volcano"), ("deviceMemoryScaling", "hami"))
+        ),
         {  # fractional: mig picks a profile of the named model
             "if": {"properties": {"fractional": {"const": Fractional.MIG.value}}, "required": ["fractional"]},
             "then": {"required": ["gpu"], "properties": {"gpu": {"required": ["model"]}}},
