@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol
 
 from webhook.admission.draslices import PROFILE
@@ -579,7 +580,7 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
 # stays right; a claim not in the view is counted as nothing, with a warning (never denied for it).
 
 # (request name, DeviceClass, count) per request and per `firstAvailable` alternative; count ALL_DEVICES for
-# allocationMode All. Only what counting needs: a cached claim is this tuple, held once per distinct value.
+# allocationMode All.
 Devices = tuple[tuple[str, str, int], ...]
 ALL_DEVICES = -1
 CLAIM_KINDS = {"resourceClaimName": "ResourceClaim", "resourceClaimTemplateName": "ResourceClaimTemplate"}
@@ -615,48 +616,88 @@ def devices_of(obj: Any) -> Devices | None:
     return tuple(found)
 
 
-class ClaimsView(Protocol):
-    """The claims and templates a pod may name: `devices` for one of them, or None where it is not known."""
+@dataclass(frozen=True, slots=True)
+class ClaimSummary:
+    """What a pod's review reads of a claim or template, worked out once when the claim is read (listed,
+    watched, or offline from the input), never per review. Policy-free: which classes are GPUs is the
+    policy's to say, so `most` bounds the GPU devices of any policy and an exact count is asked for only when
+    a pod is near its maximum. Equal summaries are held once (the claims made from one template are alike)."""
 
-    def devices(self, kind: str, namespace: str, name: str) -> Devices | None: ...
+    devices: Devices
+    most: int  # every request at its largest alternative, of any class, allocationMode All left out
+    every: bool  # a request (of any class) with allocationMode All
+    # per DeviceClass, the devices that must be on one node: a request with one class and an exact count (a
+    # `firstAvailable` request may fall back to a smaller alternative; `All` takes what is there)
+    on_one_node: tuple[tuple[str, int], ...]
+
+    @staticmethod
+    def of(devices: Devices) -> ClaimSummary:
+        largest: dict[str, int] = {}  # request -> its largest alternative
+        alternatives: dict[str, int] = {}  # request -> how many alternatives
+        for ref, _, count in devices:
+            largest[ref] = max(largest.get(ref, 0), count)
+            alternatives[ref] = alternatives.get(ref, 0) + 1
+        per_class: dict[str, int] = {}
+        for ref, device_class, count in devices:
+            if alternatives[ref] == 1 and count > 0:
+                per_class[device_class] = per_class.get(device_class, 0) + count
+        return ClaimSummary(
+            devices=devices,
+            most=sum(largest.values()),
+            every=any(count == ALL_DEVICES for _, _, count in devices),
+            on_one_node=tuple(per_class.items()),
+        )
+
+
+def summary_of(obj: Any) -> ClaimSummary | None:
+    """`ClaimSummary.of(devices_of(obj))`; None for an object that is no claim or template."""
+    devices = devices_of(obj)
+    return None if devices is None else ClaimSummary.of(devices)
+
+
+class ClaimsView(Protocol):
+    """The claims and templates a pod may name: the summary of one, or None where it is not known."""
+
+    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None: ...
 
 
 @dataclass(slots=True)
 class ClaimIndex:
-    """A ClaimsView over dicts: namespace -> name -> Devices, for ResourceClaims and for templates."""
+    """A ClaimsView over dicts: namespace -> name -> summary, for ResourceClaims and for templates."""
 
-    claims: dict[str, dict[str, Devices]] = field(default_factory=dict)
-    templates: dict[str, dict[str, Devices]] = field(default_factory=dict)
+    claims: dict[str, dict[str, ClaimSummary]] = field(default_factory=dict)
+    templates: dict[str, dict[str, ClaimSummary]] = field(default_factory=dict)
 
-    def devices(self, kind: str, namespace: str, name: str) -> Devices | None:
+    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None:
         held = (self.claims if kind == "ResourceClaim" else self.templates).get(namespace)
         return held.get(name) if held is not None else None
 
     def add(self, obj: dict[str, Any], namespace: str) -> bool:
         """Keep a claim or template (offline: those of the input files); False for any other object."""
-        devices = devices_of(obj)
+        summary = summary_of(obj)
         metadata = obj.get("metadata")
         name = metadata.get("name") if type(metadata) is dict else None
-        if devices is None or type(name) is not str:
+        if summary is None or type(name) is not str:
             return False
         held = self.claims if obj.get("kind") == "ResourceClaim" else self.templates
-        held.setdefault(namespace, {})[name] = devices
+        held.setdefault(namespace, {})[name] = summary
         return True
 
 
-def names_claims(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
-    """Whether the pod spec names a claim or a template (`spec.resourceClaims`)."""
+def claim_entries(obj: dict[str, Any], spec_path: tuple[str, ...]) -> list[Any]:
+    """The pod spec's `spec.resourceClaims` (the claims and templates it names), or [] where there are none:
+    read once per review, and a pod that names none does no more claim work."""
     spec = get_path(obj, spec_path)
-    return type(spec) is dict and type(spec.get("resourceClaims")) is list and bool(spec["resourceClaims"])
+    entries = spec.get("resourceClaims") if type(spec) is dict else None
+    return entries if type(entries) is list else []
 
 
 def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict[str, int], str]:
     """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
     alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
     distinct value (the claims made from one template are alike); treat the result as read-only."""
-    memo: dict[tuple[Devices, str | None], tuple[dict[str, int], str]] = policy.memo.get(
-        "dra-claim-counts"
-    ) or policy.derived("dra-claim-counts", lambda _: {})
+    memo: dict[tuple[Devices, str | None], tuple[dict[str, int], str]]
+    memo = policy.derived("dra-claim-counts", lambda _: {})
     key = (devices, request)
     found = memo.get(key)
     if found is None:
@@ -680,7 +721,7 @@ def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict
     return found
 
 
-Found = tuple[str, str, str, Devices]  # a claim a pod names: (the pod's name for it, kind, its name, devices)
+Found = tuple[str, str, str, ClaimSummary]  # a claim a pod names: (the pod's name for it, kind, its name, summary)
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,7 +738,15 @@ class _Named:
 
     @property
     def shown(self) -> str:
-        return f'claim "{_cut(self.name)}" ({self.kind} "{_cut(self.source, 63)}")'
+        return _shown(self.name, self.kind, self.source)
+
+
+def _least_maximum(policy: Policy) -> int:
+    return _Rules.of(policy).least_maximum
+
+
+def _shown(name: str, kind: str, source: str) -> str:
+    return f'claim "{_cut(name)}" ({kind} "{_cut(source, 63)}")'
 
 
 def pod_claims(
@@ -705,19 +754,20 @@ def pod_claims(
     namespace: str,
     policy: Policy,
     spec_path: tuple[str, ...],
+    entries: list[Any],
     view: ClaimsView,
-    holders: list[tuple[ContainerRef, dict[str, Any]]] | None = None,
+    pod_gpus: int | Fraction,
     named_out: list[Found] | None = None,
 ) -> tuple[list[Violation], list[str]]:
-    """The devices of the claims and templates a pod names, counted with its extended resources against
-    `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold.
-    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer;
-    `named_out`, when given, receives the claims found (for the cluster checks: `claimed_by_class`)."""
-    spec = get_path(obj, spec_path)
+    """The devices of the claims and templates a pod names (`entries`: `claim_entries`), counted with its
+    extended resources against `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one
+    the view does not hold. `pod_gpus` is every GPU count of the pod, validation's (`validated`), for the
+    quick answer; `named_out`, when given, receives the claims found (for the cluster checks:
+    `claimed_by_class`)."""
     found: list[Found] = []
     warnings: list[str] = []
-    claimed_total = 0  # every GPU device of the claims found; -1 once one asks for all of a node's
-    for entry in spec.get("resourceClaims") or ():
+    most, unbounded = 0, False  # the claims' summaries together: a bound on their GPU devices, any `All`
+    for entry in entries:
         name = entry.get("name") if type(entry) is dict else None
         if type(name) is not str:
             continue
@@ -726,32 +776,29 @@ def pod_claims(
             kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
             if type(source) is not str or not source:
                 continue
-        devices = view.devices(kind, namespace, source)
-        if devices is None:
+        claim = view.claim(kind, namespace, source)
+        if claim is None:
             word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
             warnings.append(
                 f'{WARNING_PREFIX}claim "{_cut(name, 18)}": {word} "{_cut(source, 22)}" unknown yet; '
                 "its GPUs are not counted"
             )
         else:
-            found.append((name, kind, source, devices))
-            more = _claimed(devices, policy)
-            claimed_total = -1 if more < 0 or claimed_total < 0 else claimed_total + more
+            found.append((name, kind, source, claim))
+            most += claim.most
+            unbounded = unbounded or claim.every
     problems: list[Violation] = []
     if not found:
         return problems, warnings
-    rules = _Rules.of(policy)
     if named_out is not None:
         named_out += found
-    if holders is not None and claimed_total >= 0:
-        # The usual case, answered without counting container by container: every GPU count of the pod
-        # (validation's) plus every device of its claims is within the least maximum that could apply.
-        extended: Any = 0
-        for _, counts in holders:
-            extended += sum(counts.values())
-        if extended + claimed_total <= rules.least_maximum:
-            return problems, warnings
-    named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
+    if not unbounded and pod_gpus + most <= policy.derived("dra-least-maximum", _least_maximum):
+        # The usual case, answered from the summaries without counting container by container: every GPU
+        # count of the pod plus the most its claims could hold is within the least maximum that could apply.
+        return problems, warnings
+    rules = _Rules.of(policy)
+    spec = get_path(obj, spec_path)
+    named = {name: _Named(name, kind, source, claim.devices) for name, kind, source, claim in found}
 
     def mig_names(name: str) -> bool:
         return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
@@ -821,19 +868,6 @@ def pod_claims(
     return problems, warnings
 
 
-def _claimed(devices: Devices, policy: Policy) -> int:
-    """All the GPU devices (whole and MIG) a claim asks for, each request at its largest alternative; -1 where
-    one asks for every device (allocationMode All). Once per policy and distinct value, as `_counts`."""
-    memo: dict[Devices, int] = policy.memo.get("dra-claim-sums") or policy.derived("dra-claim-sums", lambda _: {})
-    found = memo.get(devices)
-    if found is None:
-        if len(memo) >= 4096:
-            memo.clear()
-        totals, every = _counts(devices, policy, None)
-        found = memo[devices] = -1 if every else sum(totals.values())
-    return found
-
-
 def _container_claims(
     ref: ContainerRef, named: dict[str, _Named], policy: Policy
 ) -> list[tuple[_Named, dict[str, int]]]:
@@ -853,19 +887,9 @@ def _container_claims(
 
 def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
     """For the cluster checks: the devices the claims a pod names (`pod_claims`' `named_out`) ask of each
-    DeviceClass, as (the claim as messages show it, count). Only what must be on one node: a request with one
-    class and an exact count (a `firstAvailable` request may fall back to a smaller alternative; `All` takes
-    what is there)."""
+    DeviceClass, as (the claim as messages show it, count): each summary's `on_one_node`."""
     claimed: dict[str, list[tuple[str, int]]] = {}
-    for name, kind, source, devices in found:
-        alternatives: dict[str, int] = {}
-        for ref, _, _ in devices:
-            alternatives[ref] = alternatives.get(ref, 0) + 1
-        per_class: dict[str, int] = {}
-        for ref, device_class, count in devices:
-            if alternatives[ref] == 1 and count > 0:
-                per_class[device_class] = per_class.get(device_class, 0) + count
-        shown = _Named(name, kind, source, devices).shown
-        for device_class, count in per_class.items():
-            claimed.setdefault(device_class, []).append((shown, count))
+    for name, kind, source, claim in found:
+        for device_class, count in claim.on_one_node:
+            claimed.setdefault(device_class, []).append((_shown(name, kind, source), count))
     return claimed

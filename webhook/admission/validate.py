@@ -262,12 +262,20 @@ def validate(
 ) -> list[Violation]:
     """Every problem, one `Violation` each. `counted`, when given, receives the containers that hold GPUs with
     their valid counts, in start order (the cluster checks read them: each count is parsed once per review)."""
+    return validated(obj, policy, spec_path, counted)[0]
+
+
+def validated(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> tuple[list[Violation], int | Fraction]:
+    """`validate`, and every GPU count of the pod's containers summed (what the pod's claims are counted with:
+    dra.pod_claims), so that the checks after validation read its counts and do not add them up again."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
-        return []
+        return [], 0
     spec = get_path(obj, spec_path)
     if not isinstance(spec, dict):
-        return []
+        return [], 0
     rules = _Rules.of(policy)
     problems: Problems = []
     blocks = rules.block_visible_devices
@@ -324,7 +332,7 @@ def validate(
     if counted is not None:  # DeviceClasses' resources included: the cluster checks read them from slices
         counted += holders
         counted += sized  # the memory backends' per-GPU amounts (memshare.node_amounts)
-    return problems
+    return problems, count_sum
 
 
 def _compact(ref: ContainerRef) -> str:
@@ -1133,4 +1141,5 @@ __all__ = [
     "offer",
     "pod_violation",
     "validate",
+    "validated",
 ]
