@@ -8,7 +8,9 @@ immutable, and what a claim asks for is the user's to say). Devices asked from a
 that names a request gets all of its devices (`maxPerContainer`), and a pod that names the claim gets all of
 them (`maxPerPod`); `allocationMode: All` is not a number any cap can bound; a `firstAvailable` request counts
 at its largest alternative; MIG devices are held to the policy's MIG profiles; a `GpuConfig` sharing strategy
-must be the namespace's sharing mode; `adminAccess` (access to devices allocated to others) is not for tenants.
+must be the namespace's sharing mode, and under time-slicing and MPS NVIDIA's whole GPUs come only with one (the
+driver's default config shares nothing); `adminAccess` (access to devices allocated to others) is not for
+tenants.
 
 The shapes and the API server's own rules (the `Refusal`s, denied by /mutate whatever the enforcement, as for
 extended resources) are written from kubernetes/kubernetes: pkg/apis/resource/types.go (resource.k8s.io/v1:
@@ -33,7 +35,7 @@ from webhook.admission.draslices import PROFILE
 from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Mode, Policy
-from webhook.admission.resources import MIG_PREFIX
+from webhook.admission.resources import GPU_CONFIG_STRATEGIES, MIG_PREFIX, NVIDIA_GPU_CLASSES
 from webhook.admission.validate import (
     APISERVER_TOO,
     Refusal,
@@ -60,7 +62,7 @@ CONFIG_MAX = 32  # DeviceConfigMaxSize
 EXACT_COUNT, ALL = "ExactCount", "All"
 NVIDIA_DRIVER = "gpu.nvidia.com"
 NVIDIA_CONFIG_KINDS = ("GpuConfig", "MigDeviceConfig")
-STRATEGIES = {"TimeSlicing": Mode.TIME_SLICING, "MPS": Mode.MPS}
+STRATEGIES = {strategy: Mode(mode) for mode, strategy in GPU_CONFIG_STRATEGIES.items()}  # TimeSlicing, MPS
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -174,17 +176,22 @@ def judge(obj: dict[str, Any], policy: Policy, path: tuple[str, ...]) -> list[Vi
     rules = _Rules.of(policy)
     names: dict[str, set[str]] = {}  # request name -> its alternatives' names (config references)
     contributions: list[Asked] = []  # per request: the alternative with the most GPU devices
+    whole: list[Asked] = []  # NVIDIA's whole GPUs (gpu.nvidia.com), for the sharing mode
     for index, request in enumerate(requests):
         asked = _request(index, request, names, policy, problems)
         counted = [a for a in asked if a.kind]
         for one in counted:
             _judge_asked(one, what, rules, problems)
+            if one.device_class in NVIDIA_GPU_CLASSES:
+                whole.append(one)
         if counted:
             top = max(counted, key=lambda a: a.count)
             if top.count:
                 contributions.append(top)
     _claim_total(what, contributions, rules, problems)
     _configs(what, devices.get("config"), names, policy, problems)
+    if whole and policy.sharing.mode.is_shared:
+        _unshared(whole, devices.get("config"), policy, problems)
     return problems
 
 
@@ -540,21 +547,27 @@ def _names_request(ref: Any, names: dict[str, set[str]]) -> bool:
     return len(parts) == 1 or parts[1] in names[parts[0]]
 
 
-def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
-    """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
+def _strategy(opaque: Any, kinds: tuple[str, ...] = NVIDIA_CONFIG_KINDS) -> str | None:
+    """The `sharing.strategy` of NVIDIA's opaque config of one of `kinds`, as written; None where it has none."""
     if type(opaque) is not dict or opaque.get("driver") != NVIDIA_DRIVER:
-        return
+        return None
     parameters = opaque.get("parameters")
-    if type(parameters) is not dict or parameters.get("kind") not in NVIDIA_CONFIG_KINDS:
-        return
+    if type(parameters) is not dict or parameters.get("kind") not in kinds:
+        return None
     sharing = parameters.get("sharing")
     strategy = sharing.get("strategy") if type(sharing) is dict else None
-    if type(strategy) is not str:
+    return strategy if type(strategy) is str else None
+
+
+def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
+    """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
+    strategy = _strategy(opaque)
+    if strategy is None:
         return
     mode = policy.sharing.mode
     if STRATEGIES.get(strategy) is mode:
         return
-    kind = parameters["kind"]
+    kind = opaque["parameters"]["kind"]
     here = f'policy "{policy.name}"'
     if mode.is_shared:
         wanted = next(name for name, shared in STRATEGIES.items() if shared is mode)
@@ -570,6 +583,31 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
             f"{kind} sharing {_cut(strategy, 12)} is not this namespace's ({mode}); {fix}",
         )
     )
+
+
+def _unshared(whole: list[Asked], configs: Any, policy: Policy, problems: list[Violation]) -> None:
+    """Under time-slicing or MPS, NVIDIA's whole GPUs come shared only through a `GpuConfig` sharing strategy:
+    a request that no such config covers gets GPUs of its own (the driver's default config shares nothing),
+    which the namespace's policy does not give. A config with another strategy is `_sharing`'s to say."""
+    covered = _gpu_strategies(configs)  # a request's, its alternative's, or every request's ("")
+    if "" in covered:
+        return
+    mode = policy.sharing.mode
+    strategy = GPU_CONFIG_STRATEGIES[mode]
+    for asked in whole:
+        if asked.ref in covered or asked.ref.split("/")[0] in covered:
+            continue
+        what = "allocationMode All" if asked.every else f"count {asked.count}"
+        problems.append(
+            _problem(
+                _label(asked.ref),
+                f"{asked.device_class} {what} asks for whole GPUs with no GpuConfig to share them: the claim would "
+                f'hold them alone, and policy "{policy.name}" shares GPUs by {mode}; add a config for this request '
+                f"with opaque driver {NVIDIA_DRIVER} and parameters apiVersion resource.nvidia.com/v1beta1, kind "
+                f"GpuConfig, sharing.strategy {strategy}",
+                f"{_cut(asked.device_class, 24)} unshared under {mode}; add a GpuConfig with strategy {strategy}",
+            )
+        )
 
 
 # ------------------------------------------------------------------------------ a pod's claims and templates
@@ -629,9 +667,13 @@ class ClaimSummary:
     # per DeviceClass, the devices that must be on one node: a request with one class and an exact count (a
     # `firstAvailable` request may fall back to a smaller alternative; `All` takes what is there)
     on_one_node: tuple[tuple[str, int], ...]
+    # per request (or alternative) of NVIDIA's whole GPUs (gpu.nvidia.com): its reference, count, and the sharing
+    # strategy of the GpuConfig that covers it ("" where none does)
+    gpu_sharing: tuple[tuple[str, int, str], ...] = ()
 
     @staticmethod
-    def of(devices: Devices) -> ClaimSummary:
+    def of(devices: Devices, configs: Any = None) -> ClaimSummary:
+        """The summary of `devices`, with the sharing strategies that `configs` (spec.devices.config) set."""
         largest: dict[str, int] = {}  # request -> its largest alternative
         alternatives: dict[str, int] = {}  # request -> how many alternatives
         for ref, _, count in devices:
@@ -641,18 +683,43 @@ class ClaimSummary:
         for ref, device_class, count in devices:
             if alternatives[ref] == 1 and count > 0:
                 per_class[device_class] = per_class.get(device_class, 0) + count
+        strategies = _gpu_strategies(configs)
         return ClaimSummary(
             devices=devices,
             most=sum(largest.values()),
             every=any(count == ALL_DEVICES for _, _, count in devices),
             on_one_node=tuple(per_class.items()),
+            gpu_sharing=tuple(
+                (ref, count, strategies.get(ref, strategies.get(ref.split("/")[0], strategies.get("", ""))))
+                for ref, device_class, count in devices
+                if device_class in NVIDIA_GPU_CLASSES
+            ),
         )
 
 
+def _gpu_strategies(configs: Any) -> dict[str, str]:
+    """The sharing strategy of each NVIDIA GpuConfig in `configs` (spec.devices.config), by the request it names
+    (`gpu`, `gpu/big`), or by "" for one that names none (it applies to every request)."""
+    strategies: dict[str, str] = {}
+    for config in configs if type(configs) is list else []:
+        strategy = _strategy(config.get("opaque"), ("GpuConfig",)) if type(config) is dict else None
+        if strategy is None:
+            continue
+        refs = config.get("requests")
+        for ref in refs if type(refs) is list and refs else [""]:
+            if type(ref) is str:
+                strategies[ref] = strategy
+    return strategies
+
+
 def summary_of(obj: Any) -> ClaimSummary | None:
-    """`ClaimSummary.of(devices_of(obj))`; None for an object that is no claim or template."""
+    """The summary of a ResourceClaim or ResourceClaimTemplate; None for any other object."""
     devices = devices_of(obj)
-    return None if devices is None else ClaimSummary.of(devices)
+    if devices is None:
+        return None
+    spec = get_path(obj, CLAIM_SPEC_PATHS[obj["kind"]])
+    claimed = spec.get("devices") if type(spec) is dict else None
+    return ClaimSummary.of(devices, claimed.get("config") if type(claimed) is dict else None)
 
 
 class ClaimsView(Protocol):
@@ -741,8 +808,17 @@ class _Named:
         return _shown(self.name, self.kind, self.source)
 
 
-def _least_maximum(policy: Policy) -> int:
-    return _Rules.of(policy).least_maximum
+@dataclass(frozen=True, slots=True)
+class _PodRules:
+    """What the quick answer on a pod's claims reads of a policy, worked out once per policy."""
+
+    least_maximum: int  # the least of the whole-GPU, MIG and pod maxima (validation's)
+    strategy: str | None  # the GpuConfig sharing strategy NVIDIA's whole GPUs need here (time-slicing, MPS)
+
+    @staticmethod
+    def of(policy: Policy) -> _PodRules:
+        rules = _Rules.of(policy)
+        return _PodRules(rules.least_maximum, rules.gpu_config_strategy)
 
 
 def _shown(name: str, kind: str, source: str) -> str:
@@ -792,7 +868,10 @@ def pod_claims(
         return problems, warnings
     if named_out is not None:
         named_out += found
-    if not unbounded and pod_gpus + most <= policy.derived("dra-least-maximum", _least_maximum):
+    pod_rules = policy.derived("dra-pod-rules", _PodRules.of)
+    if pod_rules.strategy is not None:
+        problems += _unshared_claims(found, pod_rules.strategy, policy)
+    if not unbounded and pod_gpus + most <= pod_rules.least_maximum:
         # The usual case, answered from the summaries without counting container by container: every GPU
         # count of the pod plus the most its claims could hold is within the least maximum that could apply.
         return problems, warnings
@@ -883,6 +962,33 @@ def _container_claims(
         request = entry.get("request") if type(entry.get("request")) is str and entry.get("request") else None
         found[(one.name, request)] = (one, one.counts(policy, request)[0])
     return list(found.values())
+
+
+def _unshared_claims(found: list[Found], strategy: str, policy: Policy) -> list[Violation]:
+    """Under time-slicing or MPS, the claims a pod names whose NVIDIA whole GPUs no GpuConfig shares with the
+    namespace's strategy: the pod would hold them alone (the claims are judged when created: these are ones
+    made before the policy said so, or admitted under warn or audit)."""
+    problems: list[Violation] = []
+    mode = policy.sharing.mode
+    for name, kind, source, claim in found:
+        for ref, count, written in claim.gpu_sharing:
+            if written == strategy:
+                continue
+            what = "allocationMode All" if count == ALL_DEVICES else f"count {count}"
+            how = (
+                f"shared by {written} (its GpuConfig)"
+                if written
+                else "that no GpuConfig shares: the pod would hold them alone"
+            )
+            problems.append(
+                pod_violation(
+                    f'{_shown(name, kind, source)} request "{_cut(ref, 70)}": {NVIDIA_GPU_CLASSES[0]} {what} asks for '
+                    f'whole GPUs {how}, and policy "{policy.name}" shares GPUs by {mode}; name a claim whose '
+                    f"GpuConfig sets sharing.strategy {strategy}",
+                    f"{_cut(name)}: GPUs not shared by {mode}; name a claim with a {strategy} GpuConfig",
+                )
+            )
+    return problems
 
 
 def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
