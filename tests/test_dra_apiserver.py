@@ -39,7 +39,7 @@ spec:
   namespaces: [{NAMESPACE}]
   limits: {{maxPerPod: 2}}
 """
-SHARED = "notebooks"  # a namespace that shares GPUs by time-slicing
+SHARED = "dra-shared"  # a namespace that shares GPUs by time-slicing (its own: others use "notebooks")
 SHARED_POLICY = f"""\
 apiVersion: gpu-admission.io/v1
 kind: GPUPolicy
