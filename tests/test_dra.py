@@ -141,6 +141,89 @@ def test_a_gpu_config_sharing_strategy_must_be_the_namespaces_sharing_mode():
     assert judged(claim(exactly(), config=[other_driver]), EXCLUSIVE) == ("allow", [])
 
 
+UNSHARED = (
+    "gpu.nvidia.com {what} asks for whole GPUs with no GpuConfig to share them: the claim would hold them alone, and "
+    'policy "team" shares GPUs by {mode}; add a config for this request with opaque driver gpu.nvidia.com and '
+    "parameters apiVersion resource.nvidia.com/v1beta1, kind GpuConfig, sharing.strategy {strategy}"
+)
+
+
+def test_whole_gpus_without_the_namespaces_gpu_config_are_refused_under_time_slicing_and_mps():
+    """NVIDIA's driver shares nothing without a GpuConfig (its default config sets no sharing): the claim would
+    hold whole GPUs alone, in a namespace whose GPUs are shared."""
+    bare = claim(exactly(count=2))
+    assert judged(bare, TIME_SLICED) == ("deny", [
+        'request "gpu": ' + UNSHARED.format(what="count 2", mode="time-slicing", strategy="TimeSlicing"),
+    ])  # fmt: skip
+    assert judged(bare, MPS_SHARED) == ("deny", [
+        'request "gpu": ' + UNSHARED.format(what="count 2", mode="mps", strategy="MPS"),
+    ])  # fmt: skip
+    assert judged(bare, EXCLUSIVE) == ("allow", [])
+    # A config naming one request shares that one only; one naming none applies to every request.
+    two = claim(exactly("a"), exactly("b"), config=[gpu_config("TimeSlicing", requests=["a"])],
+                kind="ResourceClaimTemplate")  # fmt: skip
+    assert judged(two, TIME_SLICED) == ("deny", [
+        'request "b": ' + UNSHARED.format(what="count 1", mode="time-slicing", strategy="TimeSlicing"),
+    ])  # fmt: skip
+    assert judged(claim(exactly("a"), exactly("b"), config=[gpu_config("TimeSlicing")]), TIME_SLICED) == ("allow", [])
+    # firstAvailable: an alternative is covered by a config naming it or its request
+    alternatives = claim(
+        {"name": "gpu", "firstAvailable": [exactly("big", count=2)["exactly"] | {"name": "big"},
+                                           exactly("small")["exactly"] | {"name": "small"}]},
+        config=[gpu_config("TimeSlicing", requests=["gpu/big"])],
+    )  # fmt: skip
+    assert judged(alternatives, TIME_SLICED) == ("deny", [
+        'request "gpu/small": ' + UNSHARED.format(what="count 1", mode="time-slicing", strategy="TimeSlicing"),
+    ])  # fmt: skip
+    # Another strategy is the config's line alone; a config without a strategy shares nothing; MIG devices and
+    # other classes are not whole GPUs of NVIDIA's.
+    assert judged(claim(exactly(), config=[gpu_config("MPS")]), TIME_SLICED) == ("deny", [
+        'config[0]: GpuConfig sharing strategy MPS does not match the namespace: policy "team" shares GPUs by '
+        "time-slicing; use strategy TimeSlicing",
+    ])  # fmt: skip
+    no_strategy = gpu_config("TimeSlicing")
+    del no_strategy["opaque"]["parameters"]["sharing"]
+    assert judged(claim(exactly(), config=[no_strategy]), TIME_SLICED) == ("deny", [
+        'request "gpu": ' + UNSHARED.format(what="count 1", mode="time-slicing", strategy="TimeSlicing"),
+    ])  # fmt: skip
+    assert judged(claim(exactly("nic", "rdma.example.com")), TIME_SLICED) == ("allow", [])
+    assert judged(fixture("timesliced-gpu"), TIME_SLICED) == ("allow", [])
+
+
+def test_under_warn_an_unshared_claim_is_admitted_with_its_short_form():
+    warned = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), enforcement=Enforcement.WARN)
+    decision = run(claim(exactly()), warned)
+    assert (decision.verdict, decision.warnings) == ("warn", [
+        'gpu-admission: request "gpu": gpu.nvidia.com unshared under time-slicing; add a GpuConfig with strategy '
+        "TimeSlicing",
+    ])  # fmt: skip
+
+
+def test_the_device_class_resource_for_whole_gpus_is_refused_under_time_slicing_and_mps():
+    """The claim the scheduler makes for `deviceclass.resource.kubernetes.io/gpu.nvidia.com` carries no config."""
+    asking = pod(container("train", limits={CLASS_GPU: 1}))
+    assert judged_pod(asking, TIME_SLICED) == ("deny", [
+        f'container "train": {CLASS_GPU} 1 asks DRA for whole GPUs that nothing shares (the claim made for it carries '
+        'no GpuConfig), but policy "team" shares GPUs by time-slicing; ask for nvidia.com/gpu: 1 (shared by '
+        "time-slicing), or name a ResourceClaim whose GpuConfig sets sharing.strategy TimeSlicing",
+    ])  # fmt: skip
+    assert judged_pod(asking, MPS_SHARED)[1][0].endswith(
+        "(shared by mps), or name a ResourceClaim whose GpuConfig sets sharing.strategy MPS"
+    )
+    assert judged_pod(asking, EXCLUSIVE) == ("allow", [])
+    assert judged_pod(pod(container("train", limits={CLASS_GPU: 0})), TIME_SLICED) == ("allow", [])
+    warned = run(asking, policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), enforcement=Enforcement.WARN))
+    assert warned.warnings == [
+        'gpu-admission: container "train": gpu.nvidia.com 1: whole GPUs, unshared under time-slicing; ask for '
+        "nvidia.com/gpu"
+    ]
+
+
+def judged_pod(obj: dict, pol) -> tuple[str, list[str]]:
+    decision = run(obj, pol)
+    return decision.verdict, decision.violations
+
+
 def test_mig_devices_are_held_to_the_policys_mig_profiles():
     one_slice = fixture("one-slice")  # 3g.40gb
     offered = policy(
@@ -481,4 +564,23 @@ def test_policy_explain_says_which_device_classes_are_gpus(tmp_path: Path):
         "  dra       GPUs from DeviceClasses gpu.nvidia.com, gpu.example.com; MIG devices from mig.nvidia.com, "
         "slices.example.com",
         "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com",  # built-in defaults
+    ]
+
+
+def test_policy_explain_says_that_whole_gpus_need_the_namespaces_gpu_config_under_time_slicing(tmp_path: Path):
+    import subprocess
+    import sys
+
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata: {name: notebooks}\nspec:\n"
+        "  namespaces: [notebooks]\n  sharing: {mode: mps, replicas: 4}\n  gpu: {model: A100-80GB}\n"
+    )
+    script = Path(sys.executable).with_name("gpu-webhook")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "webhook"]
+    result = subprocess.run([*command, "policy", "explain", "--policies", str(tmp_path), "notebooks"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("  dra ")] == [
+        "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com; gpu.nvidia.com only in "
+        "claims whose GpuConfig sets sharing.strategy MPS",
     ]

@@ -39,6 +39,15 @@ spec:
   namespaces: [{NAMESPACE}]
   limits: {{maxPerPod: 2}}
 """
+SHARED = "dra-shared"  # a namespace that shares GPUs by time-slicing (its own: others use "notebooks")
+SHARED_POLICY = f"""\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {{name: notebooks}}
+spec:
+  namespaces: [{SHARED}]
+  sharing: {{mode: time-slicing, replicas: 4}}
+"""
 
 
 @dataclass
@@ -66,12 +75,14 @@ def cluster(
     api = APIServer(kubectl, kube_apiserver.kubeconfig)
     policies = tmp_path_factory.mktemp("dra-policies")
     (policies / "capped.yaml").write_text(POLICY)
+    (policies / "notebooks.yaml").write_text(SHARED_POLICY)
     server = start_server(policies)
     configurations = envtest.shipped_webhook_configurations(
         kubectl, server.url, server.ca_file.read_bytes(), "dra", ONLY
     )
     for obj in [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {ONLY: "true"}}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SHARED, "labels": {ONLY: "true"}}},
         # No controller manager makes it here, and the API server's admission wants it for pods.
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}},
         *yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()),
@@ -152,3 +163,25 @@ def test_a_claim_within_the_cap_is_created_as_written(cluster: APIServer) -> Non
     assert shown["spec"]["devices"]["requests"][0]["exactly"] == {
         "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2,
     }  # fmt: skip
+
+
+def test_under_time_slicing_a_claim_of_a_whole_gpu_needs_the_namespaces_gpu_config(cluster: APIServer) -> None:
+    claim = copy.deepcopy(_fixture("every-gpu"))
+    claim["metadata"] = {"name": "one-gpu", "namespace": SHARED}
+    claim["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": "gpu.nvidia.com", "count": 1}
+    assert _denied(cluster.create(claim), "resourceclaims.gpu-admission.io") == (
+        'request "gpu": gpu.nvidia.com count 1 asks for whole GPUs with no GpuConfig to share them: the claim would '
+        'hold them alone, and policy "notebooks" shares GPUs by time-slicing; add a config for this request with '
+        "opaque driver gpu.nvidia.com and parameters apiVersion resource.nvidia.com/v1beta1, kind GpuConfig, "
+        "sharing.strategy TimeSlicing"
+    )
+    parameters = {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing"},
+    }
+    claim["spec"]["devices"]["config"] = [
+        {"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": parameters}}
+    ]
+    created = cluster.create(claim)
+    assert created.returncode == 0, created.stderr

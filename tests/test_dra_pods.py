@@ -204,6 +204,29 @@ def test_under_warn_the_lines_are_warnings_and_the_pod_is_admitted():
     assert decision.warnings[-1] == ("gpu-admission: pod: 3 GPUs with its claims: at most 2 per pod; ask for fewer")
 
 
+def test_under_time_slicing_a_pods_claims_must_share_their_whole_gpus_by_its_strategy():
+    """A claim made before the policy said so (or admitted under warn) still holds its GPUs alone: the pod that
+    names it is refused, whatever its count; a template's copies are alike."""
+    from tests.test_dra import TIME_SLICED, gpu_config
+
+    shared = named(claim(exactly(count=1), config=[gpu_config("TimeSlicing")]), "shared")
+    mps = named(claim(exactly(count=1), config=[gpu_config("MPS")], kind="ResourceClaimTemplate"), "mps-per-pod")
+    view = index(ONE, shared, mps)
+    assert judged(claiming(using("train", "gpu"), gpu="shared"), TIME_SLICED, view).violations == []
+    assert judged(claiming(using("train", "gpu"), gpu="one-gpu"), TIME_SLICED, view).violations == [
+        'pod: claim "gpu" (ResourceClaim "one-gpu") request "gpu": gpu.nvidia.com count 1 asks for whole GPUs that no '
+        'GpuConfig shares: the pod would hold them alone, and policy "team" shares GPUs by time-slicing; name a '
+        "claim whose GpuConfig sets sharing.strategy TimeSlicing",
+    ]
+    assert judged(claiming(using("train", "gpu"), gpu="template:mps-per-pod"), TIME_SLICED, view).violations == [
+        'pod: claim "gpu" (ResourceClaimTemplate "mps-per-pod") request "gpu": gpu.nvidia.com count 1 asks for whole '
+        'GPUs shared by MPS (its GpuConfig), and policy "team" shares GPUs by time-slicing; name a claim whose '
+        "GpuConfig sets sharing.strategy TimeSlicing",
+    ]
+    # The same claims under exclusive: whole GPUs are what the namespace gives.
+    assert judged(claiming(using("train", "gpu"), gpu="one-gpu"), CAPPED, view).violations == []
+
+
 # --- a claim the view does not hold -------------------------------------------------------------------------
 
 

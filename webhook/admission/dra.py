@@ -8,7 +8,9 @@ immutable, and what a claim asks for is the user's to say). Devices asked from a
 that names a request gets all of its devices (`maxPerContainer`), and a pod that names the claim gets all of
 them (`maxPerPod`); `allocationMode: All` is not a number any cap can bound; a `firstAvailable` request counts
 at its largest alternative; MIG devices are held to the policy's MIG profiles; a `GpuConfig` sharing strategy
-must be the namespace's sharing mode; `adminAccess` (access to devices allocated to others) is not for tenants.
+must be the namespace's sharing mode, and under time-slicing and MPS NVIDIA's whole GPUs come only with one (the
+driver's default config shares nothing); `adminAccess` (access to devices allocated to others) is not for
+tenants.
 
 The shapes and the API server's own rules (the `Refusal`s, denied by /mutate whatever the enforcement, as for
 extended resources) are written from kubernetes/kubernetes: pkg/apis/resource/types.go (resource.k8s.io/v1:
@@ -26,13 +28,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol
 
 from webhook.admission import celselect
 from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Mode, Policy
-from webhook.admission.resources import MIG_PREFIX
+from webhook.admission.resources import GPU_CONFIG_STRATEGIES, MIG_PREFIX, NVIDIA_GPU_CLASSES
 from webhook.admission.validate import (
     APISERVER_TOO,
     Refusal,
@@ -59,7 +62,7 @@ CONFIG_MAX = 32  # DeviceConfigMaxSize
 EXACT_COUNT, ALL = "ExactCount", "All"
 NVIDIA_DRIVER = "gpu.nvidia.com"
 NVIDIA_CONFIG_KINDS = ("GpuConfig", "MigDeviceConfig")
-STRATEGIES = {"TimeSlicing": Mode.TIME_SLICING, "MPS": Mode.MPS}
+STRATEGIES = {strategy: Mode(mode) for mode, strategy in GPU_CONFIG_STRATEGIES.items()}  # TimeSlicing, MPS
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -173,17 +176,22 @@ def judge(obj: dict[str, Any], policy: Policy, path: tuple[str, ...]) -> list[Vi
     rules = _Rules.of(policy)
     names: dict[str, set[str]] = {}  # request name -> its alternatives' names (config references)
     contributions: list[Asked] = []  # per request: the alternative with the most GPU devices
+    whole: list[Asked] = []  # NVIDIA's whole GPUs (gpu.nvidia.com), for the sharing mode
     for index, request in enumerate(requests):
         asked = _request(index, request, names, policy, problems)
         counted = [a for a in asked if a.kind]
         for one in counted:
             _judge_asked(one, what, rules, problems)
+            if one.device_class in NVIDIA_GPU_CLASSES:
+                whole.append(one)
         if counted:
             top = max(counted, key=lambda a: a.count)
             if top.count:
                 contributions.append(top)
     _claim_total(what, contributions, rules, problems)
     _configs(what, devices.get("config"), names, policy, problems)
+    if whole and policy.sharing.mode.is_shared:
+        _unshared(whole, devices.get("config"), policy, problems)
     return problems
 
 
@@ -532,21 +540,27 @@ def _names_request(ref: Any, names: dict[str, set[str]]) -> bool:
     return len(parts) == 1 or parts[1] in names[parts[0]]
 
 
-def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
-    """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
+def _strategy(opaque: Any, kinds: tuple[str, ...] = NVIDIA_CONFIG_KINDS) -> str | None:
+    """The `sharing.strategy` of NVIDIA's opaque config of one of `kinds`, as written; None where it has none."""
     if type(opaque) is not dict or opaque.get("driver") != NVIDIA_DRIVER:
-        return
+        return None
     parameters = opaque.get("parameters")
-    if type(parameters) is not dict or parameters.get("kind") not in NVIDIA_CONFIG_KINDS:
-        return
+    if type(parameters) is not dict or parameters.get("kind") not in kinds:
+        return None
     sharing = parameters.get("sharing")
     strategy = sharing.get("strategy") if type(sharing) is dict else None
-    if type(strategy) is not str:
+    return strategy if type(strategy) is str else None
+
+
+def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
+    """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
+    strategy = _strategy(opaque)
+    if strategy is None:
         return
     mode = policy.sharing.mode
     if STRATEGIES.get(strategy) is mode:
         return
-    kind = parameters["kind"]
+    kind = opaque["parameters"]["kind"]
     here = f'policy "{policy.name}"'
     if mode.is_shared:
         wanted = next(name for name, shared in STRATEGIES.items() if shared is mode)
@@ -564,6 +578,31 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
     )
 
 
+def _unshared(whole: list[Asked], configs: Any, policy: Policy, problems: list[Violation]) -> None:
+    """Under time-slicing or MPS, NVIDIA's whole GPUs come shared only through a `GpuConfig` sharing strategy:
+    a request that no such config covers gets GPUs of its own (the driver's default config shares nothing),
+    which the namespace's policy does not give. A config with another strategy is `_sharing`'s to say."""
+    covered = _gpu_strategies(configs)  # a request's, its alternative's, or every request's ("")
+    if "" in covered:
+        return
+    mode = policy.sharing.mode
+    strategy = GPU_CONFIG_STRATEGIES[mode]
+    for asked in whole:
+        if asked.ref in covered or asked.ref.split("/")[0] in covered:
+            continue
+        what = "allocationMode All" if asked.every else f"count {asked.count}"
+        problems.append(
+            _problem(
+                _label(asked.ref),
+                f"{asked.device_class} {what} asks for whole GPUs with no GpuConfig to share them: the claim would "
+                f'hold them alone, and policy "{policy.name}" shares GPUs by {mode}; add a config for this request '
+                f"with opaque driver {NVIDIA_DRIVER} and parameters apiVersion resource.nvidia.com/v1beta1, kind "
+                f"GpuConfig, sharing.strategy {strategy}",
+                f"{_cut(asked.device_class, 24)} unshared under {mode}; add a GpuConfig with strategy {strategy}",
+            )
+        )
+
+
 # ------------------------------------------------------------------------------ a pod's claims and templates
 #
 # A pod that names claims (`spec.resourceClaims`) holds their devices as well as its extended resources, so
@@ -572,7 +611,7 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
 # stays right; a claim not in the view is counted as nothing, with a warning (never denied for it).
 
 # (request name, DeviceClass, count) per request and per `firstAvailable` alternative; count ALL_DEVICES for
-# allocationMode All. Only what counting needs: a cached claim is this tuple, held once per distinct value.
+# allocationMode All.
 Devices = tuple[tuple[str, str, int], ...]
 ALL_DEVICES = -1
 CLAIM_KINDS = {"resourceClaimName": "ResourceClaim", "resourceClaimTemplateName": "ResourceClaimTemplate"}
@@ -608,48 +647,117 @@ def devices_of(obj: Any) -> Devices | None:
     return tuple(found)
 
 
-class ClaimsView(Protocol):
-    """The claims and templates a pod may name: `devices` for one of them, or None where it is not known."""
+@dataclass(frozen=True, slots=True)
+class ClaimSummary:
+    """What a pod's review reads of a claim or template, worked out once when the claim is read (listed,
+    watched, or offline from the input), never per review. Policy-free: which classes are GPUs is the
+    policy's to say, so `most` bounds the GPU devices of any policy and an exact count is asked for only when
+    a pod is near its maximum. Equal summaries are held once (the claims made from one template are alike)."""
 
-    def devices(self, kind: str, namespace: str, name: str) -> Devices | None: ...
+    devices: Devices
+    most: int  # every request at its largest alternative, of any class, allocationMode All left out
+    every: bool  # a request (of any class) with allocationMode All
+    # per DeviceClass, the devices that must be on one node: a request with one class and an exact count (a
+    # `firstAvailable` request may fall back to a smaller alternative; `All` takes what is there)
+    on_one_node: tuple[tuple[str, int], ...]
+    # per request (or alternative) of NVIDIA's whole GPUs (gpu.nvidia.com): its reference, count, and the sharing
+    # strategy of the GpuConfig that covers it ("" where none does)
+    gpu_sharing: tuple[tuple[str, int, str], ...] = ()
+
+    @staticmethod
+    def of(devices: Devices, configs: Any = None) -> ClaimSummary:
+        """The summary of `devices`, with the sharing strategies that `configs` (spec.devices.config) set."""
+        largest: dict[str, int] = {}  # request -> its largest alternative
+        alternatives: dict[str, int] = {}  # request -> how many alternatives
+        for ref, _, count in devices:
+            largest[ref] = max(largest.get(ref, 0), count)
+            alternatives[ref] = alternatives.get(ref, 0) + 1
+        per_class: dict[str, int] = {}
+        for ref, device_class, count in devices:
+            if alternatives[ref] == 1 and count > 0:
+                per_class[device_class] = per_class.get(device_class, 0) + count
+        strategies = _gpu_strategies(configs)
+        return ClaimSummary(
+            devices=devices,
+            most=sum(largest.values()),
+            every=any(count == ALL_DEVICES for _, _, count in devices),
+            on_one_node=tuple(per_class.items()),
+            gpu_sharing=tuple(
+                (ref, count, strategies.get(ref, strategies.get(ref.split("/")[0], strategies.get("", ""))))
+                for ref, device_class, count in devices
+                if device_class in NVIDIA_GPU_CLASSES
+            ),
+        )
+
+
+def _gpu_strategies(configs: Any) -> dict[str, str]:
+    """The sharing strategy of each NVIDIA GpuConfig in `configs` (spec.devices.config), by the request it names
+    (`gpu`, `gpu/big`), or by "" for one that names none (it applies to every request)."""
+    strategies: dict[str, str] = {}
+    for config in configs if type(configs) is list else []:
+        strategy = _strategy(config.get("opaque"), ("GpuConfig",)) if type(config) is dict else None
+        if strategy is None:
+            continue
+        refs = config.get("requests")
+        for ref in refs if type(refs) is list and refs else [""]:
+            if type(ref) is str:
+                strategies[ref] = strategy
+    return strategies
+
+
+def summary_of(obj: Any) -> ClaimSummary | None:
+    """The summary of a ResourceClaim or ResourceClaimTemplate; None for any other object."""
+    devices = devices_of(obj)
+    if devices is None:
+        return None
+    spec = get_path(obj, CLAIM_SPEC_PATHS[obj["kind"]])
+    claimed = spec.get("devices") if type(spec) is dict else None
+    return ClaimSummary.of(devices, claimed.get("config") if type(claimed) is dict else None)
+
+
+class ClaimsView(Protocol):
+    """The claims and templates a pod may name: the summary of one, or None where it is not known."""
+
+    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None: ...
 
 
 @dataclass(slots=True)
 class ClaimIndex:
-    """A ClaimsView over dicts: namespace -> name -> Devices, for ResourceClaims and for templates."""
+    """A ClaimsView over dicts: namespace -> name -> summary, for ResourceClaims and for templates."""
 
-    claims: dict[str, dict[str, Devices]] = field(default_factory=dict)
-    templates: dict[str, dict[str, Devices]] = field(default_factory=dict)
+    claims: dict[str, dict[str, ClaimSummary]] = field(default_factory=dict)
+    templates: dict[str, dict[str, ClaimSummary]] = field(default_factory=dict)
 
-    def devices(self, kind: str, namespace: str, name: str) -> Devices | None:
+    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None:
         held = (self.claims if kind == "ResourceClaim" else self.templates).get(namespace)
         return held.get(name) if held is not None else None
 
     def add(self, obj: dict[str, Any], namespace: str) -> bool:
         """Keep a claim or template (offline: those of the input files); False for any other object."""
-        devices = devices_of(obj)
+        summary = summary_of(obj)
         metadata = obj.get("metadata")
         name = metadata.get("name") if type(metadata) is dict else None
-        if devices is None or type(name) is not str:
+        if summary is None or type(name) is not str:
             return False
         held = self.claims if obj.get("kind") == "ResourceClaim" else self.templates
-        held.setdefault(namespace, {})[name] = devices
+        held.setdefault(namespace, {})[name] = summary
         return True
 
 
-def names_claims(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
-    """Whether the pod spec names a claim or a template (`spec.resourceClaims`)."""
+def claim_entries(obj: dict[str, Any], spec_path: tuple[str, ...]) -> list[Any]:
+    """The pod spec's `spec.resourceClaims` (the claims and templates it names), or [] where there are none:
+    read once per review, and a pod that names none does no more claim work."""
     spec = get_path(obj, spec_path)
-    return type(spec) is dict and type(spec.get("resourceClaims")) is list and bool(spec["resourceClaims"])
+    entries = spec.get("resourceClaims") if type(spec) is dict else None
+    return entries if type(entries) is list else []
 
 
 def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict[str, int], str]:
     """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
     alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
     distinct value (the claims made from one template are alike); treat the result as read-only."""
-    memo: dict[tuple[Devices, str | None], tuple[dict[str, int], str]] = policy.memo.get(
-        "dra-claim-counts"
-    ) or policy.derived("dra-claim-counts", lambda _: {})
+    memo: dict[tuple[Devices, str | None], tuple[dict[str, int], str]]
+    memo = policy.derived("dra-claim-counts", lambda _: {})
     key = (devices, request)
     found = memo.get(key)
     if found is None:
@@ -673,7 +781,7 @@ def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict
     return found
 
 
-Found = tuple[str, str, str, Devices]  # a claim a pod names: (the pod's name for it, kind, its name, devices)
+Found = tuple[str, str, str, ClaimSummary]  # a claim a pod names: (the pod's name for it, kind, its name, summary)
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,7 +798,24 @@ class _Named:
 
     @property
     def shown(self) -> str:
-        return f'claim "{_cut(self.name)}" ({self.kind} "{_cut(self.source, 63)}")'
+        return _shown(self.name, self.kind, self.source)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodRules:
+    """What the quick answer on a pod's claims reads of a policy, worked out once per policy."""
+
+    least_maximum: int  # the least of the whole-GPU, MIG and pod maxima (validation's)
+    strategy: str | None  # the GpuConfig sharing strategy NVIDIA's whole GPUs need here (time-slicing, MPS)
+
+    @staticmethod
+    def of(policy: Policy) -> _PodRules:
+        rules = _Rules.of(policy)
+        return _PodRules(rules.least_maximum, rules.gpu_config_strategy)
+
+
+def _shown(name: str, kind: str, source: str) -> str:
+    return f'claim "{_cut(name)}" ({kind} "{_cut(source, 63)}")'
 
 
 def pod_claims(
@@ -698,19 +823,20 @@ def pod_claims(
     namespace: str,
     policy: Policy,
     spec_path: tuple[str, ...],
+    entries: list[Any],
     view: ClaimsView,
-    holders: list[tuple[ContainerRef, dict[str, Any]]] | None = None,
+    pod_gpus: int | Fraction,
     named_out: list[Found] | None = None,
 ) -> tuple[list[Violation], list[str]]:
-    """The devices of the claims and templates a pod names, counted with its extended resources against
-    `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one the view does not hold.
-    `holders` are validation's counts of the pod (`validate(..., counted)`), for the quick answer;
-    `named_out`, when given, receives the claims found (for the cluster checks: `claimed_by_class`)."""
-    spec = get_path(obj, spec_path)
+    """The devices of the claims and templates a pod names (`entries`: `claim_entries`), counted with its
+    extended resources against `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one
+    the view does not hold. `pod_gpus` is every GPU count of the pod, validation's (`validated`), for the
+    quick answer; `named_out`, when given, receives the claims found (for the cluster checks:
+    `claimed_by_class`)."""
     found: list[Found] = []
     warnings: list[str] = []
-    claimed_total = 0  # every GPU device of the claims found; -1 once one asks for all of a node's
-    for entry in spec.get("resourceClaims") or ():
+    most, unbounded = 0, False  # the claims' summaries together: a bound on their GPU devices, any `All`
+    for entry in entries:
         name = entry.get("name") if type(entry) is dict else None
         if type(name) is not str:
             continue
@@ -719,32 +845,32 @@ def pod_claims(
             kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
             if type(source) is not str or not source:
                 continue
-        devices = view.devices(kind, namespace, source)
-        if devices is None:
+        claim = view.claim(kind, namespace, source)
+        if claim is None:
             word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
             warnings.append(
                 f'{WARNING_PREFIX}claim "{_cut(name, 18)}": {word} "{_cut(source, 22)}" unknown yet; '
                 "its GPUs are not counted"
             )
         else:
-            found.append((name, kind, source, devices))
-            more = _claimed(devices, policy)
-            claimed_total = -1 if more < 0 or claimed_total < 0 else claimed_total + more
+            found.append((name, kind, source, claim))
+            most += claim.most
+            unbounded = unbounded or claim.every
     problems: list[Violation] = []
     if not found:
         return problems, warnings
-    rules = _Rules.of(policy)
     if named_out is not None:
         named_out += found
-    if holders is not None and claimed_total >= 0:
-        # The usual case, answered without counting container by container: every GPU count of the pod
-        # (validation's) plus every device of its claims is within the least maximum that could apply.
-        extended: Any = 0
-        for _, counts in holders:
-            extended += sum(counts.values())
-        if extended + claimed_total <= rules.least_maximum:
-            return problems, warnings
-    named = {name: _Named(name, kind, source, devices) for name, kind, source, devices in found}
+    pod_rules = policy.derived("dra-pod-rules", _PodRules.of)
+    if pod_rules.strategy is not None:
+        problems += _unshared_claims(found, pod_rules.strategy, policy)
+    if not unbounded and pod_gpus + most <= pod_rules.least_maximum:
+        # The usual case, answered from the summaries without counting container by container: every GPU
+        # count of the pod plus the most its claims could hold is within the least maximum that could apply.
+        return problems, warnings
+    rules = _Rules.of(policy)
+    spec = get_path(obj, spec_path)
+    named = {name: _Named(name, kind, source, claim.devices) for name, kind, source, claim in found}
 
     def mig_names(name: str) -> bool:
         return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
@@ -814,19 +940,6 @@ def pod_claims(
     return problems, warnings
 
 
-def _claimed(devices: Devices, policy: Policy) -> int:
-    """All the GPU devices (whole and MIG) a claim asks for, each request at its largest alternative; -1 where
-    one asks for every device (allocationMode All). Once per policy and distinct value, as `_counts`."""
-    memo: dict[Devices, int] = policy.memo.get("dra-claim-sums") or policy.derived("dra-claim-sums", lambda _: {})
-    found = memo.get(devices)
-    if found is None:
-        if len(memo) >= 4096:
-            memo.clear()
-        totals, every = _counts(devices, policy, None)
-        found = memo[devices] = -1 if every else sum(totals.values())
-    return found
-
-
 def _container_claims(
     ref: ContainerRef, named: dict[str, _Named], policy: Policy
 ) -> list[tuple[_Named, dict[str, int]]]:
@@ -844,21 +957,38 @@ def _container_claims(
     return list(found.values())
 
 
+def _unshared_claims(found: list[Found], strategy: str, policy: Policy) -> list[Violation]:
+    """Under time-slicing or MPS, the claims a pod names whose NVIDIA whole GPUs no GpuConfig shares with the
+    namespace's strategy: the pod would hold them alone (the claims are judged when created: these are ones
+    made before the policy said so, or admitted under warn or audit)."""
+    problems: list[Violation] = []
+    mode = policy.sharing.mode
+    for name, kind, source, claim in found:
+        for ref, count, written in claim.gpu_sharing:
+            if written == strategy:
+                continue
+            what = "allocationMode All" if count == ALL_DEVICES else f"count {count}"
+            how = (
+                f"shared by {written} (its GpuConfig)"
+                if written
+                else "that no GpuConfig shares: the pod would hold them alone"
+            )
+            problems.append(
+                pod_violation(
+                    f'{_shown(name, kind, source)} request "{_cut(ref, 70)}": {NVIDIA_GPU_CLASSES[0]} {what} asks for '
+                    f'whole GPUs {how}, and policy "{policy.name}" shares GPUs by {mode}; name a claim whose '
+                    f"GpuConfig sets sharing.strategy {strategy}",
+                    f"{_cut(name)}: GPUs not shared by {mode}; name a claim with a {strategy} GpuConfig",
+                )
+            )
+    return problems
+
+
 def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
     """For the cluster checks: the devices the claims a pod names (`pod_claims`' `named_out`) ask of each
-    DeviceClass, as (the claim as messages show it, count). Only what must be on one node: a request with one
-    class and an exact count (a `firstAvailable` request may fall back to a smaller alternative; `All` takes
-    what is there)."""
+    DeviceClass, as (the claim as messages show it, count): each summary's `on_one_node`."""
     claimed: dict[str, list[tuple[str, int]]] = {}
-    for name, kind, source, devices in found:
-        alternatives: dict[str, int] = {}
-        for ref, _, _ in devices:
-            alternatives[ref] = alternatives.get(ref, 0) + 1
-        per_class: dict[str, int] = {}
-        for ref, device_class, count in devices:
-            if alternatives[ref] == 1 and count > 0:
-                per_class[device_class] = per_class.get(device_class, 0) + count
-        shown = _Named(name, kind, source, devices).shown
-        for device_class, count in per_class.items():
-            claimed.setdefault(device_class, []).append((shown, count))
+    for name, kind, source, claim in found:
+        for device_class, count in claim.on_one_node:
+            claimed.setdefault(device_class, []).append((_shown(name, kind, source), count))
     return claimed

@@ -16,7 +16,7 @@ from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.policy import Check, Enforcement, Policy, PolicySet
-from webhook.admission.validate import Holders, Refusal, validate
+from webhook.admission.validate import Holders, Refusal, validate, validated
 from webhook.admission.violation import WARNING_PREFIX, Violation
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -86,12 +86,12 @@ def evaluate(
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)
-    counts_claims = claims is not None and dra.names_claims(obj, spec_path)
+    entries = dra.claim_entries(obj, spec_path) if claims is not None else []  # the claims the pod names
     if not mentions_gpu(obj, spec_path):
-        if counts_claims:  # claims alone: nothing to mutate, their devices to count
+        if entries:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
             found_claims: list[dra.Found] = []
-            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, claims, [], found_claims)  # no counts
+            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, entries, claims, 0, found_claims)
             if nodes is not None and found_claims:
                 found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
             return _verdict(policy, [], warnings, found, obj, [])
@@ -99,18 +99,19 @@ def evaluate(
     if nodes is not None and policy.cluster_checks.auto:
         policy = clustercheck.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
-    counted: Holders | None = [] if nodes is not None or counts_claims else None
-    found = validate(result.obj, policy, spec_path, counted)
+    counted: Holders | None = [] if nodes is not None else None  # for the cluster checks
+    found, extended = validated(result.obj, policy, spec_path, counted)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
     if result.edits:  # the webhook's output edited by hand: said first, since it explains the rest
         found = result.edits + found
     warnings = result.warnings
-    if counts_claims:
+    if entries:
         assert claims is not None
         named: list[dra.Found] | None = [] if nodes is not None else None
-        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, claims, counted, named)
-        found, warnings = found + claimed, warnings + missing
+        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, entries, claims, extended, named)
+        if claimed or missing:
+            found, warnings = found + claimed, warnings + missing
         if named and nodes is not None:
             found = found + _claims_fit(named, counted or [], policy, nodes, warnings)
     if nodes is not None and spec_path is not None:

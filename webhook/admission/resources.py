@@ -41,6 +41,11 @@ _MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
 DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 NVIDIA_GPU_CLASSES = ("gpu.nvidia.com",)
 NVIDIA_MIG_CLASSES = ("mig.nvidia.com",)
+# The sharing strategy of NVIDIA's opaque `GpuConfig` (driver gpu.nvidia.com, apiVersion
+# resource.nvidia.com/v1beta1: api/nvidia.com/resource/v1beta1/sharing.go) for each sharing mode that has one. A
+# device with no GpuConfig gets the driver's default config, which shares nothing unless its alpha feature gate
+# TimeSlicingSettings is on (gpuconfig.go DefaultGpuConfig): the claim holds its GPUs alone.
+GPU_CONFIG_STRATEGIES = {"time-slicing": "TimeSlicing", "mps": "MPS"}  # policy sharing mode -> strategy
 
 
 def device_class_of(resource: str) -> str | None:

@@ -45,10 +45,12 @@ from webhook.admission.resources import (
     AMD_GPU,
     DEVICE_AMOUNTS,
     DEVICE_CLASS_PREFIX,
+    GPU_CONFIG_STRATEGIES,
     GPU_MODELS,
     MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
     NVIDIA_GPU,
+    NVIDIA_GPU_CLASSES,
     SHARED_SUFFIX,
     GPUModel,
     is_managed,
@@ -169,6 +171,10 @@ class _Rules:
     class_names: frozenset[str]  # both
     whole_gpus: frozenset[str]
     least_maximum: int  # the least of the whole-GPU, MIG and pod maxima: a GPU total within it is within each
+    # under time-slicing and MPS: NVIDIA's whole-GPU DeviceClass resources, whose implicit claims carry no
+    # GpuConfig (so they share nothing), and the strategy a claim's GpuConfig would have to set
+    unshared_classes: frozenset[str]
+    gpu_config_strategy: str | None
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -237,6 +243,10 @@ class _Rules:
                 policy.per_container("whole"),
                 policy.limits.max_per_pod,
             ),
+            unshared_classes=frozenset(DEVICE_CLASS_PREFIX + name for name in NVIDIA_GPU_CLASSES)
+            if mode.is_shared
+            else frozenset(),
+            gpu_config_strategy=GPU_CONFIG_STRATEGIES.get(mode),
         )
 
 
@@ -262,12 +272,20 @@ def validate(
 ) -> list[Violation]:
     """Every problem, one `Violation` each. `counted`, when given, receives the containers that hold GPUs with
     their valid counts, in start order (the cluster checks read them: each count is parsed once per review)."""
+    return validated(obj, policy, spec_path, counted)[0]
+
+
+def validated(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> tuple[list[Violation], int | Fraction]:
+    """`validate`, and every GPU count of the pod's containers summed (what the pod's claims are counted with:
+    dra.pod_claims), so that the checks after validation read its counts and do not add them up again."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
-        return []
+        return [], 0
     spec = get_path(obj, spec_path)
     if not isinstance(spec, dict):
-        return []
+        return [], 0
     rules = _Rules.of(policy)
     problems: Problems = []
     blocks = rules.block_visible_devices
@@ -324,7 +342,7 @@ def validate(
     if counted is not None:  # DeviceClasses' resources included: the cluster checks read them from slices
         counted += holders
         counted += sized  # the memory backends' per-GPU amounts (memshare.node_amounts)
-    return problems
+    return problems, count_sum
 
 
 def _compact(ref: ContainerRef) -> str:
@@ -496,6 +514,8 @@ def _resource(
         return None  # an amount of one GPU: whole and request = limit, but not a number of devices
     if name not in rules.class_names and name.startswith(DEVICE_CLASS_PREFIX):
         return None  # a DeviceClass whose devices are no GPU here: an extended resource, not a GPU
+    if value and name in rules.unshared_classes:
+        _unshared_class(ref, name, limit_raw, value, rules, problems)
     if foreign:
         _served(ref, name, limit_raw, rules, problems)
     if name == NVIDIA_GPU and rules.mapping_target is not None:
@@ -523,6 +543,23 @@ def _resource(
                 ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum, problems
             )
     return value
+
+
+def _unshared_class(
+    ref: ContainerRef, name: str, raw: Any, value: int | Fraction, rules: _Rules, problems: Problems
+) -> None:
+    """NVIDIA's whole-GPU DeviceClass asked for as an extended resource under time-slicing or MPS: the claim the
+    scheduler makes for it carries no GpuConfig, so the driver gives the container GPUs of its own, unshared."""
+    shown, mode = quantity_text(raw), rules.policy.sharing.mode
+    _add(
+        ref,
+        problems,
+        f"{name} {shown} asks DRA for whole GPUs that nothing shares (the claim made for it carries no GpuConfig), "
+        f'but policy "{rules.policy.name}" shares GPUs by {mode}; ask for {NVIDIA_GPU}: {value} (shared by {mode}), '
+        f"or name a ResourceClaim whose GpuConfig sets sharing.strategy {rules.gpu_config_strategy}",
+        f"{_brief(name[len(DEVICE_CLASS_PREFIX) :])} {_brief(shown, 8)}: whole GPUs, unshared under {mode}; ask "
+        f"for {NVIDIA_GPU}",
+    )
 
 
 def _over_container_maximum(
@@ -1133,4 +1170,5 @@ __all__ = [
     "offer",
     "pod_violation",
     "validate",
+    "validated",
 ]

@@ -332,10 +332,16 @@ def describe_policy(policy: Policy) -> str:
 
 def describe_device_classes(policy: Policy) -> str:
     """Which DRA DeviceClasses count as GPUs here (claims, templates and deviceclass.resource.kubernetes.io/*)."""
+    from webhook.admission.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
+
     classes = policy.device_classes
-    return (
+    text = (
         f"GPUs from DeviceClasses {', '.join(classes.gpu_classes)}; MIG devices from {', '.join(classes.mig_classes)}"
     )
+    strategy = GPU_CONFIG_STRATEGIES.get(policy.sharing.mode)
+    if strategy is not None:  # NVIDIA's whole GPUs share nothing without a GpuConfig (dra.py)
+        text += f"; {', '.join(NVIDIA_GPU_CLASSES)} only in claims whose GpuConfig sets sharing.strategy {strategy}"
+    return text
 
 
 def describe_share(policy: Policy) -> str:

@@ -2,9 +2,10 @@
 
 A pod's GPU total counts the devices of the claims and templates it names (webhook/admission/dra.py,
 `pod_claims`), so each worker keeps what counting needs of every claim and template of the cluster: per
-namespace and name, the `Devices` tuple (request, DeviceClass, count). Nothing else of the object is kept, and
-equal tuples are held once (the claims made from one template are alike), so 100,000 claims cost a few tens of
-MB (bench/dra_cache.py, docs/performance.md).
+namespace and name, a `ClaimSummary` (the (request, DeviceClass, count) tuple and what a review reads of it,
+worked out here once instead of on every review). Nothing else of the object is kept, and equal summaries are
+held once (the claims made from one template are alike), so 100,000 claims cost about 11 MB (bench/dra.py,
+docs/performance.md).
 
 The protocol and its failures are the node inventory's (inventory.py: pages, watch from the list's version,
 relist on 410, backoff). Unlike the node snapshot, the maps are changed in place (a dict's set and pop are
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.admission.cluster import STALE_AFTER_S
-from webhook.admission.dra import Devices, devices_of
+from webhook.admission.dra import ClaimSummary, Devices, summary_of
 from webhook.server import metrics
 from webhook.server.inventory import (
     BACKOFF_S,
@@ -60,16 +61,19 @@ class ClaimCache(NodeInventory):
         super().__init__(source, stale_after=stale_after, watch_timeout=watch_timeout, backoff=backoff, clock=clock)
         self.kind = kind
         self.what = kind
-        self._held: dict[str, dict[str, Devices]] = {}  # namespace -> name -> devices
-        self._shared: dict[Devices, Devices] = {}  # each distinct value once
+        # namespace -> name -> summary (ClaimsCache reads it): changed in place by the watch, swapped by a list
+        self.held: dict[str, dict[str, ClaimSummary]] = {}
+        self._shared: dict[ClaimSummary, ClaimSummary] = {}  # each distinct summary once
         self._listed = False
 
     def get(self, namespace: str, name: str) -> Devices | None:
-        held = self._held.get(namespace)
-        return held.get(name) if held is not None else None
+        """What a claim or template asks for (its summary's devices), or None where it is not held."""
+        held = self.held.get(namespace)
+        summary = held.get(name) if held is not None else None
+        return summary.devices if summary is not None else None
 
     def __len__(self) -> int:
-        return sum(len(names) for names in list(self._held.values()))
+        return sum(len(names) for names in list(self.held.values()))
 
     def state(self) -> str:
         """listing (no list yet), current, or stale (the watch broken for longer than `stale_after`)."""
@@ -78,7 +82,7 @@ class ClaimCache(NodeInventory):
         broken = self._broken_since
         return "stale" if broken is not None and self._clock() - broken > self.stale_after else "current"
 
-    def _entry(self, obj: Any) -> tuple[str, str, Devices] | None:
+    def _entry(self, obj: Any) -> tuple[str, str, ClaimSummary] | None:
         """(namespace, name, devices) of a listed or watched object; list items carry no kind: it is known."""
         if not isinstance(obj, dict):
             return None
@@ -88,14 +92,14 @@ class ClaimCache(NodeInventory):
         namespace, name = metadata.get("namespace"), metadata.get("name")
         if not isinstance(namespace, str) or not isinstance(name, str):
             return None
-        devices = devices_of({"apiVersion": API_VERSION, "kind": self.kind, "spec": obj.get("spec")})
-        if devices is None:
+        summary = summary_of({"apiVersion": API_VERSION, "kind": self.kind, "spec": obj.get("spec")})
+        if summary is None:
             return None
-        devices = self._shared.setdefault(devices, devices)
-        return sys.intern(namespace), name, devices
+        summary = self._shared.setdefault(summary, summary)
+        return sys.intern(namespace), name, summary
 
     def _list(self) -> None:
-        held: dict[str, dict[str, Devices]] = {}
+        held: dict[str, dict[str, ClaimSummary]] = {}
         token: str | None = None
         count = 0
         while True:
@@ -109,8 +113,8 @@ class ClaimCache(NodeInventory):
             token = metadata.get("continue")
             if not token:
                 break
-        self._shared = {devices: devices for names in held.values() for devices in names.values()}
-        self._held = held
+        self._shared = {summary: summary for names in held.values() for summary in names.values()}
+        self.held = held
         self._version = str(metadata.get("resourceVersion") or "")
         self.lists += 1
         self._listed = True
@@ -136,13 +140,13 @@ class ClaimCache(NodeInventory):
         entry = self._entry(obj)
         if entry is None:
             return
-        namespace, name, devices = entry
+        namespace, name, summary = entry
         if kind == "DELETED":
-            names = self._held.get(namespace)
+            names = self.held.get(namespace)
             if names is not None:
                 names.pop(name, None)
         elif kind in ("ADDED", "MODIFIED"):
-            self._held.setdefault(namespace, {})[name] = devices
+            self.held.setdefault(namespace, {})[name] = summary
 
 
 class ClaimsCache:
@@ -167,9 +171,10 @@ class ClaimsCache:
         for cache in self.caches.values():
             cache.stop()
 
-    def devices(self, kind: str, namespace: str, name: str) -> Devices | None:
+    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None:
         cache = self.caches[kind]
-        found = cache.get(namespace, name)
+        held = cache.held.get(namespace)
+        found = held.get(name) if held is not None else None
         if found is None:
             state = cache.state()
             metrics.count_dra_cache_miss(kind, state)
