@@ -30,7 +30,18 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import GPU, Backend, Check, ClusterChecks, Limits, Mode, Placement, PolicySet, Sharing
+from webhook.admission.policy import (
+    GPU,
+    Backend,
+    Check,
+    ClusterChecks,
+    Isolation,
+    Limits,
+    Mode,
+    Placement,
+    PolicySet,
+    Sharing,
+)  # fmt: skip
 from webhook.admission.quantity import parse_quantity
 from webhook.admission.resources import GPU_MODELS
 
@@ -38,9 +49,16 @@ A100 = GPU(model="A100-80GB")  # 81,920 MiB
 H100 = GPU(model="H100-80GB")  # 81,559 MiB as NVML reports it
 
 
-def memory(backend: Backend, gpu: GPU = A100, placement: Placement | None = None, steering: bool = False, **kw):
-    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=backend, placement=placement), gpu=gpu,
-                  steering=steering, **kw)  # fmt: skip
+def memory(
+    backend: Backend,
+    gpu: GPU = A100,
+    placement: Placement | None = None,
+    steering: bool = False,
+    isolation: Isolation | None = None,
+    **kw,
+):
+    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=backend, placement=placement, isolation=isolation),
+                  gpu=gpu, steering=steering, **kw)  # fmt: skip
 
 
 ACK, HAMI, VOLCANO = memory(Backend.ACK), memory(Backend.HAMI), memory(Backend.VOLCANO)
@@ -303,7 +321,7 @@ def test_ack_pods_are_steered_to_isolating_shared_nodes_with_the_placement(place
     decision = run(gpu_pod("0.5"), memory(Backend.ACK, placement=placement, steering=True))
     assert decision.mutated["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem"]}, expression,
+            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps"]}, expression,
         ]}],
     }}}  # fmt: skip
     assert decision.warnings[-1] == (
@@ -311,9 +329,59 @@ def test_ack_pods_are_steered_to_isolating_shared_nodes_with_the_placement(place
     )
 
 
-def test_ack_whole_gpus_are_not_steered_to_the_shared_nodes() -> None:
-    decision = run(gpu_pod("1"), memory(Backend.ACK, placement=Placement.SPREAD, steering=True))
-    assert "affinity" not in decision.mutated["spec"]
+ACK_EXCLUSIVE = {"key": "ack.node.gpu.schedule", "operator": "NotIn", "values": ["cgpu", "core_mem", "mps", "share"]}
+
+
+def _required(*expressions: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(expressions)}],
+    }}}  # fmt: skip
+
+
+def test_ack_whole_gpus_are_steered_to_the_exclusive_pool_without_placement() -> None:
+    """ACK's exclusive scheduling is `ack.node.gpu.schedule: default` or no label at all (its default); a
+    shared node's nvidia.com/gpu is 0, so a whole GPU goes to every node not labelled with a shared mode."""
+    decision = run(gpu_pod("2"), memory(Backend.ACK, placement=Placement.SPREAD, steering=True))
+    assert resources(decision) == {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    assert decision.mutated["spec"]["affinity"] == _required(ACK_EXCLUSIVE)
+    assert decision.warnings == ["gpu-admission: pod: node affinity added on ack.node.gpu.schedule"]
+
+
+def test_ack_isolation_none_steers_shares_to_every_shared_pool() -> None:
+    decision = run(gpu_pod("0.5"), memory(Backend.ACK, isolation=Isolation.NONE, steering=True))
+    assert decision.mutated["spec"]["affinity"] == _required(
+        {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps", "share"]}
+    )
+
+
+def test_a_whole_gpu_pod_pinned_to_acks_shared_pool_conflicts_and_the_default_pool_is_kept() -> None:
+    pinned = gpu_pod("1", nodeSelector={"ack.node.gpu.schedule": "cgpu"})
+    decision = run(pinned, memory(Backend.ACK, steering=True))
+    assert decision.denials == [
+        'pod: nodeSelector ack.node.gpu.schedule=cgpu conflicts with policy "team" (memory slices by ack), whose '
+        "GPU pods run only on nodes with ack.node.gpu.schedule notin (cgpu,core_mem,mps,share); remove it, or make "
+        "it select the policy's pool"
+    ]
+    exclusive = gpu_pod("1", nodeSelector={"ack.node.gpu.schedule": "default"})
+    decision = run(exclusive, memory(Backend.ACK, steering=True))
+    assert decision.allowed and decision.mutated["spec"]["affinity"] == _required(ACK_EXCLUSIVE)
+    affinity = _required({"key": "ack.node.gpu.schedule", "operator": "In", "values": ["share"]})
+    decision = run(gpu_pod("1", affinity=affinity), memory(Backend.ACK, steering=True))
+    assert decision.denials == [
+        'pod: required node affinity on ack.node.gpu.schedule conflicts with policy "team" (memory slices by ack): '
+        "its only term excludes the nodes with ack.node.gpu.schedule notin (cgpu,core_mem,mps,share), where its GPU "
+        "pods must run; remove it, or make it select the policy's pool"
+    ]
+
+
+def test_acks_steering_is_said_by_policy_explain() -> None:
+    from webhook.admission import steering
+
+    assert steering.describe(memory(Backend.ACK, placement=Placement.BINPACK, steering=True)) == (
+        "pods holding aliyun.com/gpu-mem need node labels ack.node.gpu.schedule in (cgpu,core_mem,mps), "
+        "ack.node.gpu.placement notin (spread); pods holding whole nvidia.com/gpu and no share need "
+        "ack.node.gpu.schedule notin (cgpu,core_mem,mps,share)"
+    )
 
 
 def test_a_node_selector_for_acks_unisolated_pool_conflicts() -> None:
@@ -321,7 +389,7 @@ def test_a_node_selector_for_acks_unisolated_pool_conflicts() -> None:
     decision = run(obj, memory(Backend.ACK, steering=True))
     assert decision.denials == [
         'pod: nodeSelector ack.node.gpu.schedule=share conflicts with policy "team" (memory slices by ack), whose '
-        "GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,core_mem); remove it, or make it select "
+        "GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,core_mem,mps); remove it, or make it select "
         "the policy's pool"
     ]
     assert "affinity" not in decision.mutated["spec"]
@@ -481,10 +549,14 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
     ]
     only_share = view(_ack_node("ack-9", "share", "spread"))  # the policy's pods reach no node: its kind stands in
     assert [d.line for d in clustercheck.drift(ACK_A10, only_share)] == [
-        'policy "team" sharing.backend is ack (memory isolated by cGPU), but 1 node (ack-9) says '
-        "ack.node.gpu.schedule share: a container there sees the whole GPU's memory, not its share; label the node "
-        "pool ack.node.gpu.schedule=cgpu (or core_mem)"
+        'policy "team" sharing.isolation is required (ack.node.gpu.schedule cgpu, core_mem, mps), but 1 node '
+        "(ack-9) says ack.node.gpu.schedule share: no node of the pool caps a share's memory, so the policy's shares "
+        "run nowhere; label the node pool ack.node.gpu.schedule=cgpu (or core_mem, mps), or set sharing.isolation: "
+        "none"
     ]
+    unisolated = memory(Backend.ACK, GPU(memory_mib=24576), placement=Placement.SPREAD, steering=True,
+                        isolation=Isolation.NONE)  # fmt: skip
+    assert clustercheck.drift(unisolated, only_share) == ()
 
 
 def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:

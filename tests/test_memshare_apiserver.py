@@ -82,7 +82,7 @@ def test_a_quarter_gpu_is_stored_as_the_backends_share(plane: ControlPlane, name
     if namespace == "ack-apiserver":
         required = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert required["nodeSelectorTerms"][0]["matchExpressions"] == [
-            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem"]},
+            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps"]},
             {"key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"]},
         ]
 

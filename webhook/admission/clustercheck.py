@@ -223,12 +223,13 @@ def bound_node(spec: Any, policy: Policy, view: ClusterView) -> list[Violation]:
     snapshot does not know leaves the pod alone."""
     name = steering.bound_node(spec) if type(spec) is dict else None
     node = view.nodes.get(name) if name else None
-    if node is None or not steering.requirements(policy) or not steering.holds_steered(spec, policy):
+    wanted = steering.pod_requirements(spec, policy) if node is not None else ()
+    if node is None or not wanted:
         return []
     labels = node.labels
     clashes = [
         (f"{r.key}={labels[r.key]}", str(r))
-        for r in steering.requirements(policy)
+        for r in wanted
         if r.key in labels and not steering.matches(r.expression, labels)
     ]
     product = labels.get(PRODUCT_LABEL)

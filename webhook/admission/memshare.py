@@ -4,11 +4,17 @@ caps what the container sees, and `nvidia.com/gpu: f` becomes that backend's res
 Each backend, checked at its source:
 - ack, Alibaba Cloud ACK's GPU sharing (AliyunContainerService/gpushare-scheduler-extender pkg/utils/const.go:
   `aliyun.com/gpu-mem` and `aliyun.com/gpu-count`; gpushare-device-plugin's default memory unit GiB; ACK's
-  "labels used by ACK to control GPUs"): a container asks for `aliyun.com/gpu-mem` in whole GiB of one GPU.
-  Nodes whose `ack.node.gpu.schedule` is `cgpu` or `core_mem` isolate that memory (cGPU); `share` does not
-  (the container sees the whole GPU), so pods are steered to the first two. `ack.node.gpu.placement` is
-  `binpack` (the default) or `spread`. Whole GPUs are ACK's exclusive scheduling (`ack.node.gpu.schedule:
-  default`, nodes that advertise `nvidia.com/gpu`): `nvidia.com/gpu: N` stays as written.
+  "labels used by ACK to control GPUs"): a container asks for `aliyun.com/gpu-mem` in whole GiB. The extender
+  places a pod's memory, the sum over its containers (pkg/utils/pod.go GetGPUMemoryFromPodResource), on one
+  GPU (pkg/cache/nodeinfo.go allocateGPUID); ACK's multi-GPU sharing spreads it over the GPUs that the pod
+  label `aliyun.com/gpu-count` names, an equal whole number of GiB from each (N GiB over M GPUs: N/M each,
+  all on one node). On nodes `aliyun.com/gpu-count` is the number of GPUs beside their total memory: never a
+  container's resource. A node's `ack.node.gpu.schedule` says how it shares: `cgpu` (memory capped, compute
+  shared), `core_mem` (both capped), `mps` (memory capped, MPS with cGPU) and `share` (nothing capped: the
+  container sees the whole GPU); `default` or no label is exclusive scheduling, whole GPUs as `nvidia.com/gpu`
+  (a node serves one mode: the other modes' resources are 0 there). Shares are steered to the pools that cap
+  memory, or every shared pool under `isolation: none`; whole GPUs (`nvidia.com/gpu: N`, left as written) to
+  the exclusive pool. `ack.node.gpu.placement` is `binpack` (the default) or `spread`.
 - hami, Project-HAMi (its device plugin config: `nvidia.com/gpu` counts vGPUs, `nvidia.com/gpumem` is MiB per
   vGPU, `nvidia.com/gpumem-percentage` percent of one GPU's memory, `nvidia.com/gpucores` percent of its
   compute; pkg/device/nvidia/device.go Fit: cores 100 is a GPU of its own, "Coresreq=100 indicates it want this
@@ -48,7 +54,9 @@ from webhook.admission.resources import (
     VOLCANO_NUMBER,
 )
 
-ACK_ISOLATED = ("cgpu", "core_mem")  # the shared modes that cap a container's memory (`share` does not)
+ACK_ISOLATED = ("cgpu", "core_mem", "mps")  # the shared modes that cap a container's memory, sorted
+ACK_SHARED = ("cgpu", "core_mem", "mps", "share")  # every shared mode: `share` caps nothing
+ACK_SHARE_ONLY = "share"
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
 WHOLE = "100"  # percent: all of one GPU's memory, and its compute to itself
@@ -250,18 +258,28 @@ def placement_text(placement: Placement) -> str:
 
 
 def node_requirements(policy: Policy) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-    """The node labels (key, operator, values) a memory policy's pods need: ACK's isolating shared pools, and
-    its placement label (a node without one packs: binpack is ACK's default). HAMi and Volcano schedule onto
-    their own nodes themselves: nothing."""
+    """The node labels (key, operator, values) a memory policy's shares need: ACK's shared pools that cap
+    memory (every shared pool under `isolation: none`), and its placement label (a node without one packs:
+    binpack is ACK's default). HAMi and Volcano schedule onto their own nodes themselves: nothing."""
     if policy.sharing.backend is not Backend.ACK:
         return ()
-    wanted: list[tuple[str, str, tuple[str, ...]]] = [(ACK_SCHEDULE_LABEL, "In", ACK_ISOLATED)]
+    pools = ACK_ISOLATED if policy.sharing.isolates else ACK_SHARED
+    wanted: list[tuple[str, str, tuple[str, ...]]] = [(ACK_SCHEDULE_LABEL, "In", pools)]
     placement = policy.sharing.placement
     if placement is Placement.SPREAD:
         wanted.append((ACK_PLACEMENT_LABEL, "In", (Placement.SPREAD.value,)))
     elif placement is Placement.BINPACK:
         wanted.append((ACK_PLACEMENT_LABEL, "NotIn", (Placement.SPREAD.value,)))
     return tuple(wanted)
+
+
+def whole_requirements(policy: Policy) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """The node labels a memory policy's whole GPUs (`nvidia.com/gpu: N`, no share beside them) need: ACK's
+    exclusive pool, every node not labelled with a shared mode (`default`, or no label: ACK's default). HAMi's
+    and Volcano's whole GPUs are vGPUs of their own nodes: nothing."""
+    if policy.sharing.backend is not Backend.ACK:
+        return ()
+    return ((ACK_SCHEDULE_LABEL, "NotIn", ACK_SHARED),)
 
 
 def steered_resource(policy: Policy) -> str:
@@ -448,11 +466,12 @@ def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
         return []
     found: list[NodeDrift] = []
     schedule = node.labels.get(ACK_SCHEDULE_LABEL)
-    if schedule is not None and schedule not in ACK_ISOLATED:
+    if schedule == ACK_SHARE_ONLY and sharing.isolates:  # the nodes reach no pool that caps memory (policy_nodes)
         found.append((
-            "sharing.backend", f"{ACK_SCHEDULE_LABEL} {schedule}", "ack (memory isolated by cGPU)",
-            "a container there sees the whole GPU's memory, not its share",
-            f"label the node pool {ACK_SCHEDULE_LABEL}=cgpu (or core_mem)",
+            "sharing.isolation", f"{ACK_SCHEDULE_LABEL} {schedule}",
+            f"required ({ACK_SCHEDULE_LABEL} {', '.join(ACK_ISOLATED)})",
+            "no node of the pool caps a share's memory, so the policy's shares run nowhere",
+            f"label the node pool {ACK_SCHEDULE_LABEL}=cgpu (or core_mem, mps), or set sharing.isolation: none",
         ))  # fmt: skip
     placement = node.labels.get(ACK_PLACEMENT_LABEL, Placement.BINPACK.value)
     if sharing.placement is not None and placement != sharing.placement:

@@ -115,7 +115,8 @@ def _spec_rules() -> list[dict[str, Any]]:
                 "properties": {"gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]}},
             },
         },
-        {  # memory needs a backend and the GPU's memory, and no fractional; backend and placement apply only there
+        {  # memory needs a backend and the GPU's memory, and no fractional; backend, placement and isolation (ack)
+            # apply only there
             "if": _mode_is([Mode.MEMORY.value]),
             "then": {
                 "required": ["gpu"],
@@ -123,8 +124,13 @@ def _spec_rules() -> list[dict[str, Any]]:
                     "sharing": {
                         "required": ["backend"],
                         "not": {
-                            "properties": {"backend": {"const": "volcano"}},
-                            "required": ["backend", "placement"],
+                            "anyOf": [
+                                {"properties": {"backend": {"const": "volcano"}}, "required": ["backend", "placement"]},
+                                {
+                                    "properties": {"backend": {"enum": ["hami", "volcano"]}},
+                                    "required": ["backend", "isolation"],
+                                },
+                            ]
                         },
                     },
                     "gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]},
@@ -132,7 +138,17 @@ def _spec_rules() -> list[dict[str, Any]]:
                 "not": {"required": ["fractional"]},
             },
             "else": {
-                "properties": {"sharing": {"not": {"anyOf": [{"required": ["backend"]}, {"required": ["placement"]}]}}}
+                "properties": {
+                    "sharing": {
+                        "not": {
+                            "anyOf": [
+                                {"required": ["backend"]},
+                                {"required": ["placement"]},
+                                {"required": ["isolation"]},
+                            ]
+                        }
+                    }
+                }
             },
         },
         {  # fractional: mig picks a profile of the named model
