@@ -68,6 +68,14 @@ def gpu_pod(value: str, **kw):
     return pod(container(requests={"nvidia.com/gpu": value}, limits={"nvidia.com/gpu": value}), **kw)
 
 
+def labelled(obj: dict, labels: dict) -> dict:
+    """The pod (or a workload's pod template) with these labels, as ACK's multi-GPU sharing reads them."""
+    obj = copy.deepcopy(obj)
+    meta = obj["spec"]["template"]["metadata"] if "template" in obj["spec"] else obj["metadata"]
+    meta.setdefault("labels", {}).update(labels)
+    return obj
+
+
 def resources(decision, index: int = 0) -> dict:
     return decision.mutated["spec"]["containers"][index]["resources"]
 
@@ -327,6 +335,114 @@ def test_ack_pods_are_steered_to_isolating_shared_nodes_with_the_placement(place
     assert decision.warnings[-1] == (
         "gpu-admission: pod: node affinity added on ack.node.gpu.schedule, ack.node.gpu.placement"
     )
+
+
+# --- ACK's multi-GPU sharing: the pod label aliyun.com/gpu-count ----------------------------------------------
+# ACK's documentation ("multi-GPU sharing"): a pod asking N GiB of aliyun.com/gpu-mem with the pod label
+# aliyun.com/gpu-count: "M" gets N/M GiB from each of M GPUs of one node; N/M must be whole. Without the label,
+# gpushare-scheduler-extender puts the pod's memory, its containers' sum, on one GPU.
+
+
+def ack_pod(*containers: dict, gpus: str | None = None) -> dict:
+    obj = pod(*containers)
+    return labelled(obj, {"aliyun.com/gpu-count": gpus}) if gpus is not None else obj
+
+
+def mem(name: str, gib: str, **extra: str) -> dict:
+    return container(name, limits={"aliyun.com/gpu-mem": gib, **extra})
+
+
+@pytest.mark.parametrize(
+    ("obj", "denials"),
+    [
+        # 120 GiB over 2 A100-80GB: 60 of each; 1.5 GPUs' worth of memory, 2 GPUs touched
+        (ack_pod(mem("app", "120"), gpus="2"), []),
+        (ack_pod(mem("app", "60"), mem("b", "60"), gpus="2"), []),
+        (ack_pod(mem("app", "60"), mem("b", "20")), []),  # 80 GiB on one GPU: all of it
+        (ack_pod(mem("app", "120")), [
+            'container "app": aliyun.com/gpu-mem 120 (GiB) is more than one A100-80GB\'s memory (80 GiB): ACK GPU '
+            'sharing gives each share the memory of one GPU (policy "team"); request at most 80, or whole GPUs as '
+            "nvidia.com/gpu: N",
+        ]),
+        (ack_pod(mem("app", "170"), gpus="2"), [
+            'container "app": aliyun.com/gpu-mem 170 (GiB) is more than the memory of the 2 GPUs that the pod label '
+            'aliyun.com/gpu-count spreads it over (160 GiB of A100-80GBs, policy "team"); request at most 160, or '
+            "name more GPUs in the label",
+        ]),
+        (ack_pod(mem("app", "60"), mem("b", "40")), [
+            'pod: aliyun.com/gpu-mem 100 GiB in all (containers "app"=60, "b"=40) is more than one A100-80GB\'s '
+            'memory (80 GiB): ACK places a pod\'s memory on one GPU (policy "team"); request at most 80 in all, or '
+            'spread it with the pod label aliyun.com/gpu-count: "2"',
+        ]),
+        (ack_pod(mem("app", "100"), mem("b", "80"), gpus="2"), [
+            'pod: aliyun.com/gpu-mem 180 GiB in all (containers "app"=100, "b"=80) over 2 GPUs (the pod label '
+            'aliyun.com/gpu-count "2") is 90 GiB from each, more than one A100-80GB\'s memory (80 GiB, policy '
+            '"team"); request at most 160 in all, or spread it with the pod label aliyun.com/gpu-count: "3"',
+        ]),
+        (ack_pod(mem("app", "9"), gpus="2"), [
+            'pod: aliyun.com/gpu-mem 9 GiB in all over 2 GPUs (the pod label aliyun.com/gpu-count "2") is not a whole '
+            'number of GiB from each: ACK takes an equal whole number of GiB from each GPU (policy "team"); request '
+            "a multiple of 2 in all",
+        ]),
+        (ack_pod(mem("app", "90"), gpus="9"), [
+            'pod: the pod label aliyun.com/gpu-count "9" spreads its memory over 9 GPUs, more than the per-pod '
+            'maximum of 8 GPUs (policy "team"); set at most "8"',
+        ]),
+        (ack_pod(mem("app", "8"), gpus="two"), [
+            'pod: label aliyun.com/gpu-count "two" is not a whole number of GPUs: ACK spreads the pod\'s '
+            'aliyun.com/gpu-mem over that many GPUs of one node (policy "team"); set a number such as "2", or '
+            "remove it",
+        ]),
+        (ack_pod(mem("app", "8", **{"aliyun.com/gpu-count": "2"})), [
+            'container "app": aliyun.com/gpu-count is a node\'s number of GPUs, not a container\'s request: ACK '
+            'reads the GPUs a pod\'s memory spreads over from the pod label aliyun.com/gpu-count (policy "team"); '
+            'remove it from resources and set the label, such as aliyun.com/gpu-count: "2"',
+        ]),
+    ],
+    ids=["two-gpus", "two-containers-two-gpus", "one-gpu-full", "one-container-over", "over-two-gpus",
+         "pod-over-one-gpu", "pod-over-two-gpus", "uneven", "too-many-gpus", "not-a-number", "count-as-resource"],
+)  # fmt: skip
+def test_ack_multi_gpu_shares_are_judged_as_the_extender_places_them(obj, denials) -> None:
+    assert run(obj, ACK).denials == denials
+
+
+def test_ack_multi_gpu_memory_counts_against_the_pod_maximum_in_gpus_worth() -> None:
+    """The label spreads memory over GPUs; the maximum still counts the memory: 240 GiB is 3 A100s' worth."""
+    capped = memory(Backend.ACK, limits=Limits(max_per_container=2, max_per_pod=2))
+    assert run(ack_pod(mem("app", "240"), gpus="4"), capped).denials == [
+        'container "app": holds 3 GPUs\' worth of memory (ack), more than the per-container maximum of 2 GPUs '
+        '(policy "team"); request less',
+        'pod: the pod label aliyun.com/gpu-count "4" spreads its memory over 4 GPUs, more than the per-pod maximum '
+        'of 2 GPUs (policy "team"); set at most "2"',
+    ]
+
+
+def test_a_fraction_above_one_is_refused_naming_acks_multi_gpu_form() -> None:
+    """nvidia.com/gpu: 1.5 stays refused (no webhook-made label): the line says ACK's own form for it."""
+    assert run(gpu_pod("1.5"), ACK).denials == [
+        'container "app": nvidia.com/gpu "1.5" is fractional and more than one GPU (policy "team"); request a whole '
+        "number of GPUs, or 1.5 GPUs' memory in ACK's own form: aliyun.com/gpu-mem: 120 with the pod label "
+        'aliyun.com/gpu-count: "2" (60 GiB of each of 2 GPUs)'
+    ]
+    assert run(gpu_pod("1.5"), HAMI).denials == [
+        'container "app": nvidia.com/gpu "1.5" is fractional and more than one GPU: HAMi gives one GPU\'s memory per '
+        'share (policy "team"); request a fraction below 1 or a whole number of GPUs'
+    ]
+
+
+def test_a_deployments_template_label_spreads_its_pods_memory() -> None:
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"},
+        "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": {
+            "metadata": {"labels": {"app": "d"}}, "spec": {"containers": [mem("app", "120")]},
+        }},
+    }  # fmt: skip
+    assert run(deployment, ACK).denials == [
+        'container "app": aliyun.com/gpu-mem 120 (GiB) is more than one A100-80GB\'s memory (80 GiB): ACK GPU '
+        'sharing gives each share the memory of one GPU (policy "team"); request at most 80, or whole GPUs as '
+        "nvidia.com/gpu: N"
+    ]
+    assert run(labelled(deployment, {"aliyun.com/gpu-count": "2"}), ACK).denials == []
 
 
 ACK_EXCLUSIVE = {"key": "ack.node.gpu.schedule", "operator": "NotIn", "values": ["cgpu", "core_mem", "mps", "share"]}
@@ -698,7 +814,15 @@ def test_an_ack_share_larger_than_any_nodes_gpu_fits_nowhere() -> None:
         "cluster.fits)"
     ]
     two = pod(container(limits={"aliyun.com/gpu-mem": "24"}), container("b", limits={"aliyun.com/gpu-mem": "24"}))
-    assert evaluate(two, "team", PolicySet((pol,)), nodes=cluster).denials == []  # each a GPU of its own
+    # gpushare-scheduler-extender places the pod's memory, the sum of its containers', on one GPU
+    # (pkg/utils/pod.go GetGPUMemoryFromPodResource, pkg/cache/nodeinfo.go allocateGPUID)
+    assert evaluate(two, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'pod: aliyun.com/gpu-mem effective total 48 (containers running together: "app"=24, "b"=24) fits on no '
+        'node: the most one GPU of a node holds is 24 GiB (node "ack-0"); request at most 24 in all, or split the '
+        'pod (policy "team", cluster.fits)'
+    ]
+    spread = labelled(two, {"aliyun.com/gpu-count": "2"})
+    assert evaluate(spread, "team", PolicySet((pol,)), nodes=cluster).denials == []  # 24 GiB of each of 2 GPUs
     converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), nodes=cluster)  # 36 GiB of 48
     assert resources(converted)["limits"] == {"aliyun.com/gpu-mem": "36"}
     assert converted.denials == [  # the amount it became: what the scheduler would look for

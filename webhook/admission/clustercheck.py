@@ -552,7 +552,7 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted(held - covered - {ACK_MEMORY}):  # ACK: each container a share of its own GPU
+        for resource in sorted(held - covered):  # ACK too: a pod's memory is on one GPU (memshare.py)
             largest = _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
@@ -603,9 +603,11 @@ def _pod_too_big(
 ) -> Violation:
     amount = largest[0]
     named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+    holder = "one GPU of a node holds is" if resource == ACK_MEMORY else "one node holds is"
+    unit = " GiB" if resource == ACK_MEMORY else ""
     return pod_violation(
         f"{resource} effective total {total} (containers running together: {named}) fits on no node: the "
-        f"most one node holds is {amount} ({_node(largest, view)}); request at most {amount} in all, or split the "
+        f"most {holder} {amount}{unit} ({_node(largest, view)}); request at most {amount} in all, or split the "
         f"pod ({where}, cluster.fits)",
         f"{resource} total {total} fits on no node; request at most {amount} in all",
     )

@@ -323,6 +323,16 @@ def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[
             f"(gpu.model auto, and no node says it yet); request {spec.memory} directly, or whole GPUs",
             f"{NVIDIA_GPU} {shown}: the GPU's memory is unknown here; ask for {spec.memory}",
         )
+    if value > 1 and spec.backend is Backend.ACK:
+        gpus = ceil(value)
+        each = int(value * gpu_mib / gpus) // spec.unit_mib
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional and more than one GPU ({where}); request a whole number of GPUs, "
+            f"or {format_fraction(Fraction(value))} GPUs' memory in ACK's own form: {spec.memory}: {each * gpus} "
+            "with the pod label "
+            f'{ACK_COUNT}: "{gpus}" ({each} GiB of each of {gpus} GPUs)',
+            f"{NVIDIA_GPU} {shown}: ask for whole GPUs, or {spec.memory} {each * gpus} over {gpus} GPUs",
+        )
     if value > 1:
         return (
             f"{NVIDIA_GPU} {shown} is fractional and more than one GPU: {spec.title} gives one GPU's memory per "
@@ -357,9 +367,10 @@ def _amount(limits: dict[str, Any], name: str) -> int:
     return int(value) if value is not None and value.denominator == 1 and value > 0 else 0
 
 
-def held(limits: dict[str, Any], policy: Policy) -> Held:
+def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     """A container's backend resources (after mutation, in whole numbers; the other rules explain the rest)
-    as GPUs' worth of memory, and each amount that no GPU can give."""
+    as GPUs' worth of memory, and each amount that no GPU can give. `gpus`: ACK, the GPUs its pod's memory
+    spreads over (pod_gpus)."""
     spec = spec_of(policy)
     assert spec is not None
     gpu_mib = policy.gpu_memory_mib
@@ -367,7 +378,23 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     where = f'policy "{policy.name}"'
     model = policy.gpu.model or "GPU"
     memory = _amount(limits, spec.memory)
-    if gpu_mib is not None and memory * spec.unit_mib > gpu_mib:
+    if spec.backend is Backend.ACK and ACK_COUNT in limits:
+        problems.append((
+            f"{ACK_COUNT} is a node's number of GPUs, not a container's request: ACK reads the GPUs a pod's "
+            f"memory spreads over from the pod label {ACK_COUNT} ({where}); remove it from resources and set the "
+            f'label, such as {ACK_COUNT}: "2"',
+            f"{ACK_COUNT} is no request; set it as a pod label",
+        ))  # fmt: skip
+    if spec.backend is Backend.ACK and gpus > 1 and gpu_mib is not None:
+        most = gpus * (gpu_mib // spec.unit_mib)
+        if memory > most:
+            problems.append((
+                f"{spec.memory} {memory} (GiB) is more than the memory of the {gpus} GPUs that the pod label "
+                f"{ACK_COUNT} spreads it over ({most} GiB of {model}s, {where}); request at most {most}, or "
+                "name more GPUs in the label",
+                f"{spec.memory} {memory}: more than {gpus} GPUs' memory; ask for at most {most}",
+            ))  # fmt: skip
+    elif gpu_mib is not None and memory * spec.unit_mib > gpu_mib:
         most = gpu_mib // spec.unit_mib
         problems.append((
             f"{spec.memory} {memory} ({spec.unit}) is more than one {model}'s memory ({most} {spec.unit}): "
@@ -401,14 +428,95 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     return Held(count * min(each, Fraction(1)) + count_whole, problems)
 
 
-def node_amounts(limits: dict[str, Any], policy: Policy) -> dict[str, int | Fraction]:
+def node_amounts(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> dict[str, int | Fraction]:
     """A container's amounts of one GPU that a node must hold on one of its GPUs, for the cluster's fits check:
-    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py).
-    HAMi's and Volcano's nodes advertise no per-GPU memory as a resource: nothing."""
+    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py), the
+    share of each of the `gpus` its pod spreads over. HAMi's and Volcano's nodes advertise no per-GPU memory as
+    a resource: nothing."""
     if policy.sharing.backend is not Backend.ACK or not limits:
         return {}
     amount = _amount(limits, ACK_MEMORY)
-    return {ACK_MEMORY: amount} if amount else {}
+    return {ACK_MEMORY: amount if gpus == 1 else Fraction(amount, gpus)} if amount else {}
+
+
+def pod_gpus(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> tuple[int, list[tuple[str, str]]]:
+    """ACK: the GPUs a pod's memory spreads over, its label aliyun.com/gpu-count (the pod template's in a
+    workload; 1 without it), and the problem with a label that is no whole number of GPUs (then 1). 1 and
+    nothing under the other backends."""
+    if policy.sharing.backend is not Backend.ACK:
+        return 1, []
+    labels: Any = obj
+    for key in (*spec_path[:-1], "metadata", "labels"):
+        labels = labels.get(key) if type(labels) is dict else None
+    if type(labels) is not dict or ACK_COUNT not in labels:
+        return 1, []
+    raw = labels[ACK_COUNT]
+    if type(raw) is str and raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1:
+        return int(raw), []
+    shown = str(raw)[:20]
+    return 1, [(
+        f'label {ACK_COUNT} "{shown}" is not a whole number of GPUs: ACK spreads the pod\'s {ACK_MEMORY} over '
+        f'that many GPUs of one node (policy "{policy.name}"); set a number such as "2", or remove it',
+        f'label {ACK_COUNT} "{shown}": not a number of GPUs; set one such as "2"',
+    )]  # fmt: skip
+
+
+def _spread_over(total: int, gib: int) -> int | None:
+    """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few)."""
+    least = -(-total // gib)
+    return next((m for m in range(least, min(total, least + 64) + 1) if total % m == 0), None)
+
+
+def ack_pod(
+    gpus: int, containers: list[tuple[str, dict[str, Any]]], maximum: int, policy: Policy
+) -> list[tuple[str, str]]:
+    """ACK: a pod's aliyun.com/gpu-mem (its containers' limits, by name; init containers are not counted by the
+    extender) as the extender places it: all on one GPU, or an equal whole number of GiB from each of the
+    `gpus` of its label; the GPUs it touches against the per-pod maximum. A lone container over its GPUs'
+    memory is held's line."""
+    if policy.sharing.backend is not Backend.ACK:
+        return []
+    amounts = [(name, amount) for name, limits in containers if (amount := _amount(limits, ACK_MEMORY))]
+    total = sum(amount for _, amount in amounts)
+    if not total:
+        return []
+    where = f'policy "{policy.name}"'
+    label = f'the pod label {ACK_COUNT} "{gpus}"'
+    problems: list[tuple[str, str]] = []
+    if gpus > maximum:
+        problems.append((
+            f"{label} spreads its memory over {gpus} GPUs, more than the per-pod maximum of {maximum} GPUs "
+            f'({where}); set at most "{maximum}"',
+            f"{ACK_COUNT} {gpus}: at most {maximum} GPUs per pod",
+        ))  # fmt: skip
+    if total % gpus:
+        problems.append((
+            f"{ACK_MEMORY} {total} GiB in all over {gpus} GPUs ({label}) is not a whole number of GiB from each: "
+            f"ACK takes an equal whole number of GiB from each GPU ({where}); request a multiple of {gpus} in all",
+            f"{ACK_MEMORY} {total} over {gpus} GPUs: ask for a multiple of {gpus}",
+        ))  # fmt: skip
+        return problems
+    gpu_mib = policy.gpu_memory_mib
+    gib = gpu_mib // 1024 if gpu_mib else None
+    if gib is None or total // gpus <= gib or len(amounts) == 1:
+        return problems
+    named = ", ".join(f'"{name}"={amount}' for name, amount in amounts)
+    model = policy.gpu.model or "GPU"
+    more = _spread_over(total, gib)
+    instead = f', or spread it with the pod label {ACK_COUNT}: "{more}"' if more and more <= maximum else ""
+    if gpus == 1:
+        line = (
+            f"{ACK_MEMORY} {total} GiB in all (containers {named}) is more than one {model}'s memory ({gib} GiB): "
+            f"ACK places a pod's memory on one GPU ({where}); request at most {gib} in all{instead}"
+        )
+    else:
+        line = (
+            f"{ACK_MEMORY} {total} GiB in all (containers {named}) over {gpus} GPUs ({label}) is {total // gpus} "
+            f"GiB from each, more than one {model}'s memory ({gib} GiB, {where}); request at most {gib * gpus} in "
+            f"all{instead}"
+        )
+    problems.append((line, f"{ACK_MEMORY} {total} in all: more than {gpus} GPUs' memory; ask for less"))
+    return problems
 
 
 def worth_text(worth: Fraction) -> str:
