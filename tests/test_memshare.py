@@ -490,6 +490,26 @@ def test_a_whole_gpu_pod_pinned_to_acks_shared_pool_conflicts_and_the_default_po
     ]
 
 
+def test_acks_multi_gpu_shares_are_steered_where_compute_is_shared() -> None:
+    """ACK's multi-GPU sharing is served with memory isolation and shared compute only: not on core_mem pools."""
+    pol = memory(Backend.ACK, placement=Placement.SPREAD, steering=True)
+    decision = run(ack_pod(mem("app", "48"), gpus="2"), pol)
+    assert decision.mutated["spec"]["affinity"] == _required(
+        {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps"]},
+        {"key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"]},
+    )
+    pinned = labelled(gpu_pod("0.5", nodeSelector={"ack.node.gpu.schedule": "core_mem"}), {"aliyun.com/gpu-count": "2"})
+    assert run(pinned, pol).denials == [
+        'pod: nodeSelector ack.node.gpu.schedule=core_mem conflicts with policy "team" (memory slices by ack, '
+        "spread), whose GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,mps); remove it, or make it "
+        "select the policy's pool"
+    ]
+    unisolated = memory(Backend.ACK, isolation=Isolation.NONE, steering=True)
+    assert run(ack_pod(mem("app", "48"), gpus="2"), unisolated).mutated["spec"]["affinity"] == _required(
+        {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps", "share"]}
+    )
+
+
 def test_acks_steering_is_said_by_policy_explain() -> None:
     from webhook.admission import steering
 

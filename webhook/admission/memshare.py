@@ -57,6 +57,7 @@ from webhook.admission.resources import (
 ACK_ISOLATED = ("cgpu", "core_mem", "mps")  # the shared modes that cap a container's memory, sorted
 ACK_SHARED = ("cgpu", "core_mem", "mps", "share")  # every shared mode: `share` caps nothing
 ACK_SHARE_ONLY = "share"
+ACK_COMPUTE_ALLOCATED = "core_mem"  # compute allocated too: ACK's multi-GPU sharing is not served there
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
 WHOLE = "100"  # percent: all of one GPU's memory, and its compute to itself
@@ -257,13 +258,17 @@ def placement_text(placement: Placement) -> str:
 # --- Steering (steering.py reads these) ---------------------------------------------------------------------
 
 
-def node_requirements(policy: Policy) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+def node_requirements(policy: Policy, multi: bool = False) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
     """The node labels (key, operator, values) a memory policy's shares need: ACK's shared pools that cap
     memory (every shared pool under `isolation: none`), and its placement label (a node without one packs:
-    binpack is ACK's default). HAMi and Volcano schedule onto their own nodes themselves: nothing."""
+    binpack is ACK's default). `multi`: a share spread over several GPUs (pod_gpus), which ACK serves only
+    where compute is shared (its multi-GPU sharing: not `core_mem`). HAMi and Volcano schedule onto their own
+    nodes themselves: nothing."""
     if policy.sharing.backend is not Backend.ACK:
         return ()
-    pools = ACK_ISOLATED if policy.sharing.isolates else ACK_SHARED
+    pools: tuple[str, ...] = ACK_ISOLATED if policy.sharing.isolates else ACK_SHARED
+    if multi:
+        pools = tuple(pool for pool in pools if pool != ACK_COMPUTE_ALLOCATED)
     wanted: list[tuple[str, str, tuple[str, ...]]] = [(ACK_SCHEDULE_LABEL, "In", pools)]
     placement = policy.sharing.placement
     if placement is Placement.SPREAD:

@@ -127,15 +127,28 @@ def _whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
     return tuple(Requirement(key, operator, values) for key, operator, values in memshare.whole_requirements(policy))
 
 
-def pod_requirements(spec: dict[str, Any], policy: Policy) -> tuple[Requirement, ...]:
-    """The requirements that a pod spec gets: the policy's where a container holds the resource it steers, a
-    memory namespace's whole-GPU ones where a container holds `nvidia.com/gpu` and none holds a share (ACK:
-    a node serves shares or whole GPUs, never both), else none."""
+def multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
+    """The requirements of a memory namespace's shares spread over several GPUs (ACK's multi-GPU sharing, the
+    pod label aliyun.com/gpu-count: memshare.node_requirements)."""
+    return policy.derived("steering-multi-requirements", _multi_requirements)
+
+
+def _multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
+    if not policy.steering or policy.sharing.mode is not Mode.MEMORY:
+        return ()
+    return tuple(Requirement(k, operator, values) for k, operator, values in memshare.node_requirements(policy, True))
+
+
+def pod_requirements(spec: dict[str, Any], policy: Policy, gpus: int = 1) -> tuple[Requirement, ...]:
+    """The requirements that a pod spec gets: the policy's where a container holds the resource it steers (a
+    memory namespace's multi-GPU ones where the pod spreads it over `gpus` > 1, memshare.pod_gpus), a memory
+    namespace's whole-GPU ones where a container holds `nvidia.com/gpu` and none holds a share (ACK: a node
+    serves shares or whole GPUs, never both), else none."""
     wanted = requirements(policy)
     if not wanted:
         return ()  # whole-GPU requirements come only with the shares' (ACK)
     if _holds(spec, steered_resource(policy)):
-        return wanted
+        return multi_requirements(policy) or wanted if gpus > 1 else wanted
     whole = whole_requirements(policy)
     return whole if whole and _holds(spec, NVIDIA_GPU) else ()
 
@@ -272,7 +285,7 @@ class Steered:
     added: tuple[Requirement, ...] = ()
 
 
-def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
+def steer(spec: dict[str, Any], spec_at: str, policy: Policy, gpus: int = 1) -> Steered | None:
     """Merge the policy's requirements into `spec` (the pod spec after mutation, at JSON Pointer `spec_at`).
 
     None when nothing is to be done: the policy does not steer, no container holds its GPU, the constraints
@@ -280,7 +293,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
     """
     if bound_node(spec):
         return None
-    wanted = pod_requirements(spec, policy)
+    wanted = pod_requirements(spec, policy, gpus)
     if not wanted:
         return None
     conflicts = _selector_conflicts(spec.get("nodeSelector"), wanted, policy)
