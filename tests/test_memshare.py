@@ -510,6 +510,29 @@ def test_acks_multi_gpu_shares_are_steered_where_compute_is_shared() -> None:
     )
 
 
+def test_an_ack_pod_of_shares_and_whole_gpus_is_refused() -> None:
+    """A node runs one ack.node.gpu.schedule mode, and ACK sets the other modes' resources to 0 there."""
+    mixed = pod(container(limits={"nvidia.com/gpu": "0.5"}), container("b", limits={"nvidia.com/gpu": "1"}))
+    assert run(mixed, ACK).denials == [
+        'pod: holds aliyun.com/gpu-mem (container "app") and whole nvidia.com/gpu (container "b"), which no ACK '
+        'node serves together: a node runs one ack.node.gpu.schedule mode, shares or whole GPUs (policy "team"); '
+        "ask for shares in every container or whole GPUs in every one, or split the pod"
+    ]
+    assert run(mixed, HAMI).denials == []  # HAMi's whole GPUs are vGPUs too
+
+
+def test_a_whole_gpu_pod_bound_to_an_ack_shared_node_is_judged_by_its_labels() -> None:
+    cluster = view(_ack_node("ack-0", "cgpu"))
+    bound = gpu_pod("1", nodeName="ack-0")
+    decision = evaluate(bound, "team", PolicySet((memory(Backend.ACK, steering=True),)), nodes=cluster)
+    assert decision.denials == [
+        'pod: spec.nodeName binds it to node "ack-0", whose label ack.node.gpu.schedule=cgpu does not match policy '
+        '"team" (memory slices by ack), whose GPU pods run only on nodes with ack.node.gpu.schedule notin '
+        "(cgpu,core_mem,mps,share); bind it to a node of the policy's pool, or leave spec.nodeName out and let the "
+        "scheduler place it"
+    ]
+
+
 def test_acks_steering_is_said_by_policy_explain() -> None:
     from webhook.admission import steering
 

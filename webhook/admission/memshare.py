@@ -466,6 +466,24 @@ def pod_gpus(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) ->
     )]  # fmt: skip
 
 
+def ack_modes(holders: list[tuple[str, dict[str, Any]]], policy: Policy) -> list[tuple[str, str]]:
+    """ACK: a pod whose containers (init containers too, by name with their limits) hold both shares and whole
+    GPUs, which no node serves together: a node runs one `ack.node.gpu.schedule` mode, and ACK sets the other
+    modes' resources to 0 there."""
+    if policy.sharing.backend is not Backend.ACK:
+        return []
+    shares = [name for name, limits in holders if _amount(limits, ACK_MEMORY)]
+    whole = [name for name, limits in holders if _amount(limits, NVIDIA_GPU) and name not in shares]
+    if not shares or not whole:
+        return []  # (one container holding both: its GPUs' worth is judged, held)
+    return [(
+        f'holds {ACK_MEMORY} (container "{shares[0]}") and whole {NVIDIA_GPU} (container "{whole[0]}"), which no '
+        f"ACK node serves together: a node runs one {ACK_SCHEDULE_LABEL} mode, shares or whole GPUs "
+        f'(policy "{policy.name}"); ask for shares in every container or whole GPUs in every one, or split the pod',
+        f"{ACK_MEMORY} beside whole {NVIDIA_GPU}: no ACK node serves both; split the pod",
+    )]  # fmt: skip
+
+
 def _spread_over(total: int, gib: int) -> int | None:
     """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few)."""
     least = -(-total // gib)

@@ -281,6 +281,7 @@ def validate(
     # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
     gpus, pod_lines = memshare.pod_gpus(obj, spec_path, policy) if memory else (1, [])
     limits_of: list[tuple[str, dict[str, Any]]] = []
+    held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -295,6 +296,8 @@ def validate(
                 limits = ref.resource_map("limits")
                 if section == "containers":
                     limits_of.append((ref.name, limits))
+                if limits:
+                    held_by.append((ref.name, limits))
                 if counted is not None and (amounts := memshare.node_amounts(limits, policy, gpus)):
                     sized.append((ref, amounts))
             total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
@@ -319,6 +322,7 @@ def validate(
     if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
         _memory_pod_total(worths, rules, problems)
         pod_lines += memshare.ack_pod(gpus, limits_of, rules.max_per_pod, policy)
+        pod_lines += memshare.ack_modes(held_by, policy)
         problems += [pod_violation(line, short) for line, short in pod_lines]
     elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
