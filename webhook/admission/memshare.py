@@ -444,33 +444,43 @@ def node_amounts(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> dict[
     return {ACK_MEMORY: amount if gpus == 1 else Fraction(amount, gpus)} if amount else {}
 
 
-def pod_gpus(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> tuple[int, list[tuple[str, str]]]:
+Lines = tuple[tuple[str, str], ...]  # (line, short) of each problem
+
+
+def pod_gpus(
+    obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy
+) -> tuple[int, tuple[tuple[str, str], ...]]:
     """ACK: the GPUs a pod's memory spreads over, its label aliyun.com/gpu-count (the pod template's in a
     workload; 1 without it), and the problem with a label that is no whole number of GPUs (then 1). 1 and
     nothing under the other backends."""
     if policy.sharing.backend is not Backend.ACK:
-        return 1, []
-    labels: Any = obj
-    for key in (*spec_path[:-1], "metadata", "labels"):
-        labels = labels.get(key) if type(labels) is dict else None
-    if type(labels) is not dict or ACK_COUNT not in labels:
-        return 1, []
-    raw = labels[ACK_COUNT]
+        return _ONE_GPU
+    parent: Any = obj
+    for key in spec_path[:-1]:
+        parent = parent.get(key) if type(parent) is dict else None
+    metadata = parent.get("metadata") if type(parent) is dict else None
+    labels = metadata.get("labels") if type(metadata) is dict else None
+    raw = labels.get(ACK_COUNT) if type(labels) is dict else None
+    if raw is None:
+        return _ONE_GPU
     if type(raw) is str and raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1:
-        return int(raw), []
+        return int(raw), ()
     shown = str(raw)[:20]
-    return 1, [(
+    return 1, ((
         f'label {ACK_COUNT} "{shown}" is not a whole number of GPUs: ACK spreads the pod\'s {ACK_MEMORY} over '
         f'that many GPUs of one node (policy "{policy.name}"); set a number such as "2", or remove it',
         f'label {ACK_COUNT} "{shown}": not a number of GPUs; set one such as "2"',
-    )]  # fmt: skip
+    ),)  # fmt: skip
+
+
+_ONE_GPU: tuple[int, Lines] = (1, ())
 
 
 def ack_modes(holders: list[tuple[str, dict[str, Any]]], policy: Policy) -> list[tuple[str, str]]:
     """ACK: a pod whose containers (init containers too, by name with their limits) hold both shares and whole
     GPUs, which no node serves together: a node runs one `ack.node.gpu.schedule` mode, and ACK sets the other
     modes' resources to 0 there."""
-    if policy.sharing.backend is not Backend.ACK:
+    if policy.sharing.backend is not Backend.ACK or len(holders) < 2:
         return []
     shares = [name for name, limits in holders if _amount(limits, ACK_MEMORY)]
     whole = [name for name, limits in holders if _amount(limits, NVIDIA_GPU) and name not in shares]
@@ -497,8 +507,8 @@ def ack_pod(
     extender) as the extender places it: all on one GPU, or an equal whole number of GiB from each of the
     `gpus` of its label; the GPUs it touches against the per-pod maximum. A lone container over its GPUs'
     memory is held's line."""
-    if policy.sharing.backend is not Backend.ACK:
-        return []
+    if policy.sharing.backend is not Backend.ACK or (gpus == 1 and len(containers) < 2):
+        return []  # one container on one GPU: held's lines say it all
     amounts = [(name, amount) for name, limits in containers if (amount := _amount(limits, ACK_MEMORY))]
     total = sum(amount for _, amount in amounts)
     if not total:

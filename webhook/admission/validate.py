@@ -279,7 +279,7 @@ def validate(
     worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
     sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
     # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
-    gpus, pod_lines = memshare.pod_gpus(obj, spec_path, policy) if memory else (1, [])
+    gpus, label_lines = memshare.pod_gpus(obj, spec_path, policy) if memory else (1, ())
     ack = memory and policy.sharing.backend is Backend.ACK
     limits_of: list[tuple[str, dict[str, Any]]] = []
     held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
@@ -323,7 +323,7 @@ def validate(
     if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
         _memory_pod_total(worths, rules, problems)
         if ack:
-            pod_lines += memshare.ack_pod(gpus, limits_of, rules.max_per_pod, policy)
+            pod_lines = [*label_lines, *memshare.ack_pod(gpus, limits_of, rules.max_per_pod, policy)]
             pod_lines += memshare.ack_modes(held_by, policy)
             problems += [pod_violation(line, short) for line, short in pod_lines]
     elif count_sum > rules.max_per_pod:
