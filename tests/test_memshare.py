@@ -30,7 +30,18 @@ from webhook.admission import clustercheck
 from webhook.admission.cluster import NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import GPU, Backend, Check, ClusterChecks, Limits, Mode, Placement, PolicySet, Sharing
+from webhook.admission.policy import (
+    GPU,
+    Backend,
+    Check,
+    ClusterChecks,
+    Isolation,
+    Limits,
+    Mode,
+    Placement,
+    PolicySet,
+    Sharing,
+)  # fmt: skip
 from webhook.admission.quantity import parse_quantity
 from webhook.admission.resources import GPU_MODELS
 
@@ -38,9 +49,16 @@ A100 = GPU(model="A100-80GB")  # 81,920 MiB
 H100 = GPU(model="H100-80GB")  # 81,559 MiB as NVML reports it
 
 
-def memory(backend: Backend, gpu: GPU = A100, placement: Placement | None = None, steering: bool = False, **kw):
-    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=backend, placement=placement), gpu=gpu,
-                  steering=steering, **kw)  # fmt: skip
+def memory(
+    backend: Backend,
+    gpu: GPU = A100,
+    placement: Placement | None = None,
+    steering: bool = False,
+    isolation: Isolation | None = None,
+    **kw,
+):
+    return policy(sharing=Sharing(mode=Mode.MEMORY, backend=backend, placement=placement, isolation=isolation),
+                  gpu=gpu, steering=steering, **kw)  # fmt: skip
 
 
 ACK, HAMI, VOLCANO = memory(Backend.ACK), memory(Backend.HAMI), memory(Backend.VOLCANO)
@@ -48,6 +66,14 @@ ACK, HAMI, VOLCANO = memory(Backend.ACK), memory(Backend.HAMI), memory(Backend.V
 
 def gpu_pod(value: str, **kw):
     return pod(container(requests={"nvidia.com/gpu": value}, limits={"nvidia.com/gpu": value}), **kw)
+
+
+def labelled(obj: dict, labels: dict) -> dict:
+    """The pod (or a workload's pod template) with these labels, as ACK's multi-GPU sharing reads them."""
+    obj = copy.deepcopy(obj)
+    meta = obj["spec"]["template"]["metadata"] if "template" in obj["spec"] else obj["metadata"]
+    meta.setdefault("labels", {}).update(labels)
+    return obj
 
 
 def resources(decision, index: int = 0) -> dict:
@@ -303,7 +329,7 @@ def test_ack_pods_are_steered_to_isolating_shared_nodes_with_the_placement(place
     decision = run(gpu_pod("0.5"), memory(Backend.ACK, placement=placement, steering=True))
     assert decision.mutated["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem"]}, expression,
+            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps"]}, expression,
         ]}],
     }}}  # fmt: skip
     assert decision.warnings[-1] == (
@@ -311,9 +337,210 @@ def test_ack_pods_are_steered_to_isolating_shared_nodes_with_the_placement(place
     )
 
 
-def test_ack_whole_gpus_are_not_steered_to_the_shared_nodes() -> None:
-    decision = run(gpu_pod("1"), memory(Backend.ACK, placement=Placement.SPREAD, steering=True))
-    assert "affinity" not in decision.mutated["spec"]
+# --- ACK's multi-GPU sharing: the pod label aliyun.com/gpu-count ----------------------------------------------
+# ACK's documentation ("multi-GPU sharing"): a pod asking N GiB of aliyun.com/gpu-mem with the pod label
+# aliyun.com/gpu-count: "M" gets N/M GiB from each of M GPUs of one node; N/M must be whole. Without the label,
+# gpushare-scheduler-extender puts the pod's memory, its containers' sum, on one GPU.
+
+
+def ack_pod(*containers: dict, gpus: str | None = None) -> dict:
+    obj = pod(*containers)
+    return labelled(obj, {"aliyun.com/gpu-count": gpus}) if gpus is not None else obj
+
+
+def mem(name: str, gib: str, **extra: str) -> dict:
+    return container(name, limits={"aliyun.com/gpu-mem": gib, **extra})
+
+
+@pytest.mark.parametrize(
+    ("obj", "denials"),
+    [
+        # 120 GiB over 2 A100-80GB: 60 of each; 1.5 GPUs' worth of memory, 2 GPUs touched
+        (ack_pod(mem("app", "120"), gpus="2"), []),
+        (ack_pod(mem("app", "60"), mem("b", "60"), gpus="2"), []),
+        (ack_pod(mem("app", "60"), mem("b", "20")), []),  # 80 GiB on one GPU: all of it
+        (ack_pod(mem("app", "120")), [
+            'container "app": aliyun.com/gpu-mem 120 (GiB) is more than one A100-80GB\'s memory (80 GiB): ACK GPU '
+            'sharing gives each share the memory of one GPU (policy "team"); request at most 80, or whole GPUs as '
+            "nvidia.com/gpu: N",
+        ]),
+        (ack_pod(mem("app", "170"), gpus="2"), [
+            'container "app": aliyun.com/gpu-mem 170 (GiB) is more than the memory of the 2 GPUs that the pod label '
+            'aliyun.com/gpu-count spreads it over (160 GiB of A100-80GBs, policy "team"); request at most 160, or '
+            "name more GPUs in the label",
+        ]),
+        (ack_pod(mem("app", "60"), mem("b", "40")), [
+            'pod: aliyun.com/gpu-mem 100 GiB in all (containers "app"=60, "b"=40) is more than one A100-80GB\'s '
+            'memory (80 GiB): ACK places a pod\'s memory on one GPU (policy "team"); request at most 80 in all, or '
+            'spread it with the pod label aliyun.com/gpu-count: "2"',
+        ]),
+        (ack_pod(mem("app", "100"), mem("b", "80"), gpus="2"), [
+            'pod: aliyun.com/gpu-mem 180 GiB in all (containers "app"=100, "b"=80) over 2 GPUs (the pod label '
+            'aliyun.com/gpu-count "2") is 90 GiB from each, more than one A100-80GB\'s memory (80 GiB, policy '
+            '"team"); request at most 160 in all, or spread it with the pod label aliyun.com/gpu-count: "3"',
+        ]),
+        (ack_pod(mem("app", "9"), gpus="2"), [
+            'pod: aliyun.com/gpu-mem 9 GiB in all over 2 GPUs (the pod label aliyun.com/gpu-count "2") is not a whole '
+            'number of GiB from each: ACK takes an equal whole number of GiB from each GPU (policy "team"); request '
+            "a multiple of 2 in all",
+        ]),
+        (ack_pod(mem("app", "90"), gpus="9"), [
+            'pod: the pod label aliyun.com/gpu-count "9" spreads its memory over 9 GPUs, more than the per-pod '
+            'maximum of 8 GPUs (policy "team"); set at most "8"',
+        ]),
+        (ack_pod(mem("app", "8"), gpus="two"), [
+            'pod: label aliyun.com/gpu-count "two" is not a whole number of GPUs: ACK spreads the pod\'s '
+            'aliyun.com/gpu-mem over that many GPUs of one node (policy "team"); set a number such as "2", or '
+            "remove it",
+        ]),
+        (ack_pod(mem("app", "8", **{"aliyun.com/gpu-count": "2"})), [
+            'container "app": aliyun.com/gpu-count is a node\'s number of GPUs, not a container\'s request: ACK '
+            'reads the GPUs a pod\'s memory spreads over from the pod label aliyun.com/gpu-count (policy "team"); '
+            'remove it from resources and set the label, such as aliyun.com/gpu-count: "2"',
+        ]),
+    ],
+    ids=["two-gpus", "two-containers-two-gpus", "one-gpu-full", "one-container-over", "over-two-gpus",
+         "pod-over-one-gpu", "pod-over-two-gpus", "uneven", "too-many-gpus", "not-a-number", "count-as-resource"],
+)  # fmt: skip
+def test_ack_multi_gpu_shares_are_judged_as_the_extender_places_them(obj, denials) -> None:
+    assert run(obj, ACK).denials == denials
+
+
+def test_ack_multi_gpu_memory_counts_against_the_pod_maximum_in_gpus_worth() -> None:
+    """The label spreads memory over GPUs; the maximum still counts the memory: 240 GiB is 3 A100s' worth."""
+    capped = memory(Backend.ACK, limits=Limits(max_per_container=2, max_per_pod=2))
+    assert run(ack_pod(mem("app", "240"), gpus="4"), capped).denials == [
+        'container "app": holds 3 GPUs\' worth of memory (ack), more than the per-container maximum of 2 GPUs '
+        '(policy "team"); request less',
+        'pod: the pod label aliyun.com/gpu-count "4" spreads its memory over 4 GPUs, more than the per-pod maximum '
+        'of 2 GPUs (policy "team"); set at most "2"',
+    ]
+
+
+def test_a_fraction_above_one_is_refused_naming_acks_multi_gpu_form() -> None:
+    """nvidia.com/gpu: 1.5 stays refused (no webhook-made label): the line says ACK's own form for it."""
+    assert run(gpu_pod("1.5"), ACK).denials == [
+        'container "app": nvidia.com/gpu "1.5" is fractional and more than one GPU (policy "team"); request a whole '
+        "number of GPUs, or 1.5 GPUs' memory in ACK's own form: aliyun.com/gpu-mem: 120 with the pod label "
+        'aliyun.com/gpu-count: "2" (60 GiB of each of 2 GPUs)'
+    ]
+    assert run(gpu_pod("1.5"), HAMI).denials == [
+        'container "app": nvidia.com/gpu "1.5" is fractional and more than one GPU: HAMi gives one GPU\'s memory per '
+        'share (policy "team"); request a fraction below 1 or a whole number of GPUs'
+    ]
+
+
+def test_a_deployments_template_label_spreads_its_pods_memory() -> None:
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"},
+        "spec": {"selector": {"matchLabels": {"app": "d"}}, "template": {
+            "metadata": {"labels": {"app": "d"}}, "spec": {"containers": [mem("app", "120")]},
+        }},
+    }  # fmt: skip
+    assert run(deployment, ACK).denials == [
+        'container "app": aliyun.com/gpu-mem 120 (GiB) is more than one A100-80GB\'s memory (80 GiB): ACK GPU '
+        'sharing gives each share the memory of one GPU (policy "team"); request at most 80, or whole GPUs as '
+        "nvidia.com/gpu: N"
+    ]
+    assert run(labelled(deployment, {"aliyun.com/gpu-count": "2"}), ACK).denials == []
+
+
+ACK_EXCLUSIVE = {"key": "ack.node.gpu.schedule", "operator": "NotIn", "values": ["cgpu", "core_mem", "mps", "share"]}
+
+
+def _required(*expressions: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(expressions)}],
+    }}}  # fmt: skip
+
+
+def test_ack_whole_gpus_are_steered_to_the_exclusive_pool_without_placement() -> None:
+    """ACK's exclusive scheduling is `ack.node.gpu.schedule: default` or no label at all (its default); a
+    shared node's nvidia.com/gpu is 0, so a whole GPU goes to every node not labelled with a shared mode."""
+    decision = run(gpu_pod("2"), memory(Backend.ACK, placement=Placement.SPREAD, steering=True))
+    assert resources(decision) == {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    assert decision.mutated["spec"]["affinity"] == _required(ACK_EXCLUSIVE)
+    assert decision.warnings == ["gpu-admission: pod: node affinity added on ack.node.gpu.schedule"]
+
+
+def test_ack_isolation_none_steers_shares_to_every_shared_pool() -> None:
+    decision = run(gpu_pod("0.5"), memory(Backend.ACK, isolation=Isolation.NONE, steering=True))
+    assert decision.mutated["spec"]["affinity"] == _required(
+        {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps", "share"]}
+    )
+
+
+def test_a_whole_gpu_pod_pinned_to_acks_shared_pool_conflicts_and_the_default_pool_is_kept() -> None:
+    pinned = gpu_pod("1", nodeSelector={"ack.node.gpu.schedule": "cgpu"})
+    decision = run(pinned, memory(Backend.ACK, steering=True))
+    assert decision.denials == [
+        'pod: nodeSelector ack.node.gpu.schedule=cgpu conflicts with policy "team" (memory slices by ack), whose '
+        "GPU pods run only on nodes with ack.node.gpu.schedule notin (cgpu,core_mem,mps,share); remove it, or make "
+        "it select the policy's pool"
+    ]
+    exclusive = gpu_pod("1", nodeSelector={"ack.node.gpu.schedule": "default"})
+    decision = run(exclusive, memory(Backend.ACK, steering=True))
+    assert decision.allowed and decision.mutated["spec"]["affinity"] == _required(ACK_EXCLUSIVE)
+    affinity = _required({"key": "ack.node.gpu.schedule", "operator": "In", "values": ["share"]})
+    decision = run(gpu_pod("1", affinity=affinity), memory(Backend.ACK, steering=True))
+    assert decision.denials == [
+        'pod: required node affinity on ack.node.gpu.schedule conflicts with policy "team" (memory slices by ack): '
+        "its only term excludes the nodes with ack.node.gpu.schedule notin (cgpu,core_mem,mps,share), where its GPU "
+        "pods must run; remove it, or make it select the policy's pool"
+    ]
+
+
+def test_acks_multi_gpu_shares_are_steered_where_compute_is_shared() -> None:
+    """ACK's multi-GPU sharing is served with memory isolation and shared compute only: not on core_mem pools."""
+    pol = memory(Backend.ACK, placement=Placement.SPREAD, steering=True)
+    decision = run(ack_pod(mem("app", "48"), gpus="2"), pol)
+    assert decision.mutated["spec"]["affinity"] == _required(
+        {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps"]},
+        {"key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"]},
+    )
+    pinned = labelled(gpu_pod("0.5", nodeSelector={"ack.node.gpu.schedule": "core_mem"}), {"aliyun.com/gpu-count": "2"})
+    assert run(pinned, pol).denials == [
+        'pod: nodeSelector ack.node.gpu.schedule=core_mem conflicts with policy "team" (memory slices by ack, '
+        "spread), whose GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,mps); remove it, or make it "
+        "select the policy's pool"
+    ]
+    unisolated = memory(Backend.ACK, isolation=Isolation.NONE, steering=True)
+    assert run(ack_pod(mem("app", "48"), gpus="2"), unisolated).mutated["spec"]["affinity"] == _required(
+        {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps", "share"]}
+    )
+
+
+def test_an_ack_pod_of_shares_and_whole_gpus_is_refused() -> None:
+    """A node runs one ack.node.gpu.schedule mode, and ACK sets the other modes' resources to 0 there."""
+    mixed = pod(container(limits={"nvidia.com/gpu": "0.5"}), container("b", limits={"nvidia.com/gpu": "1"}))
+    assert run(mixed, ACK).denials == [
+        'pod: holds aliyun.com/gpu-mem (container "app") and whole nvidia.com/gpu (container "b"), which no ACK '
+        'node serves together: a node runs one ack.node.gpu.schedule mode, shares or whole GPUs (policy "team"); '
+        "ask for shares in every container or whole GPUs in every one, or split the pod"
+    ]
+    assert run(mixed, HAMI).denials == []  # HAMi's whole GPUs are vGPUs too
+
+
+def test_a_whole_gpu_pod_bound_to_an_ack_shared_node_is_judged_by_its_labels() -> None:
+    cluster = view(_ack_node("ack-0", "cgpu"))
+    bound = gpu_pod("1", nodeName="ack-0")
+    decision = evaluate(bound, "team", PolicySet((memory(Backend.ACK, steering=True),)), nodes=cluster)
+    assert decision.denials == [
+        'pod: spec.nodeName binds it to node "ack-0", whose label ack.node.gpu.schedule=cgpu does not match policy '
+        '"team" (memory slices by ack), whose GPU pods run only on nodes with ack.node.gpu.schedule notin '
+        "(cgpu,core_mem,mps,share); bind it to a node of the policy's pool, or leave spec.nodeName out and let the "
+        "scheduler place it"
+    ]
+
+
+def test_acks_steering_is_said_by_policy_explain() -> None:
+    from webhook.admission import steering
+
+    assert steering.describe(memory(Backend.ACK, placement=Placement.BINPACK, steering=True)) == (
+        "pods holding aliyun.com/gpu-mem need node labels ack.node.gpu.schedule in (cgpu,core_mem,mps), "
+        "ack.node.gpu.placement notin (spread); pods holding whole nvidia.com/gpu and no share need "
+        "ack.node.gpu.schedule notin (cgpu,core_mem,mps,share)"
+    )
 
 
 def test_a_node_selector_for_acks_unisolated_pool_conflicts() -> None:
@@ -321,7 +548,7 @@ def test_a_node_selector_for_acks_unisolated_pool_conflicts() -> None:
     decision = run(obj, memory(Backend.ACK, steering=True))
     assert decision.denials == [
         'pod: nodeSelector ack.node.gpu.schedule=share conflicts with policy "team" (memory slices by ack), whose '
-        "GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,core_mem); remove it, or make it select "
+        "GPU pods run only on nodes with ack.node.gpu.schedule in (cgpu,core_mem,mps); remove it, or make it select "
         "the policy's pool"
     ]
     assert "affinity" not in decision.mutated["spec"]
@@ -482,10 +709,14 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
     ]
     only_share = view(_ack_node("ack-9", "share", "spread"))  # the policy's pods reach no node: its kind stands in
     assert [d.line for d in clustercheck.drift(ACK_A10, only_share)] == [
-        'policy "team" sharing.backend is ack (memory isolated by cGPU), but 1 node (ack-9) says '
-        "ack.node.gpu.schedule share: a container there sees the whole GPU's memory, not its share; label the node "
-        "pool ack.node.gpu.schedule=cgpu (or core_mem)"
+        'policy "team" sharing.isolation is required (ack.node.gpu.schedule cgpu, core_mem, mps), but 1 node '
+        "(ack-9) says ack.node.gpu.schedule share: no node of the pool caps a share's memory, so the policy's shares "
+        "run nowhere; label the node pool ack.node.gpu.schedule=cgpu (or core_mem, mps), or set sharing.isolation: "
+        "none"
     ]
+    unisolated = memory(Backend.ACK, GPU(memory_mib=24576), placement=Placement.SPREAD, steering=True,
+                        isolation=Isolation.NONE)  # fmt: skip
+    assert clustercheck.drift(unisolated, only_share) == ()
 
 
 def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
@@ -627,7 +858,15 @@ def test_an_ack_share_larger_than_any_nodes_gpu_fits_nowhere() -> None:
         "cluster.fits)"
     ]
     two = pod(container(limits={"aliyun.com/gpu-mem": "24"}), container("b", limits={"aliyun.com/gpu-mem": "24"}))
-    assert evaluate(two, "team", PolicySet((pol,)), nodes=cluster).denials == []  # each a GPU of its own
+    # gpushare-scheduler-extender places the pod's memory, the sum of its containers', on one GPU
+    # (pkg/utils/pod.go GetGPUMemoryFromPodResource, pkg/cache/nodeinfo.go allocateGPUID)
+    assert evaluate(two, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'pod: aliyun.com/gpu-mem effective total 48 (containers running together: "app"=24, "b"=24) fits on no '
+        'node: the most one GPU of a node holds is 24 GiB (node "ack-0"); request at most 24 in all, or split the '
+        'pod (policy "team", cluster.fits)'
+    ]
+    spread = labelled(two, {"aliyun.com/gpu-count": "2"})
+    assert evaluate(spread, "team", PolicySet((pol,)), nodes=cluster).denials == []  # 24 GiB of each of 2 GPUs
     converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), nodes=cluster)  # 36 GiB of 48
     assert resources(converted)["limits"] == {"aliyun.com/gpu-mem": "36"}
     assert converted.denials == [  # the amount it became: what the scheduler would look for

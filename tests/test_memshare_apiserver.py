@@ -82,7 +82,7 @@ def test_a_quarter_gpu_is_stored_as_the_backends_share(plane: ControlPlane, name
     if namespace == "ack-apiserver":
         required = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert required["nodeSelectorTerms"][0]["matchExpressions"] == [
-            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem"]},
+            {"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps"]},
             {"key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"]},
         ]
 
@@ -97,3 +97,28 @@ def test_a_pod_naming_only_a_backends_resource_is_sent_to_the_webhook(plane: Con
         'gives each share the memory of one GPU (policy "notebooks-ack-sharing"); request at most 24, or whole GPUs '
         "as nvidia.com/gpu: N"
     ) in message
+
+
+def test_acks_whole_gpus_and_multi_gpu_shares_are_stored_as_ack_schedules_them(plane: ControlPlane) -> None:
+    """Whole GPUs get the exclusive pool's node affinity; the pod label aliyun.com/gpu-count spreads a pod's
+    memory over that many GPUs, an equal whole number of GiB from each."""
+    response = _create(plane, _pod("ack-apiserver", "whole", {"nvidia.com/gpu": "2"}))
+    assert response.status_code == 201, response.text
+    stored = response.json()
+    assert stored["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    required = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"] == [{"matchExpressions": [
+        {"key": "ack.node.gpu.schedule", "operator": "NotIn", "values": ["cgpu", "core_mem", "mps", "share"]},
+    ]}]  # fmt: skip
+    spread = _pod("ack-apiserver", "two-gpus", {"aliyun.com/gpu-mem": "48"})  # 24 GiB of each of 2 A10s
+    spread["metadata"]["labels"] = {"aliyun.com/gpu-count": "2"}
+    assert _create(plane, spread).status_code == 201
+    uneven = _pod("ack-apiserver", "uneven", {"aliyun.com/gpu-mem": "9"})
+    uneven["metadata"]["labels"] = {"aliyun.com/gpu-count": "2"}
+    response = _create(plane, uneven)
+    assert response.status_code == 403, response.text
+    assert (
+        'pod: aliyun.com/gpu-mem 9 GiB in all over 2 GPUs (the pod label aliyun.com/gpu-count "2") is not a whole '
+        "number of GiB from each: ACK takes an equal whole number of GiB from each GPU (policy "
+        '"notebooks-ack-sharing"); request a multiple of 2 in all'
+    ) in json.loads(response.text)["message"]

@@ -329,7 +329,7 @@ SPEC_CASES = [
     (
         "namespaces: [a]\nsharing: mig",
         "p.yaml#0 spec.sharing: expected a mapping of mode, replicas, resourceName, "
-        "migProfile, migProfiles, migStrategy, backend, placement, gpuMemoryFactor, deviceMemoryScaling; "
+        "migProfile, migProfiles, migStrategy, backend, placement, isolation, gpuMemoryFactor, deviceMemoryScaling; "
         'got "mig" (a string)',
     ),
     (
@@ -486,6 +486,19 @@ SPEC_CASES = [
         "namespaces: [a]\nsharing: {mode: memory, backend: volcano, placement: spread}\ngpu: {memoryMiB: 24576}",
         "p.yaml#0 spec.sharing.placement: Volcano reads binpack or spread only from its scheduler's configuration "
         "(the deviceshare plugin's deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: hami, isolation: none}\ngpu: {model: A100-80GB}",
+        "p.yaml#0 spec.sharing.isolation: applies only to backend ack, whose node pools differ in it "
+        "(ack.node.gpu.schedule); hami's vGPUs always cap the memory a container sees; remove it",
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: memory, backend: ack, isolation: cgpu}\ngpu: {model: A100-80GB}",
+        'p.yaml#0 spec.sharing.isolation: "cgpu" is not one of required, none',
+    ),
+    (
+        "namespaces: [a]\nsharing: {mode: time-slicing, replicas: 4, isolation: required}",
+        "p.yaml#0 spec.sharing.isolation: only applies when mode is memory (mode is time-slicing); remove it",
     ),
     (
         "namespaces: [a]\nsharing: {mode: memory, backend: hami}\ngpu: {model: A100-80GB}\nfractional: shared",

@@ -444,6 +444,38 @@ def test_the_measured_cases_are_stable(mode, namespace, gpu, resources):
     assert "s3cret" not in json.dumps(decision.patch)
 
 
+ACK_POLICIES = parse_policy_sources({"a.yaml": (ROOT / "examples" / "policies" / "memory-ack.yaml").read_text()})
+ACK_SHARED = [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "core_mem", "mps"]},
+              {"key": "ack.node.gpu.placement", "operator": "In", "values": ["spread"]}]  # fmt: skip
+ACK_EXCLUSIVE = [{"key": "ack.node.gpu.schedule", "operator": "NotIn", "values": ["cgpu", "core_mem", "mps", "share"]}]
+
+
+@pytest.mark.parametrize("mode", ["client", "server"])
+@pytest.mark.parametrize(
+    ("gpu", "resources", "expressions"),
+    [
+        # 0.25 of an A10's 24 GiB: 6 GiB on a pool that caps memory, spread
+        (0.25, {"requests": {"aliyun.com/gpu-mem": "6"}, "limits": {"aliyun.com/gpu-mem": "6"}}, ACK_SHARED),
+        # whole GPUs stay as written, on ACK's exclusive pool
+        (2, {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}, ACK_EXCLUSIVE),
+    ],
+    ids=["share", "whole"],
+)
+def test_acks_steering_is_stable_on_a_re_apply(mode, gpu, resources, expressions):
+    """The node affinity that the webhook adds (the file has none) comes back on a second apply: nothing changes."""
+    written = deployment(gpu, namespace="ack-notebooks")
+    sent = decoded(with_last_applied(written) if mode == "client" else written)
+    stored = admit(sent, ACK_POLICIES)
+    assert main_container(stored)["resources"] == resources
+    assert stored["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]},
+    }}  # fmt: skip
+    again = client_side_apply(stored, written) if mode == "client" else server_side_apply(stored, written)
+    decision = evaluate(again, "ack-notebooks", ACK_POLICIES, stored)
+    assert (decision.allowed, decision.violations) == (True, [])
+    assert evanphx.apply(again, decision.patch) == stored
+
+
 def test_a_changed_request_gets_the_new_decision():
     """0.25 -> 0.125 in the file: a new memory fraction; 0.25 -> 2: denied as 2 would be on a first apply."""
     stored = admit(decoded(with_last_applied(deployment(0.25))), POLICIES)

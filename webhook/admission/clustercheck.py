@@ -245,12 +245,13 @@ def bound_node(spec: Any, policy: Policy, view: ClusterView) -> list[Violation]:
     snapshot does not know leaves the pod alone."""
     name = steering.bound_node(spec) if type(spec) is dict else None
     node = view.nodes.get(name) if name else None
-    if node is None or not steering.requirements(policy) or not steering.holds_steered(spec, policy):
+    wanted = steering.pod_requirements(spec, policy) if node is not None else ()
+    if node is None or not wanted:
         return []
     labels = node.labels
     clashes = [
         (f"{r.key}={labels[r.key]}", str(r))
-        for r in steering.requirements(policy)
+        for r in wanted
         if r.key in labels and not steering.matches(r.expression, labels)
     ]
     product = labels.get(PRODUCT_LABEL)
@@ -621,7 +622,7 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
                 found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted(held - covered - {ACK_MEMORY}):  # ACK: each container a share of its own GPU
+        for resource in sorted(held - covered):  # ACK too: a pod's memory is on one GPU (memshare.py)
             largest = _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
@@ -674,9 +675,11 @@ def _pod_too_big(
 ) -> Violation:
     amount = largest[0]
     named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+    holder = "one GPU of a node holds is" if resource == ACK_MEMORY else "one node holds is"
+    unit = " GiB" if resource == ACK_MEMORY else ""
     return pod_violation(
         f"{resource} effective total {total} (containers running together: {named}) fits on no node: the "
-        f"most one node holds is {amount} ({_node(largest, view)}); request at most {amount} in all, or split the "
+        f"most {holder} {amount}{unit} ({_node(largest, view)}); request at most {amount} in all, or split the "
         f"pod ({where}, cluster.fits)",
         f"{resource} total {total} fits on no node; request at most {amount} in all",
     )

@@ -35,6 +35,7 @@ from webhook.admission.policy import (
     DeviceClasses,
     Enforcement,
     Fractional,
+    Isolation,
     Limits,
     MigStrategy,
     Mode,
@@ -697,9 +698,9 @@ def _parse_sharing(
             )
             return mode, None
     offered = _parse_mig_profiles(sharing, mode, model, _valid(profile), check)
-    backend, placement = _parse_memory(sharing, mode, check)
+    backend, placement, isolation = _parse_memory(sharing, mode, check)
     factor, scaling = _parse_memory_units(sharing, backend, check)
-    if not ok or offered is _BAD or _BAD in (backend, placement, factor, scaling):
+    if not ok or offered is _BAD or _BAD in (backend, placement, isolation, factor, scaling):
         return mode, None
     return mode, Sharing(
         mode=mode,
@@ -710,30 +711,39 @@ def _parse_sharing(
         mig_strategy=_valid(strategy),
         backend=backend,
         placement=placement,
+        isolation=isolation,
         gpu_memory_factor=_valid(factor),
         device_memory_scaling=_valid(scaling),
     )
 
 
-def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) -> tuple[Any, Any]:
-    """spec.sharing.backend (required under memory) and placement (optional): each None where absent, _BAD
-    where invalid (reported)."""
+def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) -> tuple[Any, Any, Any]:
+    """spec.sharing.backend (required under memory), placement and isolation (optional, isolation under ack
+    only): each None where absent, _BAD where invalid (reported)."""
     path = "spec.sharing"
     if mode is not Mode.MEMORY:
         bad = False
-        for key in ("backend", "placement"):
+        for key in ("backend", "placement", "isolation"):
             if key in sharing:
                 check.problem(f"{path}.{key}", f"only applies when mode is memory (mode is {mode}); remove it")
                 bad = True
-        return (_BAD, _BAD) if bad else (None, None)
+        return (_BAD, _BAD, _BAD) if bad else (None, None, None)
     if "backend" not in sharing:
         check.problem(
             f"{path}.backend",
             "required when mode is memory; name the device plugin that slices the GPU's memory: ack, hami or volcano",
         )
-        return _BAD, _BAD
+        return _BAD, _BAD, _BAD
     backend = check.enum(sharing, "backend", path, Backend, None)
     placement = check.enum(sharing, "placement", path, Placement, None)
+    isolation = check.enum(sharing, "isolation", path, Isolation, None)
+    if backend in (Backend.HAMI, Backend.VOLCANO) and isolation not in (None, _BAD):
+        check.problem(
+            f"{path}.isolation",
+            f"applies only to backend ack, whose node pools differ in it (ack.node.gpu.schedule); {backend}'s "
+            "vGPUs always cap the memory a container sees; remove it",
+        )
+        isolation = _BAD
     if backend is Backend.VOLCANO and placement not in (None, _BAD):
         check.problem(
             f"{path}.placement",
@@ -741,7 +751,7 @@ def _parse_memory(sharing: dict[str, Any], mode: Mode, check: _DocumentChecker) 
             "deviceshare.SchedulePolicy), for every pod alike; set it there and remove placement",
         )
         placement = _BAD
-    return backend, placement
+    return backend, placement, isolation
 
 
 # Where each backend's own memory unit is set, and the device plugin config that holds it.

@@ -4,11 +4,17 @@ caps what the container sees, and `nvidia.com/gpu: f` becomes that backend's res
 Each backend, checked at its source:
 - ack, Alibaba Cloud ACK's GPU sharing (AliyunContainerService/gpushare-scheduler-extender pkg/utils/const.go:
   `aliyun.com/gpu-mem` and `aliyun.com/gpu-count`; gpushare-device-plugin's default memory unit GiB; ACK's
-  "labels used by ACK to control GPUs"): a container asks for `aliyun.com/gpu-mem` in whole GiB of one GPU.
-  Nodes whose `ack.node.gpu.schedule` is `cgpu` or `core_mem` isolate that memory (cGPU); `share` does not
-  (the container sees the whole GPU), so pods are steered to the first two. `ack.node.gpu.placement` is
-  `binpack` (the default) or `spread`. Whole GPUs are ACK's exclusive scheduling (`ack.node.gpu.schedule:
-  default`, nodes that advertise `nvidia.com/gpu`): `nvidia.com/gpu: N` stays as written.
+  "labels used by ACK to control GPUs"): a container asks for `aliyun.com/gpu-mem` in whole GiB. The extender
+  places a pod's memory, the sum over its containers (pkg/utils/pod.go GetGPUMemoryFromPodResource), on one
+  GPU (pkg/cache/nodeinfo.go allocateGPUID); ACK's multi-GPU sharing spreads it over the GPUs that the pod
+  label `aliyun.com/gpu-count` names, an equal whole number of GiB from each (N GiB over M GPUs: N/M each,
+  all on one node). On nodes `aliyun.com/gpu-count` is the number of GPUs beside their total memory: never a
+  container's resource. A node's `ack.node.gpu.schedule` says how it shares: `cgpu` (memory capped, compute
+  shared), `core_mem` (both capped), `mps` (memory capped, MPS with cGPU) and `share` (nothing capped: the
+  container sees the whole GPU); `default` or no label is exclusive scheduling, whole GPUs as `nvidia.com/gpu`
+  (a node serves one mode: the other modes' resources are 0 there). Shares are steered to the pools that cap
+  memory, or every shared pool under `isolation: none`; whole GPUs (`nvidia.com/gpu: N`, left as written) to
+  the exclusive pool. `ack.node.gpu.placement` is `binpack` (the default) or `spread`.
 - hami, Project-HAMi (its device plugin config: `nvidia.com/gpu` counts vGPUs, `nvidia.com/gpumem` is MiB per
   vGPU, `nvidia.com/gpumem-percentage` percent of one GPU's memory, `nvidia.com/gpucores` percent of its
   compute; pkg/device/nvidia/device.go Fit: cores 100 is a GPU of its own, "Coresreq=100 indicates it want this
@@ -62,7 +68,10 @@ from webhook.admission.resources import (
     VOLCANO_NUMBER,
 )
 
-ACK_ISOLATED = ("cgpu", "core_mem")  # the shared modes that cap a container's memory (`share` does not)
+ACK_ISOLATED = ("cgpu", "core_mem", "mps")  # the shared modes that cap a container's memory, sorted
+ACK_SHARED = ("cgpu", "core_mem", "mps", "share")  # every shared mode: `share` caps nothing
+ACK_SHARE_ONLY = "share"
+ACK_COMPUTE_ALLOCATED = "core_mem"  # compute allocated too: ACK's multi-GPU sharing is not served there
 HAMI_NODE_POLICY = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY = "hami.io/gpu-scheduler-policy"
 WHOLE = "100"  # percent: all of one GPU's memory, and its compute to itself
@@ -300,19 +309,33 @@ def placement_text(placement: Placement) -> str:
 # --- Steering (steering.py reads these) ---------------------------------------------------------------------
 
 
-def node_requirements(policy: Policy) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-    """The node labels (key, operator, values) a memory policy's pods need: ACK's isolating shared pools, and
-    its placement label (a node without one packs: binpack is ACK's default). HAMi and Volcano schedule onto
-    their own nodes themselves: nothing."""
+def node_requirements(policy: Policy, multi: bool = False) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """The node labels (key, operator, values) a memory policy's shares need: ACK's shared pools that cap
+    memory (every shared pool under `isolation: none`), and its placement label (a node without one packs:
+    binpack is ACK's default). `multi`: a share spread over several GPUs (pod_gpus), which ACK serves only
+    where compute is shared (its multi-GPU sharing: not `core_mem`). HAMi and Volcano schedule onto their own
+    nodes themselves: nothing."""
     if policy.sharing.backend is not Backend.ACK:
         return ()
-    wanted: list[tuple[str, str, tuple[str, ...]]] = [(ACK_SCHEDULE_LABEL, "In", ACK_ISOLATED)]
+    pools: tuple[str, ...] = ACK_ISOLATED if policy.sharing.isolates else ACK_SHARED
+    if multi:
+        pools = tuple(pool for pool in pools if pool != ACK_COMPUTE_ALLOCATED)
+    wanted: list[tuple[str, str, tuple[str, ...]]] = [(ACK_SCHEDULE_LABEL, "In", pools)]
     placement = policy.sharing.placement
     if placement is Placement.SPREAD:
         wanted.append((ACK_PLACEMENT_LABEL, "In", (Placement.SPREAD.value,)))
     elif placement is Placement.BINPACK:
         wanted.append((ACK_PLACEMENT_LABEL, "NotIn", (Placement.SPREAD.value,)))
     return tuple(wanted)
+
+
+def whole_requirements(policy: Policy) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """The node labels a memory policy's whole GPUs (`nvidia.com/gpu: N`, no share beside them) need: ACK's
+    exclusive pool, every node not labelled with a shared mode (`default`, or no label: ACK's default). HAMi's
+    and Volcano's whole GPUs are vGPUs of their own nodes: nothing."""
+    if policy.sharing.backend is not Backend.ACK:
+        return ()
+    return ((ACK_SCHEDULE_LABEL, "NotIn", ACK_SHARED),)
 
 
 def steered_resource(policy: Policy) -> str:
@@ -356,6 +379,16 @@ def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[
             f"(gpu.model auto, and no node says it yet); request {spec.memory} directly, or whole GPUs",
             f"{NVIDIA_GPU} {shown}: the GPU's memory is unknown here; ask for {spec.memory}",
         )
+    if value > 1 and spec.backend is Backend.ACK:
+        gpus = ceil(value)
+        each = int(value * gpu_mib / gpus) // spec.unit_mib
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional and more than one GPU ({where}); request a whole number of GPUs, "
+            f"or {format_fraction(Fraction(value))} GPUs' memory in ACK's own form: {spec.memory}: {each * gpus} "
+            "with the pod label "
+            f'{ACK_COUNT}: "{gpus}" ({each} GiB of each of {gpus} GPUs)',
+            f"{NVIDIA_GPU} {shown}: ask for whole GPUs, or {spec.memory} {each * gpus} over {gpus} GPUs",
+        )
     if value > 1:
         return (
             f"{NVIDIA_GPU} {shown} is fractional and more than one GPU: {spec.title} gives one GPU's memory per "
@@ -394,9 +427,10 @@ def _amount(limits: dict[str, Any], name: str) -> int:
     return int(value) if value is not None and value.denominator == 1 and value > 0 else 0
 
 
-def held(limits: dict[str, Any], policy: Policy) -> Held:
+def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     """A container's backend resources (after mutation, in whole numbers; the other rules explain the rest)
-    as GPUs' worth of memory, and each amount that no GPU can give."""
+    as GPUs' worth of memory, and each amount that no GPU can give. `gpus`: ACK, the GPUs its pod's memory
+    spreads over (pod_gpus)."""
     spec = spec_of(policy)
     assert spec is not None
     gpu_mib, unit_mib = units_of(spec, policy)
@@ -404,7 +438,23 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     where = f'policy "{policy.name}"'
     model = policy.gpu.model or "GPU"
     memory = _amount(limits, spec.memory)
-    if gpu_mib is not None and memory * unit_mib > gpu_mib:
+    if spec.backend is Backend.ACK and ACK_COUNT in limits:
+        problems.append((
+            f"{ACK_COUNT} is a node's number of GPUs, not a container's request: ACK reads the GPUs a pod's "
+            f"memory spreads over from the pod label {ACK_COUNT} ({where}); remove it from resources and set the "
+            f'label, such as {ACK_COUNT}: "2"',
+            f"{ACK_COUNT} is no request; set it as a pod label",
+        ))  # fmt: skip
+    if spec.backend is Backend.ACK and gpus > 1 and gpu_mib is not None:
+        most = gpus * (gpu_mib // unit_mib)
+        if memory > most:
+            problems.append((
+                f"{spec.memory} {memory} (GiB) is more than the memory of the {gpus} GPUs that the pod label "
+                f"{ACK_COUNT} spreads it over ({most} GiB of {model}s, {where}); request at most {most}, or "
+                "name more GPUs in the label",
+                f"{spec.memory} {memory}: more than {gpus} GPUs' memory; ask for at most {most}",
+            ))  # fmt: skip
+    elif gpu_mib is not None and memory * unit_mib > gpu_mib:
         most, unit = gpu_mib // unit_mib, unit_text(spec, unit_mib)
         scaling = policy.sharing.device_memory_scaling
         registered = (
@@ -444,14 +494,123 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
     return Held(count * min(each, Fraction(1)) + count_whole, problems)
 
 
-def node_amounts(limits: dict[str, Any], policy: Policy) -> dict[str, int | Fraction]:
+def node_amounts(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> dict[str, int | Fraction]:
     """A container's amounts of one GPU that a node must hold on one of its GPUs, for the cluster's fits check:
-    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py).
-    HAMi's and Volcano's nodes advertise no per-GPU memory as a resource: nothing."""
+    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py), the
+    share of each of the `gpus` its pod spreads over. HAMi's and Volcano's nodes advertise no per-GPU memory as
+    a resource: nothing."""
     if policy.sharing.backend is not Backend.ACK or not limits:
         return {}
     amount = _amount(limits, ACK_MEMORY)
-    return {ACK_MEMORY: amount} if amount else {}
+    return {ACK_MEMORY: amount if gpus == 1 else Fraction(amount, gpus)} if amount else {}
+
+
+Lines = tuple[tuple[str, str], ...]  # (line, short) of each problem
+
+
+def pod_gpus(
+    obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy
+) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """ACK: the GPUs a pod's memory spreads over, its label aliyun.com/gpu-count (the pod template's in a
+    workload; 1 without it), and the problem with a label that is no whole number of GPUs (then 1). 1 and
+    nothing under the other backends."""
+    if policy.sharing.backend is not Backend.ACK:
+        return _ONE_GPU
+    parent: Any = obj
+    for key in spec_path[:-1]:
+        parent = parent.get(key) if type(parent) is dict else None
+    metadata = parent.get("metadata") if type(parent) is dict else None
+    labels = metadata.get("labels") if type(metadata) is dict else None
+    raw = labels.get(ACK_COUNT) if type(labels) is dict else None
+    if raw is None:
+        return _ONE_GPU
+    if type(raw) is str and raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1:
+        return int(raw), ()
+    shown = str(raw)[:20]
+    return 1, ((
+        f'label {ACK_COUNT} "{shown}" is not a whole number of GPUs: ACK spreads the pod\'s {ACK_MEMORY} over '
+        f'that many GPUs of one node (policy "{policy.name}"); set a number such as "2", or remove it',
+        f'label {ACK_COUNT} "{shown}": not a number of GPUs; set one such as "2"',
+    ),)  # fmt: skip
+
+
+_ONE_GPU: tuple[int, Lines] = (1, ())
+
+
+def ack_modes(holders: list[tuple[str, dict[str, Any]]], policy: Policy) -> list[tuple[str, str]]:
+    """ACK: a pod whose containers (init containers too, by name with their limits) hold both shares and whole
+    GPUs, which no node serves together: a node runs one `ack.node.gpu.schedule` mode, and ACK sets the other
+    modes' resources to 0 there."""
+    if policy.sharing.backend is not Backend.ACK or len(holders) < 2:
+        return []
+    shares = [name for name, limits in holders if _amount(limits, ACK_MEMORY)]
+    whole = [name for name, limits in holders if _amount(limits, NVIDIA_GPU) and name not in shares]
+    if not shares or not whole:
+        return []  # (one container holding both: its GPUs' worth is judged, held)
+    return [(
+        f'holds {ACK_MEMORY} (container "{shares[0]}") and whole {NVIDIA_GPU} (container "{whole[0]}"), which no '
+        f"ACK node serves together: a node runs one {ACK_SCHEDULE_LABEL} mode, shares or whole GPUs "
+        f'(policy "{policy.name}"); ask for shares in every container or whole GPUs in every one, or split the pod',
+        f"{ACK_MEMORY} beside whole {NVIDIA_GPU}: no ACK node serves both; split the pod",
+    )]  # fmt: skip
+
+
+def _spread_over(total: int, gib: int) -> int | None:
+    """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few)."""
+    least = -(-total // gib)
+    return next((m for m in range(least, min(total, least + 64) + 1) if total % m == 0), None)
+
+
+def ack_pod(
+    gpus: int, containers: list[tuple[str, dict[str, Any]]], maximum: int, policy: Policy
+) -> list[tuple[str, str]]:
+    """ACK: a pod's aliyun.com/gpu-mem (its containers' limits, by name; init containers are not counted by the
+    extender) as the extender places it: all on one GPU, or an equal whole number of GiB from each of the
+    `gpus` of its label; the GPUs it touches against the per-pod maximum. A lone container over its GPUs'
+    memory is held's line."""
+    if policy.sharing.backend is not Backend.ACK or (gpus == 1 and len(containers) < 2):
+        return []  # one container on one GPU: held's lines say it all
+    amounts = [(name, amount) for name, limits in containers if (amount := _amount(limits, ACK_MEMORY))]
+    total = sum(amount for _, amount in amounts)
+    if not total:
+        return []
+    where = f'policy "{policy.name}"'
+    label = f'the pod label {ACK_COUNT} "{gpus}"'
+    problems: list[tuple[str, str]] = []
+    if gpus > maximum:
+        problems.append((
+            f"{label} spreads its memory over {gpus} GPUs, more than the per-pod maximum of {maximum} GPUs "
+            f'({where}); set at most "{maximum}"',
+            f"{ACK_COUNT} {gpus}: at most {maximum} GPUs per pod",
+        ))  # fmt: skip
+    if total % gpus:
+        problems.append((
+            f"{ACK_MEMORY} {total} GiB in all over {gpus} GPUs ({label}) is not a whole number of GiB from each: "
+            f"ACK takes an equal whole number of GiB from each GPU ({where}); request a multiple of {gpus} in all",
+            f"{ACK_MEMORY} {total} over {gpus} GPUs: ask for a multiple of {gpus}",
+        ))  # fmt: skip
+        return problems
+    gpu_mib = policy.gpu_memory_mib
+    gib = gpu_mib // 1024 if gpu_mib else None
+    if gib is None or total // gpus <= gib or len(amounts) == 1:
+        return problems
+    named = ", ".join(f'"{name}"={amount}' for name, amount in amounts)
+    model = policy.gpu.model or "GPU"
+    more = _spread_over(total, gib)
+    instead = f', or spread it with the pod label {ACK_COUNT}: "{more}"' if more and more <= maximum else ""
+    if gpus == 1:
+        line = (
+            f"{ACK_MEMORY} {total} GiB in all (containers {named}) is more than one {model}'s memory ({gib} GiB): "
+            f"ACK places a pod's memory on one GPU ({where}); request at most {gib} in all{instead}"
+        )
+    else:
+        line = (
+            f"{ACK_MEMORY} {total} GiB in all (containers {named}) over {gpus} GPUs ({label}) is {total // gpus} "
+            f"GiB from each, more than one {model}'s memory ({gib} GiB, {where}); request at most {gib * gpus} in "
+            f"all{instead}"
+        )
+    problems.append((line, f"{ACK_MEMORY} {total} in all: more than {gpus} GPUs' memory; ask for less"))
+    return problems
 
 
 def worth_text(worth: Fraction) -> str:
@@ -514,11 +673,12 @@ def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
         return []
     found: list[NodeDrift] = []
     schedule = node.labels.get(ACK_SCHEDULE_LABEL)
-    if schedule is not None and schedule not in ACK_ISOLATED:
+    if schedule == ACK_SHARE_ONLY and sharing.isolates:  # the nodes reach no pool that caps memory (policy_nodes)
         found.append((
-            "sharing.backend", f"{ACK_SCHEDULE_LABEL} {schedule}", "ack (memory isolated by cGPU)",
-            "a container there sees the whole GPU's memory, not its share",
-            f"label the node pool {ACK_SCHEDULE_LABEL}=cgpu (or core_mem)",
+            "sharing.isolation", f"{ACK_SCHEDULE_LABEL} {schedule}",
+            f"required ({ACK_SCHEDULE_LABEL} {', '.join(ACK_ISOLATED)})",
+            "no node of the pool caps a share's memory, so the policy's shares run nowhere",
+            f"label the node pool {ACK_SCHEDULE_LABEL}=cgpu (or core_mem, mps), or set sharing.isolation: none",
         ))  # fmt: skip
     placement = node.labels.get(ACK_PLACEMENT_LABEL, Placement.BINPACK.value)
     if sharing.placement is not None and placement != sharing.placement:

@@ -188,7 +188,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
                 if new_list is None:
                     new_list = new_sections[section] = list(containers)
                 new_list[index] = changed
-    steering_ops = _steer(spec, spec_at, new_sections, policy, result) if policy.steering else []
+    steering_ops = _steer(spec, spec_at, spec_path, new_sections, policy, result) if policy.steering else []
     if not rebuilt_input and not new_sections:
         if policy.sharing.placement is not None:  # a pod written in HAMi's own resources still gets its placement
             _place(result, spec_path, policy, annotated=False)
@@ -291,10 +291,16 @@ def _annotation(obj: dict[str, Any], name: str) -> Any:
 
 
 def _steer(
-    spec: dict[str, Any], spec_at: str, new_sections: dict[str, Any], policy: Policy, result: MutationResult
+    spec: dict[str, Any],
+    spec_at: str,
+    spec_path: tuple[str, ...],
+    new_sections: dict[str, Any],
+    policy: Policy,
+    result: MutationResult,
 ) -> list[dict[str, Any]]:
     """Node-pool steering (steering.py), on the pod spec as the container steps left it: its patch operations."""
-    steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy)
+    gpus = memshare.pod_gpus(result.obj, spec_path, policy)[0] if policy.sharing.mode is Mode.MEMORY else 1
+    steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy, gpus)
     if steered is None:
         return []
     if steered.conflicts:

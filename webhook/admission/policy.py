@@ -53,6 +53,14 @@ class Placement(StrEnum):
     SPREAD = "spread"
 
 
+class Isolation(StrEnum):
+    """`sharing.isolation` under `backend: ack`: whether a share's memory must be capped (ACK's node pools
+    `ack.node.gpu.schedule` cgpu, core_mem and mps cap it; share does not, the container sees the whole GPU)."""
+
+    REQUIRED = "required"  # the default: only the pools that cap a container's memory
+    NONE = "none"  # any shared pool, share included: the application keeps to its share itself
+
+
 class Steering(StrEnum):
     """`spec.steering`: whether the webhook adds node affinity that keeps GPU pods on the matching pool."""
 
@@ -105,6 +113,12 @@ class Sharing:
     # backend hami: HAMi's deviceMemoryScaling, what its device plugin registers per GPU (and its scheduler
     # divides among the vGPUs) in multiples of the GPU's memory; above 1, virtual memory (memshare.py)
     device_memory_scaling: Fraction = Fraction(1)
+    isolation: Isolation | None = None  # backend ack: required (None: the default) or none
+
+    @property
+    def isolates(self) -> bool:
+        """Whether a memory share must be capped where it runs (`isolation` other than `none`)."""
+        return self.isolation is not Isolation.NONE
 
     @property
     def shared_resource(self) -> str | None:

@@ -24,6 +24,7 @@ from webhook.admission.policy import (
     Check,
     Enforcement,
     Fractional,
+    Isolation,
     MigStrategy,
     Mode,
     Placement,
@@ -112,6 +113,12 @@ SHARING = (
         "placement", "string", "memory: binpack (fill one GPU before the next) or spread (one pod per GPU where "
         "possible), in the form the backend reads; the backend's default when absent. Not for volcano.",
         choices=_values(Placement),
+    ),
+    Field(
+        "isolation", "string", "memory, backend ack: required (pods run only on node pools that cap a share's "
+        "memory, ack.node.gpu.schedule cgpu, core_mem or mps) or none (share pools too, where the container sees "
+        "the whole GPU and keeps to its share itself).", choices=_values(Isolation),
+        default=Isolation.REQUIRED.value,
     ),
     Field(
         "gpuMemoryFactor", "integer", "volcano: the vGPU device plugin's gpuMemoryFactor, the MiB in one unit of "

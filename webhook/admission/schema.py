@@ -18,7 +18,8 @@ from webhook.admission.policyfields import DOCUMENT, Field
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "https://gpu-admission.io/schemas/gpu-policy.schema.json"
 SHARED_MODES = [Mode.TIME_SLICING.value, Mode.MPS.value]
-_MEMORY_ONLY = ("backend", "placement", "gpuMemoryFactor", "deviceMemoryScaling")  # sharing's keys under memory
+# sharing's keys under memory only
+_MEMORY_ONLY = ("backend", "placement", "isolation", "gpuMemoryFactor", "deviceMemoryScaling")
 
 
 def _number(value: Fraction) -> int | float:
@@ -116,7 +117,8 @@ def _spec_rules() -> list[dict[str, Any]]:
                 "properties": {"gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]}},
             },
         },
-        {  # memory needs a backend and the GPU's memory, and no fractional; backend and placement apply only there
+        {  # memory needs a backend and the GPU's memory, and no fractional; backend, placement and isolation (ack)
+            # apply only there
             "if": _mode_is([Mode.MEMORY.value]),
             "then": {
                 "required": ["gpu"],
@@ -124,8 +126,13 @@ def _spec_rules() -> list[dict[str, Any]]:
                     "sharing": {
                         "required": ["backend"],
                         "not": {
-                            "properties": {"backend": {"const": "volcano"}},
-                            "required": ["backend", "placement"],
+                            "anyOf": [
+                                {"properties": {"backend": {"const": "volcano"}}, "required": ["backend", "placement"]},
+                                {
+                                    "properties": {"backend": {"enum": ["hami", "volcano"]}},
+                                    "required": ["backend", "isolation"],
+                                },
+                            ]
                         },
                     },
                     "gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]},

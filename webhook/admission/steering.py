@@ -121,6 +121,44 @@ def _requirements(policy: Policy) -> tuple[Requirement, ...]:
     return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
 
 
+def whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
+    """The requirements of a memory namespace's pods that hold whole GPUs and no share (ACK's exclusive pool,
+    memshare.whole_requirements); none elsewhere, and where the policy does not steer."""
+    return policy.derived("steering-whole-requirements", _whole_requirements)
+
+
+def _whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
+    if not policy.steering or policy.sharing.mode is not Mode.MEMORY:
+        return ()
+    return tuple(Requirement(key, operator, values) for key, operator, values in memshare.whole_requirements(policy))
+
+
+def multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
+    """The requirements of a memory namespace's shares spread over several GPUs (ACK's multi-GPU sharing, the
+    pod label aliyun.com/gpu-count: memshare.node_requirements)."""
+    return policy.derived("steering-multi-requirements", _multi_requirements)
+
+
+def _multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
+    if not policy.steering or policy.sharing.mode is not Mode.MEMORY:
+        return ()
+    return tuple(Requirement(k, operator, values) for k, operator, values in memshare.node_requirements(policy, True))
+
+
+def pod_requirements(spec: dict[str, Any], policy: Policy, gpus: int = 1) -> tuple[Requirement, ...]:
+    """The requirements that a pod spec gets: the policy's where a container holds the resource it steers (a
+    memory namespace's multi-GPU ones where the pod spreads it over `gpus` > 1, memshare.pod_gpus), a memory
+    namespace's whole-GPU ones where a container holds `nvidia.com/gpu` and none holds a share (ACK: a node
+    serves shares or whole GPUs, never both), else none."""
+    wanted = requirements(policy)
+    if not wanted:
+        return ()  # whole-GPU requirements come only with the shares' (ACK)
+    if _holds(spec, steered_resource(policy)):
+        return multi_requirements(policy) or wanted if gpus > 1 else wanted
+    whole = whole_requirements(policy)
+    return whole if whole and _holds(spec, NVIDIA_GPU) else ()
+
+
 def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -> bool:
     """Whether the policy's steering lets its GPU pods onto a node with `labels` (True where it does not steer).
     With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
@@ -254,14 +292,16 @@ class Steered:
     removed: tuple[Requirement, ...] = ()  # OBSOLETE, where a term carried it
 
 
-def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
+def steer(spec: dict[str, Any], spec_at: str, policy: Policy, gpus: int = 1) -> Steered | None:
     """Merge the policy's requirements into `spec` (the pod spec after mutation, at JSON Pointer `spec_at`).
 
     None when nothing is to be done: the policy does not steer, no container holds its GPU, the constraints
     are already there, or the affinity is malformed (the API server rejects it; nothing is added to it).
     """
-    wanted = requirements(policy)
-    if not wanted or bound_node(spec) or not _holds(spec, steered_resource(policy)):
+    if bound_node(spec):
+        return None
+    wanted = pod_requirements(spec, policy, gpus)
+    if not wanted:
         return None
     conflicts = _selector_conflicts(spec.get("nodeSelector"), wanted, policy)
     affinity = spec.get("affinity")
@@ -317,7 +357,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy) -> Steered | None:
             patch += [_add(f"{term_at}/-", expression) for expression in missing]
             new_terms.append({**term, "matchExpressions": [*expressions, *missing]})
     if live and len(contradicted) == live:
-        conflicts.append(_affinity_conflict(contradicted, policy))
+        conflicts.append(_affinity_conflict(contradicted, wanted, policy))
     new = {**affinity, "nodeAffinity": {**node_affinity, REQUIRED: {**required, "nodeSelectorTerms": new_terms}}}
     added = any(op["op"] == "add" for op in patch)
     return _done(conflicts, new, patch, wanted if added else (), (OBSOLETE,) if removed else ())
@@ -356,11 +396,6 @@ def bound_node(spec: dict[str, Any]) -> str | None:
     """The node a pod spec names itself (`spec.nodeName`), or None: such a pod is placed by nobody else."""
     name = spec.get("nodeName")
     return name if type(name) is str and name else None
-
-
-def holds_steered(spec: dict[str, Any], policy: Policy) -> bool:
-    """Whether a container or init container of the pod spec asks for the resource the policy steers."""
-    return _holds(spec, steered_resource(policy))
 
 
 def _done(
@@ -464,9 +499,11 @@ def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: 
     return conflicts
 
 
-def _affinity_conflict(contradicted: list[tuple[int, list[str]]], policy: Policy) -> Violation:
+def _affinity_conflict(
+    contradicted: list[tuple[int, list[str]]], wanted: tuple[Requirement, ...], policy: Policy
+) -> Violation:
     labels = sorted({label for _, clash in contradicted for label in clash})
-    needed = "; ".join(str(r) for r in requirements(policy) if r.key in labels)
+    needed = "; ".join(str(r) for r in wanted if r.key in labels)
     if PRODUCT in labels:
         needed = "; ".join(filter(None, (needed, product_rule(policy))))
     which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
@@ -490,4 +527,8 @@ def describe(policy: Policy) -> str:
     wanted = requirements(policy)
     if not wanted:
         return "none"
-    return f"pods holding {steered_resource(policy)} need node labels " + ", ".join(map(str, wanted))
+    text = f"pods holding {steered_resource(policy)} need node labels " + ", ".join(map(str, wanted))
+    whole = whole_requirements(policy)
+    if whole:
+        text += f"; pods holding whole {NVIDIA_GPU} and no share need " + ", ".join(map(str, whole))
+    return text

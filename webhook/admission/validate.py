@@ -39,7 +39,7 @@ from webhook.admission.podspec import (
     visible_devices_prefix,
     volume_mounts,
 )
-from webhook.admission.policy import Fractional, Mode, Policy
+from webhook.admission.policy import Backend, Fractional, Mode, Policy
 from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_shown, quantity_text
 from webhook.admission.resources import (
     AMD_GPU,
@@ -296,6 +296,11 @@ def validated(
     memory = policy.sharing.mode is Mode.MEMORY
     worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
     sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
+    # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
+    gpus, label_lines = memshare.pod_gpus(obj, spec_path, policy) if memory else (1, ())
+    ack = memory and policy.sharing.backend is Backend.ACK
+    limits_of: list[tuple[str, dict[str, Any]]] = []
+    held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -306,8 +311,13 @@ def validated(
             ref = ContainerRef(section, index, body)
             counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
             if memory and counts is not None:
-                _memory_share(ref, counts, rules, problems, worths)
-                if counted is not None and (amounts := memshare.node_amounts(ref.resource_map("limits"), policy)):
+                _memory_share(ref, counts, rules, problems, worths, gpus)
+                limits = ref.resource_map("limits")
+                if ack and limits:
+                    held_by.append((ref.name, limits))
+                    if section == "containers":
+                        limits_of.append((ref.name, limits))
+                if counted is not None and (amounts := memshare.node_amounts(limits, policy, gpus)):
                     sized.append((ref, amounts))
             total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
             if counts:
@@ -330,6 +340,10 @@ def validated(
     # closer look.
     if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
         _memory_pod_total(worths, rules, problems)
+        if ack:
+            pod_lines = [*label_lines, *memshare.ack_pod(gpus, limits_of, rules.max_per_pod, policy)]
+            pod_lines += memshare.ack_modes(held_by, policy)
+            problems += [pod_violation(line, short) for line, short in pod_lines]
     elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
     classes = False  # any DeviceClass's resource counted (only GPU classes are)
@@ -910,14 +924,20 @@ MEMORY_WORTH = "GPU memory"  # mode memory: the pseudo-resource that `effective_
 
 
 def _memory_share(
-    ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems, worths: Holders
+    ref: ContainerRef,
+    counts: dict[str, int | Fraction],
+    rules: _Rules,
+    problems: Problems,
+    worths: Holders,
+    gpus: int,
 ) -> None:
     """Mode memory: the container's backend resources as GPUs' worth of memory (memshare.held), checked against
-    the per-container maximum as whole GPUs are; `worths` gathers them for the pod's maximum."""
+    the per-container maximum as whole GPUs are; `worths` gathers them for the pod's maximum. `gpus`: ACK, the
+    GPUs the pod's memory spreads over."""
     limits = ref.resource_map("limits")
     if not limits:
         return
-    got = memshare.held(limits, rules.policy)
+    got = memshare.held(limits, rules.policy, gpus)
     for line, short in got.problems:
         _add(ref, problems, line, short)
     if not got.worth:
