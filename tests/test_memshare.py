@@ -1156,6 +1156,16 @@ def test_volcano_vgpus_fit_on_the_registered_gpus_in_the_device_plugins_units() 
     both = {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "6000", "volcano.sh/vgpu-memory-percentage": "50"}
     assert denials(both) == []
     assert denials({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "4096"}) == []
+    # Volcano's scheduler reads the containers' vGPUs, not the init containers' (ExtractResourceRequest)
+    init = pod(
+        container(limits={"volcano.sh/vgpu-number": "3"}),
+        init=(container("setup", limits={"volcano.sh/vgpu-number": "3"}),),
+    )
+    assert evaluate(init, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'container "app": volcano.sh/vgpu-number "3" fits on no node: Volcano vGPU puts each vGPU of a container on '
+        'a GPU of its own, and the most GPUs one node registers is 2 (node "v-0"); request at most 2, or list a '
+        'larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
     converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), nodes=only_a100)  # of an H100: 6,116 units
     assert resources(converted)["limits"]["volcano.sh/vgpu-memory"] == "6116"
     assert converted.denials == [
@@ -1196,6 +1206,40 @@ def test_a_node_without_registered_gpus_is_not_judged_per_gpu() -> None:
     assert evaluate(asked, "team", PolicySet((volcano,)), nodes=view(_volcano_node("v-0", 4096), unread)).denials == []
     assert evaluate(asked, "team", PolicySet((volcano,)), nodes=view(_volcano_node("v-0", 4096))).verdict == "deny"
     assert evaluate(asked, "team", PolicySet((hami,)), nodes=view(_volcano_node("v-0", 4096))).verdict == "deny"
+
+
+def test_check_cluster_fits_a_hami_vgpu_on_the_gpus_the_nodes_register(tmp_path) -> None:
+    """`gpu-webhook check --cluster` on a loopback Kubernetes API whose HAMi nodes register eight A100-40GBs
+    each (nvidia.com/gpu 80): the shipped HAMi policy's 0.75 of an A100-80GB fits none of them."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_audit import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces("default", "hami-serving")
+        api.put_node(_hami_gpus("hami-0", 40960, 8))
+        api.put_node(_hami_gpus("hami-1", 40960, 8))
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        root = Path(__file__).resolve().parent.parent
+        text = (root / "examples" / "policies" / "memory-hami.yaml").read_text()
+        (policies / "hami.yaml").write_text(text + "  cluster:\n    fits: deny\n    drift: off\n")
+        manifest = tmp_path / "pods.json"
+        asked = {"apiVersion": "v1", "kind": "List", "items": [
+            {**gpu_pod(value), "metadata": {"name": f"p{index}", "namespace": "hami-serving"}}
+            for index, value in enumerate(("0.75", "0.5"))
+        ]}  # fmt: skip
+        manifest.write_text(json.dumps(asked))
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", kubeconfig, "--policies", str(policies), str(manifest))
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert [line for line in run.stdout.splitlines() if line.startswith("DENY")] == [
+        f'DENY {manifest}#0 items[0] Pod/p0: container "app": nvidia.com/gpumem "61440" fits on no node: the most one '
+        'GPU of a node holds is 40960 MiB (node "hami-0"); request at most 40960, or list a larger node pool in '
+        'cluster.assumeNodes (policy "inference-hami", cluster.fits)'
+    ]  # 0.5 of an A100-80GB is 40,960 MiB: it fits
 
 
 def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(tmp_path) -> None:

@@ -48,7 +48,7 @@ from webhook.admission.cluster import (
 )
 from webhook.admission.globs import is_glob
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
+from webhook.admission.policy import GPU, AssumedNode, Backend, Check, Mode, Policy, PolicySet
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
@@ -756,7 +756,8 @@ def _vgpu_fits(holders: Holders, policy: Policy, view: ClusterView, vgpus: _Vgpu
     """Each container whose HAMi or Volcano vGPUs (memshare.vgpus) fit on no node's registered GPUs, one each on
     a GPU of its own (_Vgpus): memory more than the largest GPU has, more vGPUs than a node has GPUs, or, where
     neither alone, not that many GPUs of that memory on one node. A container asking more vGPUs than any node
-    advertises has its line already (_too_big)."""
+    advertises has its line already (_too_big). Volcano's scheduler places the vGPUs of a pod's containers
+    only (ExtractResourceRequest reads no init container): its init containers are not judged."""
     spec = memshare.spec_of(policy)
     assert spec is not None
     unit = memshare.unit_text(spec, memshare.units_of(spec, policy)[1])
@@ -765,6 +766,8 @@ def _vgpu_fits(holders: Holders, policy: Policy, view: ClusterView, vgpus: _Vgpu
     judged: set[tuple[str, int]] = set()
     for ref, counts in holders:
         if (vgpus.count not in counts and vgpus.memory not in counts) or (ref.section, ref.index) in judged:
+            continue
+        if spec.backend is Backend.VOLCANO and ref.section != "containers":
             continue
         judged.add((ref.section, ref.index))
         limits = ref.resource_map("limits")
