@@ -1096,6 +1096,13 @@ def test_a_container_asking_more_vgpus_than_a_node_has_gpus_fits_nowhere() -> No
         'in cluster.assumeNodes (policy "team", cluster.fits)'
     ]
     assert evaluate(gpu_pod("4"), "team", PolicySet((pol,)), nodes=cluster).denials == []
+    # HAMi places init containers' vGPUs too (Resourcereqs reads them first)
+    init = pod(container(), init=(container("setup", limits={"nvidia.com/gpu": "6"}),))
+    assert evaluate(init, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'init container "setup": nvidia.com/gpu "6" fits on no node: HAMi puts each vGPU of a container on a GPU of '
+        'its own, and the most GPUs one node registers is 4 (node "h-0"); request at most 4, or list a larger node '
+        'pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
     # Three vGPUs of 60 GiB: h-1's GPUs are large enough but two, h-0 has four too small
     three = vgpu_pod(**{"nvidia.com/gpu": "3", "nvidia.com/gpumem": "61440"})
     assert evaluate(three, "team", PolicySet((pol,)), nodes=cluster).denials == [

@@ -4,7 +4,8 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
 `engine.evaluate` on the object after mutation when it has a `ClusterView`, and skipped when it has none:
 - fits: each container's managed resources, and the pod's effective total (counted as the scheduler counts,
   validate.effective_total), must fit on the largest node for that resource (ACK's aliyun.com/gpu-mem on the
-  largest GPU: cluster.per_container; each container's share is of one GPU, so it has no pod total).
+  largest GPU: cluster.per_container; each container's share is of one GPU, so it has no pod total). HAMi's and
+  Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
   `assumeNodes` describes them.
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
@@ -534,6 +535,7 @@ class _Plan:
     drift: tuple[Drift, ...]
     pools: _Pools
     vgpus: _Vgpus | None  # HAMi's or Volcano's registered GPUs, where the policy is of that backend
+    per_gpu: bool  # a valid container's vGPUs may fit on no node's registered GPUs: _vgpu_fits judges them
 
 
 def _plan(policy: Policy, view: ClusterView) -> _Plan:
@@ -547,16 +549,18 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
         roomy = frozenset(
             r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= _most(policy, r, maximum)
         )
-        vgpus = _vgpus(policy, view)
+        vgpus, per_gpu = _vgpus(policy, view), False
         spec = memshare.spec_of(policy)
-        if spec is not None and spec.count is not None:  # HAMi, Volcano: a valid container's vGPUs, as many
-            gpu_mib, unit_mib = memshare.units_of(spec, policy)  # and as large as it may ask, on one node
-            most = policy.per_container("whole")
-            if vgpus is not None and (gpu_mib is None or vgpus.best(most, gpu_mib // unit_mib) is not None):
-                roomy -= {spec.count}
+        if spec is not None and spec.count is not None:  # HAMi, Volcano: one vGPU's memory is not a node's
             roomy = roomy | {spec.memory} if spec.count in roomy else roomy - {spec.memory}
+        if vgpus is not None and spec is not None and policy.cluster_checks.fits is not Check.OFF:
+            # whether a valid container's vGPUs, as many and as large as it may ask, fit on one node
+            gpu_mib, unit_mib = memshare.units_of(spec, policy)
+            most = policy.per_container("whole")
+            per_gpu = gpu_mib is None or vgpus.best(most, gpu_mib // unit_mib) is not None
         drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
-        plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found, _pools(policy, view), vgpus)
+        plan = _Plan(view, roomy, drift_found, _pools(policy, view), vgpus, per_gpu)
+        policy.memo["cluster-plan"] = plan
     return plan
 
 
@@ -577,6 +581,8 @@ class _Vgpus:
     unregistered: int  # the most vGPUs a node that registers none advertises (as before: any memory); 0: none
     largest: tuple[int, str]  # the most memory one registered GPU has, and its node
     most: tuple[int, str]  # the most GPUs one node registers, and the node
+    advertised: int  # the most vGPUs one node advertises: a container asking more has its line (_too_big)
+    containers_only: bool  # Volcano's scheduler reads no init container's vGPUs (ExtractResourceRequest)
 
     def best(self, count: int, memory: int) -> tuple[int, str] | None:
         """None where `count` vGPUs of `memory` each fit on one node; else the most GPUs of at least `memory`
@@ -615,7 +621,9 @@ def _vgpus(policy: Policy, view: ClusterView) -> _Vgpus | None:
     found = tuple(shapes.items())
     largest = max(((per_gpu[0][0], node) for per_gpu, node in found), key=lambda item: item[0])
     most = max(((sum(n for _, n in per_gpu), node) for per_gpu, node in found), key=lambda item: item[0])
-    return _Vgpus(spec.count, spec.memory, found, unregistered, largest, most)
+    advertised = (_largest(policy, view, spec.count) or (0, ""))[0]
+    containers_only = spec.backend is Backend.VOLCANO
+    return _Vgpus(spec.count, spec.memory, found, unregistered, largest, most, advertised, containers_only)
 
 
 def _pools(policy: Policy, view: ClusterView) -> _Pools:
@@ -666,6 +674,10 @@ def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> l
             for name in counts:
                 if name not in roomy:
                     return _search(holders, policy, view, plan)
+        if plan.per_gpu:
+            assert plan.vgpus is not None
+            lines = _vgpu_fits(holders, policy, plan.vgpus, f'policy "{policy.name}"', view)
+            return [(policy.cluster_checks.fits, line) for line in lines]
         return []
     return _search(holders, policy, view, plan)
 
@@ -702,7 +714,7 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
             if largest is not None and total > largest[0] and len(running) > 1:
                 found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
         if plan.vgpus is not None:
-            found += [(rules.fits, line) for line in _vgpu_fits(holders, policy, view, plan.vgpus, where)]
+            found += [(rules.fits, line) for line in _vgpu_fits(holders, policy, plan.vgpus, where, view)]
     if plan.pools.shapes and rules.fits is not Check.OFF:
         found += _pooled(holders, {}, policy, view, plan.pools)
     for item in plan.drift:
@@ -752,32 +764,31 @@ def _too_big(
     )
 
 
-def _vgpu_fits(holders: Holders, policy: Policy, view: ClusterView, vgpus: _Vgpus, where: str) -> list[Violation]:
+def _vgpu_fits(holders: Holders, policy: Policy, vgpus: _Vgpus, where: str, view: ClusterView) -> list[Violation]:
     """Each container whose HAMi or Volcano vGPUs (memshare.vgpus) fit on no node's registered GPUs, one each on
     a GPU of its own (_Vgpus): memory more than the largest GPU has, more vGPUs than a node has GPUs, or, where
     neither alone, not that many GPUs of that memory on one node. A container asking more vGPUs than any node
     advertises has its line already (_too_big). Volcano's scheduler places the vGPUs of a pod's containers
     only (ExtractResourceRequest reads no init container): its init containers are not judged."""
-    spec = memshare.spec_of(policy)
-    assert spec is not None
-    unit = memshare.unit_text(spec, memshare.units_of(spec, policy)[1])
-    advertised = _largest(policy, view, vgpus.count)
     found: list[Violation] = []
     judged: set[tuple[str, int]] = set()
     for ref, counts in holders:
         if (vgpus.count not in counts and vgpus.memory not in counts) or (ref.section, ref.index) in judged:
             continue
-        if spec.backend is Backend.VOLCANO and ref.section != "containers":
+        if vgpus.containers_only and ref.section != "containers":
             continue
         judged.add((ref.section, ref.index))
         limits = ref.resource_map("limits")
         asked = memshare.vgpus(limits, policy)
-        if asked is None or advertised is None or asked[0] > advertised[0]:
+        if asked is None or asked[0] > vgpus.advertised:
             continue
         count, memory = asked
         best = vgpus.best(count, memory)
         if best is None:
             continue
+        spec = memshare.spec_of(policy)
+        assert spec is not None
+        unit = memshare.unit_text(spec, memshare.units_of(spec, policy)[1])
         own = f"{spec.title} puts each vGPU of a container on a GPU of its own, and "
         if memory > vgpus.largest[0]:
             found.append(_too_big(ref, vgpus.memory, limits[vgpus.memory], vgpus.largest, view, where, unit))

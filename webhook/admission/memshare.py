@@ -446,17 +446,20 @@ def held(limits: dict[str, Any], policy: Policy) -> Held:
 
 def node_amounts(limits: dict[str, Any], policy: Policy) -> dict[str, int | Fraction]:
     """A container's amounts of one GPU that a node must hold on one of its GPUs, for the cluster's fits check:
-    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py); the
-    memory of each HAMi or Volcano vGPU (`vgpus`: the GPUs their device plugins register in node annotations,
-    clustercheck.py, since their nodes advertise none or the total of all their GPUs)."""
+    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py); a
+    Volcano vGPU's memory where no `volcano.sh/vgpu-number` counts it (one vGPU). The cluster checks place HAMi's
+    and Volcano's vGPUs on the GPUs their device plugins register (`vgpus`, clustercheck.py): this hands them
+    the containers that the GPU counts do not."""
     spec = spec_of(policy)
     if spec is None or not limits:
         return {}
     if spec.backend is Backend.ACK:
         amount = _amount(limits, ACK_MEMORY)
         return {ACK_MEMORY: amount} if amount else {}
-    asked = vgpus(limits, policy)
-    return {spec.memory: asked[1]} if asked is not None and asked[1] else {}
+    if spec.backend is Backend.VOLCANO and spec.count not in limits:
+        amount = _amount(limits, spec.memory)
+        return {spec.memory: amount} if amount else {}
+    return {}
 
 
 def vgpus(limits: dict[str, Any], policy: Policy) -> tuple[int, int] | None:
