@@ -1203,6 +1203,9 @@ def test_a_node_without_registered_gpus_is_not_judged_per_gpu() -> None:
         '(node "h-0"); request at most 40960, or list a larger node pool in cluster.assumeNodes (policy "team", '
         "cluster.fits)"
     ]  # a node that advertises one vGPU cannot hold two
+    off = memory(Backend.HAMI, cluster_checks=ClusterChecks(fits=Check.OFF, drift=Check.OFF))
+    decision = evaluate(big, "team", PolicySet((off,)), nodes=view(registered))
+    assert (decision.denials, decision.warnings) == ([], [])
     pools = ClusterChecks(fits=Check.DENY, assume_nodes=(AssumedNode("h100-pool", (("nvidia.com/gpu", 16),)),))
     assumed = memory(Backend.HAMI, cluster_checks=pools)
     assert evaluate(big, "team", PolicySet((assumed,)), nodes=view(registered)).denials == []

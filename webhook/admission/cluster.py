@@ -210,7 +210,7 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # managed resources only, in whole devices (or the resource's unit)
     labels: Mapping[str, str]  # GFD labels only (is_kept_label)
     unschedulable: bool = False  # cordoned: still counted (it comes back), but said so in messages
-    devices: tuple[tuple[str, int], ...] = ()  # registered GPUs: distinct (type, amount) (registered_devices)
+    devices: tuple[tuple[str, int], ...] = ()  # registered GPUs: distinct (type, amount), `.gpus` of each
     # DRA (draslices.merge): (extended resource, DeviceClass) for each resource a class serves from the node's
     # devices; and whether its GPUs or MIG devices are in ResourceSlices (its labels then come from them)
     served: tuple[tuple[str, str], ...] = ()
