@@ -32,6 +32,7 @@ from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
 from webhook.admission.policy import (
     GPU,
+    AssumedNode,
     Backend,
     Check,
     ClusterChecks,
@@ -891,9 +892,9 @@ HAMI_H100 = json.dumps([
 ])  # fmt: skip
 
 
-def _hami_node(name: str, register: str, gpus: str = "20") -> dict:
+def _hami_node(name: str, register: str, gpus: str = "20", gpus_total: str | None = None) -> dict:
     """A HAMi node: its vGPUs as nvidia.com/gpu (split count x GPUs), its GPUs in the register annotation."""
-    obj = node(name, {"nvidia.com/gpu": gpus})
+    obj = node(name, {"nvidia.com/gpu": gpus_total or gpus})
     obj["metadata"]["annotations"] = {"hami.io/node-nvidia-register": register, "hami.io/node-handshake": "x"}
     return obj
 
@@ -1250,6 +1251,234 @@ def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() ->
     assert resolved.gpu.model == "A100-40GB"  # not the 80 GB one its registered 81,920 MiB would suggest
     half = evaluate(gpu_pod("0.5"), "team", PolicySet((auto,)), nodes=view(_hami_node("h-3", a100_40)))
     assert resources(half)["limits"]["nvidia.com/gpumem"] == "40960"  # half of 40,960 x 2
+
+
+# --- the fits check on HAMi's and Volcano's registered GPUs -------------------------------------------------
+#
+# Written from the schedulers: each vGPU of a container takes a GPU of its own on one node, whose registered
+# memory must hold the vGPU's (HAMi pkg/device/nvidia/device.go Fit: `dev.Totalmem-dev.Usedmem < memreq`, one
+# device per vGPU; Volcano pkg/scheduler/api/devices/nvidia/vgpu/utils.go checkNodeGPUSharingPredicateAndScore:
+# "no enough gpu cards on node" where a container asks more vGPUs than the node has GPUs, and the same memory
+# test in units). A percentage of memory is of whatever GPU it lands on; cores at most 100 fit an idle GPU.
+
+FITS = ClusterChecks(fits=Check.DENY, offered=Check.DENY, drift=Check.OFF)
+A100_40 = "NVIDIA-NVIDIA A100-SXM4-40GB"
+
+
+def _hami_gpus(name: str, devmem: int, gpus: int, kind: str = A100_40, **kw) -> dict:
+    """A HAMi node registering `gpus` GPUs of `devmem` MiB, split 10 ways (nvidia.com/gpu: GPUs x 10)."""
+    register = json.dumps([{"id": f"GPU-{name}-{i}", "count": 10, "devmem": devmem, "devcore": 100, "type": kind,
+                            "health": True} for i in range(gpus)])  # fmt: skip
+    return _hami_node(name, register, gpus=str(10 * gpus), **kw)
+
+
+def vgpu_pod(**limits: str):
+    return pod(container(limits=limits))
+
+
+def test_the_node_snapshot_counts_the_gpus_of_each_registered_kind() -> None:
+    eight = NodeInfo.from_object(_hami_gpus("h-0", 40960, 8))
+    seven = NodeInfo.from_object(_hami_gpus("h-1", 40960, 7))
+    volcano = NodeInfo.from_object(_volcano_node("v-0", 8155, gpus=3))
+    assert eight is not None and seven is not None and volcano is not None
+    assert (tuple(eight.devices), eight.devices.gpus) == (((A100_40, 40960),), (8,))  # type: ignore[attr-defined]
+    assert volcano.devices.gpus == (3,)  # type: ignore[attr-defined]
+    assert eight.devices != seven.devices  # one GPU fewer: the node changed
+    again = NodeInfo.from_object(_hami_gpus("h-2", 40960, 8))
+    assert again is not None and again.devices is eight.devices  # interned with its counts
+
+
+def test_a_hami_vgpu_larger_than_any_registered_gpu_fits_nowhere_whatever_the_nodes_total() -> None:
+    """Eight 40 GB GPUs advertise nvidia.com/gpu 80 and hold 320 GiB, but a vGPU is on one of them."""
+    pol = memory(Backend.HAMI, cluster_checks=FITS)  # it thinks A100-80GB: 0.75 is 61,440 MiB
+    cluster = view(_hami_gpus("h-0", 40960, 8), _hami_gpus("h-1", 32768, 4, "NVIDIA-Tesla V100-PCIE-32GB"))
+    line = (
+        'container "app": nvidia.com/gpumem "61440" fits on no node: the most one GPU of a node holds is 40960 MiB '
+        '(node "h-0"); request at most 40960, or list a larger node pool in cluster.assumeNodes (policy "team", '
+        "cluster.fits)"
+    )
+    converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), nodes=cluster)
+    assert resources(converted)["limits"]["nvidia.com/gpumem"] == "61440"
+    assert converted.denials == [line]
+    asked = vgpu_pod(**{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "61440", "nvidia.com/gpucores": "100"})
+    assert evaluate(asked, "team", PolicySet((pol,)), nodes=cluster).denials == [line]
+    fits = vgpu_pod(**{"nvidia.com/gpu": "8", "nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "100"})
+    assert evaluate(fits, "team", PolicySet((pol,)), nodes=cluster).denials == []  # 8 GPUs of h-0, exclusive
+    assert evaluate(gpu_pod("0.5"), "team", PolicySet((pol,)), nodes=cluster).denials == []  # 40,960 MiB
+    # A percentage is of the GPU it lands on: any GPU holds 100%
+    whole = evaluate(gpu_pod("8"), "team", PolicySet((pol,)), nodes=cluster)
+    assert resources(whole)["limits"]["nvidia.com/gpumem-percentage"] == "100" and whole.denials == []
+    warned = memory(Backend.HAMI, cluster_checks=ClusterChecks(fits=Check.WARN, drift=Check.OFF))
+    decision = evaluate(gpu_pod("0.75"), "team", PolicySet((warned,)), nodes=cluster)
+    assert decision.verdict == "allow" and decision.warnings[1:] == [
+        'gpu-admission: container "app": nvidia.com/gpumem "61440" fits on no node (most: 40960); request at most 40960'
+    ]  # after the conversion's own warning
+
+
+def test_a_container_asking_more_vgpus_than_a_node_has_gpus_fits_nowhere() -> None:
+    """Four GPUs split ten ways advertise nvidia.com/gpu 40: a container's vGPUs each need a GPU of their own."""
+    pol = memory(Backend.HAMI, cluster_checks=FITS)
+    cluster = view(_hami_gpus("h-0", 40960, 4), _hami_gpus("h-1", 81920, 2, "NVIDIA-NVIDIA A100-SXM4-80GB"))
+    assert evaluate(gpu_pod("6"), "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'container "app": nvidia.com/gpu "6" fits on no node: HAMi puts each vGPU of a container on a GPU of its '
+        'own, and the most GPUs one node registers is 4 (node "h-0"); request at most 4, or list a larger node pool '
+        'in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    assert evaluate(gpu_pod("4"), "team", PolicySet((pol,)), nodes=cluster).denials == []
+    # HAMi places init containers' vGPUs too (Resourcereqs reads them first)
+    init = pod(container(), init=(container("setup", limits={"nvidia.com/gpu": "6"}),))
+    assert evaluate(init, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'init container "setup": nvidia.com/gpu "6" fits on no node: HAMi puts each vGPU of a container on a GPU of '
+        'its own, and the most GPUs one node registers is 4 (node "h-0"); request at most 4, or list a larger node '
+        'pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    # Three vGPUs of 60 GiB: h-1's GPUs are large enough but two, h-0 has four too small
+    three = vgpu_pod(**{"nvidia.com/gpu": "3", "nvidia.com/gpumem": "61440"})
+    assert evaluate(three, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'container "app": nvidia.com/gpu "3" with nvidia.com/gpumem "61440" each fits on no node: HAMi puts each '
+        "vGPU of a container on a GPU of its own, and the most GPUs of 61440 MiB or more one node registers is 2 "
+        '(node "h-1"); request at most 2, or list a larger node pool in cluster.assumeNodes (policy "team", '
+        "cluster.fits)"
+    ]
+    two = vgpu_pod(**{"nvidia.com/gpu": "2", "nvidia.com/gpumem": "61440"})
+    assert evaluate(two, "team", PolicySet((pol,)), nodes=cluster).denials == []
+    # Both too many and too large: a line each
+    both = vgpu_pod(**{"nvidia.com/gpu": "5", "nvidia.com/gpumem": "90000"})
+    assert evaluate(both, "team", PolicySet((memory(Backend.HAMI, GPU(memory_mib=98304), cluster_checks=FITS),)),
+                    nodes=cluster).denials == [
+        'container "app": nvidia.com/gpumem "90000" fits on no node: the most one GPU of a node holds is 81920 MiB '
+        '(node "h-1"); request at most 81920, or list a larger node pool in cluster.assumeNodes (policy "team", '
+        "cluster.fits)",
+        'container "app": nvidia.com/gpu "5" fits on no node: HAMi puts each vGPU of a container on a GPU of its '
+        'own, and the most GPUs one node registers is 4 (node "h-0"); request at most 4, or list a larger node pool '
+        'in cluster.assumeNodes (policy "team", cluster.fits)',
+    ]  # fmt: skip
+    # More vGPUs than any node advertises: the line of any resource, not a second one
+    assert evaluate(gpu_pod("8"), "team", PolicySet((memory(Backend.HAMI, cluster_checks=FITS),)),
+                    nodes=view(_hami_gpus("h-2", 40960, 1, gpus_total="4"))).denials == [
+        'container "app": nvidia.com/gpu "8" fits on no node: the most one node holds is 4 (node "h-2"); request at '
+        'most 4, or list a larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]  # fmt: skip
+
+
+def test_volcano_vgpus_fit_on_the_registered_gpus_in_the_device_plugins_units() -> None:
+    """Units of 10 MiB: v-0 registers two A100-40GBs of 4,096 units, v-1 one H100 of 8,155; the node's
+    volcano.sh/vgpu-memory is the total of its GPUs (8,192 on v-0), which no vGPU gets."""
+    pol = volcano_memory(factor=10, cluster_checks=FITS)
+    cluster = view(_volcano_node("v-0", 4096, kind=A100_40), _volcano_node("v-1", 8155, gpus=1))
+    only_a100 = view(_volcano_node("v-0", 4096, kind=A100_40))
+
+    def denials(limits: dict[str, str], nodes=cluster) -> list[str]:
+        return evaluate(vgpu_pod(**limits), "team", PolicySet((pol,)), nodes=nodes).denials
+
+    assert denials({"volcano.sh/vgpu-memory": "6000"}) == []  # one vGPU (the device plugin's default), on v-1
+    assert denials({"volcano.sh/vgpu-memory": "6000"}, only_a100) == [
+        'container "app": volcano.sh/vgpu-memory "6000" fits on no node: the most one GPU of a node holds is 4096 '
+        'units of 10 MiB (node "v-0"); request at most 4096, or list a larger node pool in cluster.assumeNodes '
+        '(policy "team", cluster.fits)'
+    ]
+    assert denials({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "6000"}) == [
+        'container "app": volcano.sh/vgpu-number "2" with volcano.sh/vgpu-memory "6000" each fits on no node: '
+        "Volcano vGPU puts each vGPU of a container on a GPU of its own, and the most GPUs of 6000 units of 10 MiB "
+        'or more one node registers is 1 (node "v-1"); request at most 1, or list a larger node pool in '
+        'cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    assert denials({"volcano.sh/vgpu-number": "3"}) == [
+        'container "app": volcano.sh/vgpu-number "3" fits on no node: Volcano vGPU puts each vGPU of a container on '
+        'a GPU of its own, and the most GPUs one node registers is 2 (node "v-0"); request at most 2, or list a '
+        'larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    # Volcano reads the percentage first: 50% of each of v-0's GPUs, whatever vgpu-memory says
+    both = {"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "6000", "volcano.sh/vgpu-memory-percentage": "50"}
+    assert denials(both) == []
+    assert denials({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "4096"}) == []
+    # Volcano's scheduler reads the containers' vGPUs, not the init containers' (ExtractResourceRequest)
+    init = pod(
+        container(limits={"volcano.sh/vgpu-number": "3"}),
+        init=(container("setup", limits={"volcano.sh/vgpu-number": "3"}),),
+    )
+    assert evaluate(init, "team", PolicySet((pol,)), nodes=cluster).denials == [
+        'container "app": volcano.sh/vgpu-number "3" fits on no node: Volcano vGPU puts each vGPU of a container on '
+        'a GPU of its own, and the most GPUs one node registers is 2 (node "v-0"); request at most 2, or list a '
+        'larger node pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    converted = evaluate(gpu_pod("0.75"), "team", PolicySet((pol,)), nodes=only_a100)  # of an H100: 6,116 units
+    assert resources(converted)["limits"]["volcano.sh/vgpu-memory"] == "6116"
+    assert converted.denials == [
+        'container "app": volcano.sh/vgpu-memory "6116" fits on no node: the most one GPU of a node holds is 4096 '
+        'units of 10 MiB (node "v-0"); request at most 4096, or list a larger node pool in cluster.assumeNodes '
+        '(policy "team", cluster.fits)'
+    ]
+
+
+def test_a_node_without_registered_gpus_is_not_judged_per_gpu() -> None:
+    """Missing data never refuses: a node of the backend that registers nothing (no annotation, or one that does
+    not read) holds as many vGPUs as it advertises, of any memory, as before; an assumed pool likewise."""
+    hami, big = (
+        memory(Backend.HAMI, cluster_checks=FITS),
+        vgpu_pod(**{"nvidia.com/gpu": "2", "nvidia.com/gpumem": "61440"}),
+    )
+    registered = _hami_gpus("h-0", 40960, 8)
+    for nodes in (
+        view(node("plain-0", {"nvidia.com/gpu": "8"})),  # no node registers: nothing judged, no "not offered"
+        view(registered, node("plain-0", {"nvidia.com/gpu": "8"})),
+        view(registered, _hami_node("h-9", "[{")),
+    ):
+        assert evaluate(big, "team", PolicySet((hami,)), nodes=nodes).denials == []
+    assert evaluate(
+        big, "team", PolicySet((hami,)), nodes=view(registered, node("plain-0", {"nvidia.com/gpu": "1"}))
+    ).denials == [
+        'container "app": nvidia.com/gpumem "61440" fits on no node: the most one GPU of a node holds is 40960 MiB '
+        '(node "h-0"); request at most 40960, or list a larger node pool in cluster.assumeNodes (policy "team", '
+        "cluster.fits)"
+    ]  # a node that advertises one vGPU cannot hold two
+    off = memory(Backend.HAMI, cluster_checks=ClusterChecks(fits=Check.OFF, drift=Check.OFF))
+    decision = evaluate(big, "team", PolicySet((off,)), nodes=view(registered))
+    assert (decision.denials, decision.warnings) == ([], [])
+    pools = ClusterChecks(fits=Check.DENY, assume_nodes=(AssumedNode("h100-pool", (("nvidia.com/gpu", 16),)),))
+    assumed = memory(Backend.HAMI, cluster_checks=pools)
+    assert evaluate(big, "team", PolicySet((assumed,)), nodes=view(registered)).denials == []
+    volcano = volcano_memory(factor=10, cluster_checks=FITS)
+    unread = _volcano_node("v-9", 8155)
+    unread["metadata"]["annotations"] = {}
+    asked = vgpu_pod(**{"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "6000"})
+    assert evaluate(asked, "team", PolicySet((volcano,)), nodes=view(_volcano_node("v-0", 4096), unread)).denials == []
+    assert evaluate(asked, "team", PolicySet((volcano,)), nodes=view(_volcano_node("v-0", 4096))).verdict == "deny"
+    assert evaluate(asked, "team", PolicySet((hami,)), nodes=view(_volcano_node("v-0", 4096))).verdict == "deny"
+
+
+def test_check_cluster_fits_a_hami_vgpu_on_the_gpus_the_nodes_register(tmp_path) -> None:
+    """`gpu-webhook check --cluster` on a loopback Kubernetes API whose HAMi nodes register eight A100-40GBs
+    each (nvidia.com/gpu 80): the shipped HAMi policy's 0.75 of an A100-80GB fits none of them."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_audit import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces("default", "hami-serving")
+        api.put_node(_hami_gpus("hami-0", 40960, 8))
+        api.put_node(_hami_gpus("hami-1", 40960, 8))
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        root = Path(__file__).resolve().parent.parent
+        text = (root / "examples" / "policies" / "memory-hami.yaml").read_text()
+        (policies / "hami.yaml").write_text(text + "  cluster:\n    fits: deny\n    drift: off\n")
+        manifest = tmp_path / "pods.json"
+        asked = {"apiVersion": "v1", "kind": "List", "items": [
+            {**gpu_pod(value), "metadata": {"name": f"p{index}", "namespace": "hami-serving"}}
+            for index, value in enumerate(("0.75", "0.5"))
+        ]}  # fmt: skip
+        manifest.write_text(json.dumps(asked))
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", kubeconfig, "--policies", str(policies), str(manifest))
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert [line for line in run.stdout.splitlines() if line.startswith("DENY")] == [
+        f'DENY {manifest}#0 items[0] Pod/p0: container "app": nvidia.com/gpumem "61440" fits on no node: the most one '
+        'GPU of a node holds is 40960 MiB (node "hami-0"); request at most 40960, or list a larger node pool in '
+        'cluster.assumeNodes (policy "inference-hami", cluster.fits)'
+    ]  # 0.5 of an A100-80GB is 40,960 MiB: it fits
 
 
 def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(tmp_path) -> None:

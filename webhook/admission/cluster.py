@@ -61,9 +61,10 @@ NODE_ONLY_RESOURCES = frozenset({ACK_COUNT})
 #   `volcano.sh/node-vgpu-register`, `id,count,devmem,type,health,mode` entries each ended by ":" (`mode`
 #   since the dynamic MIG release; five fields before), devmem in units of the device plugin's gpuMemoryFactor
 #   MiB (NVML's MiB divided by it, rounded down).
-# Only the distinct (type, amount) pairs are kept, and which plugin registered them (the tuple's class, so that
-# a node holds no field more): what drift compares with gpu.model/memoryMiB through the policy's
-# deviceMemoryScaling or gpuMemoryFactor (memshare.registered_mib).
+# Only the distinct (type, amount) pairs are kept, how many GPUs register each, and which plugin registered them
+# (the tuple's class and an attribute of it, interned, so that a node holds no field more): what drift compares
+# with gpu.model/memoryMiB through the policy's deviceMemoryScaling or gpuMemoryFactor (memshare.registered_mib),
+# and what the fits check places a container's vGPUs on (one GPU each, clustercheck.py).
 HAMI_REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 VOLCANO_REGISTER_ANNOTATION = "volcano.sh/node-vgpu-register"
 HAMI, VOLCANO = "hami", "volcano"  # NodeInfo.registrar: the Backend values (policy.Backend) of the two plugins
@@ -71,29 +72,40 @@ HAMI, VOLCANO = "hami", "volcano"  # NodeInfo.registrar: the Backend values (pol
 
 class Registered(tuple[tuple[str, int], ...]):
     """The distinct (type, amount) pairs of the GPUs a device plugin registers, sorted; the class says whose
-    (`registrar`). Equal only to the same pairs of the same registrar (a plain tuple has none): a node whose
-    GPUs pass from one device plugin to the other has changed, though the numbers may be the same."""
+    (`registrar`), `gpus` how many GPUs register each pair (in its order). Equal only to the same pairs and
+    counts of the same registrar (a plain tuple has neither): a node whose GPUs pass from one device plugin to
+    the other, or that registers one GPU more, has changed, though the pairs may be the same."""
 
     __slots__ = ()
     registrar = ""
+    gpus: tuple[int, ...] = ()  # set once, by registered_devices (the subclasses' instances have a __dict__)
 
     def __eq__(self, other: object) -> bool:
-        return tuple.__eq__(self, other) is True and getattr(other, "registrar", "") == self.registrar
+        return (
+            tuple.__eq__(self, other) is True
+            and getattr(other, "registrar", "") == self.registrar
+            and getattr(other, "gpus", ()) == self.gpus
+        )
 
     def __ne__(self, other: object) -> bool:
         return not self == other
 
     def __hash__(self) -> int:
-        return hash((self.registrar, tuple(self)))
+        return hash((self.registrar, tuple(self), self.gpus))
+
+    def per_gpu(self) -> tuple[tuple[int, int], ...]:
+        """(amount, GPUs of that amount), the most first: what a container's vGPUs can be placed on."""
+        found: dict[int, int] = {}
+        for (_, amount), gpus in zip(self, self.gpus, strict=True):
+            found[amount] = found.get(amount, 0) + gpus
+        return tuple(sorted(found.items(), reverse=True))
 
 
 class HamiRegistered(Registered):
-    __slots__ = ()
     registrar = HAMI  # amounts in MiB times deviceMemoryScaling
 
 
 class VolcanoRegistered(Registered):
-    __slots__ = ()
     registrar = VOLCANO  # amounts in units of gpuMemoryFactor MiB
 
 
@@ -102,20 +114,22 @@ _REGISTERS = ((HAMI_REGISTER_ANNOTATION, HamiRegistered), (VOLCANO_REGISTER_ANNO
 _ENTRY_LAYOUT = {HAMI: ((7,), 2, 4), VOLCANO: ((5, 6), 2, 3)}
 _MAX_AMOUNT_DIGITS = 9  # 999,999,999 MiB per GPU: more is no GPU, and int() of a long text is slow
 _MAX_TYPE_LENGTH = 128  # NVML names are a few dozen characters
-_DEVICE_SHAPES: dict[tuple[str, tuple[tuple[str, int], ...]], Registered] = {}  # interned, few distinct
+_DEVICE_SHAPES: dict[tuple[str, tuple[tuple[str, int], ...], tuple[int, ...]], Registered] = {}  # interned, few
 # Per-profile MIG labels under the mixed strategy, e.g. `nvidia.com/mig-1g.10gb.count`.
 _MIG_LABEL = re.compile(r"^nvidia\.com/mig-[0-9a-z.+-]+\.(count|memory|slices\.ci|slices\.gi|engines\.[a-z]+)$")
 
 
 def registered_devices(text: Any, kind: type[Registered] = HamiRegistered) -> Registered:
-    """A register annotation's text -> the distinct (type, amount) of the node's GPUs, sorted; empty for
-    anything else (a value that is not one of the encodings reads as no GPUs, never an error). `kind` says
-    whose: HAMi's (JSON, or its older entries; amounts in MiB) or Volcano's (entries; amounts in
-    gpuMemoryFactor units). Interned: 5,000 nodes of a few GPU kinds hold a few tuples."""
+    """A register annotation's text -> the distinct (type, amount) of the node's GPUs, sorted, with how many
+    GPUs (entries) register each; empty for anything else (a value that is not one of the encodings reads as
+    no GPUs, never an error). `kind` says whose: HAMi's (JSON, or its older entries; amounts in MiB) or
+    Volcano's (entries; amounts in gpuMemoryFactor units). Each entry is one GPU, healthy or not (a GPU
+    that is unhealthy now comes back, as a cordoned node does). Interned: 5,000 nodes of a few GPU kinds and
+    counts hold a few tuples."""
     registrar = kind.registrar
     if not isinstance(text, str) or not text.strip():
         return _EMPTY
-    found: set[tuple[str, int]] = set()
+    found: dict[tuple[str, int], int] = {}
     if registrar == HAMI and text.lstrip().startswith("["):
         try:
             items = json.loads(text)
@@ -125,7 +139,7 @@ def registered_devices(text: Any, kind: type[Registered] = HamiRegistered) -> Re
             name = item.get("type") if isinstance(item, dict) else None
             amount = item.get("devmem") if isinstance(item, dict) else None
             if _is_type(name) and type(amount) is int and 0 < amount < 10**_MAX_AMOUNT_DIGITS:
-                found.add((name, amount))
+                found[(name, amount)] = found.get((name, amount), 0) + 1
     else:
         counts, amount_at, type_at = _ENTRY_LAYOUT[registrar]
         for entry in text.split(":"):
@@ -133,15 +147,18 @@ def registered_devices(text: Any, kind: type[Registered] = HamiRegistered) -> Re
             if len(fields) in counts:
                 amount_text, name = fields[amount_at], fields[type_at]
                 if _is_amount(amount_text) and _is_type(name) and int(amount_text) > 0:
-                    found.add((name, int(amount_text)))
+                    pair = (name, int(amount_text))
+                    found[pair] = found.get(pair, 0) + 1
     if not found:
         return _EMPTY
     pairs = tuple(sorted((sys.intern(name), amount) for name, amount in found))
-    interned = _DEVICE_SHAPES.get((registrar, pairs))
+    gpus = tuple(found[pair] for pair in pairs)
+    interned = _DEVICE_SHAPES.get((registrar, pairs, gpus))
     if interned is None:
         interned = kind(pairs)
+        interned.gpus = gpus
         if len(_DEVICE_SHAPES) < 1024:
-            _DEVICE_SHAPES[(registrar, pairs)] = interned
+            _DEVICE_SHAPES[(registrar, pairs, gpus)] = interned
     return interned
 
 
@@ -193,7 +210,7 @@ class NodeInfo:
     allocatable: Mapping[str, int]  # managed resources only, in whole devices (or the resource's unit)
     labels: Mapping[str, str]  # GFD labels only (is_kept_label)
     unschedulable: bool = False  # cordoned: still counted (it comes back), but said so in messages
-    devices: tuple[tuple[str, int], ...] = ()  # registered GPUs: distinct (type, amount) (registered_devices)
+    devices: tuple[tuple[str, int], ...] = ()  # registered GPUs: distinct (type, amount), `.gpus` of each
     # DRA (draslices.merge): (extended resource, DeviceClass) for each resource a class serves from the node's
     # devices; and whether its GPUs or MIG devices are in ResourceSlices (its labels then come from them)
     served: tuple[tuple[str, str], ...] = ()

@@ -4,7 +4,8 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
 `engine.evaluate` on the object after mutation when it has a `ClusterView`, and skipped when it has none:
 - fits: each container's managed resources, and the pod's effective total (counted as the scheduler counts,
   validate.effective_total), must fit on the largest node for that resource (ACK's aliyun.com/gpu-mem on the
-  largest GPU: cluster.per_container; each container's share is of one GPU, so it has no pod total).
+  largest GPU: cluster.per_container; each container's share is of one GPU, so it has no pod total). HAMi's and
+  Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
   `assumeNodes` describes them.
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
@@ -42,19 +43,22 @@ from webhook.admission.cluster import (
     STRATEGY_LABEL,
     ClusterView,
     NodeInfo,
+    Registered,
     nodes_text,
     per_container,
 )
 from webhook.admission.globs import is_glob
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Check, Mode, Policy, PolicySet
+from webhook.admission.policy import GPU, AssumedNode, Backend, Check, Mode, Policy, PolicySet
 from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
     DEVICE_CLASS_PREFIX,
     GPU_MODELS,
+    HAMI_MEMORY,
     MIG_PREFIX,
     NVIDIA_GPU,
+    VOLCANO_MEMORY,
     GPUModel,
     is_shared,
     mig_profile_of,
@@ -64,6 +68,7 @@ from webhook.admission.validate import Holders, container_violation, effective_t
 from webhook.admission.violation import SHORT_LIMIT, Violation
 
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
+VGPU_MEMORY = frozenset({HAMI_MEMORY, VOLCANO_MEMORY})  # one vGPU's memory, on one registered GPU (_Vgpus)
 
 
 # --- The nodes a policy's pods can land on, and the values `auto` takes from them ----------------------------
@@ -529,6 +534,8 @@ class _Plan:
     roomy: frozenset[str]  # resources whose largest node holds the policy's per-pod maximum: a valid pod fits
     drift: tuple[Drift, ...]
     pools: _Pools
+    vgpus: _Vgpus | None  # HAMi's or Volcano's registered GPUs, where the policy is of that backend
+    per_gpu: bool  # a valid container's vGPUs may fit on no node's registered GPUs: _vgpu_fits judges them
 
 
 def _plan(policy: Policy, view: ClusterView) -> _Plan:
@@ -542,9 +549,81 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
         roomy = frozenset(
             r for r in resources if (_largest(policy, view, r) or (0, ""))[0] >= _most(policy, r, maximum)
         )
+        vgpus, per_gpu = _vgpus(policy, view), False
+        spec = memshare.spec_of(policy)
+        if spec is not None and spec.count is not None:  # HAMi, Volcano: one vGPU's memory is not a node's
+            roomy = roomy | {spec.memory} if spec.count in roomy else roomy - {spec.memory}
+        if vgpus is not None and spec is not None and policy.cluster_checks.fits is not Check.OFF:
+            # whether a valid container's vGPUs, as many and as large as it may ask, fit on one node
+            gpu_mib, unit_mib = memshare.units_of(spec, policy)
+            most = policy.per_container("whole")
+            per_gpu = gpu_mib is None or vgpus.best(most, gpu_mib // unit_mib) is not None
         drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
-        plan = policy.memo["cluster-plan"] = _Plan(view, roomy, drift_found, _pools(policy, view))
+        plan = _Plan(view, roomy, drift_found, _pools(policy, view), vgpus, per_gpu)
+        policy.memo["cluster-plan"] = plan
     return plan
+
+
+@dataclass(frozen=True, slots=True)
+class _Vgpus:
+    """The GPUs that HAMi's or Volcano's device plugin registers on the nodes (cluster.registered_devices), for
+    a policy of that backend: its scheduler puts each vGPU of a container on a GPU of its own of one node, whose
+    registered memory must hold the vGPU's (memshare.vgpus). Both sides in the device plugin's units (HAMi's
+    MiB times deviceMemoryScaling, Volcano's units of gpuMemoryFactor MiB), compared as the scheduler compares
+    them, whatever the policy reads them as (drift says where it reads them wrong). A node of the backend that
+    registers no GPU (no annotation, or one that does not read) is not judged per GPU: it holds as many vGPUs
+    as it advertises, of any memory, as before. Worked out once per snapshot and policy."""
+
+    count: str  # the resource counting vGPUs
+    memory: str  # one vGPU's memory
+    # each distinct registration: (amount, GPUs of it) the most first, and the first node registering it
+    shapes: tuple[tuple[tuple[tuple[int, int], ...], str], ...]
+    unregistered: int  # the most vGPUs a node that registers none advertises (as before: any memory); 0: none
+    largest: tuple[int, str]  # the most memory one registered GPU has, and its node
+    most: tuple[int, str]  # the most GPUs one node registers, and the node
+    advertised: int  # the most vGPUs one node advertises: a container asking more has its line (_too_big)
+    containers_only: bool  # Volcano's scheduler reads no init container's vGPUs (ExtractResourceRequest)
+
+    def best(self, count: int, memory: int) -> tuple[int, str] | None:
+        """None where `count` vGPUs of `memory` each fit on one node; else the most GPUs of at least `memory`
+        that one node registers, and that node."""
+        if count <= self.unregistered:
+            return None
+        best = (0, "")
+        for per_gpu, node in self.shapes:
+            gpus = sum(number for amount, number in per_gpu if amount >= memory)
+            if gpus >= count:
+                return None
+            if gpus > best[0] or not best[1]:
+                best = (gpus, node)
+        return best
+
+
+def _vgpus(policy: Policy, view: ClusterView) -> _Vgpus | None:
+    """The registered GPUs of the policy's backend (HAMi, Volcano); None under any other, or where no node
+    registers any."""
+    spec = memshare.spec_of(policy)
+    if spec is None or spec.count is None:
+        return None
+    shapes: dict[tuple[tuple[int, int], ...], str] = {}
+    seen: set[int] = set()  # registrations are interned: a few distinct among thousands of nodes
+    unregistered = 0
+    for node in (*view.nodes.values(), *assumed_nodes(policy)):
+        devices = node.devices
+        if node.registrar == spec.backend.value and isinstance(devices, Registered):
+            if id(devices) not in seen:
+                seen.add(id(devices))
+                shapes.setdefault(devices.per_gpu(), node.name)
+        else:
+            unregistered = max(unregistered, node.allocatable.get(spec.count, 0))
+    if not shapes:
+        return None
+    found = tuple(shapes.items())
+    largest = max(((per_gpu[0][0], node) for per_gpu, node in found), key=lambda item: item[0])
+    most = max(((sum(n for _, n in per_gpu), node) for per_gpu, node in found), key=lambda item: item[0])
+    advertised = (_largest(policy, view, spec.count) or (0, ""))[0]
+    containers_only = spec.backend is Backend.VOLCANO
+    return _Vgpus(spec.count, spec.memory, found, unregistered, largest, most, advertised, containers_only)
 
 
 def _pools(policy: Policy, view: ClusterView) -> _Pools:
@@ -595,6 +674,10 @@ def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> l
             for name in counts:
                 if name not in roomy:
                     return _search(holders, policy, view, plan)
+        if plan.per_gpu:
+            assert plan.vgpus is not None
+            lines = _vgpu_fits(holders, policy, plan.vgpus, f'policy "{policy.name}"', view)
+            return [(policy.cluster_checks.fits, line) for line in lines]
         return []
     return _search(holders, policy, view, plan)
 
@@ -607,6 +690,8 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
     held = {name for _, counts in holders for name in counts}
     for ref, counts in holders:
         for resource, value in counts.items():
+            if resource in VGPU_MEMORY:
+                continue  # one vGPU's memory: on one registered GPU (_vgpu_fits), or not judged
             raw = ref.resource_map("limits").get(resource, value)
             largest = _largest(policy, view, resource)
             if largest is None and resource.startswith(DEVICE_CLASS_PREFIX):
@@ -619,14 +704,17 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
                     found.append((level, _not_offered(ref, resource, raw, policy, f"{where}, {check_name}")))
                 covered.add(resource)
             elif value > largest[0] and rules.fits is not Check.OFF:
-                found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where)))
+                unit = "GiB" if resource == ACK_MEMORY else ""  # of one GPU (cluster.per_container)
+                found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where, unit)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted(held - covered):  # ACK too: a pod's memory is on one GPU (memshare.py)
+        for resource in sorted(held - covered - VGPU_MEMORY):  # vGPUs: each container's on GPUs of its own
             largest = _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
                 found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
+        if plan.vgpus is not None:
+            found += [(rules.fits, line) for line in _vgpu_fits(holders, policy, plan.vgpus, where, view)]
     if plan.pools.shapes and rules.fits is not Check.OFF:
         found += _pooled(holders, {}, policy, view, plan.pools)
     for item in plan.drift:
@@ -652,17 +740,70 @@ def _node(largest: tuple[int, str], view: ClusterView) -> str:
 
 
 def _too_big(
-    ref: ContainerRef, resource: str, raw: Any, largest: tuple[int, str], view: ClusterView, where: str
+    ref: ContainerRef,
+    resource: str,
+    raw: Any,
+    largest: tuple[int, str],
+    view: ClusterView,
+    where: str,
+    unit: str = "",
+    holder: str = "",
+    why: str = "",
+    each: str = "",
 ) -> Violation:
-    amount, shown = largest[0], quantity_text(raw)
-    holder = "one GPU of a node holds is" if resource == ACK_MEMORY else "one node holds is"
-    unit = " GiB" if resource == ACK_MEMORY else ""
+    """`resource` (as written: `raw`) more than `largest` holds: a node's, or where `unit` is given (GiB, MiB,
+    units of 10 MiB) one GPU's; `holder`, `why` and `each` for another measure (the vGPUs' GPUs, _vgpu_fits)."""
+    amount, shown = largest[0], quantity_text(raw) + each
+    holder = holder or ("one GPU of a node holds is" if unit else "one node holds is")
     return container_violation(
         ref,
-        f"{resource} {shown} fits on no node: the most {holder} {amount}{unit} ({_node(largest, view)}); "
-        f"request at most {amount}, or list a larger node pool in cluster.assumeNodes ({where}, cluster.fits)",
+        f"{resource} {shown} fits on no node: {why}the most {holder} {amount}{' ' if unit else ''}{unit} "
+        f"({_node(largest, view)}); request at most {amount}, or list a larger node pool in cluster.assumeNodes "
+        f"({where}, cluster.fits)",
         f"{resource} {shown} fits on no node (most: {amount}); request at most {amount}",
     )
+
+
+def _vgpu_fits(holders: Holders, policy: Policy, vgpus: _Vgpus, where: str, view: ClusterView) -> list[Violation]:
+    """Each container whose HAMi or Volcano vGPUs (memshare.vgpus) fit on no node's registered GPUs, one each on
+    a GPU of its own (_Vgpus): memory more than the largest GPU has, more vGPUs than a node has GPUs, or, where
+    neither alone, not that many GPUs of that memory on one node. A container asking more vGPUs than any node
+    advertises has its line already (_too_big). Volcano's scheduler places the vGPUs of a pod's containers
+    only (ExtractResourceRequest reads no init container): its init containers are not judged."""
+    found: list[Violation] = []
+    judged: set[tuple[str, int]] = set()
+    for ref, counts in holders:
+        if (vgpus.count not in counts and vgpus.memory not in counts) or (ref.section, ref.index) in judged:
+            continue
+        if vgpus.containers_only and ref.section != "containers":
+            continue
+        judged.add((ref.section, ref.index))
+        limits = ref.resource_map("limits")
+        asked = memshare.vgpus(limits, policy)
+        if asked is None or asked[0] > vgpus.advertised:
+            continue
+        count, memory = asked
+        best = vgpus.best(count, memory)
+        if best is None:
+            continue
+        spec = memshare.spec_of(policy)
+        assert spec is not None
+        unit = memshare.unit_text(spec, memshare.units_of(spec, policy)[1])
+        own = f"{spec.title} puts each vGPU of a container on a GPU of its own, and "
+        if memory > vgpus.largest[0]:
+            found.append(_too_big(ref, vgpus.memory, limits[vgpus.memory], vgpus.largest, view, where, unit))
+        if count > vgpus.most[0]:
+            found.append(
+                _too_big(ref, vgpus.count, limits[vgpus.count], vgpus.most, view, where,
+                         holder="GPUs one node registers is", why=own)
+            )  # fmt: skip
+        elif memory <= vgpus.largest[0]:
+            each = f" with {vgpus.memory} {quantity_text(limits[vgpus.memory])} each"
+            found.append(
+                _too_big(ref, vgpus.count, limits[vgpus.count], best, view, where,
+                         holder=f"GPUs of {memory} {unit} or more one node registers is", why=own, each=each)
+            )  # fmt: skip
+    return found
 
 
 def _pod_too_big(

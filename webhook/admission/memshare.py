@@ -497,12 +497,19 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
 def node_amounts(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> dict[str, int | Fraction]:
     """A container's amounts of one GPU that a node must hold on one of its GPUs, for the cluster's fits check:
     ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py), the
-    share of each of the `gpus` its pod spreads over. HAMi's and Volcano's nodes advertise no per-GPU memory as
-    a resource: nothing."""
-    if policy.sharing.backend is not Backend.ACK or not limits:
+    share of each of the `gpus` its pod spreads over; a Volcano vGPU's memory where no `volcano.sh/vgpu-number`
+    counts it (one vGPU). The cluster checks place HAMi's and Volcano's vGPUs on the GPUs their device plugins
+    register (`vgpus`, clustercheck.py): this hands them the containers that the GPU counts do not."""
+    spec = spec_of(policy)
+    if spec is None or not limits:
         return {}
-    amount = _amount(limits, ACK_MEMORY)
-    return {ACK_MEMORY: amount if gpus == 1 else Fraction(amount, gpus)} if amount else {}
+    if spec.backend is Backend.ACK:
+        amount = _amount(limits, ACK_MEMORY)
+        return {ACK_MEMORY: amount if gpus == 1 else Fraction(amount, gpus)} if amount else {}
+    if spec.backend is Backend.VOLCANO and spec.count not in limits:
+        amount = _amount(limits, spec.memory)
+        return {spec.memory: amount} if amount else {}
+    return {}
 
 
 Lines = tuple[tuple[str, str], ...]  # (line, short) of each problem
@@ -611,6 +618,30 @@ def ack_pod(
         )
     problems.append((line, f"{ACK_MEMORY} {total} in all: more than {gpus} GPUs' memory; ask for less"))
     return problems
+
+
+def vgpus(limits: dict[str, Any], policy: Policy) -> tuple[int, int] | None:
+    """(vGPUs, each one's memory in the backend's unit) as HAMi's or Volcano's scheduler reads a container's
+    limits; the memory 0 where any GPU holds it (a percentage of the GPU, or none asked: all of it, or HAMi's
+    defaultMemory, unknown here); None where the container holds no vGPU, or under another backend. Each vGPU
+    of a container goes to a GPU of its own, which must have that memory free.
+    - HAMi (pkg/device/nvidia/device.go at 4707fb02c91c, GenerateResourceRequests and Fit): `nvidia.com/gpu`
+      vGPUs of `nvidia.com/gpumem` MiB each, compared with the MiB the GPU registers; `gpumem-percentage` only
+      where no gpumem is asked.
+    - Volcano (volcano-sh/volcano pkg/scheduler/api/devices/util.go ExtractResourceRequest and
+      nvidia/vgpu/utils.go checkNodeGPUSharingPredicateAndScore at ed72c7c815a9): `volcano.sh/vgpu-number`,
+      else 1 where `volcano.sh/vgpu-memory` is asked alone; the memory in units, compared with the units the
+      GPU registers, unless `volcano.sh/vgpu-memory-percentage` is asked, which it reads first."""
+    spec = spec_of(policy)
+    if spec is None or spec.backend is Backend.ACK:
+        return None
+    assert spec.count is not None and spec.percent is not None
+    if spec.backend is Backend.VOLCANO:
+        count = _amount(limits, spec.count) if spec.count in limits else int(spec.memory in limits)
+        memory = 0 if spec.percent in limits else _amount(limits, spec.memory)
+    else:
+        count, memory = _amount(limits, spec.count), _amount(limits, spec.memory)
+    return (count, memory) if count else None
 
 
 def worth_text(worth: Fraction) -> str:
