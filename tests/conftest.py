@@ -38,10 +38,19 @@ EXAMPLE_POLICIES = ROOT / "examples" / "policies"  # one policy per sharing mode
 READY_TIMEOUT = 20.0  # seconds; a server is normally ready in well under 2
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port no listener holds now and that this process has not handed out before: the kernel may give the
+    same free port to two binds in a row, and a server given it for HTTPS and metrics would not start."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def gpu_webhook_command() -> list[str]:
