@@ -757,24 +757,37 @@ def test_a_fraction_beside_the_backends_own_resources_is_refused_saying_so() -> 
     ]
 
 
-def test_policy_lint_cluster_reports_acks_drift_from_the_nodes_list(tmp_path) -> None:
-    """`policy lint --cluster` on a loopback Kubernetes API whose ACK nodes pack while the policy spreads."""
+def against_nodes(tmp_path: Path, namespace: str, nodes: list[dict], example: str, *command: str,
+                  policy_text: str | None = None):  # fmt: skip
+    """`gpu-webhook <command>` with the shipped example policy `example` (or `policy_text`) in a policies directory,
+    against a loopback Kubernetes API holding the namespace and `nodes`; `{policies}` and `{kubeconfig}` in the
+    command are filled in."""
     from tests.fake_kube_api import FakeKubeAPI
     from tests.test_cli_audit import gpu_webhook
 
     api = FakeKubeAPI().start()
     try:
-        api.add_namespaces("default", "ack-notebooks")
-        api.put_node(_ack_node("ack-0", "cgpu", "binpack"))
-        api.put_node(_ack_node("ack-1", "cgpu", "binpack"))
+        api.add_namespaces("default", namespace)
+        for body in nodes:
+            api.put_node(body)
         policies = tmp_path / "policies"
         policies.mkdir()
-        root = Path(__file__).resolve().parent.parent
-        (policies / "ack.yaml").write_text((root / "examples" / "policies" / "memory-ack.yaml").read_text())
+        text = policy_text or (Path(__file__).resolve().parent.parent / "examples" / "policies" / example).read_text()
+        (policies / example).write_text(text)
         kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
+        return gpu_webhook(*(arg.format(policies=policies, kubeconfig=kubeconfig) for arg in command))
     finally:
         api.stop()
+
+
+LINT = ("policy", "lint", "{policies}", "--cluster", "--kubeconfig", "{kubeconfig}")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
+
+
+def test_policy_lint_cluster_reports_acks_drift_from_the_nodes_list(tmp_path) -> None:
+    """`policy lint --cluster` on a loopback Kubernetes API whose ACK nodes pack while the policy spreads."""
+    nodes = [_ack_node("ack-0", "cgpu", "binpack"), _ack_node("ack-1", "cgpu", "binpack")]
+    run = against_nodes(tmp_path, "ack-notebooks", nodes, "memory-ack.yaml", *LINT)
     assert run.returncode == 1, run.stderr
     assert run.stdout.splitlines()[-4:-1] == [
         "POLICY                 FIELD              POLICY SAYS  NODES SAY" + " " * 23 + "NODES" + " " * 19 + "FIX",
@@ -936,26 +949,9 @@ def test_hami_drift_compares_the_registered_gpus_with_the_policys_model_and_memo
 
 def test_policy_lint_cluster_reports_hamis_drift_from_the_nodes_annotations(tmp_path) -> None:
     """`policy lint --cluster` on a loopback Kubernetes API whose HAMi nodes register V100s; the policy says A100."""
-    from tests.fake_kube_api import FakeKubeAPI
-    from tests.test_cli_audit import gpu_webhook
-
-    api = FakeKubeAPI().start()
-    try:
-        api.add_namespaces("default", "hami-serving")
-        api.put_node(_hami_node("hami-0", HAMI_JSON))
-        api.put_node(_hami_node("hami-1", HAMI_LEGACY))
-        policies = tmp_path / "policies"
-        policies.mkdir()
-        root = Path(__file__).resolve().parent.parent
-        (policies / "hami.yaml").write_text(
-            (root / "examples" / "policies" / "memory-hami.yaml")
-            .read_text()
-            .replace("model: A100-80GB", "memoryMiB: 81920")
-        )
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
-    finally:
-        api.stop()
+    text = (EXAMPLES / "memory-hami.yaml").read_text().replace("model: A100-80GB", "memoryMiB: 81920")
+    nodes = [_hami_node("hami-0", HAMI_JSON), _hami_node("hami-1", HAMI_LEGACY)]
+    run = against_nodes(tmp_path, "hami-serving", nodes, "memory-hami.yaml", *LINT, policy_text=text)
     assert run.returncode == 1, run.stderr
     assert run.stdout.splitlines()[-4:-1] == [
         "POLICY          FIELD          POLICY SAYS  NODES SAY  NODES            FIX",
@@ -1450,29 +1446,16 @@ def test_a_node_without_registered_gpus_is_not_judged_per_gpu() -> None:
 def test_check_cluster_fits_a_hami_vgpu_on_the_gpus_the_nodes_register(tmp_path) -> None:
     """`gpu-webhook check --cluster` on a loopback Kubernetes API whose HAMi nodes register eight A100-40GBs
     each (nvidia.com/gpu 80): the shipped HAMi policy's 0.75 of an A100-80GB fits none of them."""
-    from tests.fake_kube_api import FakeKubeAPI
-    from tests.test_cli_audit import gpu_webhook
-
-    api = FakeKubeAPI().start()
-    try:
-        api.add_namespaces("default", "hami-serving")
-        api.put_node(_hami_gpus("hami-0", 40960, 8))
-        api.put_node(_hami_gpus("hami-1", 40960, 8))
-        policies = tmp_path / "policies"
-        policies.mkdir()
-        root = Path(__file__).resolve().parent.parent
-        text = (root / "examples" / "policies" / "memory-hami.yaml").read_text()
-        (policies / "hami.yaml").write_text(text + "  cluster:\n    fits: deny\n    drift: off\n")
-        manifest = tmp_path / "pods.json"
-        asked = {"apiVersion": "v1", "kind": "List", "items": [
-            {**gpu_pod(value), "metadata": {"name": f"p{index}", "namespace": "hami-serving"}}
-            for index, value in enumerate(("0.75", "0.5"))
-        ]}  # fmt: skip
-        manifest.write_text(json.dumps(asked))
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        run = gpu_webhook("check", "--cluster", "--kubeconfig", kubeconfig, "--policies", str(policies), str(manifest))
-    finally:
-        api.stop()
+    text = (EXAMPLES / "memory-hami.yaml").read_text() + "  cluster:\n    fits: deny\n    drift: off\n"
+    manifest = tmp_path / "pods.json"
+    asked = {"apiVersion": "v1", "kind": "List", "items": [
+        {**gpu_pod(value), "metadata": {"name": f"p{index}", "namespace": "hami-serving"}}
+        for index, value in enumerate(("0.75", "0.5"))
+    ]}  # fmt: skip
+    manifest.write_text(json.dumps(asked))
+    command = ("check", "--cluster", "--kubeconfig", "{kubeconfig}", "--policies", "{policies}", str(manifest))
+    nodes = [_hami_gpus("hami-0", 40960, 8), _hami_gpus("hami-1", 40960, 8)]
+    run = against_nodes(tmp_path, "hami-serving", nodes, "memory-hami.yaml", *command, policy_text=text)
     assert run.returncode == 1, run.stdout + run.stderr
     assert [line for line in run.stdout.splitlines() if line.startswith("DENY")] == [
         f'DENY {manifest}#0 items[0] Pod/p0: container "app": nvidia.com/gpumem "61440" fits on no node: the most one '
@@ -1484,23 +1467,8 @@ def test_check_cluster_fits_a_hami_vgpu_on_the_gpus_the_nodes_register(tmp_path)
 def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(tmp_path) -> None:
     """`policy lint --cluster` on a loopback Kubernetes API whose Volcano nodes register H100s in units of
     1 MiB (the device plugin's default factor), and one in the shipped example's 10."""
-    from tests.fake_kube_api import FakeKubeAPI
-    from tests.test_cli_audit import gpu_webhook
-
-    api = FakeKubeAPI().start()
-    try:
-        api.add_namespaces("default", "vgpu-batch")
-        api.put_node(_volcano_node("vgpu-0", 81559))
-        api.put_node(_volcano_node("vgpu-1", 81559, mode=None))
-        api.put_node(_volcano_node("vgpu-2", 8155))
-        policies = tmp_path / "policies"
-        policies.mkdir()
-        root = Path(__file__).resolve().parent.parent
-        (policies / "volcano.yaml").write_text((root / "examples" / "policies" / "memory-volcano.yaml").read_text())
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        run = gpu_webhook("policy", "lint", str(policies), "--cluster", "--kubeconfig", kubeconfig)
-    finally:
-        api.stop()
+    nodes = [_volcano_node("vgpu-0", 81559), _volcano_node("vgpu-1", 81559, mode=None), _volcano_node("vgpu-2", 8155)]
+    run = against_nodes(tmp_path, "vgpu-batch", nodes, "memory-volcano.yaml", *LINT)
     assert run.returncode == 1, run.stderr
     assert run.stdout.splitlines()[-4:-1] == [
         "POLICY              FIELD                    POLICY SAYS  NODES SAY                                         "
