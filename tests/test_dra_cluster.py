@@ -597,3 +597,83 @@ def test_a_claim_of_a_class_that_shares_the_namespaces_way_is_shared_where_the_s
         'GpuConfig shares: the pod would hold them alone, and policy "team" shares GPUs by time-slicing; name a claim '
         "whose GpuConfig sets sharing.strategy TimeSlicing"
     ]
+
+
+SHARED_POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: notebooks}
+spec:
+  namespaces: [notebooks]
+  sharing: {mode: time-slicing, replicas: 4}
+  cluster: {fits: deny}
+"""
+
+
+def test_the_server_reads_the_classes_configs_from_its_watches(start_server, tmp_path):
+    """Through the real server: a pod whose replica only an unshared DeviceClass serves is refused; once the
+    class carries the namespace's GpuConfig it is admitted; a claim with no GpuConfig of its own is admitted
+    when its class shares the namespace's way."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_dra import claim, exactly
+    from tests.test_inventory import eventually
+    from tests.test_server import pod as gpu_pod
+    from tests.test_server import review
+
+    api = FakeKubeAPI().start()
+    api.put_node(node("dra-1", {}))
+    shared_gpu_class = {**TIMESLICED, "metadata": {"name": "gpu.nvidia.com"}, "spec": {
+        **TIMESLICED["spec"], "extendedResourceName": "nvidia.com/gpu"}}  # fmt: skip
+    for item in (UNSHARED, shared_gpu_class):
+        api.put(item)
+    api.put(gpu_slice("dra-1"))
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "p.yaml").write_text(SHARED_POLICY)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+        one = claim(exactly(count=1))
+        one["metadata"]["namespace"] = "notebooks"
+        eventually(lambda: review(server, "validate", one)["allowed"] is True, timeout=10)
+        denied = review(server, "validate", gpu_pod("notebooks", "1"))
+        assert denied["status"]["message"] == (
+            'container "main": nvidia.com/gpu.shared "1" would be GPUs of its own: every node offering it (1 node '
+            '(dra-1)) serves it through DeviceClass "gpu-shared.example.com", whose own config does not share GPUs '
+            'by time-slicing, and the claim the scheduler makes for it carries no other; policy "notebooks" shares '
+            "GPUs by time-slicing; ask an admin to add a GpuConfig with sharing.strategy TimeSlicing to the "
+            "DeviceClass's spec.config, or to serve nvidia.com/gpu.shared from the device plugin (policy "
+            '"notebooks", cluster.fits)'
+        )
+        api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
+        eventually(lambda: review(server, "validate", gpu_pod("notebooks", "1"))["allowed"] is True, timeout=10)
+    finally:
+        api.stop()
+
+
+def test_policy_lint_cluster_names_a_class_that_serves_the_replica_unshared(tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_check import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    api.add_namespaces("notebooks")
+    for name in ("dra-1", "dra-2"):
+        api.put_node(node(name, {}))
+        api.put(gpu_slice(name))
+    api.put(UNSHARED)
+    try:
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "p.yaml").write_text(SHARED_POLICY)
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+                          "-o", "json")  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
+            UNSHARED_DRIFT.replace('policy "team"', 'policy "notebooks"')
+        ]
+        api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+                          "-o", "json")  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
+    finally:
+        api.stop()
