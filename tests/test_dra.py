@@ -584,3 +584,38 @@ def test_policy_explain_says_that_whole_gpus_need_the_namespaces_gpu_config_unde
         "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com; gpu.nvidia.com only in "
         "claims whose GpuConfig sets sharing.strategy MPS",
     ]
+
+
+def test_a_request_with_no_gpu_config_of_its_own_gets_its_device_classs_config_where_the_class_is_known():
+    """NVIDIA's driver applies a DeviceClass's configs (source FromClass) under the claim's own, a later one over
+    an earlier one (GetOpaqueDeviceConfigs). So with the server's classes, a request no GpuConfig of the claim
+    covers is shared when its class's GpuConfig shares the namespace's way; a claim's GpuConfig without a
+    strategy stands over the class's; a class sharing by MPS does not cover a time-slicing namespace."""
+    from webhook.admission import dra
+
+    plain = claim(exactly(count=1))
+    line = (
+        'request "gpu": gpu.nvidia.com count 1 asks for whole GPUs with no GpuConfig to share them: the claim would '
+        'hold them alone, and policy "team" shares GPUs by time-slicing; add a config for this request with opaque '
+        "driver gpu.nvidia.com and parameters apiVersion resource.nvidia.com/v1beta1, kind GpuConfig, "
+        "sharing.strategy TimeSlicing"
+    )
+
+    def lines(obj: dict, classes: dict[str, str] | None) -> list[str]:
+        return [v.line for v in dra.judge(obj, TIME_SLICED, ("spec",), classes)]
+
+    assert lines(plain, None) == [line], "offline: the claim says it itself"
+    assert lines(plain, {"gpu.nvidia.com": "TimeSlicing"}) == []
+    assert lines(plain, {"gpu.nvidia.com": ""}) == [line]
+    assert lines(plain, {"gpu.nvidia.com": "MPS"}) == [line]
+    assert lines(plain, {"mig.nvidia.com": "TimeSlicing"}) == [line], "another class's config"
+    bare = {"opaque": {"driver": "gpu.nvidia.com", "parameters": {"apiVersion": "resource.nvidia.com/v1beta1",
+                                                                  "kind": "GpuConfig"}}}  # fmt: skip
+    assert lines(claim(exactly(count=1), config=[bare]), {"gpu.nvidia.com": "TimeSlicing"}) == [line]
+    two = claim(exactly(count=1), exactly("other", count=1), config=[{**bare, "requests": ["other"]}])
+    assert lines(two, {"gpu.nvidia.com": "TimeSlicing"}) == [line.replace('request "gpu"', 'request "other"')], (
+        "the bare GpuConfig stands over the class's for the request it names only"
+    )
+    assert dra.class_strategy([gpu_config("TimeSlicing"), gpu_config("MPS")]) == "MPS"
+    assert dra.class_strategy([gpu_config("TimeSlicing"), gpu_config("MPS", kind="MigDeviceConfig")]) == "TimeSlicing"
+    assert dra.class_strategy(None) == dra.class_strategy("junk") == ""

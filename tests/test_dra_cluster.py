@@ -12,9 +12,9 @@ import yaml
 from tests.engine_support import container, pod, policy
 from tests.test_clustercheck import DENY, node, view
 from webhook.admission.cluster import ClusterView
-from webhook.admission.draslices import ClassInfo, Device, class_info, merge, slice_info
+from webhook.admission.draslices import ClassInfo, Device, class_info, merge, sharing_of, slice_info
 from webhook.admission.engine import evaluate
-from webhook.admission.policy import Limits, PolicySet
+from webhook.admission.policy import ClusterChecks, Limits, Mode, PolicySet, Sharing
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dra"
 CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
@@ -26,7 +26,7 @@ def dra_view(*slices: dict, classes: list[dict] = CLASSES) -> ClusterView:
     """Nodes without any GPU resource (a DRA-only pool) and a CPU node, with the slices and classes merged."""
     nodes = view(node("gpu-node-1", {}), node("cpu-a", {})).nodes
     read = dict(filter(None, map(class_info, classes)))
-    return ClusterView(merge(nodes, [s for _, s in filter(None, map(slice_info, slices))], read))
+    return ClusterView(merge(nodes, [s for _, s in filter(None, map(slice_info, slices))], read), (), sharing_of(read))
 
 
 def judged(gpus: str, cluster: ClusterView, resource: str = "nvidia.com/gpu") -> tuple[str, list[str]]:
@@ -463,5 +463,217 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
             "as those the rest of it selects, the most it may select (the cluster checks never refuse a pod on what "
             "they cannot read)"
         )
+    finally:
+        api.stop()
+
+
+SHARED_CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "shared-deviceclasses.yaml").read_text()) if d]
+UNSHARED, TIMESLICED = SHARED_CLASSES
+TIME_SLICED = policy(
+    sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), limits=Limits(max_per_container=16, max_per_pod=16),
+    cluster_checks=DENY,
+)  # fmt: skip
+
+
+def gpu_slice(node_name: str) -> dict:
+    """The fixture's ResourceSlice (8 H100s), published by another node."""
+    return {
+        **SLICE,
+        "metadata": {"name": f"{node_name}-gpu.nvidia.com"},
+        "spec": {**SLICE["spec"], "nodeName": node_name},
+    }
+
+
+def test_a_device_classs_own_gpu_config_is_read_into_its_class_info():
+    read = dict(map(class_info, SHARED_CLASSES))
+    assert read["gpu-shared.example.com"].sharing == ""
+    assert read["gpu-timesliced.example.com"].sharing == "TimeSlicing"
+    assert dict(map(class_info, CLASSES))["gpu.nvidia.com"].sharing == "", "NVIDIA's classes carry no config"
+    mps_last = {**TIMESLICED, "spec": {**TIMESLICED["spec"], "config": [*TIMESLICED["spec"]["config"], {"opaque": {
+        "driver": "gpu.nvidia.com", "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                                                   "sharing": {"strategy": "MPS"}}}}]}}  # fmt: skip
+    assert class_info(mps_last)[1].sharing == "MPS", "a later config wins, as the driver applies them"
+    bare_last = {**TIMESLICED, "spec": {**TIMESLICED["spec"], "config": [*TIMESLICED["spec"]["config"], {"opaque": {
+        "driver": "gpu.nvidia.com", "parameters": {"apiVersion": "resource.nvidia.com/v1beta1",
+                                                   "kind": "GpuConfig"}}}]}}  # fmt: skip
+    assert class_info(bare_last)[1].sharing == ""
+    other_driver = {**TIMESLICED, "spec": {**TIMESLICED["spec"], "config": [
+        {"opaque": {"driver": "gpu.example.com", "parameters": TIMESLICED["spec"]["config"][0]["opaque"]["parameters"]}}
+    ]}}  # fmt: skip
+    assert class_info(other_driver)[1].sharing == ""
+
+
+UNSHARED_DRIFT = (
+    'policy "team" sharing.mode is time-slicing, but 2 nodes (dra-1, dra-2) say DeviceClass "gpu-shared.example.com" '
+    "serves nvidia.com/gpu.shared with no GpuConfig: pods asking nvidia.com/gpu.shared there get GPUs not shared by "
+    "time-slicing, through a claim the scheduler makes with no config but the class's; add a GpuConfig with "
+    'sharing.strategy TimeSlicing (opaque driver gpu.nvidia.com) to DeviceClass "gpu-shared.example.com" '
+    "spec.config, or serve nvidia.com/gpu.shared from the device plugin on these nodes"
+)
+WHOLE_GPUS = (
+    'container "train": nvidia.com/gpu.shared "1" would be GPUs of its own: every node offering it (2 nodes (dra-1, '
+    'dra-2)) serves it through DeviceClass "gpu-shared.example.com", whose own config does not share GPUs by '
+    'time-slicing, and the claim the scheduler makes for it carries no other; policy "team" shares GPUs by '
+    "time-slicing; ask an admin to add a GpuConfig with sharing.strategy TimeSlicing to the DeviceClass's "
+    'spec.config, or to serve nvidia.com/gpu.shared from the device plugin (policy "team", cluster.fits)'
+)
+
+
+def shared_view(classes: list[dict], *plugin_nodes: dict) -> ClusterView:
+    nodes = view(node("dra-1", {}), node("dra-2", {}), *plugin_nodes).nodes
+    read = dict(filter(None, map(class_info, classes)))
+    slices = [slice_info(gpu_slice(name))[1] for name in ("dra-1", "dra-2")]
+    return ClusterView(merge(nodes, slices, read), (), sharing_of(read))
+
+
+def test_a_class_serving_the_replica_name_without_the_namespaces_gpu_config_is_drift_and_refused_where_only_it_serves():
+    from webhook.admission import clustercheck
+
+    unshared = shared_view([UNSHARED])
+    assert [d.line for d in clustercheck.drift(TIME_SLICED, unshared)] == [UNSHARED_DRIFT]
+    asking = pod(container("train", limits={"nvidia.com/gpu": "1"}))  # mapped to nvidia.com/gpu.shared: 1
+    decision = evaluate(asking, "team", PolicySet((TIME_SLICED,)), nodes=unshared)
+    assert (decision.verdict, decision.violations) == ("deny", [
+        WHOLE_GPUS,
+        f"pod: {UNSHARED_DRIFT} (cluster.drift)",
+    ])  # fmt: skip
+    shared = shared_view([TIMESLICED])
+    assert clustercheck.drift(TIME_SLICED, shared) == ()
+    assert evaluate(asking, "team", PolicySet((TIME_SLICED,)), nodes=shared).verdict == "allow"
+    # A node whose device plugin shares GPUs offers the replica too: the pod may run shared, so it is not
+    # refused for the classes (the drift still names them)
+    labels = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    plugin = node("plugin-1", {"nvidia.com/gpu.shared": "32"}, labels)
+    mixed = shared_view([UNSHARED], plugin)
+    decision = evaluate(asking, "team", PolicySet((TIME_SLICED,)), nodes=mixed)
+    assert (decision.verdict, decision.violations) == ("deny", [f"pod: {UNSHARED_DRIFT} (cluster.drift)"])
+    warned = dataclasses.replace(TIME_SLICED, cluster_checks=ClusterChecks(), memo={})  # fits, drift: warn
+    decision = evaluate(asking, "team", PolicySet((warned,)), nodes=unshared)
+    assert decision.verdict == "allow"
+    assert decision.warnings[2:] == [
+        'gpu-admission: container "train": nvidia.com/gpu.shared: DRA serves it unshared ("gpu-shared.example.com"); '
+        "ask an admin",
+        "gpu-admission: pod: policy sharing.mode disagrees with 2 nodes; ask an admin to fix the policy",
+    ]
+    mps = dataclasses.replace(TIME_SLICED, sharing=Sharing(mode=Mode.MPS, replicas=4), memo={})
+    assert [d.nodes_say for d in clustercheck.drift(mps, shared)] == [
+        'DeviceClass "gpu-timesliced.example.com" serves nvidia.com/gpu.shared with a TimeSlicing GpuConfig'
+    ]
+
+
+def test_a_claim_of_a_class_that_shares_the_namespaces_way_is_shared_where_the_server_knows_the_class():
+    """A claim with no GpuConfig of its own gets its DeviceClass's (the driver applies the class's configs under
+    the claim's): where the snapshot holds the class, one that shares by the namespace's strategy covers it;
+    offline (no snapshot) the claim must carry the GpuConfig itself, as before."""
+    from tests.test_dra import claim, exactly
+    from tests.test_dra_pods import claiming, index, named, using
+
+    shared_gpu_class = {**TIMESLICED, "metadata": {"name": "gpu.nvidia.com"}}
+    known = shared_view([shared_gpu_class])
+    plain = named(claim(exactly(count=1)), "one")
+    policies = PolicySet((TIME_SLICED,))
+    unshared_line = (
+        'request "gpu": gpu.nvidia.com count 1 asks for whole GPUs with no GpuConfig to share them: the claim would '
+        'hold them alone, and policy "team" shares GPUs by time-slicing; add a config for this request with opaque '
+        "driver gpu.nvidia.com and parameters apiVersion resource.nvidia.com/v1beta1, kind GpuConfig, "
+        "sharing.strategy TimeSlicing"
+    )
+    assert evaluate(plain, "team", policies).violations == [unshared_line], "offline: today's rule"
+    assert evaluate(plain, "team", policies, nodes=shared_view([CLASSES[0]])).violations == [unshared_line]
+    assert evaluate(plain, "team", policies, nodes=known).verdict == "allow"
+    bare = named(claim(exactly(count=1)), "bare")
+    bare["spec"]["devices"]["config"] = [{"opaque": {"driver": "gpu.nvidia.com", "parameters": {
+        "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}}}]  # fmt: skip
+    assert evaluate(bare, "team", policies, nodes=known).violations == [unshared_line], (
+        "the claim's own GpuConfig stands over the class's"
+    )
+    claims = index(plain, bare)
+    for source, verdict in (("one", "allow"), ("bare", "deny")):
+        decision = evaluate(claiming(using("train", "gpus"), gpus=source), "team", policies, nodes=known, claims=claims)
+        assert decision.verdict == verdict, (source, decision.violations)
+    decision = evaluate(claiming(using("train", "gpus"), gpus="one"), "team", policies, claims=claims)
+    assert decision.violations == [
+        'pod: claim "gpus" (ResourceClaim "one") request "gpu": gpu.nvidia.com count 1 asks for whole GPUs that no '
+        'GpuConfig shares: the pod would hold them alone, and policy "team" shares GPUs by time-slicing; name a claim '
+        "whose GpuConfig sets sharing.strategy TimeSlicing"
+    ]
+
+
+SHARED_POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: notebooks}
+spec:
+  namespaces: [notebooks]
+  sharing: {mode: time-slicing, replicas: 4}
+  cluster: {fits: deny}
+"""
+
+
+def test_the_server_reads_the_classes_configs_from_its_watches(start_server, tmp_path):
+    """Through the real server: a pod whose replica only an unshared DeviceClass serves is refused; once the
+    class carries the namespace's GpuConfig it is admitted; a claim with no GpuConfig of its own is admitted
+    when its class shares the namespace's way."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_dra import claim, exactly
+    from tests.test_inventory import eventually
+    from tests.test_server import pod as gpu_pod
+    from tests.test_server import review
+
+    api = FakeKubeAPI().start()
+    api.put_node(node("dra-1", {}))
+    shared_gpu_class = {**TIMESLICED, "metadata": {"name": "gpu.nvidia.com"}, "spec": {
+        **TIMESLICED["spec"], "extendedResourceName": "nvidia.com/gpu"}}  # fmt: skip
+    for item in (UNSHARED, shared_gpu_class):
+        api.put(item)
+    api.put(gpu_slice("dra-1"))
+    try:
+        policies = tmp_path / "policies"
+        policies.mkdir()
+        (policies / "p.yaml").write_text(SHARED_POLICY)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+        one = claim(exactly(count=1))
+        one["metadata"]["namespace"] = "notebooks"
+        eventually(lambda: review(server, "validate", one)["allowed"] is True, timeout=10)
+        denied = review(server, "validate", gpu_pod("notebooks", "1"))
+        assert denied["status"]["message"] == (
+            'container "main": nvidia.com/gpu.shared "1" would be GPUs of its own: every node offering it (1 node '
+            '(dra-1)) serves it through DeviceClass "gpu-shared.example.com", whose own config does not share GPUs '
+            'by time-slicing, and the claim the scheduler makes for it carries no other; policy "notebooks" shares '
+            "GPUs by time-slicing; ask an admin to add a GpuConfig with sharing.strategy TimeSlicing to the "
+            "DeviceClass's spec.config, or to serve nvidia.com/gpu.shared from the device plugin (policy "
+            '"notebooks", cluster.fits)'
+        )
+        api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
+        eventually(lambda: review(server, "validate", gpu_pod("notebooks", "1"))["allowed"] is True, timeout=10)
+    finally:
+        api.stop()
+
+
+def test_policy_lint_cluster_names_a_class_that_serves_the_replica_unshared(tmp_path):
+    from tests.fake_kube_api import FakeKubeAPI
+    from tests.test_cli_check import gpu_webhook
+
+    api = FakeKubeAPI().start()
+    api.add_namespaces("notebooks")
+    for name in ("dra-1", "dra-2"):
+        api.put_node(node(name, {}))
+        api.put(gpu_slice(name))
+    api.put(UNSHARED)
+    try:
+        (tmp_path / "policies").mkdir()
+        (tmp_path / "policies" / "p.yaml").write_text(SHARED_POLICY)
+        config = api.write_kubeconfig(tmp_path / "kubeconfig")
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+                          "-o", "json")  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
+            UNSHARED_DRIFT.replace('policy "team"', 'policy "notebooks"')
+        ]
+        api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
+        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+                          "-o", "json")  # fmt: skip
+        assert run.returncode == 0, run.stdout + run.stderr
     finally:
         api.stop()

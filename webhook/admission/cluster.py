@@ -258,6 +258,9 @@ class ClusterView:
     nodes: Mapping[str, NodeInfo]
     # What the view could not read in full, a line each (draslices.unread: DeviceClass selectors), for lint
     unread: tuple[str, ...] = field(default=(), compare=False)
+    # Each DeviceClass known, with the sharing strategy its own GpuConfig sets ("" none; draslices.sharing_of):
+    # a claim or an extended resource served by the class gets it (the cluster checks, dra.judge)
+    class_sharing: Mapping[str, str] = field(default_factory=dict, compare=False)
     _largest: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False, compare=False)
     _derived: dict[tuple[str, int], tuple[object, Any]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -54,6 +54,7 @@ from webhook.admission.quantity import quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
     DEVICE_CLASS_PREFIX,
+    GPU_CONFIG_STRATEGIES,
     GPU_MODELS,
     HAMI_MEMORY,
     MIG_PREFIX,
@@ -65,7 +66,7 @@ from webhook.admission.resources import (
     mig_resource,
 )
 from webhook.admission.validate import Holders, container_violation, effective_total, pod_violation
-from webhook.admission.violation import SHORT_LIMIT, Violation
+from webhook.admission.violation import SHORT_LIMIT, Violation, cut
 
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
 VGPU_MEMORY = frozenset({HAMI_MEMORY, VOLCANO_MEMORY})  # one vGPU's memory, on one registered GPU (_Vgpus)
@@ -403,10 +404,60 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                     "set sharing.migProfile to a profile of migProfiles the nodes have, or change their MIG "
                     "layout (mig-parted)",
                 )
+    for class_name, (written, held) in unshared_dra(policy, view).items():
+        resource, strategy = sharing.resource_name, GPU_CONFIG_STRATEGIES[mode]
+        says = f'DeviceClass "{class_name}" serves {resource} with ' + (
+            f"a {written} GpuConfig" if written else "no GpuConfig"
+        )
+        found[("sharing.mode", says)] = (
+            str(mode),
+            f"pods asking {resource} there get GPUs not shared by {mode}, through a claim the scheduler makes "
+            "with no config but the class's",
+            f"add a GpuConfig with sharing.strategy {strategy} (opaque driver gpu.nvidia.com) to DeviceClass "
+            f'"{class_name}" spec.config, or serve {resource} from the device plugin on these nodes',
+            list(held),
+        )
     drifts = []
     for (field, says), (policy_says, effect, fix, names) in sorted(found.items()):
         drifts.append(Drift(policy.name, field, policy_says, says, tuple(sorted(names)), effect, fix))
     return tuple(drifts)
+
+
+def unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Under time-slicing or MPS: each DeviceClass that serves the policy's replica resource (`sharing.
+    resourceName`) on some of its nodes (KEP-5004, draslices.merge) and whose own config (`spec.config`) does not
+    share NVIDIA's GPUs by the policy's strategy -> (the strategy it sets, "" none; those nodes). The claim the
+    scheduler makes for the resource carries the class's config alone, so a pod there gets GPUs not shared
+    the policy's way. Worked out once per snapshot."""
+    return view.derived("cluster-unshared-dra", policy, lambda: _unshared_dra(policy, view))
+
+
+def _unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tuple[str, ...]]]:
+    mode = policy.sharing.mode
+    if not mode.is_shared:
+        return {}
+    resource, strategy = policy.sharing.resource_name, GPU_CONFIG_STRATEGIES[mode]
+    found: dict[str, list[str]] = {}
+    for node in policy_nodes(policy, view):
+        for served, class_name in node.served:
+            if served == resource and view.class_sharing.get(class_name, "") != strategy:
+                found.setdefault(class_name, []).append(node.name)
+    return {name: (view.class_sharing.get(name, ""), tuple(sorted(nodes))) for name, nodes in sorted(found.items())}
+
+
+def _whole_only(policy: Policy, view: ClusterView) -> dict[str, tuple[str, ...]]:
+    """The policy's replica resource -> the DeviceClasses serving it, where every node of the policy's that
+    offers it serves it through such a class (`unshared_dra`): a pod asking it gets GPUs of its own wherever
+    it runs. Empty where any node offering it shares it (a device plugin's replicas, a class with the config)."""
+    unshared = unshared_dra(policy, view)
+    if not unshared:
+        return {}
+    resource = policy.sharing.resource_name
+    bad = {node for _, nodes in unshared.values() for node in nodes}
+    offering = [node.name for node in policy_nodes(policy, view) if resource in node.allocatable]
+    if not offering or any(name not in bad for name in offering):
+        return {}
+    return {resource: tuple(unshared)}
 
 
 def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str] | None:
@@ -536,6 +587,7 @@ class _Plan:
     pools: _Pools
     vgpus: _Vgpus | None  # HAMi's or Volcano's registered GPUs, where the policy is of that backend
     per_gpu: bool  # a valid container's vGPUs may fit on no node's registered GPUs: _vgpu_fits judges them
+    whole_only: dict[str, tuple[str, ...]]  # the replica resource no node shares the policy's way (_whole_only)
 
 
 def _plan(policy: Policy, view: ClusterView) -> _Plan:
@@ -559,7 +611,9 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
             most = policy.per_container("whole")
             per_gpu = gpu_mib is None or vgpus.best(most, gpu_mib // unit_mib) is not None
         drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
-        plan = _Plan(view, roomy, drift_found, _pools(policy, view), vgpus, per_gpu)
+        whole_only = _whole_only(policy, view) if policy.cluster_checks.fits is not Check.OFF else {}
+        roomy = roomy.difference(whole_only)  # a pod holding it is searched (_search says why)
+        plan = _Plan(view, roomy, drift_found, _pools(policy, view), vgpus, per_gpu, whole_only)
         policy.memo["cluster-plan"] = plan
     return plan
 
@@ -717,6 +771,11 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
             found += [(rules.fits, line) for line in _vgpu_fits(holders, policy, plan.vgpus, where, view)]
     if plan.pools.shapes and rules.fits is not Check.OFF:
         found += _pooled(holders, {}, policy, view, plan.pools)
+    for resource, classes in plan.whole_only.items():
+        for ref, counts in holders:
+            if resource in counts:
+                raw = ref.resource_map("limits").get(resource, counts[resource])
+                found.append((rules.fits, _whole_gpus(ref, resource, raw, classes, policy, view)))
     for item in plan.drift:
         if _affects(item, held):
             found.append((rules.drift, _drift_violation(item)))
@@ -823,6 +882,26 @@ def _pod_too_big(
         f"most {holder} {amount}{unit} ({_node(largest, view)}); request at most {amount} in all, or split the "
         f"pod ({where}, cluster.fits)",
         f"{resource} total {total} fits on no node; request at most {amount} in all",
+    )
+
+
+def _whole_gpus(
+    ref: ContainerRef, resource: str, raw: Any, classes: tuple[str, ...], policy: Policy, view: ClusterView
+) -> Violation:
+    mode = policy.sharing.mode
+    strategy = GPU_CONFIG_STRATEGIES[mode]
+    nodes = sorted(node for _, held in (unshared_dra(policy, view)[name] for name in classes) for node in held)
+    shown = ", ".join(nodes[:NAMED_NODES]) + (", ..." if len(nodes) > NAMED_NODES else "")
+    named = " and ".join(f'"{name}"' for name in classes)
+    noun = "DeviceClass" if len(classes) == 1 else "DeviceClasses"
+    return container_violation(
+        ref,
+        f"{resource} {quantity_text(raw)} would be GPUs of its own: every node offering it ({nodes_text(len(nodes))} "
+        f"({shown})) serves it through {noun} {named}, whose own config does not share GPUs by {mode}, and the "
+        f'claim the scheduler makes for it carries no other; policy "{policy.name}" shares GPUs by {mode}; ask an '
+        f"admin to add a GpuConfig with sharing.strategy {strategy} to the DeviceClass's spec.config, or to serve "
+        f'{resource} from the device plugin (policy "{policy.name}", cluster.fits)',
+        f"{resource}: DRA serves it unshared ({cut(named, 32)}); ask an admin",
     )
 
 

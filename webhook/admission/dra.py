@@ -27,6 +27,7 @@ side from NVIDIA/k8s-dra-driver-gpu: the DeviceClasses' selectors (`device.attri
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -132,8 +133,11 @@ _is_label: Any = BoundedMemo(lambda name: len(name) <= 63 and _DNS_LABEL.match(n
 _is_subdomain: Any = BoundedMemo(lambda name: len(name) <= 253 and _DNS_SUBDOMAIN.match(name) is not None).__getitem__
 
 
-def judge(obj: dict[str, Any], policy: Policy, path: tuple[str, ...]) -> list[Violation]:
-    """Every problem of a claim or template under `policy`, one Violation each (Refusals: the API server's)."""
+def judge(
+    obj: dict[str, Any], policy: Policy, path: tuple[str, ...], classes: Mapping[str, str] | None = None
+) -> list[Violation]:
+    """Every problem of a claim or template under `policy`, one Violation each (Refusals: the API server's).
+    `classes`: each DeviceClass the server knows, with its own GpuConfig's strategy (`_unshared`)."""
     what = "template" if obj.get("kind") == "ResourceClaimTemplate" else "claim"
     spec = get_path(obj, path)
     devices = spec.get("devices") if type(spec) is dict else None
@@ -191,7 +195,7 @@ def judge(obj: dict[str, Any], policy: Policy, path: tuple[str, ...]) -> list[Vi
     _claim_total(what, contributions, rules, problems)
     _configs(what, devices.get("config"), names, policy, problems)
     if whole and policy.sharing.mode.is_shared:
-        _unshared(whole, devices.get("config"), policy, problems)
+        _unshared(whole, devices.get("config"), policy, problems, classes)
     return problems
 
 
@@ -552,6 +556,18 @@ def _strategy(opaque: Any, kinds: tuple[str, ...] = NVIDIA_CONFIG_KINDS) -> str 
     return strategy if type(strategy) is str else None
 
 
+def class_strategy(configs: Any) -> str:
+    """The sharing strategy a DeviceClass's own configs (`spec.config`) give NVIDIA's whole GPUs: that of its
+    last GpuConfig (NVIDIA's driver applies a class's configs under the claim's, a later one over an earlier
+    one), as written; "" where it has no GpuConfig or its last sets no strategy."""
+    found = ""
+    for config in configs if type(configs) is list else []:
+        opaque = config.get("opaque") if type(config) is dict else None
+        if _is_gpu_config(opaque):
+            found = _strategy(opaque, ("GpuConfig",)) or ""
+    return found
+
+
 def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
     """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
     strategy = _strategy(opaque)
@@ -578,17 +594,25 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
     )
 
 
-def _unshared(whole: list[Asked], configs: Any, policy: Policy, problems: list[Violation]) -> None:
+def _unshared(
+    whole: list[Asked], configs: Any, policy: Policy, problems: list[Violation], classes: Mapping[str, str] | None
+) -> None:
     """Under time-slicing or MPS, NVIDIA's whole GPUs come shared only through a `GpuConfig` sharing strategy:
     a request that no such config covers gets GPUs of its own (the driver's default config shares nothing),
-    which the namespace's policy does not give. A config with another strategy is `_sharing`'s to say."""
+    which the namespace's policy does not give. A config with another strategy is `_sharing`'s to say.
+    `classes` (each known DeviceClass's own GpuConfig strategy, `class_strategy`) is the server's: a request
+    that no GpuConfig of the claim covers gets its class's, so a class sharing the namespace's way covers it;
+    offline (None) the claim must say it itself."""
     covered = _gpu_strategies(configs)  # a request's, its alternative's, or every request's ("")
     if "" in covered:
         return
     mode = policy.sharing.mode
     strategy = GPU_CONFIG_STRATEGIES[mode]
+    bare = _gpu_strategies(configs, "") if classes else {}  # GpuConfigs without a strategy: the class's is over
     for asked in whole:
         if asked.ref in covered or asked.ref.split("/")[0] in covered:
+            continue
+        if classes and classes.get(asked.device_class) == strategy and not _covers(bare, asked.ref):
             continue
         what = "allocationMode All" if asked.every else f"count {asked.count}"
         problems.append(
@@ -614,6 +638,7 @@ def _unshared(whole: list[Asked], configs: Any, policy: Policy, problems: list[V
 # allocationMode All.
 Devices = tuple[tuple[str, str, int], ...]
 ALL_DEVICES = -1
+NO_STRATEGY = "-"  # a claim's GpuConfig with no sharing strategy: its DeviceClass's config does not apply
 CLAIM_KINDS = {"resourceClaimName": "ResourceClaim", "resourceClaimTemplateName": "ResourceClaimTemplate"}
 
 
@@ -661,7 +686,7 @@ class ClaimSummary:
     # `firstAvailable` request may fall back to a smaller alternative; `All` takes what is there)
     on_one_node: tuple[tuple[str, int], ...]
     # per request (or alternative) of NVIDIA's whole GPUs (gpu.nvidia.com): its reference, count, and the sharing
-    # strategy of the GpuConfig that covers it ("" where none does)
+    # strategy of the GpuConfig that covers it ("" where none does, NO_STRATEGY where one with no strategy does)
     gpu_sharing: tuple[tuple[str, int, str], ...] = ()
 
     @staticmethod
@@ -677,25 +702,33 @@ class ClaimSummary:
             if alternatives[ref] == 1 and count > 0:
                 per_class[device_class] = per_class.get(device_class, 0) + count
         strategies = _gpu_strategies(configs)
+        bare = _gpu_strategies(configs, "")  # a GpuConfig with no strategy stands over its class's config
+
+        def written(ref: str) -> str:
+            found = strategies.get(ref, strategies.get(ref.split("/")[0], strategies.get("", "")))
+            return found or (NO_STRATEGY if _covers(bare, ref) else "")
+
         return ClaimSummary(
             devices=devices,
             most=sum(largest.values()),
             every=any(count == ALL_DEVICES for _, _, count in devices),
             on_one_node=tuple(per_class.items()),
             gpu_sharing=tuple(
-                (ref, count, strategies.get(ref, strategies.get(ref.split("/")[0], strategies.get("", ""))))
-                for ref, device_class, count in devices
-                if device_class in NVIDIA_GPU_CLASSES
+                (ref, count, written(ref)) for ref, device_class, count in devices if device_class in NVIDIA_GPU_CLASSES
             ),
         )
 
 
-def _gpu_strategies(configs: Any) -> dict[str, str]:
+def _gpu_strategies(configs: Any, unset: str | None = None) -> dict[str, str]:
     """The sharing strategy of each NVIDIA GpuConfig in `configs` (spec.devices.config), by the request it names
-    (`gpu`, `gpu/big`), or by "" for one that names none (it applies to every request)."""
+    (`gpu`, `gpu/big`), or by "" for one that names none (it applies to every request). With `unset`, a
+    GpuConfig that sets no strategy is there too, as `unset`: it stands over its DeviceClass's configs."""
     strategies: dict[str, str] = {}
     for config in configs if type(configs) is list else []:
-        strategy = _strategy(config.get("opaque"), ("GpuConfig",)) if type(config) is dict else None
+        opaque = config.get("opaque") if type(config) is dict else None
+        strategy = _strategy(opaque, ("GpuConfig",))
+        if strategy is None and unset is not None and _is_gpu_config(opaque):
+            strategy = unset
         if strategy is None:
             continue
         refs = config.get("requests")
@@ -703,6 +736,17 @@ def _gpu_strategies(configs: Any) -> dict[str, str]:
             if type(ref) is str:
                 strategies[ref] = strategy
     return strategies
+
+
+def _is_gpu_config(opaque: Any) -> bool:
+    if type(opaque) is not dict or opaque.get("driver") != NVIDIA_DRIVER:
+        return False
+    parameters = opaque.get("parameters")
+    return type(parameters) is dict and parameters.get("kind") == "GpuConfig"
+
+
+def _covers(strategies: dict[str, str], ref: str) -> bool:
+    return ref in strategies or ref.split("/")[0] in strategies or "" in strategies
 
 
 def summary_of(obj: Any) -> ClaimSummary | None:
@@ -827,12 +871,13 @@ def pod_claims(
     view: ClaimsView,
     pod_gpus: int | Fraction,
     named_out: list[Found] | None = None,
+    classes: Mapping[str, str] | None = None,
 ) -> tuple[list[Violation], list[str]]:
     """The devices of the claims and templates a pod names (`entries`: `claim_entries`), counted with its
     extended resources against `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one
     the view does not hold. `pod_gpus` is every GPU count of the pod, validation's (`validated`), for the
     quick answer; `named_out`, when given, receives the claims found (for the cluster checks:
-    `claimed_by_class`)."""
+    `claimed_by_class`); `classes`, the server's DeviceClasses with their own GpuConfig strategy (`judge`)."""
     found: list[Found] = []
     warnings: list[str] = []
     most, unbounded = 0, False  # the claims' summaries together: a bound on their GPU devices, any `All`
@@ -863,7 +908,7 @@ def pod_claims(
         named_out += found
     pod_rules = policy.derived("dra-pod-rules", _PodRules.of)
     if pod_rules.strategy is not None:
-        problems += _unshared_claims(found, pod_rules.strategy, policy)
+        problems += _unshared_claims(found, pod_rules.strategy, policy, classes)
     if not unbounded and pod_gpus + most <= pod_rules.least_maximum:
         # The usual case, answered from the summaries without counting container by container: every GPU
         # count of the pod plus the most its claims could hold is within the least maximum that could apply.
@@ -957,16 +1002,22 @@ def _container_claims(
     return list(found.values())
 
 
-def _unshared_claims(found: list[Found], strategy: str, policy: Policy) -> list[Violation]:
+def _unshared_claims(
+    found: list[Found], strategy: str, policy: Policy, classes: Mapping[str, str] | None
+) -> list[Violation]:
     """Under time-slicing or MPS, the claims a pod names whose NVIDIA whole GPUs no GpuConfig shares with the
     namespace's strategy: the pod would hold them alone (the claims are judged when created: these are ones
-    made before the policy said so, or admitted under warn or audit)."""
+    made before the policy said so, or admitted under warn or audit). A request no GpuConfig of the claim
+    covers gets its DeviceClass's own config, where the server knows the class (`classes`)."""
     problems: list[Violation] = []
     mode = policy.sharing.mode
+    by_class = classes.get(NVIDIA_GPU_CLASSES[0]) == strategy if classes else False
     for name, kind, source, claim in found:
         for ref, count, written in claim.gpu_sharing:
-            if written == strategy:
+            if written == strategy or (by_class and not written):
                 continue
+            if written == NO_STRATEGY:
+                written = ""
             what = "allocationMode All" if count == ALL_DEVICES else f"count {count}"
             how = (
                 f"shared by {written} (its GpuConfig)"

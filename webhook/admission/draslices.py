@@ -13,9 +13,10 @@ from its devices' attributes (product, memory, count; the MIG profiles as the mi
 
 Written from kubernetes/kubernetes pkg/apis/resource/types.go (resource.k8s.io/v1: ResourceSlice spec.driver,
 nodeName, pool, devices[].attributes (a map of one-of string/int/bool/version, a name qualified by a domain
-or in the driver's) and capacity (value); a DeviceClass's spec.selectors[].cel.expression and
-spec.extendedResourceName), KEP-5004 (a node with device-plugin capacity for the resource serves it that
-way) and from NVIDIA/k8s-dra-driver-gpu (its DeviceClasses select `device.driver == 'gpu.nvidia.com' &&
+or in the driver's) and capacity (value); a DeviceClass's spec.selectors[].cel.expression,
+spec.extendedResourceName and spec.config, whose opaque GpuConfig dra.py reads), KEP-5004 (a node with
+device-plugin capacity for the resource serves it that way) and from NVIDIA/k8s-dra-driver-gpu (its
+DeviceClasses select `device.driver == 'gpu.nvidia.com' &&
 device.attributes['gpu.nvidia.com'].type == 'gpu'` or `'mig'`; a GPU's attributes `type`, `productName`,
 `architecture`, `uuid`, `index`, capacity `memory`; a MIG device's `profile`, its parent's `productName`, and
 its own `memory`). A selector part celselect cannot read is taken as true: the class's count is then the
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import celselect
+from webhook.admission import celselect, dra
 from webhook.admission.celselect import ANY, UNKNOWN, Key, Selector, Semver, Value
 from webhook.admission.cluster import COUNT_LABEL, MEMORY_LABEL, PRODUCT_LABEL, NodeInfo
 from webhook.admission.quantity import quantity_or_none
@@ -76,6 +77,8 @@ class ClassInfo:
     extended_resource: str  # spec.extendedResourceName, or ""
     profile: str = ""  # the MIG profile the selectors ask for (`...profile == '1g.10gb'`), or ""
     selector: Selector = field(default=ANY, compare=False, repr=False)
+    # the sharing strategy its own GpuConfig (spec.config) gives NVIDIA's whole GPUs (dra.class_strategy), or ""
+    sharing: str = ""
 
     @property
     def exact(self) -> bool:
@@ -184,7 +187,13 @@ def class_info(obj: Any) -> tuple[str, ClassInfo] | None:
         extended if isinstance(extended, str) else "",
         selector.first("profile"),
         selector,
+        sys.intern(dra.class_strategy(spec.get("config"))),
     )
+
+
+def sharing_of(classes: Mapping[str, ClassInfo]) -> dict[str, str]:
+    """Each DeviceClass's own GpuConfig strategy ("" none), for the view (`ClusterView.class_sharing`)."""
+    return {name: cls.sharing for name, cls in classes.items()}
 
 
 def unread(classes: Mapping[str, ClassInfo]) -> tuple[str, ...]:

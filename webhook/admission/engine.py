@@ -80,7 +80,8 @@ def evaluate(
             return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
         if nodes is not None and policy.cluster_checks.auto:
             policy = clustercheck.resolve(policy, nodes)
-        return _verdict(policy, [], [], dra.judge(obj, policy, claim_path), obj, [])
+        classes = nodes.class_sharing if nodes is not None else None  # a class's own GpuConfig: the server's
+        return _verdict(policy, [], [], dra.judge(obj, policy, claim_path, classes), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason or spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
@@ -91,7 +92,10 @@ def evaluate(
         if entries:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
             found_claims: list[dra.Found] = []
-            found, warnings = dra.pod_claims(obj, namespace, policy, spec_path, entries, claims, 0, found_claims)
+            classes = nodes.class_sharing if nodes is not None else None
+            found, warnings = dra.pod_claims(
+                obj, namespace, policy, spec_path, entries, claims, 0, found_claims, classes
+            )
             if nodes is not None and found_claims:
                 found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
             return _verdict(policy, [], warnings, found, obj, [])
@@ -109,7 +113,10 @@ def evaluate(
     if entries:
         assert claims is not None
         named: list[dra.Found] | None = [] if nodes is not None else None
-        claimed, missing = dra.pod_claims(result.obj, namespace, policy, spec_path, entries, claims, extended, named)
+        classes = nodes.class_sharing if nodes is not None else None
+        claimed, missing = dra.pod_claims(
+            result.obj, namespace, policy, spec_path, entries, claims, extended, named, classes
+        )
         if claimed or missing:
             found, warnings = found + claimed, warnings + missing
         if named and nodes is not None:

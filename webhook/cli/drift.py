@@ -33,7 +33,7 @@ def list_view(cluster: KubeClient, page_size: int = 500) -> ClusterView:
 def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -> ClusterView:
     """The nodes with the devices DRA serves on them (ResourceSlices, DeviceClasses), as the server's view has
     them; the nodes alone where the cluster serves no DRA v1 or the identity may not list it."""
-    from webhook.admission.draslices import class_info, merge, slice_info, unread
+    from webhook.admission.draslices import class_info, merge, sharing_of, slice_info, unread
     from webhook.cli.kube import DEVICE_CLASSES, RESOURCE_SLICES, Forbidden
 
     try:
@@ -43,7 +43,7 @@ def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -
         return ClusterView(nodes)
     read = dict(found for found in map(class_info, classes) if found is not None)
     merged = merge(nodes, [found[1] for found in map(slice_info, slices) if found is not None], read)
-    return ClusterView(merged, unread(read))
+    return ClusterView(merged, unread(read), sharing_of(read))
 
 
 def list_namespaces(cluster: KubeClient, page_size: int = 500) -> list[str]:

@@ -336,9 +336,11 @@ class NodeInventory:
             return  # the nodes first: a DRA watch that lists sooner waits for them
         with self._publishing:
             nodes = dict(self._nodes)
+            sharing: dict[str, str] = {}
             if self._dra:
-                from webhook.admission.draslices import merge
+                from webhook.admission.draslices import merge, sharing_of
 
                 slices, classes = self._dra
                 nodes = merge(nodes, list(slices.items.values()), dict(classes.items))
-            self._view = ClusterView(nodes)
+                sharing = sharing_of(classes.items)
+            self._view = ClusterView(nodes, class_sharing=sharing)
