@@ -211,13 +211,16 @@ def test_a_request_written_in_the_backends_resources_is_left_as_written(pol, lim
          {"volcano.sh/vgpu-number": "3", "volcano.sh/vgpu-memory-percentage": "100"},
          'container "app": volcano.sh/vgpu-number "3" exceeds the per-container maximum of 2 (policy "team"); '
          "request at most 2"),
+        # a share beside whole GPUs in one container: no ACK node serves both (the GPUs' worth, 2, is not weighed)
         (memory(Backend.ACK, GPU(memory_mib=20480), limits=Limits(max_per_container=1)),
          {"aliyun.com/gpu-mem": "20", "nvidia.com/gpu": "1"},
-         'container "app": holds 2 GPUs\' worth of memory (ack), more than the per-container maximum of 1 GPUs '
-         '(policy "team"); request less'),
+         'pod: container "app" holds aliyun.com/gpu-mem 20 and whole nvidia.com/gpu 1, which no ACK node serves '
+         'together: a node runs one ack.node.gpu.schedule mode, shares or whole GPUs (policy "team"); request '
+         "aliyun.com/gpu-mem alone (more than one GPU's memory with the pod label aliyun.com/gpu-count) or whole "
+         "nvidia.com/gpu alone, or split the pod"),
     ],
     ids=["ack-more-than-a-gpu", "hami-more-than-a-gpu", "volcano-cores", "hami-within", "volcano-count",
-         "ack-worth"],
+         "ack-share-beside-whole"],
 )  # fmt: skip
 def test_a_request_in_the_backends_resources_meets_the_same_caps(pol, limits, line) -> None:
     decision = run(pod(container(limits=limits)), pol)
@@ -519,6 +522,26 @@ def test_an_ack_pod_of_shares_and_whole_gpus_is_refused() -> None:
         "ask for shares in every container or whole GPUs in every one, or split the pod"
     ]
     assert run(mixed, HAMI).denials == []  # HAMi's whole GPUs are vGPUs too
+
+
+def test_one_ack_container_holding_a_share_and_whole_gpus_is_refused_naming_both() -> None:
+    """The same rule in one container: a share and whole GPUs, with their amounts; an init container too."""
+    both = {"aliyun.com/gpu-mem": "20", "nvidia.com/gpu": "2"}
+    line = (
+        'pod: container "app" holds aliyun.com/gpu-mem 20 and whole nvidia.com/gpu 2, which no ACK node serves '
+        'together: a node runs one ack.node.gpu.schedule mode, shares or whole GPUs (policy "team"); request '
+        "aliyun.com/gpu-mem alone (more than one GPU's memory with the pod label aliyun.com/gpu-count) or whole "
+        "nvidia.com/gpu alone, or split the pod"
+    )
+    decision = run(pod(container(limits=dict(both))), ACK)
+    assert decision.denials == [line]
+    assert resources(decision)["limits"] == both  # written in ACK's own resources: left as written
+    assert run(pod(container(limits=dict(both)), container("b", limits={"nvidia.com/gpu": "1"})), ACK).denials == [
+        line
+    ]  # the container holding both is named, once
+    init = pod(container("main", limits={"aliyun.com/gpu-mem": "8"}))
+    init["spec"]["initContainers"] = [container("app", limits=dict(both))]
+    assert run(init, ACK).denials == [line]
 
 
 def test_a_whole_gpu_pod_bound_to_an_ack_shared_node_is_judged_by_its_labels() -> None:
