@@ -212,13 +212,16 @@ def test_a_request_written_in_the_backends_resources_is_left_as_written(pol, lim
          {"volcano.sh/vgpu-number": "3", "volcano.sh/vgpu-memory-percentage": "100"},
          'container "app": volcano.sh/vgpu-number "3" exceeds the per-container maximum of 2 (policy "team"); '
          "request at most 2"),
+        # a share beside whole GPUs in one container: no ACK node serves both (the GPUs' worth, 2, is not weighed)
         (memory(Backend.ACK, GPU(memory_mib=20480), limits=Limits(max_per_container=1)),
          {"aliyun.com/gpu-mem": "20", "nvidia.com/gpu": "1"},
-         'container "app": holds 2 GPUs\' worth of memory (ack), more than the per-container maximum of 1 GPUs '
-         '(policy "team"); request less'),
+         'pod: container "app" holds aliyun.com/gpu-mem 20 and whole nvidia.com/gpu 1, which no ACK node serves '
+         'together: a node runs one ack.node.gpu.schedule mode, shares or whole GPUs (policy "team"); request '
+         "aliyun.com/gpu-mem alone (more than one GPU's memory with the pod label aliyun.com/gpu-count) or whole "
+         "nvidia.com/gpu alone, or split the pod"),
     ],
     ids=["ack-more-than-a-gpu", "hami-more-than-a-gpu", "volcano-cores", "hami-within", "volcano-count",
-         "ack-worth"],
+         "ack-share-beside-whole"],
 )  # fmt: skip
 def test_a_request_in_the_backends_resources_meets_the_same_caps(pol, limits, line) -> None:
     decision = run(pod(container(limits=limits)), pol)
@@ -520,6 +523,26 @@ def test_an_ack_pod_of_shares_and_whole_gpus_is_refused() -> None:
         "ask for shares in every container or whole GPUs in every one, or split the pod"
     ]
     assert run(mixed, HAMI).denials == []  # HAMi's whole GPUs are vGPUs too
+
+
+def test_one_ack_container_holding_a_share_and_whole_gpus_is_refused_naming_both() -> None:
+    """The same rule in one container: a share and whole GPUs, with their amounts; an init container too."""
+    both = {"aliyun.com/gpu-mem": "20", "nvidia.com/gpu": "2"}
+    line = (
+        'pod: container "app" holds aliyun.com/gpu-mem 20 and whole nvidia.com/gpu 2, which no ACK node serves '
+        'together: a node runs one ack.node.gpu.schedule mode, shares or whole GPUs (policy "team"); request '
+        "aliyun.com/gpu-mem alone (more than one GPU's memory with the pod label aliyun.com/gpu-count) or whole "
+        "nvidia.com/gpu alone, or split the pod"
+    )
+    decision = run(pod(container(limits=dict(both))), ACK)
+    assert decision.denials == [line]
+    assert resources(decision)["limits"] == both  # written in ACK's own resources: left as written
+    assert run(pod(container(limits=dict(both)), container("b", limits={"nvidia.com/gpu": "1"})), ACK).denials == [
+        line
+    ]  # the container holding both is named, once
+    init = pod(container("main", limits={"aliyun.com/gpu-mem": "8"}))
+    init["spec"]["initContainers"] = [container("app", limits=dict(both))]
+    assert run(init, ACK).denials == [line]
 
 
 def test_a_whole_gpu_pod_bound_to_an_ack_shared_node_is_judged_by_its_labels() -> None:
@@ -889,6 +912,46 @@ def test_an_ack_share_larger_than_any_nodes_gpu_fits_nowhere() -> None:
         "cluster.fits)"
     ]
     assert evaluate(gpu_pod("0.5"), "team", PolicySet((pol,)), nodes=cluster).denials == []
+
+
+def test_an_ack_pod_spread_over_gpus_fits_as_ack_places_it() -> None:
+    """The pod label aliyun.com/gpu-count: "M" puts N/M GiB on each of M GPUs of one node (ACK's multi-GPU
+    sharing): a node of fewer GPUs does not count, and the line says the most the pod can ask for in all."""
+    checks = ClusterChecks(fits=Check.DENY, offered=Check.DENY, drift=Check.OFF)
+    pol = memory(Backend.ACK, GPU(memory_mib=49152), cluster_checks=checks, steering=True)
+    # one GPU of 80 GiB beside four of 24: a share of 40 GiB fits there, but not 40 GiB of each of 2 GPUs
+    cluster = view(_ack_node("big", "cgpu", gib="80", gpus="1"), _ack_node("ack-0", "cgpu"))
+    policies = PolicySet((pol,))
+    assert evaluate(ack_pod(mem("app", "40")), "team", policies, nodes=cluster).denials == []
+    assert evaluate(ack_pod(mem("app", "48"), gpus="2"), "team", policies, nodes=cluster).denials == []
+    assert evaluate(ack_pod(mem("app", "80"), gpus="2"), "team", policies, nodes=cluster).denials == [
+        'container "app": aliyun.com/gpu-mem "80" over 2 GPUs (the pod label aliyun.com/gpu-count "2") is 40 GiB '
+        "from each, which fits on no node: the most one GPU of a node with 2 GPUs or more holds is 24 GiB (node "
+        '"ack-0"); request at most 48 (24 GiB of each of 2 GPUs), or list a larger node pool in '
+        'cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    two = ack_pod(mem("app", "40"), mem("b", "40"), gpus="2")  # 80 GiB in all: the pod's, over its 2 GPUs
+    assert evaluate(two, "team", policies, nodes=cluster).denials == [
+        'pod: aliyun.com/gpu-mem effective total 80 (containers running together: "app"=40, "b"=40) over 2 GPUs '
+        '(the pod label aliyun.com/gpu-count "2") is 40 GiB from each, which fits on no node: the most one GPU of '
+        'a node with 2 GPUs or more holds is 24 GiB (node "ack-0"); request at most 48 in all, or split the pod '
+        '(policy "team", cluster.fits)'
+    ]
+    assert evaluate(ack_pod(mem("app", "40"), gpus="8"), "team", policies, nodes=cluster).denials == [
+        'pod: the pod label aliyun.com/gpu-count "8" spreads its aliyun.com/gpu-mem over 8 GPUs of one node, and '
+        'no node has that many: the most one node has is 4 (node "ack-0"); set at most "4", or list a larger node '
+        'pool in cluster.assumeNodes (policy "team", cluster.fits)'
+    ]
+    # an autoscaled pool of eight 24 GiB GPUs: 8 GPUs of one node are there
+    pool = AssumedNode("ack-8", (("aliyun.com/gpu-mem", 192), ("aliyun.com/gpu-count", 8)))
+    warn = ClusterChecks(fits=Check.WARN, offered=Check.DENY, drift=Check.OFF, assume_nodes=(pool,))
+    scaled = memory(Backend.ACK, GPU(memory_mib=49152), cluster_checks=warn)
+    decision = evaluate(ack_pod(mem("app", "40"), gpus="8"), "team", PolicySet((scaled,)), nodes=cluster)
+    assert decision.allowed and decision.warnings == []
+    decision = evaluate(ack_pod(mem("app", "80"), gpus="2"), "team", PolicySet((scaled,)), nodes=cluster)
+    assert decision.allowed and decision.warnings == [
+        'gpu-admission: container "app": aliyun.com/gpu-mem "80" over 2 GPUs fits on no node; request at most 48'
+    ]
 
 
 HAMI_JSON = json.dumps([

@@ -4,8 +4,9 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
 `engine.evaluate` on the object after mutation when it has a `ClusterView`, and skipped when it has none:
 - fits: each container's managed resources, and the pod's effective total (counted as the scheduler counts,
   validate.effective_total), must fit on the largest node for that resource (ACK's aliyun.com/gpu-mem on the
-  largest GPU: cluster.per_container; each container's share is of one GPU, so it has no pod total). HAMi's and
-  Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
+  largest GPU, cluster.per_container, the pod's total as the extender places it on one GPU; under the pod
+  label aliyun.com/gpu-count "M", N/M on each of M GPUs of a node with at least M of them: _ack_spread). HAMi's
+  and Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
   `assumeNodes` describes them.
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
@@ -35,6 +36,7 @@ from typing import Any
 
 from webhook.admission import memshare, steering
 from webhook.admission.cluster import (
+    ACK_COUNT,
     MEMORY_LABEL,
     MEMORY_TOLERANCE,
     MIG_STRATEGY_LABEL,
@@ -50,7 +52,7 @@ from webhook.admission.cluster import (
 from webhook.admission.globs import is_glob
 from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import GPU, AssumedNode, Backend, Check, Mode, Policy, PolicySet
-from webhook.admission.quantity import quantity_text
+from webhook.admission.quantity import format_fraction, quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
     DEVICE_CLASS_PREFIX,
@@ -588,6 +590,9 @@ class _Plan:
     vgpus: _Vgpus | None  # HAMi's or Volcano's registered GPUs, where the policy is of that backend
     per_gpu: bool  # a valid container's vGPUs may fit on no node's registered GPUs: _vgpu_fits judges them
     whole_only: dict[str, tuple[str, ...]]  # the replica resource no node shares the policy's way (_whole_only)
+    # ACK's multi-GPU sharing: for M GPUs, the most GiB one GPU holds on a node of at least M GPUs and the
+    # most GPUs a node has (_ack_spread), worked out on the first pod labelled with that M
+    spread: dict[int, tuple[tuple[int, str] | None, tuple[int, str] | None]] = dataclasses.field(default_factory=dict)
 
 
 def _plan(policy: Policy, view: ClusterView) -> _Plan:
@@ -714,15 +719,19 @@ def _most(policy: Policy, resource: str, maximum: int) -> int | float:
     return maximum
 
 
-def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> list[tuple[Check, Violation]]:
+def check(
+    holders: Holders, policy: Policy, view: ClusterView, valid: bool, gpus: int = 1
+) -> list[tuple[Check, Violation]]:
     """What the cluster checks find in a pod (after mutation), each with the level its check is set to.
 
     `holders` are validation's: the containers holding GPUs with their counts, in start order. `valid`: the
     pod passed validation, so no resource's effective total exceeds the per-pod maximum, and a pod holding
     only resources whose largest node holds that maximum fits (the common case, decided without a search).
+    `gpus`: ACK, the GPUs of one node that the pod label aliyun.com/gpu-count spreads its memory over
+    (memshare.pod_gpus; validation's amounts of aliyun.com/gpu-mem are already those of one of them).
     """
     plan = _plan(policy, view)
-    if valid and not plan.drift:
+    if valid and not plan.drift and gpus == 1:
         roomy = plan.roomy
         for _, counts in holders:  # loops, not all() over a generator: this runs on every GPU review
             for name in counts:
@@ -733,21 +742,30 @@ def check(holders: Holders, policy: Policy, view: ClusterView, valid: bool) -> l
             lines = _vgpu_fits(holders, policy, plan.vgpus, f'policy "{policy.name}"', view)
             return [(policy.cluster_checks.fits, line) for line in lines]
         return []
-    return _search(holders, policy, view, plan)
+    return _search(holders, policy, view, plan, gpus)
 
 
-def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) -> list[tuple[Check, Violation]]:
+def _search(
+    holders: Holders, policy: Policy, view: ClusterView, plan: _Plan, gpus: int = 1
+) -> list[tuple[Check, Violation]]:
     rules = policy.cluster_checks
     found: list[tuple[Check, Violation]] = []
     where = f'policy "{policy.name}"'
     covered: set[str] = set()  # resources whose one container already has a line
     held = {name for _, counts in holders for name in counts}
+    spread = None  # ACK's multi-GPU sharing: the most of one GPU on nodes of at least `gpus` GPUs
+    if gpus > 1 and ACK_MEMORY in held:
+        spread, most_gpus = _ack_spread(policy, view, plan, gpus)
+        if spread is None and most_gpus is not None:  # nodes of ACK's GPUs, none with that many
+            covered.add(ACK_MEMORY)
+            if rules.fits is not Check.OFF:
+                found.append((rules.fits, _too_few_gpus(gpus, most_gpus, view, where)))
     for ref, counts in holders:
         for resource, value in counts.items():
-            if resource in VGPU_MEMORY:
+            if resource in VGPU_MEMORY or resource in covered:
                 continue  # one vGPU's memory: on one registered GPU (_vgpu_fits), or not judged
             raw = ref.resource_map("limits").get(resource, value)
-            largest = _largest(policy, view, resource)
+            largest = spread if spread is not None and resource == ACK_MEMORY else _largest(policy, view, resource)
             if largest is None and resource.startswith(DEVICE_CLASS_PREFIX):
                 continue  # a DeviceClass no slice shows: its selector may be one not read here (draslices.py)
             if largest is None:
@@ -759,14 +777,17 @@ def _search(holders: Holders, policy: Policy, view: ClusterView, plan: _Plan) ->
                 covered.add(resource)
             elif value > largest[0] and rules.fits is not Check.OFF:
                 unit = "GiB" if resource == ACK_MEMORY else ""  # of one GPU (cluster.per_container)
-                found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where, unit)))
+                over = (gpus, value) if spread is not None and resource == ACK_MEMORY else None
+                found.append((rules.fits, _too_big(ref, resource, raw, largest, view, where, unit, spread=over)))
                 covered.add(resource)
     if rules.fits is not Check.OFF:
-        for resource in sorted(held - covered - VGPU_MEMORY):  # vGPUs: each container's on GPUs of its own
-            largest = _largest(policy, view, resource)
+        for resource in sorted(held - covered - VGPU_MEMORY):  # ACK: a pod's memory on one GPU, or M; vGPUs apart
+            ack_spread = spread is not None and resource == ACK_MEMORY
+            largest = spread if ack_spread else _largest(policy, view, resource)
             total, running = effective_total(holders, resource)
             if largest is not None and total > largest[0] and len(running) > 1:
-                found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where)))
+                pod_gpus = gpus if ack_spread else 1
+                found.append((rules.fits, _pod_too_big(resource, total, running, largest, view, where, pod_gpus)))
         if plan.vgpus is not None:
             found += [(rules.fits, line) for line in _vgpu_fits(holders, policy, plan.vgpus, where, view)]
     if plan.pools.shapes and rules.fits is not Check.OFF:
@@ -793,6 +814,47 @@ def _largest(policy: Policy, view: ClusterView, resource: str) -> tuple[int, str
     return best
 
 
+def _ack_spread(
+    policy: Policy, view: ClusterView, plan: _Plan, gpus: int
+) -> tuple[tuple[int, str] | None, tuple[int, str] | None]:
+    """ACK's multi-GPU sharing puts N/M GiB on each of M GPUs of one node (its documentation: "All M GPU cards
+    must be on the same Kubernetes node"): the most GiB one GPU holds among the nodes (assumed ones included)
+    with at least `gpus` of them (aliyun.com/gpu-mem over aliyun.com/gpu-count, cluster.per_container), and
+    the most GPUs any node advertising aliyun.com/gpu-mem has; each with its node, None where no node has any."""
+    found = plan.spread.get(gpus)
+    if found is None:
+        best: tuple[int, str] | None = None
+        most: tuple[int, str] | None = None
+        for node in (*view.nodes.values(), *assumed_nodes(policy)):
+            total = node.allocatable.get(ACK_MEMORY)
+            if not total:
+                continue
+            count = node.allocatable.get(ACK_COUNT) or 1
+            if most is None or count > most[0]:
+                most = (count, node.name)
+            each = per_container(node.allocatable, ACK_MEMORY, total)
+            if count >= gpus and (best is None or each > best[0]):
+                best = (each, node.name)
+        found = (best, most)
+        if len(plan.spread) < 64:  # a label is up to six digits: kept for the first few values only
+            plan.spread[gpus] = found
+    return found
+
+
+def _too_few_gpus(gpus: int, most: tuple[int, str], view: ClusterView, where: str) -> Violation:
+    return pod_violation(
+        f'the pod label {ACK_COUNT} "{gpus}" spreads its {ACK_MEMORY} over {gpus} GPUs of one node, and no node '
+        f'has that many: the most one node has is {most[0]} ({_node(most, view)}); set at most "{most[0]}", or '
+        f"list a larger node pool in cluster.assumeNodes ({where}, cluster.fits)",
+        f'{ACK_COUNT} {gpus}: no node has {gpus} GPUs (most: {most[0]}); set at most "{most[0]}"',
+    )
+
+
+def _over_gpus(gpus: int) -> str:
+    """ACK's multi-GPU sharing in a fits line: ` over 2 GPUs (the pod label aliyun.com/gpu-count "2")`."""
+    return f' over {gpus} GPUs (the pod label {ACK_COUNT} "{gpus}")'
+
+
 def _node(largest: tuple[int, str], view: ClusterView) -> str:
     node = view.nodes.get(largest[1])
     return f'node "{largest[1]}"' + (", cordoned" if node is not None and node.unschedulable else "")
@@ -809,10 +871,23 @@ def _too_big(
     holder: str = "",
     why: str = "",
     each: str = "",
+    spread: tuple[int, int | Fraction] | None = None,
 ) -> Violation:
     """`resource` (as written: `raw`) more than `largest` holds: a node's, or where `unit` is given (GiB, MiB,
-    units of 10 MiB) one GPU's; `holder`, `why` and `each` for another measure (the vGPUs' GPUs, _vgpu_fits)."""
+    units of 10 MiB) one GPU's; `holder`, `why` and `each` for another measure (the vGPUs' GPUs, _vgpu_fits);
+    `spread`: ACK's multi-GPU sharing, (the GPUs of one node the pod's memory spreads over, the container's
+    amount of each)."""
     amount, shown = largest[0], quantity_text(raw) + each
+    if spread is not None:
+        gpus, share = spread[0], format_fraction(Fraction(spread[1]))
+        return container_violation(
+            ref,
+            f"{resource} {shown}{_over_gpus(gpus)} is {share} GiB from each, which fits on no node: the most one "
+            f"GPU of a node with {gpus} GPUs or more holds is {amount} GiB ({_node(largest, view)}); request at "
+            f"most {amount * gpus} ({amount} GiB of each of {gpus} GPUs), or list a larger node pool in "
+            f"cluster.assumeNodes ({where}, cluster.fits)",
+            f"{resource} {shown} over {gpus} GPUs fits on no node; request at most {amount * gpus}",
+        )
     holder = holder or ("one GPU of a node holds is" if unit else "one node holds is")
     return container_violation(
         ref,
@@ -872,8 +947,20 @@ def _pod_too_big(
     largest: tuple[int, str],
     view: ClusterView,
     where: str,
+    gpus: int = 1,
 ) -> Violation:
+    """`gpus`: ACK's multi-GPU sharing, the amounts (of one GPU) spread over that many GPUs of one node."""
     amount = largest[0]
+    if gpus > 1:
+        named = ", ".join(f'"{ref.name}"={format_fraction(Fraction(value * gpus))}' for ref, value in running)
+        in_all = format_fraction(Fraction(total * gpus))
+        return pod_violation(
+            f"{resource} effective total {in_all} (containers running together: {named}){_over_gpus(gpus)} is "
+            f"{format_fraction(Fraction(total))} GiB from each, which fits on no node: the most one GPU of a node "
+            f"with {gpus} GPUs or more holds is {amount} GiB ({_node(largest, view)}); request at most "
+            f"{amount * gpus} in all, or split the pod ({where}, cluster.fits)",
+            f"{resource} total {in_all} over {gpus} GPUs fits on no node; request at most {amount * gpus} in all",
+        )
     named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
     holder = "one GPU of a node holds is" if resource == ACK_MEMORY else "one node holds is"
     unit = " GiB" if resource == ACK_MEMORY else ""

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.admission import clustercheck, dra
+from webhook.admission import clustercheck, dra, memshare
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Check, Enforcement, Policy, PolicySet
+from webhook.admission.policy import Check, Enforcement, Mode, Policy, PolicySet
 from webhook.admission.validate import Holders, Refusal, validate, validated
 from webhook.admission.violation import WARNING_PREFIX, Violation
 
@@ -129,7 +129,8 @@ def evaluate(
     if counted and nodes is not None:
         # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
         # decides), `warn` ones are warnings whatever the enforcement.
-        checked = clustercheck.check(counted, policy, nodes, not found)
+        gpus = memshare.pod_gpus(result.obj, spec_path, policy)[0] if policy.sharing.mode is Mode.MEMORY else 1
+        checked = clustercheck.check(counted, policy, nodes, not found, gpus)
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]

@@ -475,6 +475,8 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
                 f"{name} {_amount(limits, name)}: more than 100 percent; ask for at most 100",
             ))  # fmt: skip
     if spec.backend is Backend.ACK:
+        if memory and _amount(limits, NVIDIA_GPU):
+            return Held(Fraction(0), problems)  # no node serves both (ack_modes): no GPUs' worth to weigh
         worth = Fraction(memory * unit_mib, gpu_mib) if gpu_mib else Fraction(0)
         return Held(worth + _amount(limits, NVIDIA_GPU), problems)
     assert spec.count is not None and spec.percent is not None
@@ -547,17 +549,31 @@ _ONE_GPU: tuple[int, Lines] = (1, ())
 def ack_modes(holders: list[tuple[str, dict[str, Any]]], policy: Policy) -> list[tuple[str, str]]:
     """ACK: a pod whose containers (init containers too, by name with their limits) hold both shares and whole
     GPUs, which no node serves together: a node runs one `ack.node.gpu.schedule` mode, and ACK sets the other
-    modes' resources to 0 there."""
-    if policy.sharing.backend is not Backend.ACK or len(holders) < 2:
+    modes' resources to 0 there ("labels used by ACK to control GPUs"). One container holding both is named
+    with its amounts; otherwise the first container of each kind."""
+    if policy.sharing.backend is not Backend.ACK:
         return []
-    shares = [name for name, limits in holders if _amount(limits, ACK_MEMORY)]
-    whole = [name for name, limits in holders if _amount(limits, NVIDIA_GPU) and name not in shares]
+    shares = [(name, limits) for name, limits in holders if ACK_MEMORY in limits and _amount(limits, ACK_MEMORY)]
+    both = next((held for held in shares if NVIDIA_GPU in held[1] and _amount(held[1], NVIDIA_GPU)), None)
+    why = (
+        f"which no ACK node serves together: a node runs one {ACK_SCHEDULE_LABEL} mode, shares or whole GPUs "
+        f'(policy "{policy.name}")'
+    )
+    if both is not None:
+        name, limits = both
+        memory, gpus = _amount(limits, ACK_MEMORY), _amount(limits, NVIDIA_GPU)
+        return [(
+            f'container "{name}" holds {ACK_MEMORY} {memory} and whole {NVIDIA_GPU} {gpus}, {why}; request '
+            f"{ACK_MEMORY} alone (more than one GPU's memory with the pod label {ACK_COUNT}) or whole "
+            f"{NVIDIA_GPU} alone, or split the pod",
+            f"{ACK_MEMORY} {memory} beside whole {NVIDIA_GPU} {gpus} in one container: no ACK node serves both",
+        )]  # fmt: skip
+    whole = [name for name, limits in holders if _amount(limits, NVIDIA_GPU)]
     if not shares or not whole:
-        return []  # (one container holding both: its GPUs' worth is judged, held)
+        return []
     return [(
-        f'holds {ACK_MEMORY} (container "{shares[0]}") and whole {NVIDIA_GPU} (container "{whole[0]}"), which no '
-        f"ACK node serves together: a node runs one {ACK_SCHEDULE_LABEL} mode, shares or whole GPUs "
-        f'(policy "{policy.name}"); ask for shares in every container or whole GPUs in every one, or split the pod',
+        f'holds {ACK_MEMORY} (container "{shares[0][0]}") and whole {NVIDIA_GPU} (container "{whole[0]}"), {why}; '
+        "ask for shares in every container or whole GPUs in every one, or split the pod",
         f"{ACK_MEMORY} beside whole {NVIDIA_GPU}: no ACK node serves both; split the pod",
     )]  # fmt: skip
 
