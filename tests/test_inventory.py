@@ -24,12 +24,13 @@ def api() -> Iterator[FakeKubeAPI]:
     fake.stop()
 
 
-def inventory_for(api: FakeKubeAPI, tmp_path: Path, **options) -> NodeInventory:
+def inventory_for(api: FakeKubeAPI, tmp_path: Path, start: bool = True, **options) -> NodeInventory:
     credentials = find_credentials(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
     assert credentials.configuration is not None, credentials.source
     options = {"watch_timeout": (2, 2), "backoff": (0.05, 0.2), **options}
     inventory = NodeInventory(KubeNodes(credentials.configuration), **options)
-    inventory.start()
+    if start:
+        inventory.start()
     return inventory
 
 
@@ -40,8 +41,9 @@ def gpus_of(inventory: NodeInventory) -> dict[str, int]:
 
 
 def test_list_then_watch_follows_adds_updates_and_deletes(api, tmp_path):
-    inventory = inventory_for(api, tmp_path)
+    inventory = inventory_for(api, tmp_path, start=False)
     assert inventory.view() is None  # nothing trusted before the first list
+    inventory.start()
     eventually(lambda: inventory.view() is not None)
     assert gpus_of(inventory) == {"gpu-a": 8, "gpu-b": 4}
     assert api.list_requests("nodes")[0] == "GET /api/v1/nodes?limit=500"
