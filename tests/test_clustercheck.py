@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.engine_support import MIG, NS, container, pod, policy
-from webhook.admission import clustercheck
+from webhook.admission import clustercheck, clusterdrift, clusternodes
 from webhook.admission.cluster import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
@@ -197,14 +197,14 @@ SLICED = view(
 
 def test_drift_in_replicas_is_one_line_naming_the_nodes():
     shared = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), cluster_checks=DENY)
-    assert [d.line for d in clustercheck.drift(shared, SLICED)] == [
+    assert [d.line for d in clusterdrift.drift(shared, SLICED)] == [
         'policy "team" sharing.replicas is 4, but 5 nodes (ts-0, ts-1, ts-2, ...) say 8: each pod is told it has '
         "1/4 of a GPU, but the GPU is shared 8 ways; set sharing.replicas: 8 (or auto), or change the device "
         "plugin's sharing config"
     ]
     decision = run(pod(gpus("1")), shared, SLICED)
     assert decision.verdict == "deny"
-    assert decision.violations == ["pod: " + clustercheck.drift(shared, SLICED)[0].line + " (cluster.drift)"]
+    assert decision.violations == ["pod: " + clusterdrift.drift(shared, SLICED)[0].line + " (cluster.drift)"]
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_drift_in_replicas_is_one_line_naming_the_nodes():
     ],
 )
 def test_drift_fields(pol, expected):
-    assert [(d.field, d.policy_says, d.nodes_say) for d in clustercheck.drift(pol, SLICED)] == expected
+    assert [(d.field, d.policy_says, d.nodes_say) for d in clusterdrift.drift(pol, SLICED)] == expected
 
 
 @pytest.mark.parametrize(
@@ -244,7 +244,7 @@ def test_drift_fields(pol, expected):
     ],
 )
 def test_product_labels_name_a_model(product, memory, model):
-    found = clustercheck.product_model(product, int(memory) if memory else None)
+    found = clusternodes.product_model(product, int(memory) if memory else None)
     assert (found.name if found else None) == model
 
 
@@ -267,15 +267,15 @@ def test_auto_takes_the_smallest_share_the_nodes_give():
             "  namespaces: [team]\n  sharing: {mode: mps, replicas: auto}\n  gpu: {model: auto}\n"
         }
     ).policies
-    resolved = clustercheck.resolve(auto, nodes)
+    resolved = clusternodes.resolve(auto, nodes)
     assert (resolved.sharing.replicas, resolved.gpu.model) == (8, "A100-40GB")
-    assert clustercheck.resolve(auto, nodes) is resolved  # once per snapshot
+    assert clusternodes.resolve(auto, nodes) is resolved  # once per snapshot
     env = {
         e["name"]: e["value"]
         for e in evaluate(pod(gpus("1")), NS, PolicySet((auto,)), nodes=nodes).mutated["spec"]["containers"][0]["env"]
     }
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
-    assert clustercheck.drift(auto, nodes) == ()  # auto values never drift
+    assert clusterdrift.drift(auto, nodes) == ()  # auto values never drift
     offline = evaluate(pod(gpus("1")), NS, PolicySet((auto,)))
     assert offline.verdict == "allow"
 
@@ -413,14 +413,14 @@ def _mixed(*nodes: dict) -> tuple[PolicySet, ClusterView]:
 
 def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
     policies, nodes = _mixed()
-    assert {p.name: [n.name for n in clustercheck.policy_nodes(p, nodes)] for p in policies.policies} == {
+    assert {p.name: [n.name for n in clusternodes.policy_nodes(p, nodes)] for p in policies.policies} == {
         "default": ["a100-whole-0", "a100-whole-1"],  # nvidia.com/gpu, steered off the time-sliced pool
         "training": ["a100-whole-0", "a100-whole-1"],
         "notebooks": ["a100-ts-0", "a100-ts-1"],  # nvidia.com/gpu, steered onto time-slicing
         "research": ["a100-mig-1g-0", "a100-mig-3g-0"],  # every profile of migProfiles
         "inference": ["h100-mps-0"],  # nvidia.com/gpu.shared
     }
-    assert clustercheck.drift_of(policies, nodes) == []
+    assert clusterdrift.drift_of(policies, nodes) == []
 
 
 @pytest.mark.parametrize(
@@ -459,7 +459,7 @@ def test_a_relabelled_pool_drifts_on_its_own_policy_only():
     from tests import gfd_cluster
 
     policies, nodes = _mixed(*gfd_cluster.nodes(gfd_cluster.TWO_REPLICAS, 16))
-    assert [d.line for d in clustercheck.drift_of(policies, nodes)] == [
+    assert [d.line for d in clusterdrift.drift_of(policies, nodes)] == [
         'policy "notebooks" sharing.replicas is 4, but 2 nodes (a100-ts-0, a100-ts-1) say 2: each pod is told it has '
         "1/4 of a GPU, but the GPU is shared 2 ways; set sharing.replicas: 2 (or auto), or change the device "
         "plugin's sharing config"
@@ -477,7 +477,7 @@ def test_a_pool_whose_sharing_mode_changed_is_judged_by_the_policy_written_for_i
 
     switched = {**gfd_cluster.TIME_SLICED, "nvidia.com/gpu.sharing-strategy": "mps"}
     policies, nodes = _mixed(*gfd_cluster.nodes(switched))
-    assert [(d.policy, d.field, d.nodes_say, d.nodes) for d in clustercheck.drift_of(policies, nodes)] == [
+    assert [(d.policy, d.field, d.nodes_say, d.nodes) for d in clusterdrift.drift_of(policies, nodes)] == [
         ("notebooks", "sharing.mode", "sharing-strategy mps", ("a100-ts-0", "a100-ts-1"))
     ]
 
@@ -495,20 +495,20 @@ def _mig_node(name: str, profile: str, count: int) -> dict:
 
 def test_mig_drift_is_judged_against_every_offered_profile():
     both = view(_mig_node("mig-1g", "1g.10gb", 56), _mig_node("mig-3g", "3g.40gb", 16))
-    assert clustercheck.drift(MIG_POLICY, both) == ()
+    assert clusterdrift.drift(MIG_POLICY, both) == ()
     # another pool's layout (2g.20gb, not offered): not the policy's nodes
     other = view(_mig_node("mig-1g", "1g.10gb", 56), _mig_node("mig-2g", "2g.20gb", 24))
-    assert clustercheck.drift(MIG_POLICY, other) == ()
+    assert clusterdrift.drift(MIG_POLICY, other) == ()
     # no node has the profile nvidia.com/gpu converts to
     only_3g = view(_mig_node("mig-3g", "3g.40gb", 16))
-    assert [d.line for d in clustercheck.drift(MIG_POLICY, only_3g)] == [
+    assert [d.line for d in clusterdrift.drift(MIG_POLICY, only_3g)] == [
         'policy "team" sharing.migProfile is 1g.10gb, but 1 node (mig-3g) says no 1g.10gb slice: pods converted to '
         "nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles the nodes "
         "have, or change their MIG layout (mig-parted)"
     ]
     # no node has any listed profile: judged on the MIG nodes there are
     only_2g = view(_mig_node("mig-2g", "2g.20gb", 24))
-    assert [d.line for d in clustercheck.drift(MIG_POLICY, only_2g)] == [
+    assert [d.line for d in clusterdrift.drift(MIG_POLICY, only_2g)] == [
         'policy "team" sharing.migProfile is 1g.10gb, but 1 node (mig-2g) says no 1g.10gb slice: pods converted to '
         "nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles the nodes "
         "have, or change their MIG layout (mig-parted)",
@@ -531,9 +531,9 @@ def test_a_mig_single_node_is_judged_by_its_slice_not_by_the_slice_memory():
         "nvidia.com/gpu.memory": "9728",
         "nvidia.com/gpu.slices.gi": "1",
     }
-    assert clustercheck.drift(single, view(node("s-1g", {"nvidia.com/gpu": "56"}, labels))) == ()
+    assert clusterdrift.drift(single, view(node("s-1g", {"nvidia.com/gpu": "56"}, labels))) == ()
     bigger = {**labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb", "nvidia.com/gpu.slices.gi": "3"}
-    assert [d.line for d in clustercheck.drift(single, view(node("s-3g", {"nvidia.com/gpu": "16"}, bigger)))] == [
+    assert [d.line for d in clusterdrift.drift(single, view(node("s-3g", {"nvidia.com/gpu": "16"}, bigger)))] == [
         'policy "team" sharing.migProfile is 1g.10gb, but 1 node (s-3g) says 3g.40gb slices (mig.strategy single): '
         "pods are told a nvidia.com/gpu is a 1g.10gb slice, but it is a 3g.40gb one; set sharing.migProfile: "
         "3g.40gb, or change the nodes' MIG layout (mig-parted)"

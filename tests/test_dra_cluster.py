@@ -292,7 +292,7 @@ def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slice
     """A DRA-only MIG pool: its nodes' MIG devices are read as the mixed strategy's labels, so a policy
     offering profiles the slices do not publish, or a GPU model they contradict, is drift, with its lines."""
     from tests.test_clustercheck import MIG_POLICY
-    from webhook.admission import clustercheck
+    from webhook.admission import clusterdrift
     from webhook.admission.policy import GPU
 
     nodes = view(node("dra-mig-1", {}), node("dra-mig-2", {})).nodes
@@ -302,7 +302,7 @@ def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slice
     assert dict(cluster.nodes["dra-mig-1"].labels) == {
         "nvidia.com/mig-2g.20gb.count": "3", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"
     }  # fmt: skip
-    assert [d.line for d in clustercheck.drift(MIG_POLICY, cluster)] == [
+    assert [d.line for d in clusterdrift.drift(MIG_POLICY, cluster)] == [
         'policy "team" sharing.migProfile is 1g.10gb, but 2 nodes (dra-mig-1, dra-mig-2) say no 1g.10gb slice: pods '
         "converted to nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of migProfiles "
         "the nodes have, or change their MIG layout (mig-parted)",
@@ -311,7 +311,7 @@ def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slice
         "run there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
     ]  # fmt: skip
     h100 = dataclasses.replace(MIG_POLICY, gpu=GPU(model="H100-80GB"), memo={})
-    assert [d.line for d in clustercheck.drift(h100, cluster) if d.field == "gpu.model"] == [
+    assert [d.line for d in clusterdrift.drift(h100, cluster) if d.field == "gpu.model"] == [
         (
             'policy "team" gpu.model is H100-80GB, but 2 nodes (dra-mig-1, dra-mig-2) say A100-80GB: memory limits are '
             "worked out for H100-80GB's memory; set gpu.model: A100-80GB (or auto), or give these nodes' namespaces "
@@ -319,15 +319,15 @@ def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slice
         )
     ]
     offered = [slice_info(mig_slice("dra-mig-1", "1g.10gb", "1g.10gb", "3g.40gb"))[1]]
-    assert clustercheck.drift(MIG_POLICY, ClusterView(merge(nodes, offered, read))) == ()
+    assert clusterdrift.drift(MIG_POLICY, ClusterView(merge(nodes, offered, read))) == ()
 
 
 def test_drift_compares_a_policys_gpu_memory_with_the_gpus_in_the_slices():
-    from webhook.admission import clustercheck
+    from webhook.admission import clusterdrift
     from webhook.admission.policy import GPU
 
     wrong = policy(gpu=GPU(model="H100-80GB", memory_mib=40960))
-    assert [d.line for d in clustercheck.drift(wrong, dra_view(SLICE))] == [
+    assert [d.line for d in clusterdrift.drift(wrong, dra_view(SLICE))] == [
         'policy "team" gpu.memoryMiB is 40960, but 1 node (gpu-node-1) says 81559: memory limits are worked out for '
         "another GPU's memory; set gpu.memoryMiB: 81559",
     ]
@@ -527,10 +527,10 @@ def shared_view(classes: list[dict], *plugin_nodes: dict) -> ClusterView:
 
 
 def test_a_class_serving_the_replica_name_without_the_namespaces_gpu_config_is_drift_and_refused_where_only_it_serves():
-    from webhook.admission import clustercheck
+    from webhook.admission import clusterdrift
 
     unshared = shared_view([UNSHARED])
-    assert [d.line for d in clustercheck.drift(TIME_SLICED, unshared)] == [UNSHARED_DRIFT]
+    assert [d.line for d in clusterdrift.drift(TIME_SLICED, unshared)] == [UNSHARED_DRIFT]
     asking = pod(container("train", limits={"nvidia.com/gpu": "1"}))  # mapped to nvidia.com/gpu.shared: 1
     decision = evaluate(asking, "team", PolicySet((TIME_SLICED,)), nodes=unshared)
     assert (decision.verdict, decision.violations) == ("deny", [
@@ -538,7 +538,7 @@ def test_a_class_serving_the_replica_name_without_the_namespaces_gpu_config_is_d
         f"pod: {UNSHARED_DRIFT} (cluster.drift)",
     ])  # fmt: skip
     shared = shared_view([TIMESLICED])
-    assert clustercheck.drift(TIME_SLICED, shared) == ()
+    assert clusterdrift.drift(TIME_SLICED, shared) == ()
     assert evaluate(asking, "team", PolicySet((TIME_SLICED,)), nodes=shared).verdict == "allow"
     # A node whose device plugin shares GPUs offers the replica too: the pod may run shared, so it is not
     # refused for the classes (the drift still names them)
@@ -556,7 +556,7 @@ def test_a_class_serving_the_replica_name_without_the_namespaces_gpu_config_is_d
         "gpu-admission: pod: policy sharing.mode disagrees with 2 nodes; ask an admin to fix the policy",
     ]
     mps = dataclasses.replace(TIME_SLICED, sharing=Sharing(mode=Mode.MPS, replicas=4), memo={})
-    assert [d.nodes_say for d in clustercheck.drift(mps, shared)] == [
+    assert [d.nodes_say for d in clusterdrift.drift(mps, shared)] == [
         'DeviceClass "gpu-timesliced.example.com" serves nvidia.com/gpu.shared with a TimeSlicing GpuConfig'
     ]
 

@@ -26,7 +26,7 @@ from tests.engine_support import container, env_of, pod, policy, run
 from tests.test_clustercheck import node, view
 from tests.test_engine_properties import SETTINGS, objects, strip_mutable
 from tests.test_server import review
-from webhook.admission import clustercheck
+from webhook.admission import clusterdrift, clusternodes
 from webhook.admission.cluster import NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.loader import parse_policy_sources
@@ -724,7 +724,7 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
         _ack_node("ack-1", "cgpu"),  # binpack, ACK's default
         _ack_node("ack-2", "core_mem", "spread", gib="64", gpus="4"),  # 16 GiB GPUs
     )
-    assert [d.line for d in clustercheck.drift(ACK_A10, cluster)] == [
+    assert [d.line for d in clusterdrift.drift(ACK_A10, cluster)] == [
         'policy "team" gpu.memoryMiB is 24576 MiB, but 1 node (ack-2) says 16 GiB per GPU: each fraction is taken '
         "of another GPU's memory; set gpu.memoryMiB: 16384, or give these nodes' namespaces their own policy",
         'policy "team" sharing.placement is spread, but 1 node (ack-1) says ack.node.gpu.placement binpack: pods '
@@ -732,7 +732,7 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
         "ack.node.gpu.placement=spread",
     ]
     only_share = view(_ack_node("ack-9", "share", "spread"))  # the policy's pods reach no node: its kind stands in
-    assert [d.line for d in clustercheck.drift(ACK_A10, only_share)] == [
+    assert [d.line for d in clusterdrift.drift(ACK_A10, only_share)] == [
         'policy "team" sharing.isolation is required (ack.node.gpu.schedule cgpu, core_mem, mps), but 1 node '
         "(ack-9) says ack.node.gpu.schedule share: no node of the pool caps a share's memory, so the policy's shares "
         "run nowhere; label the node pool ack.node.gpu.schedule=cgpu (or core_mem, mps), or set sharing.isolation: "
@@ -740,7 +740,7 @@ def test_ack_drift_names_an_unisolated_pool_another_placement_and_another_gpu() 
     ]
     unisolated = memory(Backend.ACK, GPU(memory_mib=24576), placement=Placement.SPREAD, steering=True,
                         isolation=Isolation.NONE)  # fmt: skip
-    assert clustercheck.drift(unisolated, only_share) == ()
+    assert clusterdrift.drift(unisolated, only_share) == ()
 
 
 def test_volcano_shares_are_offered_by_volcano_nodes_only() -> None:
@@ -995,19 +995,19 @@ def test_hami_drift_compares_the_registered_gpus_with_the_policys_model_and_memo
         _hami_node("h-2", HAMI_JSON),
         _hami_node("h-3", HAMI_H100),  # 81,559 MiB: within NVML's tolerance of 81,920, but another model
     )
-    assert [d.line for d in clustercheck.drift(HAMI, cluster)] == [
+    assert [d.line for d in clusterdrift.drift(HAMI, cluster)] == [
         'policy "team" gpu.model is A100-80GB, but 1 node (h-3) says H100-80GB: memory limits are worked out for '
         "A100-80GB's memory; set gpu.model: H100-80GB (or auto), or give these nodes' namespaces their own policy"
     ]
     by_memory = memory(Backend.HAMI, GPU(memory_mib=81920))
-    assert [d.line for d in clustercheck.drift(by_memory, cluster)] == [
+    assert [d.line for d in clusterdrift.drift(by_memory, cluster)] == [
         'policy "team" gpu.memoryMiB is 81920, but 2 nodes (h-1, h-2) say 32768: memory limits are worked out for '
         "another GPU's memory; set gpu.memoryMiB: 32768"
     ]
     gfd = node("h-4", {"nvidia.com/gpu": "20"}, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
                                                  "nvidia.com/gpu.memory": "81920"})  # fmt: skip
     gfd["metadata"]["annotations"] = {"hami.io/node-nvidia-register": HAMI_JSON}
-    assert clustercheck.drift(by_memory, view(gfd)) == ()  # GPU feature discovery's labels, where a node has them
+    assert clusterdrift.drift(by_memory, view(gfd)) == ()  # GPU feature discovery's labels, where a node has them
 
 
 def test_policy_lint_cluster_reports_hamis_drift_from_the_nodes_annotations(tmp_path) -> None:
@@ -1240,7 +1240,7 @@ def test_a_hostile_register_annotation_reads_as_no_gpus(annotation, value) -> No
     assert info is not None and info.devices == () and info.registrar == ""
     cluster = view(obj)
     for pol in (volcano_memory(factor=10), hami_memory(Fraction(2)), VOLCANO, HAMI):
-        assert clustercheck.drift(pol, cluster) == ()
+        assert clusterdrift.drift(pol, cluster) == ()
         assert evaluate(gpu_pod("0.25"), "team", PolicySet((pol,)), nodes=cluster).verdict == "allow"
 
 
@@ -1251,7 +1251,7 @@ def test_volcano_drift_reads_the_registered_units_through_the_policys_factor() -
         _volcano_node("v-2", 81559, mode=None),  # units of 1 MiB, an older device plugin
         _volcano_node("v-3", 81, kind="NVIDIA-NVIDIA H100 80GB HBM3"),  # units of 1,000 MiB
     )
-    assert [d.line for d in clustercheck.drift(volcano_memory(factor=10), cluster)] == [
+    assert [d.line for d in clusterdrift.drift(volcano_memory(factor=10), cluster)] == [
         'policy "team" sharing.gpuMemoryFactor is 10, but 1 node (v-2) says 1 (81559 units of volcano.sh/vgpu-memory '
         "per H100-80GB): a unit of volcano.sh/vgpu-memory is 1 MiB there, so each share gets 0.1 times the memory it "
         "means; set sharing.gpuMemoryFactor: 1 (the device plugin's gpuMemoryFactor)",
@@ -1259,30 +1259,30 @@ def test_volcano_drift_reads_the_registered_units_through_the_policys_factor() -
         "per H100-80GB): a unit of volcano.sh/vgpu-memory is 1000 MiB there, so each share gets 100 times the memory "
         "it means; set sharing.gpuMemoryFactor: 1000 (the device plugin's gpuMemoryFactor)",
     ]
-    assert [d.line for d in clustercheck.drift(volcano_memory(), view(_volcano_node("v-0", 8155)))] == [
+    assert [d.line for d in clusterdrift.drift(volcano_memory(), view(_volcano_node("v-0", 8155)))] == [
         'policy "team" sharing.gpuMemoryFactor is 1, but 1 node (v-0) says 10 (8155 units of volcano.sh/vgpu-memory '
         "per H100-80GB): a unit of volcano.sh/vgpu-memory is 10 MiB there, so each share gets 10 times the memory it "
         "means; set sharing.gpuMemoryFactor: 10 (the device plugin's gpuMemoryFactor)",
     ]  # and no gpu.model or gpu.memoryMiB line besides: the units were misread, the GPU is the one the policy says
     agreeing = view(_volcano_node("v-0", 8155), _volcano_node("v-1", 8155))
-    assert clustercheck.drift(volcano_memory(factor=10), agreeing) == ()
+    assert clusterdrift.drift(volcano_memory(factor=10), agreeing) == ()
 
 
 def test_volcano_drift_names_another_gpu_through_the_factor() -> None:
     cluster = view(_volcano_node("v-0", 8155), _volcano_node("v-1", 4096, kind="NVIDIA-NVIDIA A100-SXM4-40GB"))
-    assert [d.line for d in clustercheck.drift(volcano_memory(A100, factor=10), cluster)] == [
+    assert [d.line for d in clusterdrift.drift(volcano_memory(A100, factor=10), cluster)] == [
         'policy "team" gpu.model is A100-80GB, but 1 node (v-1) says A100-40GB: memory limits are worked out for '
         "A100-80GB's memory; set gpu.model: A100-40GB (or auto), or give these nodes' namespaces their own policy",
         'policy "team" gpu.model is A100-80GB, but 1 node (v-0) says H100-80GB: memory limits are worked out for '
         "A100-80GB's memory; set gpu.model: H100-80GB (or auto), or give these nodes' namespaces their own policy",
     ]
     by_memory = volcano_memory(GPU(memory_mib=40960), factor=10)  # 4,096 units of 10 MiB are 40,960 MiB
-    assert [d.line for d in clustercheck.drift(by_memory, cluster)] == [
+    assert [d.line for d in clusterdrift.drift(by_memory, cluster)] == [
         'policy "team" gpu.memoryMiB is 40960, but 1 node (v-0) says 81550: memory limits are worked out for another '
         "GPU's memory; set gpu.memoryMiB: 81550"
     ]
     auto = volcano_memory(GPU(model=None), factor=10, cluster_checks=ClusterChecks(auto_model=True))
-    assert clustercheck.resolve(auto, view(_volcano_node("v-0", 8155))).gpu.model == "H100-80GB"
+    assert clusternodes.resolve(auto, view(_volcano_node("v-0", 8155))).gpu.model == "H100-80GB"
 
 
 def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() -> None:
@@ -1290,7 +1290,7 @@ def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() ->
     scaled = json.dumps([{"id": "GPU-0", "count": 10, "devmem": 163840, "devcore": 100, "type": a100}])
     legacy = f"GPU-1,10,147456,100,{a100},0,true:"  # 81,920 x 1.8
     cluster = view(_hami_node("h-0", scaled), _hami_node("h-1", HAMI_LEGACY), _hami_node("h-2", legacy))
-    assert [d.line for d in clustercheck.drift(hami_memory(Fraction(2)), cluster)] == [
+    assert [d.line for d in clusterdrift.drift(hami_memory(Fraction(2)), cluster)] == [
         'policy "team" sharing.deviceMemoryScaling is 2, but 1 node (h-1) says 1 (81920 MiB registered per '
         "A100-80GB): HAMi divides 81920 MiB of each GPU there, so each fraction is taken of another amount of memory; "
         "set sharing.deviceMemoryScaling: 1 (HAMi's deviceMemoryScaling)",
@@ -1298,15 +1298,15 @@ def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() ->
         "A100-80GB): HAMi divides 147456 MiB of each GPU there, so each fraction is taken of another amount of "
         "memory; set sharing.deviceMemoryScaling: 1.8 (HAMi's deviceMemoryScaling)",
     ]
-    assert clustercheck.drift(hami_memory(Fraction(2)), view(_hami_node("h-0", scaled))) == ()  # not drift
-    assert [d.line for d in clustercheck.drift(HAMI, view(_hami_node("h-0", scaled)))] == [
+    assert clusterdrift.drift(hami_memory(Fraction(2)), view(_hami_node("h-0", scaled))) == ()  # not drift
+    assert [d.line for d in clusterdrift.drift(HAMI, view(_hami_node("h-0", scaled)))] == [
         'policy "team" sharing.deviceMemoryScaling is 1, but 1 node (h-0) says 2 (163840 MiB registered per '
         "A100-80GB): HAMi divides 163840 MiB of each GPU there, so each fraction is taken of another amount of "
         "memory; set sharing.deviceMemoryScaling: 2 (HAMi's deviceMemoryScaling)"
     ]  # where a plain policy used to read 163,840 MiB as another GPU
     a100_40 = json.dumps([{"devmem": 81920, "type": "NVIDIA-NVIDIA A100-SXM4-40GB"}])  # 40,960 x 2
     auto = hami_memory(Fraction(2), GPU(model=None), cluster_checks=ClusterChecks(auto_model=True))
-    resolved = clustercheck.resolve(auto, view(_hami_node("h-3", a100_40)))
+    resolved = clusternodes.resolve(auto, view(_hami_node("h-3", a100_40)))
     assert resolved.gpu.model == "A100-40GB"  # not the 80 GB one its registered 81,920 MiB would suggest
     half = evaluate(gpu_pod("0.5"), "team", PolicySet((auto,)), nodes=view(_hami_node("h-3", a100_40)))
     assert resources(half)["limits"]["nvidia.com/gpumem"] == "40960"  # half of 40,960 x 2

@@ -1,4 +1,4 @@
-"""Cluster-aware checks: a GPU pod that no node can ever run, and a policy that no longer matches the nodes.
+"""Cluster-aware admission checks: a GPU pod that no node can ever run, or that a policy's drift affects.
 
 Three checks, each `deny | warn | off` in the policy's `cluster:` section (policy.ClusterChecks), run by
 `engine.evaluate` on the object after mutation when it has a `ClusterView`, and skipped when it has none:
@@ -7,243 +7,51 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
   largest GPU, cluster.per_container, the pod's total as the extender places it on one GPU; under the pod
   label aliyun.com/gpu-count "M", N/M on each of M GPUs of a node with at least M of them: _ack_spread). HAMi's
   and Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
+  A pod's DRA devices of one DeviceClass, all ways of asking together, on one node (`claims_fit`, _pooled).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
-  `assumeNodes` describes them.
+  `assumeNodes` describes them (clusternodes.assumed_nodes).
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
-- drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
-  feature discovery labels (cluster.py; the GPUs HAMi or Volcano registers where a node has no GFD memory
-  label, read through the policy's deviceMemoryScaling or gpuMemoryFactor, and those against the model their
-  type names, memshare.unit_drift; ACK's own labels and resources, memshare.node_drift) of the nodes its pods
-  can land on say (`policy_nodes`: the resource they hold after mutation, the pool its steering selects). A
-  mismatch makes the memory fractions wrong.
+- drift: the policy's drift (clusterdrift.py) that affects the GPUs the pod holds, one line each.
 
-`unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none of
-the cluster's namespaces.
-
-`resolve` turns `replicas: auto` and `gpu.model: auto` into the nodes' values (the smallest share wins).
-Everything per policy is worked out once per snapshot (`ClusterView.derived`), never per review. Pure.
+`bound_node` judges a pod that names its node (`spec.nodeName`) against that node's labels. The nodes, the
+`auto` values and the drift come from clusternodes.py and clusterdrift.py; this module holds what a review
+asks of them, and its lines. What the checks need of a policy is worked out once per snapshot (`_plan`): a
+valid pod that fits is a few set look-ups. Pure.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from webhook.admission import memshare, steering
-from webhook.admission.cluster import (
-    ACK_COUNT,
-    MEMORY_LABEL,
-    MEMORY_TOLERANCE,
-    MIG_STRATEGY_LABEL,
-    PRODUCT_LABEL,
-    REPLICAS_LABEL,
-    STRATEGY_LABEL,
-    ClusterView,
-    NodeInfo,
-    Registered,
-    nodes_text,
-    per_container,
-)
-from webhook.admission.globs import is_glob
+from webhook.admission.cluster import ACK_COUNT, PRODUCT_LABEL, ClusterView, Registered, nodes_text, per_container
+from webhook.admission.clusterdrift import Drift, drift, unshared_dra
+from webhook.admission.clusternodes import assumed_nodes, names_shown, policy_nodes
 from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import GPU, AssumedNode, Backend, Check, Mode, Policy, PolicySet
+from webhook.admission.policy import Backend, Check, Mode, Policy
 from webhook.admission.quantity import format_fraction, quantity_text
 from webhook.admission.resources import (
     ACK_MEMORY,
     DEVICE_CLASS_PREFIX,
     GPU_CONFIG_STRATEGIES,
-    GPU_MODELS,
     HAMI_MEMORY,
     MIG_PREFIX,
     NVIDIA_GPU,
     VOLCANO_MEMORY,
-    GPUModel,
     is_shared,
-    mig_profile_of,
     mig_resource,
 )
 from webhook.admission.validate import Holders, container_violation, effective_total, pod_violation
 from webhook.admission.violation import SHORT_LIMIT, Violation, cut
 
-NAMED_NODES = 3  # nodes named in one line; the count says how many more
 VGPU_MEMORY = frozenset({HAMI_MEMORY, VOLCANO_MEMORY})  # one vGPU's memory, on one registered GPU (_Vgpus)
 
 
-# --- The nodes a policy's pods can land on, and the values `auto` takes from them ----------------------------
-
-
-def assumed_nodes(policy: Policy) -> tuple[NodeInfo, ...]:
-    """`cluster.assumeNodes` as nodes (worked out once per policy)."""
-    return policy.derived("cluster-assumed-nodes", _assumed)
-
-
-def _assumed(policy: Policy) -> tuple[NodeInfo, ...]:
-    return tuple(_assumed_node(shape) for shape in policy.cluster_checks.assume_nodes)
-
-
-def _assumed_node(shape: AssumedNode) -> NodeInfo:
-    return NodeInfo(f"{shape.name} (assumed)", dict(shape.allocatable), dict(shape.labels))
-
-
-def policy_nodes(policy: Policy, view: ClusterView) -> tuple[NodeInfo, ...]:
-    """The nodes (assumed ones included) that the policy's GPU pods can land on: those advertising a resource
-    its pods hold after mutation (`_holds`) that its steering lets them onto (steering.reaches, by the kind of
-    pool only: a pool whose replica count or slice size changed is still the policy's, and its drift).
-
-    Where the policy reaches no node, the nodes of its kind stand in (shared GPUs for a shared policy, MIG nodes
-    for a MIG one), so that a policy whose pods can run nowhere is still compared with the nodes it was
-    probably written for (a renamed resource that the device plugin keeps, a sharing mode that changed)."""
-    return view.derived("cluster-policy-nodes", policy, lambda: _policy_nodes(policy, view))
-
-
-def _policy_nodes(policy: Policy, view: ClusterView) -> tuple[NodeInfo, ...]:
-    nodes = [*view.nodes.values(), *assumed_nodes(policy)]
-    holds = _holds(policy)
-    reached = tuple(
-        n for n in nodes if any(map(holds, n.allocatable)) and steering.reaches(policy, n.labels, values=False)
-    )
-    if reached:
-        return reached
-    mode = policy.sharing.mode
-    if mode.is_shared:
-        return tuple(n for n in nodes if NVIDIA_GPU in n.allocatable and _replicas(n) > 1)
-    if mode is Mode.MIG:
-        return tuple(n for n in nodes if n.labels.get(MIG_STRATEGY_LABEL) in ("single", "mixed") or _mig_counts(n))
-    if mode is Mode.MEMORY:  # the backend's nodes, whatever their labels say (ACK's `share` pools: drift)
-        return tuple(n for n in nodes if memshare.node_resource(policy) in n.allocatable)
-    return ()
-
-
-def _holds(policy: Policy) -> Callable[[str], bool]:
-    """Whether a resource is one the policy's GPU pods hold after mutation: the shared replica, the MIG slices
-    it converts to (those of `migProfiles`; any MIG slice where it lists none: a fraction may become any
-    profile), else `nvidia.com/gpu` (whole GPUs, and MIG slices under the single strategy)."""
-    sharing = policy.sharing
-    if sharing.mode is Mode.MEMORY:
-        return memshare.node_resource(policy).__eq__
-    if sharing.mode.is_shared:
-        return sharing.resource_name.__eq__
-    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
-        if sharing.mig_profiles is None:
-            return lambda resource: resource.startswith(MIG_PREFIX)
-        return frozenset(map(mig_resource, sharing.mig_profiles)).__contains__
-    return NVIDIA_GPU.__eq__
-
-
-def _offered(policy: Policy) -> tuple[str, ...]:
-    """The MIG profiles the policy says its nodes have: `migProfiles`, else the one `migProfile` converts to."""
-    sharing = policy.sharing
-    if sharing.mig_profiles is not None:
-        return sharing.mig_profiles
-    return (sharing.mig_profile,) if sharing.mig_profile else ()
-
-
-def _replicas(node: NodeInfo) -> int:
-    text = node.labels.get(REPLICAS_LABEL, "")
-    return int(text) if text.isdigit() else 0
-
-
-def _memory(node: NodeInfo, policy: Policy) -> int | None:
-    """The GPU's memory in MiB; None under MIG single, where GFD labels the slice's memory. A node without GFD's
-    memory label says it in the GPUs HAMi or Volcano registers (the smallest, where it has GPUs of several
-    sizes), read through the policy's deviceMemoryScaling or gpuMemoryFactor (memshare.registered_mib)."""
-    if "-MIG-" in node.labels.get(PRODUCT_LABEL, ""):
-        return None
-    text = node.labels.get(MEMORY_LABEL, "")
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    return _smallest_device(node, policy)[1] if node.devices else None
-
-
-def _smallest_device(node: NodeInfo, policy: Policy) -> tuple[str, int]:
-    """The registered GPU with the least memory, in MiB as the policy reads it, its type as GFD writes a
-    product (spaces as "-")."""
-    kind, amount = min(node.devices, key=lambda device: (device[1], device[0]))
-    return _product(kind), int(memshare.registered_mib(policy, node.registrar, amount))
-
-
-def _product(kind: str) -> str:
-    return kind.replace(" ", "-")
-
-
-def _unit_drift(policy: Policy, node: NodeInfo) -> list[memshare.NodeDrift]:
-    """memshare.unit_drift for each GPU kind the node registers whose type names a model of
-    resources.GPU_MODELS (`NVIDIA-NVIDIA H100 80GB HBM3`), against that model's memory."""
-    found = []
-    for kind, amount in node.devices:
-        model = product_model(_product(kind), None)
-        if model is None:
-            continue
-        item = memshare.unit_drift(policy, node.registrar, amount, model.memory_mib, model.name)
-        if item is not None and item not in found:
-            found.append(item)
-    return found
-
-
-def _mig_counts(node: NodeInfo) -> dict[str, int]:
-    """`{profile: count}` from the mixed strategy's `nvidia.com/mig-<profile>.count` labels."""
-    counts = {}
-    for key, value in node.labels.items():
-        if key.startswith(MIG_PREFIX) and key.endswith(".count") and value.isdigit() and int(value) > 0:
-            profile = mig_profile_of(key.removesuffix(".count"))
-            if profile is not None:
-                counts[profile] = int(value)
-    return counts
-
-
-def product_model(product: str, memory_mib: int | None) -> GPUModel | None:
-    """GFD's product label (`NVIDIA-A100-SXM4-80GB`, `NVIDIA-H100-NVL`, `...-SHARED`, `...-MIG-1g.10gb`) and
-    memory label -> a model of resources.GPU_MODELS: its family as a word of the product, then the memory
-    closest to the node's (or the nominal size named in the product)."""
-    words = set(product.upper().split("-"))
-    family = [m for m in GPU_MODELS.values() if m.name.split("-")[0] in words]
-    if not family:
-        return None
-    if memory_mib is not None:
-        return min(family, key=lambda m: abs(m.memory_mib - memory_mib))
-    named = [m for m in family if f"{m.memory_gb}GB" in words]
-    return named[0] if len(named) == 1 else (family[0] if len(family) == 1 else None)
-
-
-def node_model(node: NodeInfo, policy: Policy) -> GPUModel | None:
-    """The node's GPU model: GFD's product label, else the type HAMi or Volcano registers its GPUs under."""
-    product = node.labels.get(PRODUCT_LABEL)
-    if product:
-        return product_model(product, _memory(node, policy))
-    return product_model(*_smallest_device(node, policy)) if node.devices else None
-
-
-def resolve(policy: Policy, view: ClusterView) -> Policy:
-    """The policy with `replicas: auto` and `gpu.model: auto` taken from its nodes, once per snapshot: the
-    most replicas and the smallest GPU (the smallest share, so that no pod is told it has more than it has).
-    Left unknown (None) where no node says."""
-    if not policy.cluster_checks.auto:
-        return policy
-    return view.derived("cluster-resolved", policy, lambda: _resolve(policy, view))
-
-
-def _resolve(policy: Policy, view: ClusterView) -> Policy:
-    nodes = policy_nodes(policy, view)
-    sharing, gpu = policy.sharing, policy.gpu
-    if policy.cluster_checks.auto_replicas:
-        replicas = max((r for r in map(_replicas, nodes) if r > 1), default=None)
-        sharing = dataclasses.replace(sharing, replicas=replicas)
-    if policy.cluster_checks.auto_model:
-        models = [m for m in (node_model(n, policy) for n in nodes) if m is not None]
-        if models:
-            gpu = GPU(model=min(models, key=lambda m: m.memory_mib).name, memory_mib=gpu.memory_mib)
-        else:
-            memory = min((m for m in (_memory(n, policy) for n in nodes) if m is not None), default=gpu.memory_mib)
-            gpu = GPU(model=None, memory_mib=memory)
-    return dataclasses.replace(policy, sharing=sharing, gpu=gpu, memo={})
-
-
-# --- A pod bound to a node ----------------------------------------------------------------------------------
+# --- A pod bound to a node --------------------------------------------------------------------------------
 
 
 def bound_node(spec: Any, policy: Policy, view: ClusterView) -> list[Violation]:
@@ -280,289 +88,7 @@ def bound_node(spec: Any, policy: Policy, view: ClusterView) -> list[Violation]:
     return [Violation(line, short)]
 
 
-# --- Drift ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Drift:
-    """One way a policy disagrees with some of its nodes (for /readyz, the metric, `policy lint --cluster`,
-    `audit` and the `drift` check)."""
-
-    policy: str
-    field: str  # the policy's field, as written in the file: "sharing.replicas"
-    policy_says: str
-    nodes_say: str
-    nodes: tuple[str, ...]  # the nodes that say so, sorted
-    effect: str  # what goes wrong
-    fix: str
-
-    @property
-    def where(self) -> str:
-        """`3 nodes (a, b, c)`, `12 nodes (a, b, c, ...)`."""
-        shown = ", ".join(self.nodes[:NAMED_NODES]) + (", ..." if len(self.nodes) > NAMED_NODES else "")
-        return f"{nodes_text(len(self.nodes))} ({shown})"
-
-    @property
-    def verb(self) -> str:
-        return "says" if len(self.nodes) == 1 else "say"
-
-    @property
-    def line(self) -> str:
-        return (
-            f'policy "{self.policy}" {self.field} is {self.policy_says}, but {self.where} {self.verb} '
-            f"{self.nodes_say}: {self.effect}; {self.fix}"
-        )
-
-
-def drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
-    """Every disagreement between `policy` and its nodes, worked out once per snapshot."""
-    return view.derived("cluster-drift", policy, lambda: _drift(policy, view))
-
-
-def drift_of(policies: PolicySet, view: ClusterView) -> list[Drift]:
-    """Every policy's drift, in the set's order (for /readyz, the metric, `policy lint --cluster` and `audit`)."""
-    return [item for policy in policies.policies for item in drift(policy, view)]
-
-
-def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
-    nodes = policy_nodes(policy, view)
-    # (field, nodes_say) -> (policy_says, effect, fix, node names): the first three follow from the key
-    found: dict[tuple[str, str], tuple[str, str, str, list[str]]] = {}
-
-    def note(field: str, says: str, node: NodeInfo, policy_says: str, effect: str, fix: str) -> None:
-        found.setdefault((field, says), (policy_says, effect, fix, []))[3].append(node.name)
-
-    sharing, mode = policy.sharing, policy.sharing.mode
-    fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster_checks.auto_replicas else None
-    for node in nodes:
-        replicas = _replicas(node)
-        if fixed_replicas and REPLICAS_LABEL in node.labels and replicas != fixed_replicas:
-            note(
-                "sharing.replicas",
-                str(replicas),
-                node,
-                str(sharing.replicas),
-                f"each pod is told it has 1/{sharing.replicas} of a GPU, but the GPU is shared "
-                + (f"{replicas} ways" if replicas > 1 else "by none"),
-                f"set sharing.replicas: {replicas} (or auto), or change the device plugin's sharing config"
-                if replicas > 1
-                else "set replicas in the device plugin's sharing config, or use mode exclusive",
-            )
-        strategy = node.labels.get(STRATEGY_LABEL)  # older device plugins set none: never drift
-        expected = str(mode) if mode.is_shared else "none"
-        if strategy is not None and strategy != expected and mode is not Mode.MIG:
-            note(
-                "sharing.mode",
-                f"sharing-strategy {strategy}",
-                node,
-                str(mode),
-                "the environment the webhook sets is for another sharing mode",
-                f"set sharing.mode: {'exclusive' if strategy == 'none' else strategy}, or change the device "
-                "plugin's sharing config",
-            )
-        units = _unit_drift(policy, node) if node.devices else []
-        for field, says, policy_says, effect, fix in units:
-            note(field, says, node, policy_says, effect, fix)
-        # Memory read through another scaling or factor than the device plugin's is not another GPU: said once
-        registered = bool(units) and not node.labels.get(MEMORY_LABEL, "").isdigit()
-        model = None if registered else node_model(node, policy)
-        fixed_model = not policy.cluster_checks.auto_model
-        if policy.gpu.model and fixed_model and model is not None and model.name != policy.gpu.model:
-            note(
-                "gpu.model",
-                model.name,
-                node,
-                policy.gpu.model,
-                f"memory limits are worked out for {policy.gpu.model}'s memory",
-                f"set gpu.model: {model.name} (or auto), or give these nodes' namespaces their own policy",
-            )
-        memory = None if registered else _memory(node, policy)
-        if policy.gpu.memory_mib and memory and abs(memory - policy.gpu.memory_mib) > MEMORY_TOLERANCE * memory:
-            note(
-                "gpu.memoryMiB",
-                str(memory),
-                node,
-                str(policy.gpu.memory_mib),
-                "memory limits are worked out for another GPU's memory",
-                f"set gpu.memoryMiB: {memory}",
-            )
-        if mode is Mode.MEMORY:  # the backend's own labels and resources (memshare.py)
-            for field, says, policy_says, effect, fix in memshare.node_drift(policy, node):
-                note(field, says, node, policy_says, effect, fix)
-        layout = _mig_drift(policy, node) if mode is Mode.MIG and sharing.mig_profile else None
-        if layout is not None:
-            note(*layout[:2], node, *layout[2:])
-    listed = mode is Mode.MIG and not sharing.is_mig_single and sharing.mig_profiles is not None
-    if listed and sharing.mig_profile and not any(sharing.mig_profile in _mig_counts(n) for n in nodes):
-        # Every node has a listed profile, but none has the one that `nvidia.com/gpu` converts to
-        for node in nodes:
-            if _mig_counts(node):
-                note(
-                    "sharing.migProfile",
-                    f"no {sharing.mig_profile} slice",
-                    node,
-                    sharing.mig_profile,
-                    f"pods converted to {mig_resource(sharing.mig_profile)} cannot run there",
-                    "set sharing.migProfile to a profile of migProfiles the nodes have, or change their MIG "
-                    "layout (mig-parted)",
-                )
-    for class_name, (written, held) in unshared_dra(policy, view).items():
-        resource, strategy = sharing.resource_name, GPU_CONFIG_STRATEGIES[mode]
-        says = f'DeviceClass "{class_name}" serves {resource} with ' + (
-            f"a {written} GpuConfig" if written else "no GpuConfig"
-        )
-        found[("sharing.mode", says)] = (
-            str(mode),
-            f"pods asking {resource} there get GPUs not shared by {mode}, through a claim the scheduler makes "
-            "with no config but the class's",
-            f"add a GpuConfig with sharing.strategy {strategy} (opaque driver gpu.nvidia.com) to DeviceClass "
-            f'"{class_name}" spec.config, or serve {resource} from the device plugin on these nodes',
-            list(held),
-        )
-    drifts = []
-    for (field, says), (policy_says, effect, fix, names) in sorted(found.items()):
-        drifts.append(Drift(policy.name, field, policy_says, says, tuple(sorted(names)), effect, fix))
-    return tuple(drifts)
-
-
-def unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Under time-slicing or MPS: each DeviceClass that serves the policy's replica resource (`sharing.
-    resourceName`) on some of its nodes (KEP-5004, draslices.merge) and whose own config (`spec.config`) does not
-    share NVIDIA's GPUs by the policy's strategy -> (the strategy it sets, "" none; those nodes). The claim the
-    scheduler makes for the resource carries the class's config alone, so a pod there gets GPUs not shared
-    the policy's way. Worked out once per snapshot."""
-    return view.derived("cluster-unshared-dra", policy, lambda: _unshared_dra(policy, view))
-
-
-def _unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tuple[str, ...]]]:
-    mode = policy.sharing.mode
-    if not mode.is_shared:
-        return {}
-    resource, strategy = policy.sharing.resource_name, GPU_CONFIG_STRATEGIES[mode]
-    found: dict[str, list[str]] = {}
-    for node in policy_nodes(policy, view):
-        for served, class_name in node.served:
-            if served == resource and view.class_sharing.get(class_name, "") != strategy:
-                found.setdefault(class_name, []).append(node.name)
-    return {name: (view.class_sharing.get(name, ""), tuple(sorted(nodes))) for name, nodes in sorted(found.items())}
-
-
-def _whole_only(policy: Policy, view: ClusterView) -> dict[str, tuple[str, ...]]:
-    """The policy's replica resource -> the DeviceClasses serving it, where every node of the policy's that
-    offers it serves it through such a class (`unshared_dra`): a pod asking it gets GPUs of its own wherever
-    it runs. Empty where any node offering it shares it (a device plugin's replicas, a class with the config)."""
-    unshared = unshared_dra(policy, view)
-    if not unshared:
-        return {}
-    resource = policy.sharing.resource_name
-    bad = {node for _, nodes in unshared.values() for node in nodes}
-    offering = [node.name for node in policy_nodes(policy, view) if resource in node.allocatable]
-    if not offering or any(name not in bad for name in offering):
-        return {}
-    return {resource: tuple(unshared)}
-
-
-def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str] | None:
-    """(field, nodes_say, policy_says, effect, fix) where a MIG node's layout has none of the profiles the
-    policy offers (`migProfiles`, else `migProfile`), or is advertised under another strategy or slice size."""
-    sharing = policy.sharing
-    profile = sharing.mig_profile or ""
-    effect = f"pods converted to {mig_resource(profile)} cannot run there"
-    if sharing.is_mig_single:
-        product = node.labels.get(PRODUCT_LABEL, "")
-        sliced = product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
-        if sliced is None or sliced == profile.replace("+", ""):
-            return None
-        return (
-            "sharing.migProfile",
-            f"{sliced} slices (mig.strategy single)",
-            profile,
-            f"pods are told a {NVIDIA_GPU} is a {profile} slice, but it is a {sliced} one",
-            f"set sharing.migProfile: {sliced}, or change the nodes' MIG layout (mig-parted)",
-        )
-    counts = _mig_counts(node)
-    if node.labels.get(MIG_STRATEGY_LABEL) == "single":
-        says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
-    elif counts and not counts.keys() & set(_offered(policy)):
-        says = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
-        if node.sliced:  # DRA's MIG devices (draslices.merge): no device plugin strategy to change
-            says += " (MIG devices in ResourceSlices)"
-    else:
-        return None
-    layout = "change their MIG layout (mig-parted)" + ("" if node.sliced else " and use mig.strategy mixed")
-    if sharing.mig_profiles is not None:
-        return (
-            "sharing.migProfiles",
-            says,
-            ", ".join(sharing.mig_profiles),
-            f"pods converted to {', '.join(map(mig_resource, sharing.mig_profiles))} cannot run there",
-            f"list the profiles the nodes have in sharing.migProfiles, or {layout}",
-        )
-    return (
-        "sharing.migProfile",
-        says,
-        profile,
-        effect,
-        f"set sharing.migProfile to a profile the nodes have, or {layout}",
-    )
-
-
-# --- Namespaces -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class UnmatchedNamespace:
-    """A policy's `namespaces` entry that no namespace of the cluster has (for `policy lint --cluster`): a
-    misspelt name selects nothing, and the namespace meant falls to another policy, silently."""
-
-    policy: str
-    source: str
-    entry: str
-    glob: bool
-    meant: str | None  # the cluster's namespace the entry most likely means
-    meant_gets: str | None  # what that namespace gets now: `policy "default" (glob "*")`
-    read: int  # the namespaces read
-
-    @property
-    def line(self) -> str:
-        what = f'glob "{self.entry}" matches' if self.glob else f'"{self.entry}" is'
-        head = (
-            f'policy "{self.policy}" ({self.source}) spec.namespaces: {what} no namespace of the cluster '
-            f"({self.read} read)"
-        )
-        if self.meant is not None:
-            return f'{head}; did you mean "{self.meant}", which gets {self.meant_gets} instead? correct the entry'
-        return f"{head}: it selects nothing; correct it, or remove it until such a namespace exists"
-
-
-def unmatched_namespaces(policies: PolicySet, namespaces: Iterable[str]) -> list[UnmatchedNamespace]:
-    """Every policy's `namespaces` entries that match none of `namespaces`, in the set's order; an exact name
-    with the closest namespace it may have meant (difflib), and the policy that namespace gets now."""
-    import difflib
-
-    names = sorted(set(namespaces))
-    found = []
-    for policy in policies.policies:
-        for entry in policy.namespaces:
-            glob = is_glob(entry)
-            if any(fnmatch.fnmatchcase(name, entry) for name in names) if glob else entry in names:
-                continue
-            close = [] if glob else difflib.get_close_matches(entry, names, n=1, cutoff=0.75)
-            meant = close[0] if close else None
-            gets = None
-            selection = policies.select(meant) if meant is not None else None
-            if selection is not None and selection.policy is policy:  # it has that namespace already
-                meant = None
-            elif selection is not None:
-                gets = f'policy "{selection.policy.name}"'
-                if selection.pattern is not None:
-                    kind = "glob" if is_glob(selection.pattern) else "namespace"
-                    gets += f' ({kind} "{selection.pattern}")'
-            found.append(UnmatchedNamespace(policy.name, policy.source, entry, glob, meant, gets, len(names)))
-    return found
-
-
-# --- The admission checks ---------------------------------------------------------------------------------
+# --- Fits, offered and drift ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +119,21 @@ class _Plan:
     # ACK's multi-GPU sharing: for M GPUs, the most GiB one GPU holds on a node of at least M GPUs and the
     # most GPUs a node has (_ack_spread), worked out on the first pod labelled with that M
     spread: dict[int, tuple[tuple[int, str] | None, tuple[int, str] | None]] = dataclasses.field(default_factory=dict)
+
+
+def _whole_only(policy: Policy, view: ClusterView) -> dict[str, tuple[str, ...]]:
+    """The policy's replica resource -> the DeviceClasses serving it, where every node of the policy's that
+    offers it serves it through such a class (`unshared_dra`): a pod asking it gets GPUs of its own wherever
+    it runs. Empty where any node offering it shares it (a device plugin's replicas, a class with the config)."""
+    unshared = unshared_dra(policy, view)
+    if not unshared:
+        return {}
+    resource = policy.sharing.resource_name
+    bad = {node for _, nodes in unshared.values() for node in nodes}
+    offering = [node.name for node in policy_nodes(policy, view) if resource in node.allocatable]
+    if not offering or any(name not in bad for name in offering):
+        return {}
+    return {resource: tuple(unshared)}
 
 
 def _plan(policy: Policy, view: ClusterView) -> _Plan:
@@ -978,7 +519,7 @@ def _whole_gpus(
     mode = policy.sharing.mode
     strategy = GPU_CONFIG_STRATEGIES[mode]
     nodes = sorted(node for _, held in (unshared_dra(policy, view)[name] for name in classes) for node in held)
-    shown = ", ".join(nodes[:NAMED_NODES]) + (", ..." if len(nodes) > NAMED_NODES else "")
+    shown = names_shown(nodes)
     named = " and ".join(f'"{name}"' for name in classes)
     noun = "DeviceClass" if len(classes) == 1 else "DeviceClasses"
     return container_violation(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.admission import clustercheck, dra, memshare
+from webhook.admission import clustercheck, clusternodes, dra, memshare
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -79,7 +79,7 @@ def evaluate(
         if reason := dra.left_alone(obj, old, claim_path):
             return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
         if nodes is not None and policy.cluster_checks.auto:
-            policy = clustercheck.resolve(policy, nodes)
+            policy = clusternodes.resolve(policy, nodes)
         classes = nodes.class_sharing if nodes is not None else None  # a class's own GpuConfig: the server's
         return _verdict(policy, [], [], dra.judge(obj, policy, claim_path, classes), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
@@ -101,7 +101,7 @@ def evaluate(
             return _verdict(policy, [], warnings, found, obj, [])
         return Decision(True, "allow", policy.name, mutated=obj)
     if nodes is not None and policy.cluster_checks.auto:
-        policy = clustercheck.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
+        policy = clusternodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
     counted: Holders | None = [] if nodes is not None else None  # for the cluster checks
     found, extended = validated(result.obj, policy, spec_path, counted)

@@ -694,7 +694,7 @@ def describe_share(policy: Policy) -> str:
     return f"nvidia.com/gpu 0.25 becomes {shown}; at least {least}; nvidia.com/gpu: N {kept}"
 
 
-# --- The nodes (clustercheck.py reads these) -----------------------------------------------------------------
+# --- The nodes (clusternodes.py, clusterdrift.py and clustercheck.py read these) -----------------------------
 
 
 def node_resource(policy: Policy) -> str:
@@ -712,7 +712,7 @@ NodeDrift = tuple[str, str, str, str, str]
 def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
     """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
     placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's and
-    Volcano's GPUs are compared where GPU feature discovery's are (clustercheck.py reads the kinds they register
+    Volcano's GPUs are compared where GPU feature discovery's are (clusternodes.py reads the kinds they register
     in their node annotations, cluster.py, through registered_mib), and their units by unit_drift: their
     resources alone (Volcano's vGPU memory is a node total) do not say one GPU's memory."""
     sharing = policy.sharing

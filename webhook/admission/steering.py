@@ -162,7 +162,7 @@ def pod_requirements(spec: dict[str, Any], policy: Policy, gpus: int = 1) -> tup
 def reaches(policy: Policy, labels: Mapping[str, str], *, values: bool = True) -> bool:
     """Whether the policy's steering lets its GPU pods onto a node with `labels` (True where it does not steer).
     With `values=False` only the kind of pool counts (its sharing or MIG strategy), not its replica count or
-    slice size: the nodes whose values clustercheck's drift compares with the policy's."""
+    slice size: the nodes whose values clusterdrift.drift compares with the policy's."""
     node = dict(labels)
     return all(matches(r.expression, node) for r in requirements(policy) if values or not _is_value(r))
 

@@ -157,7 +157,7 @@ def _audit(args: argparse.Namespace) -> int:
             f"gpu-webhook audit: skipped {skip.resource.name} {skip.where}: forbidden (403): {skip.detail}; "
             f"grant list on {skip.resource.name} for a complete report\n"
         )
-    from webhook.admission.clustercheck import drift_of
+    from webhook.admission.clusterdrift import drift_of
     from webhook.cli.drift import drift_json, print_drift
 
     drift = drift_of(policies, view) if view is not None else None

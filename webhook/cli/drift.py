@@ -1,10 +1,10 @@
 """The node snapshot for the CLI (`check --cluster`, `policy lint --cluster`, `audit`) and the drift table.
 
 One list of Nodes with the kubeconfig's credentials becomes the same `ClusterView` the server watches; the
-drift of each policy (clustercheck.drift) is printed as a table a person can act on: which policy field,
+drift of each policy (clusterdrift.drift) is printed as a table a person can act on: which policy field,
 what it says, what the nodes say, which nodes, and the fix; or as JSON or YAML (`-o`), for a pipeline.
 `policy lint --cluster` also lists the namespaces once, for the entries of the policies that match none
-(clustercheck.unmatched_namespaces).
+(clusterdrift.unmatched_namespaces).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.admission import clustercheck
+from webhook.admission import clusterdrift
 from webhook.admission.cluster import ClusterView, NodeInfo, nodes_text
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def list_namespaces(cluster: KubeClient, page_size: int = 500) -> list[str]:
     return names
 
 
-def drift_json(item: clustercheck.Drift) -> dict[str, Any]:
+def drift_json(item: clusterdrift.Drift) -> dict[str, Any]:
     return {
         "policy": item.policy,
         "field": item.field,
@@ -72,7 +72,7 @@ def drift_json(item: clustercheck.Drift) -> dict[str, Any]:
     }
 
 
-def unmatched_json(item: clustercheck.UnmatchedNamespace) -> dict[str, Any]:
+def unmatched_json(item: clusterdrift.UnmatchedNamespace) -> dict[str, Any]:
     return {
         "policy": item.policy,
         "source": item.source,
@@ -83,7 +83,7 @@ def unmatched_json(item: clustercheck.UnmatchedNamespace) -> dict[str, Any]:
     }
 
 
-def print_drift(drift: Sequence[clustercheck.Drift], view: ClusterView, out: TextIO) -> None:
+def print_drift(drift: Sequence[clusterdrift.Drift], view: ClusterView, out: TextIO) -> None:
     """The table, then one summary line (also when there is no drift: the reader knows it was looked at)."""
     read = nodes_text(len(view.nodes))
     if not drift:
@@ -103,7 +103,7 @@ def print_drift(drift: Sequence[clustercheck.Drift], view: ClusterView, out: Tex
     )
 
 
-def print_unmatched(unmatched: Sequence[clustercheck.UnmatchedNamespace], read: int, out: TextIO) -> None:
+def print_unmatched(unmatched: Sequence[clusterdrift.UnmatchedNamespace], read: int, out: TextIO) -> None:
     """One line per entry, then a summary line (also when every entry matches)."""
     for item in unmatched:
         print(item.line, file=out)

@@ -241,7 +241,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
 def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO) -> int:
     """The drift between the policies lint loaded and the cluster's nodes, and the policies' namespace entries
     that match no namespace: 0 when neither, 1 when any, 2 when the nodes or namespaces cannot be listed."""
-    from webhook.admission.clustercheck import drift_of, unmatched_namespaces
+    from webhook.admission.clusterdrift import drift_of, unmatched_namespaces
     from webhook.cli.common import CommandError
     from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission import clustercheck
+from webhook.admission import clusterdrift
 from webhook.admission.cluster import STALE_AFTER_S, ClusterView
 from webhook.admission.dra import ClaimsView
 from webhook.admission.engine import Decision, evaluate
@@ -121,10 +121,10 @@ class ServerState:
             log(_log, logging.INFO, "cluster checks running again", event="cluster-checks-resumed")
         return view
 
-    def drift(self) -> list[clustercheck.Drift]:
+    def drift(self) -> list[clusterdrift.Drift]:
         """Every policy's drift against the current snapshot (worked out once per snapshot and policy)."""
         view = self.inventory.view() if self.inventory is not None else None
-        return clustercheck.drift_of(self.policies.current, view) if view is not None else []
+        return clusterdrift.drift_of(self.policies.current, view) if view is not None else []
 
     def cluster_details(self) -> dict[str, Any]:
         """For /readyz: where the credentials came from, the inventory's state, its nodes, and the drift."""
@@ -151,7 +151,7 @@ class ServerState:
         view = self.inventory.view() if self.inventory is not None else None
         if view is None:
             return
-        drift = clustercheck.drift_of(self.policies.current, view)  # of the same snapshot as the node count
+        drift = clusterdrift.drift_of(self.policies.current, view)  # of the same snapshot as the node count
         metrics.set_inventory(len(view.nodes), {(d.policy, d.field): len(d.nodes) for d in drift})
 
     # ---------------------------------------------------------------------------- refreshing, per worker
