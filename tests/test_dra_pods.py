@@ -27,7 +27,7 @@ from tests.test_clustercheck import A100, node
 from tests.test_dra import CAPPED, CLASS_GPU, POD_CAPPED, claim, exactly
 from tests.test_inventory import eventually
 from tests.test_server import review
-from webhook.admission.dra import ClaimIndex, devices_of
+from webhook.admission.drapods import ClaimIndex, devices_of
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy import Policy, PolicySet
 from webhook.server.claims import ClaimCache

@@ -575,7 +575,7 @@ def _drift_violation(item: Drift) -> Violation:
 def claims_fit(
     claimed: dict[str, list[tuple[str, int]]], holders: Holders, policy: Policy, view: ClusterView
 ) -> list[tuple[Check, Violation]]:
-    """`cluster.fits` for a pod's claims (dra.claimed_by_class): the devices it asks of each DeviceClass, with
+    """`cluster.fits` for a pod's claims (drapods.claimed_by_class): the devices it asks of each DeviceClass, with
     its resources that draw on the same devices, must be on one node (`_pooled`)."""
     if policy.cluster_checks.fits is Check.OFF:
         return []

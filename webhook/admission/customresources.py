@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from webhook.admission.cluster import ClusterView
-from webhook.admission.dra import ClaimsView
+from webhook.admission.drapods import ClaimsView
 from webhook.admission.engine import Decision, Verdict
 from webhook.admission.engine import evaluate as evaluate_workload
 from webhook.admission.podspec import controller_reference, get_path

@@ -10,7 +10,9 @@ them (`maxPerPod`); `allocationMode: All` is not a number any cap can bound; a `
 at its largest alternative; MIG devices are held to the policy's MIG profiles; a `GpuConfig` sharing strategy
 must be the namespace's sharing mode, and under time-slicing and MPS NVIDIA's whole GPUs come only with one (the
 driver's default config shares nothing); `adminAccess` (access to devices allocated to others) is not for
-tenants.
+tenants. A pod that names claims is drapods.py's: it counts their devices with the pod's extended resources,
+with the readers defined here that both need (`claim_spec_path`, `class_kind`, `gpu_config_strategies`,
+`config_covers`, `cut_name`).
 
 The shapes and the API server's own rules (the `Refusal`s, denied by /mutate whatever the enforcement, as for
 extended resources) are written from kubernetes/kubernetes: pkg/apis/resource/types.go (resource.k8s.io/v1:
@@ -28,25 +30,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from webhook.admission import celselect
 from webhook.admission.memo import BoundedMemo
-from webhook.admission.podspec import ContainerRef, get_path
+from webhook.admission.podspec import get_path
 from webhook.admission.policy import Mode, Policy
-from webhook.admission.resources import GPU_CONFIG_STRATEGIES, MIG_PREFIX, NVIDIA_GPU_CLASSES
-from webhook.admission.validate import (
-    APISERVER_TOO,
-    Refusal,
-    _container,
-    _Rules,
-    container_violation,
-    effective_total,
-    pod_violation,
-)
-from webhook.admission.violation import SHORT_LIMIT, WARNING_PREFIX, Violation, cut
+from webhook.admission.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
+from webhook.admission.validate import APISERVER_TOO, Refusal, _Rules
+from webhook.admission.violation import SHORT_LIMIT, Violation, cut
 
 # kind -> the keys from the object's root to its DeviceClaim's parent (the ResourceClaimSpec)
 CLAIM_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -102,7 +95,8 @@ class Asked:
     body: dict[str, Any]
 
 
-def _cut(text: str, limit: int = 40) -> str:
+def cut_name(text: str, limit: int = 40) -> str:
+    """A name or value as the DRA messages show it: `violation.cut` at 40 characters unless told."""
     return cut(text, limit)
 
 
@@ -115,7 +109,7 @@ def _problem(label: str, line: str, short: str, kind: type[Violation] = Violatio
 
 
 def _label(ref: str) -> str:
-    return f'request "{_cut(ref, 70)}"'
+    return f'request "{cut_name(ref, 70)}"'
 
 
 def _class_kinds(policy: Policy) -> dict[str, str]:
@@ -124,7 +118,8 @@ def _class_kinds(policy: Policy) -> dict[str, str]:
     return {**{name: "mig" for name in classes.mig_classes}, **{name: "gpu" for name in classes.gpu_classes}}
 
 
-def _class_kind(name: str, policy: Policy) -> str:
+def class_kind(name: str, policy: Policy) -> str:
+    """What the policy counts a DeviceClass's devices as: "gpu" (whole GPUs), "mig", or "" (no GPU here)."""
     return policy.derived("dra-classes", _class_kinds).get(name, "")
 
 
@@ -287,7 +282,7 @@ def _request(
             problems.append(
                 _problem(
                     sub_where,
-                    f'the name "{_cut(sub)}" is used by another alternative too ({APISERVER_TOO}); give each '
+                    f'the name "{cut_name(sub)}" is used by another alternative too ({APISERVER_TOO}); give each '
                     "its own name",
                     "the name is used twice; give each alternative its own",
                     Refusal,
@@ -307,7 +302,7 @@ def _request(
 def _name_ok(name: Any, where: str, problems: list[Violation]) -> bool:
     if type(name) is str and _is_label(name):
         return True
-    shown = "no name" if name in (None, "") else f'name "{_cut(str(name))}"'
+    shown = "no name" if name in (None, "") else f'name "{cut_name(str(name))}"'
     problems.append(
         _problem(
             where,
@@ -336,7 +331,9 @@ def _device_request(
         return None
     device_class = body.get("deviceClassName")
     if type(device_class) is not str or not _is_subdomain(device_class):
-        shown = "no deviceClassName" if device_class in (None, "") else f'deviceClassName "{_cut(str(device_class))}"'
+        shown = (
+            "no deviceClassName" if device_class in (None, "") else f'deviceClassName "{cut_name(str(device_class))}"'
+        )
         problems.append(
             _problem(
                 label,
@@ -349,13 +346,13 @@ def _device_request(
         return None
     mode = body.get("allocationMode", EXACT_COUNT)  # the API server's default, set before any webhook
     count = body.get("count")
-    kind = _class_kind(device_class, policy)
+    kind = class_kind(device_class, policy)
     if mode == ALL:
         if count not in (None, 0):
             problems.append(
                 _problem(
                     label,
-                    f"{device_class} count {_cut(str(count), 20)} is set with allocationMode All "
+                    f"{device_class} count {cut_name(str(count), 20)} is set with allocationMode All "
                     f"({APISERVER_TOO}); remove count, or use allocationMode ExactCount",
                     "count is set with allocationMode All; remove one of them",
                     Refusal,
@@ -367,7 +364,7 @@ def _device_request(
         problems.append(
             _problem(
                 label,
-                f'{device_class} allocationMode "{_cut(str(mode), 20)}" is neither ExactCount nor All '
+                f'{device_class} allocationMode "{cut_name(str(mode), 20)}" is neither ExactCount nor All '
                 f"({APISERVER_TOO}); use ExactCount with a count",
                 "unknown allocationMode; use ExactCount",
                 Refusal,
@@ -380,7 +377,7 @@ def _device_request(
         problems.append(
             _problem(
                 label,
-                f"{device_class} count {_cut(str(count), 20)} is not a whole number greater than zero "
+                f"{device_class} count {cut_name(str(count), 20)} is not a whole number greater than zero "
                 f"({APISERVER_TOO}); ask for 1 or more devices",
                 "count must be a whole number > 0",
                 Refusal,
@@ -401,7 +398,7 @@ def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violatio
                 label,
                 f"{cls} adminAccess gives access to devices allocated to others, outside every GPU limit "
                 f"({where} does not allow it for tenants); remove adminAccess",
-                f"{_cut(cls, 24)} adminAccess is not for tenants; remove it",
+                f"{cut_name(cls, 24)} adminAccess is not for tenants; remove it",
             )
         )
     if asked.every:
@@ -411,7 +408,7 @@ def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violatio
                 f"{cls} allocationMode All asks for every matching device of a node, which no cap can bound "
                 f"({where} allows at most {rules.max_per_pod} per pod); use allocationMode ExactCount with a count of "
                 f"at most {min(rules.max_per_pod, _container_maximum(asked, rules))}",
-                f"{_cut(cls, 24)} allocationMode All is unbounded; ask for an ExactCount",
+                f"{cut_name(cls, 24)} allocationMode All is unbounded; ask for an ExactCount",
             )
         )
     maximum = _container_maximum(asked, rules)
@@ -423,7 +420,7 @@ def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violatio
                     f"{cls} count {asked.count} is more than one MIG slice per container ({where}): CUDA sees "
                     "one MIG device per process, and slices have no NVLink or P2P between them; ask for one bigger "
                     "profile, or whole GPUs in a namespace that has them",
-                    f"{_cut(cls, 24)} count {asked.count}: one MIG slice per container; ask for a bigger profile",
+                    f"{cut_name(cls, 24)} count {asked.count}: one MIG slice per container; ask for a bigger profile",
                 )
             )
         else:
@@ -432,7 +429,7 @@ def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violatio
                     label,
                     f"{cls} count {asked.count} exceeds the per-container maximum of {maximum} ({where}): a "
                     f"container naming this request gets all {asked.count}; ask for at most {maximum}",
-                    f"{_cut(cls, 24)} count {asked.count}: at most {maximum} per container; ask for fewer",
+                    f"{cut_name(cls, 24)} count {asked.count}: at most {maximum} per container; ask for fewer",
                 )
             )
     if asked.kind == "mig":
@@ -454,7 +451,7 @@ def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation])
                     label,
                     f"{asked.device_class} selects MIG profile {profile}, which {model.name} does not have "
                     f'(policy "{policy.name}"); use one of {", ".join(model.profile_names())}',
-                    f"MIG profile {_cut(profile, 16)} is not on {model.name}; ask for one it has",
+                    f"MIG profile {cut_name(profile, 16)} is not on {model.name}; ask for one it has",
                 )
             )
         elif rules.offered is not None and profile not in rules.offered:
@@ -464,7 +461,7 @@ def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation])
                     f"{asked.device_class} selects MIG profile {profile}, which the nodes' MIG layout does "
                     f'not offer (policy "{policy.name}" offers {", ".join(rules.offered)}): the claim would '
                     "never be allocated; use one of those",
-                    f"MIG profile {_cut(profile, 16)} is not offered here; ask for one the policy lists",
+                    f"MIG profile {cut_name(profile, 16)} is not offered here; ask for one the policy lists",
                 )
             )
 
@@ -478,7 +475,7 @@ def _claim_total(what: str, contributions: list[Asked], rules: _Rules, problems:
         return
     if len(contributions) == 1 and total > _container_maximum(contributions[0], rules):
         return  # one request over the per-container maximum: its own line says it
-    named = ", ".join(f'request "{_cut(a.ref, 70)}": {a.count} from {a.device_class}' for a in contributions)
+    named = ", ".join(f'request "{cut_name(a.ref, 70)}": {a.count} from {a.device_class}' for a in contributions)
     pod = "each pod made from this template gets its own" if what == "template" else "a pod naming this claim gets"
     problems.append(
         _problem(
@@ -525,7 +522,7 @@ def _configs(what: str, configs: Any, names: dict[str, set[str]], policy: Policy
                 problems.append(
                     _problem(
                         where,
-                        f'names request "{_cut(str(ref))}", which this {what} does not have ({APISERVER_TOO}); '
+                        f'names request "{cut_name(str(ref))}", which this {what} does not have ({APISERVER_TOO}); '
                         f"name one of its requests ({known})",
                         "names a request the claim does not have",
                         Refusal,
@@ -568,158 +565,7 @@ def class_strategy(configs: Any) -> str:
     return found
 
 
-def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
-    """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
-    strategy = _strategy(opaque)
-    if strategy is None:
-        return
-    mode = policy.sharing.mode
-    if STRATEGIES.get(strategy) is mode:
-        return
-    kind = opaque["parameters"]["kind"]
-    here = f'policy "{policy.name}"'
-    if mode.is_shared:
-        wanted = next(name for name, shared in STRATEGIES.items() if shared is mode)
-        why, fix = f"{here} shares GPUs by {mode}", f"use strategy {wanted}"
-    elif mode is Mode.MIG:
-        why, fix = f"{here} shares GPUs as MIG slices (mode mig)", "remove sharing and ask for a MIG device"
-    else:
-        why, fix = f"{here} gives this namespace whole GPUs (mode exclusive)", "remove sharing"
-    problems.append(
-        _problem(
-            where,
-            f"{kind} sharing strategy {_cut(strategy, 20)} does not match the namespace: {why}; {fix}",
-            f"{kind} sharing {_cut(strategy, 12)} is not this namespace's ({mode}); {fix}",
-        )
-    )
-
-
-def _unshared(
-    whole: list[Asked], configs: Any, policy: Policy, problems: list[Violation], classes: Mapping[str, str] | None
-) -> None:
-    """Under time-slicing or MPS, NVIDIA's whole GPUs come shared only through a `GpuConfig` sharing strategy:
-    a request that no such config covers gets GPUs of its own (the driver's default config shares nothing),
-    which the namespace's policy does not give. A config with another strategy is `_sharing`'s to say.
-    `classes` (each known DeviceClass's own GpuConfig strategy, `class_strategy`) is the server's: a request
-    that no GpuConfig of the claim covers gets its class's, so a class sharing the namespace's way covers it;
-    offline (None) the claim must say it itself."""
-    covered = _gpu_strategies(configs)  # a request's, its alternative's, or every request's ("")
-    if "" in covered:
-        return
-    mode = policy.sharing.mode
-    strategy = GPU_CONFIG_STRATEGIES[mode]
-    bare = _gpu_strategies(configs, "") if classes else {}  # GpuConfigs without a strategy: the class's is over
-    for asked in whole:
-        if asked.ref in covered or asked.ref.split("/")[0] in covered:
-            continue
-        if classes and classes.get(asked.device_class) == strategy and not _covers(bare, asked.ref):
-            continue
-        what = "allocationMode All" if asked.every else f"count {asked.count}"
-        problems.append(
-            _problem(
-                _label(asked.ref),
-                f"{asked.device_class} {what} asks for whole GPUs with no GpuConfig to share them: the claim would "
-                f'hold them alone, and policy "{policy.name}" shares GPUs by {mode}; add a config for this request '
-                f"with opaque driver {NVIDIA_DRIVER} and parameters apiVersion resource.nvidia.com/v1beta1, kind "
-                f"GpuConfig, sharing.strategy {strategy}",
-                f"{_cut(asked.device_class, 24)} unshared under {mode}; add a GpuConfig with strategy {strategy}",
-            )
-        )
-
-
-# ------------------------------------------------------------------------------ a pod's claims and templates
-#
-# A pod that names claims (`spec.resourceClaims`) holds their devices as well as its extended resources, so
-# its total counts both. The claims and templates reach the core as data (`ClaimsView`): the server's watched
-# cache, or offline the claims in the same input files. A claim's spec is immutable, so an entry once read
-# stays right; a claim not in the view is counted as nothing, with a warning (never denied for it).
-
-# (request name, DeviceClass, count) per request and per `firstAvailable` alternative; count ALL_DEVICES for
-# allocationMode All.
-Devices = tuple[tuple[str, str, int], ...]
-ALL_DEVICES = -1
-NO_STRATEGY = "-"  # a claim's GpuConfig with no sharing strategy: its DeviceClass's config does not apply
-CLAIM_KINDS = {"resourceClaimName": "ResourceClaim", "resourceClaimTemplateName": "ResourceClaimTemplate"}
-
-
-def devices_of(obj: Any) -> Devices | None:
-    """What a ResourceClaim or ResourceClaimTemplate asks for, reduced to counts; None for anything else.
-
-    Policy-free (which classes are GPUs is the policy's to say, when a pod is judged), and lenient: an entry
-    the API server would refuse is left out (the API server stores no such claim)."""
-    path = claim_spec_path(obj)
-    if path is None:
-        return None
-    spec = get_path(obj, path)
-    devices = spec.get("devices") if type(spec) is dict else None
-    requests = devices.get("requests") if type(devices) is dict else None
-    found: list[tuple[str, str, int]] = []
-    for request in requests if type(requests) is list else []:
-        if type(request) is not dict or type(request.get("name")) is not str:
-            continue
-        exactly, alternatives = request.get("exactly"), request.get("firstAvailable")
-        bodies = [exactly] if exactly is not None else alternatives if type(alternatives) is list else []
-        for body in bodies:
-            if type(body) is not dict or type(body.get("deviceClassName")) is not str:
-                continue
-            count = body.get("count")
-            if body.get("allocationMode") == ALL:
-                count = ALL_DEVICES
-            elif count is None or count == 0:
-                count = 1
-            if type(count) is int:
-                found.append((request["name"], body["deviceClassName"], count))
-    return tuple(found)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimSummary:
-    """What a pod's review reads of a claim or template, worked out once when the claim is read (listed,
-    watched, or offline from the input), never per review. Policy-free: which classes are GPUs is the
-    policy's to say, so `most` bounds the GPU devices of any policy and an exact count is asked for only when
-    a pod is near its maximum. Equal summaries are held once (the claims made from one template are alike)."""
-
-    devices: Devices
-    most: int  # every request at its largest alternative, of any class, allocationMode All left out
-    every: bool  # a request (of any class) with allocationMode All
-    # per DeviceClass, the devices that must be on one node: a request with one class and an exact count (a
-    # `firstAvailable` request may fall back to a smaller alternative; `All` takes what is there)
-    on_one_node: tuple[tuple[str, int], ...]
-    # per request (or alternative) of NVIDIA's whole GPUs (gpu.nvidia.com): its reference, count, and the sharing
-    # strategy of the GpuConfig that covers it ("" where none does, NO_STRATEGY where one with no strategy does)
-    gpu_sharing: tuple[tuple[str, int, str], ...] = ()
-
-    @staticmethod
-    def of(devices: Devices, configs: Any = None) -> ClaimSummary:
-        """The summary of `devices`, with the sharing strategies that `configs` (spec.devices.config) set."""
-        largest: dict[str, int] = {}  # request -> its largest alternative
-        alternatives: dict[str, int] = {}  # request -> how many alternatives
-        for ref, _, count in devices:
-            largest[ref] = max(largest.get(ref, 0), count)
-            alternatives[ref] = alternatives.get(ref, 0) + 1
-        per_class: dict[str, int] = {}
-        for ref, device_class, count in devices:
-            if alternatives[ref] == 1 and count > 0:
-                per_class[device_class] = per_class.get(device_class, 0) + count
-        strategies = _gpu_strategies(configs)
-        bare = _gpu_strategies(configs, "")  # a GpuConfig with no strategy stands over its class's config
-
-        def written(ref: str) -> str:
-            found = strategies.get(ref, strategies.get(ref.split("/")[0], strategies.get("", "")))
-            return found or (NO_STRATEGY if _covers(bare, ref) else "")
-
-        return ClaimSummary(
-            devices=devices,
-            most=sum(largest.values()),
-            every=any(count == ALL_DEVICES for _, _, count in devices),
-            on_one_node=tuple(per_class.items()),
-            gpu_sharing=tuple(
-                (ref, count, written(ref)) for ref, device_class, count in devices if device_class in NVIDIA_GPU_CLASSES
-            ),
-        )
-
-
-def _gpu_strategies(configs: Any, unset: str | None = None) -> dict[str, str]:
+def gpu_config_strategies(configs: Any, unset: str | None = None) -> dict[str, str]:
     """The sharing strategy of each NVIDIA GpuConfig in `configs` (spec.devices.config), by the request it names
     (`gpu`, `gpu/big`), or by "" for one that names none (it applies to every request). With `unset`, a
     GpuConfig that sets no strategy is there too, as `unset`: it stands over its DeviceClass's configs."""
@@ -745,301 +591,66 @@ def _is_gpu_config(opaque: Any) -> bool:
     return type(parameters) is dict and parameters.get("kind") == "GpuConfig"
 
 
-def _covers(strategies: dict[str, str], ref: str) -> bool:
+def config_covers(strategies: dict[str, str], ref: str) -> bool:
+    """Whether `strategies` (`gpu_config_strategies`) has a config for request `ref` (`gpu` or `gpu/big`): one
+    naming it, its request, or every request."""
     return ref in strategies or ref.split("/")[0] in strategies or "" in strategies
 
 
-def summary_of(obj: Any) -> ClaimSummary | None:
-    """The summary of a ResourceClaim or ResourceClaimTemplate; None for any other object."""
-    devices = devices_of(obj)
-    if devices is None:
-        return None
-    spec = get_path(obj, CLAIM_SPEC_PATHS[obj["kind"]])
-    claimed = spec.get("devices") if type(spec) is dict else None
-    return ClaimSummary.of(devices, claimed.get("config") if type(claimed) is dict else None)
+def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation]) -> None:
+    """NVIDIA's GpuConfig or MigDeviceConfig: an explicit sharing strategy must be the namespace's mode."""
+    strategy = _strategy(opaque)
+    if strategy is None:
+        return
+    mode = policy.sharing.mode
+    if STRATEGIES.get(strategy) is mode:
+        return
+    kind = opaque["parameters"]["kind"]
+    here = f'policy "{policy.name}"'
+    if mode.is_shared:
+        wanted = next(name for name, shared in STRATEGIES.items() if shared is mode)
+        why, fix = f"{here} shares GPUs by {mode}", f"use strategy {wanted}"
+    elif mode is Mode.MIG:
+        why, fix = f"{here} shares GPUs as MIG slices (mode mig)", "remove sharing and ask for a MIG device"
+    else:
+        why, fix = f"{here} gives this namespace whole GPUs (mode exclusive)", "remove sharing"
+    problems.append(
+        _problem(
+            where,
+            f"{kind} sharing strategy {cut_name(strategy, 20)} does not match the namespace: {why}; {fix}",
+            f"{kind} sharing {cut_name(strategy, 12)} is not this namespace's ({mode}); {fix}",
+        )
+    )
 
 
-class ClaimsView(Protocol):
-    """The claims and templates a pod may name: the summary of one, or None where it is not known."""
-
-    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None: ...
-
-
-@dataclass(slots=True)
-class ClaimIndex:
-    """A ClaimsView over dicts: namespace -> name -> summary, for ResourceClaims and for templates."""
-
-    claims: dict[str, dict[str, ClaimSummary]] = field(default_factory=dict)
-    templates: dict[str, dict[str, ClaimSummary]] = field(default_factory=dict)
-
-    def claim(self, kind: str, namespace: str, name: str) -> ClaimSummary | None:
-        held = (self.claims if kind == "ResourceClaim" else self.templates).get(namespace)
-        return held.get(name) if held is not None else None
-
-    def add(self, obj: dict[str, Any], namespace: str) -> bool:
-        """Keep a claim or template (offline: those of the input files); False for any other object."""
-        summary = summary_of(obj)
-        metadata = obj.get("metadata")
-        name = metadata.get("name") if type(metadata) is dict else None
-        if summary is None or type(name) is not str:
-            return False
-        held = self.claims if obj.get("kind") == "ResourceClaim" else self.templates
-        held.setdefault(namespace, {})[name] = summary
-        return True
-
-
-def claim_entries(obj: dict[str, Any], spec_path: tuple[str, ...]) -> list[Any]:
-    """The pod spec's `spec.resourceClaims` (the claims and templates it names), or [] where there are none:
-    read once per review, and a pod that names none does no more claim work."""
-    spec = get_path(obj, spec_path)
-    entries = spec.get("resourceClaims") if type(spec) is dict else None
-    return entries if type(entries) is list else []
-
-
-def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict[str, int], str]:
-    """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
-    alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
-    distinct value (the claims made from one template are alike); treat the result as read-only."""
-    memo: dict[tuple[Devices, str | None], tuple[dict[str, int], str]]
-    memo = policy.derived("dra-claim-counts", lambda _: {})
-    key = (devices, request)
-    found = memo.get(key)
-    if found is None:
-        if len(memo) >= 4096:  # a bound no cluster's distinct claims reach
-            memo.clear()
-        best: dict[str, tuple[int, str]] = {}  # request -> (count, kind)
-        every = ""
-        for ref, device_class, count in devices:
-            kind = _class_kind(device_class, policy)
-            if not kind or (request is not None and ref != request):
-                continue
-            if count == ALL_DEVICES:
-                every = every or device_class
-                continue
-            if count > best.get(ref, (0, ""))[0]:
-                best[ref] = (count, kind)
-        totals: dict[str, int] = {}
-        for count, kind in best.values():
-            totals[kind] = totals.get(kind, 0) + count
-        found = memo[key] = (totals, every)
-    return found
-
-
-Found = tuple[str, str, str, ClaimSummary]  # a claim a pod names: (the pod's name for it, kind, its name, summary)
-
-
-@dataclass(frozen=True, slots=True)
-class _Named:
-    """One entry of the pod's spec.resourceClaims, found in the view."""
-
-    name: str  # the pod's name for it
-    kind: str  # ResourceClaim or ResourceClaimTemplate
-    source: str  # the claim's or the template's name
-    devices: Devices
-
-    def counts(self, policy: Policy, request: str | None = None) -> tuple[dict[str, int], str]:
-        return _counts(self.devices, policy, request)
-
-    @property
-    def shown(self) -> str:
-        return _shown(self.name, self.kind, self.source)
-
-
-@dataclass(frozen=True, slots=True)
-class _PodRules:
-    """What the quick answer on a pod's claims reads of a policy, worked out once per policy."""
-
-    least_maximum: int  # the least of the whole-GPU, MIG and pod maxima (validation's)
-    strategy: str | None  # the GpuConfig sharing strategy NVIDIA's whole GPUs need here (time-slicing, MPS)
-
-    @staticmethod
-    def of(policy: Policy) -> _PodRules:
-        rules = _Rules.of(policy)
-        return _PodRules(rules.least_maximum, rules.gpu_config_strategy)
-
-
-def _shown(name: str, kind: str, source: str) -> str:
-    return f'claim "{_cut(name)}" ({kind} "{_cut(source, 63)}")'
-
-
-def pod_claims(
-    obj: dict[str, Any],
-    namespace: str,
-    policy: Policy,
-    spec_path: tuple[str, ...],
-    entries: list[Any],
-    view: ClaimsView,
-    pod_gpus: int | Fraction,
-    named_out: list[Found] | None = None,
-    classes: Mapping[str, str] | None = None,
-) -> tuple[list[Violation], list[str]]:
-    """The devices of the claims and templates a pod names (`entries`: `claim_entries`), counted with its
-    extended resources against `maxPerContainer` and `maxPerPod`: the violations, and a warning for each one
-    the view does not hold. `pod_gpus` is every GPU count of the pod, validation's (`validated`), for the
-    quick answer; `named_out`, when given, receives the claims found (for the cluster checks:
-    `claimed_by_class`); `classes`, the server's DeviceClasses with their own GpuConfig strategy (`judge`)."""
-    found: list[Found] = []
-    warnings: list[str] = []
-    most, unbounded = 0, False  # the claims' summaries together: a bound on their GPU devices, any `All`
-    for entry in entries:
-        name = entry.get("name") if type(entry) is dict else None
-        if type(name) is not str:
+def _unshared(
+    whole: list[Asked], configs: Any, policy: Policy, problems: list[Violation], classes: Mapping[str, str] | None
+) -> None:
+    """Under time-slicing or MPS, NVIDIA's whole GPUs come shared only through a `GpuConfig` sharing strategy:
+    a request that no such config covers gets GPUs of its own (the driver's default config shares nothing),
+    which the namespace's policy does not give. A config with another strategy is `_sharing`'s to say.
+    `classes` (each known DeviceClass's own GpuConfig strategy, `class_strategy`) is the server's: a request
+    that no GpuConfig of the claim covers gets its class's, so a class sharing the namespace's way covers it;
+    offline (None) the claim must say it itself."""
+    covered = gpu_config_strategies(configs)  # a request's, its alternative's, or every request's ("")
+    if "" in covered:
+        return
+    mode = policy.sharing.mode
+    strategy = GPU_CONFIG_STRATEGIES[mode]
+    bare = gpu_config_strategies(configs, "") if classes else {}  # GpuConfigs without a strategy: the class's is over
+    for asked in whole:
+        if asked.ref in covered or asked.ref.split("/")[0] in covered:
             continue
-        kind, source = "ResourceClaim", entry.get("resourceClaimName")
-        if type(source) is not str or not source:
-            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
-            if type(source) is not str or not source:
-                continue
-        claim = view.claim(kind, namespace, source)
-        if claim is None:
-            word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length
-            warnings.append(
-                f'{WARNING_PREFIX}claim "{_cut(name, 18)}": {word} "{_cut(source, 22)}" unknown yet; '
-                "its GPUs are not counted"
-            )
-        else:
-            found.append((name, kind, source, claim))
-            most += claim.most
-            unbounded = unbounded or claim.every
-    problems: list[Violation] = []
-    if not found:
-        return problems, warnings
-    if named_out is not None:
-        named_out += found
-    pod_rules = policy.derived("dra-pod-rules", _PodRules.of)
-    if pod_rules.strategy is not None:
-        problems += _unshared_claims(found, pod_rules.strategy, policy, classes)
-    if not unbounded and pod_gpus + most <= pod_rules.least_maximum:
-        # The usual case, answered from the summaries without counting container by container: every GPU
-        # count of the pod plus the most its claims could hold is within the least maximum that could apply.
-        return problems, warnings
-    rules = _Rules.of(policy)
-    spec = get_path(obj, spec_path)
-    named = {name: _Named(name, kind, source, claim.devices) for name, kind, source, claim in found}
-
-    def mig_names(name: str) -> bool:
-        return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
-
-    groups = {
-        "gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
-        "mig": (mig_names, rules.max_mig_per_container, "MIG devices"),
-    }
-    where = f'policy "{policy.name}"'
-    grouped: dict[str, list[tuple[ContainerRef, dict[str, Any]]]] = {"gpu": [], "mig": []}
-    resources: dict[str, set[str]] = {"gpu": set(), "mig": set()}  # the extended resources counted
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        for index, body in enumerate(containers if type(containers) is list else []):
-            if type(body) is not dict:
-                continue
-            ref = ContainerRef(section, index, body)
-            counts = _container(ref, rules, [])  # validation said its problems: only the counts here
-            asked = _container_claims(ref, named, policy)
-            for group, (member, maximum, noun) in groups.items():
-                extended = {name: value for name, value in counts.items() if member(name) and value}
-                if extended:
-                    grouped[group].append((ref, {"": sum(extended.values())}))
-                    resources[group].update(extended)
-                claimed = [(one, got[group]) for one, got in asked if got.get(group)]
-                total = sum(extended.values()) + sum(count for _, count in claimed)
-                if not claimed or total <= maximum or sum(extended.values()) > maximum:
-                    continue
-                parts = [f"{value} from {name}" for name, value in extended.items()]
-                parts += [f"{count} from {one.shown}" for one, count in claimed]
-                problems.append(
-                    container_violation(
-                        ref,
-                        f"{total} {noun} in all ({', '.join(parts)}) exceed the per-container maximum of {maximum} "
-                        f"({where}): a claim's devices count with the extended resources; ask for at most {maximum} "
-                        "in all",
-                        f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer",
-                    )
-                )
-    for one in named.values():
-        _, every = one.counts(policy)
-        if every:
-            problems.append(
-                pod_violation(
-                    f"{one.shown} asks for every matching {every} device of a node (allocationMode All), which no cap "
-                    f"can bound ({where} allows at most {rules.max_per_pod} per pod); name a claim with an exact count",
-                    f"{_cut(one.name)}: allocationMode All is unbounded; use a claim with a count",
-                )
-            )
-    for group, (_, _, noun) in groups.items():
-        claimed = [(one, one.counts(policy)[0].get(group, 0)) for one in named.values()]
-        claimed = [(one, count) for one, count in claimed if count]
-        in_pod, _ = effective_total(grouped[group], "")
-        total = in_pod + sum(count for _, count in claimed)
-        if not claimed or total <= rules.max_per_pod or in_pod > rules.max_per_pod:
+        if classes and classes.get(asked.device_class) == strategy and not config_covers(bare, asked.ref):
             continue
-        parts = [f"{in_pod} from {' and '.join(sorted(resources[group]))}"] if in_pod else []
-        parts += [f"{count} from {one.shown}" for one, count in claimed]
+        what = "allocationMode All" if asked.every else f"count {asked.count}"
         problems.append(
-            pod_violation(
-                f"{total} {noun} in all ({', '.join(parts)}) exceed the per-pod maximum of {rules.max_per_pod} "
-                f"({where}): a pod's claims count with its extended resources; ask for at most {rules.max_per_pod} in "
-                "all, or split the pod",
-                f"{total} {noun} with its claims: at most {rules.max_per_pod} per pod; ask for fewer",
+            _problem(
+                _label(asked.ref),
+                f"{asked.device_class} {what} asks for whole GPUs with no GpuConfig to share them: the claim would "
+                f'hold them alone, and policy "{policy.name}" shares GPUs by {mode}; add a config for this request '
+                f"with opaque driver {NVIDIA_DRIVER} and parameters apiVersion resource.nvidia.com/v1beta1, kind "
+                f"GpuConfig, sharing.strategy {strategy}",
+                f"{cut_name(asked.device_class, 24)} unshared under {mode}; add a GpuConfig with strategy {strategy}",
             )
         )
-    return problems, warnings
-
-
-def _container_claims(
-    ref: ContainerRef, named: dict[str, _Named], policy: Policy
-) -> list[tuple[_Named, dict[str, int]]]:
-    """The claims a container names (`resources.claims`): all of a claim's devices, or one request's."""
-    resources = ref.body.get("resources")
-    entries = resources.get("claims") if type(resources) is dict else None
-    found: dict[tuple[str, str | None], tuple[_Named, dict[str, int]]] = {}
-    for entry in entries if type(entries) is list else []:
-        claim = entry.get("name") if type(entry) is dict else None
-        one = named.get(claim) if type(claim) is str else None
-        if one is None:
-            continue
-        request = entry.get("request") if type(entry.get("request")) is str and entry.get("request") else None
-        found[(one.name, request)] = (one, one.counts(policy, request)[0])
-    return list(found.values())
-
-
-def _unshared_claims(
-    found: list[Found], strategy: str, policy: Policy, classes: Mapping[str, str] | None
-) -> list[Violation]:
-    """Under time-slicing or MPS, the claims a pod names whose NVIDIA whole GPUs no GpuConfig shares with the
-    namespace's strategy: the pod would hold them alone (the claims are judged when created: these are ones
-    made before the policy said so, or admitted under warn or audit). A request no GpuConfig of the claim
-    covers gets its DeviceClass's own config, where the server knows the class (`classes`)."""
-    problems: list[Violation] = []
-    mode = policy.sharing.mode
-    by_class = classes.get(NVIDIA_GPU_CLASSES[0]) == strategy if classes else False
-    for name, kind, source, claim in found:
-        for ref, count, written in claim.gpu_sharing:
-            if written == strategy or (by_class and not written):
-                continue
-            if written == NO_STRATEGY:
-                written = ""
-            what = "allocationMode All" if count == ALL_DEVICES else f"count {count}"
-            how = (
-                f"shared by {written} (its GpuConfig)"
-                if written
-                else "that no GpuConfig shares: the pod would hold them alone"
-            )
-            problems.append(
-                pod_violation(
-                    f'{_shown(name, kind, source)} request "{_cut(ref, 70)}": {NVIDIA_GPU_CLASSES[0]} {what} asks for '
-                    f'whole GPUs {how}, and policy "{policy.name}" shares GPUs by {mode}; name a claim whose '
-                    f"GpuConfig sets sharing.strategy {strategy}",
-                    f"{_cut(name)}: GPUs not shared by {mode}; name a claim with a {strategy} GpuConfig",
-                )
-            )
-    return problems
-
-
-def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
-    """For the cluster checks: the devices the claims a pod names (`pod_claims`' `named_out`) ask of each
-    DeviceClass, as (the claim as messages show it, count): each summary's `on_one_node`."""
-    claimed: dict[str, list[tuple[str, int]]] = {}
-    for name, kind, source, claim in found:
-        for device_class, count in claim.on_one_node:
-            claimed.setdefault(device_class, []).append((_shown(name, kind, source), count))
-    return claimed

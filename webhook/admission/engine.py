@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.admission import clustercheck, clusternodes, dra, memshare
+from webhook.admission import clustercheck, clusternodes, dra, drapods, memshare
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -63,7 +63,7 @@ def evaluate(
     policies: PolicySet,
     old: Any = None,
     nodes: ClusterView | None = None,
-    claims: dra.ClaimsView | None = None,
+    claims: drapods.ClaimsView | None = None,
 ) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
@@ -71,7 +71,7 @@ def evaluate(
     mutation result too: their pods will be mutated when created. `nodes` is the node inventory's latest
     trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
-    `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (dra.py).
+    `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (drapods.py).
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
@@ -87,13 +87,13 @@ def evaluate(
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)
-    entries = dra.claim_entries(obj, spec_path) if claims is not None else []  # the claims the pod names
+    entries = drapods.claim_entries(obj, spec_path) if claims is not None else []  # the claims the pod names
     if not mentions_gpu(obj, spec_path):
         if entries:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
-            found_claims: list[dra.Found] = []
+            found_claims: list[drapods.Found] = []
             classes = nodes.class_sharing if nodes is not None else None
-            found, warnings = dra.pod_claims(
+            found, warnings = drapods.pod_claims(
                 obj, namespace, policy, spec_path, entries, claims, 0, found_claims, classes
             )
             if nodes is not None and found_claims:
@@ -112,9 +112,9 @@ def evaluate(
     warnings = result.warnings
     if entries:
         assert claims is not None
-        named: list[dra.Found] | None = [] if nodes is not None else None
+        named: list[drapods.Found] | None = [] if nodes is not None else None
         classes = nodes.class_sharing if nodes is not None else None
-        claimed, missing = dra.pod_claims(
+        claimed, missing = drapods.pod_claims(
             result.obj, namespace, policy, spec_path, entries, claims, extended, named, classes
         )
         if claimed or missing:
@@ -138,10 +138,10 @@ def evaluate(
 
 
 def _claims_fit(
-    named: list[dra.Found], counted: Holders, policy: Policy, cluster: ClusterView, warnings: list[str]
+    named: list[drapods.Found], counted: Holders, policy: Policy, cluster: ClusterView, warnings: list[str]
 ) -> list[Violation]:
     """The cluster checks on a pod's claims: `deny` ones returned, `warn` ones added to `warnings`."""
-    claimed = dra.claimed_by_class(named)
+    claimed = drapods.claimed_by_class(named)
     checked = clustercheck.claims_fit(claimed, counted, policy, cluster) if claimed else []
     warnings += [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
     return [v for level, v in checked if level is Check.DENY]

@@ -279,7 +279,7 @@ def validated(
     obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
 ) -> tuple[list[Violation], int | Fraction]:
     """`validate`, and every GPU count of the pod's containers summed (what the pod's claims are counted with:
-    dra.pod_claims), so that the checks after validation read its counts and do not add them up again."""
+    drapods.pod_claims), so that the checks after validation read its counts and do not add them up again."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return [], 0

@@ -120,7 +120,7 @@ def _audit(args: argparse.Namespace) -> int:
         _progress_done()
     # Judged once the nodes are known: the policies' cluster checks run against them; a pod's claims and
     # templates (listed before the Pods) count with its GPUs.
-    from webhook.admission.dra import ClaimIndex
+    from webhook.admission.drapods import ClaimIndex
     from webhook.cli.common import namespace_of
 
     claims = ClaimIndex()

@@ -128,7 +128,7 @@ def _check(args: argparse.Namespace) -> int:
         remote = None
         applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
-        from webhook.admission.dra import ClaimIndex
+        from webhook.admission.drapods import ClaimIndex
 
         claims = ClaimIndex()  # a pod's claims and templates: those in the same input (offline)
         for item in items:

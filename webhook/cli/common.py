@@ -20,7 +20,7 @@ from webhook.cli.options import (
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
     from webhook.admission.customresources import KindTable
-    from webhook.admission.dra import ClaimsView
+    from webhook.admission.drapods import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
     from webhook.cli.output import Result

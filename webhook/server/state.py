@@ -16,7 +16,7 @@ from typing import Any
 
 from webhook.admission import clusterdrift
 from webhook.admission.cluster import STALE_AFTER_S, ClusterView
-from webhook.admission.dra import ClaimsView
+from webhook.admission.drapods import ClaimsView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy import PolicySet
 from webhook.server import metrics
