@@ -38,7 +38,7 @@ from webhook.admission.memo import BoundedMemo
 from webhook.admission.podspec import get_path
 from webhook.admission.policy import Mode, Policy
 from webhook.admission.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
-from webhook.admission.validate import APISERVER_TOO, Refusal, _Rules
+from webhook.admission.validate import APISERVER_TOO, Refusal, Rules
 from webhook.admission.violation import SHORT_LIMIT, Violation, cut
 
 # kind -> the keys from the object's root to its DeviceClaim's parent (the ResourceClaimSpec)
@@ -172,7 +172,7 @@ def judge(
                 Refusal,
             )
         )
-    rules = _Rules.of(policy)
+    rules = Rules.of(policy)
     names: dict[str, set[str]] = {}  # request name -> its alternatives' names (config references)
     contributions: list[Asked] = []  # per request: the alternative with the most GPU devices
     whole: list[Asked] = []  # NVIDIA's whole GPUs (gpu.nvidia.com), for the sharing mode
@@ -387,7 +387,7 @@ def _device_request(
     return Asked(ref, device_class, kind, count, False, body)
 
 
-def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violation]) -> None:
+def _judge_asked(asked: Asked, what: str, rules: Rules, problems: list[Violation]) -> None:
     """The policy's rules on one request for GPU devices."""
     policy = rules.policy
     where = f'policy "{policy.name}"'
@@ -436,11 +436,11 @@ def _judge_asked(asked: Asked, what: str, rules: _Rules, problems: list[Violatio
         _profile(asked, label, rules, problems)
 
 
-def _container_maximum(asked: Asked, rules: _Rules) -> int:
+def _container_maximum(asked: Asked, rules: Rules) -> int:
     return rules.max_mig_per_container if asked.kind == "mig" else rules.max_whole_per_container
 
 
-def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation]) -> None:
+def _profile(asked: Asked, label: str, rules: Rules, problems: list[Violation]) -> None:
     """A MIG device's profile, where a selector names it (`...profile == '3g.40gb'`, read by celselect), against
     the policy's model and offered profiles. A selector not read in full is judged on what was read."""
     policy, model = rules.policy, rules.mig_model
@@ -466,7 +466,7 @@ def _profile(asked: Asked, label: str, rules: _Rules, problems: list[Violation])
             )
 
 
-def _claim_total(what: str, contributions: list[Asked], rules: _Rules, problems: list[Violation]) -> None:
+def _claim_total(what: str, contributions: list[Asked], rules: Rules, problems: list[Violation]) -> None:
     """A pod that names the claim (or gets its own from the template) holds every device of it: the sum of
     the requests, each `firstAvailable` at its largest alternative."""
     total = sum(asked.count for asked in contributions)

@@ -35,7 +35,7 @@ from webhook.admission.dra import (
 from webhook.admission.podspec import ContainerRef, get_path
 from webhook.admission.policy import Policy
 from webhook.admission.resources import MIG_PREFIX, NVIDIA_GPU_CLASSES
-from webhook.admission.validate import _container, _Rules, container_violation, effective_total, pod_violation
+from webhook.admission.validate import Rules, container_counts, container_violation, effective_total, pod_violation
 from webhook.admission.violation import WARNING_PREFIX, Violation
 
 # (request name, DeviceClass, count) per request and per `firstAvailable` alternative; count ALL_DEVICES for
@@ -227,7 +227,7 @@ class _PodRules:
 
     @staticmethod
     def of(policy: Policy) -> _PodRules:
-        rules = _Rules.of(policy)
+        rules = Rules.of(policy)
         return _PodRules(rules.least_maximum, rules.gpu_config_strategy)
 
 
@@ -286,7 +286,7 @@ def pod_claims(
         # The usual case, answered from the summaries without counting container by container: every GPU
         # count of the pod plus the most its claims could hold is within the least maximum that could apply.
         return problems, warnings
-    rules = _Rules.of(policy)
+    rules = Rules.of(policy)
     spec = get_path(obj, spec_path)
     named = {name: _Named(name, kind, source, claim.devices) for name, kind, source, claim in found}
 
@@ -306,7 +306,7 @@ def pod_claims(
             if type(body) is not dict:
                 continue
             ref = ContainerRef(section, index, body)
-            counts = _container(ref, rules, [])  # validation said its problems: only the counts here
+            counts = container_counts(ref, rules, [])  # validation said its problems: only the counts here
             asked = _container_claims(ref, named, policy)
             for group, (member, maximum, noun) in groups.items():
                 extended = {name: value for name, value in counts.items() if member(name) and value}

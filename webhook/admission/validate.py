@@ -136,7 +136,7 @@ Problems = list[Violation]
 
 
 @dataclass(frozen=True, slots=True)
-class _Rules:
+class Rules:
     """What a policy means for validation, worked out once per policy (this runs on every review)."""
 
     policy: Policy
@@ -189,11 +189,11 @@ class _Rules:
         return self.max_whole_per_container
 
     @staticmethod
-    def of(policy: Policy) -> _Rules:
-        return policy.derived("validation-rules", _Rules._build)
+    def of(policy: Policy) -> Rules:
+        return policy.derived("validation-rules", Rules._build)
 
     @staticmethod
-    def _build(policy: Policy) -> _Rules:
+    def _build(policy: Policy) -> Rules:
         sharing = policy.sharing
         mode = sharing.mode
         explicit = policy.limits.max_per_container
@@ -201,7 +201,7 @@ class _Rules:
         class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
         class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
         whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
-        return _Rules(
+        return Rules(
             policy=policy,
             max_per_container=policy.max_per_container,
             max_mig_per_container=policy.mig_max_per_container,
@@ -286,7 +286,7 @@ def validated(
     spec = get_path(obj, spec_path)
     if not isinstance(spec, dict):
         return [], 0
-    rules = _Rules.of(policy)
+    rules = Rules.of(policy)
     problems: Problems = []
     blocks = rules.block_visible_devices
     scheduler = spec.get("schedulerName")
@@ -309,7 +309,7 @@ def validated(
             if not isinstance(body, dict):
                 continue
             ref = ContainerRef(section, index, body)
-            counts = _container(ref, rules, problems) if section != "ephemeralContainers" else None
+            counts = container_counts(ref, rules, problems) if section != "ephemeralContainers" else None
             if memory and counts is not None:
                 _memory_share(ref, counts, rules, problems, worths, gpus)
                 limits = ref.resource_map("limits")
@@ -377,7 +377,7 @@ def _add(ref: ContainerRef, problems: Problems, line: str, short: str, kind: typ
     problems.append(container_violation(ref, line, short, kind))
 
 
-def _container(ref: ContainerRef, rules: _Rules, problems: Problems) -> dict[str, int | Fraction]:
+def container_counts(ref: ContainerRef, rules: Rules, problems: Problems) -> dict[str, int | Fraction]:
     """Check one container's managed resources; return its GPU counts (the limits, which the pod holds)."""
     resources = ref.body.get("resources")
     if resources is None:
@@ -422,7 +422,7 @@ def _container(ref: ContainerRef, rules: _Rules, problems: Problems) -> dict[str
 
 
 def _zero_companions(
-    ref: ContainerRef, counts: dict[str, int | Fraction], limits: dict[str, Any], rules: _Rules, problems: Problems
+    ref: ContainerRef, counts: dict[str, int | Fraction], limits: dict[str, Any], rules: Rules, problems: Problems
 ) -> None:
     """A managed resource set to 0 beside a GPU request. The scheduler and the device plugin skip it, but it
     keeps mutation from mapping the request (its target is already there): `nvidia.com/gpu: 1` with
@@ -468,7 +468,7 @@ def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Proble
 
 
 def _resource(
-    ref: ContainerRef, name: str, request_raw: Any | _Missing, limit_raw: Any, rules: _Rules, problems: Problems
+    ref: ContainerRef, name: str, request_raw: Any | _Missing, limit_raw: Any, rules: Rules, problems: Problems
 ) -> int | Fraction | None:
     """Check one managed resource of a container; return its count when it is valid."""
     if limit_raw is None:  # only before mutation (which copies requests into limits)
@@ -560,7 +560,7 @@ def _resource(
 
 
 def _unshared_class(
-    ref: ContainerRef, name: str, raw: Any, value: int | Fraction, rules: _Rules, problems: Problems
+    ref: ContainerRef, name: str, raw: Any, value: int | Fraction, rules: Rules, problems: Problems
 ) -> None:
     """NVIDIA's whole-GPU DeviceClass asked for as an extended resource under time-slicing or MPS: the claim the
     scheduler makes for it carries no GpuConfig, so the driver gives the container GPUs of its own, unshared."""
@@ -577,7 +577,7 @@ def _unshared_class(
 
 
 def _over_container_maximum(
-    ref: ContainerRef, what: str, brief: str, rules: _Rules, maximum: int, problems: Problems
+    ref: ContainerRef, what: str, brief: str, rules: Rules, maximum: int, problems: Problems
 ) -> None:
     """`what` (a resource and its value) is more than one container may hold under the policy."""
     _add(
@@ -612,7 +612,7 @@ def _amount(name: str, raw: Any, value: int | Fraction) -> str:
     return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
 
 
-def _fraction_advice(shown: str, value: int | Fraction, rules: _Rules, written: str) -> tuple[str, str]:
+def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: str) -> tuple[str, str]:
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
@@ -643,7 +643,7 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: _Rules, written: 
     )
 
 
-def _one_slice_line(what: str, rules: _Rules) -> str:
+def _one_slice_line(what: str, rules: Rules) -> str:
     """Two MIG slices in one container are not a 2-GPU machine.
 
     NVIDIA's MIG user guide (docs.nvidia.com/datacenter/tesla/mig-user-guide, "CUDA Device Enumeration" and
@@ -663,7 +663,7 @@ def _one_slice_short(what: str) -> str:
     return f"{what}: one MIG slice per container; ask for one bigger profile"
 
 
-def _left_unmapped(ref: ContainerRef, raw: Any, rules: _Rules, problems: Problems) -> None:
+def _left_unmapped(ref: ContainerRef, raw: Any, rules: Rules, problems: Problems) -> None:
     """`nvidia.com/gpu: N` still there after mutation in a namespace that maps it: mutation leaves it only where
     the container already holds the target (`nvidia.com/gpu.shared: "0"` beside it, say), and a whole GPU would
     then be drawn from a pool this namespace is not given."""
@@ -679,7 +679,7 @@ def _left_unmapped(ref: ContainerRef, raw: Any, rules: _Rules, problems: Problem
     )
 
 
-def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules, problems: Problems) -> bool:
+def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: Rules, problems: Problems) -> bool:
     """`nvidia.com/gpu: N` in a namespace that maps it (mutation leaves it as written when N is more than the
     target allows): the line names the request as written and what the policy makes of it. Whether it was."""
     target = rules.mapping_target
@@ -705,7 +705,7 @@ def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: _Rules
     return True
 
 
-def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
+def _within_share(ref: ContainerRef, rules: Rules, problems: Problems) -> None:
     """A fraction converted to a shared replica (mutation records it in the container) may not be more than one
     replica's share: the scheduler packs `replicas` of them onto one GPU, and each would be told it may use more
     memory than it gets."""
@@ -735,7 +735,7 @@ def _within_share(ref: ContainerRef, rules: _Rules, problems: Problems) -> None:
 MEMORY_READS = frozenset({*MEMORY_VARIABLES, RECORDED_FRACTION})  # the env names the memory rule reads
 
 
-def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
+def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Rules, problems: Problems) -> None:
     """A user's own memory variable (envhints.MEMORY_VARIABLES) in a container that holds a shared replica may
     not let its framework take more than the container's share of the GPU: the scheduler packs `replicas` such
     containers onto one GPU, and one that takes 0.9 of it starves or crashes the others as surely as a fraction
@@ -787,7 +787,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
         )
 
 
-def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _Rules, problems: Problems) -> None:
+def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Rules, problems: Problems) -> None:
     """An inference engine's memory flag (engines.py) in a container that holds a shared replica may not let the
     engine take more than the container's share, as a memory variable may not (`_memory_variables`); the line
     gives the exact argument to write. Within the share it stays as written."""
@@ -819,7 +819,7 @@ def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: _R
     )
 
 
-def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, problems: Problems) -> None:
+def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: Rules, problems: Problems) -> None:
     """A pod pinned to GPUs shared without renaming, holding the renamed replica: it would never schedule.
 
     GPU feature discovery appends `-SHARED` to `nvidia.com/gpu.product` on nodes whose time-slicing or MPS
@@ -845,7 +845,7 @@ def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: _Rules, 
     )
 
 
-def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Problems) -> None:
+def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Problems) -> None:
     """An NVIDIA resource that this namespace's pool does not hand out (`_served_resources`): the pod would draw
     on another team's pool (a MIG slice in a whole-GPU namespace, a shared replica in a MIG one)."""
     policy, model = rules.policy, rules.mig_model
@@ -894,7 +894,7 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: _Rules, problems: Pro
     )
 
 
-def _pool(rules: _Rules) -> tuple[str, str, str]:
+def _pool(rules: Rules) -> tuple[str, str, str]:
     """What the namespace's pool is, what to request instead of another pool's resource, and that in short."""
     sharing = rules.policy.sharing
     if sharing.mode is Mode.MEMORY:
@@ -926,7 +926,7 @@ MEMORY_WORTH = "GPU memory"  # mode memory: the pseudo-resource that `effective_
 def _memory_share(
     ref: ContainerRef,
     counts: dict[str, int | Fraction],
-    rules: _Rules,
+    rules: Rules,
     problems: Problems,
     worths: Holders,
     gpus: int,
@@ -955,7 +955,7 @@ def _memory_share(
         )
 
 
-def _memory_pod_total(worths: Holders, rules: _Rules, problems: Problems) -> None:
+def _memory_pod_total(worths: Holders, rules: Rules, problems: Problems) -> None:
     """Mode memory: the pod's effective GPUs' worth of memory (`effective_total`) against the per-pod maximum."""
     maximum = rules.max_per_pod
     total, running = effective_total(worths, MEMORY_WORTH)
@@ -985,7 +985,7 @@ def _privileged(ref: ContainerRef) -> bool:
 TRUST_HINT = "policy's trustedSchedulers"
 
 
-def _visible_devices(ref: ContainerRef, rules: _Rules, problems: Problems, holds_gpu: bool, scheduler: Any) -> None:
+def _visible_devices(ref: ContainerRef, rules: Rules, problems: Problems, holds_gpu: bool, scheduler: Any) -> None:
     """NVIDIA_VISIBLE_DEVICES in an unprivileged container (called only where the policy blocks it), whatever
     the container requests: the kubelet puts the pod's env after the device plugin's, and the container
     toolkit keeps the last value, so `nvidia.com/gpu: 1` beside `NVIDIA_VISIBLE_DEVICES=all` sees every GPU
@@ -1054,7 +1054,7 @@ def _device_volumes(spec: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: _Rules, problems: Problems) -> None:
+def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: Rules, problems: Problems) -> None:
     """Device selection past the device plugin through volumes, in an unprivileged container: a mount under the
     container toolkit's device-list root (its `volume-mounts` strategy reads the mount paths there as the
     devices to give, whatever the volume is), or a hostPath of the node's /dev or /dev/nvidia*."""
@@ -1110,7 +1110,7 @@ def effective_total(holders: Holders, name: str) -> tuple[int | Fraction, list[t
     return total, running
 
 
-def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
+def _pod_total(holders: Holders, rules: Rules, problems: Problems) -> None:
     """The pod's effective request (`effective_total`) against the per-pod maximum. The line names the
     containers that run together at that peak, so that their counts add up to the total it reports."""
     maximum = rules.max_per_pod
@@ -1136,7 +1136,7 @@ def _pod_total(holders: Holders, rules: _Rules, problems: Problems) -> None:
         )
 
 
-def _whole_gpus(holders: Holders, rules: _Rules, problems: Problems) -> None:
+def _whole_gpus(holders: Holders, rules: Rules, problems: Problems) -> None:
     """`nvidia.com/gpu` and the GPU DeviceClasses' resources (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`)
     are the same whole GPUs asked two ways (a DeviceClass with `extendedResourceName: nvidia.com/gpu` serves
     both from DRA): their sum is held to the maxima, in a container and in the pod. Only mixes are said here:
