@@ -380,6 +380,26 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
             '"gpu-node-1"); request at most 8, or list a larger node pool in cluster.assumeNodes (policy "training", '
             "cluster.fits)"
         )
+        # A claim's own selectors, through the server's claims cache: A100s never on this node of H100s.
+        from tests.test_dra import claim
+        from tests.test_dra_pods import claiming, named, using
+
+        for product, name in ((A100, "a100s"), (H100, "h100s")):
+            made = named(claim(selecting(f"{NV}.productName == '{product}'", 4)), name)
+            made["metadata"]["namespace"] = "train"
+            api.put(made)
+        claiming_pods = {}
+        for name in ("a100s", "h100s"):
+            claiming_pods[name] = claiming(using("main", "gpus"), gpus=name)
+            claiming_pods[name]["metadata"]["namespace"] = "train"
+        eventually(lambda: review(server, "validate", claiming_pods["a100s"])["allowed"] is False, timeout=10)
+        assert review(server, "validate", claiming_pods["a100s"])["status"]["message"] == (
+            "pod: 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == "
+            '\'NVIDIA A100-SXM4-80GB\'" (4 from claim "gpus" (ResourceClaim "a100s") request "gpu") fit on no node: '
+            'the most one node has is 0 (node "gpu-node-1", of its 8 gpu.nvidia.com devices); ask for at most 0, or '
+            'change the selector (policy "training", cluster.fits)'
+        )
+        assert review(server, "validate", claiming_pods["h100s"])["allowed"] is True
         api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
         eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is False)
     finally:

@@ -7,7 +7,8 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
   largest GPU, cluster.per_container, the pod's total as the extender places it on one GPU; under the pod
   label aliyun.com/gpu-count "M", N/M on each of M GPUs of a node with at least M of them: _ack_spread). HAMi's
   and Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
-  A pod's DRA devices of one DeviceClass, all ways of asking together, on one node (`claims_fit`, _pooled).
+  A pod's DRA devices of one DeviceClass, all ways of asking together, on one node (`claims_fit`, _pooled);
+  a claim request with selectors, the devices of its class they also match on one node (_narrowed).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
   `assumeNodes` describes them (clusternodes.assumed_nodes).
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node

@@ -20,7 +20,8 @@ DeviceClasses select `device.driver == 'gpu.nvidia.com' &&
 device.attributes['gpu.nvidia.com'].type == 'gpu'` or `'mig'`; a GPU's attributes `type`, `productName`,
 `architecture`, `uuid`, `index`, capacity `memory`; a MIG device's `profile`, its parent's `productName`, and
 its own `memory`). A selector part celselect cannot read is taken as true: the class's count is then the
-most it can be, never fewer (`ClassInfo.exact` says which). Nothing here does I/O.
+most it can be, never fewer (`ClassInfo.exact` says which). The view keeps the slices and classes too
+(`DraDevices`), for the devices of a class that a claim request's own selectors match. Nothing here does I/O.
 """
 
 from __future__ import annotations
