@@ -804,6 +804,15 @@ def test_a_claims_own_selectors_narrow_the_devices_it_is_held_to():
         'node has is 4 (node "mixed-1", of its 8 gpu.nvidia.com devices); ask for at most 4, or change the selector '
         '(policy "team", cluster.fits)',
     ])  # fmt: skip
+    # More than any node has of the class: the class's line says it, once.
+    twelve = index(named(claim(selecting(f"{NV}.productName == '{A100}'", 12)), "twelve-a100s"))
+    decision = evaluate(claiming(using("train", "gpus"), gpus="twelve-a100s"), "team", PolicySet((WIDE,)),
+                        nodes=a100_pool, claims=twelve)  # fmt: skip
+    assert (decision.verdict, decision.violations) == ("deny", [
+        'pod: 12 gpu.nvidia.com devices in all (12 from claim "gpus" (ResourceClaim "twelve-a100s")) fit on no '
+        'node: the most one node holds is 8 (node "a100-1"); ask for at most 8 in all, or split the pod (policy '
+        '"team", cluster.fits)',
+    ])  # fmt: skip
     # Without the slices' devices (a view with none), the selectors are not judged: admitted.
     assert verdict(claiming(using("train", "gpus"), gpus="h100s"), view(node("a100-1", {}))) == ("allow", [])
     # What a claim keeps: nothing more without selectors; a selector read once per distinct text.

@@ -606,7 +606,8 @@ def _narrowed(
 ) -> list[Violation]:
     """The claim requests whose selectors match fewer devices of their class on every node than they ask:
     an `exactly` request's, summed over the pod's requests of one class and selector (they are allocated on
-    one node), and a `firstAvailable` request none of whose alternatives fits alone. A class no slice shows,
+    one node; not where they ask more than any node has of the class, which `_pooled` says), and a
+    `firstAvailable` request none of whose alternatives fits alone. A class no slice shows,
     or one an assumed node (cluster.assumeNodes) has enough of, is not judged (nothing is known of its
     devices); a selector part not read matches (celselect): the count is the most that could match."""
     where = f'policy "{policy.name}"'
@@ -650,8 +651,9 @@ def _narrowed(
             continue  # no selector: the class's devices, which `_pooled` counts
         total = sum(count for _, count in asking)
         best = most(device_class, selector, total)
-        if best is None:
-            continue
+        largest = _largest(policy, view, DEVICE_CLASS_PREFIX + device_class)
+        if best is None or (largest is not None and total > largest[0]):
+            continue  # fits, or more than any node has of the class: `_pooled`'s line says it
         text = cut(selector.text, SELECTOR_SHOWN)
         listed = ", ".join(f"{count} from {named}" for named, count in asking)
         found.append(
