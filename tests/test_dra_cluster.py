@@ -396,8 +396,8 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
         assert review(server, "validate", claiming_pods["a100s"])["status"]["message"] == (
             "pod: 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == "
             '\'NVIDIA A100-SXM4-80GB\'" (4 from claim "gpus" (ResourceClaim "a100s") request "gpu") fit on no node: '
-            'the most one node has is 0 (node "gpu-node-1", of its 8 gpu.nvidia.com devices); ask for at most 0, or '
-            'change the selector (policy "training", cluster.fits)'
+            'the most on one node is 0 of the 8 gpu.nvidia.com devices of node "gpu-node-1"; change the selector to '
+            'one the nodes\' devices match (policy "training", cluster.fits)'
         )
         assert review(server, "validate", claiming_pods["h100s"])["allowed"] is True
         api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
@@ -768,9 +768,9 @@ def test_a_claims_own_selectors_narrow_the_devices_it_is_held_to():
 
     assert verdict(claiming(using("train", "gpus"), gpus="h100s")) == ("deny", [
         "pod: 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 "
-        '80GB HBM3\'" (4 from claim "gpus" (ResourceClaim "h100s") request "gpu") fit on no node: the most one node '
-        'has is 0 (node "a100-1", of its 8 gpu.nvidia.com devices); ask for at most 0, or change the selector '
-        '(policy "team", cluster.fits)',
+        '80GB HBM3\'" (4 from claim "gpus" (ResourceClaim "h100s") request "gpu") fit on no node: the most on one '
+        'node is 0 of the 8 gpu.nvidia.com devices of node "a100-1"; change the selector to one the nodes\' devices '
+        'match (policy "team", cluster.fits)',
     ])  # fmt: skip
     assert verdict(claiming(using("train", "gpus"), gpus="a100s")) == ("allow", [])
     assert verdict(claiming(using("train", "gpus"), gpus="guessed")) == ("allow", []), "not read: taken as true"
@@ -779,17 +779,17 @@ def test_a_claims_own_selectors_narrow_the_devices_it_is_held_to():
     assert verdict(claiming(using("train", "a", "b"), a="low-index", b="template:low-index-per-pod")) == ("deny", [
         "pod: 5 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].index < 4\" (3 from claim \"a\" "
         '(ResourceClaim "low-index") request "gpu", 2 from claim "b" (ResourceClaimTemplate "low-index-per-pod") '
-        'request "gpu") fit on no node: the most one node has is 4 (node "a100-1", of its 8 gpu.nvidia.com '
-        'devices); ask for at most 4 in all, or change the selector (policy "team", cluster.fits)',
+        'request "gpu") fit on no node: the most on one node is 4 of the 8 gpu.nvidia.com devices of node '
+        '"a100-1"; ask for at most 4 in all, or change the selector (policy "team", cluster.fits)',
     ])  # fmt: skip
     assert verdict(claiming(using("train", "gpus"), gpus="low-index")) == ("allow", [])
     assert verdict(claiming(using("train", "gpus"), gpus="h100-or-any")) == ("allow", []), "its second fits"
     assert verdict(claiming(using("train", "gpus"), gpus="h100-four-or-two")) == ("deny", [
         'pod: claim "gpus" (ResourceClaim "h100-four-or-two") request "gpu": none of its firstAvailable alternatives '
         "fits on a node: \"four\": 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName "
-        '== \'NVIDIA H100 80GB HBM3\'" (the most one node has is 0: node "a100-1", of its 8 gpu.nvidia.com devices); '
+        '== \'NVIDIA H100 80GB HBM3\'" (the most on one node: 0 of the 8 gpu.nvidia.com devices of node "a100-1"); '
         "\"two\": 2 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 "
-        '80GB HBM3\'" (the most one node has is 0: node "a100-1", of its 8 gpu.nvidia.com devices); ask for devices '
+        '80GB HBM3\'" (the most on one node: 0 of the 8 gpu.nvidia.com devices of node "a100-1"); ask for devices '
         'the nodes have, or change the selectors (policy "team", cluster.fits)',
     ])  # fmt: skip
     # A node of 4 H100s and 4 A100s joins the pool: 4 H100s fit there; 6 do not, and that node is named.
@@ -800,8 +800,8 @@ def test_a_claims_own_selectors_narrow_the_devices_it_is_held_to():
                         claims=six)  # fmt: skip
     assert (decision.verdict, decision.violations) == ("deny", [
         "pod: 6 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 "
-        '80GB HBM3\'" (6 from claim "gpus" (ResourceClaim "six-h100s") request "gpu") fit on no node: the most one '
-        'node has is 4 (node "mixed-1", of its 8 gpu.nvidia.com devices); ask for at most 4, or change the selector '
+        '80GB HBM3\'" (6 from claim "gpus" (ResourceClaim "six-h100s") request "gpu") fit on no node: the most on one '
+        'node is 4 of the 8 gpu.nvidia.com devices of node "mixed-1"; ask for at most 4, or change the selector '
         '(policy "team", cluster.fits)',
     ])  # fmt: skip
     # More than any node has of the class: the class's line says it, once.

@@ -620,7 +620,8 @@ def _narrowed(
         return None if best is None or best[0] >= need or assumed >= need else best
 
     def node_text(best: tuple[int, int, str], device_class: str) -> str:
-        return f"{_node((best[0], best[2]), view)}, of its {best[1]} {device_class} devices"
+        """`4 of the 8 gpu.nvidia.com devices of node "mixed-1"`."""
+        return f"{best[0]} of the {best[1]} {device_class} devices of {_node((best[0], best[2]), view)}"
 
     groups: dict[tuple[str, Selector], list[tuple[str, int]]] = {}
     found: list[Violation] = []
@@ -637,8 +638,8 @@ def _narrowed(
         for (name, device_class, count, selector), best in misses:
             assert best is not None
             matched = f' matching "{cut(selector.text, SELECTOR_SHOWN)}"' if selector.text else ""
-            parts.append(f'"{cut_name(name, 63)}": {count} {device_class} devices{matched} (the most one node has is '
-                         f"{best[0]}: {node_text(best, device_class)})")  # fmt: skip
+            parts.append(f'"{cut_name(name, 63)}": {count} {device_class} devices{matched} (the most on one node: '
+                         f"{node_text(best, device_class)})")  # fmt: skip
         found.append(
             pod_violation(
                 f"{named}: none of its firstAvailable alternatives fits on a node: {'; '.join(parts)}; ask for "
@@ -656,11 +657,14 @@ def _narrowed(
             continue  # fits, or more than any node has of the class: `_pooled`'s line says it
         text = cut(selector.text, SELECTOR_SHOWN)
         listed = ", ".join(f"{count} from {named}" for named, count in asking)
+        if best[0]:
+            fix = f"ask for at most {best[0]}{' in all' if len(asking) > 1 else ''}, or change the selector"
+        else:
+            fix = "change the selector to one the nodes' devices match"
         found.append(
             pod_violation(
-                f'{total} {device_class} devices matching "{text}" ({listed}) fit on no node: the most one node has '
-                f"is {best[0]} ({node_text(best, device_class)}); ask for at most {best[0]}"
-                f"{' in all' if len(asking) > 1 else ''}, or change the selector ({where}, cluster.fits)",
+                f'{total} {device_class} devices matching "{text}" ({listed}) fit on no node: the most on one node is '
+                f"{node_text(best, device_class)}; {fix} ({where}, cluster.fits)",
                 f"{total} {device_class} devices its selector matches fit on no node (most: {best[0]}); change it",
             )
         )
