@@ -8,7 +8,7 @@ allocations (tracemalloc) once the API objects are freed, and the growth of the 
 Review cost: `engine.evaluate` on a pod asking `nvidia.com/gpu: 1` and on the same pod naming one claim of that
 cache, paired rounds on one core, and counted by callgrind where valgrind is installed. Targets: 100,000 claims
 hold under 50 MB per worker; a pod with a claim costs at most 10% more than the plain GPU pod. Measured
-2026-11-25 (docs/performance.md): 10.7 MB; plain 92,147 and with a claim 100,567 instructions, +9.1%.
+2026-11-25 (docs/performance.md): 10.7 MB; plain 92,577 and with a claim 100,928 instructions, +9.0%.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ node. Fixtures: NVIDIA's DRA driver's DeviceClasses and one node's ResourceSlice
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import yaml
 
 from tests.engine_support import container, pod, policy
 from tests.test_clustercheck import DENY, node, view
+from tests.test_dra import exactly
 from webhook.admission.cluster import ClusterView
-from webhook.admission.draslices import ClassInfo, Device, class_info, merge, sharing_of, slice_info
+from webhook.admission.draslices import ClassInfo, Device, DraDevices, class_info, merge, sharing_of, slice_info
 from webhook.admission.engine import evaluate
 from webhook.admission.policy import ClusterChecks, Limits, Mode, PolicySet, Sharing
 
@@ -26,7 +28,8 @@ def dra_view(*slices: dict, classes: list[dict] = CLASSES) -> ClusterView:
     """Nodes without any GPU resource (a DRA-only pool) and a CPU node, with the slices and classes merged."""
     nodes = view(node("gpu-node-1", {}), node("cpu-a", {})).nodes
     read = dict(filter(None, map(class_info, classes)))
-    return ClusterView(merge(nodes, [s for _, s in filter(None, map(slice_info, slices))], read), (), sharing_of(read))
+    held = [s for _, s in filter(None, map(slice_info, slices))]
+    return ClusterView(merge(nodes, held, read), (), sharing_of(read), dra=DraDevices(held, read))
 
 
 def judged(gpus: str, cluster: ClusterView, resource: str = "nvidia.com/gpu") -> tuple[str, list[str]]:
@@ -377,6 +380,26 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
             '"gpu-node-1"); request at most 8, or list a larger node pool in cluster.assumeNodes (policy "training", '
             "cluster.fits)"
         )
+        # A claim's own selectors, through the server's claims cache: A100s never on this node of H100s.
+        from tests.test_dra import claim
+        from tests.test_dra_pods import claiming, named, using
+
+        for product, name in ((A100, "a100s"), (H100, "h100s")):
+            made = named(claim(selecting(f"{NV}.productName == '{product}'", 4)), name)
+            made["metadata"]["namespace"] = "train"
+            api.put(made)
+        claiming_pods = {}
+        for name in ("a100s", "h100s"):
+            claiming_pods[name] = claiming(using("main", "gpus"), gpus=name)
+            claiming_pods[name]["metadata"]["namespace"] = "train"
+        eventually(lambda: review(server, "validate", claiming_pods["a100s"])["allowed"] is False, timeout=10)
+        assert review(server, "validate", claiming_pods["a100s"])["status"]["message"] == (
+            "pod: 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == "
+            '\'NVIDIA A100-SXM4-80GB\'" (4 from claim "gpus" (ResourceClaim "a100s") request "gpu") fit on no node: '
+            'the most on one node is 0 of the 8 gpu.nvidia.com devices of node "gpu-node-1"; change the selector to '
+            'one the nodes\' devices match (policy "training", cluster.fits)'
+        )
+        assert review(server, "validate", claiming_pods["h100s"])["allowed"] is True
         api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
         eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is False)
     finally:
@@ -677,3 +700,123 @@ def test_policy_lint_cluster_names_a_class_that_serves_the_replica_unshared(tmp_
         assert run.returncode == 0, run.stdout + run.stderr
     finally:
         api.stop()
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+NV = "device.attributes['gpu.nvidia.com']"
+
+
+def product_slice(node_name: str, *products: str) -> dict:
+    """The fixture's ResourceSlice published by another node, its GPUs of these products (8 by default: A100s)."""
+    products = products or (A100,) * 8
+    devices = []
+    for index, product in enumerate(products):
+        device = copy.deepcopy(SLICE["spec"]["devices"][index % 8])
+        device["name"] = f"gpu-{index}"
+        device["attributes"]["productName"] = {"string": product}
+        device["attributes"]["index"] = {"int": index}
+        devices.append(device)
+    return {"metadata": {"name": f"{node_name}-gpu.nvidia.com"},
+            "spec": {**SLICE["spec"], "nodeName": node_name, "devices": devices}}  # fmt: skip
+
+
+def pool_view(*slices: dict) -> ClusterView:
+    nodes = view(*(node(one["spec"]["nodeName"], {}) for one in slices)).nodes
+    read = dict(filter(None, map(class_info, CLASSES)))
+    held = [s for _, s in filter(None, map(slice_info, slices))]
+    return ClusterView(merge(nodes, held, read), (), sharing_of(read), dra=DraDevices(held, read))
+
+
+def selecting(expression: str, count: int, name: str = "gpu") -> dict:
+    return exactly(name, count=count, selectors=[{"cel": {"expression": expression}}])
+
+
+def test_a_claims_own_selectors_narrow_the_devices_it_is_held_to():
+    """On a pool of 8-A100 nodes, a claim of 4 gpu.nvidia.com devices whose selector asks for H100s is refused,
+    naming the selector and the largest node's matching count; one asking A100s is admitted; a selector part
+    not read is taken as true (admitted: never refused on what is not read). Requests of one selector in a
+    pod are counted together; a `firstAvailable` request is refused only where none of its alternatives fits;
+    a claim with no selector keeps nothing more in its summary."""
+    from tests.test_dra import claim
+    from tests.test_dra_pods import claiming, index, named, using
+    from webhook.admission.drapods import summary_of
+
+    h100s = named(claim(selecting(f"{NV}.productName == '{H100}'", 4)), "h100s")
+    a100s = named(claim(selecting(f"{NV}.productName == '{A100}'", 4)), "a100s")
+    guessed = named(claim(selecting(f"{NV}.productName.lowerAscii().matches('h100')", 4)), "guessed")
+    low = named(claim(selecting(f"{NV}.index < 4", 3)), "low-index")
+    low_template = named(claim(selecting(f"{NV}.index < 4", 2), kind="ResourceClaimTemplate"), "low-index-per-pod")
+    either = named(claim({"name": "gpu", "firstAvailable": [
+        {"name": "h100", "deviceClassName": "gpu.nvidia.com", "count": 4,
+         "selectors": [{"cel": {"expression": f"{NV}.productName == '{H100}'"}}]},
+        {"name": "any", "deviceClassName": "gpu.nvidia.com", "count": 2},
+    ]}), "h100-or-any")  # fmt: skip
+    h100_only = named(claim({"name": "gpu", "firstAvailable": [
+        {"name": "four", "deviceClassName": "gpu.nvidia.com", "count": 4,
+         "selectors": [{"cel": {"expression": f"{NV}.productName == '{H100}'"}}]},
+        {"name": "two", "deviceClassName": "gpu.nvidia.com", "count": 2,
+         "selectors": [{"cel": {"expression": f"{NV}.productName == '{H100}'"}}]},
+    ]}), "h100-four-or-two")  # fmt: skip
+    plain = named(claim(exactly(count=4)), "plain")
+    claims = index(h100s, a100s, guessed, low, low_template, either, h100_only, plain)
+    a100_pool = pool_view(product_slice("a100-1"), product_slice("a100-2"))
+
+    def verdict(obj: dict, cluster: ClusterView = a100_pool) -> tuple[str, list[str]]:
+        decision = evaluate(obj, "team", PolicySet((WIDE,)), nodes=cluster, claims=claims)
+        return decision.verdict, decision.violations
+
+    assert verdict(claiming(using("train", "gpus"), gpus="h100s")) == ("deny", [
+        "pod: 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 "
+        '80GB HBM3\'" (4 from claim "gpus" (ResourceClaim "h100s") request "gpu") fit on no node: the most on one '
+        'node is 0 of the 8 gpu.nvidia.com devices of node "a100-1"; change the selector to one the nodes\' devices '
+        'match (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(claiming(using("train", "gpus"), gpus="a100s")) == ("allow", [])
+    assert verdict(claiming(using("train", "gpus"), gpus="guessed")) == ("allow", []), "not read: taken as true"
+    assert verdict(claiming(using("train", "gpus"), gpus="plain")) == ("allow", [])
+    # 3 and 2 of the GPUs indexed 0 to 3: 5 on one node, which has 4 of them (and 8 GPUs in all: the class fits)
+    assert verdict(claiming(using("train", "a", "b"), a="low-index", b="template:low-index-per-pod")) == ("deny", [
+        "pod: 5 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].index < 4\" (3 from claim \"a\" "
+        '(ResourceClaim "low-index") request "gpu", 2 from claim "b" (ResourceClaimTemplate "low-index-per-pod") '
+        'request "gpu") fit on no node: the most on one node is 4 of the 8 gpu.nvidia.com devices of node '
+        '"a100-1"; ask for at most 4 in all, or change the selector (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    assert verdict(claiming(using("train", "gpus"), gpus="low-index")) == ("allow", [])
+    assert verdict(claiming(using("train", "gpus"), gpus="h100-or-any")) == ("allow", []), "its second fits"
+    assert verdict(claiming(using("train", "gpus"), gpus="h100-four-or-two")) == ("deny", [
+        'pod: claim "gpus" (ResourceClaim "h100-four-or-two") request "gpu": none of its firstAvailable alternatives '
+        "fits on a node: \"four\": 4 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName "
+        '== \'NVIDIA H100 80GB HBM3\'" (the most on one node: 0 of the 8 gpu.nvidia.com devices of node "a100-1"); '
+        "\"two\": 2 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 "
+        '80GB HBM3\'" (the most on one node: 0 of the 8 gpu.nvidia.com devices of node "a100-1"); ask for devices '
+        'the nodes have, or change the selectors (policy "team", cluster.fits)',
+    ])  # fmt: skip
+    # A node of 4 H100s and 4 A100s joins the pool: 4 H100s fit there; 6 do not, and that node is named.
+    mixed = pool_view(product_slice("a100-1"), product_slice("mixed-1", *(H100,) * 4, *(A100,) * 4))
+    assert verdict(claiming(using("train", "gpus"), gpus="h100s"), mixed) == ("allow", [])
+    six = index(named(claim(selecting(f"{NV}.productName == '{H100}'", 6)), "six-h100s"))
+    decision = evaluate(claiming(using("train", "gpus"), gpus="six-h100s"), "team", PolicySet((WIDE,)), nodes=mixed,
+                        claims=six)  # fmt: skip
+    assert (decision.verdict, decision.violations) == ("deny", [
+        "pod: 6 gpu.nvidia.com devices matching \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 "
+        '80GB HBM3\'" (6 from claim "gpus" (ResourceClaim "six-h100s") request "gpu") fit on no node: the most on one '
+        'node is 4 of the 8 gpu.nvidia.com devices of node "mixed-1"; ask for at most 4, or change the selector '
+        '(policy "team", cluster.fits)',
+    ])  # fmt: skip
+    # More than any node has of the class: the class's line says it, once.
+    twelve = index(named(claim(selecting(f"{NV}.productName == '{A100}'", 12)), "twelve-a100s"))
+    decision = evaluate(claiming(using("train", "gpus"), gpus="twelve-a100s"), "team", PolicySet((WIDE,)),
+                        nodes=a100_pool, claims=twelve)  # fmt: skip
+    assert (decision.verdict, decision.violations) == ("deny", [
+        'pod: 12 gpu.nvidia.com devices in all (12 from claim "gpus" (ResourceClaim "twelve-a100s")) fit on no '
+        'node: the most one node holds is 8 (node "a100-1"); ask for at most 8 in all, or split the pod (policy '
+        '"team", cluster.fits)',
+    ])  # fmt: skip
+    # Without the slices' devices (a view with none), the selectors are not judged: admitted.
+    assert verdict(claiming(using("train", "gpus"), gpus="h100s"), view(node("a100-1", {}))) == ("allow", [])
+    # What a claim keeps: nothing more without selectors; a selector read once per distinct text.
+    assert summary_of(plain).selected == ()
+    first, second = summary_of(h100s).selected, summary_of(named(h100s, "again")).selected
+    assert first[0][1][0][3] is second[0][1][0][3]
+    assert first == (("gpu", (("", "gpu.nvidia.com", 4, first[0][1][0][3]),)),)

@@ -120,6 +120,7 @@ class Selector:
 
     terms: tuple[Term, ...] = ()
     unread: tuple[str, ...] = ()
+    text: str = ""  # a request's selectors as written, joined by ` && ` (`of_request`), for messages; else ""
 
     @property
     def exact(self) -> bool:
@@ -177,6 +178,30 @@ def of_selectors(selectors: object) -> Selector:
         cel = selector.get("cel") if isinstance(selector, dict) else None
         expressions.append(cel.get("expression") if isinstance(cel, dict) else None)
     return read(expressions)
+
+
+_REQUESTS: dict[tuple[str, ...], Selector] = {}  # a request's selectors, one Selector per distinct text
+
+
+def of_request(selectors: object) -> Selector | None:
+    """A claim request's (or `firstAvailable` alternative's) `selectors`, as one Selector keeping their text;
+    None where it has none (any device of its class). Held once per distinct text (the claims made from one
+    template, and most claims of a cluster, write the same few), within a bound no cluster reaches."""
+    if not isinstance(selectors, list) or not selectors:
+        return None
+    expressions: list[str] = []
+    for selector in selectors:
+        cel = selector.get("cel") if isinstance(selector, dict) else None
+        expression = cel.get("expression") if isinstance(cel, dict) else None
+        expressions.append(expression if isinstance(expression, str) else "(not a string)")
+    key = tuple(expressions)
+    found = _REQUESTS.get(key)
+    if found is None:
+        read_one = of_selectors(selectors)
+        found = Selector(read_one.terms, read_one.unread, " && ".join(key))
+        if len(_REQUESTS) < 4096:
+            _REQUESTS[key] = found
+    return found
 
 
 def _shown(text: str) -> str:

@@ -18,10 +18,13 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import ACK_MEMORY, is_managed
+
+if TYPE_CHECKING:
+    from webhook.admission.draslices import DraDevices
 
 _T = TypeVar("_T")
 
@@ -261,6 +264,9 @@ class ClusterView:
     # Each DeviceClass known, with the sharing strategy its own GpuConfig sets ("" none; draslices.sharing_of):
     # a claim or an extended resource served by the class gets it (the cluster checks, dra.judge)
     class_sharing: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # The nodes' DRA devices and the DeviceClasses (draslices.DraDevices), for a claim request's own selectors
+    # (clustercheck.claims_fit); None where the view has no slices, and then those selectors are not judged
+    dra: DraDevices | None = field(default=None, compare=False)
     _largest: dict[str, tuple[int, str]] = field(default_factory=dict, repr=False, compare=False)
     _derived: dict[tuple[str, int], tuple[object, Any]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -7,7 +7,8 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
   largest GPU, cluster.per_container, the pod's total as the extender places it on one GPU; under the pod
   label aliyun.com/gpu-count "M", N/M on each of M GPUs of a node with at least M of them: _ack_spread). HAMi's
   and Volcano's vGPUs each on a GPU of their own among those one node registers (_Vgpus, memshare.vgpus).
-  A pod's DRA devices of one DeviceClass, all ways of asking together, on one node (`claims_fit`, _pooled).
+  A pod's DRA devices of one DeviceClass, all ways of asking together, on one node (`claims_fit`, _pooled);
+  a claim request with selectors, the devices of its class they also match on one node (_narrowed).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
   `assumeNodes` describes them (clusternodes.assumed_nodes).
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
@@ -28,9 +29,12 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission import memshare, steering
+from webhook.admission.celselect import Selector
 from webhook.admission.cluster import ACK_COUNT, PRODUCT_LABEL, ClusterView, Registered, nodes_text, per_container
 from webhook.admission.clusterdrift import Drift, drift, unshared_dra
 from webhook.admission.clusternodes import assumed_nodes, names_shown, policy_nodes
+from webhook.admission.dra import cut_name
+from webhook.admission.draslices import DraDevices
 from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import Backend, Check, Mode, Policy
 from webhook.admission.quantity import format_fraction, quantity_text
@@ -572,14 +576,99 @@ def _drift_violation(item: Drift) -> Violation:
     return pod_violation(f"{item.line} (cluster.drift)", short)
 
 
+Alternatives = tuple[tuple[str, str, int, Selector], ...]  # drapods.Selected: (subrequest, class, count, selector)
+
+
 def claims_fit(
-    claimed: dict[str, list[tuple[str, int]]], holders: Holders, policy: Policy, view: ClusterView
+    claimed: dict[str, list[tuple[str, int]]],
+    holders: Holders,
+    policy: Policy,
+    view: ClusterView,
+    selected: list[tuple[str, str, Alternatives]] | None = None,
 ) -> list[tuple[Check, Violation]]:
     """`cluster.fits` for a pod's claims (drapods.claimed_by_class): the devices it asks of each DeviceClass, with
-    its resources that draw on the same devices, must be on one node (`_pooled`)."""
+    its resources that draw on the same devices, must be on one node (`_pooled`); and the requests whose own
+    selectors narrow their class's devices (drapods.selected_by_request), the devices they match (`_narrowed`)."""
     if policy.cluster_checks.fits is Check.OFF:
         return []
-    return _pooled(holders, claimed, policy, view, _plan(policy, view).pools)
+    plan = _plan(policy, view)
+    found = _pooled(holders, claimed, policy, view, plan.pools)
+    if selected and view.dra is not None:
+        found += [(policy.cluster_checks.fits, line) for line in _narrowed(selected, policy, view, view.dra)]
+    return found
+
+
+SELECTOR_SHOWN = 120  # characters of a request's selector in a line
+
+
+def _narrowed(
+    selected: list[tuple[str, str, Alternatives]], policy: Policy, view: ClusterView, dra: DraDevices
+) -> list[Violation]:
+    """The claim requests whose selectors match fewer devices of their class on every node than they ask:
+    an `exactly` request's, summed over the pod's requests of one class and selector (they are allocated on
+    one node; not where they ask more than any node has of the class, which `_pooled` says), and a
+    `firstAvailable` request none of whose alternatives fits alone. A class no slice shows,
+    or one an assumed node (cluster.assumeNodes) has enough of, is not judged (nothing is known of its
+    devices); a selector part not read matches (celselect): the count is the most that could match."""
+    where = f'policy "{policy.name}"'
+
+    def most(device_class: str, selector: Selector, need: int) -> tuple[int, int, str] | None:
+        """(matching, of the class, node) on the best node; None where `need` may fit."""
+        best = dra.most(device_class, selector)
+        assumed = max((n.allocatable.get(DEVICE_CLASS_PREFIX + device_class, 0) for n in assumed_nodes(policy)),
+                      default=0)  # fmt: skip
+        return None if best is None or best[0] >= need or assumed >= need else best
+
+    def node_text(best: tuple[int, int, str], device_class: str) -> str:
+        """`4 of the 8 gpu.nvidia.com devices of node "mixed-1"`."""
+        return f"{best[0]} of the {best[1]} {device_class} devices of {_node((best[0], best[2]), view)}"
+
+    groups: dict[tuple[str, Selector], list[tuple[str, int]]] = {}
+    found: list[Violation] = []
+    for shown, request, alternatives in selected:
+        named = f'{shown} request "{cut_name(request, 63)}"'
+        if len(alternatives) == 1:
+            _, device_class, count, selector = alternatives[0]
+            groups.setdefault((device_class, selector), []).append((named, count))
+            continue
+        misses = [(alternative, most(alternative[1], alternative[3], alternative[2])) for alternative in alternatives]
+        if any(best is None for _, best in misses):
+            continue
+        parts = []
+        for (name, device_class, count, selector), best in misses:
+            assert best is not None
+            matched = f' matching "{cut(selector.text, SELECTOR_SHOWN)}"' if selector.text else ""
+            parts.append(f'"{cut_name(name, 63)}": {count} {device_class} devices{matched} (the most on one node: '
+                         f"{node_text(best, device_class)})")  # fmt: skip
+        found.append(
+            pod_violation(
+                f"{named}: none of its firstAvailable alternatives fits on a node: {'; '.join(parts)}; ask for "
+                f"devices the nodes have, or change the selectors ({where}, cluster.fits)",
+                f"{cut_name(request, 40)}: no firstAvailable alternative fits on a node; change the selectors",
+            )
+        )
+    for (device_class, selector), asking in groups.items():
+        if not selector.text:
+            continue  # no selector: the class's devices, which `_pooled` counts
+        total = sum(count for _, count in asking)
+        best = most(device_class, selector, total)
+        largest = _largest(policy, view, DEVICE_CLASS_PREFIX + device_class)
+        if best is None or (largest is not None and total > largest[0]):
+            continue  # fits, or more than any node has of the class: `_pooled`'s line says it
+        text = cut(selector.text, SELECTOR_SHOWN)
+        listed = ", ".join(f"{count} from {named}" for named, count in asking)
+        if best[0]:
+            fix = f"ask for at most {best[0]}{' in all' if len(asking) > 1 else ''}, or change the selector"
+        else:
+            fix = "change the selector to one the nodes' devices match"
+        found.append(
+            pod_violation(
+                f'{total} {device_class} devices matching "{text}" ({listed}) fit on no node: the most on one node is '
+                f"{node_text(best, device_class)}; {fix} ({where}, cluster.fits)",
+                f"{total} {device_class} devices its selector matches fit on no node (most: {best[0]}); change it",
+            )
+        )
+    return found
 
 
 def _pooled(

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
 
+from webhook.admission import celselect
+from webhook.admission.celselect import ANY, Selector
 from webhook.admission.dra import (
     ALL,
     CLAIM_SPEC_PATHS,
@@ -41,6 +43,9 @@ from webhook.admission.violation import WARNING_PREFIX, Violation
 # (request name, DeviceClass, count) per request and per `firstAvailable` alternative; count ALL_DEVICES for
 # allocationMode All.
 Devices = tuple[tuple[str, str, int], ...]
+# A request whose selectors (or an alternative's) narrow the devices of its class: (request name, its
+# alternatives as (subrequest name, "" for `exactly`; DeviceClass; count; the selectors, ANY where none)).
+Selected = tuple[tuple[str, tuple[tuple[str, str, int, Selector], ...]], ...]
 ALL_DEVICES = -1
 NO_STRATEGY = "-"  # a claim's GpuConfig with no sharing strategy: its DeviceClass's config does not apply
 
@@ -75,6 +80,34 @@ def devices_of(obj: Any) -> Devices | None:
     return tuple(found)
 
 
+def selected_of(requests: Any) -> Selected:
+    """The requests (`spec.devices.requests`) whose selectors narrow their class's devices, for the cluster
+    checks; () where none has selectors (the usual claim: it keeps nothing more). A request with an
+    allocationMode All alternative is left out (it takes what is there)."""
+    found: list[tuple[str, tuple[tuple[str, str, int, Selector], ...]]] = []
+    for request in requests if type(requests) is list else []:
+        if type(request) is not dict or type(request.get("name")) is not str:
+            continue
+        exactly, alternatives = request.get("exactly"), request.get("firstAvailable")
+        bodies = [exactly] if exactly is not None else alternatives if type(alternatives) is list else []
+        read: list[tuple[str, str, int, Selector]] = []
+        narrowed, every = False, False
+        for body in bodies:
+            if type(body) is not dict or type(body.get("deviceClassName")) is not str:
+                continue
+            count = body.get("count")
+            count = 1 if count is None or count == 0 else count
+            every = every or body.get("allocationMode") == ALL or type(count) is not int
+            selector = celselect.of_request(body.get("selectors"))
+            narrowed = narrowed or selector is not None
+            name = body.get("name") if exactly is None else ""
+            name = name if type(name) is str else ""
+            read.append((name, body["deviceClassName"], count, selector or ANY))
+        if narrowed and not every and read:
+            found.append((request["name"], tuple(read)))
+    return tuple(found)
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimSummary:
     """What a pod's review reads of a claim or template, worked out once when the claim is read (listed,
@@ -91,9 +124,11 @@ class ClaimSummary:
     # per request (or alternative) of NVIDIA's whole GPUs (gpu.nvidia.com): its reference, count, and the sharing
     # strategy of the GpuConfig that covers it ("" where none does, NO_STRATEGY where one with no strategy does)
     gpu_sharing: tuple[tuple[str, int, str], ...] = ()
+    # the requests whose own selectors narrow their class's devices (`selected_of`), for the cluster checks
+    selected: Selected = ()
 
     @staticmethod
-    def of(devices: Devices, configs: Any = None) -> ClaimSummary:
+    def of(devices: Devices, configs: Any = None, selected: Selected = ()) -> ClaimSummary:
         """The summary of `devices`, with the sharing strategies that `configs` (spec.devices.config) set."""
         largest: dict[str, int] = {}  # request -> its largest alternative
         alternatives: dict[str, int] = {}  # request -> how many alternatives
@@ -119,6 +154,7 @@ class ClaimSummary:
             gpu_sharing=tuple(
                 (ref, count, written(ref)) for ref, device_class, count in devices if device_class in NVIDIA_GPU_CLASSES
             ),
+            selected=selected,
         )
 
 
@@ -129,7 +165,9 @@ def summary_of(obj: Any) -> ClaimSummary | None:
         return None
     spec = get_path(obj, CLAIM_SPEC_PATHS[obj["kind"]])
     claimed = spec.get("devices") if type(spec) is dict else None
-    return ClaimSummary.of(devices, claimed.get("config") if type(claimed) is dict else None)
+    if type(claimed) is not dict:
+        return ClaimSummary.of(devices)
+    return ClaimSummary.of(devices, claimed.get("config"), selected_of(claimed.get("requests")))
 
 
 class ClaimsView(Protocol):
@@ -416,3 +454,10 @@ def claimed_by_class(found: list[Found]) -> dict[str, list[tuple[str, int]]]:
         for device_class, count in claim.on_one_node:
             claimed.setdefault(device_class, []).append((_shown(name, kind, source), count))
     return claimed
+
+
+def selected_by_request(found: list[Found]) -> list[tuple[str, str, tuple[tuple[str, str, int, Selector], ...]]]:
+    """For the cluster checks: the requests of the claims a pod names whose selectors narrow their class's
+    devices, as (the claim as messages show it, request, alternatives): each summary's `selected`."""
+    return [(_shown(name, kind, source), ref, alternatives) for name, kind, source, claim in found
+            for ref, alternatives in claim.selected]  # fmt: skip

@@ -20,7 +20,8 @@ DeviceClasses select `device.driver == 'gpu.nvidia.com' &&
 device.attributes['gpu.nvidia.com'].type == 'gpu'` or `'mig'`; a GPU's attributes `type`, `productName`,
 `architecture`, `uuid`, `index`, capacity `memory`; a MIG device's `profile`, its parent's `productName`, and
 its own `memory`). A selector part celselect cannot read is taken as true: the class's count is then the
-most it can be, never fewer (`ClassInfo.exact` says which). Nothing here does I/O.
+most it can be, never fewer (`ClassInfo.exact` says which). The view keeps the slices and classes too
+(`DraDevices`), for the devices of a class that a claim request's own selectors match. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -255,6 +256,55 @@ def merge(
                 node_name, amounts, labels, node.unschedulable, node.devices, _interned(pairs), sliced
             )
     return merged
+
+
+class DraDevices:
+    """Each node's DRA devices and the DeviceClasses, kept with the view (`ClusterView.dra`) for what `merge`
+    cannot count ahead: the devices of a class that a claim request's own selectors also match (`most`). The
+    slices are the watch's own (nothing copied); the counts are worked out once per snapshot and distinct
+    (class, selector), on first use."""
+
+    __slots__ = ("_by_node", "_classes", "_most")
+
+    def __init__(self, slices: Iterable[SliceInfo], classes: Mapping[str, ClassInfo]) -> None:
+        by_node: dict[str, list[SliceInfo]] = {}
+        for one in slices:
+            by_node.setdefault(one.node, []).append(one)
+        self._by_node = {node: tuple(held) for node, held in sorted(by_node.items())}
+        self._classes = dict(classes)
+        self._most: dict[tuple[str, Selector], tuple[int, int, str] | None] = {}
+
+    def most(self, class_name: str, selector: Selector) -> tuple[int, int, str] | None:
+        """The most devices of `class_name` that `selector` also matches on one node, the class's devices
+        there, and that node (of the nodes with the most, the one with the most devices of the class, then
+        the first by name); None where no node has a device of the class (nothing is known of it). A part of
+        either selector not read is taken as true: never fewer than could match."""
+        key = (class_name, selector)
+        if key in self._most:
+            return self._most[key]
+        cls = self._classes.get(class_name)
+        best: tuple[int, int, str] | None = None
+        if cls is not None:
+            seen: dict[tuple[str, int, int], tuple[bool, bool]] = {}  # alike devices share their maps
+            for node, held in self._by_node.items():
+                in_class = matching = 0
+                for one in held:
+                    for device in one.devices:
+                        shape = (one.driver, id(device.attributes), id(device.capacity))
+                        found = seen.get(shape)
+                        if found is None:
+                            of_class = cls.matches(one.driver, device)
+                            found = seen[shape] = (
+                                of_class,
+                                of_class and selector.matches(one.driver, device.attributes, device.capacity),
+                            )
+                        in_class += found[0]
+                        matching += found[1]
+                if in_class and (best is None or (matching, in_class) > best[:2]):
+                    best = (matching, in_class, node)
+        if len(self._most) < 4096:  # a bound no cluster's distinct selectors reach
+            self._most[key] = best
+        return best
 
 
 _PAIRS: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}  # interned: a few distinct

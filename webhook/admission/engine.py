@@ -142,7 +142,8 @@ def _claims_fit(
 ) -> list[Violation]:
     """The cluster checks on a pod's claims: `deny` ones returned, `warn` ones added to `warnings`."""
     claimed = drapods.claimed_by_class(named)
-    checked = clustercheck.claims_fit(claimed, counted, policy, cluster) if claimed else []
+    selected = drapods.selected_by_request(named)
+    checked = clustercheck.claims_fit(claimed, counted, policy, cluster, selected) if claimed or selected else []
     warnings += [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
     return [v for level, v in checked if level is Check.DENY]
 

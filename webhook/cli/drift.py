@@ -33,7 +33,7 @@ def list_view(cluster: KubeClient, page_size: int = 500) -> ClusterView:
 def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -> ClusterView:
     """The nodes with the devices DRA serves on them (ResourceSlices, DeviceClasses), as the server's view has
     them; the nodes alone where the cluster serves no DRA v1 or the identity may not list it."""
-    from webhook.admission.draslices import class_info, merge, sharing_of, slice_info, unread
+    from webhook.admission.draslices import DraDevices, class_info, merge, sharing_of, slice_info, unread
     from webhook.cli.kube import DEVICE_CLASSES, RESOURCE_SLICES, Forbidden
 
     try:
@@ -42,8 +42,8 @@ def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -
     except Forbidden:
         return ClusterView(nodes)
     read = dict(found for found in map(class_info, classes) if found is not None)
-    merged = merge(nodes, [found[1] for found in map(slice_info, slices) if found is not None], read)
-    return ClusterView(merged, unread(read), sharing_of(read))
+    held = [found[1] for found in map(slice_info, slices) if found is not None]
+    return ClusterView(merge(nodes, held, read), unread(read), sharing_of(read), dra=DraDevices(held, read))
 
 
 def list_namespaces(cluster: KubeClient, page_size: int = 500) -> list[str]:

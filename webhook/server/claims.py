@@ -3,7 +3,8 @@
 A pod's GPU total counts the devices of the claims and templates it names (webhook/admission/drapods.py,
 `pod_claims`), so each worker keeps what counting needs of every claim and template of the cluster: per
 namespace and name, a `ClaimSummary` (the (request, DeviceClass, count) tuple and what a review reads of it,
-worked out here once instead of on every review). Nothing else of the object is kept, and equal summaries are
+worked out here once instead of on every review; a request's selectors only where it has some, each distinct
+text read once). Nothing else of the object is kept, and equal summaries are
 held once (the claims made from one template are alike), so 100,000 claims cost about 11 MB (bench/dra.py,
 docs/performance.md).
 

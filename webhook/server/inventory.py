@@ -337,10 +337,13 @@ class NodeInventory:
         with self._publishing:
             nodes = dict(self._nodes)
             sharing: dict[str, str] = {}
+            devices = None
             if self._dra:
-                from webhook.admission.draslices import merge, sharing_of
+                from webhook.admission.draslices import DraDevices, merge, sharing_of
 
                 slices, classes = self._dra
-                nodes = merge(nodes, list(slices.items.values()), dict(classes.items))
+                held, read = list(slices.items.values()), dict(classes.items)
+                nodes = merge(nodes, held, read)
                 sharing = sharing_of(classes.items)
-            self._view = ClusterView(nodes, class_sharing=sharing)
+                devices = DraDevices(held, read)
+            self._view = ClusterView(nodes, class_sharing=sharing, dra=devices)
