@@ -18,7 +18,8 @@ import copy
 import json
 import ssl
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -332,6 +333,44 @@ class FakeKubeAPI:
 
     def list_requests(self, plural: str) -> Iterable[str]:
         return [r for r in self.requests if r.split("?")[0].endswith(f"/{plural}")]
+
+
+@dataclass(frozen=True)
+class LoopbackCluster:
+    """A started `FakeKubeAPI`, the policies directory written for it and a kubeconfig pointing at it."""
+
+    api: FakeKubeAPI
+    policies: Path  # the directory
+    kubeconfig: str  # the file's path
+
+
+@contextmanager
+def loopback_cluster(
+    tmp_path: Path,
+    *,
+    namespaces: Iterable[str] = (),
+    nodes: Iterable[dict[str, Any]] = (),
+    objects: Iterable[dict[str, Any]] = (),
+    policies: dict[str, str] | None = None,
+) -> Iterator[LoopbackCluster]:
+    """A loopback Kubernetes API for running `gpu-webhook` (the CLI or the server) against: started, holding
+    `namespaces`, then `nodes` (put as the watch sees them), then `objects` (ResourceSlices, DeviceClasses,
+    claims: `put` in this order); `policies` ({file name: text}) written to `tmp_path/policies` and a kubeconfig
+    to `tmp_path/kubeconfig`. The API is stopped on leaving, whatever happened inside."""
+    api = FakeKubeAPI().start()
+    try:
+        api.add_namespaces(*namespaces)
+        for node in nodes:
+            api.put_node(node)
+        for obj in objects:
+            api.put(obj)
+        directory = tmp_path / "policies"
+        directory.mkdir()
+        for name, text in (policies or {}).items():
+            (directory / name).write_text(text)
+        yield LoopbackCluster(api, directory, str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+    finally:
+        api.stop()
 
 
 def _namespace(obj: dict[str, Any]) -> str:

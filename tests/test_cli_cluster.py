@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests import gfd_cluster
-from tests.fake_kube_api import FakeKubeAPI
+from tests.fake_kube_api import FakeKubeAPI, loopback_cluster
 from tests.test_cli_audit import gpu_webhook
 from tests.test_clustercheck import A100, node
 from tests.test_server_cluster import POLICY, SLICED
@@ -25,18 +25,13 @@ POD = {
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    api = FakeKubeAPI().start()
-    api.add_namespaces("default", "train", "notebooks")
-    api.put_node(node("gpu-a", {"nvidia.com/gpu": "8"}, A100))
-    for name in ("ts-a", "ts-b", "ts-c", "ts-d"):
-        api.put_node(node(name, {"nvidia.com/gpu.shared": "32"}, SLICED))
-    policies = tmp_path / "policies"
-    policies.mkdir()
-    (policies / "p.yaml").write_text(POLICY)
+    nodes = [node("gpu-a", {"nvidia.com/gpu": "8"}, A100)]
+    nodes += [node(name, {"nvidia.com/gpu.shared": "32"}, SLICED) for name in ("ts-a", "ts-b", "ts-c", "ts-d")]
     manifest = tmp_path / "pod.json"
     manifest.write_text(json.dumps(POD))
-    yield api, str(api.write_kubeconfig(tmp_path / "kubeconfig")), str(policies), str(manifest)
-    api.stop()
+    namespaces = ["default", "train", "notebooks"]
+    with loopback_cluster(tmp_path, namespaces=namespaces, nodes=nodes, policies={"p.yaml": POLICY}) as cluster:
+        yield cluster.api, cluster.kubeconfig, str(cluster.policies), str(manifest)
 
 
 NAMESPACES_MATCH = "every namespace entry of the policies matches a namespace of the cluster ({} namespaces read)"
@@ -100,15 +95,9 @@ def test_audit_prints_the_drift_under_its_report(setup):
 @pytest.fixture
 def mixed(tmp_path: Path):
     """The fake API holding the mixed cluster's nodes and namespaces; the directory of its policies."""
-    api = FakeKubeAPI().start()
-    for item in gfd_cluster.nodes():
-        api.put_node(item)
-    api.add_namespaces(*gfd_cluster.NAMESPACES)
-    policies = tmp_path / "policies"
-    policies.mkdir()
-    (policies / "cluster.yaml").write_text(gfd_cluster.POLICIES)
-    yield api, str(api.write_kubeconfig(tmp_path / "kubeconfig")), policies
-    api.stop()
+    with loopback_cluster(tmp_path, namespaces=gfd_cluster.NAMESPACES, nodes=gfd_cluster.nodes(),
+                          policies={"cluster.yaml": gfd_cluster.POLICIES}) as cluster:  # fmt: skip
+        yield cluster.api, cluster.kubeconfig, cluster.policies
 
 
 def lint(policies: Path, kubeconfig: str, *extra: str):

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from tests.engine_support import container, pod, policy
+from tests.fake_kube_api import loopback_cluster
 from tests.test_clustercheck import DENY, node, view
 from tests.test_dra import exactly
 from webhook.admission.cluster import ClusterView
@@ -350,19 +351,13 @@ spec:
 
 
 def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start_server, tmp_path):
-    from tests.fake_kube_api import FakeKubeAPI
     from tests.test_inventory import eventually
     from tests.test_server import pod as gpu_pod
     from tests.test_server import review
 
-    api = FakeKubeAPI().start()
-    api.put_node(node("gpu-node-1", {}))  # no device plugin: its GPUs are in a ResourceSlice
-    try:
-        policies = tmp_path / "policies"
-        policies.mkdir()
-        (policies / "p.yaml").write_text(POLICY)
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+    no_plugin = node("gpu-node-1", {})  # no device plugin: its GPUs are in a ResourceSlice
+    with loopback_cluster(tmp_path, nodes=[no_plugin], policies={"p.yaml": POLICY}) as cluster:
+        server = start_server(cluster.policies, extra_args=["--kubeconfig", cluster.kubeconfig])
 
         def dra() -> dict:
             return server.get("/readyz").json()["cluster"].get("dra", {})
@@ -370,8 +365,8 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
         eventually(lambda: dra().get("DeviceClass", {}).get("state") == "current", timeout=10)
         assert review(server, "validate", gpu_pod("train", "2"))["allowed"] is False  # no slices yet
         for item in CLASSES:
-            api.put(item)
-        api.put(SLICE)
+            cluster.api.put(item)
+        cluster.api.put(SLICE)
         eventually(lambda: dra().get("ResourceSlice", {}).get("objects") == 1, timeout=10)
         eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is True)
         denied = review(server, "validate", gpu_pod("train", "12"))
@@ -387,7 +382,7 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
         for product, name in ((A100, "a100s"), (H100, "h100s")):
             made = named(claim(selecting(f"{NV}.productName == '{product}'", 4)), name)
             made["metadata"]["namespace"] = "train"
-            api.put(made)
+            cluster.api.put(made)
         claiming_pods = {}
         for name in ("a100s", "h100s"):
             claiming_pods[name] = claiming(using("main", "gpus"), gpus=name)
@@ -400,28 +395,18 @@ def test_the_server_admits_and_refuses_on_a_dra_only_pool_from_its_watches(start
             'one the nodes\' devices match (policy "training", cluster.fits)'
         )
         assert review(server, "validate", claiming_pods["h100s"])["allowed"] is True
-        api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
+        cluster.api.delete("ResourceSlice", "", SLICE["metadata"]["name"])  # the driver goes: the devices with it
         eventually(lambda: review(server, "validate", gpu_pod("train", "2"))["allowed"] is False)
-    finally:
-        api.stop()
 
 
 def test_check_with_cluster_reads_the_slices_and_classes_too(tmp_path):
-    from tests.fake_kube_api import FakeKubeAPI
     from tests.test_cli_check import gpu_webhook
     from tests.test_server import pod as gpu_pod
 
-    api = FakeKubeAPI().start()
-    api.put_node(node("gpu-node-1", {}))
-    for item in CLASSES:
-        api.put(item)
-    api.put(SLICE)
-    try:
-        (tmp_path / "policies").mkdir()
-        (tmp_path / "policies" / "p.yaml").write_text(POLICY)
+    with loopback_cluster(tmp_path, nodes=[node("gpu-node-1", {})], objects=[*CLASSES, SLICE],
+                          policies={"p.yaml": POLICY}) as cluster:  # fmt: skip
         (tmp_path / "pods.yaml").write_text(yaml.safe_dump_all([gpu_pod("train", "2"), gpu_pod("train", "12")]))
-        config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", cluster.kubeconfig, "--policies", str(cluster.policies),
                           str(tmp_path / "pods.yaml"))  # fmt: skip
         assert run.returncode == 1, run.stderr
         assert [line for line in run.stdout.splitlines() if line.startswith("DENY")] == [
@@ -429,12 +414,10 @@ def test_check_with_cluster_reads_the_slices_and_classes_too(tmp_path):
             'one node holds is 8 (node "gpu-node-1"); request at most 8, or list a larger node pool in '
             'cluster.assumeNodes (policy "training", cluster.fits)'
         ]
-        api.forbidden.update({"resourceslices", "deviceclasses"})  # not allowed to read DRA: the nodes alone
-        run = gpu_webhook("check", "--cluster", "--kubeconfig", str(config), "--policies", str(tmp_path / "policies"),
+        cluster.api.forbidden.update({"resourceslices", "deviceclasses"})  # not allowed to read DRA: the nodes alone
+        run = gpu_webhook("check", "--cluster", "--kubeconfig", cluster.kubeconfig, "--policies", str(cluster.policies),
                           str(tmp_path / "pods.yaml"))  # fmt: skip
         assert run.returncode == 1 and "no node advertises it" in run.stdout
-    finally:
-        api.stop()
 
 
 MIG_POLICY_YAML = """\
@@ -449,20 +432,12 @@ spec:
 
 
 def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
-    from tests.fake_kube_api import FakeKubeAPI
     from tests.test_cli_check import gpu_webhook
 
-    api = FakeKubeAPI().start()
-    api.add_namespaces("train")
-    api.put_node(node("dra-mig-1", {}))
-    for item in CLASSES:
-        api.put(item)
-    api.put(mig_slice("dra-mig-1", "2g.20gb", "2g.20gb", "2g.20gb"))
-    try:
-        (tmp_path / "policies").mkdir()
-        (tmp_path / "policies" / "p.yaml").write_text(MIG_POLICY_YAML)
-        config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+    mig = mig_slice("dra-mig-1", "2g.20gb", "2g.20gb", "2g.20gb")
+    with loopback_cluster(tmp_path, namespaces=["train"], nodes=[node("dra-mig-1", {})], objects=[*CLASSES, mig],
+                          policies={"p.yaml": MIG_POLICY_YAML}) as cluster:  # fmt: skip
+        run = gpu_webhook("policy", "lint", str(cluster.policies), "--cluster", "--kubeconfig", cluster.kubeconfig,
                           "-o", "json")  # fmt: skip
         assert run.returncode == 1, run.stderr
         assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
@@ -476,9 +451,10 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
         assert "unreadSelectors" not in yaml.safe_load(run.stdout)
         guessed = ("device.driver == 'gpu.nvidia.com' && "
                    "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')")  # fmt: skip
-        api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "a100.example.com"},
-                 "spec": {"selectors": [{"cel": {"expression": guessed}}]}})  # fmt: skip
-        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config))
+        cluster.api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                         "metadata": {"name": "a100.example.com"},
+                         "spec": {"selectors": [{"cel": {"expression": guessed}}]}})  # fmt: skip
+        run = gpu_webhook("policy", "lint", str(cluster.policies), "--cluster", "--kubeconfig", cluster.kubeconfig)
         assert run.returncode == 1, run.stderr
         assert run.stdout.splitlines()[-1] == (
             'note: DeviceClass "a100.example.com": its selector is not read in full '
@@ -486,8 +462,6 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
             "as those the rest of it selects, the most it may select (the cluster checks never refuse a pod on what "
             "they cannot read)"
         )
-    finally:
-        api.stop()
 
 
 SHARED_CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "shared-deviceclasses.yaml").read_text()) if d]
@@ -637,25 +611,16 @@ def test_the_server_reads_the_classes_configs_from_its_watches(start_server, tmp
     """Through the real server: a pod whose replica only an unshared DeviceClass serves is refused; once the
     class carries the namespace's GpuConfig it is admitted; a claim with no GpuConfig of its own is admitted
     when its class shares the namespace's way."""
-    from tests.fake_kube_api import FakeKubeAPI
     from tests.test_dra import claim, exactly
     from tests.test_inventory import eventually
     from tests.test_server import pod as gpu_pod
     from tests.test_server import review
 
-    api = FakeKubeAPI().start()
-    api.put_node(node("dra-1", {}))
     shared_gpu_class = {**TIMESLICED, "metadata": {"name": "gpu.nvidia.com"}, "spec": {
         **TIMESLICED["spec"], "extendedResourceName": "nvidia.com/gpu"}}  # fmt: skip
-    for item in (UNSHARED, shared_gpu_class):
-        api.put(item)
-    api.put(gpu_slice("dra-1"))
-    try:
-        policies = tmp_path / "policies"
-        policies.mkdir()
-        (policies / "p.yaml").write_text(SHARED_POLICY)
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+    with loopback_cluster(tmp_path, nodes=[node("dra-1", {})], objects=[UNSHARED, shared_gpu_class, gpu_slice("dra-1")],
+                          policies={"p.yaml": SHARED_POLICY}) as cluster:  # fmt: skip
+        server = start_server(cluster.policies, extra_args=["--kubeconfig", cluster.kubeconfig])
         one = claim(exactly(count=1))
         one["metadata"]["namespace"] = "notebooks"
         eventually(lambda: review(server, "validate", one)["allowed"] is True, timeout=10)
@@ -668,38 +633,27 @@ def test_the_server_reads_the_classes_configs_from_its_watches(start_server, tmp
             "DeviceClass's spec.config, or to serve nvidia.com/gpu.shared from the device plugin (policy "
             '"notebooks", cluster.fits)'
         )
-        api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
+        cluster.api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
         eventually(lambda: review(server, "validate", gpu_pod("notebooks", "1"))["allowed"] is True, timeout=10)
-    finally:
-        api.stop()
 
 
 def test_policy_lint_cluster_names_a_class_that_serves_the_replica_unshared(tmp_path):
-    from tests.fake_kube_api import FakeKubeAPI
     from tests.test_cli_check import gpu_webhook
 
-    api = FakeKubeAPI().start()
-    api.add_namespaces("notebooks")
-    for name in ("dra-1", "dra-2"):
-        api.put_node(node(name, {}))
-        api.put(gpu_slice(name))
-    api.put(UNSHARED)
-    try:
-        (tmp_path / "policies").mkdir()
-        (tmp_path / "policies" / "p.yaml").write_text(SHARED_POLICY)
-        config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+    names = ("dra-1", "dra-2")
+    with loopback_cluster(tmp_path, namespaces=["notebooks"], nodes=[node(name, {}) for name in names],
+                          objects=[*map(gpu_slice, names), UNSHARED],
+                          policies={"p.yaml": SHARED_POLICY}) as cluster:  # fmt: skip
+        run = gpu_webhook("policy", "lint", str(cluster.policies), "--cluster", "--kubeconfig", cluster.kubeconfig,
                           "-o", "json")  # fmt: skip
         assert run.returncode == 1, run.stderr
         assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
             UNSHARED_DRIFT.replace('policy "team"', 'policy "notebooks"')
         ]
-        api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
-        run = gpu_webhook("policy", "lint", str(tmp_path / "policies"), "--cluster", "--kubeconfig", str(config),
+        cluster.api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})
+        run = gpu_webhook("policy", "lint", str(cluster.policies), "--cluster", "--kubeconfig", cluster.kubeconfig,
                           "-o", "json")  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr
-    finally:
-        api.stop()
 
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tests import evanphx
 from tests.conftest import copy_policies
 from tests.engine_support import container, env_of, pod, policy, run
+from tests.fake_kube_api import loopback_cluster
 from tests.test_clustercheck import node, view
 from tests.test_engine_properties import SETTINGS, objects, strip_mutable
 from tests.test_server import review
@@ -785,22 +786,12 @@ def against_nodes(tmp_path: Path, namespace: str, nodes: list[dict], example: st
     """`gpu-webhook <command>` with the shipped example policy `example` (or `policy_text`) in a policies directory,
     against a loopback Kubernetes API holding the namespace and `nodes`; `{policies}` and `{kubeconfig}` in the
     command are filled in."""
-    from tests.fake_kube_api import FakeKubeAPI
     from tests.test_cli_audit import gpu_webhook
 
-    api = FakeKubeAPI().start()
-    try:
-        api.add_namespaces("default", namespace)
-        for body in nodes:
-            api.put_node(body)
-        policies = tmp_path / "policies"
-        policies.mkdir()
-        text = policy_text or (Path(__file__).resolve().parent.parent / "examples" / "policies" / example).read_text()
-        (policies / example).write_text(text)
-        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-        return gpu_webhook(*(arg.format(policies=policies, kubeconfig=kubeconfig) for arg in command))
-    finally:
-        api.stop()
+    text = policy_text or (EXAMPLES / example).read_text()
+    namespaces = ["default", namespace]
+    with loopback_cluster(tmp_path, namespaces=namespaces, nodes=nodes, policies={example: text}) as cluster:
+        return gpu_webhook(*(arg.format(policies=cluster.policies, kubeconfig=cluster.kubeconfig) for arg in command))
 
 
 LINT = ("policy", "lint", "{policies}", "--cluster", "--kubeconfig", "{kubeconfig}")

@@ -11,7 +11,7 @@ import pytest
 
 from tests import waiting
 from tests.conftest import LiveServer
-from tests.fake_kube_api import FakeKubeAPI
+from tests.fake_kube_api import loopback_cluster
 from tests.test_clustercheck import A100, node
 from tests.test_server import pod, review
 
@@ -36,16 +36,11 @@ SLICED = {**A100, "nvidia.com/gpu.replicas": "8", "nvidia.com/gpu.sharing-strate
 
 @pytest.fixture
 def cluster_server(start_server: Callable[..., LiveServer], tmp_path: Path):
-    api = FakeKubeAPI().start()
-    api.put_node(node("gpu-a", {"nvidia.com/gpu": "8"}, A100))
-    api.put_node(node("ts-a", {"nvidia.com/gpu.shared": "32"}, SLICED))
-    policies = tmp_path / "policies"
-    policies.mkdir()
-    (policies / "p.yaml").write_text(POLICY)
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig), "--cluster-stale-after", "1"])
-    yield server, api
-    api.stop()
+    nodes = [node("gpu-a", {"nvidia.com/gpu": "8"}, A100), node("ts-a", {"nvidia.com/gpu.shared": "32"}, SLICED)]
+    with loopback_cluster(tmp_path, nodes=nodes, policies={"p.yaml": POLICY}) as cluster:
+        arguments = ["--kubeconfig", cluster.kubeconfig, "--cluster-stale-after", "1"]
+        server = start_server(cluster.policies, extra_args=arguments)
+        yield server, cluster.api
 
 
 eventually = functools.partial(waiting.eventually, timeout=10.0)  # a server's node watch: more time
@@ -111,15 +106,9 @@ def test_a_correct_mixed_cluster_has_no_drift_and_a_relabelled_pool_drifts_on_it
     """The cluster of tests/gfd_cluster.py: /readyz, the drift gauge and the reviews' warnings."""
     from tests import gfd_cluster
 
-    api = FakeKubeAPI().start()
-    for item in gfd_cluster.nodes():
-        api.put_node(item)
-    policies = tmp_path / "policies"
-    policies.mkdir()
-    (policies / "cluster.yaml").write_text(gfd_cluster.POLICIES)
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    try:
-        server = start_server(policies, extra_args=["--kubeconfig", str(kubeconfig)])
+    policies = {"cluster.yaml": gfd_cluster.POLICIES}
+    with loopback_cluster(tmp_path, nodes=gfd_cluster.nodes(), policies=policies) as cluster:
+        server = start_server(cluster.policies, extra_args=["--kubeconfig", cluster.kubeconfig])
         eventually(lambda: cluster_of(server).get("nodes") == 7)
         assert "drift" not in cluster_of(server)
         for namespace, gpus in [("training", "1"), ("elsewhere", "2"), ("notebooks", "1"), ("research", "0.5")]:
@@ -127,7 +116,7 @@ def test_a_correct_mixed_cluster_has_no_drift_and_a_relabelled_pool_drifts_on_it
             assert answer["allowed"] is True
             assert not any("drift" in w or "nodes say" in w for w in answer.get("warnings", [])), answer["warnings"]
         for item in gfd_cluster.nodes(gfd_cluster.TWO_REPLICAS, 16):
-            api.put_node(item)
+            cluster.api.put_node(item)
         eventually(lambda: "drift" in cluster_of(server))
         assert cluster_of(server)["drift"] == [
             'policy "notebooks" sharing.replicas is 4, but 2 nodes (a100-ts-0, a100-ts-1) say 2: each pod is told it '
@@ -144,5 +133,3 @@ def test_a_correct_mixed_cluster_has_no_drift_and_a_relabelled_pool_drifts_on_it
         ]
         shared = review(server, "mutate", pod("notebooks", "1"))
         assert shared["warnings"][-1] == "gpu-admission: pod: policy sharing.replicas 4 but 2 nodes say 2; ask an admin"
-    finally:
-        api.stop()
