@@ -6,7 +6,7 @@ CronJobs, 1 to 3 containers each, about half of them asking for GPUs (whole, fra
 namespaces that the shipped policies map to time-slicing, MPS, MIG and the default. `gpu-webhook check DIR
 --policies policies` runs as a subprocess, as CI would run it: wall time from start to exit, interpreter
 start-up included, best of 3.
-Target (issue 5): under 2 s.
+Targets: under 2 s.
 
 Also timed, without a target: `gpu-webhook policy lint` on 1,000 policies with one glob each (`teamNNNN-*`),
 the scale at which lint's search for glob ties must stay fast (the README says under a second).

@@ -4,7 +4,7 @@ Scenarios (a) and (c) of bench/engine.py, judged without a node snapshot (today'
 5,000 nodes (the inventory as the server holds it: NodeInfo per node, GFD labels interned), in paired rounds
 on one core. The nodes agree with the policy, as they do in a healthy cluster: the checks run in full and
 find nothing. Memory: the snapshot's own allocations (tracemalloc), the Node objects it was built from freed.
-Targets (issue 18): the snapshot costs (a) at most 5%; 5,000 nodes hold under 50 MB.
+Targets: the snapshot costs (a) at most 5%; 5,000 nodes hold under 50 MB.
 """
 
 from __future__ import annotations

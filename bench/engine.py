@@ -4,7 +4,7 @@ Scenarios (each with 1 and with 1,000 policies loaded):
   (a) a 2-container pod that needs requests copied into limits, mapping to the shared resource, env injection;
   (b) a 20-container pod (8 with GPUs, 12 without);
   (c) a pod without GPUs.
-Targets (issue 5): (a) >= 20,000 reviews/s, (c) >= 50,000 reviews/s; 1,000 policies cost (a) at most 10%.
+Targets: (a) >= 20,000 reviews/s, (c) >= 50,000 reviews/s; 1,000 policies cost (a) at most 10%.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ review (a) on `/mutate`, with one review in 20 a denial on `/validate` (a fracti
 policy gives whole GPUs only), each with its own uid, from the load generator (`bench/loadgen.py`, 8
 kept-alive connections, as fast as the server answers). RSS is read from /proc/PID/status of each worker
 (the arbiter's children) after 1,000 reviews and again after 100,000.
-Targets (issue 5): after 100,000 at most 1.1 x after 1,000, and under 80 MB, for every worker.
+Targets: after 100,000 at most 1.1 x after 1,000, and under 80 MB, for every worker.
 
 100,000 reviews take one to three minutes here (at the server's saturation; see bench/server.py); the run
 stops at TIME_LIMIT_SECONDS whatever the count, and says so.

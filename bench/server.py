@@ -21,7 +21,7 @@ time-slicing with env hints, on `/mutate`. It is driven:
 Each run also reports the server's CPU time per review (user + system time of the server's processes, from
 /proc/PID/stat of the arbiter and its workers, per answered review) and how many cores other work on the machine used
 meanwhile (this machine is shared: a neighbour's burst shows there, not only as a worse number).
-Targets (issue 5): saturation throughput >= 0.85 of the baseline's; p99 < 10 ms at half of saturation.
+Targets: saturation throughput >= 0.85 of the baseline's; p99 < 10 ms at half of saturation.
 
 Everything runs on this machine, loopback only: the load generator takes CPU from the server (its share is
 printed). Bounded: about 3 minutes. `BENCH_ROUNDS` and `BENCH_SECONDS` (environment) shorten it for a quick
