@@ -201,39 +201,32 @@ def timed(action: Any) -> float | None:
     return time.monotonic() - started
 
 
-def https_get(server: Server, path: str) -> None:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=PROBE_TIMEOUT)
+def _ask(connection: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None) -> None:
+    """One request on a new connection, answered 200 (its body read), then the connection closed."""
     try:
-        connection.request("GET", path)
+        connection.request(method, path, body, {"Content-Type": "application/json"} if body else {})
         answer = connection.getresponse()
         answer.read()
         assert answer.status == 200, answer.status
     finally:
         connection.close()
+
+
+def _https(server: Server) -> http.client.HTTPSConnection:
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    return http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=PROBE_TIMEOUT)
+
+
+def https_get(server: Server, path: str) -> None:
+    _ask(_https(server), "GET", path)
 
 
 def http_get(port: int, path: str) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PROBE_TIMEOUT)
-    try:
-        connection.request("GET", path)
-        answer = connection.getresponse()
-        answer.read()
-        assert answer.status == 200, answer.status
-    finally:
-        connection.close()
+    _ask(http.client.HTTPConnection("127.0.0.1", port, timeout=PROBE_TIMEOUT), "GET", path)
 
 
 def https_review(server: Server, body: bytes) -> None:
-    context = ssl.create_default_context(cafile=str(server.ca_file))
-    connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=PROBE_TIMEOUT)
-    try:
-        connection.request("POST", "/mutate", body, {"Content-Type": "application/json"})
-        answer = connection.getresponse()
-        answer.read()
-        assert answer.status == 200, answer.status
-    finally:
-        connection.close()
+    _ask(_https(server), "POST", "/mutate", body)
 
 
 def summary(name: str, times: list[float | None]) -> list[str]:

@@ -15,7 +15,7 @@ import enum
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Final, Literal, TypedDict, TypeVar
@@ -345,7 +345,7 @@ def _check_resource_name(name: str) -> str | None:
     """Why `name` is not a Kubernetes extended resource name, or None."""
     prefix, slash, rest = name.partition("/")
     rule = "use <domain>/<name>, e.g. nvidia.com/gpu.shared"
-    if not slash or not _DNS_SUBDOMAIN.match(prefix) or len(prefix) > 253:
+    if not slash or not _is_dns(prefix):
         return f"{quote_value(name)} is not an extended resource name; {rule}"
     if not _RESOURCE_NAME_PART.match(rest) or len(rest) > 63:
         return f"{quote_value(name)} is not an extended resource name; {rule}"
@@ -457,7 +457,7 @@ def _parse_metadata(document: dict[str, Any], check: _DocumentChecker) -> str | 
     name = check.string(metadata["name"], "metadata.name")
     if name is _BAD:
         return None
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if not _is_dns(name):
         check.problem(
             "metadata.name",
             f"{quote_value(name)} is not a valid name; use lowercase letters, digits, '-' and '.', "
@@ -902,6 +902,11 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
     return _ClusterSection(fits=fits, offered=offered, drift=drift, assumeNodes=tuple(shapes))
 
 
+def _is_dns(name: str) -> bool:
+    """A DNS subdomain, as the API server requires of object names and spec.schedulerName."""
+    return len(name) <= 253 and _DNS_SUBDOMAIN.match(name) is not None
+
+
 def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChecker) -> tuple[str, ...]:
     """spec.deviceClasses.gpu or .mig: DeviceClass names (DNS subdomains, as the API server requires), each once."""
     path = f"spec.deviceClasses.{key}"
@@ -914,20 +919,8 @@ def _parse_device_classes(section: dict[str, Any], key: str, check: _DocumentChe
     if not entries:
         check.problem(path, "is empty; list DeviceClass names, or remove it")
         return ()
-    names: list[str] = []
-    for index, entry in enumerate(entries):
-        where = f"{path}[{index}]"
-        if check.string(entry, where, "a DeviceClass name") is _BAD:
-            continue
-        if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
-            check.problem(
-                where, f"{quote_value(entry)} is not a DeviceClass name; use a DNS subdomain, e.g. gpu.example.com"
-            )
-        elif entry in names:
-            check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
-        else:
-            names.append(entry)
-    return tuple(names)
+    wrong = "is not a DeviceClass name; use a DNS subdomain, e.g. gpu.example.com"
+    return _unique_names(entries, path, "a DeviceClass name", check, lambda entry: None if _is_dns(entry) else wrong)
 
 
 def _open_mapping(parent: dict[str, Any], key: str, path: str, check: _DocumentChecker) -> dict[str, Any]:
@@ -949,18 +942,11 @@ def _parse_frameworks(spec: dict[str, Any], check: _DocumentChecker) -> tuple[st
             path, entries, f"expected a list of frameworks ({', '.join(FRAMEWORKS)}), got {describe(entries)}"
         )
         return ()
-    chosen: list[str] = []
-    for index, entry in enumerate(entries):
-        where = f"{path}[{index}]"
-        if check.string(entry, where, "a framework name") is _BAD:
-            continue
-        if entry not in FRAMEWORKS:
-            check.problem(where, _one_of(entry, FRAMEWORKS))
-        elif entry in chosen:
-            check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
-        else:
-            chosen.append(entry)
-    return tuple(chosen)
+
+    def unknown(entry: str) -> str | None:
+        return None if entry in FRAMEWORKS else _one_of(entry, FRAMEWORKS)
+
+    return _unique_names(entries, path, "a framework name", check, unknown, quoted=False)
 
 
 def _parse_trusted_schedulers(spec: dict[str, Any], check: _DocumentChecker) -> tuple[str, ...]:
@@ -970,17 +956,31 @@ def _parse_trusted_schedulers(spec: dict[str, Any], check: _DocumentChecker) -> 
     if not isinstance(entries, list):
         check.expected(path, entries, f"expected a list of scheduler names, got {describe(entries)}")
         return ()
+    wrong = (
+        "is not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase letters, digits, '-' and '.'); "
+        "write it as pods name it, e.g. kai-scheduler"
+    )
+    return _unique_names(entries, path, "a scheduler name", check, lambda entry: None if _is_dns(entry) else wrong)
+
+
+def _unique_names(
+    entries: list[Any],
+    path: str,
+    noun: str,
+    check: _DocumentChecker,
+    problem: Callable[[str], str | None],
+    quoted: bool = True,
+) -> tuple[str, ...]:
+    """A list of names: each a string (`noun`), valid (`problem` gives the line where it is not, after the
+    quoted entry unless `quoted` is False), and listed once; the valid ones, in order."""
     chosen: list[str] = []
     for index, entry in enumerate(entries):
         where = f"{path}[{index}]"
-        if check.string(entry, where, "a scheduler name") is _BAD:
+        if check.string(entry, where, noun) is _BAD:
             continue
-        if len(entry) > 253 or not _DNS_SUBDOMAIN.match(entry):
-            check.problem(
-                where,
-                f"{quote_value(entry)} is not a scheduler name (spec.schedulerName is a DNS subdomain: lowercase "
-                "letters, digits, '-' and '.'); write it as pods name it, e.g. kai-scheduler",
-            )
+        wrong = problem(entry)
+        if wrong is not None:
+            check.problem(where, f"{quote_value(entry)} {wrong}" if quoted else wrong)
         elif entry in chosen:
             check.problem(where, f"{quote_value(entry)} is listed twice; remove one")
         else:

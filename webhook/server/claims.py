@@ -33,7 +33,6 @@ from webhook.server.inventory import (
     KubeNodes,
     NodeInventory,
     NodeSource,
-    watch_event,
 )
 from webhook.server.logs import LOGGER, log
 
@@ -129,15 +128,7 @@ class ClaimCache(NodeInventory):
             objects=count,
         )
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        parsed = watch_event(event, self.kind)
-        if parsed is None:
-            return
-        kind, obj, version = parsed
-        if version:
-            self._version = version
-        if kind == "BOOKMARK":
-            return
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
         entry = self._entry(obj)
         if entry is None:
             return

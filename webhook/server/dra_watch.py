@@ -16,7 +16,7 @@ from typing import Any
 
 from webhook.admission.cluster import STALE_AFTER_S
 from webhook.admission.draslices import class_info, slice_info
-from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory, watch_event
+from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 
 _log = logging.getLogger(f"{LOGGER}.dra")
@@ -86,16 +86,10 @@ class DRAWatch(NodeInventory):
             objects=len(items),
         )
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        parsed = watch_event(event, self.kind)
-        if parsed is None:
-            return
-        kind, obj, version = parsed
-        if version:
-            self._version = version
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
         metadata = found if isinstance(found := obj.get("metadata"), dict) else {}
         name = metadata.get("name")
-        if kind == "BOOKMARK" or not isinstance(name, str):
+        if not isinstance(name, str):
             return
         found = self._parse(obj) if kind != "DELETED" else None
         if found is None:

@@ -313,14 +313,18 @@ class NodeInventory:
             self._apply(event)
 
     def _apply(self, event: dict[str, Any]) -> None:
+        """One watch event: the resource version it carries is kept (bookmarks carry only that), then `_change`."""
         parsed = watch_event(event, self.what)
         if parsed is None:
             return
         kind, obj, version = parsed
         if version:
             self._version = version
-        if kind == "BOOKMARK":
-            return
+        if kind != "BOOKMARK":
+            self._change(kind, obj)
+
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
+        """An ADDED, MODIFIED or DELETED object: what each watch keeps of it (here, the node)."""
         info = NodeInfo.from_object(obj)
         if info is None:
             return
