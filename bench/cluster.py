@@ -19,9 +19,9 @@ from typing import Any
 
 from bench.common import check, pin_to_one_core, table, write_results
 from bench.engine import NAMESPACE, SCENARIOS, measure, policy_sources
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.cluster.nodes import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 
 NODES = 5_000
 MB = 1024 * 1024

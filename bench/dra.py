@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.common import callgrind_per_call, check, pin_to_one_core, table, write_results
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 from webhook.server.claims import ClaimCache, ClaimsCache
 
 CLAIMS = 100_000

@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from bench.common import check, percentile, pin_to_one_core, table, write_results
-from webhook.admission.cluster import ClusterView
+from webhook.admission.cluster.nodes import ClusterView
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 
 NAMESPACE = "inference"
 

@@ -38,11 +38,11 @@ PARTS = {
 
 def _call(part: str) -> Callable[[], Any]:
     """The one call that `part` counts, with everything it needs made beforehand."""
+    from webhook.admission.base.podspec import mentions_gpu, pod_spec_path
     from webhook.admission.engine import evaluate
-    from webhook.admission.loader import parse_policy_sources
-    from webhook.admission.mutate import mutate
-    from webhook.admission.podspec import mentions_gpu, pod_spec_path
-    from webhook.admission.validate import validate
+    from webhook.admission.phases.mutate import mutate
+    from webhook.admission.phases.validate import validate
+    from webhook.admission.policy.loader import parse_policy_sources
 
     policies = parse_policy_sources(policy_sources(1))
     policy = policies.for_namespace(NAMESPACE)
@@ -54,7 +54,7 @@ def _call(part: str) -> Callable[[], Any]:
         return lambda: evaluate(obj, NAMESPACE, policies)
     if part.endswith("snapshot"):  # the cluster checks' cost (bench/cluster.py times it)
         from bench.cluster import node_object
-        from webhook.admission.cluster import ClusterView, NodeInfo
+        from webhook.admission.cluster.nodes import ClusterView, NodeInfo
 
         view = ClusterView.of(NodeInfo.from_object(node_object(i)) for i in range(5_000))
         return lambda: evaluate(obj, NAMESPACE, policies, None, view)

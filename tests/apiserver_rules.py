@@ -24,7 +24,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.quantity import QuantityError, parse_quantity
+from webhook.admission.base.quantity import QuantityError, parse_quantity
 
 _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

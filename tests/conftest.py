@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import requests
 
-from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.loader import parse_policy_sources
+from webhook.admission.policy.model import PolicySet
 from webhook.certs import CertPaths, certificate_not_after, generate_dev_certs
 
 ROOT = Path(__file__).resolve().parent.parent

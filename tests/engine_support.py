@@ -8,7 +8,7 @@ from typing import Any
 
 from tests import evanphx
 from webhook.admission.engine import Decision, evaluate
-from webhook.admission.policy import (
+from webhook.admission.policy.model import (
     GPU,
     Enforcement,
     Fractional,

@@ -107,8 +107,9 @@ def policy_sets() -> Iterator[list[PolicySet]]:
 def cluster_view() -> Any:
     """The drift fixture's nodes, with the DRA fixture's slices and classes on them."""
     from tests.gfd_cluster import nodes
-    from webhook.admission.cluster import ClusterView, NodeInfo
-    from webhook.admission.draslices import DraDevices, class_info, merge, sharing_of, slice_info, unread
+    from webhook.admission.cluster.devices import DraDevices
+    from webhook.admission.cluster.nodes import ClusterView, NodeInfo
+    from webhook.admission.cluster.slices import class_info, merge, sharing_of, slice_info, unread
 
     infos = {info.name: info for info in map(NodeInfo.from_object, nodes()) if info is not None}
     objects: list[dict[str, Any]] = []

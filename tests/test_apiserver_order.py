@@ -21,7 +21,7 @@ from tests.apiserver_rules import pod_spec_errors
 from tests.engine_support import EXCLUSIVE, MIG, TIME_SLICING, container, pod, policy
 from tests.test_engine_properties import NS, SETTINGS, objects, pod_spec, policies
 from webhook.admission.engine import evaluate
-from webhook.admission.policy import Enforcement, Policy, PolicySet
+from webhook.admission.policy.model import Enforcement, Policy, PolicySet
 from webhook.admission.review import build_response, make_review, parse_review
 
 

@@ -1,4 +1,4 @@
-"""The DRA selector reader (webhook/admission/celselect.py): the CEL that DeviceClasses and claims write in
+"""The DRA selector reader (webhook/admission/cluster/celselect.py): the CEL that DeviceClasses and claims write in
 practice read exactly, anything else taken as true (a selector it cannot read may match, never fails closed),
 and hostile text never an exception. The expressions are written here after the shapes of Kubernetes' DRA CEL
 environment and NVIDIA/k8s-dra-driver-gpu's classes and demos."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission.celselect import MAX_DEPTH, UNKNOWN, Selector, Semver, Term, of_selectors, read
+from webhook.admission.cluster.celselect import MAX_DEPTH, UNKNOWN, Selector, Semver, Term, of_selectors, read
 
 NV = "gpu.nvidia.com"
 H100 = {

@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tests import k8s_tools
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "gpu-admission"

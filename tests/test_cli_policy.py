@@ -329,7 +329,7 @@ def test_explain_with_invalid_policies_exits_2(tmp_path: Path) -> None:
 
 
 def test_describe_policy_shows_an_explicit_fraction_exactly() -> None:
-    from webhook.admission.loader import parse_policy_sources
+    from webhook.admission.policy.loader import parse_policy_sources
     from webhook.cli.policy_cmd import describe_policy
 
     spec = "namespaces: [a]\nsharing: {mode: mps, replicas: 3}\ngpu: {memoryMiB: 24576}\nmemoryFraction: 0.125"
@@ -347,7 +347,7 @@ def test_describe_policy_shows_a_memory_fraction_only_where_memory_hints_are_set
     built in code with one under exclusive or mig is described without it."""
     from fractions import Fraction
 
-    from webhook.admission.policy import Mode, Policy, Sharing
+    from webhook.admission.policy.model import Mode, Policy, Sharing
     from webhook.cli.policy_cmd import describe_policy
 
     exclusive = Policy("p", memory_fraction=Fraction(1, 4))

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from tests.engine_support import MIG, NS, container, pod, policy
-from webhook.admission import clustercheck, clusterdrift, clusternodes
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.base.violation import SHORT_LIMIT
+from webhook.admission.checks import clustercheck, clusterdrift, policynodes
+from webhook.admission.cluster.nodes import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import (
+from webhook.admission.phases.validate import validate
+from webhook.admission.policy.loader import parse_policy_sources
+from webhook.admission.policy.model import (
     GPU,
     AssumedNode,
     Check,
@@ -23,8 +25,6 @@ from webhook.admission.policy import (
     PolicySet,
     Sharing,
 )
-from webhook.admission.validate import validate
-from webhook.admission.violation import SHORT_LIMIT
 
 
 def node(name: str, allocatable: dict[str, Any], labels: dict[str, str] | None = None, **spec: Any) -> dict:
@@ -148,7 +148,7 @@ def test_an_assumed_node_pool_lets_a_pod_fit_that_no_current_node_holds():
 
 
 def _limits(per_pod: int):
-    from webhook.admission.policy import Limits
+    from webhook.admission.policy.model import Limits
 
     return Limits(max_per_container=per_pod, max_per_pod=per_pod)
 
@@ -244,7 +244,7 @@ def test_drift_fields(pol, expected):
     ],
 )
 def test_product_labels_name_a_model(product, memory, model):
-    found = clusternodes.product_model(product, int(memory) if memory else None)
+    found = policynodes.product_model(product, int(memory) if memory else None)
     assert (found.name if found else None) == model
 
 
@@ -267,9 +267,9 @@ def test_auto_takes_the_smallest_share_the_nodes_give():
             "  namespaces: [team]\n  sharing: {mode: mps, replicas: auto}\n  gpu: {model: auto}\n"
         }
     ).policies
-    resolved = clusternodes.resolve(auto, nodes)
+    resolved = policynodes.resolve(auto, nodes)
     assert (resolved.sharing.replicas, resolved.gpu.model) == (8, "A100-40GB")
-    assert clusternodes.resolve(auto, nodes) is resolved  # once per snapshot
+    assert policynodes.resolve(auto, nodes) is resolved  # once per snapshot
     env = {
         e["name"]: e["value"]
         for e in evaluate(pod(gpus("1")), NS, PolicySet((auto,)), nodes=nodes).mutated["spec"]["containers"][0]["env"]
@@ -370,7 +370,7 @@ def test_the_cluster_section_is_read_with_warn_as_the_default():
     ],
 )
 def test_each_cluster_section_problem_is_one_exact_line(spec, line):
-    from webhook.admission.loader import PolicyLoadError
+    from webhook.admission.policy.loader import PolicyLoadError
 
     with pytest.raises(PolicyLoadError) as caught:
         parse_policy_sources({"p.yaml": _doc(spec)})
@@ -413,7 +413,7 @@ def _mixed(*nodes: dict) -> tuple[PolicySet, ClusterView]:
 
 def test_each_policy_is_judged_on_the_nodes_its_pods_can_land_on():
     policies, nodes = _mixed()
-    assert {p.name: [n.name for n in clusternodes.policy_nodes(p, nodes)] for p in policies.policies} == {
+    assert {p.name: [n.name for n in policynodes.policy_nodes(p, nodes)] for p in policies.policies} == {
         "default": ["a100-whole-0", "a100-whole-1"],  # nvidia.com/gpu, steered off the time-sliced pool
         "training": ["a100-whole-0", "a100-whole-1"],
         "notebooks": ["a100-ts-0", "a100-ts-1"],  # nvidia.com/gpu, steered onto time-slicing

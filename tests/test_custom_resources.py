@@ -32,8 +32,8 @@ from webhook.admission.customresources import (
     parse_kinds,
     templates,
 )
-from webhook.admission.loader import load_policies
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.loader import load_policies
+from webhook.admission.policy.model import PolicySet
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "custom-resources"

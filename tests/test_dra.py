@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from tests.engine_support import EXCLUSIVE, GPU, Enforcement, Limits, Mode, Sharing, container, pod, policy, run
-from webhook.admission import loader
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.cluster.nodes import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy import loader
+from webhook.admission.policy.model import PolicySet
 from webhook.admission.review import make_review
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dra"
@@ -591,7 +591,8 @@ def test_a_request_with_no_gpu_config_of_its_own_gets_its_device_classs_config_w
     an earlier one (GetOpaqueDeviceConfigs). So with the server's classes, a request no GpuConfig of the claim
     covers is shared when its class's GpuConfig shares the namespace's way; a claim's GpuConfig without a
     strategy stands over the class's; a class sharing by MPS does not cover a time-slicing namespace."""
-    from webhook.admission import dra
+    from webhook.admission.base import gpuconfig
+    from webhook.admission.dra import claimrules
 
     plain = claim(exactly(count=1))
     line = (
@@ -602,7 +603,7 @@ def test_a_request_with_no_gpu_config_of_its_own_gets_its_device_classs_config_w
     )
 
     def lines(obj: dict, classes: dict[str, str] | None) -> list[str]:
-        return [v.line for v in dra.judge(obj, TIME_SLICED, ("spec",), classes)]
+        return [v.line for v in claimrules.judge(obj, TIME_SLICED, ("spec",), classes)]
 
     assert lines(plain, None) == [line], "offline: the claim says it itself"
     assert lines(plain, {"gpu.nvidia.com": "TimeSlicing"}) == []
@@ -616,6 +617,9 @@ def test_a_request_with_no_gpu_config_of_its_own_gets_its_device_classs_config_w
     assert lines(two, {"gpu.nvidia.com": "TimeSlicing"}) == [line.replace('request "gpu"', 'request "other"')], (
         "the bare GpuConfig stands over the class's for the request it names only"
     )
-    assert dra.class_strategy([gpu_config("TimeSlicing"), gpu_config("MPS")]) == "MPS"
-    assert dra.class_strategy([gpu_config("TimeSlicing"), gpu_config("MPS", kind="MigDeviceConfig")]) == "TimeSlicing"
-    assert dra.class_strategy(None) == dra.class_strategy("junk") == ""
+    assert gpuconfig.class_strategy([gpu_config("TimeSlicing"), gpu_config("MPS")]) == "MPS"
+    assert (
+        gpuconfig.class_strategy([gpu_config("TimeSlicing"), gpu_config("MPS", kind="MigDeviceConfig")])
+        == "TimeSlicing"
+    )
+    assert gpuconfig.class_strategy(None) == gpuconfig.class_strategy("junk") == ""

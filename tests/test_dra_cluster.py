@@ -14,10 +14,11 @@ from tests.engine_support import container, pod, policy
 from tests.fake_kube_api import loopback_cluster
 from tests.test_clustercheck import DENY, node, view
 from tests.test_dra import exactly
-from webhook.admission.cluster import ClusterView
-from webhook.admission.draslices import ClassInfo, Device, DraDevices, class_info, merge, sharing_of, slice_info
+from webhook.admission.cluster.devices import ClassInfo, Device, DraDevices
+from webhook.admission.cluster.nodes import ClusterView
+from webhook.admission.cluster.slices import class_info, merge, sharing_of, slice_info
 from webhook.admission.engine import evaluate
-from webhook.admission.policy import ClusterChecks, Limits, Mode, PolicySet, Sharing
+from webhook.admission.policy.model import ClusterChecks, Limits, Mode, PolicySet, Sharing
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dra"
 CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
@@ -296,8 +297,8 @@ def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slice
     """A DRA-only MIG pool: its nodes' MIG devices are read as the mixed strategy's labels, so a policy
     offering profiles the slices do not publish, or a GPU model they contradict, is drift, with its lines."""
     from tests.test_clustercheck import MIG_POLICY
-    from webhook.admission import clusterdrift
-    from webhook.admission.policy import GPU
+    from webhook.admission.checks import clusterdrift
+    from webhook.admission.policy.model import GPU
 
     nodes = view(node("dra-mig-1", {}), node("dra-mig-2", {})).nodes
     read = dict(filter(None, map(class_info, CLASSES)))
@@ -327,8 +328,8 @@ def test_drift_compares_a_policys_mig_profiles_with_the_mig_devices_in_the_slice
 
 
 def test_drift_compares_a_policys_gpu_memory_with_the_gpus_in_the_slices():
-    from webhook.admission import clusterdrift
-    from webhook.admission.policy import GPU
+    from webhook.admission.checks import clusterdrift
+    from webhook.admission.policy.model import GPU
 
     wrong = policy(gpu=GPU(model="H100-80GB", memory_mib=40960))
     assert [d.line for d in clusterdrift.drift(wrong, dra_view(SLICE))] == [
@@ -524,7 +525,7 @@ def shared_view(classes: list[dict], *plugin_nodes: dict) -> ClusterView:
 
 
 def test_a_class_serving_the_replica_name_without_the_namespaces_gpu_config_is_drift_and_refused_where_only_it_serves():
-    from webhook.admission import clusterdrift
+    from webhook.admission.checks import clusterdrift
 
     unshared = shared_view([UNSHARED])
     assert [d.line for d in clusterdrift.drift(TIME_SLICED, unshared)] == [UNSHARED_DRIFT]
@@ -694,7 +695,7 @@ def test_a_claims_own_selectors_narrow_the_devices_it_is_held_to():
     a claim with no selector keeps nothing more in its summary."""
     from tests.test_dra import claim
     from tests.test_dra_pods import claiming, index, named, using
-    from webhook.admission.drapods import summary_of
+    from webhook.admission.dra.podclaims import summary_of
 
     h100s = named(claim(selecting(f"{NV}.productName == '{H100}'", 4)), "h100s")
     a100s = named(claim(selecting(f"{NV}.productName == '{A100}'", 4)), "a100s")

@@ -27,9 +27,9 @@ from tests.test_clustercheck import A100, node
 from tests.test_dra import CAPPED, CLASS_GPU, POD_CAPPED, claim, exactly
 from tests.test_inventory import eventually
 from tests.test_server import review
-from webhook.admission.drapods import ClaimIndex, devices_of
+from webhook.admission.dra.podclaims import ClaimIndex, devices_of
 from webhook.admission.engine import Decision, evaluate
-from webhook.admission.policy import Policy, PolicySet
+from webhook.admission.policy.model import Policy, PolicySet
 from webhook.server.claims import ClaimCache
 from webhook.server.inventory import KubeNodes, find_credentials
 
@@ -196,7 +196,7 @@ def test_mig_devices_from_a_claim_count_with_mig_resources_in_a_container():
 
 
 def test_under_warn_the_lines_are_warnings_and_the_pod_is_admitted():
-    from webhook.admission.policy import Enforcement
+    from webhook.admission.policy.model import Enforcement
 
     obj = claiming(using("train", "gpus", limits={"nvidia.com/gpu": "1"}), gpus="two-gpus")
     decision = judged(obj, policy(limits=Limits(max_per_pod=2), enforcement=Enforcement.WARN), index(TWO))

@@ -796,7 +796,7 @@ def workload(gpus: str, **metadata) -> dict:
 
 def test_an_update_is_judged_only_when_it_changes_the_pod_spec():
     from webhook.admission.engine import evaluate
-    from webhook.admission.policy import PolicySet
+    from webhook.admission.policy.model import PolicySet
 
     policies = PolicySet((TIME_SLICING,))
     before = workload("9")  # made before the policy: over the maximum, and not mapped
@@ -827,7 +827,7 @@ def test_workloads_being_deleted_or_owned_by_a_controller_are_left_alone(metadat
 
 def test_a_deletion_timestamp_counts_only_where_the_stored_object_is_being_deleted():
     from webhook.admission.engine import evaluate
-    from webhook.admission.policy import PolicySet
+    from webhook.admission.policy.model import PolicySet
 
     policies = PolicySet((EXCLUSIVE,))
     finalizing = workload("0.5", deletionTimestamp="2026-11-22T10:00:00Z", finalizers=["f"])
@@ -884,7 +884,7 @@ def test_mutation_warnings_are_at_most_120_characters():
 
 
 def test_many_distinct_fractions_keep_the_hints_memo_bounded_and_the_policys_other_derived_values():
-    from webhook.admission.envhints import hints_for
+    from webhook.admission.phases.envhints import hints_for
 
     run(pod(container(limits={"nvidia.com/gpu": "1"})), TIME_SLICING)
     plan = TIME_SLICING.memo["mutation-plan"]
@@ -949,7 +949,7 @@ def test_device_paths_are_read_as_the_node_resolves_them(host_path, mount_path, 
 
 def test_a_debug_container_that_mounts_the_pods_dev_volume_is_denied():
     from webhook.admission.engine import evaluate
-    from webhook.admission.policy import PolicySet
+    from webhook.admission.policy.model import PolicySet
 
     running = pod(container(), volumes=[{"name": "devs", "hostPath": {"path": "/dev"}}])
     debugged = pod(
@@ -965,7 +965,7 @@ def test_a_debug_container_that_mounts_the_pods_dev_volume_is_denied():
 
 
 def test_each_mode_serves_its_own_pool():
-    from webhook.admission.policy import MigStrategy
+    from webhook.admission.policy.model import MigStrategy
 
     kept_name = policy(sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4, resource_name="nvidia.com/gpu"))
     assert run(pod(container(limits={"nvidia.com/gpu.shared": "1"})), kept_name).violations == [

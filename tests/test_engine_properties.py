@@ -15,10 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import evanphx
+from webhook.admission.base.resources import GPU_MODELS, is_managed
+from webhook.admission.base.violation import WARNING_LIMIT, WARNING_PREFIX
 from webhook.admission.engine import evaluate
-from webhook.admission.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
-from webhook.admission.mutate import mutate
-from webhook.admission.policy import (
+from webhook.admission.phases.mutate import mutate
+from webhook.admission.phases.validate import validate
+from webhook.admission.policy.model import (
     GPU,
     Backend,
     Enforcement,
@@ -31,9 +33,7 @@ from webhook.admission.policy import (
     PolicySet,
     Sharing,
 )
-from webhook.admission.resources import GPU_MODELS, is_managed
-from webhook.admission.validate import validate
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX
+from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 
 NS = "ns"
 RESOURCES = [

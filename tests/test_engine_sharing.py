@@ -11,10 +11,10 @@ import yaml
 
 from tests.conftest import shipped_and_example_policies
 from tests.engine_support import EXCLUSIVE, container, env_of, pod, policy, run
+from webhook.admission.base.violation import WARNING_LIMIT
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import load_policies
-from webhook.admission.policy import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Sharing
-from webhook.admission.violation import WARNING_LIMIT
+from webhook.admission.policy.loader import load_policies
+from webhook.admission.policy.model import GPU, Enforcement, Fractional, Limits, MigStrategy, Mode, Sharing
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_SLICING_4 = policy(

@@ -1,4 +1,4 @@
-"""Inference engines (webhook/admission/engines.py): vLLM, SGLang and TensorRT-LLM get their memory flag, not
+"""Inference engines (webhook/admission/phases/engines.py): vLLM, SGLang and TensorRT-LLM get their memory flag, not
 env vars, with values right for the sharing mode; a flag above the share is refused with the argument to write;
 and docs/rules.md's framework table says what the code injects."""
 
@@ -16,9 +16,9 @@ from tests import evanphx
 from tests.conftest import ROOT
 from tests.engine_support import Enforcement, Fractional, Mode, Sharing, container, pod, policy, run
 from tests.test_server import review
-from webhook.admission import engines
-from webhook.admission.envhints import MPS_MEMORY_LIMIT, MPS_THREAD_PERCENTAGE
-from webhook.admission.policy import GPU
+from webhook.admission.phases import engines
+from webhook.admission.phases.envhints import MPS_MEMORY_LIMIT, MPS_THREAD_PERCENTAGE
+from webhook.admission.policy.model import GPU
 
 H100 = GPU(model="H100-80GB")  # 81,559 MiB: the CUDA context's 512 MiB are 0.0063 of it
 POLICIES = {

@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import LiveServer
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.loader import parse_policy_sources
+from webhook.admission.policy.model import PolicySet
 
 VISIBLE_ALL = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
 

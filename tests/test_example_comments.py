@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import load_policies
+from webhook.admission.policy.loader import load_policies
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

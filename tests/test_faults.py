@@ -43,7 +43,7 @@ from tests.test_server_app import configmap_swap
 from tests.waiting import eventually
 from webhook import certs
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.review import build_response, make_review, parse_review
 
 RESPAWN_DEADLINE = 2.0  # seconds from SIGKILL to a review answered by the new worker

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import LiveServer, copy_policies
-from webhook.admission.quantity import INT64_MAX, MAX_EXPONENT, MAX_TEXT, parse_quantity
+from webhook.admission.base.quantity import INT64_MAX, MAX_EXPONENT, MAX_TEXT, parse_quantity
 from webhook.admission.review import WARNING_MAX_CHARS, WARNINGS_MAX_TOTAL_CHARS, make_review
 from webhook.server.app import create_app
 from webhook.server.policies import PolicyStore

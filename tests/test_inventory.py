@@ -139,7 +139,7 @@ def test_credentials_come_from_kubeconfig_or_are_off(tmp_path, monkeypatch):
 def test_before_the_first_list_reviews_skip_the_checks_counted_and_logged_once(caplog):
     from prometheus_client import REGISTRY
 
-    from webhook.admission.policy import PolicySet
+    from webhook.admission.policy.model import PolicySet
     from webhook.server.inventory import Credentials
     from webhook.server.policies import PolicyStore
     from webhook.server.state import ServerState

@@ -4,9 +4,13 @@ that an import inside a function counts as much as one at the top):
 - `webhook/admission/` is the pure core: it imports neither the server nor the CLI, nor a module that does
   network or process I/O;
 - the server and the CLI do not import each other, except `gpu-webhook serve` starting the server;
-- no package has an import cycle among its modules.
+- no package has an import cycle among its modules;
+- the core is layered, each layer a folder that imports only from the folders below it (`CORE_LAYERS`), and
+  no module of the core is part of an import cycle, type-only imports included: an annotation that names a
+  higher layer is a dependency too, and the cycle it closes is the sign of vocabulary in the wrong place.
 
-Imports under `if TYPE_CHECKING:` are left out: they never run, and annotations may name any layer.
+For the shells, imports under `if TYPE_CHECKING:` are left out: they never run, and annotations may name any
+layer.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ PACKAGE = ROOT / "webhook"
 IO_MODULES = ("socket", "ssl", "subprocess", "http", "urllib.request", "flask", "gunicorn", "kubernetes", "requests")
 # The one way the CLI reaches the server: `serve` builds and runs it (docs/architecture.md, "Where things live").
 CLI_MAY_IMPORT_SERVER = {"webhook.cli.serve_cmd"}
+# The core's layers, lowest first (docs/architecture.md): a module may import from its own folder and the
+# folders before it. The modules directly in webhook/admission/ (engine, review, customresources) are the top.
+CORE_LAYERS = ("base", "policy", "cluster", "sharing", "phases", "dra", "checks")
 
 
 def _module_name(path: Path) -> str:
@@ -36,14 +43,15 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module `path` imports, at any depth, as absolute names (`from a import b` gives `a` and `a.b`)."""
+def _imports(path: Path, type_checking: bool = False) -> set[str]:
+    """Every module `path` imports, at any depth, as absolute names (`from a import b` gives `a` and `a.b`);
+    those under `if TYPE_CHECKING:` only with `type_checking`."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -65,6 +73,7 @@ def _imports(path: Path) -> set[str]:
 
 MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 IMPORTS = {name: _imports(path) for name, path in MODULES.items()}
+ALL_IMPORTS = {name: _imports(path, type_checking=True) for name, path in MODULES.items()}
 
 
 def _within(name: str, prefix: str) -> bool:
@@ -93,10 +102,10 @@ def test_the_cli_reaches_the_server_only_to_serve():
     assert _offending("webhook.cli", ("webhook.server",), allowed=CLI_MAY_IMPORT_SERVER) == []
 
 
-def _cycle(package: str) -> list[str] | None:
-    """One import cycle among `package`'s own modules, or None."""
-    members = {name for name in MODULES if name.rpartition(".")[0] == package}
-    graph = {name: sorted(members & IMPORTS[name] - {name}) for name in members}
+def _cycle(package: str, imports: dict[str, set[str]] = IMPORTS, deep: bool = False) -> list[str] | None:
+    """One import cycle among `package`'s own modules (with `deep`, those of its subpackages too), or None."""
+    members = {name for name in MODULES if (_within(name, package) if deep else name.rpartition(".")[0] == package)}
+    graph = {name: sorted(members & imports[name] - {name}) for name in members}
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
@@ -118,15 +127,61 @@ def _cycle(package: str) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("package", ["webhook", "webhook.admission", "webhook.server", "webhook.cli"])
+PACKAGES = sorted({name.rpartition(".")[0] for name in MODULES if name.count(".") > 1} | {"webhook"})
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle_inside_a_package(package):
     cycle = _cycle(package)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_in_the_core_type_only_imports_included():
+    cycle = _cycle("webhook.admission", ALL_IMPORTS, deep=True)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def _layer(module: str) -> int:
+    """The rank of a core module's layer: its folder's place in CORE_LAYERS, the top for the package's own."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[2] in CORE_LAYERS:
+        return CORE_LAYERS.index(parts[2])
+    return len(CORE_LAYERS)
+
+
+def _core_modules(imported: set[str]) -> set[str]:
+    """The core modules among import names (`a.b.name` of `from a.b import name` is `a.b`'s, or the module)."""
+    return {name for name in imported if name in MODULES and _within(name, "webhook.admission")}
+
+
+def test_every_core_folder_is_a_layer():
+    folders = {path.name for path in (PACKAGE / "admission").iterdir() if (path / "__init__.py").exists()}
+    assert folders == set(CORE_LAYERS)
+
+
+def test_each_core_layer_imports_only_from_the_layers_below():
+    upward = sorted(
+        f"{importer} imports {imported}"
+        for importer, imported_names in ALL_IMPORTS.items()
+        if _within(importer, "webhook.admission")
+        for imported in _core_modules(imported_names)
+        if _layer(imported) > _layer(importer)
+    )
+    assert upward == []
 
 
 def test_the_checks_see_the_imports_they_judge():
     """The reader itself: a function-level import counts, a TYPE_CHECKING one does not, relative ones resolve."""
     assert "webhook.server.app" in IMPORTS["webhook.cli.serve_cmd"]  # imported inside `run`
     assert "webhook.cli.kube" in IMPORTS["webhook.cli.check_cmd"]  # inside `cluster_view`
-    assert "webhook.admission.cluster" not in IMPORTS["webhook.cli.check_cmd"]  # under TYPE_CHECKING only
+    assert "webhook.admission.cluster.nodes" not in IMPORTS["webhook.cli.check_cmd"]  # under TYPE_CHECKING only
     assert "webhook.cli.common.CommandError" in IMPORTS["webhook.cli.kube"]
+
+
+def test_the_layer_check_sees_an_import_up():
+    """The rule itself: a phase may read the sharing backends, a backend may not read a phase."""
+    assert _layer("webhook.admission.base.quantity") < _layer("webhook.admission.sharing.memshare")
+    assert _layer("webhook.admission.phases.mutate") < _layer("webhook.admission.engine")
+    assert _core_modules({"webhook.admission.phases.mutate", "webhook.admission.phases.mutate.mutate"}) == {
+        "webhook.admission.phases.mutate"
+    }

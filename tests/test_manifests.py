@@ -35,10 +35,10 @@ from kubernetes.client import ApiClient
 
 from tests import k8s_tools
 from webhook import certs
+from webhook.admission.base.podspec import POD_SPEC_PATHS
+from webhook.admission.base.resources import is_managed
 from webhook.admission.customresources import BUILTIN_KINDS
-from webhook.admission.dra import CLAIM_SPEC_PATHS
-from webhook.admission.podspec import POD_SPEC_PATHS
-from webhook.admission.resources import is_managed
+from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -399,8 +399,8 @@ def test_the_policy_copy_is_the_default_policy_in_audit() -> None:
 
 def test_the_configmap_holds_only_the_default_policy_in_audit(default: list[dict[str, Any]]) -> None:
     """The first day breaks nothing: no example policy goes live, and the default only logs and counts."""
-    from webhook.admission.loader import parse_policy_sources
-    from webhook.admission.policy import Enforcement
+    from webhook.admission.policy.loader import parse_policy_sources
+    from webhook.admission.policy.model import Enforcement
 
     configmap = one(default, "ConfigMap")
     assert configmap["metadata"]["name"] == "gpu-admission-policies"  # no hash suffix: updated in place
@@ -1003,7 +1003,7 @@ CUSTOM = MANIFESTS / "overlays" / "custom"
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
 def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: list[dict[str, Any]]) -> None:
-    from webhook.admission.loader import parse_policy_sources
+    from webhook.admission.policy.loader import parse_policy_sources
 
     objects = kubectl_kustomize(CUSTOM)
     configmap = one(objects, "ConfigMap")
@@ -1101,7 +1101,7 @@ CONDITION_CASES = [
 def test_match_conditions_select_what_the_engine_would_judge(
     default: list[dict[str, Any]], kind: str, spec: dict[str, Any], selected: bool
 ) -> None:
-    from webhook.admission.podspec import mentions_gpu
+    from webhook.admission.base.podspec import mentions_gpu
 
     for hook in pod_spec_hooks(one(default, kind)):
         if is_ephemeral(hook) or is_claims(hook):

@@ -27,11 +27,13 @@ from tests.fake_kube_api import loopback_cluster
 from tests.test_clustercheck import node, view
 from tests.test_engine_properties import SETTINGS, objects, strip_mutable
 from tests.test_server import review
-from webhook.admission import clusterdrift, clusternodes
-from webhook.admission.cluster import NodeInfo
+from webhook.admission.base.quantity import parse_quantity
+from webhook.admission.base.resources import GPU_MODELS
+from webhook.admission.checks import clusterdrift, policynodes
+from webhook.admission.cluster.nodes import NodeInfo
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import (
+from webhook.admission.policy.loader import parse_policy_sources
+from webhook.admission.policy.model import (
     GPU,
     AssumedNode,
     Backend,
@@ -44,8 +46,6 @@ from webhook.admission.policy import (
     PolicySet,
     Sharing,
 )  # fmt: skip
-from webhook.admission.quantity import parse_quantity
-from webhook.admission.resources import GPU_MODELS
 
 A100 = GPU(model="A100-80GB")  # 81,920 MiB
 H100 = GPU(model="H100-80GB")  # 81,559 MiB as NVML reports it
@@ -559,7 +559,7 @@ def test_a_whole_gpu_pod_bound_to_an_ack_shared_node_is_judged_by_its_labels() -
 
 
 def test_acks_steering_is_said_by_policy_explain() -> None:
-    from webhook.admission import steering
+    from webhook.admission.phases import steering
 
     assert steering.describe(memory(Backend.ACK, placement=Placement.BINPACK, steering=True)) == (
         "pods holding aliyun.com/gpu-mem need node labels ack.node.gpu.schedule in (cgpu,core_mem,mps), "
@@ -1273,7 +1273,7 @@ def test_volcano_drift_names_another_gpu_through_the_factor() -> None:
         "GPU's memory; set gpu.memoryMiB: 81550"
     ]
     auto = volcano_memory(GPU(model=None), factor=10, cluster_checks=ClusterChecks(auto_model=True))
-    assert clusternodes.resolve(auto, view(_volcano_node("v-0", 8155))).gpu.model == "H100-80GB"
+    assert policynodes.resolve(auto, view(_volcano_node("v-0", 8155))).gpu.model == "H100-80GB"
 
 
 def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() -> None:
@@ -1297,7 +1297,7 @@ def test_hami_drift_reads_the_registered_memory_through_the_policys_scaling() ->
     ]  # where a plain policy used to read 163,840 MiB as another GPU
     a100_40 = json.dumps([{"devmem": 81920, "type": "NVIDIA-NVIDIA A100-SXM4-40GB"}])  # 40,960 x 2
     auto = hami_memory(Fraction(2), GPU(model=None), cluster_checks=ClusterChecks(auto_model=True))
-    resolved = clusternodes.resolve(auto, view(_hami_node("h-3", a100_40)))
+    resolved = policynodes.resolve(auto, view(_hami_node("h-3", a100_40)))
     assert resolved.gpu.model == "A100-40GB"  # not the 80 GB one its registered 81,920 MiB would suggest
     half = evaluate(gpu_pod("0.5"), "team", PolicySet((auto,)), nodes=view(_hami_node("h-3", a100_40)))
     assert resources(half)["limits"]["nvidia.com/gpumem"] == "40960"  # half of 40,960 x 2
@@ -1535,7 +1535,7 @@ def test_policy_lint_cluster_reports_volcanos_factor_from_the_nodes_annotations(
 
 
 def test_policy_explain_says_the_units_and_the_scaling() -> None:
-    from webhook.admission import memshare
+    from webhook.admission.sharing import memshare
 
     assert memshare.describe_mode(volcano_memory(factor=10)) == (
         "memory: volcano (volcano.sh/vgpu-memory in units of 10 MiB), the backend's default placement"

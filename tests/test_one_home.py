@@ -22,7 +22,7 @@ def test_a_message_is_shortened_only_by_violation_cut():
     found = [
         (path, node)
         for path, tree in SOURCES.items()
-        if path != "webhook/admission/violation.py"
+        if path != "webhook/admission/base/violation.py"
         for node in ast.walk(tree)
         if isinstance(node, ast.BinOp)
         and isinstance(node.op, ast.Add)
@@ -38,12 +38,12 @@ def test_the_per_container_defaults_are_read_only_by_policy_per_container():
     found = [
         (path, node)
         for path, tree in SOURCES.items()
-        if path != "webhook/admission/policyfields.py"
+        if path != "webhook/admission/policy/policyfields.py"
         for node in ast.walk(tree)
         if (isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load))
         or (isinstance(node, ast.alias) and node.name in names)
     ]
-    policy = SOURCES["webhook/admission/policy.py"]
+    policy = SOURCES["webhook/admission/policy/model.py"]
     per_container = next(
         node for node in ast.walk(policy) if isinstance(node, ast.FunctionDef) and node.name == "per_container"
     )

@@ -15,8 +15,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission import yamlreader
-from webhook.admission.loader import (
+from webhook.admission.policy import yamlreader
+from webhook.admission.policy.loader import (
     MAX_DEPTH,
     MAX_EVENTS,
     MAX_FILE_BYTES,
@@ -25,8 +25,16 @@ from webhook.admission.loader import (
     load_policies,
     parse_policy_sources,
 )
-from webhook.admission.policy import DEFAULT_POLICY, Backend, Enforcement, Fractional, Mode, Policy, PolicySet
-from webhook.admission.yamltext import FAST_PARSER, PURE_PARSER
+from webhook.admission.policy.model import (
+    DEFAULT_POLICY,
+    Backend,
+    Enforcement,
+    Fractional,
+    Mode,
+    Policy,
+    PolicySet,
+)
+from webhook.admission.policy.yamltext import FAST_PARSER, PURE_PARSER
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata:\n  name: p\n"

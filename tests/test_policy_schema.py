@@ -1,6 +1,6 @@
 """The policy files' JSON Schema (schema/gpu-policy.schema.json) against the loader, its source of truth.
 
-The schema is generated from the loader's field tables (webhook/admission/policyfields.py). Checked here:
+The schema is generated from the loader's field tables (webhook/admission/policy/policyfields.py). Checked here:
 the file in the repository is the generated one; every field the loader accepts, at every level, is in the
 schema (a field added to the loader alone, on any branch, fails here by name); and schema and loader agree on
 every policy document of the test suite: each one the loader accepts is valid under the schema, and each one
@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from tests.test_policy_loader import SHARED, SPEC_CASES, doc
-from webhook.admission import loader, policyfields
-from webhook.admission.loader import PolicyLoadError, parse_policy_sources
-from webhook.admission.schema import policy_schema, schema_text
+from webhook.admission.policy import loader, policyfields
+from webhook.admission.policy.loader import PolicyLoadError, parse_policy_sources
+from webhook.admission.policy.schema import policy_schema, schema_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "schema" / "gpu-policy.schema.json"

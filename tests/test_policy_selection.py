@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission.globs import GlobTie, common_namespace, glob_ties, is_namespace_name, parse_glob
-from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import DEFAULT_POLICY, Policy, PolicySet
+from webhook.admission.policy.globs import common_namespace, is_namespace_name, parse_glob
+from webhook.admission.policy.globties import GlobTie, glob_ties
+from webhook.admission.policy.loader import parse_policy_sources
+from webhook.admission.policy.model import DEFAULT_POLICY, Policy, PolicySet
 
 
 def policy_set(*policies: tuple[str, list[str]], files: list[str] | None = None) -> PolicySet:

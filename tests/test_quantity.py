@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.admission.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
+from webhook.admission.base.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_hostile_exponent_is_cheap():
 
 
 def test_the_memo_of_quantity_texts_stays_bounded_and_remembers_refusals():
-    from webhook.admission import quantity
+    from webhook.admission.base import quantity
 
     for i in range(10_000):  # a hostile review: thousands of distinct values
         parse_quantity(f"{i}m")

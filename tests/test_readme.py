@@ -319,7 +319,7 @@ def test_readme_shows_a_policy_for_every_sharing_mode():
 
 @pytest.mark.parametrize("policy", POLICIES, ids=[re.search(r"mode: ([\w-]+)", p)[1] for p in POLICIES])  # type: ignore[index]
 def test_readme_policy_examples_load(policy: str):
-    from webhook.admission.loader import parse_policy_sources
+    from webhook.admission.policy.loader import parse_policy_sources
 
     parse_policy_sources({"README.md": policy})  # raises PolicyLoadError with every problem, one line each
 

@@ -1,4 +1,4 @@
-"""Re-applies (webhook/admission/reapply.py): the same file applied again changes nothing; a changed request
+"""Re-applies (webhook/admission/phases/reapply.py): the same file applied again changes nothing; a changed request
 gets the new decision; an edit of the webhook's output by hand gets a clear line.
 
 The objects a second apply sends are made here by small models of the two apply modes, written from the
@@ -36,9 +36,9 @@ from tests.test_engine_properties import SETTINGS as _ENGINE_SETTINGS
 from tests.test_engine_properties import policies
 from tests.test_server import review
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import parse_policy_sources
-from webhook.admission.policy import PolicySet
-from webhook.admission.reapply import RECORD, env_ops
+from webhook.admission.phases.reapply import RECORD, env_ops
+from webhook.admission.policy.loader import parse_policy_sources
+from webhook.admission.policy.model import PolicySet
 
 NS = "ns"
 MERGE_LISTS = {"containers", "initContainers", "env"}  # patchStrategy merge, patchMergeKey name (core/v1 types)
@@ -302,7 +302,7 @@ ENV = [
 ]
 
 
-# How inference engines are started (webhook/admission/engines.py): mutation appends their memory flag to `args`,
+# How inference engines are started (webhook/admission/phases/engines.py): mutation appends their memory flag to `args`,
 # which both apply modes treat as one atomic list.
 ENGINE_STARTS = [
     {"image": "vllm/vllm-openai:v0.9.1", "args": ["--model", "m"]},
@@ -690,7 +690,7 @@ def test_a_converted_fraction_under_mps_with_a_smaller_policy_fraction_is_judged
 
     from tests.engine_support import policy
     from webhook.admission.engine import evaluate
-    from webhook.admission.policy import GPU, Fractional, Mode, PolicySet, Sharing
+    from webhook.admission.policy.model import GPU, Fractional, Mode, PolicySet, Sharing
 
     pol = policy(
         sharing=Sharing(mode=Mode.MPS, replicas=2), gpu=GPU(model="H100-80GB"), fractional=Fractional.SHARED,

@@ -1,4 +1,4 @@
-"""The MIG tables and the device plugin's resource naming (sources: see webhook/admission/resources.py)."""
+"""The MIG tables and the device plugin's resource naming (sources: see webhook/admission/base/resources.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.admission.resources import (
+from webhook.admission.base.resources import (
     GPU_MODELS,
     is_managed,
     is_mig_profile_name,
@@ -162,8 +162,8 @@ def test_managed_and_shared_resources(resource: str, managed: bool, shared: bool
 def test_the_memos_judge_a_megabyte_name_every_time_and_do_not_hold_it() -> None:
     """The webhook sees objects before the API server validates them, so a resource or container "name" may be
     megabytes long: held by a memo of 4,096 keys, a stream of such reviews would hold gigabytes."""
-    from webhook.admission.memo import MAX_KEY_LENGTH
-    from webhook.admission.podspec import _LABELS, container_label
+    from webhook.admission.base.memo import MAX_KEY_LENGTH
+    from webhook.admission.base.podspec import _LABELS, container_label
 
     huge = "x" * 1_000_000
     assert is_managed("nvidia.com/mig-" + huge) is True

@@ -21,8 +21,8 @@ from cryptography.x509.oid import NameOID
 from prometheus_client import REGISTRY
 
 from webhook import certs
-from webhook.admission.loader import load_policies
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.loader import load_policies
+from webhook.admission.policy.model import PolicySet
 from webhook.admission.review import make_review
 from webhook.server.app import MAX_BODY_BYTES, create_app
 from webhook.server.policies import PolicyStore

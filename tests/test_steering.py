@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from tests import evanphx
 from tests.engine_support import NS, container, pod, policy, run
-from webhook.admission import steering
-from webhook.admission.cluster import ClusterView, NodeInfo
+from webhook.admission.base.violation import SHORT_LIMIT
+from webhook.admission.cluster.nodes import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
-from webhook.admission.loader import PolicyLoadError, parse_policy_sources
-from webhook.admission.policy import GPU, Enforcement, Fractional, MigStrategy, Mode, PolicySet, Sharing
-from webhook.admission.steering import MIG_STRATEGY, REPLICAS, REQUIRED, SHARING_STRATEGY, term_matches
-from webhook.admission.violation import SHORT_LIMIT
+from webhook.admission.phases import steering
+from webhook.admission.phases.steering import MIG_STRATEGY, REPLICAS, REQUIRED, SHARING_STRATEGY, term_matches
+from webhook.admission.policy.loader import PolicyLoadError, parse_policy_sources
+from webhook.admission.policy.model import GPU, Enforcement, Fractional, MigStrategy, Mode, PolicySet, Sharing
 
 WHOLE = policy(steering=True)
 SLICED = policy(sharing=Sharing(Mode.TIME_SLICING, 4, "nvidia.com/gpu"), fractional=Fractional.SHARED, steering=True)

@@ -106,7 +106,7 @@ def _fixtures() -> list[tuple[str, dict[str, Any]]]:
 def _without_gpus(node: Any) -> Any:
     """A copy with every managed GPU resource taken out of every resource map (and the hostPaths and device
     variables the fixtures do not use anyway)."""
-    from webhook.admission.resources import is_managed
+    from webhook.admission.base.resources import is_managed
 
     if isinstance(node, dict):
         return {k: _without_gpus(v) for k, v in node.items() if not (isinstance(k, str) and is_managed(k))}
@@ -119,7 +119,7 @@ def _without_gpus(node: Any) -> Any:
 def test_the_condition_selects_a_custom_resource_exactly_when_a_template_asks_for_gpus(
     name: str, obj: dict[str, Any]
 ) -> None:
-    from webhook.admission.podspec import mentions_gpu
+    from webhook.admission.base.podspec import mentions_gpu
 
     kind = BUILTIN.lookup(obj)
     assert kind is not None, name

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.admission.engine import evaluate
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.model import PolicySet
 
 
 def _pod(resource: str) -> dict:

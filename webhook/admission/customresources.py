@@ -21,14 +21,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from webhook.admission.cluster import ClusterView
-from webhook.admission.drapods import ClaimsView
+from webhook.admission.base.podspec import controller_reference, get_path
+from webhook.admission.base.resources import is_managed
+from webhook.admission.base.violation import WARNING_LIMIT, WARNING_PREFIX, cut
+from webhook.admission.cluster.nodes import ClusterView
+from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision, Verdict
 from webhook.admission.engine import evaluate as evaluate_workload
-from webhook.admission.podspec import controller_reference, get_path
-from webhook.admission.policy import Enforcement, PolicySet
-from webhook.admission.resources import is_managed
-from webhook.admission.violation import WARNING_LIMIT, WARNING_PREFIX, cut
+from webhook.admission.policy.model import Enforcement, PolicySet
 
 # The pod spec's container sections, as a template's pods will have them.
 POD_SECTIONS = ("containers", "initContainers")

@@ -11,13 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webhook.admission import clustercheck, clusternodes, dra, drapods, memshare
-from webhook.admission.cluster import ClusterView
-from webhook.admission.mutate import mutate
-from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
-from webhook.admission.policy import Check, Enforcement, Mode, Policy, PolicySet
-from webhook.admission.validate import Holders, Refusal, validate, validated
-from webhook.admission.violation import WARNING_PREFIX, Violation
+from webhook.admission.base.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
+from webhook.admission.base.violation import WARNING_PREFIX, Refusal, Violation
+from webhook.admission.checks import clustercheck, policynodes
+from webhook.admission.cluster.nodes import ClusterView
+from webhook.admission.dra import claimrules, podclaims
+from webhook.admission.phases.mutate import mutate
+from webhook.admission.phases.validate import Holders, validate, validated
+from webhook.admission.policy.model import Check, Enforcement, Mode, Policy, PolicySet
+from webhook.admission.sharing import memshare
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -63,7 +65,7 @@ def evaluate(
     policies: PolicySet,
     old: Any = None,
     nodes: ClusterView | None = None,
-    claims: drapods.ClaimsView | None = None,
+    claims: podclaims.ClaimsView | None = None,
 ) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
@@ -71,29 +73,29 @@ def evaluate(
     mutation result too: their pods will be mutated when created. `nodes` is the node inventory's latest
     trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
-    `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (drapods.py).
+    `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (podclaims.py).
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
-    if spec_path is None and (claim_path := dra.claim_spec_path(obj)) is not None:  # judged, never mutated
-        if reason := dra.left_alone(obj, old, claim_path):
+    if spec_path is None and (claim_path := claimrules.claim_spec_path(obj)) is not None:  # judged, never mutated
+        if reason := claimrules.left_alone(obj, old, claim_path):
             return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
         if nodes is not None and policy.cluster_checks.auto:
-            policy = clusternodes.resolve(policy, nodes)
+            policy = policynodes.resolve(policy, nodes)
         classes = nodes.class_sharing if nodes is not None else None  # a class's own GpuConfig: the server's
-        return _verdict(policy, [], [], dra.judge(obj, policy, claim_path, classes), obj, [])
+        return _verdict(policy, [], [], claimrules.judge(obj, policy, claim_path, classes), obj, [])
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason or spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
     if spec_path == POD_SPEC and _only_ephemeral_containers_change(obj, old):
         return _judge_added_ephemeral_containers(obj, old, policy)
-    entries = drapods.claim_entries(obj, spec_path) if claims is not None else []  # the claims the pod names
+    entries = podclaims.claim_entries(obj, spec_path) if claims is not None else []  # the claims the pod names
     if not mentions_gpu(obj, spec_path):
         if entries:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
-            found_claims: list[drapods.Found] = []
+            found_claims: list[podclaims.Found] = []
             classes = nodes.class_sharing if nodes is not None else None
-            found, warnings = drapods.pod_claims(
+            found, warnings = podclaims.pod_claims(
                 obj, namespace, policy, spec_path, entries, claims, 0, found_claims, classes
             )
             if nodes is not None and found_claims:
@@ -101,7 +103,7 @@ def evaluate(
             return _verdict(policy, [], warnings, found, obj, [])
         return Decision(True, "allow", policy.name, mutated=obj)
     if nodes is not None and policy.cluster_checks.auto:
-        policy = clusternodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
+        policy = policynodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
     result = mutate(obj, policy, spec_path)
     counted: Holders | None = [] if nodes is not None else None  # for the cluster checks
     found, extended = validated(result.obj, policy, spec_path, counted)
@@ -112,9 +114,9 @@ def evaluate(
     warnings = result.warnings
     if entries:
         assert claims is not None
-        named: list[drapods.Found] | None = [] if nodes is not None else None
+        named: list[podclaims.Found] | None = [] if nodes is not None else None
         classes = nodes.class_sharing if nodes is not None else None
-        claimed, missing = drapods.pod_claims(
+        claimed, missing = podclaims.pod_claims(
             result.obj, namespace, policy, spec_path, entries, claims, extended, named, classes
         )
         if claimed or missing:
@@ -138,11 +140,11 @@ def evaluate(
 
 
 def _claims_fit(
-    named: list[drapods.Found], counted: Holders, policy: Policy, cluster: ClusterView, warnings: list[str]
+    named: list[podclaims.Found], counted: Holders, policy: Policy, cluster: ClusterView, warnings: list[str]
 ) -> list[Violation]:
     """The cluster checks on a pod's claims: `deny` ones returned, `warn` ones added to `warnings`."""
-    claimed = drapods.claimed_by_class(named)
-    selected = drapods.selected_by_request(named)
+    claimed = podclaims.claimed_by_class(named)
+    selected = podclaims.selected_by_request(named)
     checked = clustercheck.claims_fit(claimed, counted, policy, cluster, selected) if claimed or selected else []
     warnings += [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
     return [v for level, v in checked if level is Check.DENY]

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from webhook.admission.violation import WARNING_LIMIT, cut
+from webhook.admission.base.violation import WARNING_LIMIT, cut
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision

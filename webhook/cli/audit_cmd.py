@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from webhook.admission.podspec import controller_reference
+from webhook.admission.base.podspec import controller_reference
 from webhook.cli.common import (
     CommandError,
     add_report_arguments,
@@ -35,7 +35,7 @@ from webhook.cli.common import (
 from webhook.cli.options import add_kubeconfig_arguments, custom_kind_table
 
 if TYPE_CHECKING:
-    from webhook.admission.cluster import ClusterView
+    from webhook.admission.cluster.nodes import ClusterView
     from webhook.cli.kube import Resource
     from webhook.cli.output import Result
 
@@ -120,7 +120,7 @@ def _audit(args: argparse.Namespace) -> int:
         _progress_done()
     # Judged once the nodes are known: the policies' cluster checks run against them; a pod's claims and
     # templates (listed before the Pods) count with its GPUs.
-    from webhook.admission.drapods import ClaimIndex
+    from webhook.admission.dra.podclaims import ClaimIndex
     from webhook.cli.common import namespace_of
 
     claims = ClaimIndex()
@@ -157,7 +157,7 @@ def _audit(args: argparse.Namespace) -> int:
             f"gpu-webhook audit: skipped {skip.resource.name} {skip.where}: forbidden (403): {skip.detail}; "
             f"grant list on {skip.resource.name} for a complete report\n"
         )
-    from webhook.admission.clusterdrift import drift_of
+    from webhook.admission.checks.clusterdrift import drift_of
     from webhook.cli.drift import drift_json, print_drift
 
     drift = drift_of(policies, view) if view is not None else None

@@ -31,7 +31,7 @@ from webhook.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from webhook.admission.cluster import ClusterView
+    from webhook.admission.cluster.nodes import ClusterView
     from webhook.cli.common import Evaluator
 
 
@@ -128,7 +128,7 @@ def _check(args: argparse.Namespace) -> int:
         remote = None
         applied_policies = policy_directory(args.policies)
         policies = load_policy_set(args.policies)
-        from webhook.admission.drapods import ClaimIndex
+        from webhook.admission.dra.podclaims import ClaimIndex
 
         claims = ClaimIndex()  # a pod's claims and templates: those in the same input (offline)
         for item in items:

@@ -18,11 +18,11 @@ from webhook.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from webhook.admission.cluster import ClusterView
+    from webhook.admission.cluster.nodes import ClusterView
     from webhook.admission.customresources import KindTable
-    from webhook.admission.drapods import ClaimsView
+    from webhook.admission.dra.podclaims import ClaimsView
     from webhook.admission.engine import Decision
-    from webhook.admission.policy import PolicySet
+    from webhook.admission.policy.model import PolicySet
     from webhook.cli.output import Result
 
     Evaluator = Callable[[dict[str, Any], str], Decision]
@@ -72,7 +72,7 @@ def fail(command: str, message: str) -> int:
 
 def load_policy_set(directory: str | None) -> PolicySet:
     """The policy set that `--policies` (options.policy_directory) names, or a one-line CommandError."""
-    from webhook.admission.loader import PolicyLoadError, load_policies
+    from webhook.admission.policy.loader import PolicyLoadError, load_policies
 
     problem = missing_policy_directory(directory)
     if problem:
@@ -121,8 +121,8 @@ def local_evaluator(
     `nodes`, the policies' cluster checks run against them; with `claims`, a pod's DRA claims count with it.
     Custom resources of `kinds` (the built-in table when None) are judged by their pod templates, as the
     server's /validate judges them."""
+    from webhook.admission.base.podspec import default_requests_from_limits
     from webhook.admission.customresources import BUILTIN, evaluate
-    from webhook.admission.podspec import default_requests_from_limits
 
     table = kinds if kinds is not None else BUILTIN
 

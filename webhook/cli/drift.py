@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.admission import clusterdrift
-from webhook.admission.cluster import ClusterView, NodeInfo, nodes_text
+from webhook.admission.checks import clusterdrift
+from webhook.admission.cluster.nodes import ClusterView, NodeInfo, nodes_text
 
 if TYPE_CHECKING:
     from webhook.cli.kube import KubeClient
@@ -33,7 +33,8 @@ def list_view(cluster: KubeClient, page_size: int = 500) -> ClusterView:
 def _with_dra(cluster: KubeClient, nodes: dict[str, NodeInfo], page_size: int) -> ClusterView:
     """The nodes with the devices DRA serves on them (ResourceSlices, DeviceClasses), as the server's view has
     them; the nodes alone where the cluster serves no DRA v1 or the identity may not list it."""
-    from webhook.admission.draslices import DraDevices, class_info, merge, sharing_of, slice_info, unread
+    from webhook.admission.cluster.devices import DraDevices
+    from webhook.admission.cluster.slices import class_info, merge, sharing_of, slice_info, unread
     from webhook.cli.kube import DEVICE_CLASSES, RESOURCE_SLICES, Forbidden
 
     try:

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from yaml import events
 
-from webhook.admission.loader import API_VERSION, KIND
-from webhook.admission.yamltext import may_nest_deeper_than, reader_for_retry
+from webhook.admission.policy.loader import API_VERSION, KIND
+from webhook.admission.policy.yamltext import may_nest_deeper_than, reader_for_retry
 from webhook.cli import goyaml
 
 STDIN = "-"

@@ -364,7 +364,7 @@ def _redact(value: Any, key: str = "") -> Any:
 
 
 def _redact_entry(entry: Any) -> Any:
-    from webhook.admission.mutate import WATCHED_ENV
+    from webhook.admission.phases.mutate import WATCHED_ENV
 
     if isinstance(entry, dict) and "value" in entry and entry.get("name") not in WATCHED_ENV:
         return {**entry, "value": REDACTED}

@@ -2,7 +2,7 @@
 why; print the policy files' JSON Schema.
 
 Both are views of the core: `loader.load_policies` finds every problem, `PolicySet.select` says which pattern
-won, `globs.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
+won, `globties.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
 decides anything. Heavy modules are imported inside the handlers so `gpu-webhook` starts fast.
 """
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
     from webhook.admission.engine import Decision
-    from webhook.admission.policy import Policy, PolicySet
+    from webhook.admission.policy.model import Policy, PolicySet
 
 EXPLAIN_QUANTITIES = ("1", "0.5")
 
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         code, policies = lint(args.directory, sys.stdout if args.output == "table" else sys.stderr)
         return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
-        from webhook.admission.schema import schema_text
+        from webhook.admission.policy.schema import schema_text
 
         sys.stdout.write(schema_text())
         return 0
@@ -129,8 +129,8 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
     """Under MIG, `nvidia.com/gpu: 1` becomes `migProfile`, and a fraction the smallest offered slice that holds
     it (resources.slices_fractions_become): a migProfile smaller than those slices gives a whole-GPU request
     less than a fraction gets."""
-    from webhook.admission.quantity import format_fraction
-    from webhook.admission.resources import GPU_MODELS, slices_fractions_become
+    from webhook.admission.base.quantity import format_fraction
+    from webhook.admission.base.resources import GPU_MODELS, slices_fractions_become
 
     sharing = policy.sharing
     model = GPU_MODELS.get(policy.gpu.model or "")
@@ -154,9 +154,9 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
 
 def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
-    from webhook.admission.globs import glob_ties
-    from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.policy import Fractional
+    from webhook.admission.policy.globties import glob_ties
+    from webhook.admission.policy.loader import PolicyLoadError, load_policies
+    from webhook.admission.policy.model import Fractional
 
     chosen = policy_directory(directory)
     try:
@@ -217,7 +217,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     smaller = [line for line in map(_whole_gpu_smaller_than_fractions, policies.policies) if line]
     for line in smaller:
         print(line, file=out)
-    from webhook.admission import memshare
+    from webhook.admission.sharing import memshare
 
     unsteered = [p for p in policies.policies if memshare.unsteered(p)]
     for policy in unsteered:
@@ -241,7 +241,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
 def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO) -> int:
     """The drift between the policies lint loaded and the cluster's nodes, and the policies' namespace entries
     that match no namespace: 0 when neither, 1 when any, 2 when the nodes or namespaces cannot be listed."""
-    from webhook.admission.clusterdrift import drift_of, unmatched_namespaces
+    from webhook.admission.checks.clusterdrift import drift_of, unmatched_namespaces
     from webhook.cli.common import CommandError
     from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 
@@ -280,7 +280,7 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
 
 
 def _is_glob(pattern: str) -> bool:
-    from webhook.admission.globs import is_glob
+    from webhook.admission.policy.globs import is_glob
 
     return is_glob(pattern)
 
@@ -300,7 +300,7 @@ def _fraction_text(value: Fraction) -> str:
 
 def describe_policy(policy: Policy) -> str:
     """One line: what the policy's settings are (the engine decides what they do)."""
-    from webhook.admission.policy import Mode
+    from webhook.admission.policy.model import Mode
 
     sharing = policy.sharing
     if sharing.is_mig_single:
@@ -310,7 +310,7 @@ def describe_policy(policy: Policy) -> str:
     elif sharing.mode.is_shared:
         mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
     elif sharing.mode is Mode.MEMORY:
-        from webhook.admission import memshare
+        from webhook.admission.sharing import memshare
 
         mode = memshare.describe_mode(policy)
     else:
@@ -332,7 +332,7 @@ def describe_policy(policy: Policy) -> str:
 
 def describe_device_classes(policy: Policy) -> str:
     """Which DRA DeviceClasses count as GPUs here (claims, templates and deviceclass.resource.kubernetes.io/*)."""
-    from webhook.admission.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
+    from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
 
     classes = policy.device_classes
     text = (
@@ -346,8 +346,8 @@ def describe_device_classes(policy: Policy) -> str:
 
 def describe_share(policy: Policy) -> str:
     """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
-    from webhook.admission.policy import Fractional, Mode
-    from webhook.admission.resources import GPU_MODELS, offered_profiles
+    from webhook.admission.base.resources import GPU_MODELS, offered_profiles
+    from webhook.admission.policy.model import Fractional, Mode
 
     sharing = policy.sharing
     if sharing.mode.is_shared and policy.share is not None:
@@ -366,7 +366,7 @@ def describe_share(policy: Policy) -> str:
         offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
         return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
     if sharing.mode is Mode.MEMORY:
-        from webhook.admission import memshare
+        from webhook.admission.sharing import memshare
 
         return memshare.describe_share(policy)
     return "whole GPUs only"
@@ -376,8 +376,8 @@ def describe_share(policy: Policy) -> str:
 
 
 def explain(namespaces: list[str], directory: str | None, out: TextIO, err: TextIO) -> int:
-    from webhook.admission.globs import is_namespace_name, quote
-    from webhook.admission.loader import PolicyLoadError, load_policies
+    from webhook.admission.policy.globs import is_namespace_name, quote
+    from webhook.admission.policy.loader import PolicyLoadError, load_policies
 
     bad = [name for name in namespaces if not is_namespace_name(name)]
     for name in bad:
@@ -404,8 +404,8 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
 
 
 def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
-    from webhook.admission import steering
     from webhook.admission.engine import evaluate
+    from webhook.admission.phases import steering
     from webhook.cli.webhooks import EXCLUDED, EXCLUDED_NAMESPACES
 
     print(f"namespace {namespace}", file=out)

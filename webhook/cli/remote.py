@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 import jsonpatch
 
+from webhook.admission.base.podspec import default_requests_from_limits, pod_spec_path
 from webhook.admission.customresources import BUILTIN, KindTable
 from webhook.admission.engine import Decision
-from webhook.admission.mutate import POLICY_ANNOTATION
-from webhook.admission.podspec import default_requests_from_limits, pod_spec_path
+from webhook.admission.phases.mutate import POLICY_ANNOTATION
 from webhook.admission.review import make_review
 from webhook.cli.common import REQUEST_TIMEOUT_S, CommandError
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from webhook.admission.cluster import STALE_AFTER_S
+from webhook.admission.cluster.nodes import STALE_AFTER_S
 from webhook.cli.options import (
     POLICIES_HELP,
     add_custom_resources_argument,
@@ -195,7 +195,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Path, key_file: Path) -> int:
     import logging
 
-    from webhook.admission.loader import PolicyLoadError
+    from webhook.admission.policy.loader import PolicyLoadError
     from webhook.server import logs
 
     logs.configure(getattr(logging, args.log_level.upper()))

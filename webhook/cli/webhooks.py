@@ -21,10 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.admission.customresources import BUILTIN_KINDS, CustomKind, Site
-from webhook.admission.dra import CLAIM_SPEC_PATHS
-from webhook.admission.podspec import DEVICE_LIST_MARK, DEVICE_PATH_MARK, POD_SPEC_PATHS, VISIBLE_DEVICES
-from webhook.admission.resources import (
+from webhook.admission.base.podspec import DEVICE_LIST_MARK, DEVICE_PATH_MARK, POD_SPEC_PATHS, VISIBLE_DEVICES
+from webhook.admission.base.resources import (
     AMD_GPU,
     DEVICE_CLASS_PREFIX,
     MEMORY_SLICE_RESOURCES,
@@ -32,6 +30,8 @@ from webhook.admission.resources import (
     NVIDIA_GPU,
     NVIDIA_GPU_SHARED,
 )
+from webhook.admission.customresources import BUILTIN_KINDS, CustomKind, Site
+from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 
 # The namespaces never sent to the webhook, and where each comes from (the GPU stack's default namespaces, as
 # each project installs itself). `policy explain` reads this too.

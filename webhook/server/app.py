@@ -28,8 +28,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import parse_options_header
 from werkzeug.wsgi import get_content_length
 
+from webhook.admission.base.violation import cut
 from webhook.admission.review import AdmissionRequest, ReviewError, WebhookMode, build_response, parse_review
-from webhook.admission.violation import cut
 from webhook.server import metrics
 from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
 from webhook.server.state import ServerState

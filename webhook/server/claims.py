@@ -1,6 +1,6 @@
 """The DRA cache: a list + watch of ResourceClaims and one of ResourceClaimTemplates, for counting a pod's claims.
 
-A pod's GPU total counts the devices of the claims and templates it names (webhook/admission/drapods.py,
+A pod's GPU total counts the devices of the claims and templates it names (webhook/admission/dra/podclaims.py,
 `pod_claims`), so each worker keeps what counting needs of every claim and template of the cluster: per
 namespace and name, a `ClaimSummary` (the (request, DeviceClass, count) tuple and what a review reads of it,
 worked out here once instead of on every review; a request's selectors only where it has some, each distinct
@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.admission.cluster import STALE_AFTER_S
-from webhook.admission.drapods import ClaimSummary, Devices, summary_of
+from webhook.admission.cluster.nodes import STALE_AFTER_S
+from webhook.admission.dra.podclaims import ClaimSummary, Devices, summary_of
 from webhook.server import metrics
 from webhook.server.inventory import (
     BACKOFF_S,

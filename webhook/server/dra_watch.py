@@ -1,6 +1,6 @@
 """The list + watch of ResourceSlices and DeviceClasses behind the cluster view's DRA devices.
 
-Each is a cluster-scoped kind kept by name, reduced to what the view needs (webhook/admission/draslices.py);
+Each is a cluster-scoped kind kept by name, reduced to what the view needs (webhook/admission/cluster/slices.py);
 every change re-publishes the node inventory's view, which merges them into its nodes. The protocol and its
 failures are the node inventory's (inventory.py). The view is not trusted while a watch lists for the first
 time or has been broken longer than `stale_after` (the checks are skipped, never failed closed on old
@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from webhook.admission.cluster import STALE_AFTER_S
-from webhook.admission.draslices import class_info, slice_info
+from webhook.admission.cluster.nodes import STALE_AFTER_S
+from webhook.admission.cluster.slices import class_info, slice_info
 from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 

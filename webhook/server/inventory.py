@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.admission.cluster import STALE_AFTER_S, ClusterView, NodeInfo, nodes_text
+from webhook.admission.cluster.nodes import STALE_AFTER_S, ClusterView, NodeInfo, nodes_text
 from webhook.server.logs import LOGGER, log
 
 _log = logging.getLogger(f"{LOGGER}.inventory")
@@ -343,7 +343,8 @@ class NodeInventory:
             sharing: dict[str, str] = {}
             devices = None
             if self._dra:
-                from webhook.admission.draslices import DraDevices, merge, sharing_of
+                from webhook.admission.cluster.devices import DraDevices
+                from webhook.admission.cluster.slices import merge, sharing_of
 
                 slices, classes = self._dra
                 held, read = list(slices.items.values()), dict(classes.items)

@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook.admission.loader import POLICY_SUFFIXES
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.loader import POLICY_SUFFIXES
+from webhook.admission.policy.model import PolicySet
 from webhook.server import metrics
 from webhook.server.logs import LOGGER, log
 
@@ -48,7 +48,7 @@ def fingerprint(directory: Path) -> Fingerprint:
 
 
 def _default_loader(directory: Path) -> PolicySet:
-    from webhook.admission.loader import load_policies
+    from webhook.admission.policy.loader import load_policies
 
     return load_policies(directory)
 

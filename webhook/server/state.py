@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission import clusterdrift
-from webhook.admission.cluster import STALE_AFTER_S, ClusterView
-from webhook.admission.drapods import ClaimsView
+from webhook.admission.checks import clusterdrift
+from webhook.admission.cluster.nodes import STALE_AFTER_S, ClusterView
+from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision, evaluate
-from webhook.admission.policy import PolicySet
+from webhook.admission.policy.model import PolicySet
 from webhook.server import metrics
 from webhook.server.claims import ClaimsCache
 from webhook.server.dra_watch import DRAWatch

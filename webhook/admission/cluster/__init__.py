@@ -1,0 +1,2 @@
+"""The cluster view: the nodes' snapshot, DRA's slices and classes merged into it, CEL device selectors.
+Pure data the server's watches and the CLI's lists build; above base/ and policy/."""

@@ -1,0 +1,1193 @@
+"""Validation: every reason the object (as it stands after mutation) cannot be admitted, one `Violation` each.
+
+Each line names the container, the resource as the user wrote it, the value, the rule and what to do
+instead; each short form says what is wrong and what to do within an admission warning's 120 characters. All
+problems are listed, not just the first, so a user fixes a manifest in one round.
+
+Two kinds of rule. `Refusal`s are what the API server's own validation refuses in the GPU resources, whatever
+the namespace's policy: it validates the object between the mutating and the validating webhooks, so /mutate
+denies these itself (otherwise kubectl shows the API server's message, not ours). They are written from
+kubernetes/kubernetes pkg/apis/core/validation/validation.go: `ValidateResourceRequirements` (an extended
+resource is not overcommitable, `helper.IsOvercommitAllowed`: a request needs a limit and must equal it),
+`validateBasicResource` / `ValidateResourceQuantityValue` (`helper.IsIntegerResourceName`: an extended
+resource is a whole number; `ValidateNonnegativeQuantity`). Every other violation is the policy's, judged
+per enforcement.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final
+
+from webhook.admission.base.podspec import (
+    ALL_SECTIONS,
+    DEVICE_LIST_MARK,
+    DEVICE_PATH_MARK,
+    VISIBLE_DEVICES,
+    ContainerRef,
+    get_path,
+    host_paths,
+    is_device_list_mount,
+    is_gpu_device_path,
+    pod_spec_path,
+    visible_devices_prefix,
+    volume_mounts,
+)
+from webhook.admission.base.quantity import (
+    QuantityError,
+    format_fraction,
+    parse_quantity,
+    quantity_shown,
+    quantity_text,
+)
+from webhook.admission.base.resources import (
+    AMD_GPU,
+    DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
+    GPU_CONFIG_STRATEGIES,
+    GPU_MODELS,
+    MEMORY_SLICE_RESOURCES,
+    MIG_PREFIX,
+    NVIDIA_GPU,
+    NVIDIA_GPU_CLASSES,
+    SHARED_SUFFIX,
+    GPUModel,
+    is_managed,
+    is_shared,
+    mig_profile_of,
+    mig_resource,
+    offered_profiles,
+)
+from webhook.admission.base.violation import APISERVER_TOO, SHORT_LIMIT, Refusal, Violation, cut
+from webhook.admission.phases import engines, steering
+from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
+from webhook.admission.phases.envhints import judged as judged_in_mode
+from webhook.admission.phases.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
+from webhook.admission.policy.model import Backend, Fractional, Mode, Policy
+from webhook.admission.sharing import memshare
+
+
+def _violation(label: str, compact: str, line: str, short: str, kind: type[Violation] = Violation) -> Violation:
+    """`label: line`, and `label: short` for warnings; with a long container name, the short form names the
+    container by its place (`initContainers[1]`) so that the advice is never cut."""
+    brief = f"{label}: {short}"
+    if len(brief) > SHORT_LIMIT:
+        brief = f"{compact}: {short}"
+        if len(brief) > SHORT_LIMIT:  # a value or resource name far longer than any real one
+            brief = cut(brief, SHORT_LIMIT)
+    return kind(f"{label}: {line}", brief)
+
+
+def _brief(text: str, limit: int = 24) -> str:
+    """A value or name in a short form: cut, since it is shown whole in the long line."""
+    return text if len(text) <= limit else cut(text, limit)
+
+
+def offer(policy: Policy) -> str:
+    """What this namespace gives instead of a fraction, as advice."""
+    mode = policy.sharing.mode
+    where = f'policy "{policy.name}"'
+    share = policy.share
+    if mode.is_shared:
+        replica = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
+        if policy.sharing.resource_name == NVIDIA_GPU:  # the device plugin keeps the name: no renaming
+            what = f"is {replica} of a GPU under {where}"
+        else:
+            what = f"{where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
+        if share is not None and policy.fractional is Fractional.SHARED:
+            return (
+                f"request {format_fraction(share)} or less (up to one replica's share), or {NVIDIA_GPU}: 1, which "
+                f"{what}"
+            )
+        return f"request {NVIDIA_GPU}: 1, which {what}"
+    if policy.sharing.is_mig_single:
+        return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
+    if mode is Mode.MIG and policy.sharing.mig_profile:
+        return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
+    return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
+
+
+def short_offer(policy: Policy) -> str:
+    """`offer` in a few words, for the short forms."""
+    mode = policy.sharing.mode
+    if mode.is_shared:
+        share = policy.share
+        if share is not None and policy.fractional is Fractional.SHARED:
+            return f"ask for {format_fraction(share)} or less, or {NVIDIA_GPU}: 1"
+        return f"ask for {NVIDIA_GPU}: 1 instead"
+    if mode is Mode.MIG and policy.sharing.mig_profile:
+        return f"ask for {NVIDIA_GPU}: 1 instead"
+    return "ask for whole GPUs (none are shared here)"
+
+
+class _Missing(enum.Enum):
+    """A value a container does not write, told apart from every value JSON may hold (null among them)."""
+
+    REQUEST = "no request"  # the API server defaults the request to the limit
+
+
+NO_REQUEST: Final = _Missing.REQUEST
+
+Holders = list[tuple[ContainerRef, dict[str, "int | Fraction"]]]
+Problems = list[Violation]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What a policy means for validation, worked out once per policy (this runs on every review)."""
+
+    policy: Policy
+    max_per_container: int  # shared replicas (`*.shared`): 1 under time-slicing and MPS unless set
+    max_mig_per_container: int  # MIG slices: `maxPerContainer`, else 1 under mig (8 elsewhere)
+    max_whole_per_container: int  # whole devices: `maxPerContainer`, else 8 in every mode
+    max_per_pod: int
+    exclusive: bool  # whole GPUs only: shared resources are not handed out
+    mig_model: GPUModel | None  # MIG mode on a known model: only its profiles are handed out
+    offered: tuple[str, ...] | None  # MIG mode: the profiles the nodes offer (None: every profile of the model)
+    one_shared_replica: bool  # the maximum of 1 is the device plugin's (shared mode, no explicit maximum)
+    one_mig_slice: bool  # the maximum of 1 is MIG's (mig mode, no explicit maximum)
+    mapping_target: str | None  # what mutation makes of `nvidia.com/gpu: N` here, if anything
+    share: Fraction | None  # one replica's share of a GPU (time-slicing and MPS)
+    converts_to_shared: bool  # fractional: shared, which records the fraction it converted in the container
+    block_visible_devices: bool
+    shared_resource: str | None  # the policy's shared replica (`nvidia.com/gpu` where the plugin keeps the name)
+    mig_single_resource: str | None  # `nvidia.com/gpu` where it is one MIG slice (migStrategy: single)
+    trusted_schedulers: tuple[str, ...]  # their pods may take NVIDIA_VISIBLE_DEVICES from a ConfigMap key
+    # The NVIDIA resources this namespace's pool hands out (`_served`): one rule per sharing mode.
+    served: frozenset[str]
+    any_mig_profile: bool  # MIG on an unknown model with no migProfiles: any `nvidia.com/mig-<profile>` is served
+    renamed_replica: str | None  # the shared replica under its own name (`nvidia.com/gpu.shared`), if any
+    gpu_memory_mib: int | None  # the policy's GPU memory, for CuPy's byte counts
+    # The (name, value) of each variable the policy itself sets for one replica's share: within it by design
+    own_memory_values: frozenset[tuple[str, str]]
+    own_env_tail: list[dict[str, str]]  # the entries mutation appends to a container that set none of them
+    # DRA: the GPU DeviceClasses' extended resources (`deviceclass.resource.kubernetes.io/<class>`), and those
+    # counted with them as the same whole GPUs (`nvidia.com/gpu` where it is whole GPUs).
+    class_gpus: frozenset[str]
+    class_migs: frozenset[str]
+    class_names: frozenset[str]  # both
+    whole_gpus: frozenset[str]
+    least_maximum: int  # the least of the whole-GPU, MIG and pod maxima: a GPU total within it is within each
+    # under time-slicing and MPS: NVIDIA's whole-GPU DeviceClass resources, whose implicit claims carry no
+    # GpuConfig (so they share nothing), and the strategy a claim's GpuConfig would have to set
+    unshared_classes: frozenset[str]
+    gpu_config_strategy: str | None
+
+    def is_replica(self, resource: str) -> bool:
+        """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
+        return is_shared(resource) or resource == self.shared_resource
+
+    def container_maximum(self, resource: str) -> int:
+        """The most of `resource` one container may hold: shared replicas and MIG slices have their own."""
+        if self.is_replica(resource):
+            return self.max_per_container
+        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs:
+            return self.max_mig_per_container
+        return self.max_whole_per_container
+
+    @staticmethod
+    def of(policy: Policy) -> Rules:
+        return policy.derived("validation-rules", Rules._build)
+
+    @staticmethod
+    def _build(policy: Policy) -> Rules:
+        sharing = policy.sharing
+        mode = sharing.mode
+        explicit = policy.limits.max_per_container
+        mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
+        class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
+        class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
+        whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
+        return Rules(
+            policy=policy,
+            max_per_container=policy.max_per_container,
+            max_mig_per_container=policy.mig_max_per_container,
+            max_whole_per_container=policy.per_container("whole"),
+            max_per_pod=policy.limits.max_per_pod,
+            exclusive=mode is Mode.EXCLUSIVE,
+            mig_model=mig_model,
+            offered=sharing.mig_profiles if mode is Mode.MIG else None,
+            one_shared_replica=mode.is_shared and policy.max_per_container == 1 and explicit is None,
+            one_mig_slice=mode is Mode.MIG and explicit is None,
+            mapping_target=mapping_target(sharing),
+            share=policy.share,
+            converts_to_shared=policy.share is not None and policy.fractional is Fractional.SHARED,
+            block_visible_devices=policy.block_visible_devices_override,
+            shared_resource=policy.sharing.shared_resource,
+            mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
+            trusted_schedulers=policy.trusted_schedulers,
+            served=_served_resources(policy, mig_model),
+            any_mig_profile=mode is Mode.MIG
+            and not sharing.is_mig_single
+            and mig_model is None
+            and sharing.mig_profiles is None,
+            renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
+            gpu_memory_mib=policy.gpu_memory_mib,
+            own_memory_values=frozenset(
+                (hint.name, hint.value)
+                for fraction in {f for f in (policy.share, policy.shared_fraction) if f is not None}
+                for hint in hints_for(policy, fraction)
+            ),
+            own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
+            if policy.shared_fraction
+            else [],
+            class_gpus=class_gpus,
+            class_migs=class_migs,
+            class_names=class_gpus | class_migs,
+            whole_gpus=class_gpus | whole,
+            least_maximum=min(
+                policy.mig_max_per_container,
+                policy.per_container("whole"),
+                policy.limits.max_per_pod,
+            ),
+            unshared_classes=frozenset(DEVICE_CLASS_PREFIX + name for name in NVIDIA_GPU_CLASSES)
+            if mode.is_shared
+            else frozenset(),
+            gpu_config_strategy=GPU_CONFIG_STRATEGIES.get(mode),
+        )
+
+
+def _served_resources(policy: Policy, mig_model: GPUModel | None) -> frozenset[str]:
+    """What each sharing mode hands out: whole GPUs `nvidia.com/gpu`; time-slicing and MPS their shared resource
+    (`nvidia.com/gpu` maps to it); MIG the offered profiles (`nvidia.com/gpu` maps to `migProfile`), or under
+    `migStrategy: single` `nvidia.com/gpu` alone. Anything else of NVIDIA's is another pool."""
+    sharing = policy.sharing
+    if sharing.mode is Mode.MEMORY:  # the backend's resources (memshare.py)
+        return memshare.served(policy)
+    if sharing.mode.is_shared:
+        return frozenset({NVIDIA_GPU, sharing.resource_name})
+    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
+        profiles = sharing.mig_profiles or (tuple(mig_model.profile_names()) if mig_model else ())
+        if sharing.mig_profile:
+            profiles = (*profiles, sharing.mig_profile)
+        return frozenset({NVIDIA_GPU, *(mig_resource(profile) for profile in profiles)})
+    return frozenset({NVIDIA_GPU})
+
+
+def validate(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> list[Violation]:
+    """Every problem, one `Violation` each. `counted`, when given, receives the containers that hold GPUs with
+    their valid counts, in start order (the cluster checks read them: each count is parsed once per review)."""
+    return validated(obj, policy, spec_path, counted)[0]
+
+
+def validated(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+) -> tuple[list[Violation], int | Fraction]:
+    """`validate`, and every GPU count of the pod's containers summed (what the pod's claims are counted with:
+    drapods.pod_claims), so that the checks after validation read its counts and do not add them up again."""
+    spec_path = spec_path or pod_spec_path(obj)
+    if spec_path is None:
+        return [], 0
+    spec = get_path(obj, spec_path)
+    if not isinstance(spec, dict):
+        return [], 0
+    rules = Rules.of(policy)
+    problems: Problems = []
+    blocks = rules.block_visible_devices
+    scheduler = spec.get("schedulerName")
+    devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
+    holders: Holders = []  # the containers that count GPUs, in start order
+    count_sum: int | Fraction = 0  # every count of every container
+    memory = policy.sharing.mode is Mode.MEMORY
+    worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
+    sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
+    # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
+    gpus, label_lines = memshare.pod_gpus(obj, spec_path, policy) if memory else (1, ())
+    ack = memory and policy.sharing.backend is Backend.ACK
+    limits_of: list[tuple[str, dict[str, Any]]] = []
+    held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
+    for section in ALL_SECTIONS:
+        containers = spec.get(section)
+        if not isinstance(containers, list):
+            continue
+        for index, body in enumerate(containers):
+            if not isinstance(body, dict):
+                continue
+            ref = ContainerRef(section, index, body)
+            counts = container_counts(ref, rules, problems) if section != "ephemeralContainers" else None
+            if memory and counts is not None:
+                _memory_share(ref, counts, rules, problems, worths, gpus)
+                limits = ref.resource_map("limits")
+                if ack and limits:
+                    held_by.append((ref.name, limits))
+                    if section == "containers":
+                        limits_of.append((ref.name, limits))
+                if counted is not None and (amounts := memshare.node_amounts(limits, policy, gpus)):
+                    sized.append((ref, amounts))
+            total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
+            if counts:
+                holders.append((ref, counts))
+                count_sum += total
+                if rules.converts_to_shared:
+                    _within_share(ref, rules, problems)
+                if rules.share is not None and "env" in body:
+                    _memory_variables(ref, counts, rules, problems)
+                if rules.share is not None:
+                    _engine_flag(ref, counts, rules, problems)
+            if blocks and ("env" in body or "envFrom" in body or "volumeMounts" in body) and not _privileged(ref):
+                if "env" in body or "envFrom" in body:
+                    _visible_devices(ref, rules, problems, bool(total), scheduler)
+                if "volumeMounts" in body:
+                    _device_mounts(ref, devices, rules, problems)
+    if rules.renamed_replica is not None and holders and ("nodeSelector" in spec or "affinity" in spec):
+        _pinned_to_kept_name(spec, holders, rules, problems)
+    # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
+    # closer look.
+    if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
+        _memory_pod_total(worths, rules, problems)
+        if ack:
+            pod_lines = [*label_lines, *memshare.ack_pod(gpus, limits_of, rules.max_per_pod, policy)]
+            pod_lines += memshare.ack_modes(held_by, policy)
+            problems += [pod_violation(line, short) for line, short in pod_lines]
+    elif count_sum > rules.max_per_pod:
+        _pod_total(holders, rules, problems)
+    classes = False  # any DeviceClass's resource counted (only GPU classes are)
+    for _, counts in holders:
+        if not rules.class_names.isdisjoint(counts):
+            classes = True
+            break
+    if classes:
+        _whole_gpus(holders, rules, problems)
+    if counted is not None:  # DeviceClasses' resources included: the cluster checks read them from slices
+        counted += holders
+        counted += sized  # the memory backends' per-GPU amounts (memshare.node_amounts)
+    return problems, count_sum
+
+
+def _compact(ref: ContainerRef) -> str:
+    return f"{ref.section}[{ref.index}]"
+
+
+def container_violation(ref: ContainerRef, line: str, short: str, kind: type[Violation] = Violation) -> Violation:
+    """A violation about one container: its label in front of both forms (the short one falls back to its place)."""
+    return _violation(ref.label, _compact(ref), line, short, kind)
+
+
+def pod_violation(line: str, short: str) -> Violation:
+    """A violation about the pod as a whole."""
+    return _violation("pod", "pod", line, short)
+
+
+def _add(ref: ContainerRef, problems: Problems, line: str, short: str, kind: type[Violation] = Violation) -> None:
+    problems.append(container_violation(ref, line, short, kind))
+
+
+def container_counts(ref: ContainerRef, rules: Rules, problems: Problems) -> dict[str, int | Fraction]:
+    """Check one container's managed resources; return its GPU counts (the limits, which the pod holds)."""
+    resources = ref.body.get("resources")
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict):
+        what = type(resources).__name__
+        _add(
+            ref,
+            problems,
+            f"resources must be a map, not {what}; fix the manifest",
+            f"resources must be a map, not {_brief(what, 12)}; fix the manifest",
+            Refusal,
+        )
+        return {}
+    requests, limits = resources.get("requests"), resources.get("limits")
+    if not ((requests is None or isinstance(requests, dict)) and (limits is None or isinstance(limits, dict))):
+        for which, value in (("requests", requests), ("limits", limits)):
+            if value is not None and not isinstance(value, dict):
+                what = type(value).__name__
+                _add(
+                    ref,
+                    problems,
+                    f"resources.{which} must be a map, not {what}; fix the manifest",
+                    f"resources.{which} must be a map, not {_brief(what, 12)}; fix the manifest",
+                    Refusal,
+                )
+                break
+        return {}
+    requests, limits = requests or {}, limits or {}
+    counts: dict[str, int | Fraction] = {}
+    for name, limit in limits.items():
+        if is_managed(name):
+            count = _resource(ref, name, requests.get(name, NO_REQUEST), limit, rules, problems)
+            if count is not None:
+                counts[name] = count
+    for name in requests:
+        if name not in limits and is_managed(name):
+            _resource(ref, name, requests[name], None, rules, problems)  # no limit: never a count
+    if len(counts) > 1 and not all(counts.values()) and any(counts.values()):
+        _zero_companions(ref, counts, limits, rules, problems)
+    return counts
+
+
+def _zero_companions(
+    ref: ContainerRef, counts: dict[str, int | Fraction], limits: dict[str, Any], rules: Rules, problems: Problems
+) -> None:
+    """A managed resource set to 0 beside a GPU request. The scheduler and the device plugin skip it, but it
+    keeps mutation from mapping the request (its target is already there): `nvidia.com/gpu: 1` with
+    `nvidia.com/gpu.shared: "0"` would stay a whole GPU in a sharing namespace. A 0 alone asks for nothing and
+    is left as written (charts write `nvidia.com/gpu: 0` for their CPU variant)."""
+    held = next(f"{name} {quantity_text(limits[name])}" for name, count in counts.items() if count)
+    for name, count in counts.items():
+        if not count:
+            shown = quantity_text(limits[name])
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} beside {held} asks for no device, and a zero keeps the webhook from making the "
+                f'request what policy "{rules.policy.name}" gives; remove {name}',
+                f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it",
+            )
+
+
+def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> int | Fraction | None:
+    try:
+        value = parse_quantity(raw)
+    except QuantityError as error:
+        shown = quantity_text(raw)
+        _add(
+            ref,
+            problems,
+            f'{name} {which} {shown} {error} ({APISERVER_TOO}); set a whole number of devices such as "1"',
+            f"{_brief(name)} {which} {_brief(shown, 12)} is not a quantity; set a whole number",
+            Refusal,
+        )
+        return None
+    if value < 0:
+        shown = quantity_text(raw)
+        _add(
+            ref,
+            problems,
+            f"{name} {which} {shown} is negative ({APISERVER_TOO}); set a whole number of devices >= 0",
+            f"{_brief(name)} {which} {_brief(shown, 12)} is negative; set a whole number >= 0",
+            Refusal,
+        )
+        return None
+    return value
+
+
+def _resource(
+    ref: ContainerRef, name: str, request_raw: Any | _Missing, limit_raw: Any, rules: Rules, problems: Problems
+) -> int | Fraction | None:
+    """Check one managed resource of a container; return its count when it is valid."""
+    if limit_raw is None:  # only before mutation (which copies requests into limits)
+        if request_raw is NO_REQUEST:
+            return None  # a null limit alone: zero to the API server, and no GPU
+        if _parsed(ref, name, "request", request_raw, problems) is not None:
+            shown = quantity_text(request_raw)
+            _add(
+                ref,
+                problems,
+                f"{name} request {shown} has no limit; GPUs cannot be overcommitted ({APISERVER_TOO}): "
+                f"set limits.{name} to the same value",
+                f"{_brief(name)} request {_brief(shown, 12)} has no limit; set an equal limit",
+                Refusal,
+            )
+        return None
+    limit = _parsed(ref, name, "limit", limit_raw, problems)
+    if request_raw is NO_REQUEST or (type(request_raw) is type(limit_raw) and request_raw == limit_raw):
+        request = limit  # the same text: judged (and reported) once (`true` is not 1, though Python says so)
+    elif request_raw is None:
+        request = Fraction(0)  # JSON null decodes as a zero Quantity (apimachinery Quantity.UnmarshalJSON)
+    else:
+        request = _parsed(ref, name, "request", request_raw, problems)
+    if limit is None or request is None:
+        return None
+    policy = rules.policy
+    if request != limit:
+        request_shown, limit_shown = quantity_text(request_raw), quantity_text(limit_raw)
+        _add(
+            ref,
+            problems,
+            f"{name} request {_amount(name, request_raw, request)} differs from limit "
+            f"{_amount(name, limit_raw, limit)}; GPUs cannot be overcommitted "
+            f"({APISERVER_TOO}): set request and limit to the same whole number",
+            f"{_brief(name)} request {_brief(request_shown, 10)} != limit {_brief(limit_shown, 10)}; "
+            "set both to one whole number",
+            Refusal,
+        )
+        return None
+    value = limit
+    if value.denominator != 1:
+        shown = quantity_text(limit_raw)
+        if name == NVIDIA_GPU:
+            line, short = _fraction_advice(_amount(name, limit_raw, value), value, rules, shown)
+        else:
+            line = (
+                f"{name} {_amount(name, limit_raw, value)} is fractional, but GPUs are whole devices "
+                f"({APISERVER_TOO}); request a whole number"
+            )
+            short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
+        _add(ref, problems, line, short, Refusal)
+        return None
+    foreign = value and name not in rules.served and (name.startswith("nvidia.com/") or name in MEMORY_SLICE_RESOURCES)
+    if name in DEVICE_AMOUNTS:
+        if foreign:  # another pool's memory slice (memshare.py)
+            _served(ref, name, limit_raw, rules, problems)
+        return None  # an amount of one GPU: whole and request = limit, but not a number of devices
+    if name not in rules.class_names and name.startswith(DEVICE_CLASS_PREFIX):
+        return None  # a DeviceClass whose devices are no GPU here: an extended resource, not a GPU
+    if value and name in rules.unshared_classes:
+        _unshared_class(ref, name, limit_raw, value, rules, problems)
+    if foreign:
+        _served(ref, name, limit_raw, rules, problems)
+    if name == NVIDIA_GPU and rules.mapping_target is not None:
+        if value and not _over_mapped_maximum(ref, value, rules, problems):
+            _left_unmapped(ref, limit_raw, rules, problems)
+        return value
+    maximum = rules.container_maximum(name)
+    if value > maximum:
+        shown = quantity_text(limit_raw)
+        where = f'policy "{policy.name}"'
+        if rules.one_shared_replica and rules.is_replica(name):
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
+                f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
+                f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1",
+            )
+        elif rules.one_mig_slice and (
+            name.startswith(MIG_PREFIX) or name == rules.mig_single_resource or name in rules.class_migs
+        ):
+            _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
+        else:
+            _over_container_maximum(
+                ref, f"{name} {shown}", f"{_brief(name)} {_brief(shown, 8)}", rules, maximum, problems
+            )
+    return value
+
+
+def _unshared_class(
+    ref: ContainerRef, name: str, raw: Any, value: int | Fraction, rules: Rules, problems: Problems
+) -> None:
+    """NVIDIA's whole-GPU DeviceClass asked for as an extended resource under time-slicing or MPS: the claim the
+    scheduler makes for it carries no GpuConfig, so the driver gives the container GPUs of its own, unshared."""
+    shown, mode = quantity_text(raw), rules.policy.sharing.mode
+    _add(
+        ref,
+        problems,
+        f"{name} {shown} asks DRA for whole GPUs that nothing shares (the claim made for it carries no GpuConfig), "
+        f'but policy "{rules.policy.name}" shares GPUs by {mode}; ask for {NVIDIA_GPU}: {value} (shared by {mode}), '
+        f"or name a ResourceClaim whose GpuConfig sets sharing.strategy {rules.gpu_config_strategy}",
+        f"{_brief(name[len(DEVICE_CLASS_PREFIX) :])} {_brief(shown, 8)}: whole GPUs, unshared under {mode}; ask "
+        f"for {NVIDIA_GPU}",
+    )
+
+
+def _over_container_maximum(
+    ref: ContainerRef, what: str, brief: str, rules: Rules, maximum: int, problems: Problems
+) -> None:
+    """`what` (a resource and its value) is more than one container may hold under the policy."""
+    _add(
+        ref,
+        problems,
+        f'{what} exceeds the per-container maximum of {maximum} (policy "{rules.policy.name}"); request at most '
+        f"{maximum}",
+        f"{brief}: at most {_brief(str(maximum), 8)} per container; ask for fewer",
+    )
+
+
+def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
+    """What becomes of a request for `n` > 1 shared replicas, as the device plugin (NVIDIA/k8s-device-plugin)
+    does it: internal/rm/rm.go ValidateRequest fails it only where the sharing config's
+    `failRequestsGreaterThanOne` is true. The plugin leaves that unset (false) for time-slicing, and so does the
+    GPU Operator's documented config; api/config/v1/config.go sets it true for MPS unless the config says
+    otherwise. Unset, the replicas are handed out, spread over the node's GPUs where it can (its `distributed`
+    allocation policy) and on one GPU where it cannot, each still shared with other pods."""
+    if mode is Mode.MPS:
+        return (
+            f"{n} MPS replicas are not {n} GPUs, and the device plugin refuses them (its failRequestsGreaterThanOne "
+            "is on by default under MPS: the kubelet fails the pod with UnexpectedAdmissionError)"
+        )
+    return (
+        f"{n} {mode} replicas are not {n} GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
+        "by default), on one GPU or several, each still shared with other pods"
+    )
+
+
+def _amount(name: str, raw: Any, value: int | Fraction) -> str:
+    """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
+    return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
+
+
+def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: str) -> tuple[str, str]:
+    """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
+    line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
+    policy = rules.policy
+    if policy.sharing.mode is Mode.MEMORY:  # too small for one unit of the backend, or the memory unknown
+        return memshare.fraction_advice(shown, value, policy)
+    model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None
+    if model is not None:
+        sharing = policy.sharing
+        offered = (sharing.mig_profile,) if sharing.is_mig_single and sharing.mig_profile else sharing.mig_profiles
+        profiles = offered_profiles(model, offered)
+        names = ", ".join(profile.name for profile in profiles)
+        if sharing.is_mig_single:  # the nodes offer one profile, as nvidia.com/gpu
+            return (
+                f"{NVIDIA_GPU} {shown} is fractional, and the one MIG slice offered here ({names}) does not hold "
+                f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"; {APISERVER_TOO}); request '
+                f"{NVIDIA_GPU}: 1 (one {names} slice), or whole GPUs in a namespace that has them",
+                f"{NVIDIA_GPU} {_brief(written, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
+            )
+        return (
+            f"{NVIDIA_GPU} {shown} is fractional, and no MIG slice offered here holds {format_fraction(value)} of "
+            f'one {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
+            "or a MIG profile it offers",
+            f"{NVIDIA_GPU} {_brief(written, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
+        )
+    return (
+        f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); {offer(policy)}",
+        f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {short_offer(policy)}",
+    )
+
+
+def _one_slice_line(what: str, rules: Rules) -> str:
+    """Two MIG slices in one container are not a 2-GPU machine.
+
+    NVIDIA's MIG user guide (docs.nvidia.com/datacenter/tesla/mig-user-guide, "CUDA Device Enumeration" and
+    "Supported Configurations"): a CUDA process enumerates a single MIG device, however many are made visible
+    to the container, and GPU-to-GPU P2P (PCIe or NVLink) is not supported between MIG devices, so NCCL has no
+    fast path between slices. A second slice is memory and compute that the program cannot use.
+    """
+    policy = rules.policy
+    return (
+        f'{what} is more than one MIG slice per container (policy "{policy.name}"): CUDA sees one MIG device '
+        "per process, and slices have no NVLink or P2P between them; request one bigger profile, or whole GPUs "
+        "in a namespace that has them"
+    )
+
+
+def _one_slice_short(what: str) -> str:
+    return f"{what}: one MIG slice per container; ask for one bigger profile"
+
+
+def _left_unmapped(ref: ContainerRef, raw: Any, rules: Rules, problems: Problems) -> None:
+    """`nvidia.com/gpu: N` still there after mutation in a namespace that maps it: mutation leaves it only where
+    the container already holds the target (`nvidia.com/gpu.shared: "0"` beside it, say), and a whole GPU would
+    then be drawn from a pool this namespace is not given."""
+    target = rules.mapping_target
+    policy = rules.policy
+    shown = quantity_text(raw)
+    _add(
+        ref,
+        problems,
+        f'{NVIDIA_GPU} {shown} stays a whole GPU beside {target}, but under policy "{policy.name}" '
+        f"({policy.sharing.mode}) {NVIDIA_GPU} becomes {target}; request {target} or {NVIDIA_GPU}, not both",
+        f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both",
+    )
+
+
+def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: Rules, problems: Problems) -> bool:
+    """`nvidia.com/gpu: N` in a namespace that maps it (mutation leaves it as written when N is more than the
+    target allows): the line names the request as written and what the policy makes of it. Whether it was."""
+    target = rules.mapping_target
+    assert target is not None
+    maximum = rules.container_maximum(target)
+    if value <= maximum:
+        return False
+    policy = rules.policy
+    n = int(value)
+    what = f"{NVIDIA_GPU} {n} ({target} {n} under {policy.sharing.mode})"
+    if rules.one_shared_replica and is_shared(target):
+        _add(
+            ref,
+            problems,
+            f'{what} exceeds 1 per container (policy "{policy.name}"): {_replicas_fate(policy.sharing.mode, n)}; '
+            "request 1, or whole GPUs in a namespace that has them",
+            f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1",
+        )
+    elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
+        _add(ref, problems, _one_slice_line(what, rules), _one_slice_short(f"{NVIDIA_GPU} {n}"))
+    else:
+        _over_container_maximum(ref, what, f"{NVIDIA_GPU} {_brief(str(n), 8)}", rules, maximum, problems)
+    return True
+
+
+def _within_share(ref: ContainerRef, rules: Rules, problems: Problems) -> None:
+    """A fraction converted to a shared replica (mutation records it in the container) may not be more than one
+    replica's share: the scheduler packs `replicas` of them onto one GPU, and each would be told it may use more
+    memory than it gets."""
+    share = rules.share
+    assert share is not None
+    env = ref.body.get("env")
+    if type(env) is not list:
+        return
+    for entry in env:
+        if type(entry) is dict and entry.get("name") == RECORDED_FRACTION:
+            asked = recorded_fraction(entry)
+            if asked is not None and asked > share:
+                policy = rules.policy
+                mode, limit = policy.sharing.mode, format_fraction(share)
+                _add(
+                    ref,
+                    problems,
+                    f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share here ({mode} gives "
+                    f'1/{policy.sharing.replicas} of a GPU per replica, policy "{policy.name}"); ask for {limit} '
+                    "or less, or for whole GPUs in a namespace that has them",
+                    f"{NVIDIA_GPU} {_brief(format_fraction(asked), 8)} exceeds one share "
+                    f"(1/{policy.sharing.replicas}); ask for {_brief(limit, 8)} or less, or whole GPUs",
+                )
+            return
+
+
+MEMORY_READS = frozenset({*MEMORY_VARIABLES, RECORDED_FRACTION})  # the env names the memory rule reads
+
+
+def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Rules, problems: Problems) -> None:
+    """A user's own memory variable (envhints.MEMORY_VARIABLES) in a container that holds a shared replica may
+    not let its framework take more than the container's share of the GPU: the scheduler packs `replicas` such
+    containers onto one GPU, and one that takes 0.9 of it starves or crashes the others as surely as a fraction
+    over the share would. The share is the fraction the container converted (recorded by mutation), else one
+    replica's. Within the share, the value is kept as written (mutation says so when it differs from its own)."""
+    env = ref.body.get("env")
+    if type(env) is not list or not any(map(rules.is_replica, counts)):
+        return
+    own, share, tail = rules.own_memory_values, rules.share, rules.own_env_tail
+    assert share is not None
+    judged: list[tuple[str, str]] = []  # (name, value) of the variables to judge: not from a ConfigMap or Secret
+    owned: list[tuple[str, str]] = []  # those exactly as the policy sets them for one replica's share
+    hints: list[dict[str, str]] = []
+    if tail and env[-len(tail) :] == tail:  # the usual case: the user's entries, then the policy's own hints
+        hints, env = tail, env[: -len(tail)]
+    for entry in env:
+        if type(entry) is not dict:
+            continue
+        name, value = entry.get("name"), entry.get("value")
+        if type(value) is not str or type(name) is not str or name not in MEMORY_READS:
+            continue
+        if name == RECORDED_FRACTION:
+            share = min(share, recorded_fraction(entry) or share)
+        elif (name, value) in own:
+            owned.append((name, value))
+        else:
+            judged.append((name, value))
+    if share is not rules.share and share != rules.share:  # a converted fraction's smaller share: the
+        # policy's own may exceed it (its MPS limits are not a framework's fraction: not judged here)
+        judged += owned + [(entry["name"], entry["value"]) for entry in hints if entry["name"] in MEMORY_VARIABLES]
+    policy = rules.policy
+    for name, value in judged:
+        claim = memory_claim(name, value, rules.gpu_memory_mib)
+        if claim is None or claim <= share or not judged_in_mode(name, policy.sharing.mode):
+            continue
+        reader = MEMORY_VARIABLES[name]
+        instead = memory_value(name, share, rules.gpu_memory_mib)
+        setting = f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
+        portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+        # The value as written is not quoted (the log keeps every line): what it lets the framework take is.
+        _add(
+            ref,
+            problems,
+            f"{name} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this container's share "
+            f'is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set {setting}, or remove it and the '
+            "webhook sets it",
+            f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
+            + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)),
+        )
+
+
+def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Rules, problems: Problems) -> None:
+    """An inference engine's memory flag (engines.py) in a container that holds a shared replica may not let the
+    engine take more than the container's share, as a memory variable may not (`_memory_variables`); the line
+    gives the exact argument to write. Within the share it stays as written."""
+    engine = engines.detect(ref.body)  # first: most containers are no engine, and say so at once
+    policy = rules.policy
+    if engine is None or not engines.applies(engine, policy.sharing.mode) or not any(map(rules.is_replica, counts)):
+        return
+    found = engines.find(ref.body, engine)
+    share = rules.share
+    if found is None or found.value is None or share is None:
+        return  # absent (mutation adds it), or not a number (the engine refuses it)
+    env = ref.body.get("env")
+    if type(env) is list:
+        for entry in env:
+            if type(entry) is dict and entry.get("name") == RECORDED_FRACTION:
+                share = min(share, recorded_fraction(entry) or share)
+    if found.value <= share:
+        return
+    instead = engines.argument(engine, share, rules.gpu_memory_mib)
+    portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
+    claim = format_fraction(found.value)
+    _add(
+        ref,
+        problems,
+        f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
+        f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
+        "webhook adds it",
+        f"{claim} of the GPU is over the {portion} share; write {instead}",
+    )
+
+
+def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: Rules, problems: Problems) -> None:
+    """A pod pinned to GPUs shared without renaming, holding the renamed replica: it would never schedule.
+
+    GPU feature discovery appends `-SHARED` to `nvidia.com/gpu.product` on nodes whose time-slicing or MPS
+    replicas keep the name `nvidia.com/gpu` (NVIDIA/k8s-device-plugin internal/lm/resource.go,
+    getProductName: shared and not renamed). Those nodes advertise no `nvidia.com/gpu.shared`, so a pod that
+    holds it (what the policy maps `nvidia.com/gpu` to) and selects only such products stays Pending.
+    """
+    renamed = rules.renamed_replica
+    if renamed is None or not any(counts.get(renamed) for _, counts in holders):
+        return
+    pinned = steering.kept_name_pin(spec)
+    if pinned is None:
+        return
+    policy = rules.policy
+    problems.append(
+        pod_violation(
+            f"{pinned} pins it to nodes whose {policy.sharing.mode} replicas keep the name {NVIDIA_GPU} (GPU feature "
+            f'discovery\'s -SHARED suffix), but policy "{policy.name}" gives this namespace {renamed} (what '
+            f"{NVIDIA_GPU} becomes here), which those nodes do not advertise: the pod would stay Pending; remove "
+            f"it, or use a namespace whose policy keeps the name {NVIDIA_GPU}",
+            f"{_brief(pinned, 48)} selects nodes without {_brief(renamed, 24)}; remove it",
+        )
+    )
+
+
+def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Problems) -> None:
+    """An NVIDIA resource that this namespace's pool does not hand out (`_served_resources`): the pod would draw
+    on another team's pool (a MIG slice in a whole-GPU namespace, a shared replica in a MIG one)."""
+    policy, model = rules.policy, rules.mig_model
+    shown = quantity_text(raw)
+    profile = mig_profile_of(name)
+    if profile is not None and not name.endswith(SHARED_SUFFIX) and policy.sharing.mode is Mode.MIG:
+        if rules.any_mig_profile or policy.sharing.is_mig_single:
+            if rules.any_mig_profile:
+                return  # an unknown model's profiles: any is one
+        elif model is not None and model.profile(profile) is None:
+            # The advice is what the nodes offer: another profile of the model that they do not offer would be
+            # the next denial.
+            choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
+                f'(policy "{policy.name}"); use one of {", ".join(choices)}',
+                f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has",
+            )
+            return
+        elif rules.offered is not None:
+            _add(
+                ref,
+                problems,
+                f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
+                f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
+                "use one of those",
+                f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists",
+            )
+            return
+    if is_shared(name):
+        what = "a shared GPU"
+    elif name in MEMORY_SLICE_RESOURCES:
+        what = "a memory-sliced GPU resource"
+    elif profile is not None:
+        what = "a MIG slice"
+    else:
+        what = "an NVIDIA resource"
+    gives, instead, short = _pool(rules)
+    _add(
+        ref,
+        problems,
+        f'{name} {shown} is {what}, but policy "{policy.name}" gives this namespace {gives}; request {instead}',
+        f"{_brief(name)}: not this namespace's GPUs; {short}",
+    )
+
+
+def _pool(rules: Rules) -> tuple[str, str, str]:
+    """What the namespace's pool is, what to request instead of another pool's resource, and that in short."""
+    sharing = rules.policy.sharing
+    if sharing.mode is Mode.MEMORY:
+        return memshare.pool_words(rules.policy)
+    if sharing.mode.is_shared:
+        name = sharing.resource_name
+        if name == NVIDIA_GPU:
+            return f"{sharing.mode} replicas as {NVIDIA_GPU}", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+        return (
+            f"{sharing.mode} replicas ({name})",
+            f"{NVIDIA_GPU}: 1 (it becomes {name}: 1) or {name}",
+            f"ask for {NVIDIA_GPU}: 1",
+        )
+    if sharing.mode is Mode.MIG:
+        if sharing.is_mig_single:
+            gives = f"one {sharing.mig_profile} MIG slice per {NVIDIA_GPU} (migStrategy single)"
+            return gives, f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+        target = mig_resource(sharing.mig_profile) if sharing.mig_profile else None
+        offered = sorted(name for name in rules.served if name != NVIDIA_GPU)
+        listed = ", ".join(offered) if offered else f"{MIG_PREFIX}<profile>"
+        into = f" (it becomes {target})" if target else ""
+        return f"MIG slices ({listed})", f"{NVIDIA_GPU}: 1{into} or one of those", f"ask for {NVIDIA_GPU}: 1"
+    return "whole GPUs (mode exclusive)", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+
+
+MEMORY_WORTH = "GPU memory"  # mode memory: the pseudo-resource that `effective_total` adds up
+
+
+def _memory_share(
+    ref: ContainerRef,
+    counts: dict[str, int | Fraction],
+    rules: Rules,
+    problems: Problems,
+    worths: Holders,
+    gpus: int,
+) -> None:
+    """Mode memory: the container's backend resources as GPUs' worth of memory (memshare.held), checked against
+    the per-container maximum as whole GPUs are; `worths` gathers them for the pod's maximum. `gpus`: ACK, the
+    GPUs the pod's memory spreads over."""
+    limits = ref.resource_map("limits")
+    if not limits:
+        return
+    got = memshare.held(limits, rules.policy, gpus)
+    for line, short in got.problems:
+        _add(ref, problems, line, short)
+    if not got.worth:
+        return
+    worths.append((ref, {MEMORY_WORTH: got.worth}))
+    maximum = rules.max_whole_per_container
+    if got.worth > maximum and not any(count > rules.container_maximum(name) for name, count in counts.items()):
+        policy = rules.policy
+        _add(
+            ref,
+            problems,
+            f"holds {memshare.worth_text(got.worth)} ({policy.sharing.backend}), more than the per-container "
+            f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
+            f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less",
+        )
+
+
+def _memory_pod_total(worths: Holders, rules: Rules, problems: Problems) -> None:
+    """Mode memory: the pod's effective GPUs' worth of memory (`effective_total`) against the per-pod maximum."""
+    maximum = rules.max_per_pod
+    total, running = effective_total(worths, MEMORY_WORTH)
+    if total <= maximum or (len(running) == 1 and total > rules.max_whole_per_container):
+        return  # within the maximum, or one container over its own: its line says it
+    named = ", ".join(f'"{ref.name}"={format_fraction(Fraction(value))}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    policy = rules.policy
+    problems.append(
+        pod_violation(
+            f"{memshare.worth_text(Fraction(total))} in effect ({together}: {named}) exceeds the per-pod maximum "
+            f'of {maximum} GPUs (policy "{policy.name}", {policy.sharing.backend}); request less or split the pod',
+            f"{memshare.worth_text(Fraction(total))}: at most {maximum} GPUs per pod; ask for less or split the pod",
+        )
+    )
+
+
+def _privileged(ref: ContainerRef) -> bool:
+    """A privileged container sees every device node of the host whatever it asks for: the device rules
+    protect nothing there, and the GPU stack's own pods (device plugin, DCGM exporter, GPU feature discovery)
+    run privileged with NVIDIA_VISIBLE_DEVICES=all and no GPU request. Pod Security admission is the fence for
+    privileged containers."""
+    security = ref.body.get("securityContext")
+    return type(security) is dict and security.get("privileged") is True
+
+
+TRUST_HINT = "policy's trustedSchedulers"
+
+
+def _visible_devices(ref: ContainerRef, rules: Rules, problems: Problems, holds_gpu: bool, scheduler: Any) -> None:
+    """NVIDIA_VISIBLE_DEVICES in an unprivileged container (called only where the policy blocks it), whatever
+    the container requests: the kubelet puts the pod's env after the device plugin's, and the container
+    toolkit keeps the last value, so `nvidia.com/gpu: 1` beside `NVIDIA_VISIBLE_DEVICES=all` sees every GPU
+    of the node while one is allocated. A scheduler the policy trusts (`trustedSchedulers`, matched against
+    spec.schedulerName) may set it from a ConfigMap key, as KAI Scheduler's GPU sharing does (a ConfigMap it
+    owns and writes when it binds the pod); a literal value is never trusted."""
+    entry = None
+    env = ref.body.get("env")
+    if type(env) is list:
+        for item in env:
+            if type(item) is dict and item.get("name") == VISIBLE_DEVICES:
+                entry = item
+                break
+    if entry is None and "envFrom" not in ref.body:
+        return  # the usual case
+    policy = rules.policy
+    if holds_gpu:
+        state = "beside its GPU request"
+        why = (
+            "the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, "
+            "so the container would see GPUs not allocated to it"
+        )
+    else:
+        state = "but requests no GPU"
+        why = "the NVIDIA container toolkit would expose GPUs without allocating them"
+    where = f'policy "{policy.name}"'
+    if entry is not None:
+        source = entry.get("valueFrom")
+        from_config_map = type(source) is dict and type(source.get("configMapKeyRef")) is dict
+        if from_config_map and type(scheduler) is str and scheduler in rules.trusted_schedulers:
+            return
+        fix = (
+            "remove the variable (the device plugin sets it)"
+            if holds_gpu
+            else f"remove the variable or request {NVIDIA_GPU}"
+        )
+        short = "remove it" if holds_gpu else f"remove it or request {NVIDIA_GPU}"
+        if from_config_map:  # the shape a scheduler writes: say how to trust one
+            named = f'spec.schedulerName "{scheduler}"' if type(scheduler) is str else "no spec.schedulerName"
+            fix += (
+                f"; if a scheduler sets it (KAI Scheduler's GPU sharing), list that scheduler in the "
+                f"{TRUST_HINT} ({named} is not listed)"
+            )
+            short = f"{short}, or list its scheduler in {TRUST_HINT}"
+        _add(
+            ref,
+            problems,
+            f"sets {VISIBLE_DEVICES} {state}; {why} ({where}): {fix}",
+            f"sets {VISIBLE_DEVICES} {state}; {short}",
+        )
+    elif "envFrom" in ref.body and (prefix := visible_devices_prefix(ref.body)) is not None:
+        fix = "use another prefix" if holds_gpu else f"use another prefix or request {NVIDIA_GPU}"
+        _add(
+            ref,
+            problems,
+            f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key '
+            f'"{VISIBLE_DEVICES.removeprefix(prefix)}") {state}; {why} ({where}): {fix}',
+            f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix',
+        )
+
+
+def _device_volumes(spec: dict[str, Any]) -> dict[str, str]:
+    """The pod's hostPath volumes that hold the node's GPU device nodes: volume name -> host path."""
+    return {
+        name: path for name, path in host_paths(spec).items() if DEVICE_PATH_MARK in path and is_gpu_device_path(path)
+    }
+
+
+def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: Rules, problems: Problems) -> None:
+    """Device selection past the device plugin through volumes, in an unprivileged container: a mount under the
+    container toolkit's device-list root (its `volume-mounts` strategy reads the mount paths there as the
+    devices to give, whatever the volume is), or a hostPath of the node's /dev or /dev/nvidia*."""
+    where = f'policy "{rules.policy.name}"'
+    for volume, path in volume_mounts(ref.body):
+        if DEVICE_LIST_MARK in path and is_device_list_mount(path):
+            _add(
+                ref,
+                problems,
+                f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give '
+                f"the container the GPUs named there without allocating them ({where}); remove the mount and "
+                f"request {NVIDIA_GPU}",
+                f"mounts {_brief(path, 40)}, the toolkit's device list; remove it, request {NVIDIA_GPU}",
+            )
+        elif volume in devices:
+            _add(
+                ref,
+                problems,
+                f'mounts hostPath {devices[volume]} (volume "{volume}"): the node\'s GPU device nodes, outside '
+                f"the device plugin's allocation ({where}); remove the volume and request {NVIDIA_GPU}",
+                f"mounts hostPath {_brief(devices[volume], 30)}; remove it and request {NVIDIA_GPU}",
+            )
+
+
+def effective_total(holders: Holders, name: str) -> tuple[int | Fraction, list[tuple[ContainerRef, int | Fraction]]]:
+    """The pod's effective request of `name`, as the scheduler computes it with sidecars (KEP-753), and the
+    containers that run together at that peak (so that their counts add up to the total).
+
+    max(app containers + all sidecars, each regular init container + the sidecars started before it)
+    `holders` are in start order: init containers first. Validation's per-pod maximum and the cluster checks
+    (clustercheck.py) both count this way.
+    """
+    sidecars: list[tuple[ContainerRef, int | Fraction]] = []  # started so far: they keep running
+    sidecar_total: int | Fraction = 0
+    app: list[tuple[ContainerRef, int | Fraction]] = []
+    init_total: int | Fraction = 0  # the highest regular init container + the sidecars started before it
+    init_peak: tuple[int, ContainerRef, int | Fraction] | None = None  # (sidecars started, it, its count)
+    for ref, counts in holders:
+        value = counts.get(name)
+        if not value:
+            continue
+        if ref.section == "containers":
+            app.append((ref, value))
+        elif ref.is_sidecar:
+            sidecars.append((ref, value))
+            sidecar_total += value
+        elif value + sidecar_total > init_total:
+            init_total, init_peak = value + sidecar_total, (len(sidecars), ref, value)
+    running, total = sidecars + app, sidecar_total + sum(value for _, value in app)
+    if init_peak is not None and init_total > total:
+        started, ref, value = init_peak
+        running, total = [*sidecars[:started], (ref, value)], init_total
+    return total, running
+
+
+def _pod_total(holders: Holders, rules: Rules, problems: Problems) -> None:
+    """The pod's effective request (`effective_total`) against the per-pod maximum. The line names the
+    containers that run together at that peak, so that their counts add up to the total it reports."""
+    maximum = rules.max_per_pod
+    for name in sorted({name for _, counts in holders for name in counts}):
+        total, running = effective_total(holders, name)
+        if total <= maximum:
+            continue
+        if len(running) == 1 and total > rules.container_maximum(name):
+            continue  # one container over its own maximum: its own line says it
+        named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+        together = "containers running together" if len(running) > 1 else "container"
+        if name == rules.mapping_target:  # most likely written as nvidia.com/gpu: say what the policy made of it
+            shown = f"{name} (what {NVIDIA_GPU} becomes under {rules.policy.sharing.mode})"
+        else:
+            shown = name
+        problems.append(
+            pod_violation(
+                f"{shown} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
+                f'{maximum} (policy "{rules.policy.name}"); request fewer or split the pod',
+                f"{_brief(name)} total {_brief(str(total), 8)}: at most {_brief(str(maximum), 8)} per pod; ask for "
+                "fewer or split the pod",
+            )
+        )
+
+
+def _whole_gpus(holders: Holders, rules: Rules, problems: Problems) -> None:
+    """`nvidia.com/gpu` and the GPU DeviceClasses' resources (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`)
+    are the same whole GPUs asked two ways (a DeviceClass with `extendedResourceName: nvidia.com/gpu` serves
+    both from DRA): their sum is held to the maxima, in a container and in the pod. Only mixes are said here:
+    one name over a maximum has its own line."""
+    names = rules.whole_gpus
+    merged: Holders = []
+    policy = rules.policy
+    maximum = rules.max_whole_per_container
+    for ref, counts in holders:
+        asked = {name: value for name, value in counts.items() if name in names and value}
+        if not asked:
+            continue
+        total = sum(asked.values())
+        merged.append((ref, {"": total}))
+        if len(asked) > 1 and total > maximum and all(value <= maximum for value in asked.values()):
+            what = " and ".join(f"{name} {value}" for name, value in asked.items())
+            _add(
+                ref,
+                problems,
+                f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
+                f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
+                f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer",
+            )
+    total, running = effective_total(merged, "")
+    if total <= rules.max_per_pod:
+        return
+    present = sorted({name for _, counts in holders for name in counts if name in names})
+    if len(present) < 2 or any(effective_total(holders, name)[0] > rules.max_per_pod for name in present):
+        return
+    if len(running) == 1 and total > maximum:
+        return  # one container over its own maximum: its own line says it
+    named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
+    together = "containers running together" if len(running) > 1 else "container"
+    problems.append(
+        pod_violation(
+            f"GPUs asked as {' and '.join(present)} effective total {total} ({together}: {named}) exceeds the "
+            f'per-pod maximum of {rules.max_per_pod} (policy "{policy.name}"): both names ask for the same GPUs; '
+            "request fewer or split the pod",
+            f"GPU total {_brief(str(total), 8)} across GPU resources: at most {_brief(str(rules.max_per_pod), 8)} "
+            "per pod; ask for fewer",
+        )
+    )
+
+
+__all__ = [
+    "Holders",
+    "Refusal",
+    "container_violation",
+    "effective_total",
+    "format_fraction",
+    "offer",
+    "pod_violation",
+    "validate",
+    "validated",
+]
