@@ -16,8 +16,8 @@ from tests import evanphx
 from tests.conftest import ROOT
 from tests.engine_support import Enforcement, Fractional, Mode, Sharing, container, pod, policy, run
 from tests.test_server import review
+from webhook.admission.base.envnames import MPS_MEMORY_LIMIT, MPS_THREAD_PERCENTAGE
 from webhook.admission.phases import engines
-from webhook.admission.phases.envhints import MPS_MEMORY_LIMIT, MPS_THREAD_PERCENTAGE
 from webhook.admission.policy.model import GPU
 
 H100 = GPU(model="H100-80GB")  # 81,559 MiB: the CUDA context's 512 MiB are 0.0063 of it

@@ -19,10 +19,13 @@ from hypothesis import strategies as st
 from tests import evanphx
 from tests.engine_support import NS, container, pod, policy, run
 from webhook.admission.base.violation import SHORT_LIMIT
+from webhook.admission.cluster.nodes import MIG_STRATEGY_LABEL as MIG_STRATEGY
+from webhook.admission.cluster.nodes import REPLICAS_LABEL as REPLICAS
+from webhook.admission.cluster.nodes import STRATEGY_LABEL as SHARING_STRATEGY
 from webhook.admission.cluster.nodes import ClusterView, NodeInfo
 from webhook.admission.engine import evaluate
 from webhook.admission.phases import steering
-from webhook.admission.phases.steering import MIG_STRATEGY, REPLICAS, REQUIRED, SHARING_STRATEGY, term_matches
+from webhook.admission.phases.steering import REQUIRED, term_matches
 from webhook.admission.policy.loader import PolicyLoadError, parse_policy_sources
 from webhook.admission.policy.model import GPU, Enforcement, Fractional, MigStrategy, Mode, PolicySet, Sharing
 

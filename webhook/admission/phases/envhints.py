@@ -29,40 +29,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from webhook.admission.base.envnames import (
+    CUPY_LIMIT,
+    GENERIC_FRACTION,
+    JAX_FRACTION_VARS,
+    JAX_PREALLOCATE,
+    MPS_MEMORY_LIMIT,
+    MPS_THREAD_PERCENTAGE,
+    PYTORCH_ALLOC_CONF,
+    PYTORCH_CUDA_ALLOC_CONF,
+    PYTORCH_FRACTION_KEY,
+    TF_ALLOW_GROWTH,
+    TGI_FRACTION,
+    whole_percent,
+)
 from webhook.admission.base.memo import BoundedMemo
 from webhook.admission.base.quantity import format_fraction
 from webhook.admission.policy.model import Mode, Policy
 
 JAX_CONTEXT_HEADROOM_MIB = 512
 JAX_DEFAULT_HEADROOM = Fraction(2, 100)
-JAX_FRACTION_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
-PYTORCH_CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
-# PyTorch's device-neutral name (2.9+). PyTorch reads only one of the two: its CUDA allocator the CUDA one
-# first, its accelerator config this one first (c10 CUDAAllocatorConfig.h, AllocatorConfig.cpp), so a user's
-# PYTORCH_ALLOC_CONF gets the hint merged in rather than a PYTORCH_CUDA_ALLOC_CONF beside it that would hide it.
-PYTORCH_ALLOC_CONF = "PYTORCH_ALLOC_CONF"
-PYTORCH_FRACTION_KEY = "per_process_memory_fraction"
-JAX_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
-TF_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
-CUPY_LIMIT = "CUPY_GPU_MEMORY_LIMIT"
-TGI_FRACTION = "CUDA_MEMORY_FRACTION"
-GENERIC_FRACTION = "GPU_MEMORY_FRACTION"
-MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-# Every name a hint can have (mutation looks only at these among a container's env entries).
-ENV_HINT_NAMES = frozenset(
-    {
-        *JAX_FRACTION_VARS,
-        JAX_PREALLOCATE,
-        TF_ALLOW_GROWTH,
-        CUPY_LIMIT,
-        TGI_FRACTION,
-        GENERIC_FRACTION,
-        PYTORCH_CUDA_ALLOC_CONF,
-        MPS_MEMORY_LIMIT,
-        MPS_THREAD_PERCENTAGE,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +68,6 @@ def jax_fraction(fraction: Fraction, gpu_memory_mib: int | None) -> Fraction:
     headroom = Fraction(JAX_CONTEXT_HEADROOM_MIB, gpu_memory_mib) if gpu_memory_mib else JAX_DEFAULT_HEADROOM
     lowered = fraction - headroom
     return lowered if lowered > 0 else fraction / 2
-
-
-def whole_percent(fraction: Fraction) -> int:
-    return max(1, int(fraction * 100))
 
 
 def hints_for(policy: Policy, fraction: int | Fraction) -> tuple[EnvHint, ...]:

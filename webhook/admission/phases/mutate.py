@@ -33,6 +33,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission.base.envnames import (
+    ENV_HINT_NAMES,
+    JAX_FRACTION_VARS,
+    PYTORCH_ALLOC_CONF,
+    PYTORCH_CUDA_ALLOC_CONF,
+)
 from webhook.admission.base.patch import index_token, pointer
 from webhook.admission.base.podspec import MUTATED_SECTIONS, POD_SPEC_PATHS, container_label, get_path, pod_spec_path
 from webhook.admission.base.quantity import format_fraction, quantity_or_none, quantity_shown, written_plainly
@@ -47,10 +53,6 @@ from webhook.admission.base.resources import (
 from webhook.admission.base.violation import WARNING_LIMIT, WARNING_PREFIX, Violation, cut
 from webhook.admission.phases import engines, reapply
 from webhook.admission.phases.envhints import (
-    ENV_HINT_NAMES,
-    JAX_FRACTION_VARS,
-    PYTORCH_ALLOC_CONF,
-    PYTORCH_CUDA_ALLOC_CONF,
     EnvHint,
     hints_for,
     merge_alloc_conf,

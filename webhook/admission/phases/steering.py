@@ -42,16 +42,15 @@ from typing import Any
 
 from webhook.admission.base.patch import index_token
 from webhook.admission.base.quantity import quantity_or_none
-from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.base.violation import SHORT_LIMIT, Violation
-from webhook.admission.cluster.nodes import ACK_PLACEMENT_LABEL, SHARED_STRATEGIES
+from webhook.admission.cluster.nodes import ACK_PLACEMENT_LABEL
 from webhook.admission.cluster.nodes import GI_SLICES_LABEL as GI_SLICES
 from webhook.admission.cluster.nodes import MIG_STRATEGY_LABEL as MIG_STRATEGY
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.cluster.nodes import REPLICAS_LABEL as REPLICAS
-from webhook.admission.cluster.nodes import STRATEGY_LABEL as SHARING_STRATEGY
-from webhook.admission.policy.model import Mode, Policy
-from webhook.admission.sharing import memshare
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 STEERED_SECTIONS = ("containers", "initContainers")  # ephemeral containers hold no resources
@@ -94,59 +93,42 @@ def requirements(policy: Policy) -> tuple[Requirement, ...]:
 def _requirements(policy: Policy) -> tuple[Requirement, ...]:
     if not policy.steering:
         return ()
-    sharing = policy.sharing
-    if sharing.mode is Mode.MEMORY:  # the backend's node labels (memshare.py): ACK's isolating pools, placement
-        return tuple(Requirement(key, operator, values) for key, operator, values in memshare.node_requirements(policy))
-    if sharing.mode.is_shared:
-        if sharing.resource_name not in (NVIDIA_GPU, NVIDIA_GPU_SHARED):
-            return ()  # a MIG slice's replicas: labelled under its own resource name, not steered
-        return (
-            Requirement(SHARING_STRATEGY, "In", (str(sharing.mode),)),
-            Requirement(REPLICAS, "In", (str(sharing.replicas),)),
-        )
-    if sharing.is_mig_single:
-        slices = sharing.mig_profile.split("g.", 1)[0] if sharing.mig_profile else None
-        return (
-            Requirement(MIG_STRATEGY, "In", ("single",)),
-            Requirement(GI_SLICES, "In", (slices,)) if slices else Requirement(GI_SLICES, "Exists"),
-        )
-    if sharing.mode is Mode.EXCLUSIVE:
-        # Not `mig.strategy notin (single)`: whole-GPU nodes carry `single` too where that is the cluster's
-        # strategy (the GPU Operator's default), and such pods would never schedule.
-        return (
-            Requirement(SHARING_STRATEGY, "NotIn", SHARED_STRATEGIES),
-            Requirement(GI_SLICES, "DoesNotExist"),
-        )
-    return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
+    return tuple(
+        Requirement(key, operator, values) for key, operator, values in backend_of(policy).node_requirements(policy)
+    )
 
 
 def whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
     """The requirements of a memory namespace's pods that hold whole GPUs and no share (ACK's exclusive pool,
-    memshare.whole_requirements); none elsewhere, and where the policy does not steer."""
+    the backend's whole_requirements); none elsewhere, and where the policy does not steer."""
     return policy.derived("steering-whole-requirements", _whole_requirements)
 
 
 def _whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
-    if not policy.steering or policy.sharing.mode is not Mode.MEMORY:
+    if not policy.steering:
         return ()
-    return tuple(Requirement(key, operator, values) for key, operator, values in memshare.whole_requirements(policy))
+    return tuple(
+        Requirement(key, operator, values) for key, operator, values in backend_of(policy).whole_requirements(policy)
+    )
 
 
 def multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
     """The requirements of a memory namespace's shares spread over several GPUs (ACK's multi-GPU sharing, the
-    pod label aliyun.com/gpu-count: memshare.node_requirements)."""
+    pod label aliyun.com/gpu-count: the backend's multi_requirements)."""
     return policy.derived("steering-multi-requirements", _multi_requirements)
 
 
 def _multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
-    if not policy.steering or policy.sharing.mode is not Mode.MEMORY:
+    if not policy.steering:
         return ()
-    return tuple(Requirement(k, operator, values) for k, operator, values in memshare.node_requirements(policy, True))
+    return tuple(
+        Requirement(k, operator, values) for k, operator, values in backend_of(policy).multi_requirements(policy)
+    )
 
 
 def pod_requirements(spec: dict[str, Any], policy: Policy, gpus: int = 1) -> tuple[Requirement, ...]:
     """The requirements that a pod spec gets: the policy's where a container holds the resource it steers (a
-    memory namespace's multi-GPU ones where the pod spreads it over `gpus` > 1, memshare.pod_gpus), a memory
+    memory namespace's multi-GPU ones where the pod spreads it over `gpus` > 1, the backend's pod_gpus), a memory
     namespace's whole-GPU ones where a container holds `nvidia.com/gpu` and none holds a share (ACK: a node
     serves shares or whole GPUs, never both), else none."""
     wanted = requirements(policy)
@@ -175,9 +157,7 @@ def _is_value(requirement: Requirement) -> bool:
 def steered_resource(policy: Policy) -> str:
     """The resource whose holders are steered: the shared replica's name, the memory backend's, else
     `nvidia.com/gpu`."""
-    if policy.sharing.mode is Mode.MEMORY:
-        return memshare.steered_resource(policy)
-    return policy.sharing.shared_resource or NVIDIA_GPU
+    return backend_of(policy).steered_resource(policy)
 
 
 # --- Label selection, as the scheduler evaluates it (k8s.io/apimachinery labels.Requirement.Matches) --------
@@ -256,25 +236,11 @@ def _term_conflicts(expressions: list[Any], wanted: Iterable[Requirement], polic
 
 def product_rule(policy: Policy) -> str | None:
     """What GPU feature discovery's product label says on the policy's nodes, or None where it says nothing."""
-    sharing = policy.sharing
-    if sharing.mode is Mode.EXCLUSIVE:
-        return f"{PRODUCT} neither ending in -SHARED nor holding -MIG-"
-    if sharing.mode.is_shared and sharing.resource_name == NVIDIA_GPU:
-        return f"{PRODUCT} ending in -SHARED"
-    if sharing.is_mig_single and sharing.mig_profile:
-        return f"{PRODUCT} ending in -MIG-{sharing.mig_profile.replace('+', '')}"
-    return None
+    return backend_of(policy).product_rule(policy, PRODUCT)
 
 
 def product_fits(policy: Policy, product: str) -> bool:
-    sharing = policy.sharing
-    if sharing.mode is Mode.EXCLUSIVE:
-        return not product.endswith("-SHARED") and "-MIG-" not in product
-    if sharing.mode.is_shared and sharing.resource_name == NVIDIA_GPU:
-        return product.endswith("-SHARED")
-    if sharing.is_mig_single and sharing.mig_profile:
-        return product.endswith("-MIG-" + sharing.mig_profile.replace("+", ""))
-    return True
+    return backend_of(policy).product_fits(policy, product)
 
 
 # --- Merging into a pod spec ---------------------------------------------------------------------------------
@@ -326,7 +292,7 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy, gpus: int = 1) -> 
     if type(terms) is not list or not all(type(term) is dict for term in terms):
         return _done(conflicts, None, None, wanted)
     new_terms, patch, contradicted, live = [], [], [], 0
-    obsolete = OBSOLETE.expression if policy.sharing.mode is Mode.EXCLUSIVE else None
+    obsolete = OBSOLETE.expression if backend_of(policy).drops_single_strategy() else None
     removed = False
     for index, term in enumerate(terms):
         expressions = term.get("matchExpressions")
@@ -459,21 +425,11 @@ def _holds(spec: dict[str, Any], resource: str) -> bool:
 
 
 def policy_words(policy: Policy) -> str:
-    sharing = policy.sharing
-    if sharing.is_mig_single:
-        return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
-    if sharing.mode.is_shared:
-        return f'policy "{policy.name}" ({sharing.mode}, {sharing.replicas} replicas)'
-    if sharing.mode is Mode.MEMORY:
-        placement = f", {sharing.placement}" if sharing.placement else ""
-        return f'policy "{policy.name}" (memory slices by {sharing.backend}{placement})'
-    return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'
+    return backend_of(policy).describe(policy)
 
 
 def advice(policy: Policy) -> str:
-    if policy.sharing.mode is Mode.EXCLUSIVE:
-        return "remove it, or use a namespace whose policy shares GPUs"
-    return "remove it, or make it select the policy's pool"
+    return backend_of(policy).steering_advice()
 
 
 def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: Policy) -> list[Violation]:

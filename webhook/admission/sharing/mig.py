@@ -1,0 +1,245 @@
+"""MIG slices (`sharing.mode: mig`): the GPUs are cut into MIG devices, advertised by profile
+(`nvidia.com/mig-<profile>`, the device plugin's migStrategy mixed) or, where every GPU of a node is cut into
+one profile, as `nvidia.com/gpu` (migStrategy single). `nvidia.com/gpu: N` becomes `migProfile`'s resource
+under mixed; the nodes' layout (`migProfiles`) is what the pool serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from webhook.admission.base.resources import (
+    GPU_MODELS,
+    MIG_PREFIX,
+    NVIDIA_GPU,
+    GPUModel,
+    mig_resource,
+    offered_profiles,
+)
+from webhook.admission.cluster.nodes import GI_SLICES_LABEL, MIG_STRATEGY_LABEL, PRODUCT_LABEL, mig_counts
+from webhook.admission.sharing.backend import LabelRequirement, ModeRules, NodeDrift, SharingBackend
+
+if TYPE_CHECKING:
+    from webhook.admission.cluster.nodes import NodeInfo
+    from webhook.admission.policy.model import Policy, Sharing
+
+
+def profiles_offered(policy: Policy) -> tuple[str, ...]:
+    """The MIG profiles the policy says its nodes have: `migProfiles`, else the one `migProfile` converts to."""
+    sharing = policy.sharing
+    if sharing.mig_profiles is not None:
+        return sharing.mig_profiles
+    return (sharing.mig_profile,) if sharing.mig_profile else ()
+
+
+class Mig(SharingBackend):
+    name = "mig"
+
+    def serves(self, policy: Policy, mig_model: GPUModel | None) -> frozenset[str]:
+        sharing = policy.sharing
+        if sharing.is_mig_single:
+            return frozenset({NVIDIA_GPU})
+        profiles = sharing.mig_profiles or (tuple(mig_model.profile_names()) if mig_model else ())
+        if sharing.mig_profile:
+            profiles = (*profiles, sharing.mig_profile)
+        return frozenset({NVIDIA_GPU, *(mig_resource(profile) for profile in profiles)})
+
+    def holds(self, policy: Policy) -> Callable[[str], bool]:
+        sharing = policy.sharing
+        if sharing.is_mig_single:
+            return NVIDIA_GPU.__eq__
+        if sharing.mig_profiles is None:
+            return lambda resource: resource.startswith(MIG_PREFIX)
+        return frozenset(map(mig_resource, sharing.mig_profiles)).__contains__
+
+    def mapping_target(self, sharing: Sharing) -> str | None:
+        return mig_resource(sharing.mig_profile) if sharing.mig_profile else None
+
+    def pool_words(self, policy: Policy, served: frozenset[str]) -> tuple[str, str, str]:
+        sharing = policy.sharing
+        if sharing.is_mig_single:
+            gives = f"one {sharing.mig_profile} MIG slice per {NVIDIA_GPU} (migStrategy single)"
+            return gives, f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+        target = mig_resource(sharing.mig_profile) if sharing.mig_profile else None
+        offered = sorted(name for name in served if name != NVIDIA_GPU)
+        listed = ", ".join(offered) if offered else f"{MIG_PREFIX}<profile>"
+        into = f" (it becomes {target})" if target else ""
+        return f"MIG slices ({listed})", f"{NVIDIA_GPU}: 1{into} or one of those", f"ask for {NVIDIA_GPU}: 1"
+
+    def offer(self, policy: Policy) -> str:
+        where = f'policy "{policy.name}"'
+        if policy.sharing.is_mig_single:
+            return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
+        if policy.sharing.mig_profile:
+            return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
+        return super().offer(policy)
+
+    def short_offer(self, policy: Policy) -> str:
+        if policy.sharing.mig_profile:
+            return f"ask for {NVIDIA_GPU}: 1 instead"
+        return super().short_offer(policy)
+
+    def single_slice(self, policy: Policy) -> str | None:
+        return (policy.sharing.mig_profile or "") if policy.sharing.is_mig_single else None
+
+    def kept_name_words(self, policy: Policy) -> str:
+        sharing = policy.sharing
+        return f"{sharing.mig_profile} MIG slice" if sharing.is_mig_single else super().kept_name_words(policy)
+
+    def rules(self, policy: Policy) -> ModeRules:
+        sharing = policy.sharing
+        explicit = policy.limits.max_per_container
+        mig_model = GPU_MODELS.get(policy.gpu.model or "")
+        return ModeRules(
+            mig_model=mig_model,
+            offered=sharing.mig_profiles,
+            one_mig_slice=explicit is None,
+            mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
+            any_mig_profile=not sharing.is_mig_single and mig_model is None and sharing.mig_profiles is None,
+        )
+
+    def served_profile(
+        self, name: str, shown: str, profile: str, policy: Policy, rules: ModeRules
+    ) -> tuple[str, str] | bool | None:
+        """A MIG resource in a MIG namespace: any profile where the model is unknown and none is listed (True:
+        served), a profile the model does not have, or one the nodes' layout does not offer (the line, and the
+        short form after the name); None: judged by the pool's resources (`serves`)."""
+        model = rules.mig_model
+        if rules.any_mig_profile or policy.sharing.is_mig_single:
+            return True if rules.any_mig_profile else None
+        if model is not None and model.profile(profile) is None:
+            # The advice is what the nodes offer: another profile of the model that they do not offer would be
+            # the next denial.
+            choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
+            return (
+                f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
+                f'(policy "{policy.name}"); use one of {", ".join(choices)}',
+                f"no such MIG profile on {model.name}; ask for one it has",
+            )
+        if rules.offered is not None:
+            return (
+                f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
+                f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
+                "use one of those",
+                "not offered here; ask for a MIG slice the policy lists",
+            )
+        return None
+
+    def node_requirements(self, policy: Policy) -> tuple[LabelRequirement, ...]:
+        sharing = policy.sharing
+        if not sharing.is_mig_single:
+            return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
+        slices = sharing.mig_profile.split("g.", 1)[0] if sharing.mig_profile else None
+        return (
+            (MIG_STRATEGY_LABEL, "In", ("single",)),
+            (GI_SLICES_LABEL, "In", (slices,)) if slices else (GI_SLICES_LABEL, "Exists", ()),
+        )
+
+    def product_rule(self, policy: Policy, product_label: str) -> str | None:
+        sharing = policy.sharing
+        if sharing.is_mig_single and sharing.mig_profile:
+            return f"{product_label} ending in -MIG-{sharing.mig_profile.replace('+', '')}"
+        return None
+
+    def product_fits(self, policy: Policy, product: str) -> bool:
+        sharing = policy.sharing
+        if sharing.is_mig_single and sharing.mig_profile:
+            return product.endswith("-MIG-" + sharing.mig_profile.replace("+", ""))
+        return True
+
+    def node_pool(self, policy: Policy, nodes: Sequence[NodeInfo]) -> tuple[NodeInfo, ...]:
+        return tuple(n for n in nodes if n.labels.get(MIG_STRATEGY_LABEL) in ("single", "mixed") or mig_counts(n))
+
+    def layout_drift(self, policy: Policy, node: NodeInfo) -> list[NodeDrift]:
+        """Where a MIG node's layout has none of the profiles the policy offers (`migProfiles`, else
+        `migProfile`), or is advertised under another strategy or slice size."""
+        sharing = policy.sharing
+        if not sharing.mig_profile:
+            return []
+        profile = sharing.mig_profile
+        effect = f"pods converted to {mig_resource(profile)} cannot run there"
+        if sharing.is_mig_single:
+            product = node.labels.get(PRODUCT_LABEL, "")
+            sliced = product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
+            if sliced is None or sliced == profile.replace("+", ""):
+                return []
+            return [
+                (
+                    "sharing.migProfile",
+                    f"{sliced} slices (mig.strategy single)",
+                    profile,
+                    f"pods are told a {NVIDIA_GPU} is a {profile} slice, but it is a {sliced} one",
+                    f"set sharing.migProfile: {sliced}, or change the nodes' MIG layout (mig-parted)",
+                )
+            ]
+        counts = mig_counts(node)
+        if node.labels.get(MIG_STRATEGY_LABEL) == "single":
+            says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
+        elif counts and not counts.keys() & set(profiles_offered(policy)):
+            says = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
+            if node.sliced:  # DRA's MIG devices (cluster/slices.merge): no device plugin strategy to change
+                says += " (MIG devices in ResourceSlices)"
+        else:
+            return []
+        layout = "change their MIG layout (mig-parted)" + ("" if node.sliced else " and use mig.strategy mixed")
+        if sharing.mig_profiles is not None:
+            return [
+                (
+                    "sharing.migProfiles",
+                    says,
+                    ", ".join(sharing.mig_profiles),
+                    f"pods converted to {', '.join(map(mig_resource, sharing.mig_profiles))} cannot run there",
+                    f"list the profiles the nodes have in sharing.migProfiles, or {layout}",
+                )
+            ]
+        return [
+            (
+                "sharing.migProfile",
+                says,
+                profile,
+                effect,
+                f"set sharing.migProfile to a profile the nodes have, or {layout}",
+            )
+        ]
+
+    def pool_drift(self, policy: Policy, nodes: Sequence[NodeInfo]) -> list[tuple[NodeInfo, NodeDrift]]:
+        """Every node has a listed profile, but none has the one that `nvidia.com/gpu` converts to."""
+        sharing = policy.sharing
+        listed = not sharing.is_mig_single and sharing.mig_profiles is not None
+        if not (listed and sharing.mig_profile and not any(sharing.mig_profile in mig_counts(n) for n in nodes)):
+            return []
+        return [
+            (
+                node,
+                (
+                    "sharing.migProfile",
+                    f"no {sharing.mig_profile} slice",
+                    sharing.mig_profile,
+                    f"pods converted to {mig_resource(sharing.mig_profile)} cannot run there",
+                    "set sharing.migProfile to a profile of migProfiles the nodes have, or change their MIG "
+                    "layout (mig-parted)",
+                ),
+            )
+            for node in nodes
+            if mig_counts(node)
+        ]
+
+    def config_mismatch(self, policy: Policy) -> tuple[str, str]:
+        return f'policy "{policy.name}" shares GPUs as MIG slices (mode mig)', "remove sharing and ask for a MIG device"
+
+    def not_offered(self, policy: Policy, resource: str) -> tuple[str, str, str] | None:
+        sharing = policy.sharing
+        if not (sharing.mig_profile and resource == mig_resource(sharing.mig_profile)):
+            return None
+        return (
+            f", which the policy converts {NVIDIA_GPU} to",
+            "check the nodes' MIG layout and mig.strategy (mixed), or set sharing.migProfile to one they have",
+            "check the nodes' MIG layout",
+        )
+
+    def describe(self, policy: Policy) -> str:
+        sharing = policy.sharing
+        if sharing.is_mig_single:
+            return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
+        return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'  # mixed: as the lines have always said
