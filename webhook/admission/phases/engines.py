@@ -35,7 +35,8 @@ from typing import Any
 
 from webhook.admission.base.quantity import format_fraction
 from webhook.admission.phases.envhints import jax_fraction
-from webhook.admission.policy.model import Mode
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,22 +45,21 @@ class Engine:
     title: str  # for messages
     flag: str  # the flag as the webhook writes it
     spellings: tuple[str, ...]  # every name of the flag that the engine's parser accepts, `flag` first
-    modes: frozenset[Mode]  # the sharing modes in which the flag is added and judged (module doc)
     reads: str  # what the value is a fraction of, for messages
 
 
 VLLM = Engine(
     "vllm", "vLLM", "--gpu-memory-utilization", ("--gpu-memory-utilization",),
-    frozenset({Mode.TIME_SLICING, Mode.MPS}), "of the GPU's memory",
+    "of the GPU's memory",
 )  # fmt: skip
 SGLANG = Engine(
     "sglang", "SGLang", "--mem-fraction-static", ("--mem-fraction-static",),
-    frozenset({Mode.TIME_SLICING}), "of the GPU's memory for its weights and KV cache",
+    "of the GPU's memory for its weights and KV cache",
 )  # fmt: skip
 TRTLLM = Engine(
     "trtllm", "TensorRT-LLM", "--kv_cache_free_gpu_memory_fraction",
     ("--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction"),
-    frozenset({Mode.TIME_SLICING}), "of the GPU's free memory for its KV cache",
+    "of the GPU's free memory for its KV cache",
 )  # fmt: skip
 ENGINES = (VLLM, SGLANG, TRTLLM)
 
@@ -200,5 +200,6 @@ def argument(engine: Engine, share: Fraction, gpu_memory_mib: int | None) -> str
     return f"{engine.flag}={format_fraction(value_for(engine, share, gpu_memory_mib))}"
 
 
-def applies(engine: Engine, mode: Mode) -> bool:
-    return mode in engine.modes
+def applies(engine: Engine, policy: Policy) -> bool:
+    """Whether the engine's flag is added and judged under the policy's sharing (its backend says which)."""
+    return engine.name in backend_of(policy).engine_flags()

@@ -34,8 +34,6 @@ from webhook.admission.base.envnames import (
     GENERIC_FRACTION,
     JAX_FRACTION_VARS,
     JAX_PREALLOCATE,
-    MPS_MEMORY_LIMIT,
-    MPS_THREAD_PERCENTAGE,
     PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
     PYTORCH_FRACTION_KEY,
@@ -45,7 +43,8 @@ from webhook.admission.base.envnames import (
 )
 from webhook.admission.base.memo import BoundedMemo
 from webhook.admission.base.quantity import format_fraction
-from webhook.admission.policy.model import Mode, Policy
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
 
 JAX_CONTEXT_HEADROOM_MIB = 512
 JAX_DEFAULT_HEADROOM = Fraction(2, 100)
@@ -83,6 +82,8 @@ def _hints_memo(policy: Policy) -> BoundedMemo[int | Fraction, tuple[EnvHint, ..
 def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
     f = format_fraction(fraction)
     memory = policy.gpu_memory_mib
+    backend = backend_of(policy)
+    skipped = backend.frameworks_skipped()  # TGI under MPS (module doc)
     hints: list[EnvHint] = []
     for framework in policy.framework_env:
         if framework == "jax":
@@ -93,21 +94,13 @@ def _hints(policy: Policy, fraction: Fraction) -> tuple[EnvHint, ...]:
         elif framework == "cupy":
             hints.append(EnvHint("cupy", CUPY_LIMIT, f"{whole_percent(fraction)}%"))
         elif framework == "tgi":
-            if policy.sharing.mode is not Mode.MPS:
+            if "tgi" not in skipped:
                 hints.append(EnvHint("tgi", TGI_FRACTION, f))
         elif framework == "generic":
             hints.append(EnvHint("generic", GENERIC_FRACTION, f))
         elif framework == "pytorch":
             hints.append(EnvHint("pytorch", PYTORCH_CUDA_ALLOC_CONF, f"{PYTORCH_FRACTION_KEY}:{f}"))
-    if policy.sharing.mode is Mode.MPS and memory:
-        # The device plugin's MPS control daemon sets every replica's limits itself (NVIDIA/k8s-device-plugin,
-        # cmd/mps-control-daemon/mps/daemon.go: `set_default_device_pinned_mem_limit <index> <M>M` with M the
-        # GPU's total memory / replicas in MiB, perDevicePinnedDeviceMemoryLimits; and
-        # `set_default_active_thread_percentage` 100 / replicas, activeThreadPercentage). A client can only
-        # lower them; mutation never passes a fraction above 1/replicas, so these round down to at most theirs.
-        limit_mib = int(fraction * memory)
-        hints.append(EnvHint("mps", MPS_MEMORY_LIMIT, f"0={limit_mib}M"))
-        hints.append(EnvHint("mps", MPS_THREAD_PERCENTAGE, str(whole_percent(fraction))))
+    hints += [EnvHint(*hint) for hint in backend.env_hints(policy, fraction, memory)]  # MPS's client limits
     return tuple(hints)
 
 
@@ -132,12 +125,6 @@ MEMORY_VARIABLES = {
     PYTORCH_CUDA_ALLOC_CONF: "PyTorch",
     PYTORCH_ALLOC_CONF: "PyTorch",
 }
-
-
-def judged(name: str, mode: Mode) -> bool:
-    """Whether a user's `name` can take more than the share in `mode`: not TGI's fraction under MPS, which only
-    takes from the capped free memory (see the module doc)."""
-    return not (name == TGI_FRACTION and mode is Mode.MPS)
 
 
 def memory_claim(name: str, value: str, gpu_memory_mib: int | None) -> Fraction | None:

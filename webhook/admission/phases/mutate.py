@@ -645,7 +645,7 @@ def _engine_args(
     """The engine's memory flag (engines.py) for a container that may use `fraction` of a GPU: the new args
     list when the flag is absent from its command line, else None (a value the user wrote stays as written,
     with a notice where it differs from the policy's; one above the share is validation's to judge)."""
-    if not engines.applies(engine, plan.policy.sharing.mode):
+    if not engines.applies(engine, plan.policy):
         return None
     memory = plan.policy.gpu_memory_mib
     found = engines.find(body, engine)

@@ -46,7 +46,6 @@ from webhook.admission.base.resources import (
     AMD_GPU,
     DEVICE_AMOUNTS,
     DEVICE_CLASS_PREFIX,
-    GPU_CONFIG_STRATEGIES,
     GPU_MODELS,
     MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
@@ -57,16 +56,16 @@ from webhook.admission.base.resources import (
     is_managed,
     is_shared,
     mig_profile_of,
-    mig_resource,
     offered_profiles,
 )
 from webhook.admission.base.violation import APISERVER_TOO, SHORT_LIMIT, Refusal, Violation, cut
 from webhook.admission.phases import engines, steering
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, memory_claim, memory_value
-from webhook.admission.phases.envhints import judged as judged_in_mode
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mapping_target, recorded_fraction
-from webhook.admission.policy.model import Backend, Fractional, Mode, Policy
+from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.backend import ModeRules
+from webhook.admission.sharing.registry import backend_of
 
 
 def _violation(label: str, compact: str, line: str, short: str, kind: type[Violation] = Violation) -> Violation:
@@ -83,43 +82,6 @@ def _violation(label: str, compact: str, line: str, short: str, kind: type[Viola
 def _brief(text: str, limit: int = 24) -> str:
     """A value or name in a short form: cut, since it is shown whole in the long line."""
     return text if len(text) <= limit else cut(text, limit)
-
-
-def offer(policy: Policy) -> str:
-    """What this namespace gives instead of a fraction, as advice."""
-    mode = policy.sharing.mode
-    where = f'policy "{policy.name}"'
-    share = policy.share
-    if mode.is_shared:
-        replica = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
-        if policy.sharing.resource_name == NVIDIA_GPU:  # the device plugin keeps the name: no renaming
-            what = f"is {replica} of a GPU under {where}"
-        else:
-            what = f"{where} turns into {replica} of a GPU ({policy.sharing.resource_name})"
-        if share is not None and policy.fractional is Fractional.SHARED:
-            return (
-                f"request {format_fraction(share)} or less (up to one replica's share), or {NVIDIA_GPU}: 1, which "
-                f"{what}"
-            )
-        return f"request {NVIDIA_GPU}: 1, which {what}"
-    if policy.sharing.is_mig_single:
-        return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
-    if mode is Mode.MIG and policy.sharing.mig_profile:
-        return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
-    return f"request a whole number of GPUs ({where} gives whole GPUs only; ask for a namespace with sharing)"
-
-
-def short_offer(policy: Policy) -> str:
-    """`offer` in a few words, for the short forms."""
-    mode = policy.sharing.mode
-    if mode.is_shared:
-        share = policy.share
-        if share is not None and policy.fractional is Fractional.SHARED:
-            return f"ask for {format_fraction(share)} or less, or {NVIDIA_GPU}: 1"
-        return f"ask for {NVIDIA_GPU}: 1 instead"
-    if mode is Mode.MIG and policy.sharing.mig_profile:
-        return f"ask for {NVIDIA_GPU}: 1 instead"
-    return "ask for whole GPUs (none are shared here)"
 
 
 class _Missing(enum.Enum):
@@ -174,6 +136,9 @@ class Rules:
     # GpuConfig (so they share nothing), and the strategy a claim's GpuConfig would have to set
     unshared_classes: frozenset[str]
     gpu_config_strategy: str | None
+    mode_rules: ModeRules  # what the sharing backend says of its mode, whole
+    counts_memory: bool  # mode memory: the maxima count GPUs' worth of memory, not devices
+    pod_spread: bool  # ACK: a pod's memory spreads over the GPUs its label names, with rules of its own
 
     def is_replica(self, resource: str) -> bool:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
@@ -194,9 +159,9 @@ class Rules:
     @staticmethod
     def _build(policy: Policy) -> Rules:
         sharing = policy.sharing
-        mode = sharing.mode
-        explicit = policy.limits.max_per_container
-        mig_model = GPU_MODELS.get(policy.gpu.model or "") if mode is Mode.MIG else None
+        backend = backend_of(policy)
+        mode_rules = backend.rules(policy)
+        mig_model = mode_rules.mig_model
         class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
         class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
         whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
@@ -206,23 +171,20 @@ class Rules:
             max_mig_per_container=policy.mig_max_per_container,
             max_whole_per_container=policy.per_container("whole"),
             max_per_pod=policy.limits.max_per_pod,
-            exclusive=mode is Mode.EXCLUSIVE,
+            exclusive=mode_rules.exclusive,
             mig_model=mig_model,
-            offered=sharing.mig_profiles if mode is Mode.MIG else None,
-            one_shared_replica=mode.is_shared and policy.max_per_container == 1 and explicit is None,
-            one_mig_slice=mode is Mode.MIG and explicit is None,
+            offered=mode_rules.offered,
+            one_shared_replica=mode_rules.one_shared_replica,
+            one_mig_slice=mode_rules.one_mig_slice,
             mapping_target=mapping_target(sharing),
             share=policy.share,
             converts_to_shared=policy.share is not None and policy.fractional is Fractional.SHARED,
             block_visible_devices=policy.block_visible_devices_override,
             shared_resource=policy.sharing.shared_resource,
-            mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
+            mig_single_resource=mode_rules.mig_single_resource,
             trusted_schedulers=policy.trusted_schedulers,
-            served=_served_resources(policy, mig_model),
-            any_mig_profile=mode is Mode.MIG
-            and not sharing.is_mig_single
-            and mig_model is None
-            and sharing.mig_profiles is None,
+            served=backend.serves(policy, mig_model),
+            any_mig_profile=mode_rules.any_mig_profile,
             renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
             gpu_memory_mib=policy.gpu_memory_mib,
             own_memory_values=frozenset(
@@ -243,27 +205,13 @@ class Rules:
                 policy.limits.max_per_pod,
             ),
             unshared_classes=frozenset(DEVICE_CLASS_PREFIX + name for name in NVIDIA_GPU_CLASSES)
-            if mode.is_shared
+            if mode_rules.unshared_classes
             else frozenset(),
-            gpu_config_strategy=GPU_CONFIG_STRATEGIES.get(mode),
+            gpu_config_strategy=backend.gpu_config_strategy(),
+            counts_memory=mode_rules.counts_memory,
+            mode_rules=mode_rules,
+            pod_spread=mode_rules.pod_spread,
         )
-
-
-def _served_resources(policy: Policy, mig_model: GPUModel | None) -> frozenset[str]:
-    """What each sharing mode hands out: whole GPUs `nvidia.com/gpu`; time-slicing and MPS their shared resource
-    (`nvidia.com/gpu` maps to it); MIG the offered profiles (`nvidia.com/gpu` maps to `migProfile`), or under
-    `migStrategy: single` `nvidia.com/gpu` alone. Anything else of NVIDIA's is another pool."""
-    sharing = policy.sharing
-    if sharing.mode is Mode.MEMORY:  # the backend's resources (memshare.py)
-        return memshare.served(policy)
-    if sharing.mode.is_shared:
-        return frozenset({NVIDIA_GPU, sharing.resource_name})
-    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
-        profiles = sharing.mig_profiles or (tuple(mig_model.profile_names()) if mig_model else ())
-        if sharing.mig_profile:
-            profiles = (*profiles, sharing.mig_profile)
-        return frozenset({NVIDIA_GPU, *(mig_resource(profile) for profile in profiles)})
-    return frozenset({NVIDIA_GPU})
 
 
 def validate(
@@ -292,12 +240,12 @@ def validated(
     devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
-    memory = policy.sharing.mode is Mode.MEMORY
+    memory = rules.counts_memory
     worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
     sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
     # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
-    gpus, label_lines = memshare.pod_gpus(obj, spec_path, policy) if memory else (1, ())
-    ack = memory and policy.sharing.backend is Backend.ACK
+    gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    ack = rules.pod_spread
     limits_of: list[tuple[str, dict[str, Any]]] = []
     held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
     for section in ALL_SECTIONS:
@@ -544,7 +492,7 @@ def _resource(
                 ref,
                 problems,
                 f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
-                f"{_replicas_fate(policy.sharing.mode, value)}; request 1, or use a namespace with whole GPUs",
+                f"{backend_of(policy).many_replicas(policy, value)}; request 1, or use a namespace with whole GPUs",
                 f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1",
             )
         elif rules.one_mig_slice and (
@@ -588,24 +536,6 @@ def _over_container_maximum(
     )
 
 
-def _replicas_fate(mode: Mode, n: int | Fraction) -> str:
-    """What becomes of a request for `n` > 1 shared replicas, as the device plugin (NVIDIA/k8s-device-plugin)
-    does it: internal/rm/rm.go ValidateRequest fails it only where the sharing config's
-    `failRequestsGreaterThanOne` is true. The plugin leaves that unset (false) for time-slicing, and so does the
-    GPU Operator's documented config; api/config/v1/config.go sets it true for MPS unless the config says
-    otherwise. Unset, the replicas are handed out, spread over the node's GPUs where it can (its `distributed`
-    allocation policy) and on one GPU where it cannot, each still shared with other pods."""
-    if mode is Mode.MPS:
-        return (
-            f"{n} MPS replicas are not {n} GPUs, and the device plugin refuses them (its failRequestsGreaterThanOne "
-            "is on by default under MPS: the kubelet fails the pod with UnexpectedAdmissionError)"
-        )
-    return (
-        f"{n} {mode} replicas are not {n} GPUs: the device plugin hands them out (failRequestsGreaterThanOne is off "
-        "by default), on one GPU or several, each still shared with other pods"
-    )
-
-
 def _amount(name: str, raw: Any, value: int | Fraction) -> str:
     """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
     return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
@@ -615,15 +545,17 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: s
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
     policy = rules.policy
-    if policy.sharing.mode is Mode.MEMORY:  # too small for one unit of the backend, or the memory unknown
-        return memshare.fraction_advice(shown, value, policy)
+    backend = backend_of(policy)
+    own = backend.fraction_advice(shown, value, policy, written)
+    if own is not None:
+        return own
     model = GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None
     if model is not None:
-        sharing = policy.sharing
-        offered = (sharing.mig_profile,) if sharing.is_mig_single and sharing.mig_profile else sharing.mig_profiles
+        single = backend.single_slice(policy)
+        offered = (single,) if single else policy.sharing.mig_profiles
         profiles = offered_profiles(model, offered)
         names = ", ".join(profile.name for profile in profiles)
-        if sharing.is_mig_single:  # the nodes offer one profile, as nvidia.com/gpu
+        if single is not None:  # the nodes offer one profile, as nvidia.com/gpu
             return (
                 f"{NVIDIA_GPU} {shown} is fractional, and the one MIG slice offered here ({names}) does not hold "
                 f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"; {APISERVER_TOO}); request '
@@ -637,8 +569,8 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: s
             f"{NVIDIA_GPU} {_brief(written, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
         )
     return (
-        f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); {offer(policy)}",
-        f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {short_offer(policy)}",
+        f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); {backend.offer(policy)}",
+        f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {backend.short_offer(policy)}",
     )
 
 
@@ -693,7 +625,7 @@ def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: Rules,
         _add(
             ref,
             problems,
-            f'{what} exceeds 1 per container (policy "{policy.name}"): {_replicas_fate(policy.sharing.mode, n)}; '
+            f'{what} exceeds 1 per container (policy "{policy.name}"): {backend_of(policy).many_replicas(policy, n)}; '
             "request 1, or whole GPUs in a namespace that has them",
             f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1",
         )
@@ -768,7 +700,7 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
     policy = rules.policy
     for name, value in judged:
         claim = memory_claim(name, value, rules.gpu_memory_mib)
-        if claim is None or claim <= share or not judged_in_mode(name, policy.sharing.mode):
+        if claim is None or claim <= share or not backend_of(policy).judges_variable(name):
             continue
         reader = MEMORY_VARIABLES[name]
         instead = memory_value(name, share, rules.gpu_memory_mib)
@@ -792,7 +724,7 @@ def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Ru
     gives the exact argument to write. Within the share it stays as written."""
     engine = engines.detect(ref.body)  # first: most containers are no engine, and say so at once
     policy = rules.policy
-    if engine is None or not engines.applies(engine, policy.sharing.mode) or not any(map(rules.is_replica, counts)):
+    if engine is None or not engines.applies(engine, policy) or not any(map(rules.is_replica, counts)):
         return
     found = engines.find(ref.body, engine)
     share = rules.share
@@ -847,34 +779,15 @@ def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: Rules, p
 def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Problems) -> None:
     """An NVIDIA resource that this namespace's pool does not hand out (`_served_resources`): the pod would draw
     on another team's pool (a MIG slice in a whole-GPU namespace, a shared replica in a MIG one)."""
-    policy, model = rules.policy, rules.mig_model
+    policy = rules.policy
     shown = quantity_text(raw)
     profile = mig_profile_of(name)
-    if profile is not None and not name.endswith(SHARED_SUFFIX) and policy.sharing.mode is Mode.MIG:
-        if rules.any_mig_profile or policy.sharing.is_mig_single:
-            if rules.any_mig_profile:
-                return  # an unknown model's profiles: any is one
-        elif model is not None and model.profile(profile) is None:
-            # The advice is what the nodes offer: another profile of the model that they do not offer would be
-            # the next denial.
-            choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
-            _add(
-                ref,
-                problems,
-                f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
-                f'(policy "{policy.name}"); use one of {", ".join(choices)}',
-                f"{_brief(name)}: no such MIG profile on {model.name}; ask for one it has",
-            )
-            return
-        elif rules.offered is not None:
-            _add(
-                ref,
-                problems,
-                f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
-                f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
-                "use one of those",
-                f"{_brief(name)}: not offered here; ask for a MIG slice the policy lists",
-            )
+    if profile is not None and not name.endswith(SHARED_SUFFIX):
+        judged = backend_of(policy).served_profile(name, shown, profile, policy, rules.mode_rules)
+        if judged is True:
+            return  # an unknown model's profiles: any is one
+        if isinstance(judged, tuple):
+            _add(ref, problems, judged[0], f"{_brief(name)}: {judged[1]}")
             return
     if is_shared(name):
         what = "a shared GPU"
@@ -895,28 +808,7 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Prob
 
 def _pool(rules: Rules) -> tuple[str, str, str]:
     """What the namespace's pool is, what to request instead of another pool's resource, and that in short."""
-    sharing = rules.policy.sharing
-    if sharing.mode is Mode.MEMORY:
-        return memshare.pool_words(rules.policy)
-    if sharing.mode.is_shared:
-        name = sharing.resource_name
-        if name == NVIDIA_GPU:
-            return f"{sharing.mode} replicas as {NVIDIA_GPU}", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
-        return (
-            f"{sharing.mode} replicas ({name})",
-            f"{NVIDIA_GPU}: 1 (it becomes {name}: 1) or {name}",
-            f"ask for {NVIDIA_GPU}: 1",
-        )
-    if sharing.mode is Mode.MIG:
-        if sharing.is_mig_single:
-            gives = f"one {sharing.mig_profile} MIG slice per {NVIDIA_GPU} (migStrategy single)"
-            return gives, f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
-        target = mig_resource(sharing.mig_profile) if sharing.mig_profile else None
-        offered = sorted(name for name in rules.served if name != NVIDIA_GPU)
-        listed = ", ".join(offered) if offered else f"{MIG_PREFIX}<profile>"
-        into = f" (it becomes {target})" if target else ""
-        return f"MIG slices ({listed})", f"{NVIDIA_GPU}: 1{into} or one of those", f"ask for {NVIDIA_GPU}: 1"
-    return "whole GPUs (mode exclusive)", f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
+    return backend_of(rules.policy).pool_words(rules.policy, rules.served)
 
 
 MEMORY_WORTH = "GPU memory"  # mode memory: the pseudo-resource that `effective_total` adds up
@@ -1186,7 +1078,6 @@ __all__ = [
     "container_violation",
     "effective_total",
     "format_fraction",
-    "offer",
     "pod_violation",
     "validate",
     "validated",

@@ -58,6 +58,8 @@ class ModeRules:
     mig_single_resource: str | None = None  # `nvidia.com/gpu` where it is a MIG slice (migStrategy single)
     any_mig_profile: bool = False  # any MIG profile is this pool's (an unknown model, none listed)
     unshared_classes: bool = False  # NVIDIA's whole-GPU DeviceClasses are another pool
+    counts_memory: bool = False  # the maxima count GPUs' worth of memory, not devices (memory slices)
+    pod_spread: bool = False  # a pod's memory spreads over the GPUs its label names (ACK), with rules of its own
 
 
 class SharingBackend(ABC):

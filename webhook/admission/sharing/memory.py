@@ -10,8 +10,9 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from webhook.admission.base.resources import GPUModel
+from webhook.admission.policy.model import Backend
 from webhook.admission.sharing import memshare
-from webhook.admission.sharing.backend import LabelRequirement, NodeDrift, SharingBackend, strategy_drift
+from webhook.admission.sharing.backend import LabelRequirement, ModeRules, NodeDrift, SharingBackend, strategy_drift
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
@@ -58,6 +59,9 @@ class MemorySliced(SharingBackend):
     ) -> tuple[str, str] | None:
         # too small for one unit of the backend, or the memory unknown
         return memshare.fraction_advice(shown, value, policy)
+
+    def rules(self, policy: Policy) -> ModeRules:
+        return ModeRules(counts_memory=True, pod_spread=policy.sharing.backend is Backend.ACK)
 
     def node_requirements(self, policy: Policy) -> tuple[LabelRequirement, ...]:
         return memshare.node_requirements(policy)  # ACK's isolating pools, placement
