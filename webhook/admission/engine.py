@@ -18,8 +18,8 @@ from webhook.admission.cluster.nodes import ClusterView
 from webhook.admission.dra import claimrules, podclaims
 from webhook.admission.phases.mutate import mutate
 from webhook.admission.phases.validate import Holders, validate, validated
-from webhook.admission.policy.model import Check, Enforcement, Mode, Policy, PolicySet
-from webhook.admission.sharing import memshare
+from webhook.admission.policy.model import Check, Enforcement, Policy, PolicySet
+from webhook.admission.sharing.registry import backend_of
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -131,7 +131,7 @@ def evaluate(
     if counted and nodes is not None:
         # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
         # decides), `warn` ones are warnings whatever the enforcement.
-        gpus = memshare.pod_gpus(result.obj, spec_path, policy)[0] if policy.sharing.mode is Mode.MEMORY else 1
+        gpus = backend_of(policy).pod_gpus(result.obj, spec_path, policy)[0]
         checked = clustercheck.check(counted, policy, nodes, not found, gpus)
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]

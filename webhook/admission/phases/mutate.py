@@ -58,8 +58,10 @@ from webhook.admission.phases.envhints import (
     merge_alloc_conf,
 )
 from webhook.admission.phases.steering import steer
-from webhook.admission.policy.model import Fractional, Mode, Policy, Sharing
+from webhook.admission.policy.model import Fractional, Policy, Sharing
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.backend import SharingBackend
+from webhook.admission.sharing.registry import backend_for, backend_of
 
 POLICY_ANNOTATION = "gpu-admission.io/policy"
 ANNOTATION_POINTER = pointer(("metadata", "annotations", POLICY_ANNOTATION))
@@ -91,6 +93,7 @@ class _Plan:
     """What a policy means for mutation, worked out once per policy (this runs on every review)."""
 
     policy: Policy
+    backend: SharingBackend  # the policy's sharing mode
     mapping_target: str | None  # where `nvidia.com/gpu: N` goes, if anywhere
     mapping_maximum: int  # the most of mapping_target one container may hold: a larger N is left as written
     mode_text: str  # the sharing mode, for messages
@@ -117,11 +120,13 @@ class _Plan:
     @staticmethod
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
+        backend = backend_of(policy)
         default_fraction = policy.shared_fraction
         default_hints = hints_for(policy, default_fraction) if default_fraction else ()
         engine_hints = _mps_only(default_hints)
         return _Plan(
             policy=policy,
+            backend=backend,
             mapping_target=mapping_target(sharing),
             mapping_maximum=policy.mode_max_per_container,
             mode_text=str(sharing.mode),
@@ -130,7 +135,7 @@ class _Plan:
             offered_profiles=sharing.mig_profiles,
             share=policy.share,
             shared_resource=sharing.shared_resource,
-            maps_to_shared=sharing.mode.is_shared,  # mapped under time-slicing or MPS: to the shared resource
+            maps_to_shared=backend.maps_to_shared(policy),  # mapped under time-slicing or MPS: to the shared replica
             default_fraction=default_fraction,
             default_hints=default_hints,
             default_entries=tuple(hint.entry for hint in default_hints),
@@ -146,11 +151,7 @@ def mapping_target(sharing: Sharing) -> str | None:
     where nothing is renamed (whole GPUs, or the device plugin keeps the name for a replica or slice)."""
     if sharing.replica_resource is not None:
         return None  # `nvidia.com/gpu: 1` is itself a replica or slice
-    if sharing.mode.is_shared:
-        return sharing.resource_name
-    if sharing.mode is Mode.MIG and sharing.mig_profile:
-        return mig_resource(sharing.mig_profile)
-    return None
+    return backend_for(sharing).mapping_target(sharing)
 
 
 def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> MutationResult:
@@ -302,7 +303,7 @@ def _steer(
     result: MutationResult,
 ) -> list[dict[str, Any]]:
     """Node-pool steering (steering.py), on the pod spec as the container steps left it: its patch operations."""
-    gpus = memshare.pod_gpus(result.obj, spec_path, policy)[0] if policy.sharing.mode is Mode.MEMORY else 1
+    gpus = backend_of(policy).pod_gpus(result.obj, spec_path, policy)[0]
     steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy, gpus)
     if steered is None:
         return []
@@ -410,8 +411,8 @@ def _container(
     gpu = _gpu_value(requests, limits)
     share: Fraction | None = None  # the memory share of a fraction converted to a shared replica
     mapped_to_shared = False
-    if gpu is not None and plan.policy.sharing.mode is Mode.MEMORY:  # the backend's memory share (memshare.py)
-        memshare.convert(requests, limits, gpu, plan.policy, plan.mapping_maximum, kinds, texts)
+    if gpu is not None and plan.backend.converts_itself(plan.policy):  # the memory backends' share
+        plan.backend.convert(requests, limits, gpu, plan.policy, plan.mapping_maximum, kinds, texts)
     elif gpu is not None:
         if type(amount := gpu[1]) is Fraction and 0 < amount < 1:  # whole amounts are ints
             share = _fractional(requests, limits, amount, plan, kinds, texts)
@@ -496,9 +497,9 @@ def _fractional(
     """Convert `nvidia.com/gpu: q`, 0 < q < 1: returns the memory share the container got (a shared replica's
     fraction; None for a MIG slice or no conversion)."""
     target = plan.fractional_shared
-    sharing = plan.policy.sharing
-    if plan.fractional_model is not None and sharing.is_mig_single:  # the nodes offer one profile, as nvidia.com/gpu
-        profile = plan.fractional_model.profile(sharing.mig_profile or "")
+    single = plan.backend.single_slice(plan.policy)
+    if plan.fractional_model is not None and single is not None:  # the nodes offer one profile, as nvidia.com/gpu
+        profile = plan.fractional_model.profile(single)
         target = NVIDIA_GPU if profile is not None and q <= profile.memory_share else None
     elif plan.fractional_model is not None:
         profile = smallest_profile_for(plan.fractional_model, q, plan.offered_profiles)
@@ -511,7 +512,7 @@ def _fractional(
         for resource_map in (requests, limits):
             if NVIDIA_GPU in resource_map:
                 resource_map[NVIDIA_GPU] = "1"
-        what = f"{sharing.mig_profile} MIG slice" if sharing.is_mig_single else f"{sharing.mode} replica"
+        what = plan.backend.kept_name_words(plan.policy)
         kinds.append("fractional")
         texts.append(f"{NVIDIA_GPU} {shown} became {NVIDIA_GPU} 1 (one {what})")
     elif _rename(requests, limits, target, "1"):

@@ -11,7 +11,7 @@ from webhook.admission.sharing.mig import Mig
 from webhook.admission.sharing.replicas import Mps, Replicas
 
 if TYPE_CHECKING:
-    from webhook.admission.policy.model import Policy
+    from webhook.admission.policy.model import Policy, Sharing
 
 # By mode name (`sharing.mode` is a str enum, so a policy's mode finds its backend here).
 BACKENDS: dict[str, SharingBackend] = {
@@ -22,3 +22,8 @@ BACKENDS: dict[str, SharingBackend] = {
 def backend_of(policy: Policy) -> SharingBackend:
     """The backend of the policy's sharing mode."""
     return BACKENDS[policy.sharing.mode]
+
+
+def backend_for(sharing: Sharing) -> SharingBackend:
+    """The backend of a `sharing` section (where no policy is at hand yet)."""
+    return BACKENDS[sharing.mode]
