@@ -33,13 +33,11 @@ from webhook.admission.base.quantity import format_fraction, quantity_text
 from webhook.admission.base.resources import (
     ACK_MEMORY,
     DEVICE_CLASS_PREFIX,
-    GPU_CONFIG_STRATEGIES,
     HAMI_MEMORY,
     MIG_PREFIX,
     NVIDIA_GPU,
     VOLCANO_MEMORY,
     is_shared,
-    mig_resource,
 )
 from webhook.admission.base.violation import SHORT_LIMIT, Violation, cut
 from webhook.admission.checks.clusterdrift import Drift, drift, unshared_dra
@@ -50,8 +48,9 @@ from webhook.admission.cluster.nodes import ACK_COUNT, PRODUCT_LABEL, ClusterVie
 from webhook.admission.dra.claimrules import cut_name
 from webhook.admission.phases import steering
 from webhook.admission.phases.validate import Holders, container_violation, effective_total, pod_violation
-from webhook.admission.policy.model import Backend, Check, Mode, Policy
+from webhook.admission.policy.model import Check, Policy
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.registry import backend_of
 
 VGPU_MEMORY = frozenset({HAMI_MEMORY, VOLCANO_MEMORY})  # one vGPU's memory, on one registered GPU (_Vgpus)
 
@@ -227,8 +226,7 @@ def _vgpus(policy: Policy, view: ClusterView) -> _Vgpus | None:
     largest = max(((per_gpu[0][0], node) for per_gpu, node in found), key=lambda item: item[0])
     most = max(((sum(n for _, n in per_gpu), node) for per_gpu, node in found), key=lambda item: item[0])
     advertised = (_largest(policy, view, spec.count) or (0, ""))[0]
-    containers_only = spec.backend is Backend.VOLCANO
-    return _Vgpus(spec.count, spec.memory, found, unregistered, largest, most, advertised, containers_only)
+    return _Vgpus(spec.count, spec.memory, found, unregistered, largest, most, advertised, spec.containers_only)
 
 
 def _pools(policy: Policy, view: ClusterView) -> _Pools:
@@ -522,7 +520,7 @@ def _whole_gpus(
     ref: ContainerRef, resource: str, raw: Any, classes: tuple[str, ...], policy: Policy, view: ClusterView
 ) -> Violation:
     mode = policy.sharing.mode
-    strategy = GPU_CONFIG_STRATEGIES[mode]
+    strategy = backend_of(policy).gpu_config_strategy()
     nodes = sorted(node for _, held in (unshared_dra(policy, view)[name] for name in classes) for node in held)
     shown = names_shown(nodes)
     named = " and ".join(f'"{name}"' for name in classes)
@@ -539,15 +537,10 @@ def _whole_gpus(
 
 
 def _not_offered(ref: ContainerRef, resource: str, raw: Any, policy: Policy, where: str) -> Violation:
-    sharing, shown = policy.sharing, quantity_text(raw)
-    if sharing.mode.is_shared and resource == sharing.resource_name:
-        why = f", which the policy maps {NVIDIA_GPU} to"
-        fix = "check the device plugin's sharing config (replicas, renameByDefault) or set sharing.resourceName"
-        short_fix = "check the device plugin config"
-    elif sharing.mode is Mode.MIG and sharing.mig_profile and resource == mig_resource(sharing.mig_profile):
-        why = f", which the policy converts {NVIDIA_GPU} to"
-        fix = "check the nodes' MIG layout and mig.strategy (mixed), or set sharing.migProfile to one they have"
-        short_fix = "check the nodes' MIG layout"
+    shown = quantity_text(raw)
+    own = backend_of(policy).not_offered(policy, resource)  # the resource the policy maps or converts to
+    if own is not None:
+        why, fix, short_fix = own
     else:
         why = ""
         fix = "request a resource the nodes advertise, or list the autoscaled pool that has it in cluster.assumeNodes"

@@ -22,12 +22,10 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU, mig_resource
 from webhook.admission.checks.policynodes import (
     names_shown,
     node_memory_mib,
     node_model,
-    offered_profiles,
     policy_nodes,
     product_model,
     registered_product,
@@ -35,19 +33,14 @@ from webhook.admission.checks.policynodes import (
 from webhook.admission.cluster.nodes import (
     MEMORY_LABEL,
     MEMORY_TOLERANCE,
-    MIG_STRATEGY_LABEL,
-    PRODUCT_LABEL,
-    REPLICAS_LABEL,
-    STRATEGY_LABEL,
     ClusterView,
     NodeInfo,
-    mig_counts,
-    node_replicas,
     nodes_text,
 )
 from webhook.admission.policy.globs import is_glob
-from webhook.admission.policy.model import Mode, Policy, PolicySet
+from webhook.admission.policy.model import Policy, PolicySet
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.registry import backend_of
 
 # --- Drift ------------------------------------------------------------------------------------------------
 
@@ -100,34 +93,10 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
     def note(field: str, says: str, node: NodeInfo, policy_says: str, effect: str, fix: str) -> None:
         found.setdefault((field, says), (policy_says, effect, fix, []))[3].append(node.name)
 
-    sharing, mode = policy.sharing, policy.sharing.mode
-    fixed_replicas = sharing.replicas if mode.is_shared and not policy.cluster_checks.auto_replicas else None
+    sharing, backend = policy.sharing, backend_of(policy)
     for node in nodes:
-        replicas = node_replicas(node)
-        if fixed_replicas and REPLICAS_LABEL in node.labels and replicas != fixed_replicas:
-            note(
-                "sharing.replicas",
-                str(replicas),
-                node,
-                str(sharing.replicas),
-                f"each pod is told it has 1/{sharing.replicas} of a GPU, but the GPU is shared "
-                + (f"{replicas} ways" if replicas > 1 else "by none"),
-                f"set sharing.replicas: {replicas} (or auto), or change the device plugin's sharing config"
-                if replicas > 1
-                else "set replicas in the device plugin's sharing config, or use mode exclusive",
-            )
-        strategy = node.labels.get(STRATEGY_LABEL)  # older device plugins set none: never drift
-        expected = str(mode) if mode.is_shared else "none"
-        if strategy is not None and strategy != expected and mode is not Mode.MIG:
-            note(
-                "sharing.mode",
-                f"sharing-strategy {strategy}",
-                node,
-                str(mode),
-                "the environment the webhook sets is for another sharing mode",
-                f"set sharing.mode: {'exclusive' if strategy == 'none' else strategy}, or change the device "
-                "plugin's sharing config",
-            )
+        for field, says, policy_says, effect, fix in backend.node_drift(policy, node):  # strategy, replicas
+            note(field, says, node, policy_says, effect, fix)
         units = _unit_drift(policy, node) if node.devices else []
         for field, says, policy_says, effect, fix in units:
             note(field, says, node, policy_says, effect, fix)
@@ -154,28 +123,12 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
                 "memory limits are worked out for another GPU's memory",
                 f"set gpu.memoryMiB: {memory}",
             )
-        if mode is Mode.MEMORY:  # the backend's own labels and resources (memshare.py)
-            for field, says, policy_says, effect, fix in memshare.node_drift(policy, node):
-                note(field, says, node, policy_says, effect, fix)
-        layout = _mig_drift(policy, node) if mode is Mode.MIG and sharing.mig_profile else None
-        if layout is not None:
-            note(*layout[:2], node, *layout[2:])
-    listed = mode is Mode.MIG and not sharing.is_mig_single and sharing.mig_profiles is not None
-    if listed and sharing.mig_profile and not any(sharing.mig_profile in mig_counts(n) for n in nodes):
-        # Every node has a listed profile, but none has the one that `nvidia.com/gpu` converts to
-        for node in nodes:
-            if mig_counts(node):
-                note(
-                    "sharing.migProfile",
-                    f"no {sharing.mig_profile} slice",
-                    node,
-                    sharing.mig_profile,
-                    f"pods converted to {mig_resource(sharing.mig_profile)} cannot run there",
-                    "set sharing.migProfile to a profile of migProfiles the nodes have, or change their MIG "
-                    "layout (mig-parted)",
-                )
+        for field, says, policy_says, effect, fix in backend.layout_drift(policy, node):  # MIG, memory backends
+            note(field, says, node, policy_says, effect, fix)
+    for node, (field, says, policy_says, effect, fix) in backend.pool_drift(policy, nodes):
+        note(field, says, node, policy_says, effect, fix)
     for class_name, (written, held) in unshared_dra(policy, view).items():
-        resource, strategy = sharing.resource_name, GPU_CONFIG_STRATEGIES[mode]
+        resource, strategy, mode = sharing.resource_name, backend.gpu_config_strategy(), sharing.mode
         says = f'DeviceClass "{class_name}" serves {resource} with ' + (
             f"a {written} GpuConfig" if written else "no GpuConfig"
         )
@@ -203,10 +156,10 @@ def unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tupl
 
 
 def _unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tuple[str, ...]]]:
-    mode = policy.sharing.mode
-    if not mode.is_shared:
+    strategy = backend_of(policy).gpu_config_strategy()
+    if strategy is None:  # a mode that DRA's GpuConfig does not share by: no class can serve it unshared
         return {}
-    resource, strategy = policy.sharing.resource_name, GPU_CONFIG_STRATEGIES[mode]
+    resource = policy.sharing.resource_name
     found: dict[str, list[str]] = {}
     for node in policy_nodes(policy, view):
         for served, class_name in node.served:
@@ -227,51 +180,6 @@ def _unit_drift(policy: Policy, node: NodeInfo) -> list[memshare.NodeDrift]:
         if item is not None and item not in found:
             found.append(item)
     return found
-
-
-def _mig_drift(policy: Policy, node: NodeInfo) -> tuple[str, str, str, str, str] | None:
-    """(field, nodes_say, policy_says, effect, fix) where a MIG node's layout has none of the profiles the
-    policy offers (`migProfiles`, else `migProfile`), or is advertised under another strategy or slice size."""
-    sharing = policy.sharing
-    profile = sharing.mig_profile or ""
-    effect = f"pods converted to {mig_resource(profile)} cannot run there"
-    if sharing.is_mig_single:
-        product = node.labels.get(PRODUCT_LABEL, "")
-        sliced = product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
-        if sliced is None or sliced == profile.replace("+", ""):
-            return None
-        return (
-            "sharing.migProfile",
-            f"{sliced} slices (mig.strategy single)",
-            profile,
-            f"pods are told a {NVIDIA_GPU} is a {profile} slice, but it is a {sliced} one",
-            f"set sharing.migProfile: {sliced}, or change the nodes' MIG layout (mig-parted)",
-        )
-    counts = mig_counts(node)
-    if node.labels.get(MIG_STRATEGY_LABEL) == "single":
-        says = f"mig.strategy single (MIG devices advertised as {NVIDIA_GPU})"
-    elif counts and not counts.keys() & set(offered_profiles(policy)):
-        says = ", ".join(f"{name} x{count}" for name, count in sorted(counts.items()))
-        if node.sliced:  # DRA's MIG devices (draslices.merge): no device plugin strategy to change
-            says += " (MIG devices in ResourceSlices)"
-    else:
-        return None
-    layout = "change their MIG layout (mig-parted)" + ("" if node.sliced else " and use mig.strategy mixed")
-    if sharing.mig_profiles is not None:
-        return (
-            "sharing.migProfiles",
-            says,
-            ", ".join(sharing.mig_profiles),
-            f"pods converted to {', '.join(map(mig_resource, sharing.mig_profiles))} cannot run there",
-            f"list the profiles the nodes have in sharing.migProfiles, or {layout}",
-        )
-    return (
-        "sharing.migProfile",
-        says,
-        profile,
-        effect,
-        f"set sharing.migProfile to a profile the nodes have, or {layout}",
-    )
 
 
 # --- Namespaces -------------------------------------------------------------------------------------------

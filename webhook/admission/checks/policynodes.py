@@ -17,19 +17,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from webhook.admission.base.resources import GPU_MODELS, MIG_PREFIX, NVIDIA_GPU, GPUModel, mig_resource
+from webhook.admission.base.resources import GPU_MODELS, GPUModel
 from webhook.admission.cluster.nodes import (
     MEMORY_LABEL,
-    MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
     ClusterView,
     NodeInfo,
-    mig_counts,
     node_replicas,
 )
 from webhook.admission.phases import steering
-from webhook.admission.policy.model import GPU, AssumedNode, Mode, Policy
+from webhook.admission.policy.model import GPU, AssumedNode, Policy
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.registry import backend_of
 
 NAMED_NODES = 3  # nodes named in one line; the count says how many more
 
@@ -71,38 +70,14 @@ def _policy_nodes(policy: Policy, view: ClusterView) -> tuple[NodeInfo, ...]:
     )
     if reached:
         return reached
-    mode = policy.sharing.mode
-    if mode.is_shared:
-        return tuple(n for n in nodes if NVIDIA_GPU in n.allocatable and node_replicas(n) > 1)
-    if mode is Mode.MIG:
-        return tuple(n for n in nodes if n.labels.get(MIG_STRATEGY_LABEL) in ("single", "mixed") or mig_counts(n))
-    if mode is Mode.MEMORY:  # the backend's nodes, whatever their labels say (ACK's `share` pools: drift)
-        return tuple(n for n in nodes if memshare.node_resource(policy) in n.allocatable)
-    return ()
+    return backend_of(policy).node_pool(policy, nodes)
 
 
 def _holds(policy: Policy) -> Callable[[str], bool]:
     """Whether a resource is one the policy's GPU pods hold after mutation: the shared replica, the MIG slices
     it converts to (those of `migProfiles`; any MIG slice where it lists none: a fraction may become any
     profile), else `nvidia.com/gpu` (whole GPUs, and MIG slices under the single strategy)."""
-    sharing = policy.sharing
-    if sharing.mode is Mode.MEMORY:
-        return memshare.node_resource(policy).__eq__
-    if sharing.mode.is_shared:
-        return sharing.resource_name.__eq__
-    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
-        if sharing.mig_profiles is None:
-            return lambda resource: resource.startswith(MIG_PREFIX)
-        return frozenset(map(mig_resource, sharing.mig_profiles)).__contains__
-    return NVIDIA_GPU.__eq__
-
-
-def offered_profiles(policy: Policy) -> tuple[str, ...]:
-    """The MIG profiles the policy says its nodes have: `migProfiles`, else the one `migProfile` converts to."""
-    sharing = policy.sharing
-    if sharing.mig_profiles is not None:
-        return sharing.mig_profiles
-    return (sharing.mig_profile,) if sharing.mig_profile else ()
+    return backend_of(policy).holds(policy)
 
 
 def node_memory_mib(node: NodeInfo, policy: Policy) -> int | None:

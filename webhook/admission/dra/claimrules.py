@@ -36,11 +36,12 @@ from typing import Any
 from webhook.admission.base.gpuconfig import NVIDIA_DRIVER, config_covers, config_strategy, gpu_config_strategies
 from webhook.admission.base.memo import BoundedMemo
 from webhook.admission.base.podspec import get_path
-from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
+from webhook.admission.base.resources import NVIDIA_GPU_CLASSES
 from webhook.admission.base.violation import APISERVER_TOO, SHORT_LIMIT, Refusal, Violation, cut
 from webhook.admission.cluster import celselect
 from webhook.admission.phases.validate import Rules
-from webhook.admission.policy.model import Mode, Policy
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
 
 # kind -> the keys from the object's root to its DeviceClaim's parent (the ResourceClaimSpec)
 CLAIM_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -55,7 +56,6 @@ REQUESTS_MAX = 32  # DeviceRequestsMaxSize
 FIRST_AVAILABLE_MAX = 8  # FirstAvailableDeviceRequestMaxSize
 CONFIG_MAX = 32  # DeviceConfigMaxSize
 EXACT_COUNT, ALL = "ExactCount", "All"
-STRATEGIES = {strategy: Mode(mode) for mode, strategy in GPU_CONFIG_STRATEGIES.items()}  # TimeSlicing, MPS
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -188,7 +188,7 @@ def judge(
                 contributions.append(top)
     _claim_total(what, contributions, rules, problems)
     _configs(what, devices.get("config"), names, policy, problems)
-    if whole and policy.sharing.mode.is_shared:
+    if whole and backend_of(policy).gpu_config_strategy() is not None:  # time-slicing, MPS
         _unshared(whole, devices.get("config"), policy, problems, classes)
     return problems
 
@@ -545,18 +545,11 @@ def _sharing(where: str, opaque: Any, policy: Policy, problems: list[Violation])
     strategy = config_strategy(opaque)
     if strategy is None:
         return
-    mode = policy.sharing.mode
-    if STRATEGIES.get(strategy) is mode:
+    mode, backend = policy.sharing.mode, backend_of(policy)
+    if strategy == backend.gpu_config_strategy():
         return
     kind = opaque["parameters"]["kind"]
-    here = f'policy "{policy.name}"'
-    if mode.is_shared:
-        wanted = next(name for name, shared in STRATEGIES.items() if shared is mode)
-        why, fix = f"{here} shares GPUs by {mode}", f"use strategy {wanted}"
-    elif mode is Mode.MIG:
-        why, fix = f"{here} shares GPUs as MIG slices (mode mig)", "remove sharing and ask for a MIG device"
-    else:
-        why, fix = f"{here} gives this namespace whole GPUs (mode exclusive)", "remove sharing"
+    why, fix = backend.config_mismatch(policy)
     problems.append(
         _problem(
             where,
@@ -579,7 +572,7 @@ def _unshared(
     if "" in covered:
         return
     mode = policy.sharing.mode
-    strategy = GPU_CONFIG_STRATEGIES[mode]
+    strategy = backend_of(policy).gpu_config_strategy()
     bare = gpu_config_strategies(configs, "") if classes else {}  # GpuConfigs without a strategy: the class's is over
     for asked in whole:
         if asked.ref in covered or asked.ref.split("/")[0] in covered:

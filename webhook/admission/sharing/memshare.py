@@ -91,6 +91,12 @@ class BackendSpec:
     cores: str | None  # percent of one GPU's compute
 
     @property
+    def containers_only(self) -> bool:
+        """Whether its scheduler counts only the containers' vGPUs: Volcano's reads no init container's
+        (ExtractResourceRequest)."""
+        return self.backend is Backend.VOLCANO
+
+    @property
     def resources(self) -> frozenset[str]:
         """Every resource of this backend that a container may hold."""
         return frozenset(name for name in (self.count, self.memory, self.percent, self.cores) if name)
