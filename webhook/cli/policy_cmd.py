@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, kubeconfig_without_cluster, policy_directory
 
 if TYPE_CHECKING:
-    from fractions import Fraction
-
     from webhook.admission.engine import Decision
     from webhook.admission.policy.model import Policy, PolicySet
 
@@ -131,10 +129,12 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
     less than a fraction gets."""
     from webhook.admission.base.quantity import format_fraction
     from webhook.admission.base.resources import GPU_MODELS, slices_fractions_become
+    from webhook.admission.sharing.registry import backend_of
 
     sharing = policy.sharing
     model = GPU_MODELS.get(policy.gpu.model or "")
-    if policy.fractional.value != "mig" or sharing.is_mig_single or not sharing.mig_profile or model is None:
+    single = backend_of(policy).single_slice(policy) is not None
+    if policy.fractional.value != "mig" or single or not sharing.mig_profile or model is None:
         return None
     whole = model.profile(sharing.mig_profile)
     if whole is None:
@@ -285,46 +285,22 @@ def _is_glob(pattern: str) -> bool:
     return is_glob(pattern)
 
 
-def _fraction_text(value: Fraction) -> str:
-    """0.25 for 1/4; 1/3 stays 1/3 (exact, like the policy)."""
-    from decimal import Decimal
-
-    denominator = value.denominator
-    for factor in (2, 5):
-        while denominator % factor == 0:
-            denominator //= factor
-    if denominator != 1:
-        return f"{value.numerator}/{value.denominator}"
-    return format((Decimal(value.numerator) / Decimal(value.denominator)).normalize(), "f")
-
-
 def describe_policy(policy: Policy) -> str:
     """One line: what the policy's settings are (the engine decides what they do)."""
-    from webhook.admission.policy.model import Mode
+    from webhook.admission.base.quantity import exact_text
+    from webhook.admission.sharing.registry import backend_of
 
-    sharing = policy.sharing
-    if sharing.is_mig_single:
-        mode = f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
-    elif sharing.mode is Mode.MIG:
-        mode = f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
-    elif sharing.mode.is_shared:
-        mode = f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
-    elif sharing.mode is Mode.MEMORY:
-        from webhook.admission.sharing import memshare
-
-        mode = memshare.describe_mode(policy)
-    else:
-        mode = "exclusive: whole GPUs"
-    parts = [mode]
+    backend = backend_of(policy)
+    parts = [backend.explain_mode(policy)]
     if policy.gpu.model or policy.gpu.memory_mib:
         memory = policy.gpu_memory_mib
         parts.append(f"GPU {policy.gpu.model or 'memory'} ({memory} MiB)" if memory else f"GPU {policy.gpu.model}")
     parts.append(f"enforcement {policy.enforcement}")
-    if sharing.mode.value != "memory":  # memory mode converts every fraction itself
+    if not backend.converts_itself(policy):  # memory mode converts every fraction itself
         parts.append(f"fractional {policy.fractional}")
-    if sharing.mode.is_shared and policy.shared_fraction is not None:  # no memory hints under exclusive or mig
+    if backend.maps_to_shared(policy) and policy.shared_fraction is not None:  # replicas: their memory hints
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
-        parts.append(f"memory fraction {_fraction_text(policy.shared_fraction)}{implied}")
+        parts.append(f"memory fraction {exact_text(policy.shared_fraction)}{implied}")
     per_container = policy.mode_max_per_container
     parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
@@ -332,13 +308,14 @@ def describe_policy(policy: Policy) -> str:
 
 def describe_device_classes(policy: Policy) -> str:
     """Which DRA DeviceClasses count as GPUs here (claims, templates and deviceclass.resource.kubernetes.io/*)."""
-    from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU_CLASSES
+    from webhook.admission.base.resources import NVIDIA_GPU_CLASSES
+    from webhook.admission.sharing.registry import backend_of
 
     classes = policy.device_classes
     text = (
         f"GPUs from DeviceClasses {', '.join(classes.gpu_classes)}; MIG devices from {', '.join(classes.mig_classes)}"
     )
-    strategy = GPU_CONFIG_STRATEGIES.get(policy.sharing.mode)
+    strategy = backend_of(policy).gpu_config_strategy()
     if strategy is not None:  # NVIDIA's whole GPUs share nothing without a GpuConfig (dra.py)
         text += f"; {', '.join(NVIDIA_GPU_CLASSES)} only in claims whose GpuConfig sets sharing.strategy {strategy}"
     return text
@@ -346,30 +323,9 @@ def describe_device_classes(policy: Policy) -> str:
 
 def describe_share(policy: Policy) -> str:
     """What one container may get here: a replica's share, the MIG slices offered, or whole GPUs."""
-    from webhook.admission.base.resources import GPU_MODELS, offered_profiles
-    from webhook.admission.policy.model import Fractional, Mode
+    from webhook.admission.sharing.registry import backend_of
 
-    sharing = policy.sharing
-    if sharing.mode.is_shared and policy.share is not None:
-        text = f"one {sharing.resource_name} is 1/{sharing.replicas} of a GPU ({sharing.mode})"
-        if policy.fractional is Fractional.SHARED:
-            text += f"; nvidia.com/gpu up to {_fraction_text(policy.share)} becomes one, more is denied"
-        return text
-    if sharing.mode is Mode.MIG:
-        model = GPU_MODELS.get(policy.gpu.model or "")
-        if model is None:
-            return f"one GPU is a nvidia.com/mig-{sharing.mig_profile} slice"
-        slices = ", ".join(
-            f"{p.name} ({_fraction_text(p.memory_share)} of the memory)"
-            for p in offered_profiles(model, sharing.mig_profiles)
-        )
-        offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
-        return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
-    if sharing.mode is Mode.MEMORY:
-        from webhook.admission.sharing import memshare
-
-        return memshare.describe_share(policy)
-    return "whole GPUs only"
+    return backend_of(policy).explain_share(policy)
 
 
 # --- explain -----------------------------------------------------------------------------------------------

@@ -160,3 +160,14 @@ def format_fraction(value: int | Fraction, places: int = 4) -> str:
     whole, frac = divmod(scaled, 10**places)
     text = f"{whole}.{frac:0{places}d}".rstrip("0").rstrip(".")
     return text or "0"
+
+
+def exact_text(value: Fraction) -> str:
+    """A share for people: 0.25 for 1/4, and 1/3 stays 1/3 (exact, like the policy)."""
+    denominator = value.denominator
+    for factor in (2, 5):
+        while denominator % factor == 0:
+            denominator //= factor
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    return format((Decimal(value.numerator) / Decimal(value.denominator)).normalize(), "f")

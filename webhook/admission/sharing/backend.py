@@ -18,7 +18,7 @@ build their own objects from it. Each group of methods is one question a phase a
   `config_mismatch`;
 - its fit on a node: `not_offered`;
 - env and engine hints: `env_hints`, `frameworks_skipped`, `judges_variable`, `engine_flags`;
-- a line for people: `describe`.
+- lines for people: `describe`, `explain_mode`, `explain_share`.
 
 A new per-mode rule is one more method here, with a default where most modes have nothing to say, and one
 override in each backend that has.
@@ -245,6 +245,14 @@ class SharingBackend(ABC):
     @abstractmethod
     def describe(self, policy: Policy) -> str:
         """The policy's pool in a few words, for lines that name it."""
+
+    @abstractmethod
+    def explain_mode(self, policy: Policy) -> str:
+        """The mode's settings in one phrase (`policy explain`, `policy lint`)."""
+
+    def explain_share(self, policy: Policy) -> str:
+        """What one container may get here (`policy explain`)."""
+        return "whole GPUs only"
 
 
 def strategy_drift(policy: Policy, node: NodeInfo, expected: str) -> list[NodeDrift]:

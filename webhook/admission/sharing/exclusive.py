@@ -47,3 +47,6 @@ class Exclusive(SharingBackend):
 
     def describe(self, policy: Policy) -> str:
         return f'policy "{policy.name}" ({policy.sharing.mode}: whole GPUs)'
+
+    def explain_mode(self, policy: Policy) -> str:
+        return "exclusive: whole GPUs"

@@ -87,3 +87,9 @@ class MemorySliced(SharingBackend):
         sharing = policy.sharing
         placement = f", {sharing.placement}" if sharing.placement else ""
         return f'policy "{policy.name}" (memory slices by {sharing.backend}{placement})'
+
+    def explain_mode(self, policy: Policy) -> str:
+        return memshare.describe_mode(policy)
+
+    def explain_share(self, policy: Policy) -> str:
+        return memshare.describe_share(policy)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from webhook.admission.base.quantity import exact_text
 from webhook.admission.base.resources import (
     GPU_MODELS,
     MIG_PREFIX,
@@ -243,3 +244,21 @@ class Mig(SharingBackend):
         if sharing.is_mig_single:
             return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
         return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'  # mixed: as the lines have always said
+
+    def explain_mode(self, policy: Policy) -> str:
+        sharing = policy.sharing
+        if sharing.is_mig_single:
+            return f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
+        return f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
+
+    def explain_share(self, policy: Policy) -> str:
+        sharing = policy.sharing
+        model = GPU_MODELS.get(policy.gpu.model or "")
+        if model is None:
+            return f"one GPU is a nvidia.com/mig-{sharing.mig_profile} slice"
+        slices = ", ".join(
+            f"{p.name} ({exact_text(p.memory_share)} of the memory)"
+            for p in offered_profiles(model, sharing.mig_profiles)
+        )
+        offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
+        return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"

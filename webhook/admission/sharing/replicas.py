@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from webhook.admission.base.envnames import MPS_MEMORY_LIMIT, MPS_THREAD_PERCENTAGE, TGI_FRACTION, whole_percent
-from webhook.admission.base.quantity import format_fraction
+from webhook.admission.base.quantity import exact_text, format_fraction
 from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU, NVIDIA_GPU_SHARED, GPUModel
 from webhook.admission.cluster.nodes import REPLICAS_LABEL, STRATEGY_LABEL, node_replicas
 from webhook.admission.policy.model import Fractional
@@ -152,6 +152,19 @@ class Replicas(SharingBackend):
     def describe(self, policy: Policy) -> str:
         sharing = policy.sharing
         return f'policy "{policy.name}" ({sharing.mode}, {sharing.replicas} replicas)'
+
+    def explain_mode(self, policy: Policy) -> str:
+        sharing = policy.sharing
+        return f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
+
+    def explain_share(self, policy: Policy) -> str:
+        sharing = policy.sharing
+        if policy.share is None:
+            return super().explain_share(policy)
+        text = f"one {sharing.resource_name} is 1/{sharing.replicas} of a GPU ({sharing.mode})"
+        if policy.fractional is Fractional.SHARED:
+            text += f"; nvidia.com/gpu up to {exact_text(policy.share)} becomes one, more is denied"
+        return text
 
 
 class Mps(Replicas):
