@@ -104,9 +104,10 @@ def evaluate(
         return Decision(True, "allow", policy.name, mutated=obj)
     if nodes is not None and policy.cluster_checks.auto:
         policy = policynodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
-    result = mutate(obj, policy, spec_path)
+    spread = backend_of(policy).pod_gpus(obj, spec_path, policy)  # the pod's GPUs, read once per review
+    result = mutate(obj, policy, spec_path, spread[0])
     counted: Holders | None = [] if nodes is not None else None  # for the cluster checks
-    found, extended = validated(result.obj, policy, spec_path, counted)
+    found, extended = validated(result.obj, policy, spec_path, counted, spread)
     if result.conflicts:  # steering's: user constraints that contradict the policy's node pool
         found = found + result.conflicts
     if result.edits:  # the webhook's output edited by hand: said first, since it explains the rest
@@ -131,8 +132,7 @@ def evaluate(
     if counted and nodes is not None:
         # The one call site of the cluster checks: `deny` ones join validation's (the policy's enforcement
         # decides), `warn` ones are warnings whatever the enforcement.
-        gpus = backend_of(policy).pod_gpus(result.obj, spec_path, policy)[0]
-        checked = clustercheck.check(counted, policy, nodes, not found, gpus)
+        checked = clustercheck.check(counted, policy, nodes, not found, spread[0])
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]

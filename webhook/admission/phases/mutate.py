@@ -154,7 +154,11 @@ def mapping_target(sharing: Sharing) -> str | None:
     return backend_for(sharing).mapping_target(sharing)
 
 
-def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None) -> MutationResult:
+def mutate(
+    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, gpus: int | None = None
+) -> MutationResult:
+    """`obj` as the policy makes it. `gpus`: the GPUs the pod's share spreads over (the backend's `pod_gpus`),
+    where the caller has read them already (the engine reads them once per review); else read here."""
     spec_path = spec_path or pod_spec_path(obj)
     result = MutationResult(obj)
     if spec_path is None:
@@ -192,7 +196,7 @@ def mutate(obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | Non
                 if new_list is None:
                     new_list = new_sections[section] = list(containers)
                 new_list[index] = changed
-    steering_ops = _steer(spec, spec_at, spec_path, new_sections, policy, result) if policy.steering else []
+    steering_ops = _steer(spec, spec_at, spec_path, new_sections, policy, result, gpus) if policy.steering else []
     if not rebuilt_input and not new_sections:
         if policy.sharing.placement is not None:  # a pod written in HAMi's own resources still gets its placement
             _place(result, spec_path, policy, annotated=False)
@@ -301,9 +305,11 @@ def _steer(
     new_sections: dict[str, Any],
     policy: Policy,
     result: MutationResult,
+    gpus: int | None,
 ) -> list[dict[str, Any]]:
     """Node-pool steering (steering.py), on the pod spec as the container steps left it: its patch operations."""
-    gpus = backend_of(policy).pod_gpus(result.obj, spec_path, policy)[0]
+    if gpus is None:  # mutation leaves the pod's labels as they are: the original's say it
+        gpus = backend_of(policy).pod_gpus(result.obj, spec_path, policy)[0]
     steered = steer({**spec, **new_sections} if new_sections else spec, spec_at, policy, gpus)
     if steered is None:
         return []

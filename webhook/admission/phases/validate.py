@@ -223,10 +223,16 @@ def validate(
 
 
 def validated(
-    obj: dict[str, Any], policy: Policy, spec_path: tuple[str, ...] | None = None, counted: Holders | None = None
+    obj: dict[str, Any],
+    policy: Policy,
+    spec_path: tuple[str, ...] | None = None,
+    counted: Holders | None = None,
+    spread: tuple[int, tuple[tuple[str, str], ...]] | None = None,
 ) -> tuple[list[Violation], int | Fraction]:
     """`validate`, and every GPU count of the pod's containers summed (what the pod's claims are counted with:
-    drapods.pod_claims), so that the checks after validation read its counts and do not add them up again."""
+    podclaims.pod_claims), so that the checks after validation read its counts and do not add them up again.
+    `spread`: the GPUs the pod's share spreads over and the problems with its label (the backend's `pod_gpus`),
+    where the caller has read them (the engine, once per review); else read here."""
     spec_path = spec_path or pod_spec_path(obj)
     if spec_path is None:
         return [], 0
@@ -244,7 +250,7 @@ def validated(
     worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
     sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
     # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
-    gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    gpus, label_lines = spread if spread is not None else backend_of(policy).pod_gpus(obj, spec_path, policy)
     ack = rules.pod_spread
     limits_of: list[tuple[str, dict[str, Any]]] = []
     held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
