@@ -1,4 +1,4 @@
-"""The cluster view with DRA: ResourceSlices and DeviceClasses merged into the nodes (draslices.py), so that on
+"""The cluster view with DRA: ResourceSlices and DeviceClasses merged into the nodes (cluster/slices.py), so that on
 a DRA-only node pool the cluster checks admit what would run and refuse what never could, naming the largest
 node. Fixtures: NVIDIA's DRA driver's DeviceClasses and one node's ResourceSlice (tests/fixtures/dra/)."""
 

@@ -332,3 +332,8 @@ def test_pages_describe_the_code_not_its_history(page: Path):
     prose = _FENCE.sub("", page.read_text(encoding="utf-8"))
     found = sorted({m[0] for m in _HISTORY.finditer(prose)})
     assert not found, f"{_page_name(page)} speaks of work items or releases a reader cannot see: {found}"
+
+
+def test_the_readme_stays_short():
+    """README is the front page: one policy per sharing mode, the rest in docs/policies.md; 300 lines at most."""
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 300

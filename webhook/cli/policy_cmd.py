@@ -316,7 +316,7 @@ def describe_device_classes(policy: Policy) -> str:
         f"GPUs from DeviceClasses {', '.join(classes.gpu_classes)}; MIG devices from {', '.join(classes.mig_classes)}"
     )
     strategy = backend_of(policy).gpu_config_strategy()
-    if strategy is not None:  # NVIDIA's whole GPUs share nothing without a GpuConfig (dra.py)
+    if strategy is not None:  # NVIDIA's whole GPUs share nothing without a GpuConfig (dra/claimrules.py)
         text += f"; {', '.join(NVIDIA_GPU_CLASSES)} only in claims whose GpuConfig sets sharing.strategy {strategy}"
     return text
 

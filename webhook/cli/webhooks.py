@@ -139,7 +139,7 @@ def _volumes(spec: str) -> str:
 
 
 def _claims(spec: str) -> str:
-    """The pod spec names DRA claims or claim templates: their devices count with its GPUs (drapods.py)."""
+    """The pod spec names DRA claims or claim templates: their devices count with its GPUs (dra/podclaims.py)."""
     return f"(has({spec}.resourceClaims) && {spec}.resourceClaims != null && size({spec}.resourceClaims) > 0)"
 
 

@@ -10,13 +10,13 @@ Three checks, each `deny | warn | off` in the policy's `cluster:` section (polic
   A pod's DRA devices of one DeviceClass, all ways of asking together, on one node (`claims_fit`, _pooled);
   a claim request with selectors, the devices of its class they also match on one node (_narrowed).
   Cordoned nodes count: they come back. Node pools that scale from zero are invisible until they scale:
-  `assumeNodes` describes them (clusternodes.assumed_nodes).
+  `assumeNodes` describes them (policynodes.assumed_nodes).
 - offered: a shared or MIG resource (what the policy maps or converts `nvidia.com/gpu` to) that no node
   advertises: the pod would stay Pending.
 - drift: the policy's drift (clusterdrift.py) that affects the GPUs the pod holds, one line each.
 
 `bound_node` judges a pod that names its node (`spec.nodeName`) against that node's labels. The nodes, the
-`auto` values and the drift come from clusternodes.py and clusterdrift.py; this module holds what a review
+`auto` values and the drift come from checks/policynodes.py and clusterdrift.py; this module holds what a review
 asks of them, and its lines. What the checks need of a policy is worked out once per snapshot (`_plan`): a
 valid pod that fits is a few set look-ups. Pure.
 """
@@ -311,7 +311,7 @@ def _search(
             raw = ref.resource_map("limits").get(resource, value)
             largest = spread if spread is not None and resource == ACK_MEMORY else _largest(policy, view, resource)
             if largest is None and resource.startswith(DEVICE_CLASS_PREFIX):
-                continue  # a DeviceClass no slice shows: its selector may be one not read here (draslices.py)
+                continue  # a DeviceClass no slice shows: its selector may be one not read here (cluster/slices.py)
             if largest is None:
                 offered = is_shared(resource) or resource.startswith(MIG_PREFIX)  # a shared or MIG resource
                 level = rules.offered if offered else rules.fits
@@ -570,7 +570,7 @@ def _drift_violation(item: Drift) -> Violation:
     return pod_violation(f"{item.line} (cluster.drift)", short)
 
 
-Alternatives = tuple[tuple[str, str, int, Selector], ...]  # drapods.Selected: (subrequest, class, count, selector)
+Alternatives = tuple[tuple[str, str, int, Selector], ...]  # podclaims.Selected: (subrequest, class, count, selector)
 
 
 def claims_fit(
@@ -580,9 +580,9 @@ def claims_fit(
     view: ClusterView,
     selected: list[tuple[str, str, Alternatives]] | None = None,
 ) -> list[tuple[Check, Violation]]:
-    """`cluster.fits` for a pod's claims (drapods.claimed_by_class): the devices it asks of each DeviceClass, with
+    """`cluster.fits` for a pod's claims (podclaims.claimed_by_class): the devices it asks of each DeviceClass, with
     its resources that draw on the same devices, must be on one node (`_pooled`); and the requests whose own
-    selectors narrow their class's devices (drapods.selected_by_request), the devices they match (`_narrowed`)."""
+    selectors narrow their class's devices (podclaims.selected_by_request), the devices they match (`_narrowed`)."""
     if policy.cluster_checks.fits is Check.OFF:
         return []
     plan = _plan(policy, view)

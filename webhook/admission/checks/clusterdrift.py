@@ -1,10 +1,10 @@
 """Where the policies no longer match the cluster: drift against their nodes, and namespaces they miss.
 
 - drift: the policy's replicas, sharing mode, GPU model or memory and MIG profiles against what the GPU
-  feature discovery labels (cluster.py; the GPUs HAMi or Volcano registers where a node has no GFD memory
+  feature discovery labels (cluster/nodes.py; the GPUs HAMi or Volcano registers where a node has no GFD memory
   label, read through the policy's deviceMemoryScaling or gpuMemoryFactor, and those against the model their
   type names, memshare.unit_drift; ACK's own labels and resources, memshare.node_drift) of the nodes its pods
-  can land on say (clusternodes.policy_nodes). A mismatch makes the memory fractions wrong. Under
+  can land on say (policynodes.policy_nodes). A mismatch makes the memory fractions wrong. Under
   time-slicing or MPS, a DeviceClass that serves the replica resource without sharing it the policy's way is
   drift too (`unshared_dra`).
 - `unmatched_namespaces` (for `policy lint --cluster`) names the policies' namespace entries that match none
@@ -148,7 +148,7 @@ def _drift(policy: Policy, view: ClusterView) -> tuple[Drift, ...]:
 
 def unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Under time-slicing or MPS: each DeviceClass that serves the policy's replica resource (`sharing.
-    resourceName`) on some of its nodes (KEP-5004, draslices.merge) and whose own config (`spec.config`) does not
+    resourceName`) on some of its nodes (KEP-5004, slices.merge) and whose own config (`spec.config`) does not
     share NVIDIA's GPUs by the policy's strategy -> (the strategy it sets, "" none; those nodes). The claim the
     scheduler makes for the resource carries the class's config alone, so a pod there gets GPUs not shared
     the policy's way. Worked out once per snapshot."""

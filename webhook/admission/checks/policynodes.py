@@ -3,7 +3,7 @@
 Both the drift (clusterdrift.py) and the admission checks (clustercheck.py) start from the same question: which
 nodes of the snapshot, `cluster.assumeNodes` included, are this policy's (`policy_nodes`: the resource its pods
 hold after mutation, the pool its steering selects), and what they say of their GPUs: GPU feature discovery's
-labels (cluster.py), or where a node has no GFD memory label the GPUs HAMi or Volcano registers, read through
+labels (cluster/nodes.py), or where a node has no GFD memory label the GPUs HAMi or Volcano registers, read through
 the policy's deviceMemoryScaling or gpuMemoryFactor (replicas, model, memory, MIG layout). This module answers
 it once, so that what a node says is read in one place; a rule about which nodes are a policy's, or what a
 label means, is changed here.

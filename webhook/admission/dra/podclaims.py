@@ -10,10 +10,10 @@ watched, never per review, and a pod that names no claim does no claim work here
 the whole GPUs of the claims a pod names must be shared the namespace's way (`_unshared_claims`), and the
 cluster checks read what the claims ask of each DeviceClass (`claimed_by_class`).
 
-This is apart from dra.py, which judges a claim or template itself when it is created: there the object is the
+This is apart from claimrules.py, which judges a claim or template itself when it is created: there the object is the
 claim, here it is the pod, and what is read of a claim differs (a summary, not the manifest). The readers both
 need (a claim's spec path, which DeviceClasses are GPUs, a GpuConfig's sharing strategy, a name as messages
-show it) live in dra.py, imported from here.
+show it) live in dra/claimrules.py, imported from here.
 """
 
 from __future__ import annotations

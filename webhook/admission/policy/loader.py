@@ -472,7 +472,7 @@ def _parse_gpu(gpu: dict[str, Any], check: _DocumentChecker) -> tuple[str | _Abs
     model: str | _Absent | _Bad = _ABSENT
     auto_model = gpu.get("model") == AUTO
     if auto_model:
-        pass  # resolved per inventory snapshot (clusternodes.resolve); unknown offline
+        pass  # resolved per inventory snapshot (policynodes.resolve); unknown offline
     elif "model" in gpu:
         model = check.string(gpu["model"], "spec.gpu.model")
         if model is not _BAD and model not in GPU_MODELS:

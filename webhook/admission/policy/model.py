@@ -149,8 +149,8 @@ class GPU:
 class DeviceClasses:
     """`spec.deviceClasses`: the DRA DeviceClasses whose devices are GPUs here, besides NVIDIA's own
     (`gpu.nvidia.com`, `mig.nvidia.com`), which always are. Claims and the classes' extended resources
-    (`deviceclass.resource.kubernetes.io/<class>`) asking for them count against the limits (dra.py,
-    drapods.py)."""
+    (`deviceclass.resource.kubernetes.io/<class>`) asking for them count against the limits (dra/claimrules.py,
+    dra/podclaims.py)."""
 
     gpu: tuple[str, ...] = ()  # whole GPUs
     mig: tuple[str, ...] = ()  # MIG devices

@@ -504,7 +504,7 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
 
 def node_amounts(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> dict[str, int | Fraction]:
     """A container's amounts of one GPU that a node must hold on one of its GPUs, for the cluster's fits check:
-    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster.py), the
+    ACK's aliyun.com/gpu-mem (GiB; nodes advertise all their GPUs' and aliyun.com/gpu-count, cluster/nodes.py), the
     share of each of the `gpus` its pod spreads over; a Volcano vGPU's memory where no `volcano.sh/vgpu-number`
     counts it (one vGPU). The cluster checks place HAMi's and Volcano's vGPUs on the GPUs their device plugins
     register (`vgpus`, clustercheck.py): this hands them the containers that the GPU counts do not."""
@@ -700,7 +700,7 @@ def describe_share(policy: Policy) -> str:
     return f"nvidia.com/gpu 0.25 becomes {shown}; at least {least}; nvidia.com/gpu: N {kept}"
 
 
-# --- The nodes (clusternodes.py, clusterdrift.py and clustercheck.py read these) -----------------------------
+# --- The nodes (checks/policynodes.py, clusterdrift.py and clustercheck.py read these) -----------------------------
 
 
 def node_resource(policy: Policy) -> str:
@@ -718,8 +718,8 @@ NodeDrift = tuple[str, str, str, str, str]
 def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
     """Where an ACK node of the policy's pool disagrees with it: a pool that does not isolate memory, another
     placement, GPUs of another size (aliyun.com/gpu-mem per aliyun.com/gpu-count, whole GiB). HAMi's and
-    Volcano's GPUs are compared where GPU feature discovery's are (clusternodes.py reads the kinds they register
-    in their node annotations, cluster.py, through registered_mib), and their units by unit_drift: their
+    Volcano's GPUs are compared where GPU feature discovery's are (checks/policynodes.py reads the kinds they register
+    in their node annotations, cluster/nodes.py, through registered_mib), and their units by unit_drift: their
     resources alone (Volcano's vGPU memory is a node total) do not say one GPU's memory."""
     sharing = policy.sharing
     if sharing.backend is not Backend.ACK:
