@@ -18,7 +18,7 @@ show it) live in dra/claimrules.py, imported from here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -294,9 +294,34 @@ def pod_claims(
     the view does not hold. `pod_gpus` is every GPU count of the pod, validation's (`validated`), for the
     quick answer; `named_out`, when given, receives the claims found (for the cluster checks:
     `claimed_by_class`); `classes`, the server's DeviceClasses with their own GpuConfig strategy (`judge`)."""
+    found, warnings, most, unbounded = _looked_up(entries, namespace, view)
+    problems: list[Violation] = []
+    if not found:
+        return problems, warnings
+    if named_out is not None:
+        named_out += found
+    pod_rules = policy.derived("dra-pod-rules", _PodRules.of)
+    if pod_rules.strategy is not None:
+        problems += _unshared_claims(found, pod_rules.strategy, policy, classes)
+    if not unbounded and pod_gpus + most <= pod_rules.least_maximum:
+        # The usual case, answered from the summaries without counting container by container: every GPU
+        # count of the pod plus the most its claims could hold is within the least maximum that could apply.
+        return problems, warnings
+    rules = Rules.of(policy)
+    named = {name: _Named(name, kind, source, claim.devices) for name, kind, source, claim in found}
+    groups = _Groups.of(rules)
+    problems += _per_container(get_path(obj, spec_path), groups, named, rules)
+    problems += _unbounded(named, rules)
+    problems += _per_pod(groups, named, rules)
+    return problems, warnings
+
+
+def _looked_up(entries: list[Any], namespace: str, view: ClaimsView) -> tuple[list[Found], list[str], int, bool]:
+    """The claims the pod names that the view holds, a warning for each it does not, and their summaries
+    together: a bound on their GPU devices, and whether any asks for `All`."""
     found: list[Found] = []
     warnings: list[str] = []
-    most, unbounded = 0, False  # the claims' summaries together: a bound on their GPU devices, any `All`
+    most, unbounded = 0, False
     for entry in entries:
         name = entry.get("name") if type(entry) is dict else None
         if type(name) is not str:
@@ -317,32 +342,40 @@ def pod_claims(
             found.append((name, kind, source, claim))
             most += claim.most
             unbounded = unbounded or claim.every
-    problems: list[Violation] = []
-    if not found:
-        return problems, warnings
-    if named_out is not None:
-        named_out += found
-    pod_rules = policy.derived("dra-pod-rules", _PodRules.of)
-    if pod_rules.strategy is not None:
-        problems += _unshared_claims(found, pod_rules.strategy, policy, classes)
-    if not unbounded and pod_gpus + most <= pod_rules.least_maximum:
-        # The usual case, answered from the summaries without counting container by container: every GPU
-        # count of the pod plus the most its claims could hold is within the least maximum that could apply.
-        return problems, warnings
-    rules = Rules.of(policy)
-    spec = get_path(obj, spec_path)
-    named = {name: _Named(name, kind, source, claim.devices) for name, kind, source, claim in found}
+    return found, warnings, most, unbounded
 
-    def mig_names(name: str) -> bool:
-        return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
 
-    groups = {
-        "gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
-        "mig": (mig_names, rules.max_mig_per_container, "MIG devices"),
-    }
+@dataclass(slots=True)
+class _Groups:
+    """The two kinds of device a pod's claims are counted in (whole GPUs, MIG devices): which extended
+    resources are of each, its per-container maximum and noun; and, as containers are read, the holders and
+    the extended resources counted."""
+
+    members: dict[str, tuple[Callable[[str], bool], int, str]]
+    grouped: dict[str, list[tuple[ContainerRef, dict[str, Any]]]]
+    resources: dict[str, set[str]]
+
+    @staticmethod
+    def of(rules: Rules) -> _Groups:
+        def mig_names(name: str) -> bool:
+            return name.startswith(MIG_PREFIX) or name in rules.class_migs or name == rules.mig_single_resource
+
+        return _Groups(
+            {
+                "gpu": (rules.whole_gpus.__contains__, rules.max_whole_per_container, "GPUs"),
+                "mig": (mig_names, rules.max_mig_per_container, "MIG devices"),
+            },
+            {"gpu": [], "mig": []},
+            {"gpu": set(), "mig": set()},
+        )
+
+
+def _per_container(spec: Any, groups: _Groups, named: dict[str, _Named], rules: Rules) -> list[Violation]:
+    """Each container's extended resources with the devices of the claims it names, against the per-container
+    maximum of each kind; fills `groups` with the holders the per-pod count reads."""
+    policy = rules.policy
     where = f'policy "{policy.name}"'
-    grouped: dict[str, list[tuple[ContainerRef, dict[str, Any]]]] = {"gpu": [], "mig": []}
-    resources: dict[str, set[str]] = {"gpu": set(), "mig": set()}  # the extended resources counted
+    problems: list[Violation] = []
     for section in ("initContainers", "containers"):
         containers = spec.get(section)
         for index, body in enumerate(containers if type(containers) is list else []):
@@ -351,11 +384,11 @@ def pod_claims(
             ref = ContainerRef(section, index, body)
             counts = container_counts(ref, rules, [])  # validation said its problems: only the counts here
             asked = _container_claims(ref, named, policy)
-            for group, (member, maximum, noun) in groups.items():
+            for group, (member, maximum, noun) in groups.members.items():
                 extended = {name: value for name, value in counts.items() if member(name) and value}
                 if extended:
-                    grouped[group].append((ref, {"": sum(extended.values())}))
-                    resources[group].update(extended)
+                    groups.grouped[group].append((ref, {"": sum(extended.values())}))
+                    groups.resources[group].update(extended)
                 claimed = [(one, got[group]) for one, got in asked if got.get(group)]
                 total = sum(extended.values()) + sum(count for _, count in claimed)
                 if not claimed or total <= maximum or sum(extended.values()) > maximum:
@@ -371,6 +404,14 @@ def pod_claims(
                         f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer",
                     )
                 )
+    return problems
+
+
+def _unbounded(named: dict[str, _Named], rules: Rules) -> list[Violation]:
+    """A claim that asks for every matching device of a node: no cap bounds it."""
+    policy = rules.policy
+    where = f'policy "{policy.name}"'
+    problems: list[Violation] = []
     for one in named.values():
         _, every = one.counts(policy)
         if every:
@@ -381,14 +422,22 @@ def pod_claims(
                     f"{cut_name(one.name)}: allocationMode All is unbounded; use a claim with a count",
                 )
             )
-    for group, (_, _, noun) in groups.items():
+    return problems
+
+
+def _per_pod(groups: _Groups, named: dict[str, _Named], rules: Rules) -> list[Violation]:
+    """The pod's extended resources (its effective total) with every claim's devices, against `maxPerPod`."""
+    policy = rules.policy
+    where = f'policy "{policy.name}"'
+    problems: list[Violation] = []
+    for group, (_, _, noun) in groups.members.items():
         claimed = [(one, one.counts(policy)[0].get(group, 0)) for one in named.values()]
         claimed = [(one, count) for one, count in claimed if count]
-        in_pod, _ = effective_total(grouped[group], "")
+        in_pod, _ = effective_total(groups.grouped[group], "")
         total = in_pod + sum(count for _, count in claimed)
         if not claimed or total <= rules.max_per_pod or in_pod > rules.max_per_pod:
             continue
-        parts = [f"{in_pod} from {' and '.join(sorted(resources[group]))}"] if in_pod else []
+        parts = [f"{in_pod} from {' and '.join(sorted(groups.resources[group]))}"] if in_pod else []
         parts += [f"{count} from {one.shown}" for one, count in claimed]
         problems.append(
             pod_violation(
@@ -398,7 +447,7 @@ def pod_claims(
                 f"{total} {noun} with its claims: at most {rules.max_per_pod} per pod; ask for fewer",
             )
         )
-    return problems, warnings
+    return problems
 
 
 def _container_claims(

@@ -36,7 +36,7 @@ unschedulable, which is worse than where it would have landed).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,7 @@ from webhook.admission.cluster.nodes import MIG_STRATEGY_LABEL as MIG_STRATEGY
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.cluster.nodes import REPLICAS_LABEL as REPLICAS
 from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.backend import LabelRequirement
 from webhook.admission.sharing.registry import backend_of
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -91,11 +92,12 @@ def requirements(policy: Policy) -> tuple[Requirement, ...]:
 
 
 def _requirements(policy: Policy) -> tuple[Requirement, ...]:
-    if not policy.steering:
-        return ()
-    return tuple(
-        Requirement(key, operator, values) for key, operator, values in backend_of(policy).node_requirements(policy)
-    )
+    return _labels(policy, backend_of(policy).node_requirements)
+
+
+def _labels(policy: Policy, read: Callable[[Policy], tuple[LabelRequirement, ...]]) -> tuple[Requirement, ...]:
+    """The backend's label requirements as `Requirement`s; none where the policy does not steer."""
+    return tuple(Requirement(*wanted) for wanted in read(policy)) if policy.steering else ()
 
 
 def whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
@@ -105,11 +107,7 @@ def whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
 
 
 def _whole_requirements(policy: Policy) -> tuple[Requirement, ...]:
-    if not policy.steering:
-        return ()
-    return tuple(
-        Requirement(key, operator, values) for key, operator, values in backend_of(policy).whole_requirements(policy)
-    )
+    return _labels(policy, backend_of(policy).whole_requirements)
 
 
 def multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
@@ -119,11 +117,7 @@ def multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
 
 
 def _multi_requirements(policy: Policy) -> tuple[Requirement, ...]:
-    if not policy.steering:
-        return ()
-    return tuple(
-        Requirement(k, operator, values) for k, operator, values in backend_of(policy).multi_requirements(policy)
-    )
+    return _labels(policy, backend_of(policy).multi_requirements)
 
 
 def pod_requirements(spec: dict[str, Any], policy: Policy, gpus: int = 1) -> tuple[Requirement, ...]:
