@@ -78,12 +78,7 @@ def evaluate(
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
     if spec_path is None and (claim_path := claimrules.claim_spec_path(obj)) is not None:  # judged, never mutated
-        if reason := claimrules.left_alone(obj, old, claim_path):
-            return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
-        if nodes is not None and policy.cluster_checks.auto:
-            policy = policynodes.resolve(policy, nodes)
-        classes = nodes.class_sharing if nodes is not None else None  # a class's own GpuConfig: the server's
-        return _verdict(policy, [], [], claimrules.judge(obj, policy, claim_path, classes), obj, [])
+        return _judge_claim(obj, old, claim_path, policy, nodes)
     reason = "it has no pod spec" if spec_path is None else _left_alone(obj, old, spec_path)
     if reason or spec_path is None:
         return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
@@ -93,15 +88,22 @@ def evaluate(
     if not mentions_gpu(obj, spec_path):
         if entries:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
-            found_claims: list[podclaims.Found] = []
-            classes = nodes.class_sharing if nodes is not None else None
-            found, warnings = podclaims.pod_claims(
-                obj, namespace, policy, spec_path, entries, claims, 0, found_claims, classes
-            )
-            if nodes is not None and found_claims:
-                found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
-            return _verdict(policy, [], warnings, found, obj, [])
+            return _claims_alone(obj, namespace, policy, spec_path, entries, claims, nodes)
         return Decision(True, "allow", policy.name, mutated=obj)
+    return _gpu_pod(obj, namespace, policy, spec_path, entries, claims, nodes)
+
+
+def _gpu_pod(
+    obj: dict[str, Any],
+    namespace: str,
+    policy: Policy,
+    spec_path: tuple[str, ...],
+    entries: list[Any],
+    claims: podclaims.ClaimsView | None,
+    nodes: ClusterView | None,
+) -> Decision:
+    """An object whose pod spec asks for GPUs: mutated, then validated as mutated, its claims counted with
+    it, and the cluster checks run where there is a snapshot."""
     if nodes is not None and policy.cluster_checks.auto:
         policy = policynodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
     spread = backend_of(policy).pod_gpus(obj, spec_path, policy)  # the pod's GPUs, read once per review
@@ -137,6 +139,36 @@ def evaluate(
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
     return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+
+
+def _judge_claim(
+    obj: dict[str, Any], old: Any, claim_path: tuple[str, ...], policy: Policy, nodes: ClusterView | None
+) -> Decision:
+    """A ResourceClaim or ResourceClaimTemplate: judged by the policy when created, never mutated."""
+    if reason := claimrules.left_alone(obj, old, claim_path):
+        return Decision(True, "allow", policy.name, mutated=obj, skipped=True, skip_reason=reason)
+    if nodes is not None and policy.cluster_checks.auto:
+        policy = policynodes.resolve(policy, nodes)
+    classes = nodes.class_sharing if nodes is not None else None  # a class's own GpuConfig: the server's
+    return _verdict(policy, [], [], claimrules.judge(obj, policy, claim_path, classes), obj, [])
+
+
+def _claims_alone(
+    obj: dict[str, Any],
+    namespace: str,
+    policy: Policy,
+    spec_path: tuple[str, ...],
+    entries: list[Any],
+    claims: podclaims.ClaimsView,
+    nodes: ClusterView | None,
+) -> Decision:
+    """A pod that asks for GPUs through its claims alone: nothing to mutate, their devices to count."""
+    found_claims: list[podclaims.Found] = []
+    classes = nodes.class_sharing if nodes is not None else None
+    found, warnings = podclaims.pod_claims(obj, namespace, policy, spec_path, entries, claims, 0, found_claims, classes)
+    if nodes is not None and found_claims:
+        found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
+    return _verdict(policy, [], warnings, found, obj, [])
 
 
 def _claims_fit(
