@@ -17,7 +17,7 @@ per enforcement.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
@@ -246,14 +246,10 @@ def validated(
     devices = _device_volumes(spec) if blocks and "volumes" in spec else {}
     holders: Holders = []  # the containers that count GPUs, in start order
     count_sum: int | Fraction = 0  # every count of every container
-    memory = rules.counts_memory
-    worths: Holders = []  # mode memory: each container's GPUs' worth of memory (memshare.held)
-    sized: Holders = []  # mode memory: the amounts of one GPU that the cluster's fits check compares (ACK's GiB)
-    # ACK: the GPUs the pod's memory spreads over (its label), and its containers' limits (memshare.ack_pod)
-    gpus, label_lines = spread if spread is not None else backend_of(policy).pod_gpus(obj, spec_path, policy)
-    ack = rules.pod_spread
-    limits_of: list[tuple[str, dict[str, Any]]] = []
-    held_by: list[tuple[str, dict[str, Any]]] = []  # every container's and init container's limits
+    memory = None  # mode memory: the pod as the backend places it
+    if rules.counts_memory:
+        gpus, label_lines = spread if spread is not None else backend_of(policy).pod_gpus(obj, spec_path, policy)
+        memory = _MemoryPod(rules, gpus, label_lines, counted is not None)
     for section in ALL_SECTIONS:
         containers = spec.get(section)
         if not isinstance(containers, list):
@@ -263,15 +259,8 @@ def validated(
                 continue
             ref = ContainerRef(section, index, body)
             counts = container_counts(ref, rules, problems) if section != "ephemeralContainers" else None
-            if memory and counts is not None:
-                _memory_share(ref, counts, rules, problems, worths, gpus)
-                limits = ref.resource_map("limits")
-                if ack and limits:
-                    held_by.append((ref.name, limits))
-                    if section == "containers":
-                        limits_of.append((ref.name, limits))
-                if counted is not None and (amounts := memshare.node_amounts(limits, policy, gpus)):
-                    sized.append((ref, amounts))
+            if memory is not None and counts is not None:
+                memory.container(ref, counts, problems)
             total = sum(counts.values()) if counts else 0  # counts are never negative: 0 means no GPU
             if counts:
                 holders.append((ref, counts))
@@ -291,12 +280,8 @@ def validated(
         _pinned_to_kept_name(spec, holders, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
-    if memory:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
-        _memory_pod_total(worths, rules, problems)
-        if ack:
-            pod_lines = [*label_lines, *memshare.ack_pod(gpus, limits_of, rules.max_per_pod, policy)]
-            pod_lines += memshare.ack_modes(held_by, policy)
-            problems += [pod_violation(line, short) for line, short in pod_lines]
+    if memory is not None:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
+        memory.pod(problems)
     elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
     classes = False  # any DeviceClass's resource counted (only GPU classes are)
@@ -308,7 +293,8 @@ def validated(
         _whole_gpus(holders, rules, problems)
     if counted is not None:  # DeviceClasses' resources included: the cluster checks read them from slices
         counted += holders
-        counted += sized  # the memory backends' per-GPU amounts (memshare.node_amounts)
+        if memory is not None:
+            counted += memory.sized  # the memory backends' per-GPU amounts (memshare.node_amounts)
     return problems, count_sum
 
 
@@ -850,6 +836,42 @@ def _memory_share(
             f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
             f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less",
         )
+
+
+@dataclass(slots=True)
+class _MemoryPod:
+    """Mode memory: what validation gathers of a pod's containers to judge the pod as its backend places it."""
+
+    rules: Rules
+    gpus: int  # ACK: the GPUs the pod's memory spreads over (its label); 1 elsewhere
+    label_lines: tuple[tuple[str, str], ...]  # the problems with that label
+    sizing: bool  # the cluster checks will read `sized`
+    worths: Holders = field(default_factory=list)  # each container's GPUs' worth of memory (memshare.held)
+    sized: Holders = field(default_factory=list)  # the amounts of one GPU the fits check compares (ACK's GiB)
+    limits_of: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # ACK: the containers' limits
+    held_by: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # ACK: init containers' too
+
+    def container(self, ref: ContainerRef, counts: dict[str, int | Fraction], problems: Problems) -> None:
+        rules = self.rules
+        _memory_share(ref, counts, rules, problems, self.worths, self.gpus)
+        limits = ref.resource_map("limits")
+        if rules.pod_spread and limits:
+            self.held_by.append((ref.name, limits))
+            if ref.section == "containers":
+                self.limits_of.append((ref.name, limits))
+        if self.sizing and (amounts := memshare.node_amounts(limits, rules.policy, self.gpus)):
+            self.sized.append((ref, amounts))
+
+    def pod(self, problems: Problems) -> None:
+        rules = self.rules
+        _memory_pod_total(self.worths, rules, problems)
+        if rules.pod_spread:  # ACK's multi-GPU sharing (memshare.ack_pod), and its modes per container
+            pod_lines = [
+                *self.label_lines,
+                *memshare.ack_pod(self.gpus, self.limits_of, rules.max_per_pod, rules.policy),
+            ]
+            pod_lines += memshare.ack_modes(self.held_by, rules.policy)
+            problems += [pod_violation(line, short) for line, short in pod_lines]
 
 
 def _memory_pod_total(worths: Holders, rules: Rules, problems: Problems) -> None:
