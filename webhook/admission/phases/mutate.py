@@ -165,37 +165,13 @@ def mutate(
         return result
     plan = _Plan.of(policy)
     original = get_path(obj, spec_path)
-    spec = original  # what is mutated: the object as written, or the user's input worked out from the record
     # Workloads only: a Pod's spec cannot change once created (the webhooks see Pod CREATEs alone), so a Pod is
     # never re-applied through the webhook.
     recorded = spec_path != POD_SPEC
-    record = reapply.read(obj) if recorded else None
-    keep_record = False
-    if record is not None:
-        rebuilt, edits = reapply.rebuild(original, record)
-        if edits:  # the webhook's output edited by hand: judged as it stands, the record left as it was
-            result.edits = edits
-            keep_record = True
-        elif rebuilt:
-            spec = {**original, **rebuilt}
+    spec, keep_record = _input(obj, original, result) if recorded else (original, False)
     spec_at = SPEC_POINTERS.get(spec_path) or pointer(spec_path)
     rebuilt_input = spec is not original
-    new_sections: dict[str, Any] = {}  # the sections that mutation changed, against `spec`
-    for section in MUTATED_SECTIONS:
-        containers = spec.get(section)
-        if type(containers) is not list:
-            continue
-        section_at = None if rebuilt_input else f"{spec_at}/{section}/"
-        for index, body in enumerate(containers):
-            if type(body) is not dict or "resources" not in body:
-                continue  # no resources: no GPU
-            at = None if section_at is None else section_at + index_token(index)
-            changed = _container(body, section, index, plan, result, at)
-            if changed is not None:
-                new_list = new_sections.get(section)
-                if new_list is None:
-                    new_list = new_sections[section] = list(containers)
-                new_list[index] = changed
+    new_sections = _containers(spec, None if rebuilt_input else spec_at, plan, result)
     steering_ops = _steer(spec, spec_at, spec_path, new_sections, policy, result, gpus) if policy.steering else []
     if not rebuilt_input and not new_sections:
         if policy.sharing.placement is not None:  # a pod written in HAMi's own resources still gets its placement
@@ -237,6 +213,41 @@ def mutate(
     if policy.sharing.placement is not None:
         _place(result, spec_path, policy, annotated=True)
     return result
+
+
+def _input(obj: dict[str, Any], original: Any, result: MutationResult) -> tuple[Any, bool]:
+    """What is mutated: the pod spec as written, or the user's input worked out from the re-apply record; and
+    whether the record stays as it is (the webhook's output edited by hand: judged as it stands)."""
+    record = reapply.read(obj)
+    if record is None:
+        return original, False
+    rebuilt, edits = reapply.rebuild(original, record)
+    if edits:
+        result.edits = edits
+        return original, True
+    return ({**original, **rebuilt} if rebuilt else original), False
+
+
+def _containers(spec: Any, spec_at: str | None, plan: _Plan, result: MutationResult) -> dict[str, Any]:
+    """Each container's step (`_container`): the sections it changed, as new lists. `spec_at`: where the spec
+    is in the object, for the patch; None for a rebuilt input, patched by comparison afterwards."""
+    new_sections: dict[str, Any] = {}
+    for section in MUTATED_SECTIONS:
+        containers = spec.get(section)
+        if type(containers) is not list:
+            continue
+        section_at = None if spec_at is None else f"{spec_at}/{section}/"
+        for index, body in enumerate(containers):
+            if type(body) is not dict or "resources" not in body:
+                continue  # no resources: no GPU
+            at = None if section_at is None else section_at + index_token(index)
+            changed = _container(body, section, index, plan, result, at)
+            if changed is not None:
+                new_list = new_sections.get(section)
+                if new_list is None:
+                    new_list = new_sections[section] = list(containers)
+                new_list[index] = changed
+    return new_sections
 
 
 def _place(result: MutationResult, spec_path: tuple[str, ...], policy: Policy, annotated: bool) -> None:
