@@ -40,6 +40,7 @@ from webhook.admission.cluster.nodes import (
 from webhook.admission.policy.globs import is_glob
 from webhook.admission.policy.model import Policy, PolicySet
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.backend import NodeDrift
 from webhook.admission.sharing.registry import backend_of
 
 # --- Drift ------------------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def _unshared_dra(policy: Policy, view: ClusterView) -> dict[str, tuple[str, tup
     return {name: (view.class_sharing.get(name, ""), tuple(sorted(nodes))) for name, nodes in sorted(found.items())}
 
 
-def _unit_drift(policy: Policy, node: NodeInfo) -> list[memshare.NodeDrift]:
+def _unit_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
     """memshare.unit_drift for each GPU kind the node registers whose type names a model of
     resources.GPU_MODELS (`NVIDIA-NVIDIA H100 80GB HBM3`), against that model's memory."""
     found = []

@@ -14,8 +14,7 @@ build their own objects from it. Each group of methods is one question a phase a
 - its node requirements (steering): `node_requirements`, `whole_requirements`, `multi_requirements`,
   `product_rule`, `product_fits`, `steering_advice`, `drops_single_strategy`;
 - its drift against a node and its nodes' pool: `node_pool`, `node_drift`, `layout_drift`, `pool_drift`,
-  `gpu_config_strategy`,
-  `config_mismatch`;
+  `gpu_config_strategy`, `config_mismatch`;
 - its fit on a node: `not_offered`;
 - env and engine hints: `env_hints`, `frameworks_skipped`, `judges_variable`, `engine_flags`;
 - lines for people: `describe`, `explain_mode`, `explain_share`.

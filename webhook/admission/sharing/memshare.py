@@ -67,6 +67,7 @@ from webhook.admission.cluster.nodes import (
     NodeInfo,
 )
 from webhook.admission.policy.model import Backend, Mode, Placement, Policy
+from webhook.admission.sharing.backend import NodeDrift
 
 ACK_ISOLATED = ("cgpu", "core_mem", "mps")  # the shared modes that cap a container's memory, sorted
 ACK_SHARED = ("cgpu", "core_mem", "mps", "share")  # every shared mode: `share` caps nothing
@@ -709,10 +710,6 @@ def node_resource(policy: Policy) -> str:
     spec = spec_of(policy)
     assert spec is not None
     return spec.count or spec.memory
-
-
-# (field, nodes_say, policy_says, effect, fix): one disagreement between a memory policy and one node.
-NodeDrift = tuple[str, str, str, str, str]
 
 
 def node_drift(policy: Policy, node: NodeInfo) -> list[NodeDrift]:
