@@ -229,7 +229,8 @@ def test_the_kueue_configuration_decodes_strictly_into_kueues_own_types(project:
     for step in steps:
         got = subprocess.run([go, *step], cwd=module, capture_output=True, text=True, env=env, timeout=300)
         if got.returncode != 0:
-            pytest.skip(f"Kueue's module is not reachable through the Go module proxy: {got.stderr.strip()[-200:]}")
+            last = (got.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"Kueue's module is not reachable through the Go module proxy ({last[:160]})")
     decoded = subprocess.run(
         [go, "run", ".", str(tmp_path / "kueue.yaml")], cwd=module, capture_output=True, text=True, env=env,
         timeout=600,
