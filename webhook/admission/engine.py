@@ -8,10 +8,12 @@ is given (clustercheck.py), then turn the policy's enforcement into a `Decision`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.admission.base.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
+from webhook.admission.budget import NOTHING, PodAsk, Usage, judge, pod_ask
 from webhook.admission.base.violation import WARNING_PREFIX, Refusal, Violation
 from webhook.admission.checks import clustercheck, policynodes
 from webhook.admission.cluster.nodes import ClusterView
@@ -46,6 +48,9 @@ class Decision:
     refused_only: bool = False  # denied for the refusals alone (under `warn` or `audit`)
     skipped: bool = False  # allowed untouched, for `skip_reason`
     skip_reason: str = ""  # why the object was not judged (no pod spec, pod spec unchanged by an update, ...)
+    # What a Pod holds against its namespace's GPU budget after mutation (budget.py), where `evaluate` was given a
+    # budget (an empty one too); None where it holds no GPU, or no budget was given.
+    ask: PodAsk | None = None
 
     @property
     def mutated_any(self) -> bool:
@@ -66,6 +71,7 @@ def evaluate(
     old: Any = None,
     nodes: ClusterView | None = None,
     claims: podclaims.ClaimsView | None = None,
+    budget: Sequence[Usage] | None = None,
 ) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
@@ -74,6 +80,10 @@ def evaluate(
     trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (podclaims.py).
+    `budget` is the namespace's GPU quotas with what each holds now, this pod not included: a Pod is judged
+    against them under `cluster.quota` (budget.py), and `Decision.ask` says what it holds (None where it holds
+    no GPU). `budget=[]` asks for the ask alone; without a budget (None) no ask is worked out: a namespace with
+    no GPU quota pays nothing for budgets.
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
@@ -88,9 +98,9 @@ def evaluate(
     if not mentions_gpu(obj, spec_path):
         if entries:  # claims alone: nothing to mutate, their devices to count
             assert claims is not None
-            return _claims_alone(obj, namespace, policy, spec_path, entries, claims, nodes)
+            return _claims_alone(obj, namespace, policy, spec_path, entries, claims, nodes, budget)
         return Decision(True, "allow", policy.name, mutated=obj)
-    return _gpu_pod(obj, namespace, policy, spec_path, entries, claims, nodes)
+    return _gpu_pod(obj, namespace, policy, spec_path, entries, claims, nodes, budget)
 
 
 def _gpu_pod(
@@ -101,6 +111,7 @@ def _gpu_pod(
     entries: list[Any],
     claims: podclaims.ClaimsView | None,
     nodes: ClusterView | None,
+    budget: Sequence[Usage] | None,
 ) -> Decision:
     """An object whose pod spec asks for GPUs: mutated, then validated as mutated, its claims counted with
     it, and the cluster checks run where there is a snapshot."""
@@ -115,9 +126,9 @@ def _gpu_pod(
     if result.edits:  # the webhook's output edited by hand: said first, since it explains the rest
         found = result.edits + found
     warnings = result.warnings
+    named: list[podclaims.Found] = []  # the claims the pod names, looked up once: the checks and the budget read them
     if entries:
         assert claims is not None
-        named: list[podclaims.Found] | None = [] if nodes is not None else None
         classes = nodes.class_sharing if nodes is not None else None
         claimed, missing = podclaims.pod_claims(
             result.obj, namespace, policy, spec_path, entries, claims, extended, named, classes
@@ -138,7 +149,43 @@ def _gpu_pod(
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
-    return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+    ask, over = _budget(result.obj, namespace, policy, spec_path, named, budget)
+    if over is not None:
+        found, warnings = _over_budget(over, policy, found, warnings)
+    decision = _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+    decision.ask = ask
+    return decision
+
+
+def _budget(
+    pod: dict[str, Any],
+    namespace: str,
+    policy: Policy,
+    spec_path: tuple[str, ...],
+    named: list[podclaims.Found],
+    budget: Sequence[Usage] | None,
+) -> tuple[PodAsk | None, Violation | None]:
+    """What the (mutated) Pod holds, its claims' devices among it (`named`: those podclaims.pod_claims found,
+    each looked up once per review), and the line that refuses it where it exceeds a quota of `budget` that
+    counts it (`cluster.quota` off: never judged). Only Pods are budgeted, and only where a budget is given:
+    a namespace without a GPU quota pays nothing for budgets."""
+    if budget is None or spec_path != POD_SPEC:
+        return None, None
+    ask = pod_ask(pod, policy, None, namespace, named or None)
+    if ask is NOTHING:  # pod_ask's answer for a pod that holds no GPU
+        return None, None
+    if not budget or policy.cluster_checks.quota is Check.OFF:
+        return ask, None
+    return ask, judge(ask, budget, "", pod)
+
+
+def _over_budget(
+    over: Violation, policy: Policy, found: list[Violation], warnings: list[str]
+) -> tuple[list[Violation], list[str]]:
+    """`cluster.quota: deny` joins the violations (the policy's enforcement decides); `warn` is a warning."""
+    if policy.cluster_checks.quota is Check.DENY:
+        return [*found, over], warnings
+    return found, [*warnings, WARNING_PREFIX + over.short]
 
 
 def _judge_claim(
@@ -161,6 +208,7 @@ def _claims_alone(
     entries: list[Any],
     claims: podclaims.ClaimsView,
     nodes: ClusterView | None,
+    budget: Sequence[Usage] | None,
 ) -> Decision:
     """A pod that asks for GPUs through its claims alone: nothing to mutate, their devices to count."""
     found_claims: list[podclaims.Found] = []
@@ -168,7 +216,12 @@ def _claims_alone(
     found, warnings = podclaims.pod_claims(obj, namespace, policy, spec_path, entries, claims, 0, found_claims, classes)
     if nodes is not None and found_claims:
         found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
-    return _verdict(policy, [], warnings, found, obj, [])
+    ask, over = _budget(obj, namespace, policy, spec_path, found_claims, budget)
+    if over is not None:
+        found, warnings = _over_budget(over, policy, found, warnings)
+    decision = _verdict(policy, [], warnings, found, obj, [])
+    decision.ask = ask
+    return decision
 
 
 def _claims_fit(
