@@ -940,9 +940,13 @@ def monitoring() -> list[dict[str, Any]]:
 def test_the_monitoring_overlay_adds_a_service_monitor_and_rules_to_the_default(
     monitoring: list[dict[str, Any]], default: list[dict[str, Any]]
 ) -> None:
-    others = [o for o in monitoring if not o["apiVersion"].startswith("monitoring.coreos.com/")]
+    def added(o: dict[str, Any]) -> bool:
+        dashboard = o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpu-admission-grafana-dashboard"
+        return dashboard or o["apiVersion"].startswith("monitoring.coreos.com/")
+
+    others = [o for o in monitoring if not added(o)]
     assert sorted(others, key=_key) == sorted(default, key=_key)
-    assert sorted(o["kind"] for o in monitoring if o not in others) == ["PrometheusRule", "ServiceMonitor"]
+    assert sorted(o["kind"] for o in monitoring if o not in others) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
 
 
 @pytest.mark.parametrize(("kind", "schema_file"), [

@@ -8,7 +8,8 @@
   entry's matchConditions for clusters before 1.28;
 - manifests/base/excluded-namespaces.yaml: the namespaces never sent to the webhook (`EXCLUDED_NAMESPACES`);
 - charts/gpu-admission/files/webhooks.yaml: the same entries for the Helm chart, which reads them with
-  .Files.Get (its values still set the namespaces, caBundle, timeout and matchConditions on or off).
+  .Files.Get (its values still set the namespaces, caBundle, timeout and matchConditions on or off);
+- the Grafana dashboard, beside the monitoring overlay and in the chart (dashboard.py).
 
 tests/test_webhooks_generated.py fails while a committed file differs from what this writes. Adding a kind is
 one entry in its table, then `make manifests`.
@@ -32,6 +33,7 @@ from webhook.admission.resources import (
     NVIDIA_GPU,
     NVIDIA_GPU_SHARED,
 )
+from webhook.cli import dashboard
 
 # The namespaces never sent to the webhook, and where each comes from (the GPU stack's default namespaces, as
 # each project installs itself). `policy explain` reads this too.
@@ -471,6 +473,7 @@ def files() -> dict[str, str]:
         REMOVE.format("validating"): _remove_conditions("validating", hooks),
         EXCLUDED: _excluded(),
         CHART: _chart(hooks),
+        **dashboard.files(GENERATED),
     }
 
 
