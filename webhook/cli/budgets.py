@@ -1,0 +1,466 @@
+"""GPU budgets in a live cluster, for `audit` and `policy lint --cluster`.
+
+Two views, both from the core's rules (budget.pod_ask weighs a pod, quota.gpu_quota reads a ResourceQuota):
+- each namespace's GPU use in GPU-equivalents, by route (extended resources, DeviceClasses' extended
+  resources, named ResourceClaims, claim templates), against each of its GPU ResourceQuotas;
+- the ResourceQuota entries on GPU resources that the API server's own quota cannot hold as their author meant
+  once the webhook has mapped the pods: an entry on a resource no pod of the namespace ends up asking (the
+  API server then counts nothing), one that counts time-slicing replicas or MIG slices under the name
+  `nvidia.com/gpu`, one that counts some of the namespace's GPU forms and not the others, one on `limits.`
+  (the API server counts extended resources only as `requests.`). Each says what to write instead.
+
+What the namespace's pods can end up asking is found by asking the engine: the mapping of `nvidia.com/gpu: 1`
+and `0.5` under the namespace's policy (as `policy explain` shows it), and the live pods after mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, TextIO
+
+from webhook.admission.budget import pod_ask
+from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
+from webhook.admission.resources import is_managed
+
+if TYPE_CHECKING:
+    from webhook.admission.drapods import ClaimsView
+    from webhook.admission.engine import Decision
+    from webhook.admission.policy import Policy, PolicySet
+
+    Evaluator = Callable[[dict[str, Any], str], Decision]
+
+ROUTES = ("extended", "deviceclass", "claims", "templates")
+TERMINAL_PHASES = ("Succeeded", "Failed")  # pods the API server's quota no longer counts
+PROBES = ("1", "0.5")  # what a namespace's pods ask most: a GPU, half of one (as `policy explain` shows)
+REQUESTS, LIMITS = "requests.", "limits."
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaUse:
+    """One GPU ResourceQuota and what the pods it counts hold now."""
+
+    quota: GpuQuota
+    used: Fraction
+    pods: int
+
+    @property
+    def free(self) -> Fraction:
+        return max(self.quota.hard - self.used, Fraction(0))
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceUse:
+    """A namespace's GPU use: every non-terminal pod that holds a GPU, by route, and its GPU quotas."""
+
+    namespace: str
+    policy: str
+    check: str  # the policy's spec.cluster.quota: deny, warn or off
+    pods: int
+    by_route: tuple[tuple[str, Fraction], ...]
+    total: Fraction
+    quotas: tuple[QuotaUse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaFinding:
+    """A ResourceQuota entry on a GPU resource that the API server cannot hold as meant; `line` says it all."""
+
+    namespace: str
+    quota: str
+    entry: str  # "requests.nvidia.com/gpu"
+    hard: str  # as written
+    problem: str  # uncounted | limits | replicas | partial
+    write: str  # the entry (or entries) to write instead; "" where the entry stands
+    held: bool  # the webhook holds the budget in GPU-equivalents (spec.cluster.quota deny or warn)
+    line: str
+
+    @property
+    def failing(self) -> bool:
+        """Nothing holds what the entry was meant to: neither the API server nor the webhook."""
+        return self.problem in ("uncounted", "limits") and not self.held
+
+
+def number_text(value: Fraction) -> str:
+    """GPU-equivalents for people: a decimal where exact ("0.25"), else the fraction ("1/7")."""
+    from decimal import Decimal
+
+    denominator = value.denominator
+    for factor in (2, 5):
+        while denominator % factor == 0:
+            denominator //= factor
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    return format((Decimal(value.numerator) / Decimal(value.denominator)).normalize(), "f")
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _namespace(obj: dict[str, Any]) -> str:
+    namespace = _metadata(obj).get("namespace")
+    return namespace if isinstance(namespace, str) else ""
+
+
+def is_live(pod: dict[str, Any]) -> bool:
+    """Counted by a quota: not Succeeded or Failed (a pod being deleted still holds its devices)."""
+    status = pod.get("status")
+    return not (isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES)
+
+
+def asked_resources(pod: dict[str, Any]) -> set[str]:
+    """The GPU resources a pod's containers (init containers too) request or limit."""
+    spec = pod.get("spec")
+    asked: set[str] = set()
+    if not isinstance(spec, dict):
+        return asked
+    for section in ("containers", "initContainers"):
+        containers = spec.get(section)
+        for container in containers if isinstance(containers, list) else []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            for amounts in (resources.get(k) for k in ("requests", "limits")) if isinstance(resources, dict) else ():
+                if isinstance(amounts, dict):
+                    asked.update(name for name in amounts if is_managed(name))
+    return asked
+
+
+def probe_pod(namespace: str, resources: dict[str, str]) -> dict[str, Any]:
+    """One container asking `resources` (requests = limits, as the API server defaults them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-budget-probe", "namespace": namespace},
+        "spec": {
+            "containers": [
+                {"name": "app", "image": "probe", "resources": {"limits": dict(resources), "requests": dict(resources)}}
+            ]
+        },
+    }
+
+
+@dataclass(slots=True)
+class _Namespace:
+    policy: Policy
+    pods: int = 0
+    routes: dict[str, Fraction] | None = None
+    claims: dict[str, Fraction] | None = None  # named ResourceClaims: a shared one counts once
+    asked: set[str] | None = None
+
+
+class BudgetReport:
+    """The budgets of the namespaces read: `uses` and `findings`, built from the listed objects."""
+
+    def __init__(
+        self,
+        policies: PolicySet,
+        quota_objects: Iterable[dict[str, Any]],
+        pods: Iterable[dict[str, Any]],
+        evaluator: Evaluator,
+        claims: ClaimsView | None = None,
+        mutated: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda pod: None,
+    ) -> None:
+        """`mutated(pod)` gives a pod as the webhook maps it where the caller has it already (audit judged
+        it); else the pod goes through `evaluator`."""
+        self._policies = policies
+        self._evaluator = evaluator
+        self._claims = claims
+        self.quota_objects = [q for q in quota_objects if isinstance(q, dict)]
+        self.quotas = [q for q in map(gpu_quota, self.quota_objects) if q is not None]
+        namespaces: dict[str, _Namespace] = {}
+        counted: dict[int, list[tuple[dict[str, Any], Any]]] = {id(q): [] for q in self.quotas}
+        for pod in pods:
+            if not isinstance(pod, dict) or not is_live(pod):
+                continue
+            namespace = _namespace(pod)
+            state = namespaces.get(namespace)
+            if state is None:
+                state = namespaces[namespace] = _Namespace(policies.select(namespace).policy, 0, {}, {}, set())
+            after = mutated(pod)
+            if after is None:
+                after = evaluator(pod, namespace).mutated or pod
+            ask = pod_ask(after, state.policy, claims)
+            assert state.asked is not None
+            state.asked |= asked_resources(after)
+            if ask.total == 0:
+                continue
+            self._add(state, ask)
+            for quota in self.quotas:
+                if quota.namespace == namespace and quota.counts(after):
+                    counted[id(quota)].append((after, ask))
+        self._namespaces = namespaces
+        self.uses = self._uses(counted)
+        self.findings = self._findings()
+
+    # --- use ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _add(state: _Namespace, ask: Any) -> None:
+        assert state.routes is not None and state.claims is not None
+        state.pods += 1
+        claimed = Fraction(0)
+        for name, share in ask.claims:
+            claimed += share
+            state.claims[name] = share
+        for route, share in ask.by_route:
+            state.routes[route] = state.routes.get(route, Fraction(0)) + share
+        # Named claims are counted by name, once each, whichever pods share them.
+        if claimed:
+            state.routes["claims"] = state.routes.get("claims", Fraction(0)) - claimed
+
+    @staticmethod
+    def _quota_used(held: list[tuple[dict[str, Any], Any]]) -> Fraction:
+        used = Fraction(0)
+        claims: dict[str, Fraction] = {}
+        for _, ask in held:
+            claimed = sum((share for _, share in ask.claims), Fraction(0))
+            used += ask.total - claimed
+            claims.update(ask.claims)
+        return used + sum(claims.values(), Fraction(0))
+
+    def _uses(self, counted: dict[int, list[tuple[dict[str, Any], Any]]]) -> list[NamespaceUse]:
+        names = sorted({*self._namespaces, *(q.namespace for q in self.quotas)})
+        uses = []
+        for namespace in names:
+            state = self._namespaces.get(namespace) or _Namespace(self._policies.select(namespace).policy, 0, {}, {})
+            routes = dict(state.routes or {})
+            if state.claims:
+                routes["claims"] = routes.get("claims", Fraction(0)) + sum(state.claims.values(), Fraction(0))
+            by_route = tuple((route, routes.get(route, Fraction(0))) for route in ROUTES)
+            quotas = tuple(
+                QuotaUse(q, self._quota_used(counted[id(q)]), len(counted[id(q)]))
+                for q in self.quotas
+                if q.namespace == namespace
+            )
+            if not state.pods and not quotas:
+                continue
+            uses.append(
+                NamespaceUse(
+                    namespace,
+                    state.policy.name,
+                    str(_quota_check(state.policy)),
+                    state.pods,
+                    by_route,
+                    sum((share for _, share in by_route), Fraction(0)),
+                    quotas,
+                )
+            )
+        return uses
+
+    # --- entries the API server cannot hold -----------------------------------------------------------------
+
+    def reachable(self, namespace: str, policy: Policy) -> set[str]:
+        """The GPU resources pods of `namespace` can end up asking after the webhook's mapping."""
+        found = set()
+        for quantity in PROBES:
+            decision = self._evaluator(probe_pod(namespace, {"nvidia.com/gpu": quantity}), namespace)
+            if not decision.violations and not decision.refusals:
+                found |= asked_resources(decision.mutated)
+        state = self._namespaces.get(namespace)
+        return found | (state.asked or set() if state is not None else set())
+
+    def weight(self, namespace: str, policy: Policy, resource: str) -> Fraction:
+        """GPU-equivalents of one unit of `resource` in `namespace` (the core's weight of a pod asking it)."""
+        return pod_ask(probe_pod(namespace, {resource: "1"}), policy, None).total
+
+    def _findings(self) -> list[QuotaFinding]:
+        findings: list[QuotaFinding] = []
+        for obj in self.quota_objects:
+            namespace, name = _namespace(obj), str(_metadata(obj).get("name", ""))
+            spec = obj.get("spec")
+            hard = spec.get("hard") if isinstance(spec, dict) else None
+            if not isinstance(hard, dict):
+                continue
+            entries = [(k, v) for k, v in hard.items() if isinstance(k, str) and is_managed(_resource_of(k))]
+            if not entries:
+                continue
+            policy = self._policies.select(namespace).policy
+            reachable = self.reachable(namespace, policy)
+            budget = gpu_quota(obj)
+            for entry, value in entries:
+                finding = self._finding(namespace, name, entry, str(value), policy, reachable, budget)
+                if finding is not None:
+                    findings.append(finding)
+        return findings
+
+    def _finding(
+        self,
+        namespace: str,
+        name: str,
+        entry: str,
+        value: str,
+        policy: Policy,
+        reachable: set[str],
+        budget: GpuQuota | None,
+    ) -> QuotaFinding | None:
+        resource = _resource_of(entry)
+        held = entry in GPU_QUOTA_ENTRIES and _quota_check(policy) != "off"
+        where = f'quota "{name}" of namespace "{namespace}": {entry}: {value}'
+        gpus = self._gpus_of(namespace, policy, entry, value, budget)
+        holder = (
+            f'; the webhook holds this budget in GPU-equivalents (policy "{policy.name}", spec.cluster.quota: '
+            f"{_quota_check(policy)})"
+            if held
+            else ""
+        )
+        if entry.startswith(LIMITS):
+            write = f'{REQUESTS}{resource}: "{value}"'
+            line = (
+                f"{where} counts nothing in the API server, which counts extended resources only under "
+                f"requests.; write {write}{holder}"
+            )
+            return QuotaFinding(namespace, name, entry, value, "limits", write, held, line)
+        others = sorted(reachable - {resource})
+        if resource not in reachable:
+            write = self._write(namespace, policy, others, gpus)
+            asks = ", ".join(others) if others else "no GPU resource the policy admits"
+            line = (
+                f'{where} counts nothing: under policy "{policy.name}" the namespace\'s pods ask {asks}, never '
+                f"{resource}" + (f"; write {write}" if write else "") + holder
+            )
+            return QuotaFinding(namespace, name, entry, value, "uncounted", write, held, line)
+        unit = self.weight(namespace, policy, resource)
+        if resource == "nvidia.com/gpu" and policy.sharing.replica_resource == "nvidia.com/gpu" and unit != 1:
+            what = "MIG slices" if policy.sharing.is_mig_single else "time-slicing replicas"
+            line = (
+                f'{where} counts {what}, not GPUs (policy "{policy.name}": {number_text(unit)} GPU each, the device '
+                f"plugin keeps the name nvidia.com/gpu): {value} is {number_text(gpus) if gpus is not None else '?'} "
+                f"GPU; for N GPUs write {number_text(1 / unit)}×N" + holder
+            )
+            return QuotaFinding(namespace, name, entry, value, "replicas", "", held, line)
+        if others:
+            write = self._write(namespace, policy, others, gpus)
+            line = (
+                f"{where} counts only {resource}; the namespace's pods also ask {', '.join(others)}, which it "
+                "does not count" + (f"; add {write}" if write else "") + holder
+            )
+            return QuotaFinding(namespace, name, entry, value, "partial", write, held, line)
+        return None
+
+    def _gpus_of(
+        self, namespace: str, policy: Policy, entry: str, value: str, budget: GpuQuota | None
+    ) -> Fraction | None:
+        """The GPU-equivalents the entry stands for: the budget where it is a GPU budget entry, else its value
+        in units of its resource."""
+        if budget is not None and entry == budget.entry:
+            return budget.hard
+        if entry in GPU_QUOTA_ENTRIES:
+            return _whole(value)
+        count = _whole(value)
+        return None if count is None else count * self.weight(namespace, policy, _resource_of(entry))
+
+    def _write(self, namespace: str, policy: Policy, resources: Sequence[str], gpus: Fraction | None) -> str:
+        """The requests.<resource> entries that hold `gpus` GPU-equivalents in each of `resources`."""
+        if gpus is None:
+            return ""
+        written = []
+        for resource in resources:
+            unit = self.weight(namespace, policy, resource)
+            if unit <= 0:
+                continue
+            count = gpus / unit
+            text = str(count.numerator // count.denominator)
+            note = "" if count.denominator == 1 else f" (rounded down from {number_text(count)})"
+            written.append(f'{REQUESTS}{resource}: "{text}"{note}')
+        return ", ".join(written)
+
+
+def _resource_of(entry: str) -> str:
+    for prefix in (REQUESTS, LIMITS):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :]
+    return entry
+
+
+def _whole(value: str) -> Fraction | None:
+    from webhook.admission.quantity import parse_quantity
+
+    try:
+        return Fraction(parse_quantity(value))
+    except (ValueError, TypeError):
+        return None
+
+
+def _quota_check(policy: Policy) -> str:
+    return str(policy.cluster_checks.quota)
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+HEADERS = ("NAMESPACE", "POLICY", "PODS", *(r.upper() for r in ROUTES), "TOTAL", "QUOTA", "HARD", "USED", "FREE")
+
+
+def print_budgets(report: BudgetReport, out: TextIO) -> None:
+    """One row per namespace and GPU quota (a namespace without one shows its use alone), then the findings,
+    then a summary line."""
+    rows = []
+    for use in report.uses:
+        head = [use.namespace, use.policy, str(use.pods), *(number_text(s) for _, s in use.by_route)]
+        head.append(number_text(use.total))
+        for quota in use.quotas or (None,):
+            if quota is None:
+                rows.append([*head, "-", "-", "-", "-"])
+                continue
+            cells = [quota.quota.name, number_text(quota.quota.hard), number_text(quota.used), number_text(quota.free)]
+            rows.append([*head, *cells])
+    if rows:
+        widths = [max(len(row[i]) for row in [list(HEADERS), *rows]) for i in range(len(HEADERS))]
+        for row in [list(HEADERS), *rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=out)
+    for finding in report.findings:
+        print(finding.line, file=out)
+    quotas = len(report.quotas)
+    failing = sum(1 for f in report.findings if f.failing)
+    summary = (
+        f"GPU budgets: {len(report.uses)} namespace{'s' if len(report.uses) != 1 else ''} with GPU pods or GPU "
+        f"quotas, {quotas} GPU quota{'s' if quotas != 1 else ''} (GPU-equivalents: a GPU 1, a replica "
+        "1/replicas, a MIG slice or memory share its larger fraction of one GPU)"
+    )
+    if report.findings:
+        summary += (
+            f"; {len(report.findings)} quota entr{'ies' if len(report.findings) != 1 else 'y'} the API server "
+            f"cannot hold as meant, {failing} held by nothing"
+        )
+    print(summary, file=out)
+
+
+def budgets_json(report: BudgetReport) -> dict[str, Any]:
+    return {
+        "namespaces": [
+            {
+                "namespace": use.namespace,
+                "policy": use.policy,
+                "quotaCheck": use.check,
+                "pods": use.pods,
+                "byRoute": {route: number_text(share) for route, share in use.by_route},
+                "total": number_text(use.total),
+                "quotas": [
+                    {
+                        "name": q.quota.name,
+                        "entry": q.quota.entry,
+                        "hard": number_text(q.quota.hard),
+                        "used": number_text(q.used),
+                        "free": number_text(q.free),
+                        "pods": q.pods,
+                    }
+                    for q in use.quotas
+                ],
+            }
+            for use in report.uses
+        ],
+        "quotaFindings": [
+            {
+                "namespace": f.namespace,
+                "quota": f.quota,
+                "entry": f.entry,
+                "hard": f.hard,
+                "problem": f.problem,
+                "write": f.write,
+                "heldByWebhook": f.held,
+                "line": f.line,
+            }
+            for f in report.findings
+        ],
+    }
