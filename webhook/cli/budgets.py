@@ -20,20 +20,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.admission.budget import pod_ask
+from webhook.admission import weights
+from webhook.admission.budget import ROUTES, TERMINAL_PHASES, format_gpus, gpus_word, pod_ask
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
 from webhook.admission.resources import is_managed
 
 if TYPE_CHECKING:
+    from webhook.admission.cluster import ClusterView
     from webhook.admission.drapods import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import Policy, PolicySet
+    from webhook.cli.kube import KubeClient
 
     Evaluator = Callable[[dict[str, Any], str], Decision]
 
-ROUTES = ("extended", "deviceclass", "claims", "templates")
-TERMINAL_PHASES = ("Succeeded", "Failed")  # pods the API server's quota no longer counts
-PROBES = ("1", "0.5")  # what a namespace's pods ask most: a GPU, half of one (as `policy explain` shows)
+PROBES = ("1", "0.5", "0.25")  # what a namespace's pods ask most: a GPU, a half, a quarter
 REQUESTS, LIMITS = "requests.", "limits."
 
 
@@ -80,19 +81,6 @@ class QuotaFinding:
     def failing(self) -> bool:
         """Nothing holds what the entry was meant to: neither the API server nor the webhook."""
         return self.problem in ("uncounted", "limits") and not self.held
-
-
-def number_text(value: Fraction) -> str:
-    """GPU-equivalents for people: a decimal where exact ("0.25"), else the fraction ("1/7")."""
-    from decimal import Decimal
-
-    denominator = value.denominator
-    for factor in (2, 5):
-        while denominator % factor == 0:
-            denominator //= factor
-    if denominator != 1:
-        return f"{value.numerator}/{value.denominator}"
-    return format((Decimal(value.numerator) / Decimal(value.denominator)).normalize(), "f")
 
 
 def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +181,8 @@ class BudgetReport:
         self._namespaces = namespaces
         self.uses = self._uses(counted)
         self.findings = self._findings()
+        # Shown in the tables where the namespaces read have a GPU quota, or a quota entry on a GPU resource.
+        self.shown = bool(self.quotas or self.findings)
 
     # --- use ----------------------------------------------------------------------------------------------
 
@@ -262,8 +252,10 @@ class BudgetReport:
         return found | (state.asked or set() if state is not None else set())
 
     def weight(self, namespace: str, policy: Policy, resource: str) -> Fraction:
-        """GPU-equivalents of one unit of `resource` in `namespace` (the core's weight of a pod asking it)."""
-        return pod_ask(probe_pod(namespace, {resource: "1"}), policy, None).total
+        """GPU-equivalents of one unit of `resource` in `namespace`: the core's weight of the resource, or of a
+        pod asking one unit where the weight depends on the container (memory shares)."""
+        unit = weights.resource(resource, policy)
+        return unit if unit is not None else pod_ask(probe_pod(namespace, {resource: "1"}), policy, None).total
 
     def _findings(self) -> list[QuotaFinding]:
         findings: list[QuotaFinding] = []
@@ -280,7 +272,7 @@ class BudgetReport:
             reachable = self.reachable(namespace, policy)
             budget = gpu_quota(obj)
             for entry, value in entries:
-                finding = self._finding(namespace, name, entry, str(value), policy, reachable, budget)
+                finding = self._finding(namespace, name, entry, str(value), policy, reachable, budget, hard)
                 if finding is not None:
                     findings.append(finding)
         return findings
@@ -294,6 +286,7 @@ class BudgetReport:
         policy: Policy,
         reachable: set[str],
         budget: GpuQuota | None,
+        hard: dict[str, Any],
     ) -> QuotaFinding | None:
         resource = _resource_of(entry)
         held = entry in GPU_QUOTA_ENTRIES and _quota_check(policy) != "off"
@@ -306,35 +299,45 @@ class BudgetReport:
             else ""
         )
         if entry.startswith(LIMITS):
-            write = f'{REQUESTS}{resource}: "{value}"'
+            beside = REQUESTS + resource in hard
+            write = "" if beside else f'{REQUESTS}{resource}: "{value}"'
+            instead = f"{REQUESTS}{resource} beside it is what it counts" if beside else f"write {write}"
             line = (
                 f"{where} counts nothing in the API server, which counts extended resources only under "
-                f"requests.; write {write}{holder}"
+                f"requests.; {instead}{holder}"
             )
-            return QuotaFinding(namespace, name, entry, value, "limits", write, held, line)
+            return QuotaFinding(namespace, name, entry, value, "limits", write, held or beside, line)
         others = sorted(reachable - {resource})
         if resource not in reachable:
             write = self._write(namespace, policy, others, gpus)
             asks = ", ".join(others) if others else "no GPU resource the policy admits"
             line = (
                 f'{where} counts nothing: under policy "{policy.name}" the namespace\'s pods ask {asks}, never '
-                f"{resource}" + (f"; write {write}" if write else "") + holder
+                f"{resource}" + (f"; write {write}" if write else "") + _mixed(others) + holder
             )
             return QuotaFinding(namespace, name, entry, value, "uncounted", write, held, line)
         unit = self.weight(namespace, policy, resource)
         if resource == "nvidia.com/gpu" and policy.sharing.replica_resource == "nvidia.com/gpu" and unit != 1:
+            # The device plugin keeps the name: the API server counts replicas (or MIG slices) as nvidia.com/gpu.
             what = "MIG slices" if policy.sharing.is_mig_single else "time-slicing replicas"
+            count = _whole(value)
+            native = f"{format_gpus(count * unit)} GPU" if count is not None else "?"
             line = (
-                f'{where} counts {what}, not GPUs (policy "{policy.name}": {number_text(unit)} GPU each, the device '
-                f"plugin keeps the name nvidia.com/gpu): {value} is {number_text(gpus) if gpus is not None else '?'} "
-                f"GPU; for N GPUs write {number_text(1 / unit)}×N" + holder
+                f'{where} counts {what}, not GPUs: under policy "{policy.name}" the device plugin keeps the name '
+                f"nvidia.com/gpu for one of {format_gpus(1 / unit)} per GPU, so the API server holds the namespace "
+                f"to {native}; write {format_gpus(1 / unit)} per GPU meant"
             )
+            if held:
+                line += (
+                    f" (the webhook reads the entry as {gpus_word(count or Fraction(0))} under spec.cluster.quota: "
+                    "the API server's count, the tighter, decides)"
+                )
             return QuotaFinding(namespace, name, entry, value, "replicas", "", held, line)
         if others:
             write = self._write(namespace, policy, others, gpus)
             line = (
                 f"{where} counts only {resource}; the namespace's pods also ask {', '.join(others)}, which it "
-                "does not count" + (f"; add {write}" if write else "") + holder
+                "does not count" + (f"; add {write}" if write else "") + _mixed([resource, *others]) + holder
             )
             return QuotaFinding(namespace, name, entry, value, "partial", write, held, line)
         return None
@@ -362,9 +365,16 @@ class BudgetReport:
                 continue
             count = gpus / unit
             text = str(count.numerator // count.denominator)
-            note = "" if count.denominator == 1 else f" (rounded down from {number_text(count)})"
+            note = "" if count.denominator == 1 else f" (rounded down from {format_gpus(count)})"
             written.append(f'{REQUESTS}{resource}: "{text}"{note}')
         return ", ".join(written)
+
+
+def _mixed(resources: Sequence[str]) -> str:
+    """Where a namespace's pods get several forms, no one native entry holds their sum: say so."""
+    if len(resources) < 2:
+        return ""
+    return " (each entry caps one form at the whole budget; only the webhook's budget holds the forms together)"
 
 
 def _resource_of(entry: str) -> str:
@@ -384,7 +394,8 @@ def _whole(value: str) -> Fraction | None:
 
 
 def _quota_check(policy: Policy) -> str:
-    return str(policy.cluster_checks.quota)
+    """The policy's spec.cluster.quota (deny, warn or off)."""
+    return str(getattr(policy.cluster_checks, "quota", "deny"))
 
 
 # --- output -----------------------------------------------------------------------------------------------
@@ -397,13 +408,13 @@ def print_budgets(report: BudgetReport, out: TextIO) -> None:
     then a summary line."""
     rows = []
     for use in report.uses:
-        head = [use.namespace, use.policy, str(use.pods), *(number_text(s) for _, s in use.by_route)]
-        head.append(number_text(use.total))
+        head = [use.namespace, use.policy, str(use.pods), *(format_gpus(s) for _, s in use.by_route)]
+        head.append(format_gpus(use.total))
         for quota in use.quotas or (None,):
             if quota is None:
                 rows.append([*head, "-", "-", "-", "-"])
                 continue
-            cells = [quota.quota.name, number_text(quota.quota.hard), number_text(quota.used), number_text(quota.free)]
+            cells = [quota.quota.name, format_gpus(quota.quota.hard), format_gpus(quota.used), format_gpus(quota.free)]
             rows.append([*head, *cells])
     if rows:
         widths = [max(len(row[i]) for row in [list(HEADERS), *rows]) for i in range(len(HEADERS))]
@@ -421,8 +432,10 @@ def print_budgets(report: BudgetReport, out: TextIO) -> None:
     if report.findings:
         summary += (
             f"; {len(report.findings)} quota entr{'ies' if len(report.findings) != 1 else 'y'} the API server "
-            f"cannot hold as meant, {failing} held by nothing"
+            "cannot hold as meant"
         )
+        if failing:
+            summary += f", {failing} of them held by neither it nor the webhook"
     print(summary, file=out)
 
 
@@ -434,15 +447,15 @@ def budgets_json(report: BudgetReport) -> dict[str, Any]:
                 "policy": use.policy,
                 "quotaCheck": use.check,
                 "pods": use.pods,
-                "byRoute": {route: number_text(share) for route, share in use.by_route},
-                "total": number_text(use.total),
+                "byRoute": {route: format_gpus(share) for route, share in use.by_route},
+                "total": format_gpus(use.total),
                 "quotas": [
                     {
                         "name": q.quota.name,
                         "entry": q.quota.entry,
-                        "hard": number_text(q.quota.hard),
-                        "used": number_text(q.used),
-                        "free": number_text(q.free),
+                        "hard": format_gpus(q.quota.hard),
+                        "used": format_gpus(q.used),
+                        "free": format_gpus(q.free),
                         "pods": q.pods,
                     }
                     for q in use.quotas
@@ -464,3 +477,47 @@ def budgets_json(report: BudgetReport) -> dict[str, Any]:
             for f in report.findings
         ],
     }
+
+
+# --- listing (policy lint --cluster; audit lists the pods and claims itself) -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetObjects:
+    """What the budgets read from a cluster: ResourceQuotas, Pods, and the claims and templates pods name."""
+
+    quotas: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
+
+
+def list_budget_objects(cluster: KubeClient, err: TextIO, page_size: int = 500) -> BudgetObjects | None:
+    """Every ResourceQuota, Pod, ResourceClaim and ResourceClaimTemplate; None (said on `err`) when the
+    ResourceQuotas may not be listed; Pods or claims that may not be listed are said and left out."""
+    from webhook.cli.kube import RESOURCE_QUOTAS, RESOURCES, Forbidden
+
+    try:
+        quotas = cluster.list_objects(RESOURCE_QUOTAS, None, page_size=page_size)
+    except Forbidden as exc:
+        err.write(f"note: GPU budgets not shown: {exc}; grant list on resourcequotas\n")
+        return None
+    found: dict[str, list[dict[str, Any]]] = {}
+    for resource in (r for r in RESOURCES if r.kind in ("ResourceClaimTemplate", "ResourceClaim", "Pod")):
+        try:
+            found[resource.kind] = cluster.list_objects(resource, None, page_size=page_size)
+        except Forbidden as exc:
+            err.write(f"note: GPU use leaves out {resource.name}: {exc}; grant list on {resource.name}\n")
+            found[resource.kind] = []
+    claims = found["ResourceClaimTemplate"] + found["ResourceClaim"]
+    return BudgetObjects(quotas, found["Pod"], claims)
+
+
+def budget_report(policies: PolicySet, view: ClusterView | None, objects: BudgetObjects) -> BudgetReport:
+    """The budgets of `objects`, each pod mapped by the engine as the webhook would (with the nodes' view)."""
+    from webhook.admission.drapods import ClaimIndex
+    from webhook.cli.common import local_evaluator
+
+    index = ClaimIndex()
+    for claim in objects.claims:
+        index.add(claim, _namespace(claim))
+    return BudgetReport(policies, objects.quotas, objects.pods, local_evaluator(policies, view, None, index), index)
