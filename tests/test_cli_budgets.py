@@ -246,3 +246,44 @@ def test_policy_lint_cluster_shows_the_budgets_too(kubeconfig, policies):
     assert run.returncode == 1, "unmatched namespace entries of the example policies"
     table = gpu_webhook("policy", "lint", "--policies", policies, "--cluster", "--kubeconfig", kubeconfig)
     assert table.stdout.splitlines()[-1].startswith("GPU budgets: 7 namespaces with GPU pods or GPU quotas")
+
+
+OPEN = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: open}
+spec:
+  namespaces: [open]
+  sharing: {mode: time-slicing, replicas: 2}
+  fractional: shared
+  cluster: {quota: off}
+"""
+
+
+def test_lint_fails_on_a_quota_entry_that_neither_the_api_server_nor_the_webhook_holds(tmp_path: Path):
+    """spec.cluster.quota: off leaves the budget to the API server, which counts nothing once the pods ask
+    nvidia.com/gpu.shared: today's silent failure, an exit code of 1 for CI."""
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "open.yaml").write_text(OPEN)
+    api = FakeKubeAPI()
+    api.add_namespaces("open")
+    api.add(pod("a", "open"), pod("b", "open"), quota("gpus", "open", {"requests.nvidia.com/gpu": "1"}))
+    api.start()
+    try:
+        config = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        run = gpu_webhook(
+            "policy", "lint", "--policies", str(tmp_path / "policies"), "--cluster", "--kubeconfig", config
+        )
+    finally:
+        api.stop()
+    assert run.returncode == 1, run.stderr
+    lines = run.stdout.splitlines()
+    assert (
+        'quota "gpus" of namespace "open": requests.nvidia.com/gpu: 1 counts nothing: under policy "open" the '
+        "namespace's pods ask nvidia.com/gpu.shared, never nvidia.com/gpu; write "
+        'requests.nvidia.com/gpu.shared: "2"'
+    ) in lines
+    assert lines[-1].endswith(
+        "; 1 quota entry the API server cannot hold as meant, 1 of them held by neither it nor the webhook"
+    )
+    assert lines[-3].split() == ["open", "open", "2", "1", "0", "0", "0", "1", "gpus", "1", "1", "0"]

@@ -395,7 +395,7 @@ def _whole(value: str) -> Fraction | None:
 
 def _quota_check(policy: Policy) -> str:
     """The policy's spec.cluster.quota (deny, warn or off)."""
-    return str(getattr(policy.cluster_checks, "quota", "deny"))
+    return str(policy.cluster_checks.quota)
 
 
 # --- output -----------------------------------------------------------------------------------------------
