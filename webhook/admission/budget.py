@@ -1,0 +1,260 @@
+"""What a pod holds against its namespace's GPU budget, and the one rule that judges it.
+
+`pod_ask` weighs a mutated pod in GPU-equivalents (weights.py, one function per form), counting what the
+scheduler and the quota evaluator count: the pod's effective request (the largest init container with the
+sidecars started before it, or the app containers with every sidecar, whichever is more), its overhead, and
+the devices of the claims and claim templates it names. A pod in a terminal phase holds nothing.
+
+`judge` is the rule, called by the engine (offline, with usage summed from the input) and by the server's
+ledger inside its compare-and-swap: for every quota that counts the pod, used + ask <= hard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from webhook.admission import weights
+from webhook.admission.drapods import ClaimsView
+from webhook.admission.podspec import ContainerRef
+from webhook.admission.policy import Backend, Mode, Policy
+from webhook.admission.quota import GpuQuota
+from webhook.admission.resources import (
+    DEVICE_CLASS_PREFIX,
+    MIG_PREFIX,
+    NVIDIA_GPU,
+    device_class_of,
+    is_managed,
+    mig_profile_of,
+)
+from webhook.admission.validate import effective_total
+from webhook.admission.violation import SHORT_LIMIT, Violation, cut
+
+ZERO = Fraction(0)
+ROUTES = ("extended", "deviceclass", "claims", "templates")
+TERMINAL_PHASES = ("Succeeded", "Failed")
+_DECIMAL_PLACES = 9  # a quantity is exact to 1n: any exact decimal of the unit fits in this many places
+
+
+@dataclass(frozen=True, slots=True)
+class PodAsk:
+    """What a pod holds while it runs, in GPU-equivalents."""
+
+    total: Fraction
+    by_route: tuple[tuple[str, Fraction], ...]  # routes: "extended", "deviceclass", "claims", "templates"
+    detail: str  # for messages: "2 replicas of 4", "one 3g.40gb MIG slice", ...
+    claims: tuple[tuple[str, Fraction], ...] = ()  # named ResourceClaims (shared ones count once per namespace)
+
+
+NOTHING = PodAsk(ZERO, (), "nothing")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A quota and what it holds now, the pod being judged not included."""
+
+    quota: GpuQuota
+    used: Fraction
+
+
+def format_gpus(value: Fraction | int) -> str:
+    """GPU-equivalents for people: a decimal where exact ("0.25", "3"), else the fraction ("1/7", "8/7")."""
+    value = Fraction(value)
+    scaled = value * 10**_DECIMAL_PLACES
+    if scaled.denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    whole, rest = divmod(abs(scaled.numerator), 10**_DECIMAL_PLACES)
+    text = f"{whole}.{rest:0{_DECIMAL_PLACES}d}".rstrip("0").rstrip(".")
+    return ("-" if value < 0 else "") + text
+
+
+def gpus_word(value: Fraction) -> str:
+    """`1 GPU`, `0.5 GPU`, `2 GPUs`: the unit as people say it."""
+    return f"{format_gpus(value)} GPU{'s' if value > 1 else ''}"
+
+
+# --- The pod's ask -------------------------------------------------------------------------------------------
+
+
+def pod_ask(pod: dict[str, Any], policy: Policy, claims: ClaimsView | None, namespace: str | None = None) -> PodAsk:
+    """What the (mutated) pod holds under `policy`; NOTHING for a terminal pod or one with no GPU. `claims`:
+    the namespace's claims and templates (None: the claims it names are not counted); `namespace` stands in
+    for a missing metadata.namespace (a CREATE's pod may carry none)."""
+    if type(pod) is not dict:
+        return NOTHING
+    status = pod.get("status")
+    if type(status) is dict and status.get("phase") in TERMINAL_PHASES:
+        return NOTHING
+    spec = pod.get("spec")
+    if type(spec) is not dict:
+        return NOTHING
+    holders: list[tuple[ContainerRef, dict[str, int | Fraction]]] = []
+    forms: dict[tuple[str, int], dict[str, Fraction]] = {}
+    for section in ("initContainers", "containers"):
+        containers = spec.get(section)
+        for index, body in enumerate(containers if type(containers) is list else []):
+            if type(body) is not dict:
+                continue
+            ref = ContainerRef(section, index, body)
+            amounts = _gpu_amounts(ref)
+            if not amounts:
+                continue
+            routes: dict[str, int | Fraction] = dict(weights.container(amounts, policy))
+            if any(routes.values()):
+                routes[""] = sum(routes.values(), ZERO)
+                holders.append((ref, routes))
+                forms[(section, index)] = amounts
+    total, running = effective_total(holders, "") if holders else (0, [])
+    by_route: dict[str, Fraction] = {}
+    shown: dict[str, Fraction] = {}
+    peak = {(ref.section, ref.index) for ref, _ in running}
+    for ref, routes in holders:
+        if (ref.section, ref.index) not in peak:
+            continue
+        for route, value in routes.items():
+            if route:
+                by_route[route] = by_route.get(route, ZERO) + value
+        for name, amount in forms[(ref.section, ref.index)].items():
+            shown[name] = shown.get(name, ZERO) + amount
+    overhead = _overhead(spec, policy)
+    if overhead:
+        total += overhead
+        by_route["extended"] = by_route.get("extended", ZERO) + overhead
+    parts = [_describe(shown, policy)] if shown else []
+    named: list[tuple[str, Fraction]] = []
+    if claims is not None:
+        ns = namespace or _namespace(pod)
+        for route, kind, source, value in _claims(spec, policy, claims, ns):
+            total += value
+            by_route[route] = by_route.get(route, ZERO) + value
+            parts.append(f'{format_gpus(value)} in {kind} "{source}"')
+            if route == "claims":
+                named.append((source, value))
+    if not total:
+        return NOTHING
+    ordered = tuple((route, by_route[route]) for route in ROUTES if by_route.get(route))
+    return PodAsk(Fraction(total), ordered, " + ".join(part for part in parts if part), tuple(named))
+
+
+def _gpu_amounts(ref: ContainerRef) -> dict[str, Fraction]:
+    """The container's GPU resources: requests, else limits (the API server defaults one to the other for
+    extended resources, and the quota counts requests)."""
+    requests, limits = ref.resource_map("requests"), ref.resource_map("limits")
+    merged = {k: v for k, v in limits.items() if type(k) is str and is_managed(k)}
+    merged.update({k: v for k, v in requests.items() if type(k) is str and is_managed(k)})
+    return weights.amounts_of(merged) if merged else {}
+
+
+def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
+    """Pod overhead that names GPUs (a RuntimeClass's; it never should), weighed as a container would be."""
+    overhead = spec.get("overhead")
+    if type(overhead) is not dict:
+        return ZERO
+    amounts = weights.amounts_of({k: v for k, v in overhead.items() if type(k) is str and is_managed(k)})
+    return sum(weights.container(amounts, policy).values(), ZERO) if amounts else ZERO
+
+
+def _namespace(pod: dict[str, Any]) -> str:
+    metadata = pod.get("metadata")
+    namespace = metadata.get("namespace") if type(metadata) is dict else None
+    return namespace if type(namespace) is str else ""
+
+
+def _claims(
+    spec: dict[str, Any], policy: Policy, view: ClaimsView, namespace: str
+) -> list[tuple[str, str, str, Fraction]]:
+    """(route, kind, name, weight) for each claim and template the pod names that holds GPUs."""
+    found: list[tuple[str, str, str, Fraction]] = []
+    entries = spec.get("resourceClaims")
+    for entry in entries if type(entries) is list else []:
+        if type(entry) is not dict:
+            continue
+        kind, source, route = "ResourceClaim", entry.get("resourceClaimName"), "claims"
+        if type(source) is not str or not source:
+            kind, source, route = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName"), "templates"
+            if type(source) is not str or not source:
+                continue
+        summary = view.claim(kind, namespace, source)
+        value = weights.claim(summary, policy) if summary is not None else ZERO
+        if value:
+            found.append((route, kind, source, value))
+    return found
+
+
+def _describe(amounts: dict[str, Fraction], policy: Policy) -> str:
+    """The forms of the containers at the pod's peak, for messages: `2 replicas of 4`, `one 3g.40gb MIG slice`."""
+    sharing = policy.sharing
+    parts: list[str] = []
+    backend = sharing.backend if sharing.mode is Mode.MEMORY else None
+    for name, amount in amounts.items():
+        count = format_gpus(amount)
+        profile = mig_profile_of(name) if name.startswith(MIG_PREFIX) else None
+        if profile is None and name == NVIDIA_GPU and sharing.is_mig_single and sharing.mig_profile:
+            profile = sharing.mig_profile
+        if profile is not None:
+            parts.append(f"{'one' if amount == 1 else count} {profile} MIG slice{'s' if amount != 1 else ''}")
+        elif name == sharing.shared_resource or (name.endswith(".shared") and name.startswith("nvidia.com/")):
+            of = f" of {sharing.replicas}" if sharing.replicas else ""
+            parts.append(f"{count} replica{'s' if amount != 1 else ''}{of}")
+        elif backend is Backend.ACK and name == "aliyun.com/gpu-mem":
+            parts.append(f"{count} GiB of GPU memory")
+        elif backend is not None and backend is not Backend.ACK and name != NVIDIA_GPU:
+            parts.append(f"{name} {count}")
+        elif name.startswith(DEVICE_CLASS_PREFIX):
+            parts.append(f"{count} {device_class_of(name)} device{'s' if amount != 1 else ''}")
+        elif name == NVIDIA_GPU and backend in (Backend.HAMI, Backend.VOLCANO):
+            parts.append(f"{count} vGPU{'s' if amount != 1 else ''}")
+        elif name == NVIDIA_GPU:
+            parts.append(f"{count} whole GPU{'s' if amount != 1 else ''}")
+        else:
+            parts.append(f"{name} {count}")
+    return ", ".join(parts)
+
+
+# --- The rule ------------------------------------------------------------------------------------------------
+
+
+def judge(ask: PodAsk, usages: Sequence[Usage], pod_name: str, pod: dict[str, Any] | None = None) -> Violation | None:
+    """The budget rule: for every quota that counts the pod, used + ask.total <= hard; else one line naming
+    the quota that fits least. `pod`, where given, picks the quotas that count it (`GpuQuota.counts`); without
+    it every usage given counts. A pod that holds nothing is never refused, whatever the use."""
+    if not ask.total:
+        return None
+    worst: tuple[Fraction, Usage] | None = None
+    for usage in usages:
+        if pod is not None and not usage.quota.counts(pod):
+            continue
+        room = usage.quota.hard - usage.used
+        if ask.total > room and (worst is None or room < worst[0]):
+            worst = (room, usage)
+    if worst is None:
+        return None
+    return refusal(ask, worst[1], pod_name)
+
+
+def refusal(ask: PodAsk, usage: Usage, pod_name: str) -> Violation:
+    """The one line of a refusal: the quota, its namespace, used of hard, the ask and its detail, what fits,
+    and what to do."""
+    quota = usage.quota
+    fits = max(quota.hard - usage.used, ZERO)
+    scoped = f" (scopes: {quota.scoped})" if quota.scoped else ""
+    detail = f" ({ask.detail})" if ask.detail and ask.detail != "nothing" else ""
+    fits_text = f"{format_gpus(fits)} fits" if fits else "nothing fits"
+    advice = (
+        f"ask for at most {format_gpus(fits)}, free some by ending pods, or raise the quota's {quota.entry}"
+        if fits
+        else f"free some by ending pods of the namespace, or raise the quota's {quota.entry}"
+    )
+    line = (
+        f'pod "{cut(pod_name, 63)}": quota "{quota.name}" of namespace "{quota.namespace}"{scoped}: '
+        f"{format_gpus(usage.used)} of {gpus_word(quota.hard)} used; this pod asks {format_gpus(ask.total)}{detail}; "
+        f"{fits_text}; {advice}"
+    )
+    short = (
+        f'quota "{cut(quota.name, 24)}": {format_gpus(usage.used)} of {format_gpus(quota.hard)} GPU used, '
+        f"asks {format_gpus(ask.total)}, {fits_text}; "
+    )
+    short += "ask for less or raise it" if fits else "free some or raise it"
+    return Violation(line, cut(short, SHORT_LIMIT))
