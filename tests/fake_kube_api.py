@@ -56,7 +56,15 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
 
 TOKEN = "fake-token"
 # Watched as Nodes are (put, delete).
-WATCHED = ("ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceClass", "Pod", "ResourceQuota", "ConfigMap")
+WATCHED = (
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "ResourceSlice",
+    "DeviceClass",
+    "Pod",
+    "ResourceQuota",
+    "ConfigMap",
+)
 WRITABLE = ("ConfigMap",)  # created, replaced and deleted through the API (the budget ledger's records)
 
 
@@ -214,7 +222,10 @@ class FakeKubeAPI:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # socketserver's 5 resets connections when many clients call at once
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         if certificate is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

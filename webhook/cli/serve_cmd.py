@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 from webhook.admission.cluster import STALE_AFTER_S
-from webhook.server.ledger import GRACE_S
 from webhook.cli.options import (
     POLICIES_HELP,
     add_custom_resources_argument,
@@ -24,6 +23,7 @@ from webhook.cli.options import (
     missing_policy_directory,
     policy_directory,
 )
+from webhook.server.ledger import GRACE_S
 
 DEV_CERTS_DIR = Path("certs/dev")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class Watched(NodeInventory):
         super().__init__(source, stale_after=stale_after, watch_timeout=watch_timeout, backoff=backoff, clock=clock)
         self.what = what
         self._listed = False
+        self.listed = threading.Event()  # set once the first list has completed
         self.list_error = ""  # why the first list has not completed, while it has not
 
     def state(self) -> str:
@@ -95,6 +97,7 @@ class Watched(NodeInventory):
         self._version = str(metadata.get("resourceVersion") or "")
         self.lists += 1
         self._listed = True
+        self.listed.set()
         self.list_error = ""
         self._healthy()
         log(_log, logging.INFO, f"{self.what} watch: listed {count} kept", event="budget-watch-listed",
@@ -128,9 +131,7 @@ class PodWatch(Watched):
     """Every live GPU pod of the cluster: namespace -> UID -> HeldPod. `on_gone(namespace, uid)` is called when
     one is deleted or ends (the budget keeper releases it); a relist reports those that went missing."""
 
-    def __init__(
-        self, source: NodeSource, ask_of: AskOf, on_gone: Callable[[str, str], None], **options: Any
-    ) -> None:
+    def __init__(self, source: NodeSource, ask_of: AskOf, on_gone: Callable[[str, str], None], **options: Any) -> None:
         super().__init__(source, "Pod", **options)
         self._ask_of = ask_of
         self._on_gone = on_gone
@@ -139,7 +140,9 @@ class PodWatch(Watched):
         self._listing: dict[str, dict[str, HeldPod]] = {}
 
     @staticmethod
-    def watching(configuration: Any, ask_of: AskOf, on_gone: Callable[[str, str], None], stale_after: float) -> PodWatch:
+    def watching(
+        configuration: Any, ask_of: AskOf, on_gone: Callable[[str, str], None], stale_after: float
+    ) -> PodWatch:
         return PodWatch(KubeNodes(configuration, PODS_PATH, "pod"), ask_of, on_gone, stale_after=stale_after)
 
     def count(self) -> int:

@@ -46,12 +46,23 @@ from webhook.admission.review import AdmissionRequest
 from webhook.admission.violation import WARNING_PREFIX, cut
 from webhook.server import metrics
 from webhook.server.budget_watch import TERMINAL_PHASES, PodWatch, QuotaWatch
-from webhook.server.ledger import GRACE_S, ConfigMaps, Entry, Ledger, LedgerUnavailable, LedgerView, Record, record_name, scope_of
+from webhook.server.ledger import (
+    GRACE_S,
+    ConfigMaps,
+    Entry,
+    Ledger,
+    LedgerUnavailable,
+    LedgerView,
+    Record,
+    record_name,
+    scope_of,
+)
 from webhook.server.logs import LOGGER, log
 
 _log = logging.getLogger(f"{LOGGER}.budgets")
 
 SWEEP_S = 2.0  # seconds between the keeper's looks at every record (releases of deleted pods do not wait)
+FIRST_LIST_WAIT_S = 2.0  # a review in a worker's first seconds waits this long for the ResourceQuotas' list
 LIVE_RECHECK_S = 60.0  # a pod a GET found alive is not asked about again for this long
 GETS_PER_SWEEP = 50  # at most this many pod GETs a sweep: a large backlog is worked through over several
 DEFAULT_NAMESPACE = "gpu-admission"
@@ -140,7 +151,7 @@ class Budgets:
     def gone(self, namespace: str, uid: str) -> None:
         """A pod was deleted or ended: its entry, if the ledger holds one, goes (on the keeper's thread)."""
         record = self.view.records.get(namespace)
-        if record is not None and uid in record.entries or self.view.state() != "current":
+        if (record is not None and uid in record.entries) or self.view.state() != "current":
             self._gone.append((namespace, uid))
             self._wake.set()
 
@@ -156,8 +167,9 @@ class Budgets:
         check = policy.cluster_checks.quota
         if check is Check.OFF:
             return decision
-        pod = decision.mutated or review.object or {}
-        metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        pod: dict[str, Any] = decision.mutated or review.object or {}
+        found = pod.get("metadata")
+        metadata: dict[str, Any] = found if isinstance(found, dict) else {}
         name = str(metadata.get("name") or review.name or metadata.get("generateName") or "")
         try:
             quotas = self._quotas(namespace, pod)
@@ -191,8 +203,9 @@ class Budgets:
 
     def _quotas(self, namespace: str, pod: dict[str, Any]) -> list[GpuQuota]:
         """The GPU quotas that count `pod`; LedgerUnavailable while they are not known yet."""
-        state = self.quotas.state()
-        if state == "listing":
+        if not self.quotas.listed.is_set() and not self.quotas.list_error:
+            self.quotas.listed.wait(FIRST_LIST_WAIT_S)  # a worker just started: its first list is under way
+        if self.quotas.state() == "listing":
             why = f": {self.quotas.list_error}" if self.quotas.list_error else ""
             raise LedgerUnavailable(f"the webhook has not listed the cluster's ResourceQuotas yet{why}")
         return [quota for quota in self.quotas.quotas(namespace) if quota.counts(pod)]
@@ -315,13 +328,15 @@ class Budgets:
 
             added: list[str] = []
 
-            def edit(current: Record, missing: dict[str, Any] = missing, added: list[str] = added) -> dict[str, Entry] | None:
+            def edit(
+                current: Record, missing: dict[str, Any] = missing, added: list[str] = added
+            ) -> dict[str, Entry] | None:
                 new = {
                     uid: Entry(pod.name, pod.gpus, pod.scope, time.time())
                     for uid, pod in missing.items()
                     if uid not in current.entries
                 }
-                added[:] = sorted(pod.name for pod in new.values())
+                added[:] = sorted(entry.pod for entry in new.values())
                 return {**current.entries, **new} if new else None
 
             self.ledger.change(namespace, edit)

@@ -60,7 +60,11 @@ def record_name(namespace: str) -> str:
 # priority class, and whether it is Terminating, BestEffort (its cpu and memory alone decide: a pod that asks
 # only for GPUs is BestEffort) and CrossNamespacePodAffinity. An entry keeps them, so that a quota created after
 # the pod was admitted counts it as its scopes say, and `pod_of` makes a pod that matches as the original did.
-_PREDICATES = (("terminating", "Terminating"), ("bestEffort", "BestEffort"), ("crossNamespace", "CrossNamespacePodAffinity"))
+_PREDICATES = (
+    ("terminating", "Terminating"),
+    ("bestEffort", "BestEffort"),
+    ("crossNamespace", "CrossNamespacePodAffinity"),
+)
 
 
 def scope_of(pod: dict[str, Any]) -> Scope:
@@ -130,7 +134,11 @@ class Record:
     def used(self, quota: GpuQuota) -> Fraction:
         """The GPU-equivalents `quota` counts in this ledger."""
         return sum(
-            (entry.gpus for entry in self.entries.values() if quota.counts(pod_of(self.namespace, entry.pod, entry.scope))),
+            (
+                entry.gpus
+                for entry in self.entries.values()
+                if quota.counts(pod_of(self.namespace, entry.pod, entry.scope))
+            ),
             Fraction(0),
         )
 
@@ -146,7 +154,7 @@ class Record:
             return None
         data = obj.get("data") or {}
         entries = {}
-        for uid, text in (data.items() if isinstance(data, dict) else ()):
+        for uid, text in data.items() if isinstance(data, dict) else ():
             entry = Entry.parse(text)
             if entry is not None:
                 entries[uid] = entry
@@ -250,7 +258,9 @@ class Ledger:
         left = (deadline or time.monotonic() + READ_TIMEOUT_S) - time.monotonic()
         if left <= 0:
             raise LedgerUnavailable("no time left to read the ledger")
-        status, body = self.api.call("GET", f"{self.api.path}/{record_name(namespace)}", timeout=min(left, READ_TIMEOUT_S))
+        status, body = self.api.call(
+            "GET", f"{self.api.path}/{record_name(namespace)}", timeout=min(left, READ_TIMEOUT_S)
+        )
         if status == 404:
             return Record(namespace, "")
         if status != 200 or not isinstance(body, dict):

@@ -14,14 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission import clusterdrift
+from webhook.admission import clusterdrift, engine
+from webhook.admission.budget import Usage
 from webhook.admission.cluster import STALE_AFTER_S, ClusterView
 from webhook.admission.drapods import ClaimsView
-from webhook.admission import engine
-from webhook.admission.budget import Usage
 from webhook.admission.engine import Decision, evaluate
-from webhook.admission.review import AdmissionRequest
 from webhook.admission.policy import PolicySet
+from webhook.admission.review import AdmissionRequest
 from webhook.server import metrics
 from webhook.server.budgets import GRACE_S, Budgets, Rejudge
 from webhook.server.claims import ClaimsCache
