@@ -349,6 +349,8 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
             obj = review.engine_object
             assert obj is not None  # review.evaluates: there is an object to judge
             decision = state.evaluate(obj, review.engine_namespace, policies, old, nodes, state.claims)
+            if webhook == "validate" and decision.allowed and state.budgets is not None and _reserves(review):
+                decision = state.budgets.admit(review, decision, policies, state.rejudge(obj, review, policies, nodes))
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:
@@ -370,6 +372,11 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
     metrics.observe_review(webhook, verdict, elapsed, kinds)
     _log_review(webhook, review, decision, answer["response"], verdict, elapsed)
     return 200, answer
+
+
+def _reserves(review: AdmissionRequest) -> bool:
+    """A Pod CREATE: the one review that reserves GPUs in its namespace's budget (budgets.py)."""
+    return review.operation == "CREATE" and review.kind.get("kind") == "Pod" and not review.sub_resource
 
 
 # A review's log line stays small whatever the review holds (a 2 MiB name, 10,000 warnings).
