@@ -46,7 +46,6 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "CronJob": ("/apis/batch/v1", "cronjobs"),
     "Node": ("/api/v1", "nodes"),
     "Namespace": ("/api/v1", "namespaces"),
-    "ResourceQuota": ("/api/v1", "resourcequotas"),
     "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims"),
     "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
     "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices"),
