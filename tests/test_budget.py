@@ -8,6 +8,7 @@ are mutated by the real engine first: a budget weighs what the pod holds after t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -330,3 +331,80 @@ def test_gpus_are_shown_as_decimals_where_exact_else_as_fractions():
     assert [format_gpus(Fraction(n, d)) for n, d in [(1, 4), (3, 1), (1, 7), (8, 7), (1, 3), (0, 1)]] == [
         "0.25", "3", "1/7", "8/7", "1/3", "0"
     ]  # fmt: skip
+
+
+# --- The engine ---------------------------------------------------------------------------------------------
+
+
+def admitted_in_turn(pol, pods: list[dict], hard: str = "1", check=None) -> list[bool]:
+    """Each pod judged by the engine against a 1-GPU quota holding the asks admitted before it."""
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import ClusterChecks, PolicySet
+
+    if check is not None:
+        pol = replace(pol, cluster_checks=ClusterChecks(quota=check))
+    policies = PolicySet((pol,))
+    budget = gpu_quota(quota({"requests.nvidia.com/gpu": hard}))
+    used, answers = Fraction(0), []
+    for obj in pods:
+        decision = evaluate(obj, NS, policies, budget=[Usage(budget, used)])
+        answers.append(decision.allowed)
+        if decision.allowed and decision.ask is not None:
+            used += decision.ask.total
+    return answers
+
+
+def test_a_one_gpu_quota_admits_four_replicas_at_four_replicas_and_refuses_the_fifth():
+    pods = [pod(gpu(1), name=f"p{i}") for i in range(6)]
+    assert admitted_in_turn(TIME_SLICING, pods) == [True, True, True, True, False, False]
+
+
+def test_a_one_gpu_quota_admits_two_3g40gb_slices_and_four_ack_quarters():
+    fractional = policy(
+        sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB"), fractional=Fractional.MIG
+    )
+    assert admitted_in_turn(fractional, [pod(gpu("0.5"), name=f"p{i}") for i in range(3)]) == [True, True, False]
+    quarters = [pod(gpu("0.25"), name=f"p{i}") for i in range(5)]
+    assert admitted_in_turn(memory(Backend.ACK), quarters) == [True] * 4 + [False]
+
+
+def test_the_engine_refuses_in_one_line_warns_under_warn_and_judges_nothing_under_off():
+    from webhook.admission.engine import evaluate
+    from webhook.admission.policy import Check, ClusterChecks, PolicySet
+
+    budget = [Usage(team_quota(), Fraction(3, 4))]
+    two = pod(gpu(1), container("second", limits={"nvidia.com/gpu": 1}), name="train-1")
+    denied = evaluate(two, NS, PolicySet((TIME_SLICING,)), budget=budget)
+    assert not denied.allowed
+    assert denied.violations == [
+        'pod "train-1": quota "gpus" of namespace "team": 0.75 of 1 GPU used; this pod asks 0.5 (2 replicas of 4); '
+        "0.25 fits; ask for at most 0.25, free some by ending pods, or raise the quota's requests.nvidia.com/gpu"
+    ]
+    assert denied.ask is not None and denied.ask.total == Fraction(1, 2)
+    warned = evaluate(two, NS, PolicySet((replace(TIME_SLICING, cluster_checks=ClusterChecks(quota=Check.WARN)),)),
+                      budget=budget)  # fmt: skip
+    assert warned.allowed and any('quota "gpus"' in w for w in warned.warnings)
+    off = evaluate(two, NS, PolicySet((replace(TIME_SLICING, cluster_checks=ClusterChecks(quota=Check.OFF)),)),
+                   budget=budget)  # fmt: skip
+    assert off.allowed and off.warnings == evaluate(two, NS, PolicySet((TIME_SLICING,))).warnings
+    assert evaluate(pod(container()), NS, PolicySet((TIME_SLICING,)), budget=budget).ask is None
+
+
+def test_the_policy_field_reads_deny_by_default_and_off_unquoted():
+    from webhook.admission.loader import parse_policy_sources
+    from webhook.admission.policy import Check
+
+    def read(cluster: str) -> Check:
+        text = f"""
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {{name: team}}
+spec:
+  namespaces: [team]
+{cluster}
+"""
+        return parse_policy_sources({"team.yaml": text}).policies[0].cluster_checks.quota
+
+    assert read("") is Check.DENY
+    assert read("  cluster: {quota: warn}") is Check.WARN
+    assert read("  cluster: {quota: off}") is Check.OFF

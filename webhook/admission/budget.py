@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission import weights
-from webhook.admission.drapods import ClaimsView
+from webhook.admission.drapods import ClaimsView, Found
 from webhook.admission.podspec import ContainerRef
 from webhook.admission.policy import Backend, Mode, Policy
 from webhook.admission.quota import GpuQuota
@@ -78,10 +78,17 @@ def gpus_word(value: Fraction) -> str:
 # --- The pod's ask -------------------------------------------------------------------------------------------
 
 
-def pod_ask(pod: dict[str, Any], policy: Policy, claims: ClaimsView | None, namespace: str | None = None) -> PodAsk:
+def pod_ask(
+    pod: dict[str, Any],
+    policy: Policy,
+    claims: ClaimsView | None,
+    namespace: str | None = None,
+    found: Sequence[Found] | None = None,
+) -> PodAsk:
     """What the (mutated) pod holds under `policy`; NOTHING for a terminal pod or one with no GPU. `claims`:
     the namespace's claims and templates (None: the claims it names are not counted); `namespace` stands in
-    for a missing metadata.namespace (a CREATE's pod may carry none)."""
+    for a missing metadata.namespace (a CREATE's pod may carry none); `found`, the claims the pod names as
+    the engine already looked them up (drapods.pod_claims), read instead of `claims`."""
     if type(pod) is not dict:
         return NOTHING
     status = pod.get("status")
@@ -124,9 +131,9 @@ def pod_ask(pod: dict[str, Any], policy: Policy, claims: ClaimsView | None, name
         by_route["extended"] = by_route.get("extended", ZERO) + overhead
     parts = [_describe(shown, policy)] if shown else []
     named: list[tuple[str, Fraction]] = []
-    if claims is not None:
-        ns = namespace or _namespace(pod)
-        for route, kind, source, value in _claims(spec, policy, claims, ns):
+    if claims is not None or found is not None:
+        looked_up = found if found is not None else _looked_up(spec, claims, namespace or _namespace(pod))
+        for route, kind, source, value in _claims(looked_up, policy):
             total += value
             by_route[route] = by_route.get(route, ZERO) + value
             parts.append(f'{format_gpus(value)} in {kind} "{source}"')
@@ -156,31 +163,50 @@ def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
     return sum(weights.container(amounts, policy).values(), ZERO) if amounts else ZERO
 
 
+def pod_name(pod: dict[str, Any]) -> str:
+    """The pod's name for messages: metadata.name, else its generateName with `*` (the name is set later)."""
+    metadata = pod.get("metadata")
+    metadata = metadata if type(metadata) is dict else {}
+    name, prefix = metadata.get("name"), metadata.get("generateName")
+    if type(name) is str and name:
+        return name
+    return f"{prefix}*" if type(prefix) is str and prefix else "<unnamed>"
+
+
 def _namespace(pod: dict[str, Any]) -> str:
     metadata = pod.get("metadata")
     namespace = metadata.get("namespace") if type(metadata) is dict else None
     return namespace if type(namespace) is str else ""
 
 
-def _claims(
-    spec: dict[str, Any], policy: Policy, view: ClaimsView, namespace: str
-) -> list[tuple[str, str, str, Fraction]]:
-    """(route, kind, name, weight) for each claim and template the pod names that holds GPUs."""
-    found: list[tuple[str, str, str, Fraction]] = []
+def _looked_up(spec: dict[str, Any], view: ClaimsView | None, namespace: str) -> list[Found]:
+    """The claims and templates the pod names that `view` holds (as drapods.pod_claims finds them)."""
+    found: list[Found] = []
     entries = spec.get("resourceClaims")
-    for entry in entries if type(entries) is list else []:
-        if type(entry) is not dict:
+    for entry in entries if type(entries) is list and view is not None else []:
+        name = entry.get("name") if type(entry) is dict else None
+        if type(name) is not str:
             continue
-        kind, source, route = "ResourceClaim", entry.get("resourceClaimName"), "claims"
+        kind, source = "ResourceClaim", entry.get("resourceClaimName")
         if type(source) is not str or not source:
-            kind, source, route = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName"), "templates"
+            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
             if type(source) is not str or not source:
                 continue
+        assert view is not None
         summary = view.claim(kind, namespace, source)
-        value = weights.claim(summary, policy) if summary is not None else ZERO
-        if value:
-            found.append((route, kind, source, value))
+        if summary is not None:
+            found.append((name, kind, source, summary))
     return found
+
+
+def _claims(found: Sequence[Found], policy: Policy) -> list[tuple[str, str, str, Fraction]]:
+    """(route, kind, name, weight) for each claim and template found that holds GPUs."""
+    weighed: list[tuple[str, str, str, Fraction]] = []
+    for _, kind, source, summary in found:
+        value = weights.claim(summary, policy)
+        if value:
+            weighed.append(("claims" if kind == "ResourceClaim" else "templates", kind, source, value))
+    return weighed
 
 
 def _describe(amounts: dict[str, Fraction], policy: Policy) -> str:

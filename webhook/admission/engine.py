@@ -8,10 +8,12 @@ is given (clustercheck.py), then turn the policy's enforcement into a `Decision`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.admission import clustercheck, clusternodes, dra, drapods, memshare
+from webhook.admission.budget import PodAsk, Usage, judge, pod_ask, pod_name
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -44,6 +46,8 @@ class Decision:
     refused_only: bool = False  # denied for the refusals alone (under `warn` or `audit`)
     skipped: bool = False  # allowed untouched, for `skip_reason`
     skip_reason: str = ""  # why the object was not judged (no pod spec, pod spec unchanged by an update, ...)
+    # What a Pod holds against its namespace's GPU budget after mutation (budget.py); None where it holds no GPU.
+    ask: PodAsk | None = None
 
     @property
     def mutated_any(self) -> bool:
@@ -64,6 +68,7 @@ def evaluate(
     old: Any = None,
     nodes: ClusterView | None = None,
     claims: drapods.ClaimsView | None = None,
+    budget: Sequence[Usage] | None = None,
 ) -> Decision:
     """Mutate then validate `obj` (a Pod, a workload or a PodTemplate) under `namespace`'s policy.
 
@@ -72,6 +77,8 @@ def evaluate(
     trusted snapshot: with it, the policy's `auto` values come from the nodes and the cluster checks run
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (drapods.py).
+    `budget` is the namespace's GPU quotas with what each holds now, this pod not included: a Pod is judged
+    against them under `cluster.quota` (budget.py); `Decision.ask` is what the Pod holds, whether or not.
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
@@ -98,7 +105,10 @@ def evaluate(
             )
             if nodes is not None and found_claims:
                 found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
-            return _verdict(policy, [], warnings, found, obj, [])
+            ask, over = _budget(obj, namespace, policy, found_claims, budget)
+            if over is not None:
+                found, warnings = _over_budget(over, policy, found, warnings)
+            return _with_ask(_verdict(policy, [], warnings, found, obj, []), ask)
         return Decision(True, "allow", policy.name, mutated=obj)
     if nodes is not None and policy.cluster_checks.auto:
         policy = clusternodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
@@ -112,7 +122,7 @@ def evaluate(
     warnings = result.warnings
     if entries:
         assert claims is not None
-        named: list[drapods.Found] | None = [] if nodes is not None else None
+        named: list[drapods.Found] = []
         classes = nodes.class_sharing if nodes is not None else None
         claimed, missing = drapods.pod_claims(
             result.obj, namespace, policy, spec_path, entries, claims, extended, named, classes
@@ -134,7 +144,45 @@ def evaluate(
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
-    return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+    ask = None
+    if spec_path == POD_SPEC:
+        ask, over = _budget(result.obj, namespace, policy, named if entries else None, budget)
+        if over is not None:
+            found, warnings = _over_budget(over, policy, found, warnings)
+    decision = _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+    return _with_ask(decision, ask)
+
+
+def _budget(
+    pod: dict[str, Any],
+    namespace: str,
+    policy: Policy,
+    named: list[drapods.Found] | None,
+    budget: Sequence[Usage] | None,
+) -> tuple[PodAsk | None, Violation | None]:
+    """What the (mutated) Pod holds, its claims' devices among it (`named`: those drapods.pod_claims found,
+    each looked up once per review), and the line that refuses it where it exceeds a quota of `budget` that
+    counts it (`cluster.quota` off: never judged)."""
+    ask = pod_ask(pod, policy, None, namespace, named)
+    if not ask.total:
+        return None, None
+    if not budget or policy.cluster_checks.quota is Check.OFF:
+        return ask, None
+    return ask, judge(ask, budget, pod_name(pod), pod)
+
+
+def _over_budget(
+    over: Violation, policy: Policy, found: list[Violation], warnings: list[str]
+) -> tuple[list[Violation], list[str]]:
+    """`cluster.quota: deny` joins the violations (the policy's enforcement decides); `warn` is a warning."""
+    if policy.cluster_checks.quota is Check.DENY:
+        return [*found, over], warnings
+    return found, [*warnings, WARNING_PREFIX + over.short]
+
+
+def _with_ask(decision: Decision, ask: PodAsk | None) -> Decision:
+    decision.ask = ask
+    return decision
 
 
 def _claims_fit(

@@ -423,6 +423,7 @@ def _parse_document(value: Any, source: str, problems: list[tuple[str, str]]) ->
             fits=_valid(cluster["fits"]),
             offered=_valid(cluster["offered"]),
             drift=_valid(cluster["drift"]),
+            quota=_valid(cluster["quota"]),
             assume_nodes=cluster["assumeNodes"],
             auto_replicas=auto_replicas,
             auto_model=auto_model,
@@ -849,6 +850,7 @@ class _ClusterSection(TypedDict):
     fits: Check | _Bad
     offered: Check | _Bad
     drift: Check | _Bad
+    quota: Check | _Bad
     assumeNodes: tuple[AssumedNode, ...]
 
 
@@ -856,12 +858,13 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
     """spec.cluster: each check's level (warn unless set) and the node shapes the inventory cannot see."""
     path = "spec.cluster"
 
-    def level(key: str) -> Check | _Bad:
+    def level(key: str, default: Check = Check.WARN) -> Check | _Bad:
         # YAML 1.1 reads an unquoted `off` as false: that is what the user meant.
         off = section.get(key) is False
-        return Check.OFF if off else check.enum(section, key, path, Check, Check.WARN)
+        return Check.OFF if off else check.enum(section, key, path, Check, default)
 
     fits, offered, drift = (level(key) for key in _CLUSTER_FIELDS[:3])
+    quota = level("quota", Check.DENY)
     shapes: list[AssumedNode] = []
     entries = section.get("assumeNodes", [])
     if not isinstance(entries, list):
@@ -899,7 +902,7 @@ def _parse_cluster(section: dict[str, Any], check: _DocumentChecker) -> _Cluster
                 labels.append((key, value))
         if name is not _BAD:
             shapes.append(AssumedNode(name, tuple(allocatable), tuple(labels)))
-    return _ClusterSection(fits=fits, offered=offered, drift=drift, assumeNodes=tuple(shapes))
+    return _ClusterSection(fits=fits, offered=offered, drift=drift, quota=quota, assumeNodes=tuple(shapes))
 
 
 def _is_dns(name: str) -> bool:

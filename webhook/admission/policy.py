@@ -195,14 +195,16 @@ class AssumedNode:
 class ClusterChecks:
     """`spec.cluster`, and the `auto` values of `sharing.replicas` and `gpu.model` (taken from the nodes).
 
-    Every check warns by default: the inventory cannot see a node pool that scales from zero, and denying
+    Every node check warns by default: the inventory cannot see a node pool that scales from zero, and denying
     every pod that only such a pool can run would stop the pool from ever scaling up. A policy that lists its
-    pools in `assumeNodes` can set `deny`.
+    pools in `assumeNodes` can set `deny`. `quota` (the namespace's GPU budget, budget.py) reads no node: it
+    denies by default, since a budget that only warns is no budget.
     """
 
     fits: Check = Check.WARN
     offered: Check = Check.WARN
     drift: Check = Check.WARN
+    quota: Check = Check.DENY
     assume_nodes: tuple[AssumedNode, ...] = ()
     auto_replicas: bool = False
     auto_model: bool = False

@@ -181,6 +181,9 @@ CLUSTER = (
           choices=_values(Check), default=Check.WARN.value, alternatives=(False,)),
     Field("drift", "string", "The policy's sharing and GPU must match what the nodes say. " + _CHECK_LEVEL,
           choices=_values(Check), default=Check.WARN.value, alternatives=(False,)),
+    Field("quota", "string", "The namespace's ResourceQuota GPU entries (requests.nvidia.com/gpu) as a budget in "
+          "GPU-equivalents on every route: deny refuses past it (enforcement decides); warn admits with a warning; "
+          "off.", choices=_values(Check), default=Check.DENY.value, alternatives=(False,)),
     Field("assumeNodes", "array", "Node shapes the inventory cannot see yet (pools that scale from zero).",
           items="object", fields=NODE_SHAPE),
 )  # fmt: skip
