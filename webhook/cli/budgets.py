@@ -16,12 +16,13 @@ and `0.5` under the namespace's policy (as `policy explain` shows it), and the l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.admission import weights
-from webhook.admission.budget import ROUTES, TERMINAL_PHASES, format_gpus, gpus_word, pod_ask
+from webhook.admission.budget import ROUTES, TERMINAL_PHASES, ZERO, PodAsk, format_gpus, gpus_word, pod_ask
+from webhook.admission.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
 from webhook.admission.resources import is_managed
 
@@ -131,11 +132,32 @@ def probe_pod(namespace: str, resources: dict[str, str]) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class _Namespace:
+    """What the pods of one namespace hold, as they are read."""
+
     policy: Policy
-    pods: int = 0
-    routes: dict[str, Fraction] | None = None
-    claims: dict[str, Fraction] | None = None  # named ResourceClaims: a shared one counts once
-    asked: set[str] | None = None
+    pods: int = 0  # pods holding a GPU
+    routes: dict[str, Fraction] = field(default_factory=dict)  # named claims left out: `claims` has them
+    claims: dict[str, Fraction] = field(default_factory=dict)  # named ResourceClaims: a shared one counts once
+    asked: set[str] = field(default_factory=set)  # the GPU resources its pods ask after mapping
+
+    def add(self, ask: PodAsk) -> None:
+        self.pods += 1
+        for route, share in ask.by_route:
+            self.routes[route] = self.routes.get(route, ZERO) + share
+        for name, share in ask.claims:
+            self.routes["claims"] -= share
+            self.claims[name] = share
+
+    def by_route(self) -> tuple[tuple[str, Fraction], ...]:
+        routes = {**self.routes, "claims": self.routes.get("claims", ZERO) + sum(self.claims.values(), ZERO)}
+        return tuple((route, routes.get(route, ZERO)) for route in ROUTES)
+
+
+def held_by(asks: Sequence[PodAsk]) -> Fraction:
+    """What pods hold together: a ResourceClaim that several of them name counts once."""
+    claims = {name: share for ask in asks for name, share in ask.claims}
+    alone = sum((ask.total - sum((share for _, share in ask.claims), ZERO) for ask in asks), ZERO)
+    return alone + sum(claims.values(), ZERO)
 
 
 class BudgetReport:
@@ -154,86 +176,59 @@ class BudgetReport:
         it); else the pod goes through `evaluator`."""
         self._policies = policies
         self._evaluator = evaluator
-        self._claims = claims
         self.quota_objects = [q for q in quota_objects if isinstance(q, dict)]
         self.quotas = [q for q in map(gpu_quota, self.quota_objects) if q is not None]
-        namespaces: dict[str, _Namespace] = {}
-        counted: dict[int, list[tuple[dict[str, Any], Any]]] = {id(q): [] for q in self.quotas}
+        self._namespaces: dict[str, _Namespace] = {}
+        counted: dict[int, list[PodAsk]] = {id(q): [] for q in self.quotas}  # each quota's pods
         for pod in pods:
-            if not isinstance(pod, dict) or not is_live(pod):
+            if not isinstance(pod, dict) or not is_live(pod) or not _may_hold_gpus(pod):
                 continue
             namespace = _namespace(pod)
-            state = namespaces.get(namespace)
-            if state is None:
-                state = namespaces[namespace] = _Namespace(policies.select(namespace).policy, 0, {}, {}, set())
+            state = self._namespace(namespace)
             after = mutated(pod)
             if after is None:
                 after = evaluator(pod, namespace).mutated or pod
-            ask = pod_ask(after, state.policy, claims)
-            assert state.asked is not None
+            ask = pod_ask(after, state.policy, claims, namespace)
             state.asked |= asked_resources(after)
-            if ask.total == 0:
+            if not ask.total:
                 continue
-            self._add(state, ask)
+            state.add(ask)
             for quota in self.quotas:
                 if quota.namespace == namespace and quota.counts(after):
-                    counted[id(quota)].append((after, ask))
-        self._namespaces = namespaces
+                    counted[id(quota)].append(ask)
         self.uses = self._uses(counted)
         self.findings = self._findings()
         # Shown in the tables where the namespaces read have a GPU quota, or a quota entry on a GPU resource.
         self.shown = bool(self.quotas or self.findings)
 
+    def _namespace(self, namespace: str) -> _Namespace:
+        state = self._namespaces.get(namespace)
+        if state is None:
+            state = self._namespaces[namespace] = _Namespace(self._policies.select(namespace).policy)
+        return state
+
     # --- use ----------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _add(state: _Namespace, ask: Any) -> None:
-        assert state.routes is not None and state.claims is not None
-        state.pods += 1
-        claimed = Fraction(0)
-        for name, share in ask.claims:
-            claimed += share
-            state.claims[name] = share
-        for route, share in ask.by_route:
-            state.routes[route] = state.routes.get(route, Fraction(0)) + share
-        # Named claims are counted by name, once each, whichever pods share them.
-        if claimed:
-            state.routes["claims"] = state.routes.get("claims", Fraction(0)) - claimed
-
-    @staticmethod
-    def _quota_used(held: list[tuple[dict[str, Any], Any]]) -> Fraction:
-        used = Fraction(0)
-        claims: dict[str, Fraction] = {}
-        for _, ask in held:
-            claimed = sum((share for _, share in ask.claims), Fraction(0))
-            used += ask.total - claimed
-            claims.update(ask.claims)
-        return used + sum(claims.values(), Fraction(0))
-
-    def _uses(self, counted: dict[int, list[tuple[dict[str, Any], Any]]]) -> list[NamespaceUse]:
-        names = sorted({*self._namespaces, *(q.namespace for q in self.quotas)})
+    def _uses(self, counted: dict[int, list[PodAsk]]) -> list[NamespaceUse]:
         uses = []
-        for namespace in names:
-            state = self._namespaces.get(namespace) or _Namespace(self._policies.select(namespace).policy, 0, {}, {})
-            routes = dict(state.routes or {})
-            if state.claims:
-                routes["claims"] = routes.get("claims", Fraction(0)) + sum(state.claims.values(), Fraction(0))
-            by_route = tuple((route, routes.get(route, Fraction(0))) for route in ROUTES)
+        for namespace in sorted({*self._namespaces, *(q.namespace for q in self.quotas)}):
+            state = self._namespace(namespace)
             quotas = tuple(
-                QuotaUse(q, self._quota_used(counted[id(q)]), len(counted[id(q)]))
+                QuotaUse(q, held_by(counted[id(q)]), len(counted[id(q)]))
                 for q in self.quotas
                 if q.namespace == namespace
             )
             if not state.pods and not quotas:
                 continue
+            by_route = state.by_route()
             uses.append(
                 NamespaceUse(
                     namespace,
                     state.policy.name,
-                    str(_quota_check(state.policy)),
+                    _quota_check(state.policy),
                     state.pods,
                     by_route,
-                    sum((share for _, share in by_route), Fraction(0)),
+                    sum((share for _, share in by_route), ZERO),
                     quotas,
                 )
             )
@@ -241,15 +236,16 @@ class BudgetReport:
 
     # --- entries the API server cannot hold -----------------------------------------------------------------
 
-    def reachable(self, namespace: str, policy: Policy) -> set[str]:
-        """The GPU resources pods of `namespace` can end up asking after the webhook's mapping."""
-        found = set()
+    def reachable(self, namespace: str) -> set[str]:
+        """The GPU resources pods of `namespace` can end up asking after the webhook's mapping: what the engine
+        admits `nvidia.com/gpu` as (PROBES), and what its live pods ask."""
+        state = self._namespace(namespace)
+        found = set(state.asked)
         for quantity in PROBES:
             decision = self._evaluator(probe_pod(namespace, {"nvidia.com/gpu": quantity}), namespace)
             if not decision.violations and not decision.refusals:
                 found |= asked_resources(decision.mutated)
-        state = self._namespaces.get(namespace)
-        return found | (state.asked or set() if state is not None else set())
+        return found
 
     def weight(self, namespace: str, policy: Policy, resource: str) -> Fraction:
         """GPU-equivalents of one unit of `resource` in `namespace`: the core's weight of the resource, or of a
@@ -269,7 +265,7 @@ class BudgetReport:
             if not entries:
                 continue
             policy = self._policies.select(namespace).policy
-            reachable = self.reachable(namespace, policy)
+            reachable = self.reachable(namespace)
             budget = gpu_quota(obj)
             for entry, value in entries:
                 finding = self._finding(namespace, name, entry, str(value), policy, reachable, budget, hard)
@@ -368,6 +364,14 @@ class BudgetReport:
             note = "" if count.denominator == 1 else f" (rounded down from {format_gpus(count)})"
             written.append(f'{REQUESTS}{resource}: "{text}"{note}')
         return ", ".join(written)
+
+
+def _may_hold_gpus(pod: dict[str, Any]) -> bool:
+    """The engine's pre-filter, and DRA claims: a CPU pod is not mapped, nor weighed (most pods of a cluster)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    return bool(spec.get("resourceClaims")) or mentions_gpu(pod, POD_SPEC_PATHS["Pod"])
 
 
 def _mixed(resources: Sequence[str]) -> str:
