@@ -25,6 +25,7 @@ from webhook.admission.budget import ROUTES, TERMINAL_PHASES, ZERO, PodAsk, form
 from webhook.admission.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
 from webhook.admission.resources import is_managed
+from webhook.cli.common import local_evaluator, namespace_of
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -82,16 +83,6 @@ class QuotaFinding:
     def failing(self) -> bool:
         """Nothing holds what the entry was meant to: neither the API server nor the webhook."""
         return self.problem in ("uncounted", "limits") and not self.held
-
-
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    return metadata if isinstance(metadata, dict) else {}
-
-
-def _namespace(obj: dict[str, Any]) -> str:
-    namespace = _metadata(obj).get("namespace")
-    return namespace if isinstance(namespace, str) else ""
 
 
 def is_live(pod: dict[str, Any]) -> bool:
@@ -183,7 +174,7 @@ class BudgetReport:
         for pod in pods:
             if not isinstance(pod, dict) or not is_live(pod) or not _may_hold_gpus(pod):
                 continue
-            namespace = _namespace(pod)
+            namespace = namespace_of(pod, None)
             state = self._namespace(namespace)
             after = mutated(pod)
             if after is None:
@@ -256,7 +247,9 @@ class BudgetReport:
     def _findings(self) -> list[QuotaFinding]:
         findings: list[QuotaFinding] = []
         for obj in self.quota_objects:
-            namespace, name = _namespace(obj), str(_metadata(obj).get("name", ""))
+            metadata = obj.get("metadata")
+            name = str(metadata.get("name", "")) if isinstance(metadata, dict) else ""
+            namespace = namespace_of(obj, None)
             spec = obj.get("spec")
             hard = spec.get("hard") if isinstance(spec, dict) else None
             if not isinstance(hard, dict):
@@ -519,9 +512,8 @@ def list_budget_objects(cluster: KubeClient, err: TextIO, page_size: int = 500) 
 def budget_report(policies: PolicySet, view: ClusterView | None, objects: BudgetObjects) -> BudgetReport:
     """The budgets of `objects`, each pod mapped by the engine as the webhook would (with the nodes' view)."""
     from webhook.admission.drapods import ClaimIndex
-    from webhook.cli.common import local_evaluator
 
     index = ClaimIndex()
     for claim in objects.claims:
-        index.add(claim, _namespace(claim))
+        index.add(claim, namespace_of(claim, None))
     return BudgetReport(policies, objects.quotas, objects.pods, local_evaluator(policies, view, None, index), index)
