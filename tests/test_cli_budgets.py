@@ -287,3 +287,10 @@ def test_lint_fails_on_a_quota_entry_that_neither_the_api_server_nor_the_webhook
         "; 1 quota entry the API server cannot hold as meant, 1 of them held by neither it nor the webhook"
     )
     assert lines[-3].split() == ["open", "open", "2", "1", "0", "0", "0", "1", "gpus", "1", "1", "0"]
+
+
+def test_under_yaml_the_budgets_go_to_stderr(kubeconfig, policies):
+    run = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", policies, "-n", "notebooks", "-o", "yaml")
+    assert run.returncode == 0, run.stderr
+    assert "GPU budgets:" not in run.stdout, "stdout is the mutated objects, for tools"
+    assert run.stderr.splitlines()[-1].startswith("GPU budgets: 1 namespace with GPU pods or GPU quotas")
