@@ -21,7 +21,16 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.admission import weights
-from webhook.admission.budget import ROUTES, TERMINAL_PHASES, ZERO, PodAsk, format_gpus, gpus_word, pod_ask
+from webhook.admission.budget import (
+    NOTHING,
+    ROUTES,
+    TERMINAL_PHASES,
+    ZERO,
+    PodAsk,
+    format_gpus,
+    gpus_word,
+    pod_ask,
+)
 from webhook.admission.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
 from webhook.admission.resources import is_managed
@@ -29,7 +38,6 @@ from webhook.cli.common import local_evaluator, namespace_of
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
-    from webhook.admission.drapods import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import Policy, PolicySet
     from webhook.cli.kube import KubeClient
@@ -160,32 +168,36 @@ class BudgetReport:
         quota_objects: Iterable[dict[str, Any]],
         pods: Iterable[dict[str, Any]],
         evaluator: Evaluator,
-        claims: ClaimsView | None = None,
-        mutated: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda pod: None,
+        judged: Callable[[dict[str, Any]], tuple[dict[str, Any], PodAsk | None] | None] = lambda pod: None,
     ) -> None:
-        """`mutated(pod)` gives a pod as the webhook maps it where the caller has it already (audit judged
-        it); else the pod goes through `evaluator`."""
+        """`judged(pod)` gives a pod as the webhook maps it, and what the engine weighed it (`Decision.ask`),
+        where the caller has them already (audit judged it); else the pod goes through `evaluator`."""
         self._policies = policies
         self._evaluator = evaluator
         self.quota_objects = [q for q in quota_objects if isinstance(q, dict)]
         self.quotas = [q for q in map(gpu_quota, self.quota_objects) if q is not None]
         self._namespaces: dict[str, _Namespace] = {}
+        self._mapped: dict[int, set[str]] = {}  # by policy: the GPU resources the engine admits nvidia.com/gpu as
+        self._by_namespace: dict[str, list[GpuQuota]] = {}
+        for quota in self.quotas:
+            self._by_namespace.setdefault(quota.namespace, []).append(quota)
         counted: dict[int, list[PodAsk]] = {id(q): [] for q in self.quotas}  # each quota's pods
         for pod in pods:
             if not isinstance(pod, dict) or not is_live(pod) or not _may_hold_gpus(pod):
                 continue
             namespace = namespace_of(pod, None)
             state = self._namespace(namespace)
-            after = mutated(pod)
-            if after is None:
-                after = evaluator(pod, namespace).mutated or pod
-            ask = pod_ask(after, state.policy, claims, namespace)
+            found = judged(pod)
+            if found is None:  # through the engine, which weighs the mapped pod too
+                decision = evaluator(pod, namespace)
+                found = (decision.mutated or pod, decision.ask)
+            after, ask = found[0], found[1] or NOTHING
             state.asked |= asked_resources(after)
             if not ask.total:
                 continue
             state.add(ask)
-            for quota in self.quotas:
-                if quota.namespace == namespace and quota.counts(after):
+            for quota in self._by_namespace.get(namespace, ()):
+                if quota.counts(after):
                     counted[id(quota)].append(ask)
         self.uses = self._uses(counted)
         self.findings = self._findings()
@@ -202,12 +214,10 @@ class BudgetReport:
 
     def _uses(self, counted: dict[int, list[PodAsk]]) -> list[NamespaceUse]:
         uses = []
-        for namespace in sorted({*self._namespaces, *(q.namespace for q in self.quotas)}):
+        for namespace in sorted({*self._namespaces, *self._by_namespace}):
             state = self._namespace(namespace)
             quotas = tuple(
-                QuotaUse(q, held_by(counted[id(q)]), len(counted[id(q)]))
-                for q in self.quotas
-                if q.namespace == namespace
+                QuotaUse(q, held_by(counted[id(q)]), len(counted[id(q)])) for q in self._by_namespace.get(namespace, ())
             )
             if not state.pods and not quotas:
                 continue
@@ -231,12 +241,15 @@ class BudgetReport:
         """The GPU resources pods of `namespace` can end up asking after the webhook's mapping: what the engine
         admits `nvidia.com/gpu` as (PROBES), and what its live pods ask."""
         state = self._namespace(namespace)
-        found = set(state.asked)
-        for quantity in PROBES:
-            decision = self._evaluator(probe_pod(namespace, {"nvidia.com/gpu": quantity}), namespace)
-            if not decision.violations and not decision.refusals:
-                found |= asked_resources(decision.mutated)
-        return found
+        mapped = self._mapped.get(id(state.policy))  # the mapping is the policy's: probed once per policy
+        if mapped is None:
+            mapped = set()
+            for quantity in PROBES:
+                decision = self._evaluator(probe_pod(namespace, {"nvidia.com/gpu": quantity}), namespace)
+                if not decision.violations and not decision.refusals:
+                    mapped |= asked_resources(decision.mutated)
+            self._mapped[id(state.policy)] = mapped
+        return mapped | state.asked
 
     def weight(self, namespace: str, policy: Policy, resource: str) -> Fraction:
         """GPU-equivalents of one unit of `resource` in `namespace`: the core's weight of the resource, or of a
@@ -516,4 +529,4 @@ def budget_report(policies: PolicySet, view: ClusterView | None, objects: Budget
     index = ClaimIndex()
     for claim in objects.claims:
         index.add(claim, namespace_of(claim, None))
-    return BudgetReport(policies, objects.quotas, objects.pods, local_evaluator(policies, view, None, index), index)
+    return BudgetReport(policies, objects.quotas, objects.pods, local_evaluator(policies, view, None, index))
