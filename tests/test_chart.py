@@ -78,7 +78,11 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
                 "image": {"repository": "registry.example.com/platform/gpu-admission", "tag": "0.1.0"},
                 "replicas": 2,
                 "certificates": {"source": "certManager", "secretName": "gpu-admission-tls"},
-                "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+                "monitoring": {
+                    "serviceMonitor": {"enabled": True},
+                    "prometheusRule": {"enabled": True},
+                    "dashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}},
+                },
                 "excludedNamespaces": ["kube-system", "kube-node-lease", "gpu-operator"],
             }
         )
