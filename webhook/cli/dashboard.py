@@ -36,10 +36,13 @@ NAMESPACES = 'namespace=~"$namespace"'
 WIDTH = 24  # Grafana's grid
 
 
-def _target(expr: str, legend: str, ref: str, *, instant: bool = False) -> dict[str, Any]:
+def _target(expr: str, legend: str, ref: str, *, instant: bool = False, table: bool = False) -> dict[str, Any]:
+    """One PromQL query; `instant`: the latest value only (bar gauges, tables), `table`: as rows of labels."""
     target: dict[str, Any] = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
-    if instant:
-        target.update(instant=True, range=False, format="table")
+    if instant or table:
+        target.update(instant=True, range=False)
+    if table:
+        target["format"] = "table"
     return target
 
 
@@ -166,7 +169,7 @@ def _budgets(y: int) -> list[dict[str, Any]]:
                     },
                 },
             ],
-            "targets": [_target(used, "", "A", instant=True), _target(hard, "", "B", instant=True)],
+            "targets": [_target(used, "", "A", table=True), _target(hard, "", "B", table=True)],
         },
         _timeseries(
             "Budget use over time",
