@@ -107,6 +107,9 @@ CLUSTER = [
     pod("reader-b", "dra", None, claims={"gpu": "one-gpu"}),
     pod("trainer", "dra", None, claims={"gpus": "template:two-per-pod"}),
     quota("gpus", "dra", {"requests.nvidia.com/gpu": "4"}),
+    # The GPU operator's namespace is never sent to the webhook: its pods keep what they ask, its quota holds.
+    pod("validator", "gpu-operator", "1"),
+    quota("gpus", "gpu-operator", {"requests.nvidia.com/gpu": "1"}),
 ]
 
 
@@ -170,6 +173,7 @@ def test_each_namespaces_use_is_read_in_gpu_equivalents_by_route_against_its_quo
     # A ResourceClaim two pods share counts once; a template's claim once per pod.
     assert uses["dra"]["byRoute"] == {**routes, "claims": "1", "templates": "2"}
     assert uses["dra"]["pods"] == 3 and uses["dra"]["quotas"][0]["used"] == "3"
+    assert "gpu-operator" not in uses, "a namespace the webhook never sees has no budget of the webhook's"
 
 
 def test_a_quota_entry_the_mapping_leaves_uncounted_is_named_with_the_entry_to_write(kubeconfig, policies):

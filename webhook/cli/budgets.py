@@ -35,6 +35,7 @@ from webhook.admission.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
 from webhook.admission.resources import is_managed
 from webhook.cli.common import local_evaluator, namespace_of
+from webhook.cli.webhooks import EXCLUDED_NAMESPACES
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
     Evaluator = Callable[[dict[str, Any], str], Decision]
 
+EXCLUDED = frozenset(name for name, _ in EXCLUDED_NAMESPACES)
 PROBES = ("1", "0.5", "0.25")  # what a namespace's pods ask most: a GPU, a half, a quarter
 REQUESTS, LIMITS = "requests.", "limits."
 
@@ -174,7 +176,8 @@ class BudgetReport:
         where the caller has them already (audit judged it); else the pod goes through `evaluator`."""
         self._policies = policies
         self._evaluator = evaluator
-        self.quota_objects = [q for q in quota_objects if isinstance(q, dict)]
+        # The namespaces never sent to the webhook: nothing there is mapped, and no budget is held by it.
+        self.quota_objects = [q for q in quota_objects if isinstance(q, dict) and namespace_of(q, None) not in EXCLUDED]
         self.quotas = [q for q in map(gpu_quota, self.quota_objects) if q is not None]
         self._namespaces: dict[str, _Namespace] = {}
         self._mapped: dict[int, set[str]] = {}  # by policy: the GPU resources the engine admits nvidia.com/gpu as
@@ -186,6 +189,8 @@ class BudgetReport:
             if not isinstance(pod, dict) or not is_live(pod) or not _may_hold_gpus(pod):
                 continue
             namespace = namespace_of(pod, None)
+            if namespace in EXCLUDED:
+                continue
             state = self._namespace(namespace)
             found = judged(pod)
             if found is None:  # through the engine, which weighs the mapped pod too
