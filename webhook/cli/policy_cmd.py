@@ -80,6 +80,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help=POLICIES_HELP,
     )
+    render = commands.add_parser(
+        "render",
+        help="render the GPU budget for Kueue (resources.transformations) or as native ResourceQuota entries",
+        description=(
+            "kueue: a Kueue Configuration whose resources.transformations count every served GPU resource in "
+            "GPU-equivalents, in an integer unit, and the ClusterQueue quota to write for --gpus GPUs. quota: per "
+            "policy whose namespaces have one resource that carries the whole budget, the native ResourceQuota "
+            "that holds --gpus GPUs of it (the API server enforces it itself). What cannot be rendered is said "
+            "on stderr. Exit 2 on invalid policies."
+        ),
+    )
+    render.add_argument("target", choices=("kueue", "quota"), help="what to render")
+    render.add_argument("--policies", metavar="DIR", help=POLICIES_HELP)
+    render.add_argument(
+        "--gpus",
+        default="1",
+        metavar="N",
+        help="the GPUs of the budget the output is written for (a quantity such as 4 or 1.5; default 1)",
+    )
+    render.add_argument(
+        "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
+    )
     commands.add_parser(
         "schema",
         help="print the JSON Schema of policy files, for editors",
@@ -118,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.policy_command == "explain":
         return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
+    if args.policy_command == "render":
+        return render(args, sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
     return 2
 
@@ -219,6 +243,16 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
         print(line, file=out)
     from webhook.admission import memshare
 
+    kept = [p for p in policies.policies if _kept_name_budget(p)]
+    for policy in kept:
+        replicas = policy.sharing.replicas or "replicas"
+        print(
+            f"warning: policy {policy.name} ({policy.source}) keeps the name nvidia.com/gpu for {policy.sharing.mode} "
+            f"replicas: the API server counts each replica as one nvidia.com/gpu itself, so a ResourceQuota of "
+            f"requests.nvidia.com/gpu: N admits N replicas (N/{replicas} GPUs) before the webhook's budget of N GPUs "
+            f"is reached; write N x {replicas} for N GPUs, or serve replicas as nvidia.com/gpu.shared",
+            file=out,
+        )
     unsteered = [p for p in policies.policies if memshare.unsteered(p)]
     for policy in unsteered:
         print(f"warning: policy {policy.name} ({policy.source}) {memshare.UNSTEERED}", file=out)
@@ -231,6 +265,8 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
         summary += f", {len(smaller)} MIG slice size warning{'s' if len(smaller) != 1 else ''}"
     if unsteered:
         summary += f", {len(unsteered)} steering warning{'s' if len(unsteered) != 1 else ''}"
+    if kept:
+        summary += f", {len(kept)} quota unit warning{'s' if len(kept) != 1 else ''}"
     print(
         f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: no errors, {summary}",
         file=out,
@@ -287,6 +323,15 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
         out.write(json.dumps(document, indent=2) + "\n" if args.output == "json" else dump_yaml(document))
     unheld = budgets is not None and any(finding.failing for finding in budgets.findings)
     return 1 if drift or unmatched or unheld else 0
+
+
+def _kept_name_budget(policy: Policy) -> bool:
+    """Time-slicing or MPS replicas served as nvidia.com/gpu with the budget on: the API server's own quota counts
+    them as GPUs, one each."""
+    from webhook.admission.policy import Check
+    from webhook.admission.resources import NVIDIA_GPU
+
+    return policy.sharing.shared_resource == NVIDIA_GPU and policy.cluster_checks.quota is not Check.OFF
 
 
 def _is_glob(pattern: str) -> bool:
@@ -382,6 +427,67 @@ def describe_share(policy: Policy) -> str:
     return "whole GPUs only"
 
 
+# --- render ------------------------------------------------------------------------------------------------
+
+
+def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`policy render kueue|quota`: the budget in Kueue's transformations, or as native ResourceQuotas."""
+    from fractions import Fraction
+
+    import yaml
+
+    from webhook.admission import schedulers
+    from webhook.admission.budget import format_gpus
+    from webhook.admission.globs import is_glob
+    from webhook.admission.loader import PolicyLoadError, load_policies
+    from webhook.admission.quantity import quantity_or_none
+
+    gpus = quantity_or_none(args.gpus)
+    if gpus is None or gpus <= 0:
+        print(f"gpu-webhook policy render: --gpus {args.gpus}: give a positive quantity, such as 4 or 1.5", file=err)
+        return 2
+    chosen = policy_directory(args.policies)
+    try:
+        policies = load_policies(chosen)
+    except PolicyLoadError as exc:
+        print(f"gpu-webhook policy render: invalid policies in {chosen}:", file=err)
+        for problem in exc.problems:
+            print(f"  {problem}", file=err)
+        return 2
+    budget = Fraction(gpus)
+    if args.target == "kueue":
+        rendered = schedulers.kueue(policies)
+        quota = rendered.quota_for(budget)
+        shown = format_gpus(quota) if quota.denominator == 1 else str(int(quota))
+        out.write(
+            "# Kueue Configuration (merge into the manager's config): every served GPU resource counted as\n"
+            f"# {schedulers.OUTPUT}, one unit = 1/{rendered.unit} GPU. A ClusterQueue's nominalQuota for\n"
+            f'# {format_gpus(budget)} GPU{"s" if budget > 1 else ""}: {schedulers.OUTPUT}: "{shown}" '
+            f"({rendered.unit} per GPU).\n"
+        )
+        out.write(yaml.safe_dump(rendered.configuration, sort_keys=False))
+        for line in rendered.left_out:
+            print(f"gpu-webhook policy render: not counted: {line}", file=err)
+        return 0
+    documents = []
+    for native in schedulers.native(policies):
+        if native.entry is None:
+            print(f"gpu-webhook policy render: policy {native.policy}: no native entry: {native.note}", file=err)
+            continue
+        for namespace in native.namespaces:
+            if is_glob(namespace):
+                print(
+                    f"gpu-webhook policy render: policy {native.policy}: namespaces {namespace}: write "
+                    f"{native.entry}: {native.hard(budget)} in each ({native.note})",
+                    file=err,
+                )
+                continue
+            obj = schedulers.native_quota_object(native, namespace, budget, args.name)
+            documents.append(f"# policy {native.policy}: {native.note}\n" + yaml.safe_dump(obj, sort_keys=False))
+    out.write("---\n".join(documents))
+    return 0
+
+
 # --- explain -----------------------------------------------------------------------------------------------
 
 
@@ -443,9 +549,30 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
     print(f"  dra       {describe_device_classes(policy)}", file=out)
     if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
         print(f"  steering  {steering.describe(policy)}", file=out)
+    _explain_budget(policy, out)
     for quantity in EXPLAIN_QUANTITIES:
         decision = evaluate(_example_pod(namespace, quantity), namespace, policies)
         _print_decision(f"nvidia.com/gpu: {quantity}", decision, out)
+
+
+def _explain_budget(policy: Policy, out: TextIO) -> None:
+    """The namespace's GPU budget: what `cluster.quota` does, and what one of each served resource weighs."""
+    from webhook.admission import weights
+    from webhook.admission.budget import format_gpus
+    from webhook.admission.policy import Check
+
+    check = policy.cluster_checks.quota
+    if check is Check.OFF:
+        print("  budget    cluster.quota off: the namespace's ResourceQuota GPU entries are not read", file=out)
+        return
+    does = "refuses a pod past it" if check is Check.DENY else "warns on a pod past it"
+    print(
+        f"  budget    cluster.quota {check}: a ResourceQuota's requests.nvidia.com/gpu: N is N GPU-equivalents on "
+        f"every route, and the webhook {does}",
+        file=out,
+    )
+    for index, (resource, weight, what) in enumerate(weights.units(policy)):
+        print(f"  {'unit' if index == 0 else '':<9} {resource} = {format_gpus(weight)} GPU: {what}", file=out)
 
 
 def _example_pod(namespace: str, quantity: str) -> dict[str, Any]:
