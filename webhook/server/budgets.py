@@ -184,9 +184,10 @@ class Budgets:
         return held_gpus(pod, self._policies(), self._claims())
 
     def gone(self, namespace: str, uid: str) -> None:
-        """A pod was deleted or ended: its entry, if the ledger holds one, goes (on the keeper's thread)."""
-        record = self.view.records.get(namespace)
-        if (record is not None and uid in record.entries) or self.view.state() != "current":
+        """A pod of a budgeted namespace was deleted or ended: its entry, if the ledger holds one, goes (on the
+        keeper's thread, which reads its copy of the record first: a pod it does not hold costs no call). Queued
+        whether or not the copy holds it now: an adoption may be writing it this moment."""
+        if namespace in self.quotas.held or namespace in self.view.records:
             self._gone.append((namespace, uid))
             self._wake.set()
 
