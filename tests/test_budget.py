@@ -388,6 +388,8 @@ def test_the_engine_refuses_in_one_line_warns_under_warn_and_judges_nothing_unde
                    budget=budget)  # fmt: skip
     assert off.allowed and off.warnings == evaluate(two, NS, PolicySet((TIME_SLICING,))).warnings
     assert evaluate(pod(container()), NS, PolicySet((TIME_SLICING,)), budget=budget).ask is None
+    assert evaluate(two, NS, PolicySet((TIME_SLICING,))).ask is None  # no budget given: no ask worked out
+    assert evaluate(two, NS, PolicySet((TIME_SLICING,)), budget=[]).ask == denied.ask
 
 
 def test_the_policy_field_reads_deny_by_default_and_off_unquoted():

@@ -97,6 +97,87 @@ def pod_ask(
     spec = pod.get("spec")
     if type(spec) is not dict:
         return NOTHING
+    shape = _shape(spec)
+    memo: dict[Shape, PodAsk] = policy.derived(MEMO_KEY, _new_memo)
+    try:
+        containers = memo.get(shape) if shape is not None else None
+    except TypeError:  # a value that cannot be a key (a list where a quantity belongs): weighed without the memo
+        shape, containers = None, None
+    if containers is None:
+        containers = _containers(spec, policy)
+        if shape is not None:
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[shape] = containers
+    if not (claims is not None or found is not None or "overhead" in spec):
+        return containers  # the usual case: what the containers hold, worked out once per shape and policy
+    total, by_route = containers.total, dict(containers.by_route)
+    overhead = _overhead(spec, policy)
+    if overhead:
+        total += overhead
+        by_route["extended"] = by_route.get("extended", ZERO) + overhead
+    parts = [containers.detail] if containers.total else []
+    named: list[tuple[str, Fraction]] = []
+    if claims is not None or found is not None:
+        looked_up = found if found is not None else _looked_up(spec, claims, namespace or _namespace(pod))
+        for route, kind, source, value in _claims(looked_up, policy):
+            total += value
+            by_route[route] = by_route.get(route, ZERO) + value
+            parts.append(f'{format_gpus(value)} in {kind} "{source}"')
+            if route == "claims":
+                named.append((source, value))
+    if not total:
+        return NOTHING
+    ordered = tuple((route, by_route[route]) for route in ROUTES if by_route.get(route))
+    return PodAsk(Fraction(total), ordered, " + ".join(part for part in parts if part), tuple(named))
+
+
+# The resources of a pod's containers as written, in start order: (section, restartPolicy, requests, limits).
+Shape = tuple[tuple[str, Any, Any, Any], ...]
+MEMO_SIZE = 4096  # distinct container shapes per policy: a cluster's pods repeat a few templates
+MEMO_KEY = "budget-containers"
+
+
+def _new_memo(_: Policy) -> dict[Shape, PodAsk]:
+    return {}
+
+
+def _shape(spec: dict[str, Any]) -> Shape | None:
+    """The key under which a pod's containers' ask is kept per policy: each container's section, restart
+    policy and requests and limits as written (all of them: copying a map's items is cheaper than picking its
+    GPU resources out, on every budgeted review); None where the spec is malformed (weighed without the memo)."""
+    found: list[Any] = []
+    for section in _SECTIONS:
+        containers = spec.get(section)
+        if containers is None:
+            continue
+        if type(containers) is not list:
+            return None
+        for body in containers:
+            if type(body) is not dict:
+                return None
+            resources = body.get("resources")
+            if resources is None:
+                continue
+            if type(resources) is not dict:
+                return None
+            requests, limits = resources.get("requests"), resources.get("limits")
+            found.append((
+                section,
+                body.get("restartPolicy"),
+                tuple(requests.items()) if type(requests) is dict else requests,
+                tuple(limits.items()) if type(limits) is dict else limits,
+            ))  # fmt: skip
+    return tuple(found)
+
+
+_SECTIONS = ("initContainers", "containers")
+_WHICH = ("requests", "limits")
+
+
+def _containers(spec: dict[str, Any], policy: Policy) -> PodAsk:
+    """What the containers hold at the pod's peak: every container weighed (weights.container), the pod's
+    effective request of the sum; NOTHING where none holds a GPU."""
     holders: list[tuple[ContainerRef, dict[str, int | Fraction]]] = []
     forms: dict[tuple[str, int], dict[str, Fraction]] = {}
     for section in ("initContainers", "containers"):
@@ -125,24 +206,10 @@ def pod_ask(
                 by_route[route] = by_route.get(route, ZERO) + value
         for name, amount in forms[(ref.section, ref.index)].items():
             shown[name] = shown.get(name, ZERO) + amount
-    overhead = _overhead(spec, policy)
-    if overhead:
-        total += overhead
-        by_route["extended"] = by_route.get("extended", ZERO) + overhead
-    parts = [_describe(shown, policy)] if shown else []
-    named: list[tuple[str, Fraction]] = []
-    if claims is not None or found is not None:
-        looked_up = found if found is not None else _looked_up(spec, claims, namespace or _namespace(pod))
-        for route, kind, source, value in _claims(looked_up, policy):
-            total += value
-            by_route[route] = by_route.get(route, ZERO) + value
-            parts.append(f'{format_gpus(value)} in {kind} "{source}"')
-            if route == "claims":
-                named.append((source, value))
     if not total:
         return NOTHING
     ordered = tuple((route, by_route[route]) for route in ROUTES if by_route.get(route))
-    return PodAsk(Fraction(total), ordered, " + ".join(part for part in parts if part), tuple(named))
+    return PodAsk(Fraction(total), ordered, _describe(shown, policy))
 
 
 def _gpu_amounts(ref: ContainerRef) -> dict[str, Fraction]:
@@ -163,7 +230,7 @@ def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
     return sum(weights.container(amounts, policy).values(), ZERO) if amounts else ZERO
 
 
-def pod_name(pod: dict[str, Any]) -> str:
+def name_of(pod: dict[str, Any]) -> str:
     """The pod's name for messages: metadata.name, else its generateName with `*` (the name is set later)."""
     metadata = pod.get("metadata")
     metadata = metadata if type(metadata) is dict else {}
@@ -245,19 +312,28 @@ def _describe(amounts: dict[str, Fraction], policy: Policy) -> str:
 def judge(ask: PodAsk, usages: Sequence[Usage], pod_name: str, pod: dict[str, Any] | None = None) -> Violation | None:
     """The budget rule: for every quota that counts the pod, used + ask.total <= hard; else one line naming
     the quota that fits least. `pod`, where given, picks the quotas that count it (`GpuQuota.counts`); without
-    it every usage given counts. A pod that holds nothing is never refused, whatever the use."""
-    if not ask.total:
+    it every usage given counts; `pod_name` "" names the pod from `pod` when it is refused. A pod that holds
+    nothing is never refused, whatever the use."""
+    total = ask.total
+    if not total:
         return None
+    # used + total > hard, in integers: Fraction arithmetic costs ten times as much, on every review.
+    numerator, denominator = total.numerator, total.denominator
     worst: tuple[Fraction, Usage] | None = None
     for usage in usages:
-        if pod is not None and not usage.quota.counts(pod):
+        quota = usage.quota
+        if pod is not None and quota.requirements and not quota.counts(pod):
             continue
-        room = usage.quota.hard - usage.used
-        if ask.total > room and (worst is None or room < worst[0]):
-            worst = (room, usage)
+        hard, used = quota.hard, usage.used
+        used_denominator, hard_denominator = used.denominator, hard.denominator
+        asked = (used.numerator * denominator + numerator * used_denominator) * hard_denominator
+        if asked > hard.numerator * used_denominator * denominator:
+            room = hard - used
+            if worst is None or room < worst[0]:
+                worst = (room, usage)
     if worst is None:
         return None
-    return refusal(ask, worst[1], pod_name)
+    return refusal(ask, worst[1], pod_name or (name_of(pod) if pod is not None else "<unnamed>"))
 
 
 def refusal(ask: PodAsk, usage: Usage, pod_name: str) -> Violation:

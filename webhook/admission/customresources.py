@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from webhook.admission.budget import Usage
 from webhook.admission.cluster import ClusterView
 from webhook.admission.drapods import ClaimsView
 from webhook.admission.engine import Decision, Verdict
@@ -428,14 +429,15 @@ def evaluate(
     nodes: ClusterView | None = None,
     claims: ClaimsView | None = None,
     kinds: KindTable = BUILTIN,
+    budget: Sequence[Usage] | None = None,
 ) -> Decision:
     """`engine.evaluate`, and custom resources of `kinds` judged by their templates: the server's /validate
     and the CLI call this. `claims` (DRA) count with a pod's GPUs; a custom resource's templates name no claim
-    that exists yet, so they are judged without."""
+    that exists yet, so they are judged without. `budget`: the namespace's GPU quotas, for a Pod (budget.py)."""
     kind = kinds.lookup(obj)
     if kind is not None:
         return judge(obj, kind, namespace, policies, old, nodes)
-    decision = evaluate_workload(obj, namespace, policies, old, nodes, claims)
+    decision = evaluate_workload(obj, namespace, policies, old, nodes, claims, budget)
     if decision.skipped and decision.skip_reason == NO_POD_SPEC and _custom_group(obj):
         where = gpu_mention(obj)
         if where:  # a kind nobody told gpu-admission about, asking for GPUs: say so, never pass it quietly

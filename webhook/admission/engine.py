@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.admission import clustercheck, clusternodes, dra, drapods, memshare
-from webhook.admission.budget import PodAsk, Usage, judge, pod_ask, pod_name
+from webhook.admission.budget import PodAsk, Usage, judge, pod_ask
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -46,7 +46,8 @@ class Decision:
     refused_only: bool = False  # denied for the refusals alone (under `warn` or `audit`)
     skipped: bool = False  # allowed untouched, for `skip_reason`
     skip_reason: str = ""  # why the object was not judged (no pod spec, pod spec unchanged by an update, ...)
-    # What a Pod holds against its namespace's GPU budget after mutation (budget.py); None where it holds no GPU.
+    # What a Pod holds against its namespace's GPU budget after mutation (budget.py), where `evaluate` was given a
+    # budget (an empty one too); None where it holds no GPU, or no budget was given.
     ask: PodAsk | None = None
 
     @property
@@ -78,7 +79,9 @@ def evaluate(
     (clustercheck.py); without it (offline, or an inventory not yet listed or gone stale) they are skipped.
     `claims` holds the namespace's ResourceClaims and templates: a pod's total counts those it names (drapods.py).
     `budget` is the namespace's GPU quotas with what each holds now, this pod not included: a Pod is judged
-    against them under `cluster.quota` (budget.py); `Decision.ask` is what the Pod holds, whether or not.
+    against them under `cluster.quota` (budget.py), and `Decision.ask` says what it holds (None where it holds
+    no GPU). `budget=[]` asks for the ask alone; without a budget (None) no ask is worked out: a namespace with
+    no GPU quota pays nothing for budgets.
     """
     policy = policies.for_namespace(namespace)
     spec_path = pod_spec_path(obj)
@@ -105,6 +108,8 @@ def evaluate(
             )
             if nodes is not None and found_claims:
                 found = found + _claims_fit(found_claims, [], policy, nodes, warnings)
+            if budget is None:
+                return _verdict(policy, [], warnings, found, obj, [])
             ask, over = _budget(obj, namespace, policy, found_claims, budget)
             if over is not None:
                 found, warnings = _over_budget(over, policy, found, warnings)
@@ -144,11 +149,11 @@ def evaluate(
         if checked:
             found = found + [v for level, v in checked if level is Check.DENY]
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
-    ask = None
-    if spec_path == POD_SPEC:
-        ask, over = _budget(result.obj, namespace, policy, named if entries else None, budget)
-        if over is not None:
-            found, warnings = _over_budget(over, policy, found, warnings)
+    if budget is None or spec_path != POD_SPEC:
+        return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
+    ask, over = _budget(result.obj, namespace, policy, named if entries else None, budget)
+    if over is not None:
+        found, warnings = _over_budget(over, policy, found, warnings)
     decision = _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
     return _with_ask(decision, ask)
 
@@ -168,7 +173,7 @@ def _budget(
         return None, None
     if not budget or policy.cluster_checks.quota is Check.OFF:
         return ask, None
-    return ask, judge(ask, budget, pod_name(pod), pod)
+    return ask, judge(ask, budget, "", pod)
 
 
 def _over_budget(

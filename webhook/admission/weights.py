@@ -33,12 +33,14 @@ from webhook.admission.memshare import BackendSpec, spec_of, units_of
 from webhook.admission.policy import Backend, Mode, Policy
 from webhook.admission.quantity import quantity_or_none
 from webhook.admission.resources import (
+    DEVICE_CLASS_PREFIX,
     GPU_MODELS,
     NVIDIA_GPU,
     GPUModel,
     device_class_of,
     is_shared,
     mig_profile_of,
+    mig_resource,
 )
 
 ONE = Fraction(1)
@@ -227,3 +229,60 @@ def container(amounts: dict[str, Fraction], policy: Policy) -> dict[str, Fractio
             route = "deviceclass" if device_class_of(name) is not None else "extended"
             routes[route] = routes.get(route, ZERO) + value * weight
     return routes
+
+
+def units(policy: Policy) -> list[tuple[str, Fraction, str]]:
+    """What one of each resource the policy's namespace is served weighs: (resource, weight, what it is), for
+    `policy explain` and the schedulers' configurations (kueue.py). The memory backends' amounts weigh per unit
+    of memory or percent; a share weighs the larger of its memory and cores (`memory_share`)."""
+    sharing, found = policy.sharing, []
+    spec = spec_of(policy)
+    if sharing.mode.is_shared:
+        found.append((sharing.resource_name, replica(sharing.replicas), _replica_text(policy)))
+    elif sharing.mode is Mode.MIG:
+        model = mig_model(policy)
+        profiles = sharing.mig_profiles or (
+            tuple(model.profile_names()) if model else ((sharing.mig_profile,) if sharing.mig_profile else ())
+        )
+        if sharing.is_mig_single and sharing.mig_profile:
+            found.append((NVIDIA_GPU, mig_slice(sharing.mig_profile, model), f"a {sharing.mig_profile} MIG slice"))
+        else:
+            found += [(mig_resource(p), mig_slice(p, model), f"a {p} MIG slice") for p in profiles]
+            found.append((NVIDIA_GPU, whole_gpu(), "a whole GPU (left as written where no slice is asked)"))
+    elif spec is not None:
+        gpu_mib, unit_mib = units_of(spec, policy)
+        per_gpu = gpu_mib // unit_mib if gpu_mib else None
+        unit = spec.unit if unit_mib == spec.unit_mib else f"unit of {unit_mib} MiB"
+        if per_gpu:
+            found.append((spec.memory, Fraction(1, per_gpu), f"one {unit} of the {per_gpu} one GPU has"))
+        if spec.percent:
+            found.append((spec.percent, Fraction(1, 100), "one percent of one GPU's memory"))
+        if spec.cores:
+            found.append((spec.cores, Fraction(1, 100), "one percent of one GPU's compute"))
+        if spec.count:
+            found.append((spec.count, whole_gpu(), "a (v)GPU with all of its memory; a share weighs its memory"))
+        if spec.backend is Backend.ACK:
+            found.append((NVIDIA_GPU, whole_gpu(), "a whole GPU (ACK's exclusive nodes)"))
+    else:
+        found.append((NVIDIA_GPU, whole_gpu(), "a whole GPU"))
+    classes = policy.device_classes
+    found += [(DEVICE_CLASS_PREFIX + name, whole_gpu(), "a whole GPU (DRA)") for name in classes.gpu_classes]
+    for name in classes.mig_classes:
+        weight = device_class(name, policy)
+        found.append((DEVICE_CLASS_PREFIX + name, weight, "a MIG device (DRA; in a claim, by the profile it selects)"))
+    return found
+
+
+def _replica_text(policy: Policy) -> str:
+    replicas = policy.sharing.replicas
+    shown = f"a replica of {replicas}" if replicas else "a replica (replicas auto: weighed as a GPU offline)"
+    if policy.sharing.resource_name == NVIDIA_GPU:
+        shown += (
+            "; the API server counts each replica as one nvidia.com/gpu itself, so requests.nvidia.com/gpu: N "
+            f"admits N replicas ({_gpus_of_replicas(replicas)}): write N x {replicas or 'replicas'} for N GPUs"
+        )
+    return shown
+
+
+def _gpus_of_replicas(replicas: int | None) -> str:
+    return f"N/{replicas} GPUs" if replicas else "N/replicas GPUs"

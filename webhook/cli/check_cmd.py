@@ -32,7 +32,9 @@ from webhook.cli.options import (
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
+    from webhook.admission.tally import Tally
     from webhook.cli.common import Evaluator
+    from webhook.cli.manifests import Item
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -117,6 +119,7 @@ def _check(args: argparse.Namespace) -> int:
     items = [item for item in items if not item.is_policy]
 
     applied_policies = None  # the directory whose policies this run applies (the server's own, with --server)
+    quota_errors: list[str] = []  # GPU quotas of the input that cannot be read (offline)
     if args.server:
         from webhook.cli.remote import RemoteEvaluator  # its errors are CommandErrors
 
@@ -133,8 +136,9 @@ def _check(args: argparse.Namespace) -> int:
         claims = ClaimIndex()  # a pod's claims and templates: those in the same input (offline)
         for item in items:
             claims.add(item.obj, namespace_of(item.obj, args.namespace))
+        tally, quota_errors = read_budgets(items, args.namespace)
         view = cluster_view(args.kubeconfig, args.context) if args.cluster else None
-        evaluator = local_evaluator(policies, view, kinds, claims)
+        evaluator = local_evaluator(policies, view, kinds, claims, tally)
 
     from webhook.cli.output import report
 
@@ -169,7 +173,27 @@ def _check(args: argparse.Namespace) -> int:
     # kubectl names it) and the run fails.
     for error in errors:
         fail("check", str(error))
-    return 2 if errors else code
+    for problem in quota_errors:
+        fail("check", problem)
+    return 2 if errors or quota_errors else code
+
+
+def read_budgets(items: list[Item], default_namespace: str | None) -> tuple[Tally | None, list[str]]:
+    """The GPU budgets among the input (ResourceQuota objects with a GPU entry, budget.py): the tally the pods
+    of the input are judged against in order, None where there is none; and a line for each GPU quota that
+    cannot be read (named like a file that does not parse: the run fails after judging the rest)."""
+    from webhook.admission.quota import gpu_quota, quota_problem
+    from webhook.admission.tally import Tally
+
+    tally, problems = Tally(), []
+    for item in items:
+        namespace = namespace_of(item.obj, default_namespace)
+        quota = gpu_quota(item.obj, namespace)
+        if quota is not None:
+            tally.add(quota)
+        elif (problem := quota_problem(item.obj, namespace)) is not None:
+            problems.append(f"{item.document.source}#{item.document.index}: {problem}")
+    return (tally if tally.quotas else None), problems
 
 
 def cluster_view(kubeconfig: str | None, context: str | None) -> ClusterView:

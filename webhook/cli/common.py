@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from webhook.admission.drapods import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import PolicySet
+    from webhook.admission.tally import Tally
     from webhook.cli.output import Result
 
     Evaluator = Callable[[dict[str, Any], str], Decision]
@@ -116,18 +117,25 @@ def local_evaluator(
     nodes: ClusterView | None = None,
     kinds: KindTable | None = None,
     claims: ClaimsView | None = None,
+    tally: Tally | None = None,
 ) -> Evaluator:
     """The engine, after the API server's own defaulting (limits without requests get requests); with
     `nodes`, the policies' cluster checks run against them; with `claims`, a pod's DRA claims count with it.
     Custom resources of `kinds` (the built-in table when None) are judged by their pod templates, as the
-    server's /validate judges them."""
+    server's /validate judges them. With `tally`, each Pod is judged against its namespace's GPU quotas, and
+    each admitted one counts for the next (the budgets of the input, in order)."""
     from webhook.admission.customresources import BUILTIN, evaluate
     from webhook.admission.podspec import default_requests_from_limits
 
     table = kinds if kinds is not None else BUILTIN
 
     def evaluate_local(obj: dict[str, Any], namespace: str) -> Decision:
-        return evaluate(default_requests_from_limits(obj), namespace, policies, None, nodes, claims, table)
+        pod = default_requests_from_limits(obj)
+        budget = tally.usages(namespace, pod) if tally is not None and obj.get("kind") == "Pod" else None
+        decision = evaluate(pod, namespace, policies, None, nodes, claims, table, budget)
+        if tally is not None and decision.allowed and decision.ask is not None:
+            tally.admit(namespace, decision.mutated, decision.ask)
+        return decision
 
     return evaluate_local
 

@@ -219,6 +219,16 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
         print(line, file=out)
     from webhook.admission import memshare
 
+    kept = [p for p in policies.policies if _kept_name_budget(p)]
+    for policy in kept:
+        replicas = policy.sharing.replicas or "replicas"
+        print(
+            f"warning: policy {policy.name} ({policy.source}) keeps the name nvidia.com/gpu for {policy.sharing.mode} "
+            f"replicas: the API server counts each replica as one nvidia.com/gpu itself, so a ResourceQuota of "
+            f"requests.nvidia.com/gpu: N admits N replicas (N/{replicas} GPUs) before the webhook's budget of N GPUs "
+            f"is reached; write N x {replicas} for N GPUs, or serve replicas as nvidia.com/gpu.shared",
+            file=out,
+        )
     unsteered = [p for p in policies.policies if memshare.unsteered(p)]
     for policy in unsteered:
         print(f"warning: policy {policy.name} ({policy.source}) {memshare.UNSTEERED}", file=out)
@@ -231,6 +241,8 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
         summary += f", {len(smaller)} MIG slice size warning{'s' if len(smaller) != 1 else ''}"
     if unsteered:
         summary += f", {len(unsteered)} steering warning{'s' if len(unsteered) != 1 else ''}"
+    if kept:
+        summary += f", {len(kept)} quota unit warning{'s' if len(kept) != 1 else ''}"
     print(
         f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: no errors, {summary}",
         file=out,
@@ -277,6 +289,15 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
             document["unreadSelectors"] = list(view.unread)
         out.write(json.dumps(document, indent=2) + "\n" if args.output == "json" else dump_yaml(document))
     return 1 if drift or unmatched else 0
+
+
+def _kept_name_budget(policy: Policy) -> bool:
+    """Time-slicing or MPS replicas served as nvidia.com/gpu with the budget on: the API server's own quota counts
+    them as GPUs, one each."""
+    from webhook.admission.policy import Check
+    from webhook.admission.resources import NVIDIA_GPU
+
+    return policy.sharing.shared_resource == NVIDIA_GPU and policy.cluster_checks.quota is not Check.OFF
 
 
 def _is_glob(pattern: str) -> bool:
@@ -433,9 +454,30 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
     print(f"  dra       {describe_device_classes(policy)}", file=out)
     if steering.requirements(policy):  # only policies that steer: the others' output stays as it was
         print(f"  steering  {steering.describe(policy)}", file=out)
+    _explain_budget(policy, out)
     for quantity in EXPLAIN_QUANTITIES:
         decision = evaluate(_example_pod(namespace, quantity), namespace, policies)
         _print_decision(f"nvidia.com/gpu: {quantity}", decision, out)
+
+
+def _explain_budget(policy: Policy, out: TextIO) -> None:
+    """The namespace's GPU budget: what `cluster.quota` does, and what one of each served resource weighs."""
+    from webhook.admission import weights
+    from webhook.admission.budget import format_gpus
+    from webhook.admission.policy import Check
+
+    check = policy.cluster_checks.quota
+    if check is Check.OFF:
+        print("  budget    cluster.quota off: the namespace's ResourceQuota GPU entries are not read", file=out)
+        return
+    does = "refuses a pod past it" if check is Check.DENY else "warns on a pod past it"
+    print(
+        f"  budget    cluster.quota {check}: a ResourceQuota's requests.nvidia.com/gpu: N is N GPU-equivalents on "
+        f"every route, and the webhook {does}",
+        file=out,
+    )
+    for index, (resource, weight, what) in enumerate(weights.units(policy)):
+        print(f"  {'unit' if index == 0 else '':<9} {resource} = {format_gpus(weight)} GPU: {what}", file=out)
 
 
 def _example_pod(namespace: str, quantity: str) -> dict[str, Any]:

@@ -193,6 +193,11 @@ class Budgets:
 
     # ------------------------------------------------------------------------------------ reservation
 
+    def may_hold(self, namespace: str) -> bool:
+        """Whether a pod of `namespace` may be counted: the namespace has a GPU quota, or the quotas are not
+        listed yet (then `admit` waits for them). Elsewhere the engine works out no ask: budgets cost nothing."""
+        return namespace in self.quotas.held or self.quotas.state() == "listing"
+
     def admit(self, review: AdmissionRequest, decision: Decision, policies: PolicySet, rejudge: Rejudge) -> Decision:
         """The decision for an allowed Pod CREATE once its budget is judged (and, unless a dry run, reserved)."""
         ask = decision.ask
