@@ -88,42 +88,14 @@ def own_namespace(given: str | None) -> str:
 
 def held_gpus(pod: dict[str, Any], policies: PolicySet, claims: ClaimsView | None) -> tuple[Fraction, Scope] | None:
     """What a watched pod holds, in GPU-equivalents under its namespace's policy, and its scope fields; None for
-    a pod that holds no GPU (most: dropped before anything is weighed)."""
+    a pod that holds no GPU (most: dropped before anything is weighed; budget.pod_ask memoizes the rest per
+    container shape, so a list of 100,000 pods weighs each Deployment's once)."""
     spec = pod.get("spec")
     if not isinstance(spec, dict) or not (mentions_gpu(pod, POD_SPEC_PATHS["Pod"]) or spec.get("resourceClaims")):
         return None
     namespace = pod["metadata"]["namespace"]
-    policy = policies.for_namespace(namespace)
-    key = _ask_key(spec, policy)
-    known = _ASKS.get(key) if key is not None else None
-    if known is not None and known[0] is policy:
-        total = known[1]
-    else:
-        total = pod_ask(pod, policy, claims, namespace).total
-        if key is not None:
-            if len(_ASKS) >= ASKS_KEPT:
-                _ASKS.clear()
-            _ASKS[key] = (policy, total)  # the policy kept: its id in the key is not reused while it is here
+    total = pod_ask(pod, policies.for_namespace(namespace), claims, namespace).total
     return (total, scope_of(pod)) if total else None
-
-
-# A pod's weight depends on its policy and its containers' resources alone (claims aside): the pods of one
-# Deployment weigh the same, so a list of 100,000 pods weighs each shape once (budget.pod_ask: ~125 µs a pod).
-ASKS_KEPT = 4096
-_ASKS: dict[tuple[Any, ...], tuple[Policy, Fraction]] = {}
-
-
-def _ask_key(spec: dict[str, Any], policy: Policy) -> tuple[Any, ...] | None:
-    """What `budget.pod_ask` reads of a pod without claims, as a key (None for one with claims: they change)."""
-    if spec.get("resourceClaims"):
-        return None
-    shape: list[Any] = [id(policy), repr(spec.get("overhead"))]
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        for body in containers if isinstance(containers, list) else ():
-            if isinstance(body, dict):
-                shape.append((section, body.get("restartPolicy"), repr(body.get("resources"))))
-    return tuple(shape)
 
 
 class Budgets:
