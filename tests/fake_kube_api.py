@@ -9,7 +9,7 @@ Writes, as the budget ledger makes them: ConfigMaps are created (POST), replaced
 giving the object a new `metadata.resourceVersion`; a PUT or DELETE that names an older version answers 409
 Conflict and a POST of an existing name 409 AlreadyExists, with the API server's Status. One object (a Pod, a
 ConfigMap) can be read by its path (GET), and `labelSelector` (equality and existence terms) filters lists and
-watches. Every plural in `unavailable` answers 503.
+watches. Every plural in `unavailable` answers 503, and one in `slow` answers its writes and GETs that late.
 
 Nodes can also be watched, as the API server does it: `?watch=true&resourceVersion=N` answers a chunked
 stream of JSON events (ADDED, MODIFIED, DELETED, BOOKMARK when `allowWatchBookmarks`), one per line, from the
@@ -24,6 +24,7 @@ import copy
 import json
 import ssl
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ class FakeKubeAPI:
     token: str = TOKEN
     forbidden: set[str] = field(default_factory=set)  # resource plurals that answer 403
     unavailable: set[str] = field(default_factory=set)  # resource plurals that answer 503 (an API server in trouble)
+    slow: dict[str, float] = field(default_factory=dict)  # resource plural -> seconds each write or GET of one waits
     conflicts: int = 0  # writes answered 409 because they named an older resourceVersion
     requests: list[str] = field(default_factory=list)  # "GET /api/v1/pods?limit=2"
     _server: ThreadingHTTPServer | None = None
@@ -408,6 +410,8 @@ class FakeKubeAPI:
         if kind is None or (method == "POST") != (target is None):
             return 404, _status(404, "NotFound", f"the server could not find the requested resource ({path})")
         plural = COLLECTIONS[kind][1]
+        if plural in self.slow:
+            time.sleep(self.slow[plural])
         if plural in self.unavailable:
             return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
         if method != "GET" and kind not in WRITABLE:

@@ -12,6 +12,7 @@ import base64
 import copy
 import functools
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +48,7 @@ REFUSAL = (
     "nothing fits; free some by ending pods of the namespace, or raise the quota's requests.nvidia.com/gpu"
 )
 NAMESPACES = ("team-race", "team-delete", "team-dry", "team-grace", "team-restart", "team-adopt", "team-down",
-              "team-twice", "team-free", "warned")  # fmt: skip
+              "team-twice", "team-free", "team-slow", "warned")  # fmt: skip
 
 eventually = functools.partial(waiting.eventually, timeout=15.0)
 
@@ -269,3 +270,34 @@ def test_a_ledger_that_cannot_be_written_refuses_under_deny_and_warns_under_warn
     assert create(servers[0], api, gpu_pod("team-down", "later"))["allowed"] is True
     key = 'gpu_admission_budget_unchecked_total{outcome="refused"}'
     assert servers[0].metrics().get(key, 0) + servers[1].metrics().get(key, 0) >= 1
+
+
+def test_a_slow_ledger_holds_up_neither_other_reviews_nor_the_answer_past_its_deadline(cluster, start_server):
+    """One worker: a reservation waiting on a slow API server runs in a thread, so the worker's other reviews
+    are answered meanwhile; one slower than the ledger's deadline is refused, in bounded time."""
+    api, namespace = cluster.api, "team-slow"
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    server = start_server(cluster.policies, workers=1, extra_args=arguments)
+    try:
+        eventually(lambda: budgets_current(server))
+        api.slow["configmaps"] = 1.0
+        with ThreadPoolExecutor(1) as pool:
+            reserving = pool.submit(admission, server, gpu_pod(namespace, "patient"))
+            time.sleep(0.2)
+            started = time.monotonic()
+            response, _ = admission(server, gpu_pod("team-noquota", "elsewhere"))  # no quota: no ledger
+            assert response["allowed"] is True
+            assert time.monotonic() - started < 0.8  # not behind the reservation's PUT
+            assert reserving.result()[0]["allowed"] is True
+        api.slow["configmaps"] = 6.0  # past the ledger's 2 s read and 3 s in all
+        started = time.monotonic()
+        refused, _ = admission(server, gpu_pod(namespace, "too-slow"))
+        assert time.monotonic() - started < 4.5  # within the API server's 5 s
+        assert refused["allowed"] is False
+        assert (
+            'the GPU budget of namespace "team-slow" cannot be checked (cannot reach the API server: '
+            in (refused["status"]["message"])
+        )
+    finally:
+        api.slow.pop("configmaps", None)
+        server.stop()

@@ -161,8 +161,9 @@ class PodWatch(Watched):
         if asked is None or asked[0] <= 0:
             return sys.intern(namespace), uid, None
         gpus, scope = asked
-        pod = HeldPod(name, self._shared.setdefault(gpus, gpus), self._shared.setdefault(scope, scope))
-        return sys.intern(namespace), uid, pod
+        # The UID and name interned: the ledger view holds the same strings (ledger.Entry.parse).
+        pod = HeldPod(sys.intern(name), self._shared.setdefault(gpus, gpus), self._shared.setdefault(scope, scope))
+        return sys.intern(namespace), sys.intern(uid), pod
 
     def _begin(self) -> None:
         self._listing = {}

@@ -54,6 +54,7 @@ from webhook.server.ledger import (
     LedgerUnavailable,
     LedgerView,
     Record,
+    Scope,
     record_name,
     scope_of,
 )
@@ -83,6 +84,18 @@ def own_namespace(given: str | None) -> str:
     except OSError:
         found = ""
     return found or DEFAULT_NAMESPACE
+
+
+def held_gpus(pod: dict[str, Any], policies: PolicySet, claims: ClaimsView | None) -> tuple[Fraction, Scope] | None:
+    """What a watched pod holds, in GPU-equivalents under its namespace's policy, and its scope fields; None for
+    a pod that holds no GPU (most: dropped before anything is weighed; budget.pod_ask memoizes the rest per
+    container shape, so a list of 100,000 pods weighs each Deployment's once)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict) or not (mentions_gpu(pod, POD_SPEC_PATHS["Pod"]) or spec.get("resourceClaims")):
+        return None
+    namespace = pod["metadata"]["namespace"]
+    total = pod_ask(pod, policies.for_namespace(namespace), claims, namespace).total
+    return (total, scope_of(pod)) if total else None
 
 
 class Budgets:
@@ -138,24 +151,24 @@ class Budgets:
 
     # ------------------------------------------------------------------------------------ the pod watch's hooks
 
-    def ask_of(self, pod: dict[str, Any]) -> tuple[Fraction, tuple[tuple[str, Any], ...]] | None:
-        """A watched pod's GPU-equivalents under its namespace's policy now, and its scope fields; None for a
-        pod that holds no GPU (most: dropped before anything is weighed)."""
-        spec = pod.get("spec")
-        if not isinstance(spec, dict) or not (mentions_gpu(pod, POD_SPEC_PATHS["Pod"]) or spec.get("resourceClaims")):
-            return None
-        namespace = pod["metadata"]["namespace"]
-        ask = pod_ask(pod, self._policies().for_namespace(namespace), self._claims(), namespace)
-        return (ask.total, scope_of(pod)) if ask.total else None
+    def ask_of(self, pod: dict[str, Any]) -> tuple[Fraction, Scope] | None:
+        """A watched pod's GPU-equivalents under its namespace's policy now, and its scope fields."""
+        return held_gpus(pod, self._policies(), self._claims())
 
     def gone(self, namespace: str, uid: str) -> None:
-        """A pod was deleted or ended: its entry, if the ledger holds one, goes (on the keeper's thread)."""
-        record = self.view.records.get(namespace)
-        if (record is not None and uid in record.entries) or self.view.state() != "current":
+        """A pod of a budgeted namespace was deleted or ended: its entry, if the ledger holds one, goes (on the
+        keeper's thread, which reads its copy of the record first: a pod it does not hold costs no call). Queued
+        whether or not the copy holds it now: an adoption may be writing it this moment."""
+        if namespace in self.quotas.held or namespace in self.view.records:
             self._gone.append((namespace, uid))
             self._wake.set()
 
     # ------------------------------------------------------------------------------------ reservation
+
+    def may_hold(self, namespace: str) -> bool:
+        """Whether a pod of `namespace` may be counted: the namespace has a GPU quota, or the quotas are not
+        listed yet (then `admit` waits for them). Elsewhere the engine works out no ask: budgets cost nothing."""
+        return namespace in self.quotas.held or self.quotas.state() == "listing"
 
     def admit(self, review: AdmissionRequest, decision: Decision, policies: PolicySet, rejudge: Rejudge) -> Decision:
         """The decision for an allowed Pod CREATE once its budget is judged (and, unless a dry run, reserved)."""

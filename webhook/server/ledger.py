@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -113,10 +114,15 @@ class Entry:
         """An entry from its data value, or None for one that is not (edited by hand: ignored, never fatal)."""
         try:
             value = json.loads(text)
-            scope = value.get("scope") or {}
-            return Entry(str(value["pod"]), Fraction(str(value["gpus"])), tuple(scope.items()), float(value["at"]))
+            gpus, scope = Fraction(str(value["gpus"])), tuple((value.get("scope") or {}).items())
+            # Held once each: the few distinct shares and scopes, and the names the pod watch holds too.
+            gpus, scope = _SHARED.setdefault(gpus, gpus), _SHARED.setdefault(scope, scope)
+            return Entry(sys.intern(str(value["pod"])), gpus, scope, float(value["at"]))
         except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
             return None
+
+
+_SHARED: dict[Any, Any] = {}  # each distinct share and scope of every record, once
 
 
 def _fraction_text(value: Fraction) -> str:
@@ -157,7 +163,7 @@ class Record:
         for uid, text in data.items() if isinstance(data, dict) else ():
             entry = Entry.parse(text)
             if entry is not None:
-                entries[uid] = entry
+                entries[sys.intern(uid)] = entry
         return Record(namespace, str(metadata.get("resourceVersion") or ""), entries)
 
     def configmap(self, own_namespace: str, entries: dict[str, Entry]) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from webhook.admission import clusterdrift, engine
+from webhook.admission import clusterdrift
 from webhook.admission.budget import Usage
 from webhook.admission.cluster import STALE_AFTER_S, ClusterView
 from webhook.admission.drapods import ClaimsView
@@ -34,8 +34,23 @@ _log = logging.getLogger(f"{LOGGER}.watch")
 
 EXPIRY_WARNING_EVERY = 3600.0  # seconds between log lines about a certificate close to expiry
 
-# (object, namespace, policies, old, cluster, claims)
-Evaluate = Callable[[dict[str, Any], str, PolicySet, Any, "ClusterView | None", "ClaimsView | None"], Decision]
+
+class Evaluate(Protocol):
+    """engine.evaluate's signature (customresources.evaluate's in the server): (object, namespace, policies, old,
+    cluster, claims), and a Pod's GPU budget where its namespace has one."""
+
+    def __call__(
+        self,
+        obj: dict[str, Any],
+        namespace: str,
+        policies: PolicySet,
+        old: Any = None,
+        nodes: ClusterView | None = None,
+        claims: ClaimsView | None = None,
+        /,
+        *,
+        budget: Sequence[Usage] | None = None,
+    ) -> Decision: ...
 
 
 @dataclass
@@ -110,7 +125,7 @@ class ServerState:
         old = review.old_object if review.operation == "UPDATE" else None
 
         def decide(usages: Sequence[Usage]) -> Decision:
-            return engine.evaluate(obj, review.engine_namespace, policies, old, nodes, self.claims, budget=usages)
+            return self.evaluate(obj, review.engine_namespace, policies, old, nodes, self.claims, budget=usages)
 
         return decide
 
