@@ -213,6 +213,14 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "server refuses it anyway); request a whole number of "
         'GPUs (policy "{}" gives whole GPUs only; ask for a namespace with sharing)'
     )
+    budget = (  # whole GPUs: the budget and the unit of each form the policy serves
+        "  budget    cluster.quota deny: a ResourceQuota's requests.nvidia.com/gpu: N is N GPU-equivalents on every "
+        "route, and the webhook refuses a pod past it\n"
+        "  unit      nvidia.com/gpu = 1 GPU: a whole GPU\n"
+        "            deviceclass.resource.kubernetes.io/gpu.nvidia.com = 1 GPU: a whole GPU (DRA)\n"
+        "            deviceclass.resource.kubernetes.io/mig.nvidia.com = 1 GPU: a MIG device (DRA; in a claim, by the "
+        "profile it selects)\n"
+    )
     assert run.stdout == (
         "namespace team-prod\n"
         "  policy    teams (pol/a.yaml#0)\n"
@@ -221,6 +229,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
         "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
+        f"{budget}"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -235,6 +244,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
         "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
+        f"{budget}"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"

@@ -165,7 +165,7 @@ def _audit(args: argparse.Namespace) -> int:
     from webhook.cli.drift import drift_json, print_drift
 
     drift = drift_of(policies, view) if view is not None else None
-    budgets = _budgets(policies, quotas, listed, results, evaluator) if quotas is not None else None
+    budgets = _budgets(policies, quotas, listed, results, evaluator, claims) if quotas is not None else None
     code = report(
         results,
         args.output,
@@ -219,18 +219,15 @@ def _budgets(
     listed: list[list[dict[str, Any]]],
     results: list[Result],
     evaluator: Any,
+    claims: Any,
 ) -> BudgetReport:
-    """Each namespace's GPU use against its quotas: the Pods as the report judged them (mapped, and weighed by
-    the engine), the others (left to their owner) through the engine once more."""
+    """Each namespace's GPU use against its quotas: the Pods as the report judged them (mapped), the others
+    (left to their owner) through the engine once more; each weighed with the claims the audit listed."""
     from webhook.cli.budgets import BudgetReport
 
-    judged = {
-        id(result.original): (result.object, result.ask)
-        for result in results
-        if result.kind == "Pod" and not result.skipped
-    }
+    judged = {id(result.original): result.object for result in results if result.kind == "Pod" and not result.skipped}
     pods = [obj for objects in listed for obj in objects if obj.get("kind") == "Pod"]
-    return BudgetReport(policies, quotas, pods, evaluator, judged=lambda pod: judged.get(id(pod)))
+    return BudgetReport(policies, quotas, pods, evaluator, claims, mapped=lambda pod: judged.get(id(pod)))
 
 
 def _nodes(cluster: Any, page_size: int) -> ClusterView | None:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.admission import weights
 from webhook.admission.budget import (
-    NOTHING,
     ROUTES,
     TERMINAL_PHASES,
     ZERO,
@@ -39,6 +38,7 @@ from webhook.cli.webhooks import EXCLUDED_NAMESPACES
 
 if TYPE_CHECKING:
     from webhook.admission.cluster import ClusterView
+    from webhook.admission.drapods import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy import Policy, PolicySet
     from webhook.cli.kube import KubeClient
@@ -170,10 +170,12 @@ class BudgetReport:
         quota_objects: Iterable[dict[str, Any]],
         pods: Iterable[dict[str, Any]],
         evaluator: Evaluator,
-        judged: Callable[[dict[str, Any]], tuple[dict[str, Any], PodAsk | None] | None] = lambda pod: None,
+        claims: ClaimsView | None = None,
+        mapped: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda pod: None,
     ) -> None:
-        """`judged(pod)` gives a pod as the webhook maps it, and what the engine weighed it (`Decision.ask`),
-        where the caller has them already (audit judged it); else the pod goes through `evaluator`."""
+        """`mapped(pod)` gives a pod as the webhook maps it where the caller has it already (audit judged it);
+        else the pod goes through `evaluator`. Each mapped pod is weighed by the core (`budget.pod_ask`), its
+        DRA claims found in `claims`."""
         self._policies = policies
         self._evaluator = evaluator
         # The namespaces never sent to the webhook: nothing there is mapped, and no budget is held by it.
@@ -192,11 +194,10 @@ class BudgetReport:
             if namespace in EXCLUDED:
                 continue
             state = self._namespace(namespace)
-            found = judged(pod)
-            if found is None:  # through the engine, which weighs the mapped pod too
-                decision = evaluator(pod, namespace)
-                found = (decision.mutated or pod, decision.ask)
-            after, ask = found[0], found[1] or NOTHING
+            after = mapped(pod)
+            if after is None:
+                after = evaluator(pod, namespace).mutated or pod
+            ask = pod_ask(after, state.policy, claims, namespace)
             state.asked |= asked_resources(after)
             if not ask.total:
                 continue
@@ -534,4 +535,4 @@ def budget_report(policies: PolicySet, view: ClusterView | None, objects: Budget
     index = ClaimIndex()
     for claim in objects.claims:
         index.add(claim, namespace_of(claim, None))
-    return BudgetReport(policies, objects.quotas, objects.pods, local_evaluator(policies, view, None, index))
+    return BudgetReport(policies, objects.quotas, objects.pods, local_evaluator(policies, view, None, index), index)

@@ -45,7 +45,6 @@ class Result:
     item: int | None = None  # the index in a `kind: List`'s items
     owner: str | None = None  # `Kind/name` of the controller that owns it (audit)
     unread: str = ""  # why an object of a kind the engine does not read, which asks for GPUs, was not judged
-    ask: Any = None  # a Pod's GPUs against its namespace's budget (Decision.ask: a budget.PodAsk), for audit
 
     @property
     def label(self) -> str:
@@ -126,7 +125,6 @@ def make_result(
         item=item,
         owner=owner,
         unread=decision.skip_reason if decision.skipped and decision.skip_reason.startswith(UNREAD) else "",
-        ask=decision.ask,
     )
 
 
