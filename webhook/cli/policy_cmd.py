@@ -80,6 +80,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help=POLICIES_HELP,
     )
+    render = commands.add_parser(
+        "render",
+        help="render the GPU budget for Kueue (resources.transformations) or as native ResourceQuota entries",
+        description=(
+            "kueue: a Kueue Configuration whose resources.transformations count every served GPU resource in "
+            "GPU-equivalents, in an integer unit, and the ClusterQueue quota to write for --gpus GPUs. quota: per "
+            "policy whose namespaces have one resource that carries the whole budget, the native ResourceQuota "
+            "that holds --gpus GPUs of it (the API server enforces it itself). What cannot be rendered is said "
+            "on stderr. Exit 2 on invalid policies."
+        ),
+    )
+    render.add_argument("target", choices=("kueue", "quota"), help="what to render")
+    render.add_argument("--policies", metavar="DIR", help=POLICIES_HELP)
+    render.add_argument(
+        "--gpus",
+        default="1",
+        metavar="N",
+        help="the GPUs of the budget the output is written for (a quantity such as 4 or 1.5; default 1)",
+    )
+    render.add_argument(
+        "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
+    )
     commands.add_parser(
         "schema",
         help="print the JSON Schema of policy files, for editors",
@@ -118,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.policy_command == "explain":
         return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
+    if args.policy_command == "render":
+        return render(args, sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
     return 2
 
@@ -391,6 +415,67 @@ def describe_share(policy: Policy) -> str:
 
         return memshare.describe_share(policy)
     return "whole GPUs only"
+
+
+# --- render ------------------------------------------------------------------------------------------------
+
+
+def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`policy render kueue|quota`: the budget in Kueue's transformations, or as native ResourceQuotas."""
+    from fractions import Fraction
+
+    import yaml
+
+    from webhook.admission import schedulers
+    from webhook.admission.budget import format_gpus
+    from webhook.admission.globs import is_glob
+    from webhook.admission.loader import PolicyLoadError, load_policies
+    from webhook.admission.quantity import quantity_or_none
+
+    gpus = quantity_or_none(args.gpus)
+    if gpus is None or gpus <= 0:
+        print(f"gpu-webhook policy render: --gpus {args.gpus}: give a positive quantity, such as 4 or 1.5", file=err)
+        return 2
+    chosen = policy_directory(args.policies)
+    try:
+        policies = load_policies(chosen)
+    except PolicyLoadError as exc:
+        print(f"gpu-webhook policy render: invalid policies in {chosen}:", file=err)
+        for problem in exc.problems:
+            print(f"  {problem}", file=err)
+        return 2
+    budget = Fraction(gpus)
+    if args.target == "kueue":
+        rendered = schedulers.kueue(policies)
+        quota = rendered.quota_for(budget)
+        shown = format_gpus(quota) if quota.denominator == 1 else str(int(quota))
+        out.write(
+            "# Kueue Configuration (merge into the manager's config): every served GPU resource counted as\n"
+            f"# {schedulers.OUTPUT}, one unit = 1/{rendered.unit} GPU. A ClusterQueue's nominalQuota for\n"
+            f'# {format_gpus(budget)} GPU{"s" if budget > 1 else ""}: {schedulers.OUTPUT}: "{shown}" '
+            f"({rendered.unit} per GPU).\n"
+        )
+        out.write(yaml.safe_dump(rendered.configuration, sort_keys=False))
+        for line in rendered.left_out:
+            print(f"gpu-webhook policy render: not counted: {line}", file=err)
+        return 0
+    documents = []
+    for native in schedulers.native(policies):
+        if native.entry is None:
+            print(f"gpu-webhook policy render: policy {native.policy}: no native entry: {native.note}", file=err)
+            continue
+        for namespace in native.namespaces:
+            if is_glob(namespace):
+                print(
+                    f"gpu-webhook policy render: policy {native.policy}: namespaces {namespace}: write "
+                    f"{native.entry}: {native.hard(budget)} in each ({native.note})",
+                    file=err,
+                )
+                continue
+            obj = schedulers.native_quota_object(native, namespace, budget, args.name)
+            documents.append(f"# policy {native.policy}: {native.note}\n" + yaml.safe_dump(obj, sort_keys=False))
+    out.write("---\n".join(documents))
+    return 0
 
 
 # --- explain -----------------------------------------------------------------------------------------------
