@@ -301,3 +301,24 @@ def test_a_slow_ledger_holds_up_neither_other_reviews_nor_the_answer_past_its_de
     finally:
         api.slow.pop("configmaps", None)
         server.stop()
+
+
+def test_without_rbac_for_resourcequotas_no_namespace_has_a_budget_and_readyz_says_why(cluster, start_server):
+    """An upgrade that missed the RBAC: GPU pods are admitted as before budgets existed (not every GPU pod of the
+    cluster refused), and /readyz names the watch and the API server's answer."""
+    api = cluster.api
+    api.forbidden.add("resourcequotas")
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    server = start_server(cluster.policies, workers=1, extra_args=arguments)
+    try:
+
+        def quotas() -> dict[str, Any]:
+            return server.get("/readyz").json()["cluster"]["budgets"]["resourceQuotas"]
+
+        eventually(lambda: quotas()["state"] == "off")
+        assert "HTTP 403" in quotas()["lastError"] and "resourcequotas is forbidden" in quotas()["lastError"]
+        response, _ = admission(server, gpu_pod("team-race", "unbudgeted"))  # the full namespace, its quota unseen
+        assert response["allowed"] is True
+    finally:
+        api.forbidden.discard("resourcequotas")
+        server.stop()

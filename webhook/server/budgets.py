@@ -141,13 +141,17 @@ class Budgets:
             watch.stop()
 
     def details(self) -> dict[str, Any]:
-        """For /readyz: each watch's state and size, and the ledger's namespace."""
-        return {
+        """For /readyz: each watch's state and size (and its last error), and the ledger's namespace."""
+        found: dict[str, Any] = {
             "ledgerNamespace": self.namespace,
             "resourceQuotas": {"state": self.quotas.state(), "budgeted": len(self.quotas.held)},
             "pods": {"state": self.pods.state(), "holdingGpus": self.pods.count()},
             "ledger": {"state": self.view.state(), "records": len(self.view.records)},
         }
+        for part, watch in (("resourceQuotas", self.quotas), ("pods", self.pods), ("ledger", self.view)):
+            if watch.last_error:
+                found[part]["lastError"] = watch.last_error
+        return found
 
     # ------------------------------------------------------------------------------------ the pod watch's hooks
 
@@ -167,7 +171,10 @@ class Budgets:
 
     def may_hold(self, namespace: str) -> bool:
         """Whether a pod of `namespace` may be counted: the namespace has a GPU quota, or the quotas are not
-        listed yet (then `admit` waits for them). Elsewhere the engine works out no ask: budgets cost nothing."""
+        listed yet (then `admit` waits for them, and refuses under `deny` if they still are not). Elsewhere the
+        engine works out no ask: budgets cost nothing. Where RBAC forbids listing ResourceQuotas (the watch is
+        `off`), no namespace is known to have a budget: GPU pods are admitted as before budgets existed, and
+        /readyz and the log say why, rather than every GPU pod of the cluster being refused."""
         return namespace in self.quotas.held or self.quotas.state() == "listing"
 
     def admit(self, review: AdmissionRequest, decision: Decision, policies: PolicySet, rejudge: Rejudge) -> Decision:
