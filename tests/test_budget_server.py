@@ -48,7 +48,7 @@ REFUSAL = (
     "nothing fits; free some by ending pods of the namespace, or raise the quota's requests.nvidia.com/gpu"
 )
 NAMESPACES = ("team-race", "team-delete", "team-dry", "team-grace", "team-restart", "team-adopt", "team-down",
-              "team-twice", "team-free", "team-slow", "warned")  # fmt: skip
+              "team-twice", "team-free", "team-slow", "team-lost", "warned")  # fmt: skip
 
 eventually = functools.partial(waiting.eventually, timeout=15.0)
 
@@ -249,6 +249,16 @@ def test_running_gpu_pods_the_ledger_misses_are_adopted_and_the_gauges_say_so(se
     assert servers[0].metrics()[hard] == 1.0
     assert create(servers[1], api, gpu_pod(namespace, "fits"))["allowed"] is True
     assert create(servers[0], api, gpu_pod(namespace, "over"))["allowed"] is False
+
+
+def test_a_record_deleted_by_hand_is_written_again_from_the_running_pods(servers, cluster):
+    api, namespace = cluster.api, "team-lost"
+    pods = [gpu_pod(namespace, f"kept-{index}") for index in range(3)]
+    assert all(create(servers[index % 2], api, pod)["allowed"] for index, pod in enumerate(pods))
+    api.delete("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
+    eventually(lambda: sorted(ledger(api, namespace)) == sorted(pod["metadata"]["uid"] for pod in pods))
+    assert create(servers[0], api, gpu_pod(namespace, "fourth"))["allowed"] is True
+    assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
 
 
 def test_a_ledger_that_cannot_be_written_refuses_under_deny_and_warns_under_warn(servers, cluster):
