@@ -205,12 +205,13 @@ class Budgets:
             if writes and uid in record.entries:
                 outcome[0] = decision  # reserved already: the API server sent this review again
                 return None
-            usages = [Usage(quota, record.used(quota)) for quota in quotas]
+            counted = self._with_running(record)
+            usages = [Usage(quota, counted.used(quota)) for quota in quotas]
             outcome[0] = decision if judge(ask, usages, name, pod) is None else rejudge(usages)
             if not writes or not outcome[0].allowed:
                 return None
             entry = Entry(name, ask.total, scope_of(pod), time.time())
-            return {**record.entries, str(uid): entry}
+            return {**counted.entries, str(uid): entry}
 
         try:
             if writes:
@@ -220,6 +221,21 @@ class Budgets:
         except LedgerUnavailable as exc:
             return self._unchecked(decision, policy, check, namespace, name, ask.total, str(exc))
         return outcome[0]
+
+    def _with_running(self, record: Record) -> Record:
+        """`record` with the running GPU pods of its namespace that it misses (created before the quota, or while
+        the webhook was off), as the sweep would adopt them: counted from the first reservation on, and written
+        with it. Only while the pod watch is current; a pod it still holds though just deleted counts a moment
+        longer (never fewer pods than run)."""
+        if self.pods.state() != "current":
+            return record
+        live = self.pods.held.get(record.namespace) or {}
+        missing = [(uid, held) for uid, held in list(live.items()) if uid not in record.entries]
+        if not missing:
+            return record
+        now = time.time()
+        adopted = {uid: Entry(held.name, held.gpus, held.scope, now) for uid, held in missing}
+        return Record(record.namespace, record.version, {**record.entries, **adopted})
 
     def _quotas(self, namespace: str, pod: dict[str, Any]) -> list[GpuQuota]:
         """The GPU quotas that count `pod`; LedgerUnavailable while they are not known yet."""
