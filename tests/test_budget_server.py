@@ -48,7 +48,7 @@ REFUSAL = (
     "nothing fits; free some by ending pods of the namespace, or raise the quota's requests.nvidia.com/gpu"
 )
 NAMESPACES = ("team-race", "team-delete", "team-dry", "team-grace", "team-restart", "team-adopt", "team-down",
-              "team-twice", "team-free", "team-slow", "warned")  # fmt: skip
+              "team-twice", "team-free", "team-slow", "team-lost", "team-running", "warned")  # fmt: skip
 
 eventually = functools.partial(waiting.eventually, timeout=15.0)
 
@@ -88,6 +88,14 @@ def admission(server: LiveServer, pod: dict[str, Any], *, dry_run: bool = False)
         if endpoint == "mutate" and response.get("patch"):
             pod = jsonpatch.apply_patch(copy.deepcopy(pod), json.loads(base64.b64decode(response["patch"])))
     return reviews[-1], pod
+
+
+def stored_replica(namespace: str, name: str) -> dict[str, Any]:
+    """A pod as the API server stores it after mutation: one time-slicing replica."""
+    pod = gpu_pod(namespace, name)
+    replica = {"nvidia.com/gpu.shared": "1"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": replica, "requests": replica}
+    return pod
 
 
 def create(server: LiveServer, api: FakeKubeAPI, pod: dict[str, Any]) -> dict[str, Any]:
@@ -163,8 +171,11 @@ def test_a_deleted_pods_share_comes_back_within_seconds(servers, cluster):
     assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
     api.delete("Pod", namespace, "held-2")
     eventually(lambda: pods[2]["metadata"]["uid"] not in ledger(api, namespace), timeout=5.0)
-    assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is True
+    # Every worker of both replicas sees the delete within moments (one that has not yet counts the pod a moment
+    # longer, never less): the share is there for the next create.
+    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"], timeout=5.0)
     assert released(servers, namespace)["why"] == "deleted or ended"
+    assert len(ledger(api, namespace)) == 4
 
 
 def test_a_pod_that_ends_gives_its_share_back(servers, cluster):
@@ -175,7 +186,8 @@ def test_a_pod_that_ends_gives_its_share_back(servers, cluster):
     assert stored is not None
     api.put({**stored, "kind": "Pod", "status": {"phase": "Succeeded"}})
     eventually(lambda: pods[0]["metadata"]["uid"] not in ledger(api, namespace), timeout=5.0)
-    assert create(servers[1], api, gpu_pod(namespace, "next"))["allowed"] is True
+    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "next"))["allowed"], timeout=5.0)
+    assert len(ledger(api, namespace)) == 4
 
 
 def test_a_dry_run_is_judged_and_writes_nothing(servers, cluster):
@@ -237,11 +249,8 @@ def test_a_restarted_server_keeps_the_count(servers, cluster, start_server):
 def test_running_gpu_pods_the_ledger_misses_are_adopted_and_the_gauges_say_so(servers, cluster):
     """Pods that ran before the budget existed count: the keeper adds them, and the metrics show used of hard."""
     api, namespace = cluster.api, "team-adopt"
-    for index in range(3):  # as the API server stores them after mutation: one time-slicing replica each
-        pod = gpu_pod(namespace, f"old-{index}")
-        container = pod["spec"]["containers"][0]
-        container["resources"] = {"limits": {"nvidia.com/gpu.shared": "1"}, "requests": {"nvidia.com/gpu.shared": "1"}}
-        api.put({**pod, "status": {"phase": "Running"}})
+    for index in range(3):
+        api.put({**stored_replica(namespace, f"old-{index}"), "status": {"phase": "Running"}})
     eventually(lambda: len(ledger(api, namespace)) == 3)
     used = f'gpu_admission_budget_used_gpus{{namespace="{namespace}",quota="gpus"}}'
     hard = f'gpu_admission_budget_hard_gpus{{namespace="{namespace}",quota="gpus"}}'
@@ -249,6 +258,27 @@ def test_running_gpu_pods_the_ledger_misses_are_adopted_and_the_gauges_say_so(se
     assert servers[0].metrics()[hard] == 1.0
     assert create(servers[1], api, gpu_pod(namespace, "fits"))["allowed"] is True
     assert create(servers[0], api, gpu_pod(namespace, "over"))["allowed"] is False
+
+
+def test_a_record_deleted_by_hand_is_written_again_from_the_running_pods(servers, cluster):
+    api, namespace = cluster.api, "team-lost"
+    pods = [gpu_pod(namespace, f"kept-{index}") for index in range(3)]
+    assert all(create(servers[index % 2], api, pod)["allowed"] for index, pod in enumerate(pods))
+    api.delete("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
+    eventually(lambda: sorted(ledger(api, namespace)) == sorted(pod["metadata"]["uid"] for pod in pods))
+    assert create(servers[0], api, gpu_pod(namespace, "fourth"))["allowed"] is True
+    assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
+
+
+def test_running_pods_count_from_the_first_reservation_on(servers, cluster):
+    """Pods that ran before the namespace's first reservation count at once, not from the keeper's next sweep."""
+    api, namespace = cluster.api, "team-running"
+    for index in range(4):
+        api.put({**stored_replica(namespace, f"running-{index}"), "status": {"phase": "Running"}})
+    time.sleep(0.5)  # the pod watches see them; the sweep (every 2 s) need not have run
+    response = create(servers[0], api, gpu_pod(namespace, "late"))
+    assert response["allowed"] is False
+    assert REFUSAL.format(name="late", namespace=namespace) in response["status"]["message"]
 
 
 def test_a_ledger_that_cannot_be_written_refuses_under_deny_and_warns_under_warn(servers, cluster):
@@ -300,4 +330,25 @@ def test_a_slow_ledger_holds_up_neither_other_reviews_nor_the_answer_past_its_de
         )
     finally:
         api.slow.pop("configmaps", None)
+        server.stop()
+
+
+def test_without_rbac_for_resourcequotas_no_namespace_has_a_budget_and_readyz_says_why(cluster, start_server):
+    """An upgrade that missed the RBAC: GPU pods are admitted as before budgets existed (not every GPU pod of the
+    cluster refused), and /readyz names the watch and the API server's answer."""
+    api = cluster.api
+    api.forbidden.add("resourcequotas")
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    server = start_server(cluster.policies, workers=1, extra_args=arguments)
+    try:
+
+        def quotas() -> dict[str, Any]:
+            return server.get("/readyz").json()["cluster"]["budgets"]["resourceQuotas"]
+
+        eventually(lambda: quotas()["state"] == "off")
+        assert "HTTP 403" in quotas()["lastError"] and "resourcequotas is forbidden" in quotas()["lastError"]
+        response, _ = admission(server, gpu_pod("team-race", "unbudgeted"))  # the full namespace, its quota unseen
+        assert response["allowed"] is True
+    finally:
+        api.forbidden.discard("resourcequotas")
         server.stop()

@@ -12,7 +12,7 @@ ledger inside its compare-and-swap: for every quota that counts the pod, used + 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -46,6 +46,11 @@ class PodAsk:
     by_route: tuple[tuple[str, Fraction], ...]  # routes: "extended", "deviceclass", "claims", "templates"
     detail: str  # for messages: "2 replicas of 4", "one 3g.40gb MIG slice", ...
     claims: tuple[tuple[str, Fraction], ...] = ()  # named ResourceClaims (shared ones count once per namespace)
+    # `total` as (numerator, denominator), worked out once (asks are memoized): `judge` compares in integers
+    total_ratio: tuple[int, int] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_ratio", self.total.as_integer_ratio())
 
 
 NOTHING = PodAsk(ZERO, (), "nothing")
@@ -97,8 +102,19 @@ def pod_ask(
     spec = pod.get("spec")
     if type(spec) is not dict:
         return NOTHING
-    shape = _shape(spec)
-    memo: dict[Shape, PodAsk] = policy.derived(MEMO_KEY, _new_memo)
+    listed = spec.get("containers")
+    shape: Shape | None = None
+    if "initContainers" not in spec and type(listed) is list and len(listed) == 1:  # the usual pod, inline
+        body = listed[0]
+        resources = body.get("resources") if type(body) is dict else None
+        limits = resources.get("limits") if type(resources) is dict else None
+        if type(limits) is dict:
+            shape = (("containers", None, tuple(limits.items())),)
+    if shape is None:
+        shape = _shape(spec)
+    memo: dict[Shape, PodAsk] | None = policy.memo.get(MEMO_KEY)  # policy.derived, without its call
+    if memo is None:
+        memo = policy.derived(MEMO_KEY, _new_memo)
     try:
         containers = memo.get(shape) if shape is not None else None
     except TypeError:  # a value that cannot be a key (a list where a quantity belongs): weighed without the memo
@@ -132,8 +148,8 @@ def pod_ask(
     return PodAsk(Fraction(total), ordered, " + ".join(part for part in parts if part), tuple(named))
 
 
-# The resources of a pod's containers as written, in start order: (section, restartPolicy, requests, limits).
-Shape = tuple[tuple[str, Any, Any, Any], ...]
+# The limits of a pod's containers as written, in start order: (section, restartPolicy, limits).
+Shape = tuple[tuple[str, Any, Any], ...]
 MEMO_SIZE = 4096  # distinct container shapes per policy: a cluster's pods repeat a few templates
 MEMO_KEY = "budget-containers"
 
@@ -144,8 +160,8 @@ def _new_memo(_: Policy) -> dict[Shape, PodAsk]:
 
 def _shape(spec: dict[str, Any]) -> Shape | None:
     """The key under which a pod's containers' ask is kept per policy: each container's section, restart
-    policy and requests and limits as written (all of them: copying a map's items is cheaper than picking its
-    GPU resources out, on every budgeted review); None where the spec is malformed (weighed without the memo)."""
+    policy and limits as written (all of them: copying a map's items is cheaper than picking its GPU resources
+    out, on every budgeted review); None where the spec is malformed (weighed without the memo)."""
     found: list[Any] = []
     for section in _SECTIONS:
         containers = spec.get(section)
@@ -161,18 +177,14 @@ def _shape(spec: dict[str, Any]) -> Shape | None:
                 continue
             if type(resources) is not dict:
                 return None
-            requests, limits = resources.get("requests"), resources.get("limits")
-            found.append((
-                section,
-                body.get("restartPolicy"),
-                tuple(requests.items()) if type(requests) is dict else requests,
-                tuple(limits.items()) if type(limits) is dict else limits,
-            ))  # fmt: skip
+            limits = resources.get("limits")
+            found.append(
+                (section, body.get("restartPolicy"), tuple(limits.items()) if type(limits) is dict else limits)
+            )
     return tuple(found)
 
 
 _SECTIONS = ("initContainers", "containers")
-_WHICH = ("requests", "limits")
 
 
 def _containers(spec: dict[str, Any], policy: Policy) -> PodAsk:
@@ -213,12 +225,12 @@ def _containers(spec: dict[str, Any], policy: Policy) -> PodAsk:
 
 
 def _gpu_amounts(ref: ContainerRef) -> dict[str, Fraction]:
-    """The container's GPU resources: requests, else limits (the API server defaults one to the other for
-    extended resources, and the quota counts requests)."""
-    requests, limits = ref.resource_map("requests"), ref.resource_map("limits")
-    merged = {k: v for k, v in limits.items() if type(k) is str and is_managed(k)}
-    merged.update({k: v for k, v in requests.items() if type(k) is str and is_managed(k)})
-    return weights.amounts_of(merged) if merged else {}
+    """The container's GPU resources, its limits: an extended resource's request must equal its limit (the
+    API server refuses any other pod, and defaults a missing request to the limit), so the limits are what the
+    quota counts as requests; validation counts the same (validate.container_counts)."""
+    limits = ref.resource_map("limits")
+    managed = {k: v for k, v in limits.items() if type(k) is str and is_managed(k)}
+    return weights.amounts_of(managed) if managed else {}
 
 
 def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
@@ -314,21 +326,20 @@ def judge(ask: PodAsk, usages: Sequence[Usage], pod_name: str, pod: dict[str, An
     the quota that fits least. `pod`, where given, picks the quotas that count it (`GpuQuota.counts`); without
     it every usage given counts; `pod_name` "" names the pod from `pod` when it is refused. A pod that holds
     nothing is never refused, whatever the use."""
-    total = ask.total
-    if not total:
-        return None
     # used + total > hard, in integers: Fraction arithmetic costs ten times as much, on every review.
-    numerator, denominator = total.numerator, total.denominator
+    numerator, denominator = ask.total_ratio
+    if not numerator:
+        return None
     worst: tuple[Fraction, Usage] | None = None
     for usage in usages:
         quota = usage.quota
         if pod is not None and quota.requirements and not quota.counts(pod):
             continue
-        hard, used = quota.hard, usage.used
-        used_denominator, hard_denominator = used.denominator, hard.denominator
-        asked = (used.numerator * denominator + numerator * used_denominator) * hard_denominator
-        if asked > hard.numerator * used_denominator * denominator:
-            room = hard - used
+        hard_numerator, hard_denominator = quota.hard_ratio
+        used_numerator, used_denominator = usage.used.as_integer_ratio()
+        asked = (used_numerator * denominator + numerator * used_denominator) * hard_denominator
+        if asked > hard_numerator * used_denominator * denominator:
+            room = quota.hard - usage.used
             if worst is None or room < worst[0]:
                 worst = (room, usage)
     if worst is None:

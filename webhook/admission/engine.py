@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.admission import clustercheck, clusternodes, dra, drapods, memshare
-from webhook.admission.budget import PodAsk, Usage, judge, pod_ask
+from webhook.admission.budget import NOTHING, PodAsk, Usage, judge, pod_ask
 from webhook.admission.cluster import ClusterView
 from webhook.admission.mutate import mutate
 from webhook.admission.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
@@ -113,7 +113,9 @@ def evaluate(
             ask, over = _budget(obj, namespace, policy, found_claims, budget)
             if over is not None:
                 found, warnings = _over_budget(over, policy, found, warnings)
-            return _with_ask(_verdict(policy, [], warnings, found, obj, []), ask)
+            decision = _verdict(policy, [], warnings, found, obj, [])
+            decision.ask = ask
+            return decision
         return Decision(True, "allow", policy.name, mutated=obj)
     if nodes is not None and policy.cluster_checks.auto:
         policy = clusternodes.resolve(policy, nodes)  # `auto` values from the nodes (the same name)
@@ -151,11 +153,15 @@ def evaluate(
             warnings = warnings + [WARNING_PREFIX + v.short for level, v in checked if level is Check.WARN]
     if budget is None or spec_path != POD_SPEC:
         return _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
-    ask, over = _budget(result.obj, namespace, policy, named if entries else None, budget)
-    if over is not None:
-        found, warnings = _over_budget(over, policy, found, warnings)
+    # The budget (budget.py), inline: this runs on every GPU Pod review of a budgeted namespace.
+    ask = pod_ask(result.obj, policy, None, namespace, named if entries else None)
+    if ask is not NOTHING and budget and policy.cluster_checks.quota is not Check.OFF:
+        over = judge(ask, budget, "", result.obj)
+        if over is not None:
+            found, warnings = _over_budget(over, policy, found, warnings)
     decision = _verdict(policy, result.patch, warnings, found, result.obj, result.kinds, len(result.warnings))
-    return _with_ask(decision, ask)
+    decision.ask = ask if ask is not NOTHING else None
+    return decision
 
 
 def _budget(
@@ -169,7 +175,7 @@ def _budget(
     each looked up once per review), and the line that refuses it where it exceeds a quota of `budget` that
     counts it (`cluster.quota` off: never judged)."""
     ask = pod_ask(pod, policy, None, namespace, named)
-    if not ask.total:
+    if ask is NOTHING:  # pod_ask's answer for a pod that holds no GPU
         return None, None
     if not budget or policy.cluster_checks.quota is Check.OFF:
         return ask, None
@@ -183,11 +189,6 @@ def _over_budget(
     if policy.cluster_checks.quota is Check.DENY:
         return [*found, over], warnings
     return found, [*warnings, WARNING_PREFIX + over.short]
-
-
-def _with_ask(decision: Decision, ask: PodAsk | None) -> Decision:
-    decision.ask = ask
-    return decision
 
 
 def _claims_fit(

@@ -13,7 +13,7 @@ nothing. Reading never raises: a malformed object is None, or a reason (`quota_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -37,6 +37,11 @@ class GpuQuota:
     hard: Fraction  # the least of its GPU entries
     entry: str  # the entry that set `hard`
     requirements: tuple[Requirement, ...] = ()  # spec.scopes (as Exists) then spec.scopeSelector's
+    # `hard` as (numerator, denominator), worked out once: budget.judge compares in integers on every review
+    hard_ratio: tuple[int, int] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hard_ratio", self.hard.as_integer_ratio())
 
     def counts(self, pod: dict[str, Any]) -> bool:
         """Whether this quota counts `pod`: every scope requirement matches it (none: every pod)."""

@@ -248,7 +248,7 @@ def units(policy: Policy) -> list[tuple[str, Fraction, str]]:
             found.append((NVIDIA_GPU, mig_slice(sharing.mig_profile, model), f"a {sharing.mig_profile} MIG slice"))
         else:
             found += [(mig_resource(p), mig_slice(p, model), f"a {p} MIG slice") for p in profiles]
-            found.append((NVIDIA_GPU, whole_gpu(), "a whole GPU (left as written where no slice is asked)"))
+            found.append((NVIDIA_GPU, whole_gpu(), "a whole GPU"))
     elif spec is not None:
         gpu_mib, unit_mib = units_of(spec, policy)
         per_gpu = gpu_mib // unit_mib if gpu_mib else None

@@ -459,9 +459,10 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         rendered = schedulers.kueue(policies)
         quota = rendered.quota_for(budget)
         shown = format_gpus(quota) if quota.denominator == 1 else str(int(quota))
+        unit_text = "1 GPU" if rendered.unit == 1 else f"1/{rendered.unit} GPU"
         out.write(
             "# Kueue Configuration (merge into the manager's config): every served GPU resource counted as\n"
-            f"# {schedulers.OUTPUT}, one unit = 1/{rendered.unit} GPU. A ClusterQueue's nominalQuota for\n"
+            f"# {schedulers.OUTPUT}, one unit = {unit_text}. A ClusterQueue's nominalQuota for\n"
             f'# {format_gpus(budget)} GPU{"s" if budget > 1 else ""}: {schedulers.OUTPUT}: "{shown}" '
             f"({rendered.unit} per GPU).\n"
         )

@@ -69,9 +69,10 @@ class Watched(NodeInventory):
         self.list_error = ""  # why the first list has not completed, while it has not
 
     def state(self) -> str:
-        """listing (no list yet), current, or stale (the watch broken for longer than `stale_after`)."""
+        """listing (no list yet), off (the API server forbids the list: RBAC), current, or stale (the watch broken
+        for longer than `stale_after`)."""
         if not self._listed:
-            return "listing"
+            return "off" if "HTTP 403" in self.list_error else "listing"
         broken = self._broken_since
         return "stale" if broken is not None and self._clock() - broken > self.stale_after else "current"
 

@@ -141,13 +141,17 @@ class Budgets:
             watch.stop()
 
     def details(self) -> dict[str, Any]:
-        """For /readyz: each watch's state and size, and the ledger's namespace."""
-        return {
+        """For /readyz: each watch's state and size (and its last error), and the ledger's namespace."""
+        found: dict[str, Any] = {
             "ledgerNamespace": self.namespace,
             "resourceQuotas": {"state": self.quotas.state(), "budgeted": len(self.quotas.held)},
             "pods": {"state": self.pods.state(), "holdingGpus": self.pods.count()},
             "ledger": {"state": self.view.state(), "records": len(self.view.records)},
         }
+        for part, watch in (("resourceQuotas", self.quotas), ("pods", self.pods), ("ledger", self.view)):
+            if watch.last_error:
+                found[part]["lastError"] = watch.last_error
+        return found
 
     # ------------------------------------------------------------------------------------ the pod watch's hooks
 
@@ -167,7 +171,10 @@ class Budgets:
 
     def may_hold(self, namespace: str) -> bool:
         """Whether a pod of `namespace` may be counted: the namespace has a GPU quota, or the quotas are not
-        listed yet (then `admit` waits for them). Elsewhere the engine works out no ask: budgets cost nothing."""
+        listed yet (then `admit` waits for them, and refuses under `deny` if they still are not). Elsewhere the
+        engine works out no ask: budgets cost nothing. Where RBAC forbids listing ResourceQuotas (the watch is
+        `off`), no namespace is known to have a budget: GPU pods are admitted as before budgets existed, and
+        /readyz and the log say why, rather than every GPU pod of the cluster being refused."""
         return namespace in self.quotas.held or self.quotas.state() == "listing"
 
     def admit(self, review: AdmissionRequest, decision: Decision, policies: PolicySet, rejudge: Rejudge) -> Decision:
@@ -198,12 +205,13 @@ class Budgets:
             if writes and uid in record.entries:
                 outcome[0] = decision  # reserved already: the API server sent this review again
                 return None
-            usages = [Usage(quota, record.used(quota)) for quota in quotas]
+            counted = self._with_running(record)
+            usages = [Usage(quota, counted.used(quota)) for quota in quotas]
             outcome[0] = decision if judge(ask, usages, name, pod) is None else rejudge(usages)
             if not writes or not outcome[0].allowed:
                 return None
             entry = Entry(name, ask.total, scope_of(pod), time.time())
-            return {**record.entries, str(uid): entry}
+            return {**counted.entries, str(uid): entry}
 
         try:
             if writes:
@@ -213,6 +221,21 @@ class Budgets:
         except LedgerUnavailable as exc:
             return self._unchecked(decision, policy, check, namespace, name, ask.total, str(exc))
         return outcome[0]
+
+    def _with_running(self, record: Record) -> Record:
+        """`record` with the running GPU pods of its namespace that it misses (created before the quota, or while
+        the webhook was off), as the sweep would adopt them: counted from the first reservation on, and written
+        with it. Only while the pod watch is current; a pod it still holds though just deleted counts a moment
+        longer (never fewer pods than run)."""
+        if self.pods.state() != "current":
+            return record
+        live = self.pods.held.get(record.namespace) or {}
+        missing = [(uid, held) for uid, held in list(live.items()) if uid not in record.entries]
+        if not missing:
+            return record
+        now = time.time()
+        adopted = {uid: Entry(held.name, held.gpus, held.scope, now) for uid, held in missing}
+        return Record(record.namespace, record.version, {**record.entries, **adopted})
 
     def _quotas(self, namespace: str, pod: dict[str, Any]) -> list[GpuQuota]:
         """The GPU quotas that count `pod`; LedgerUnavailable while they are not known yet."""

@@ -317,7 +317,7 @@ class Ledger:
             status, answer = self.api.call("PUT", f"{self.api.path}/{name}", body, timeout=min(left, READ_TIMEOUT_S))
         else:
             status, answer = self.api.call("POST", self.api.path, body, timeout=min(left, READ_TIMEOUT_S))
-        if status == 409:
+        if status == 409 or (status == 404 and record.version):  # changed, or deleted (by hand), since it was read
             return None
         if status not in (200, 201) or not isinstance(answer, dict):
             raise _refused(status, answer, f"writing ConfigMap {self.api.namespace}/{name}")
