@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["engine", "instructions", "server", "memory", "cli", "cluster", "conns", "dra", "budget"]
+BENCHMARKS = ["engine", "instructions", "server", "memory", "cli", "cluster", "conns", "dra", "budget", "ledger"]
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,12 @@ namespace, with real chunking: `limit` cuts a page, `metadata.continue` carries 
 is only valid for the query it came from. Modes reproduce the errors a real cluster gives: a wrong token is
 401, and `forbidden` resources answer 403 with a Kubernetes Status. Every request is recorded for assertions.
 
+Writes, as the budget ledger makes them: ConfigMaps are created (POST), replaced (PUT) and deleted, each write
+giving the object a new `metadata.resourceVersion`; a PUT or DELETE that names an older version answers 409
+Conflict and a POST of an existing name 409 AlreadyExists, with the API server's Status. One object (a Pod, a
+ConfigMap) can be read by its path (GET), and `labelSelector` (equality and existence terms) filters lists and
+watches. Every plural in `unavailable` answers 503, and one in `slow` answers its writes and GETs that late.
+
 Nodes can also be watched, as the API server does it: `?watch=true&resourceVersion=N` answers a chunked
 stream of JSON events (ADDED, MODIFIED, DELETED, BOOKMARK when `allowWatchBookmarks`), one per line, from the
 change after N; a version older than the history kept (`compact`) answers one ERROR event holding a 410
@@ -18,6 +24,7 @@ import copy
 import json
 import ssl
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,11 +51,22 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates"),
     "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices"),
     "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses"),
+    "ResourceQuota": ("/api/v1", "resourcequotas"),
+    "ConfigMap": ("/api/v1", "configmaps"),
 }
 
 TOKEN = "fake-token"
 # Watched as Nodes are (put, delete).
-WATCHED = ("ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceClass")
+WATCHED = (
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "ResourceSlice",
+    "DeviceClass",
+    "Pod",
+    "ResourceQuota",
+    "ConfigMap",
+)
+WRITABLE = ("ConfigMap",)  # created, replaced and deleted through the API (the budget ledger's records)
 
 
 @dataclass
@@ -58,6 +76,9 @@ class FakeKubeAPI:
     objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     token: str = TOKEN
     forbidden: set[str] = field(default_factory=set)  # resource plurals that answer 403
+    unavailable: set[str] = field(default_factory=set)  # resource plurals that answer 503 (an API server in trouble)
+    slow: dict[str, float] = field(default_factory=dict)  # resource plural -> seconds each write or GET of one waits
+    conflicts: int = 0  # writes answered 409 because they named an older resourceVersion
     requests: list[str] = field(default_factory=list)  # "GET /api/v1/pods?limit=2"
     _server: ThreadingHTTPServer | None = None
     # The watch: every change to a Node, with the resourceVersion it made; history before `_oldest` is gone.
@@ -106,10 +127,12 @@ class FakeKubeAPI:
             stored = self.objects.setdefault(obj["kind"], [])
             key = (_namespace(obj), obj["metadata"]["name"])
             existing = [i for i, o in enumerate(stored) if (_namespace(o), o["metadata"]["name"]) == key]
+            kept = copy.deepcopy(obj)
+            kept.setdefault("metadata", {})["resourceVersion"] = str(self.version + 1)
             if existing:
-                stored[existing[0]] = copy.deepcopy(obj)
+                stored[existing[0]] = kept
             else:
-                stored.append(copy.deepcopy(obj))
+                stored.append(kept)
             self._record("MODIFIED" if existing else "ADDED", obj, obj["kind"])
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
@@ -119,6 +142,14 @@ class FakeKubeAPI:
             stored[:] = [o for o in stored if o not in gone]
             for obj in gone:
                 self._record("DELETED", obj, kind)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The stored object (a copy), or None."""
+        with self._changed:
+            for obj in self.objects.get(kind, []):
+                if (_namespace(obj), obj["metadata"]["name"]) == (namespace, name):
+                    return copy.deepcopy(obj)
+        return None
 
     def bookmark(self) -> None:
         """A BOOKMARK event on every open watch that asked for them."""
@@ -165,7 +196,12 @@ class FakeKubeAPI:
                 if watch and self.headers.get("Authorization", "") == f"Bearer {api.token}":
                     api.stream_watch(self, {k: v[-1] for k, v in query.items()}, route[0])
                     return
-                status, body = api.handle(self.path, self.headers.get("Authorization", ""))
+                if api._object_route(urlsplit(self.path).path) is not None:
+                    self._answer(*api.write("GET", self.path, self.headers.get("Authorization", ""), None))
+                    return
+                self._answer(*api.handle(self.path, self.headers.get("Authorization", "")))
+
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -173,10 +209,25 @@ class FakeKubeAPI:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _write(self) -> None:
+                api.requests.append(f"{self.command} {self.path}")
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length)) if length else None
+                except ValueError:
+                    self._answer(400, _status(400, "BadRequest", "the request body is not JSON"))
+                    return
+                self._answer(*api.write(self.command, self.path, self.headers.get("Authorization", ""), body))
+
+            do_POST = do_PUT = do_DELETE = _write
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # socketserver's 5 resets connections when many clients call at once
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         if certificate is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -196,6 +247,7 @@ class FakeKubeAPI:
     def stream_watch(self, handler: BaseHTTPRequestHandler, query: dict[str, str], watched: str = "Node") -> None:
         """One watch: a chunked HTTP/1.1 response of JSON events, as the API server streams them."""
         since = int(query.get("resourceVersion") or self.version)
+        selected = _selector(query.get("labelSelector", ""))
         bookmarks = query.get("allowWatchBookmarks") == "true"
         deadline = time_now() + float(query.get("timeoutSeconds") or 1800)
         handler.protocol_version = "HTTP/1.1"
@@ -221,7 +273,7 @@ class FakeKubeAPI:
                 sent = since
                 while True:
                     for version, kind, obj, resource in list(self._history):
-                        if version > sent and (kind == "BOOKMARK" or resource == watched):
+                        if version > sent and (kind == "BOOKMARK" or (resource == watched and selected(obj))):
                             sent = version
                             if kind == "BOOKMARK":
                                 if bookmarks:
@@ -288,7 +340,12 @@ class FakeKubeAPI:
                 f'in API group "{group}" {scope}'
             )
             return 403, _status(403, "Forbidden", message)
-        items = [o for o in self.objects.get(kind, []) if namespace is None or _namespace(o) == namespace]
+        if plural in self.unavailable:
+            return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+        selected = _selector(query.get("labelSelector", ""))
+        with self._changed:
+            listed = list(self.objects.get(kind, []))
+        items = [o for o in listed if (namespace is None or _namespace(o) == namespace) and selected(o)]
         items.sort(key=lambda o: (_namespace(o), o.get("metadata", {}).get("name", "")))
         start = 0
         token = query.get("continue")
@@ -331,6 +388,72 @@ class FakeKubeAPI:
                     return kind, plural, namespace
         return None
 
+    @staticmethod
+    def _object_route(path: str) -> tuple[str, str, str] | None:
+        """(kind, namespace, name) for the path of one namespaced object, else None."""
+        for kind, (prefix, plural) in COLLECTIONS.items():
+            head = f"{prefix}/namespaces/"
+            if path.startswith(head):
+                parts = path[len(head) :].split("/")
+                if len(parts) == 3 and parts[1] == plural and parts[0] and parts[2]:
+                    return kind, parts[0], parts[2]
+        return None
+
+    def write(self, method: str, raw_path: str, authorization: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """GET one object; POST, PUT or DELETE a writable one, with the API server's resourceVersion checks."""
+        if authorization != f"Bearer {self.token}":
+            return 401, _status(401, "Unauthorized", "Unauthorized")
+        path = urlsplit(raw_path).path
+        target = self._object_route(path)
+        collection = self._route(path)
+        kind = target[0] if target is not None else collection[0] if collection is not None else None
+        if kind is None or (method == "POST") != (target is None):
+            return 404, _status(404, "NotFound", f"the server could not find the requested resource ({path})")
+        plural = COLLECTIONS[kind][1]
+        if plural in self.slow:
+            time.sleep(self.slow[plural])
+        if plural in self.unavailable:
+            return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+        if method != "GET" and kind not in WRITABLE:
+            return 405, _status(405, "MethodNotAllowed", f"{method} is not served for {plural} here")
+        with self._changed:
+            if method == "POST":
+                assert collection is not None and collection[2] is not None
+                if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+                    return 400, _status(400, "BadRequest", "the object has no metadata")
+                name, namespace = body["metadata"].get("name"), collection[2]
+                if self.get(kind, namespace, name) is not None:
+                    return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+                obj = copy.deepcopy(body)
+                obj["metadata"]["namespace"] = namespace
+                obj["metadata"].pop("resourceVersion", None)
+                self.put({**obj, "kind": kind})
+                return 201, self.get(kind, namespace, name) or {}
+            assert target is not None
+            _, namespace, name = target
+            current = self.get(kind, namespace, name)
+            if current is None:
+                return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
+            if method == "GET":
+                return 200, current
+            wanted = ((body or {}).get("metadata") or {}).get("resourceVersion") if method == "PUT" else None
+            if method == "DELETE":
+                wanted = ((body or {}).get("preconditions") or {}).get("resourceVersion")
+            if wanted and wanted != current["metadata"]["resourceVersion"]:
+                self.conflicts += 1
+                message = (
+                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; please apply '
+                    "your changes to the latest version and try again"
+                )
+                return 409, _status(409, "Conflict", message)
+            if method == "DELETE":
+                self.delete(kind, namespace, name)
+                return 200, _status(200, "", "") | {"status": "Success"}
+            obj = copy.deepcopy(body)
+            obj["metadata"]["namespace"] = namespace
+            self.put({**obj, "kind": kind})
+            return 200, self.get(kind, namespace, name) or {}
+
     def list_requests(self, plural: str) -> Iterable[str]:
         return [r for r in self.requests if r.split("?")[0].endswith(f"/{plural}")]
 
@@ -371,6 +494,31 @@ def loopback_cluster(
         yield LoopbackCluster(api, directory, str(api.write_kubeconfig(tmp_path / "kubeconfig")))
     finally:
         api.stop()
+
+
+def _selector(text: str) -> Any:
+    """A label selector's equality (`k=v`, `k==v`, `k!=v`) and existence (`k`, `!k`) terms, as a predicate."""
+    terms = [term.strip() for term in text.split(",") if term.strip()]
+
+    def selected(obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        for term in terms:
+            if "!=" in term:
+                key, value = term.split("!=", 1)
+                if labels.get(key) == value:
+                    return False
+            elif "=" in term:
+                key, value = term.replace("==", "=").split("=", 1)
+                if labels.get(key) != value:
+                    return False
+            elif term.startswith("!"):
+                if term[1:] in labels:
+                    return False
+            elif term not in labels:
+                return False
+        return True
+
+    return selected
 
 
 def _namespace(obj: dict[str, Any]) -> str:

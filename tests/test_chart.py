@@ -78,7 +78,11 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
                 "image": {"repository": "registry.example.com/platform/gpu-admission", "tag": "0.1.0"},
                 "replicas": 2,
                 "certificates": {"source": "certManager", "secretName": "gpu-admission-tls"},
-                "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+                "monitoring": {
+                    "serviceMonitor": {"enabled": True},
+                    "prometheusRule": {"enabled": True},
+                    "dashboard": {"enabled": True, "annotations": {"grafana_folder": "GPU"}},
+                },
                 "excludedNamespaces": ["kube-system", "kube-node-lease", "gpu-operator"],
             }
         )
@@ -124,16 +128,36 @@ def test_cert_manager_renders_the_cert_manager_overlay() -> None:
 
 def test_monitoring_renders_the_monitoring_overlays_objects_with_the_labels_asked_for() -> None:
     overlay = kustomize(MANIFESTS / "overlays" / "monitoring")
-    monitoring = {key: value for key, value in overlay.items() if key[0] in ("ServiceMonitor", "PrometheusRule")}
-    assert len(monitoring) == 2
-    rendered = render("monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true")
+    dashboard = ("ConfigMap", "gpu-admission-grafana-dashboard")
+    monitoring = {
+        key: value
+        for key, value in overlay.items()
+        if key[0] in ("ServiceMonitor", "PrometheusRule") or key == dashboard
+    }
+    assert len(monitoring) == 3
+    assert dashboard not in render(), "the dashboard is off by default"
+    enabled = ("monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
+               "monitoring.dashboard.enabled=true")  # fmt: skip
+    rendered = render(*enabled)
     assert {key: rendered[key] for key in monitoring} == monitoring
     labelled = render(
-        "monitoring.serviceMonitor.enabled=true", "monitoring.serviceMonitor.labels.release=prometheus",
-        "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=prometheus",
+        *enabled, "monitoring.serviceMonitor.labels.release=prometheus",
+        "monitoring.prometheusRule.labels.release=prometheus", "monitoring.dashboard.labels.release=prometheus",
     )  # fmt: skip
     for key in monitoring:
         assert labelled[key]["metadata"]["labels"] == {**monitoring[key]["metadata"]["labels"], "release": "prometheus"}
+
+
+def test_the_dashboard_goes_where_grafanas_sidecar_looks_with_the_annotations_asked_for() -> None:
+    key = ("ConfigMap", "gpu-admission-grafana-dashboard")
+    rendered = render(
+        "monitoring.dashboard.enabled=true", "monitoring.dashboard.namespace=monitoring",
+        "monitoring.dashboard.annotations.grafana_folder=GPU",
+    )  # fmt: skip
+    metadata = rendered[key]["metadata"]
+    assert metadata["namespace"] == "monitoring"
+    assert metadata["annotations"] == {"grafana_folder": "GPU"}
+    assert metadata["labels"]["grafana_dashboard"] == "1"
 
 
 def test_without_match_conditions_the_webhooks_are_the_older_clusters_overlays() -> None:

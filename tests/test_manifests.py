@@ -329,7 +329,7 @@ def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
-        "NetworkPolicy", "PodDisruptionBudget", "ResourceQuota", "Service", "ServiceAccount",
+        "NetworkPolicy", "PodDisruptionBudget", "ResourceQuota", "Role", "RoleBinding", "Service", "ServiceAccount",
         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
     ]  # fmt: skip
     if variant == "cert-manager":
@@ -365,7 +365,7 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 14
+    assert checked == 16
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -447,12 +447,15 @@ def test_the_deployment_runs_three_spread_replicas(default: list[dict[str, Any]]
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == APP_LABELS
 
 
-def test_the_service_account_may_only_read_nodes_and_dra_claims(default: list[dict[str, Any]]) -> None:
+def test_the_service_account_reads_cluster_wide_and_writes_only_the_ledger_in_its_namespace(
+    default: list[dict[str, Any]],
+) -> None:
     role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["resource.k8s.io"], "verbs": ["get", "list", "watch"],
          "resources": ["resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"]},
+        {"apiGroups": [""], "resources": ["pods", "resourcequotas"], "verbs": ["get", "list", "watch"]},
     ]  # fmt: skip
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]
@@ -460,7 +463,14 @@ def test_the_service_account_may_only_read_nodes_and_dra_claims(default: list[di
     account = one(default, "ServiceAccount")["metadata"]
     subject = {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
     assert binding["subjects"] == [subject]
-    assert not [o for o in default if o["kind"] in ("Role", "RoleBinding")]
+    ledger, ledger_binding = one(default, "Role"), one(default, "RoleBinding")
+    assert ledger["metadata"]["namespace"] == ledger_binding["metadata"]["namespace"] == account["namespace"]
+    assert ledger["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
+    ]  # the budget ledger's records: no delete, and nothing outside the webhook's namespace
+    assert ledger_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                         "name": ledger["metadata"]["name"]}  # fmt: skip
+    assert ledger_binding["subjects"] == [subject]
 
 
 def test_the_pod_is_locked_down_to_the_restricted_pod_security_standard(default: list[dict[str, Any]]) -> None:
@@ -627,7 +637,9 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
     for hook in configuration["webhooks"]:
         assert hook["name"].endswith(".gpu-admission.io")
         assert hook["admissionReviewVersions"] == ["v1"]
-        assert hook["sideEffects"] == "None"
+        # Only /validate of a Pod CREATE writes (its budget reservation), never on a dry run.
+        writes = not mutating and hook["name"] == "pods.gpu-admission.io"
+        assert hook["sideEffects"] == ("NoneOnDryRun" if writes else "None")
         assert hook["timeoutSeconds"] == 5
         assert hook["failurePolicy"] == "Fail"
         assert hook.get("reinvocationPolicy") == ("IfNeeded" if mutating else None)
@@ -940,9 +952,13 @@ def monitoring() -> list[dict[str, Any]]:
 def test_the_monitoring_overlay_adds_a_service_monitor_and_rules_to_the_default(
     monitoring: list[dict[str, Any]], default: list[dict[str, Any]]
 ) -> None:
-    others = [o for o in monitoring if not o["apiVersion"].startswith("monitoring.coreos.com/")]
+    def added(o: dict[str, Any]) -> bool:
+        dashboard = o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpu-admission-grafana-dashboard"
+        return dashboard or o["apiVersion"].startswith("monitoring.coreos.com/")
+
+    others = [o for o in monitoring if not added(o)]
     assert sorted(others, key=_key) == sorted(default, key=_key)
-    assert sorted(o["kind"] for o in monitoring if o not in others) == ["PrometheusRule", "ServiceMonitor"]
+    assert sorted(o["kind"] for o in monitoring if o not in others) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
 
 
 @pytest.mark.parametrize(("kind", "schema_file"), [

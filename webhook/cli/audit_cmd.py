@@ -36,6 +36,7 @@ from webhook.cli.options import add_kubeconfig_arguments, custom_kind_table
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import ClusterView
+    from webhook.cli.budgets import BudgetReport
     from webhook.cli.kube import Resource
     from webhook.cli.output import Result
 
@@ -114,7 +115,9 @@ def _audit(args: argparse.Namespace) -> int:
                 listed.append(cluster.list_objects(resource, namespace, page_size=args.page_size, on_page=_progress))
             except Forbidden as exc:
                 skipped.append(exc)  # its objects cover nothing: what they own is judged on its own
-        view = _nodes(cluster, args.page_size) if len(skipped) < len(served) + len(RESOURCES) else None
+        listed_any = len(skipped) < len(served) + len(RESOURCES)
+        view = _nodes(cluster, args.page_size) if listed_any else None
+        quotas = _quotas(cluster, namespace, args.page_size) if listed_any else None
     finally:
         cluster.close()
         _progress_done()
@@ -158,9 +161,11 @@ def _audit(args: argparse.Namespace) -> int:
             f"grant list on {skip.resource.name} for a complete report\n"
         )
     from webhook.admission.checks.clusterdrift import drift_of
+    from webhook.cli.budgets import budgets_json, print_budgets
     from webhook.cli.drift import drift_json, print_drift
 
     drift = drift_of(policies, view) if view is not None else None
+    budgets = _budgets(policies, quotas, listed, results, evaluator, claims) if quotas is not None else None
     code = report(
         results,
         args.output,
@@ -175,6 +180,7 @@ def _audit(args: argparse.Namespace) -> int:
             for exc in skipped
         ],
         drift=[drift_json(item) for item in drift] if drift is not None else None,
+        budgets=budgets_json(budgets) if budgets is not None else None,
     )
     if drift and view is not None and (args.output != "json" or args.diff):
         # Under the objects' table (it is about the policies, and a clean cluster adds nothing); on stderr under
@@ -183,7 +189,45 @@ def _audit(args: argparse.Namespace) -> int:
         if stream is sys.stdout:
             print(file=stream)
         print_drift(drift, view, stream)
+    if budgets is not None and budgets.shown and (args.output != "json" or args.diff):
+        # Under the objects' table (and the drift), where the cluster has GPU quotas; on stderr under YAML
+        # and a diff.
+        stream = sys.stdout if args.output == "table" and not args.diff else sys.stderr
+        if stream is sys.stdout:
+            print(file=stream)
+        print_budgets(budgets, stream)
     return 2 if skipped and not args.allow_incomplete else code
+
+
+def _quotas(cluster: Any, namespace: str | None, page_size: int) -> list[dict[str, Any]] | None:
+    """The ResourceQuotas, for the GPU budgets; None (said on stderr) when the identity may not list them."""
+    from webhook.cli.kube import RESOURCE_QUOTAS, Forbidden
+
+    try:
+        return cluster.list_objects(RESOURCE_QUOTAS, namespace, page_size=page_size)
+    except Forbidden as exc:
+        sys.stderr.write(
+            f"gpu-webhook audit: skipped resourcequotas {exc.where}: forbidden (403): {exc.detail}; grant list on "
+            "resourcequotas for the GPU budgets\n"
+        )
+        return None
+
+
+def _budgets(
+    policies: Any,
+    quotas: list[dict[str, Any]],
+    listed: list[list[dict[str, Any]]],
+    results: list[Result],
+    evaluator: Any,
+    claims: Any,
+) -> BudgetReport:
+    """Each namespace's GPU use against its quotas: the Pods as the report judged them (mapped), the others
+    (left to their owner) through the engine once more; each weighed with the claims the audit listed."""
+    from webhook.cli.budgets import BudgetReport
+
+    judged = {id(result.original): result.object for result in results if result.kind == "Pod" and not result.skipped}
+    pods = [obj for objects in listed for obj in objects if obj.get("kind") == "Pod"]
+    return BudgetReport(policies, quotas, pods, evaluator, claims, mapped=lambda pod: judged.get(id(pod)))
 
 
 def _nodes(cluster: Any, page_size: int) -> ClusterView | None:

@@ -76,6 +76,8 @@ DEVICE_CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses.re
                           "device_class", cluster_scoped=True, optional=True)  # fmt: skip
 # Namespaces, for `policy lint --cluster`: a policy's namespaces entry that names none of them.
 NAMESPACES = Resource("Namespace", "v1", "namespaces", "CoreV1Api", "namespace", cluster_scoped=True)
+# ResourceQuotas, for the GPU budgets `audit` and `policy lint --cluster` show (budgets.py).
+RESOURCE_QUOTAS = Resource("ResourceQuota", "v1", "resourcequotas", "CoreV1Api", "resource_quota")
 
 # Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
 RESOURCES: tuple[Resource, ...] = (

@@ -255,9 +255,11 @@ def render_json(
     summary: Summary | None = None,
     skipped_resources: Sequence[dict[str, Any]] | None = None,
     drift: Sequence[dict[str, Any]] | None = None,
+    budgets: dict[str, Any] | None = None,
 ) -> None:
     """`results` and `summary`; audit adds `skipped_resources` (what it could not list), empty when complete,
-    and `drift` (the policies' drift against the nodes) when it could list the nodes."""
+    `drift` (the policies' drift against the nodes) when it could list the nodes, and `budgets` (each
+    namespace's GPU use against its quotas) when it could list the ResourceQuotas."""
     report: dict[str, Any] = {
         "results": [r.to_json() for r in results],
         "summary": (summary or summarize(results)).to_json(),
@@ -266,6 +268,8 @@ def render_json(
         report["skipped_resources"] = list(skipped_resources)
     if drift is not None:
         report["drift"] = list(drift)
+    if budgets is not None:
+        report["budgets"] = budgets
     stream.write(json.dumps(report, indent=2) + "\n")  # one write: json.dump's many small writes are slow
 
 
@@ -397,6 +401,7 @@ def report(
     only_affected: bool = False,
     skipped_resources: Sequence[dict[str, Any]] | None = None,
     drift: Sequence[dict[str, Any]] | None = None,
+    budgets: dict[str, Any] | None = None,
     redact: bool = False,
 ) -> int:
     """Write `results` in `fmt` (or as a diff) and return the exit code.
@@ -408,7 +413,7 @@ def report(
     denial and warning lines go to stderr. `skipped_resources` (audit's unlistable resources) go into JSON and
     under the table (a saved report says it is incomplete); YAML and diff have no room for them, and audit
     says them on stderr whatever the format. `drift` (audit's, as JSON objects) goes into JSON only: the
-    caller prints its table under the table, and on stderr under YAML and diff.
+    caller prints its table under the table, and on stderr under YAML and diff; `budgets` likewise.
     """
     summary = summarize(results)
     shown = [r for r in results if r.affected] if only_affected else list(results)
@@ -419,7 +424,7 @@ def report(
         lines = message_lines(shown, colour=use_colour(stderr))
         stderr.write("".join(line + "\n" for line in lines) + summary.line() + "\n")
     elif fmt == "json":
-        render_json(shown, stdout, summary=summary, skipped_resources=skipped_resources, drift=drift)
+        render_json(shown, stdout, summary=summary, skipped_resources=skipped_resources, drift=drift, budgets=budgets)
     elif fmt == "yaml":
         render_yaml(shown, stdout, documents)
         stderr.write("".join(line + "\n" for line in message_lines(shown, colour=use_colour(stderr))))

@@ -275,9 +275,12 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
 
 
 def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO) -> int:
-    """The drift between the policies lint loaded and the cluster's nodes, and the policies' namespace entries
-    that match no namespace: 0 when neither, 1 when any, 2 when the nodes or namespaces cannot be listed."""
+    """The drift between the policies lint loaded and the cluster's nodes, the policies' namespace entries
+    that match no namespace, and the namespaces' GPU budgets (budgets.py): 0 when no drift, no unmatched entry
+    and no GPU quota entry that neither the API server nor the webhook holds, else 1; 2 when the nodes or
+    namespaces cannot be listed (ResourceQuotas and Pods that may not be listed are said, and left out)."""
     from webhook.admission.checks.clusterdrift import drift_of, unmatched_namespaces
+    from webhook.cli.budgets import budget_report, budgets_json, list_budget_objects, print_budgets
     from webhook.cli.common import CommandError
     from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 
@@ -288,6 +291,7 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
         try:
             view = list_view(cluster)
             namespaces = list_namespaces(cluster)
+            objects = list_budget_objects(cluster, err)
         finally:
             cluster.close()
     except CommandError as exc:
@@ -295,11 +299,14 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
         return 2
     drift = drift_of(policies, view)
     unmatched = unmatched_namespaces(policies, namespaces)
+    budgets = budget_report(policies, view, objects) if objects is not None else None
     if args.output == "table":
         print_drift(drift, view, out)
         print_unmatched(unmatched, len(namespaces), out)
         for line in view.unread:
             out.write(f"note: {line}\n")
+        if budgets is not None and budgets.shown:
+            print_budgets(budgets, out)
     else:
         from webhook.cli.output import dump_yaml
 
@@ -311,8 +318,11 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
         }
         if view.unread:  # DeviceClass selectors read in part: said, never an error
             document["unreadSelectors"] = list(view.unread)
+        if budgets is not None:
+            document["budgets"] = budgets_json(budgets)
         out.write(json.dumps(document, indent=2) + "\n" if args.output == "json" else dump_yaml(document))
-    return 1 if drift or unmatched else 0
+    unheld = budgets is not None and any(finding.failing for finding in budgets.findings)
+    return 1 if drift or unmatched or unheld else 0
 
 
 def _kept_name_budget(policy: Policy) -> bool:

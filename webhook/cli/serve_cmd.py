@@ -23,6 +23,7 @@ from webhook.cli.options import (
     missing_policy_directory,
     policy_directory,
 )
+from webhook.server.ledger import GRACE_S
 
 DEV_CERTS_DIR = Path("certs/dev")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -86,6 +87,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip the cluster checks once the node watch has been broken this long (default 120)",
     )
     parser.add_argument(
+        "--budget-namespace",
+        metavar="NAMESPACE",
+        default=None,
+        help="where the GPU budget ledger's ConfigMaps live (default: the webhook pod's own namespace, else "
+        "gpu-admission); the RBAC Role for them must be there",
+    )
+    parser.add_argument(
+        "--budget-grace",
+        metavar="SECONDS",
+        type=float,
+        default=GRACE_S,
+        help=f"release a budget reservation whose pod never appeared (refused by a later admission step) this "
+        f"long after it was made, once a GET confirms it (default {GRACE_S:g})",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=("debug", "info", "warning", "error"),
@@ -127,6 +143,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ServeError("--workers and --threads must be at least 1")
     if args.cluster_stale_after <= 0:
         raise ServeError(f"--cluster-stale-after {args.cluster_stale_after:g}: must be more than 0 seconds")
+    if args.budget_grace <= 0:
+        raise ServeError(f"--budget-grace {args.budget_grace:g}: must be more than 0 seconds")
     if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
         raise ServeError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.metrics_port and args.metrics_port == args.port:
@@ -217,6 +235,7 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         certificate = CertStore(cert_file, key_file, unready_before=args.unready_before)
     except Exception as exc:  # ssl.SSLError: a pair the TLS library refuses
         raise ServeError(f"cannot use {cert_file} with {key_file}: {exc}") from None
+    from webhook.server.budgets import own_namespace
     from webhook.server.inventory import find_credentials
 
     try:
@@ -236,6 +255,8 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         cert_interval=args.cert_reload_interval,
         credentials=credentials,
         cluster_stale_after=args.cluster_stale_after,
+        budget_namespace=own_namespace(args.budget_namespace),
+        budget_grace=args.budget_grace,
     )
     notice = certificate.expiry_notice()
     if notice:

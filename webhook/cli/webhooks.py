@@ -8,7 +8,9 @@
   entry's matchConditions for clusters before 1.28;
 - manifests/base/excluded-namespaces.yaml: the namespaces never sent to the webhook (`EXCLUDED_NAMESPACES`);
 - charts/gpu-admission/files/webhooks.yaml: the same entries for the Helm chart, which reads them with
-  .Files.Get (its values still set the namespaces, caBundle, timeout and matchConditions on or off).
+  .Files.Get (its values still set the namespaces, caBundle, timeout and matchConditions on or off);
+- manifests/base/rbac.yaml and charts/gpu-admission/files/rbac.yaml: the RBAC, from webhook/cli/rbac.py's tables;
+- the Grafana dashboard, beside the monitoring overlay and in the chart (dashboard.py).
 
 tests/test_webhooks_generated.py fails while a committed file differs from what this writes. Adding a kind is
 one entry in its table, then `make manifests`.
@@ -32,6 +34,7 @@ from webhook.admission.base.resources import (
 )
 from webhook.admission.customresources import BUILTIN_KINDS, CustomKind, Site
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
+from webhook.cli import dashboard, rbac
 
 # The namespaces never sent to the webhook, and where each comes from (the GPU stack's default namespaces, as
 # each project installs itself). `policy explain` reads this too.
@@ -98,6 +101,9 @@ class Entry:
     expression: str
     validating_only: bool = False
     condition: str = "mentions-managed-gpu"  # the matchCondition's name
+    # The validating entry's sideEffects: NoneOnDryRun where /validate writes (a Pod CREATE reserves its GPUs in
+    # the namespace's budget ledger; never on a dry run), so that dry-run requests are still sent to it.
+    validating_side_effects: str = "None"
 
 
 # ------------------------------------------------------------------------------------------ the conditions
@@ -235,9 +241,11 @@ def entries() -> list[Entry]:
     found = [
         Entry(
             "pods.gpu-admission.io",
-            "Pods (CREATE only: a Pod's spec is immutable once created).",
+            "Pods (CREATE only: a Pod's spec is immutable once created). /validate reserves the pod's GPUs in its\n"
+            "namespace's budget ledger (a ConfigMap in the webhook's namespace), except on a dry run: NoneOnDryRun.",
             (Rule(("",), ("pods",), ("CREATE",)),),
             pod_condition(POD_SPEC_PATHS["Pod"]),
+            validating_side_effects="NoneOnDryRun",
         ),
         Entry(
             "ephemeralcontainers.gpu-admission.io",
@@ -353,10 +361,11 @@ def _configuration(kind: str, path: str, header: str, hooks: list[Entry]) -> str
     )
     for hook in hooks:
         out.append("".join(f"  # {line}\n" for line in hook.comment.split("\n")))
+        side_effects = hook.validating_side_effects if kind == "ValidatingWebhookConfiguration" else "None"
         out.append(
             f"  - name: {hook.name}\n"
             "    admissionReviewVersions: [v1]\n"
-            "    sideEffects: None\n"
+            f"    sideEffects: {side_effects}\n"
             "    timeoutSeconds: 5\n"
             "    failurePolicy: Fail\n"
             "    matchPolicy: Equivalent\n"
@@ -452,6 +461,7 @@ def _chart(hooks: list[Entry]) -> str:
     for hook in hooks:
         out.append(f"- name: {hook.name}")
         out.append(f"  validatingOnly: {'true' if hook.validating_only else 'false'}")
+        out.append(f"  validatingSideEffects: {hook.validating_side_effects}")
         out.append(f"  condition: {hook.condition}")
         out.append("  rules:")
         out += [f"    - {rule.flow()}" for rule in hook.rules]
@@ -471,6 +481,8 @@ def files() -> dict[str, str]:
         REMOVE.format("validating"): _remove_conditions("validating", hooks),
         EXCLUDED: _excluded(),
         CHART: _chart(hooks),
+        **dashboard.files(GENERATED),
+        **rbac.files(),
     }
 
 

@@ -348,7 +348,15 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
             nodes = state.cluster_view()  # the inventory's snapshot, or None: never waits
             obj = review.engine_object
             assert obj is not None  # review.evaluates: there is an object to judge
-            decision = state.evaluate(obj, review.engine_namespace, policies, old, nodes, state.claims)
+            budgets = state.budgets if webhook == "validate" and _reserves(review) else None
+            if budgets is not None and budgets.may_hold(review.engine_namespace):
+                # The pod's ask is worked out (an empty budget); the ledger judges and reserves it (budgets.py).
+                decision = state.evaluate(obj, review.engine_namespace, policies, old, nodes, state.claims, budget=[])
+                if decision.allowed:
+                    rejudge = state.rejudge(obj, review, policies, nodes)
+                    decision = budgets.admit(review, decision, policies, rejudge)
+            else:
+                decision = state.evaluate(obj, review.engine_namespace, policies, old, nodes, state.claims)
         except RecursionError:
             return _reject(webhook, 400, "request.object: nested too deeply to evaluate", started, review.uid)
         except Exception:
@@ -370,6 +378,11 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
     metrics.observe_review(webhook, verdict, elapsed, kinds)
     _log_review(webhook, review, decision, answer["response"], verdict, elapsed)
     return 200, answer
+
+
+def _reserves(review: AdmissionRequest) -> bool:
+    """A Pod CREATE: the one review that reserves GPUs in its namespace's budget (budgets.py)."""
+    return review.operation == "CREATE" and review.kind.get("kind") == "Pod" and not review.sub_resource
 
 
 # A review's log line stays small whatever the review holds (a 2 MiB name, 10,000 warnings).

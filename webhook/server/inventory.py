@@ -99,16 +99,19 @@ def find_credentials(kubeconfig: str | None) -> Credentials:
 class KubeNodes:
     """Nodes over the API, raw JSON (no model classes): one page of a list, or a watch's events."""
 
-    def __init__(self, configuration: Any, path: str = NODES_PATH, what: str = "node") -> None:
+    def __init__(self, configuration: Any, path: str = NODES_PATH, what: str = "node", selector: str = "") -> None:
         from kubernetes import client
 
         self._path, self._what = path, what  # another list + watch (DRA claims) reads another path
+        self._selector = selector  # a label selector (the budget ledger's ConfigMaps), or "" for every object
         configuration.retries = False  # retries are the inventory's, with backoff
         self._client = client.ApiClient(configuration)
 
     def _get(self, query: list[tuple[str, Any]], read_timeout: float) -> Any:
         from urllib3.exceptions import HTTPError
 
+        if self._selector:
+            query = [*query, ("labelSelector", self._selector)]
         request = self._client.param_serialize(
             method="GET",
             resource_path=self._path,

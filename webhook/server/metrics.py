@@ -70,6 +70,14 @@ _inventory_nodes: Gauge | None = None  # created in a worker, as the certificate
 _drift_nodes: Gauge | None = None
 _drift_shown: set[tuple[str, str]] = set()
 _cert_expiry: Gauge | None = None  # created in the first worker that sets it, see set_certificate_expiry
+_budget_used: Gauge | None = None  # created in a worker, as the inventory's (set_budgets)
+_budget_hard: Gauge | None = None
+BUDGET_UNCHECKED = Counter(
+    "gpu_admission_budget_unchecked",
+    "GPU pods of budgeted namespaces whose budget could not be checked (the ledger or the ResourceQuotas could "
+    "not be read or written in time), by outcome (refused: cluster.quota deny; admitted: warn, uncounted).",
+    ["outcome"],
+)
 
 # Label children are looked up once: `.labels()` costs a lock and a dict lookup per call.
 _REVIEW_CHILDREN = {(w, d): REVIEWS.labels(webhook=w, decision=d) for w in WEBHOOKS for d in DECISIONS}
@@ -138,6 +146,38 @@ def set_inventory(nodes: int, drift: dict[tuple[str, str], int]) -> None:
     for (policy, field), count in drift.items():
         _drift_nodes.labels(policy=policy, field=field).set(count)
     _drift_shown.update(drift)
+
+
+def count_budget_unchecked(outcome: str) -> None:
+    BUDGET_UNCHECKED.labels(outcome=outcome).inc()
+
+
+def set_budgets(values: dict[tuple[str, str], tuple[float, float]], shown: set[tuple[str, str]]) -> None:
+    """Publish each GPU quota's used and hard GPU-equivalents, by (namespace, quota); a quota in `shown` (those
+    published before, updated here) that is gone is set to 0. Created on first use in a worker."""
+    global _budget_used, _budget_hard
+    if _budget_used is None or _budget_hard is None:
+        _budget_used = Gauge(
+            "gpu_admission_budget_used_gpus",
+            "GPU-equivalents a namespace's GPU ResourceQuota holds now, by the webhook's ledger (a whole GPU 1, a "
+            "time-slicing replica 1/replicas, a MIG slice its larger share of compute or memory, ...).",
+            ["namespace", "quota"],
+            multiprocess_mode="livemax",
+        )
+        _budget_hard = Gauge(
+            "gpu_admission_budget_hard_gpus",
+            "GPU-equivalents a namespace's GPU ResourceQuota allows (its requests.nvidia.com/gpu or "
+            "limits.nvidia.com/gpu entry, the lesser).",
+            ["namespace", "quota"],
+            multiprocess_mode="livemax",
+        )
+    for namespace, quota in shown - values.keys():
+        _budget_used.labels(namespace=namespace, quota=quota).set(0)
+        _budget_hard.labels(namespace=namespace, quota=quota).set(0)
+    for (namespace, quota), (used, hard) in values.items():
+        _budget_used.labels(namespace=namespace, quota=quota).set(used)
+        _budget_hard.labels(namespace=namespace, quota=quota).set(hard)
+    shown.update(values)
 
 
 def set_certificate_expiry(timestamp: float) -> None:

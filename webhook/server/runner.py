@@ -115,6 +115,8 @@ class WebhookServer(BaseApplication):
             raise ValueError("the webhook serves TLS only: the state needs a certificate")
         BoundedSSLSocket.request_timeout = o.request_timeout
         WebhookWorker.probe_port = o.probe_port
+        credentials = state.credentials
+        WebhookWorker.ledger_in_threads = credentials is not None and credentials.configuration is not None
         connections = worker_connections()
         WebhookWorker.max_lingering = connections
 

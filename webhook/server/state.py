@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.admission.checks import clusterdrift
 from webhook.admission.cluster.nodes import STALE_AFTER_S, ClusterView
+from webhook.admission.budget import Usage
 from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy.model import PolicySet
+from webhook.admission.review import AdmissionRequest
 from webhook.server import metrics
+from webhook.server.budgets import GRACE_S, Budgets, Rejudge
 from webhook.server.claims import ClaimsCache
 from webhook.server.dra_watch import DRAWatch
 from webhook.server.inventory import Credentials, KubeNodes, NodeInventory
@@ -31,8 +34,23 @@ _log = logging.getLogger(f"{LOGGER}.watch")
 
 EXPIRY_WARNING_EVERY = 3600.0  # seconds between log lines about a certificate close to expiry
 
-# (object, namespace, policies, old, cluster, claims)
-Evaluate = Callable[[dict[str, Any], str, PolicySet, Any, "ClusterView | None", "ClaimsView | None"], Decision]
+
+class Evaluate(Protocol):
+    """engine.evaluate's signature (customresources.evaluate's in the server): (object, namespace, policies, old,
+    cluster, claims), and a Pod's GPU budget where its namespace has one."""
+
+    def __call__(
+        self,
+        obj: dict[str, Any],
+        namespace: str,
+        policies: PolicySet,
+        old: Any = None,
+        nodes: ClusterView | None = None,
+        claims: ClaimsView | None = None,
+        /,
+        *,
+        budget: Sequence[Usage] | None = None,
+    ) -> Decision: ...
 
 
 @dataclass
@@ -47,6 +65,9 @@ class ServerState:
     inventory: NodeInventory | None = None  # this worker's (start_inventory)
     claims: ClaimsCache | None = None  # this worker's DRA claims and templates (start_inventory)
     dra_watches: list[DRAWatch] = field(default_factory=list)  # ResourceSlices, DeviceClasses (start_inventory)
+    budget_namespace: str = "gpu-admission"  # where the budget ledger's records live (budgets.own_namespace)
+    budget_grace: float = GRACE_S  # seconds before an entry whose pod never appeared is looked up and released
+    budgets: Budgets | None = None  # this worker's budget watches, ledger and keeper (start_inventory)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
@@ -89,6 +110,24 @@ class ServerState:
             watch.start()
         self.claims = ClaimsCache.watching(self.credentials.configuration, self.cluster_stale_after)
         self.claims.start()
+        self.budgets = Budgets(
+            self.credentials.configuration,
+            self.budget_namespace,
+            lambda: self.policies.current,
+            lambda: self.claims,
+            grace=self.budget_grace,
+            stale_after=self.cluster_stale_after,
+        )
+        self.budgets.start()
+
+    def rejudge(self, obj: dict[str, Any], review: AdmissionRequest, policies: PolicySet, nodes: Any) -> Rejudge:
+        """The engine's decision on a Pod with its budget's usages (a refusal is the engine's, budget.judge's)."""
+        old = review.old_object if review.operation == "UPDATE" else None
+
+        def decide(usages: Sequence[Usage]) -> Decision:
+            return self.evaluate(obj, review.engine_namespace, policies, old, nodes, self.claims, budget=usages)
+
+        return decide
 
     def cluster_view(self) -> ClusterView | None:
         """The snapshot a review is judged against; None (checks skipped, counted, logged once) when the
@@ -138,6 +177,8 @@ class ServerState:
         details["nodes"] = len(snapshot.nodes) if snapshot is not None else 0
         if inventory.last_error:
             details["lastError"] = inventory.last_error
+        if self.budgets is not None:
+            details["budgets"] = self.budgets.details()
         if self.claims is not None:
             details["dra"] = self.claims.details()
             for watch in self.dra_watches:
@@ -202,6 +243,8 @@ class ServerState:
             self.inventory.stop()
         if self.claims is not None:
             self.claims.stop()
+        if self.budgets is not None:
+            self.budgets.stop()
         for watch in self.dra_watches:
             watch.stop()
 

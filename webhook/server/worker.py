@@ -12,7 +12,9 @@ everybody:
 Here the main loop does the TLS handshake (non-blocking, with a deadline) and reads the request
 (non-blocking, with a deadline) before a thread sees the connection, so threads only ever run complete
 requests. A small request that is certainly whole (every review the API server sends, up to
-INLINE_MAX_BYTES) is answered by the main loop itself: handing it to a thread cost more CPU than the review.
+INLINE_MAX_BYTES) is answered by the main loop itself: handing it to a thread cost more CPU than the review;
+but where GPU budgets are on, a Pod CREATE for /validate goes to a thread (`may_reserve`), since its reservation
+waits for the API server.
 Bodies beyond READ_AHEAD_BYTES are read by the thread, bounded by `tls.BoundedSSLSocket`. A
 response the client does not read as fast as it is written is finished by the main loop too (with a
 deadline), so a client that stops reading holds no thread either. A closing connection lingers in the poller.
@@ -110,6 +112,14 @@ def answerable_here(data: bytes | bytearray) -> bool:
     return not chunked and len(data) - body_start == (length or 0)
 
 
+def may_reserve(data: bytes | bytearray) -> bool:
+    """Whether the request in `data` may be a Pod CREATE sent to /validate, which reserves its GPUs in the
+    namespace's budget ledger (budgets.py): API calls, bounded by the ledger's deadline but far longer than a
+    review, that the main loop must not wait for. Read from the raw bytes; a wrong guess only changes who
+    answers the request (a thread or this loop), never the answer."""
+    return data.startswith(b"POST /validate") and b'"CREATE"' in data and b'"Pod"' in data
+
+
 def probes_only(app: Any) -> Any:
     """`app`, with requests from the probe listener (a plain socket, not TLS) kept to /healthz and /readyz, one a
     connection: the kubelet opens a new connection for each probe, and nobody else needs that port."""
@@ -183,6 +193,7 @@ class WebhookWorker(ThreadWorker):
     """gthread whose threads only ever see connections with a whole request waiting (see module doc)."""
 
     probe_port: int = 0  # the plain-HTTP probe listener's port (0: none); set by the runner
+    ledger_in_threads: bool = False  # GPU budgets on (the server has credentials): set by the runner
     wsgi: Any  # the application, set by gunicorn's load_wsgi (which the base class leaves untyped)
     max_lingering: int = MAX_LINGERING
 
@@ -371,6 +382,8 @@ class WebhookWorker(ThreadWorker):
             if not got:  # readable, but no request bytes (a TLS control record): a request must follow
                 conn.deadline = time.monotonic() + BoundedSSLSocket.request_timeout
         here = answerable_here(conn.received)  # the usual review: its headers are read once, here
+        if here and self.ledger_in_threads and may_reserve(conn.received):
+            here = False  # its budget reservation calls the API server: a thread waits for it, not this loop
         if here or (conn.received and request_complete(conn.received)):
             self.reading.pop(conn, None)
             self._dispatch(conn, here)

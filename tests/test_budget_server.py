@@ -1,0 +1,354 @@
+"""GPU budgets in the real server: `gpu-webhook serve` (gunicorn, TLS, 2 workers) against the loopback API.
+
+A namespace's ResourceQuota says `requests.nvidia.com/gpu: "1"`; its policy shares GPUs by time-slicing, 4
+replicas each, so a pod asking for `nvidia.com/gpu: 1` becomes one replica, a quarter of a GPU: four fit. The
+ledger (a ConfigMap per namespace in the webhook's namespace, changed by compare-and-swap) holds the budget for
+every worker of every replica, and the watches give a deleted pod's share back. Each test has its namespace.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests import waiting
+from tests.conftest import LiveServer
+from tests.fake_kube_api import FakeKubeAPI, LoopbackCluster, loopback_cluster
+from webhook.admission.review import make_review
+
+LEDGER_NAMESPACE = "gpu-admission"
+POLICY = """\
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: shared}
+spec:
+  namespaces: ["team-*"]
+  sharing: {mode: time-slicing, replicas: 4}
+---
+apiVersion: gpu-admission.io/v1
+kind: GPUPolicy
+metadata: {name: shared-warn}
+spec:
+  namespaces: ["warned"]
+  sharing: {mode: time-slicing, replicas: 4}
+  cluster: {quota: warn}
+"""
+REFUSAL = (
+    'pod "{name}": quota "gpus" of namespace "{namespace}": 1 of 1 GPU used; this pod asks 0.25 (1 replica of 4); '
+    "nothing fits; free some by ending pods of the namespace, or raise the quota's requests.nvidia.com/gpu"
+)
+NAMESPACES = ("team-race", "team-delete", "team-dry", "team-grace", "team-restart", "team-adopt", "team-down",
+              "team-twice", "team-free", "team-slow", "team-lost", "team-running", "warned")  # fmt: skip
+
+eventually = functools.partial(waiting.eventually, timeout=15.0)
+
+
+def quota(namespace: str, gpus: str = "1", name: str = "gpus") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+        "spec": {"hard": {"requests.nvidia.com/gpu": gpus}},
+    }
+
+
+def gpu_pod(namespace: str, name: str, gpus: str = "1") -> dict[str, Any]:
+    """A pod as the API server holds it when it sends /validate: its UID and name set."""
+    container = {"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+        "spec": {"containers": [container]},
+    }
+
+
+def admission(server: LiveServer, pod: dict[str, Any], *, dry_run: bool = False) -> tuple[dict[str, Any], Any]:
+    """What the API server does with a pod: /mutate, the patch applied, then /validate of the result. Returns
+    the /validate response and the pod as it would be stored."""
+    namespace = pod["metadata"]["namespace"]
+    reviews = []
+    for endpoint in ("mutate", "validate"):
+        sent = make_review(pod, namespace=namespace)
+        sent["request"]["dryRun"] = dry_run
+        answer = server.post(f"/{endpoint}", sent)
+        assert answer.status_code == 200, answer.text
+        response = answer.json()["response"]
+        reviews.append(response)
+        if endpoint == "mutate" and response.get("patch"):
+            pod = jsonpatch.apply_patch(copy.deepcopy(pod), json.loads(base64.b64decode(response["patch"])))
+    return reviews[-1], pod
+
+
+def stored_replica(namespace: str, name: str) -> dict[str, Any]:
+    """A pod as the API server stores it after mutation: one time-slicing replica."""
+    pod = gpu_pod(namespace, name)
+    replica = {"nvidia.com/gpu.shared": "1"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": replica, "requests": replica}
+    return pod
+
+
+def create(server: LiveServer, api: FakeKubeAPI, pod: dict[str, Any]) -> dict[str, Any]:
+    """Admit `pod` and, where allowed, store it (the watch sees it): the /validate response."""
+    response, stored = admission(server, pod)
+    if response["allowed"]:
+        api.put({**stored, "status": {"phase": "Running"}})
+    return response
+
+
+def ledger(api: FakeKubeAPI, namespace: str) -> dict[str, Any]:
+    """The namespace's ledger entries, by pod UID (empty where there is no record)."""
+    record = api.get("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
+    return {uid: json.loads(text) for uid, text in ((record or {}).get("data") or {}).items()}
+
+
+def released(servers: list[LiveServer], namespace: str) -> dict[str, Any]:
+    """The first `budget-released` log line for `namespace` of any replica (whichever worker was first)."""
+
+    def found() -> dict[str, Any] | None:
+        for server in servers:
+            for record in server.log_records():
+                if record.get("event") == "budget-released" and record.get("namespace") == namespace:
+                    return record
+        return None
+
+    return eventually(found)
+
+
+def budgets_current(server: LiveServer) -> bool:
+    found = server.get("/readyz").json().get("cluster", {}).get("budgets", {})
+    return all(found.get(part, {}).get("state") == "current" for part in ("resourceQuotas", "pods", "ledger"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluster]:
+    objects = [quota(namespace) for namespace in NAMESPACES]
+    with loopback_cluster(tmp_path_factory.mktemp("budgets"), objects=objects, policies={"p.yaml": POLICY}) as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def servers(cluster: LoopbackCluster, start_server: Callable[..., LiveServer]) -> list[LiveServer]:
+    """Two replicas of two workers each, one API server between them."""
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE, "--budget-grace", "2"]
+    started = [start_server(cluster.policies, workers=2, extra_args=arguments) for _ in range(2)]
+    for server in started:
+        eventually(lambda server=server: budgets_current(server))
+    return started
+
+
+def test_sixteen_concurrent_creates_through_two_replicas_admit_exactly_the_budget(servers, cluster):
+    """1 GPU of quota, 4 replicas a GPU: 4 of 16 pods fit, whichever worker of whichever replica judges them."""
+    api, namespace = cluster.api, "team-race"
+    pods = [gpu_pod(namespace, f"race-{index}") for index in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        responses = list(pool.map(lambda item: create(servers[item[0] % 2], api, item[1]), enumerate(pods)))
+    allowed = [pod for pod, response in zip(pods, responses, strict=True) if response["allowed"]]
+    assert len(allowed) == 4
+    for pod, response in zip(pods, responses, strict=True):
+        if not response["allowed"]:
+            assert REFUSAL.format(name=pod["metadata"]["name"], namespace=namespace) in response["status"]["message"]
+    entries = ledger(api, namespace)
+    assert sorted(entries) == sorted(pod["metadata"]["uid"] for pod in allowed)
+    assert {entry["gpus"] for entry in entries.values()} == {"1/4"}
+    assert api.conflicts > 0  # the racers did meet: the compare-and-swap decided
+
+
+def test_a_deleted_pods_share_comes_back_within_seconds(servers, cluster):
+    api, namespace = cluster.api, "team-delete"
+    pods = [gpu_pod(namespace, f"held-{index}") for index in range(4)]
+    assert all(create(servers[0], api, pod)["allowed"] for pod in pods)
+    assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
+    api.delete("Pod", namespace, "held-2")
+    eventually(lambda: pods[2]["metadata"]["uid"] not in ledger(api, namespace), timeout=5.0)
+    # Every worker of both replicas sees the delete within moments (one that has not yet counts the pod a moment
+    # longer, never less): the share is there for the next create.
+    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"], timeout=5.0)
+    assert released(servers, namespace)["why"] == "deleted or ended"
+    assert len(ledger(api, namespace)) == 4
+
+
+def test_a_pod_that_ends_gives_its_share_back(servers, cluster):
+    api, namespace = cluster.api, "team-free"
+    pods = [gpu_pod(namespace, f"job-{index}") for index in range(4)]
+    assert all(create(servers[0], api, pod)["allowed"] for pod in pods)
+    stored = api.get("Pod", namespace, "job-0")
+    assert stored is not None
+    api.put({**stored, "kind": "Pod", "status": {"phase": "Succeeded"}})
+    eventually(lambda: pods[0]["metadata"]["uid"] not in ledger(api, namespace), timeout=5.0)
+    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "next"))["allowed"], timeout=5.0)
+    assert len(ledger(api, namespace)) == 4
+
+
+def test_a_dry_run_is_judged_and_writes_nothing(servers, cluster):
+    api, namespace = cluster.api, "team-dry"
+    writes = len([r for r in api.requests if r.startswith(("POST", "PUT"))])
+    for index in range(6):  # more than fit: each is judged on the ledger as it is, and none is counted
+        response, _ = admission(servers[index % 2], gpu_pod(namespace, f"dry-{index}"), dry_run=True)
+        assert response["allowed"] is True
+    assert ledger(api, namespace) == {}
+    assert api.get("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}") is None
+    assert len([r for r in api.requests if r.startswith(("POST", "PUT")) and namespace in r]) == 0
+    assert writes <= len([r for r in api.requests if r.startswith(("POST", "PUT"))])
+    for index in range(4):
+        assert create(servers[0], api, gpu_pod(namespace, f"real-{index}"))["allowed"] is True
+    refused, _ = admission(servers[1], gpu_pod(namespace, "dry-over"), dry_run=True)
+    assert refused["allowed"] is False  # a dry run says what the real create would get
+    assert REFUSAL.format(name="dry-over", namespace=namespace) in refused["status"]["message"]
+    assert len(ledger(api, namespace)) == 4
+
+
+def test_the_same_review_twice_reserves_once(servers, cluster):
+    """The API server sends a review again after a timeout: the pod's UID is reserved once."""
+    api, namespace = cluster.api, "team-twice"
+    pod = gpu_pod(namespace, "again")
+    for server in servers:
+        response, _ = admission(server, pod)
+        assert response["allowed"] is True
+    assert list(ledger(api, namespace)) == [pod["metadata"]["uid"]]
+
+
+def test_an_allowed_pod_that_never_appears_is_released_after_the_grace(servers, cluster):
+    """Refused by a later admission step (the API server's own quota plugin, say): a GET confirms it, then the
+    entry goes."""
+    api, namespace = cluster.api, "team-grace"
+    pod = gpu_pod(namespace, "never-created")
+    response, _ = admission(servers[0], pod)
+    assert response["allowed"] is True
+    assert pod["metadata"]["uid"] in ledger(api, namespace)
+    eventually(lambda: ledger(api, namespace) == {}, timeout=10.0)
+    assert f"GET /api/v1/namespaces/{namespace}/pods/never-created" in api.requests
+    assert released(servers, namespace)["why"].startswith("not created, or gone, 2 s after its reservation")
+
+
+def test_a_restarted_server_keeps_the_count(servers, cluster, start_server):
+    api, namespace = cluster.api, "team-restart"
+    for index in range(4):
+        assert create(servers[index % 2], api, gpu_pod(namespace, f"before-{index}"))["allowed"] is True
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    fresh = start_server(cluster.policies, workers=2, extra_args=arguments)
+    try:
+        eventually(lambda: budgets_current(fresh))
+        response = create(fresh, api, gpu_pod(namespace, "after"))
+        assert response["allowed"] is False
+        assert REFUSAL.format(name="after", namespace=namespace) in response["status"]["message"]
+    finally:
+        fresh.stop()
+
+
+def test_running_gpu_pods_the_ledger_misses_are_adopted_and_the_gauges_say_so(servers, cluster):
+    """Pods that ran before the budget existed count: the keeper adds them, and the metrics show used of hard."""
+    api, namespace = cluster.api, "team-adopt"
+    for index in range(3):
+        api.put({**stored_replica(namespace, f"old-{index}"), "status": {"phase": "Running"}})
+    eventually(lambda: len(ledger(api, namespace)) == 3)
+    used = f'gpu_admission_budget_used_gpus{{namespace="{namespace}",quota="gpus"}}'
+    hard = f'gpu_admission_budget_hard_gpus{{namespace="{namespace}",quota="gpus"}}'
+    eventually(lambda: servers[0].metrics().get(used) == 0.75)
+    assert servers[0].metrics()[hard] == 1.0
+    assert create(servers[1], api, gpu_pod(namespace, "fits"))["allowed"] is True
+    assert create(servers[0], api, gpu_pod(namespace, "over"))["allowed"] is False
+
+
+def test_a_record_deleted_by_hand_is_written_again_from_the_running_pods(servers, cluster):
+    api, namespace = cluster.api, "team-lost"
+    pods = [gpu_pod(namespace, f"kept-{index}") for index in range(3)]
+    assert all(create(servers[index % 2], api, pod)["allowed"] for index, pod in enumerate(pods))
+    api.delete("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
+    eventually(lambda: sorted(ledger(api, namespace)) == sorted(pod["metadata"]["uid"] for pod in pods))
+    assert create(servers[0], api, gpu_pod(namespace, "fourth"))["allowed"] is True
+    assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
+
+
+def test_running_pods_count_from_the_first_reservation_on(servers, cluster):
+    """Pods that ran before the namespace's first reservation count at once, not from the keeper's next sweep."""
+    api, namespace = cluster.api, "team-running"
+    for index in range(4):
+        api.put({**stored_replica(namespace, f"running-{index}"), "status": {"phase": "Running"}})
+    time.sleep(0.5)  # the pod watches see them; the sweep (every 2 s) need not have run
+    response = create(servers[0], api, gpu_pod(namespace, "late"))
+    assert response["allowed"] is False
+    assert REFUSAL.format(name="late", namespace=namespace) in response["status"]["message"]
+
+
+def test_a_ledger_that_cannot_be_written_refuses_under_deny_and_warns_under_warn(servers, cluster):
+    api = cluster.api
+    api.unavailable.add("configmaps")
+    try:
+        response = create(servers[0], api, gpu_pod("team-down", "blocked"))
+        assert response["allowed"] is False
+        message = response["status"]["message"]
+        assert 'pod "blocked": the GPU budget of namespace "team-down" cannot be checked (' in message
+        assert "HTTP 503" in message
+        assert 'its 0.25 GPU-equivalents are refused while they cannot be counted (policy "shared", cluster.quota: ' \
+            "deny); retry shortly" in message  # fmt: skip
+        warned = create(servers[1], api, gpu_pod("warned", "admitted"))
+        assert warned["allowed"] is True
+        assert any("GPU budget of the namespace not checked" in line for line in warned["warnings"])
+    finally:
+        api.unavailable.discard("configmaps")
+    assert create(servers[0], api, gpu_pod("team-down", "later"))["allowed"] is True
+    key = 'gpu_admission_budget_unchecked_total{outcome="refused"}'
+    assert servers[0].metrics().get(key, 0) + servers[1].metrics().get(key, 0) >= 1
+
+
+def test_a_slow_ledger_holds_up_neither_other_reviews_nor_the_answer_past_its_deadline(cluster, start_server):
+    """One worker: a reservation waiting on a slow API server runs in a thread, so the worker's other reviews
+    are answered meanwhile; one slower than the ledger's deadline is refused, in bounded time."""
+    api, namespace = cluster.api, "team-slow"
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    server = start_server(cluster.policies, workers=1, extra_args=arguments)
+    try:
+        eventually(lambda: budgets_current(server))
+        api.slow["configmaps"] = 1.0
+        with ThreadPoolExecutor(1) as pool:
+            reserving = pool.submit(admission, server, gpu_pod(namespace, "patient"))
+            time.sleep(0.2)
+            started = time.monotonic()
+            response, _ = admission(server, gpu_pod("team-noquota", "elsewhere"))  # no quota: no ledger
+            assert response["allowed"] is True
+            assert time.monotonic() - started < 0.8  # not behind the reservation's PUT
+            assert reserving.result()[0]["allowed"] is True
+        api.slow["configmaps"] = 6.0  # past the ledger's 2 s read and 3 s in all
+        started = time.monotonic()
+        refused, _ = admission(server, gpu_pod(namespace, "too-slow"))
+        assert time.monotonic() - started < 4.5  # within the API server's 5 s
+        assert refused["allowed"] is False
+        assert (
+            'the GPU budget of namespace "team-slow" cannot be checked (cannot reach the API server: '
+            in (refused["status"]["message"])
+        )
+    finally:
+        api.slow.pop("configmaps", None)
+        server.stop()
+
+
+def test_without_rbac_for_resourcequotas_no_namespace_has_a_budget_and_readyz_says_why(cluster, start_server):
+    """An upgrade that missed the RBAC: GPU pods are admitted as before budgets existed (not every GPU pod of the
+    cluster refused), and /readyz names the watch and the API server's answer."""
+    api = cluster.api
+    api.forbidden.add("resourcequotas")
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    server = start_server(cluster.policies, workers=1, extra_args=arguments)
+    try:
+
+        def quotas() -> dict[str, Any]:
+            return server.get("/readyz").json()["cluster"]["budgets"]["resourceQuotas"]
+
+        eventually(lambda: quotas()["state"] == "off")
+        assert "HTTP 403" in quotas()["lastError"] and "resourcequotas is forbidden" in quotas()["lastError"]
+        response, _ = admission(server, gpu_pod("team-race", "unbudgeted"))  # the full namespace, its quota unseen
+        assert response["allowed"] is True
+    finally:
+        api.forbidden.discard("resourcequotas")
+        server.stop()

@@ -1,0 +1,257 @@
+"""The watches behind GPU budgets: every Pod that holds GPUs, and every ResourceQuota with a GPU entry.
+
+Both are list + watches of the node inventory's kind (inventory.py: pages, watch from the list's version with
+bookmarks, relist on 410, backoff), cluster-wide, kept by a daemon thread in each worker. They are sized for
+100,000 pods: a pod that holds no GPU costs nothing here (it is dropped as it is read), and one that does is
+kept as a `HeldPod` (its name, its GPU-equivalents and what a quota's scopes read of it) under its namespace
+and UID; equal values are held once. A ResourceQuota without a GPU entry is dropped the same way.
+
+Neither decides anything: the ledger (ledger.py) is what a reservation reads. The pods tell the budget keeper
+(budgets.py) which ledger entries to release (the pod was deleted or ended) and which live pods to adopt (a GPU
+pod the ledger does not hold, created before the budget existed); the quotas say which namespaces have a
+budget and how large it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from webhook.admission.cluster import STALE_AFTER_S
+from webhook.admission.quota import GpuQuota, gpu_quota
+from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory, NodeSource
+from webhook.server.logs import LOGGER, log
+
+_log = logging.getLogger(f"{LOGGER}.budgets")
+
+PODS_PATH = "/api/v1/pods"
+QUOTAS_PATH = "/api/v1/resourcequotas"
+TERMINAL_PHASES = ("Succeeded", "Failed")  # a pod in one holds nothing any more (the quota controller agrees)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPod:
+    """What a budget needs of one live GPU pod: enough to count it against a quota, nothing more."""
+
+    name: str
+    gpus: Fraction  # GPU-equivalents (budget.pod_ask's total)
+    scope: tuple[tuple[str, Any], ...]  # the pod's fields a quota's scopes read (ledger.scope_of)
+
+
+# A pod's GPU-equivalents and scope fields, or None for a pod that holds no GPU (budgets.py makes it from the
+# namespace's policy and budget.pod_ask).
+AskOf = Callable[[dict[str, Any]], tuple[Fraction, tuple[tuple[str, Any], ...]] | None]
+
+
+class Watched(NodeInventory):
+    """A cluster-wide list + watch whose entries are kept per namespace and key, in place (as claims.py does)."""
+
+    def __init__(
+        self,
+        source: NodeSource,
+        what: str,
+        *,
+        stale_after: float = STALE_AFTER_S,
+        watch_timeout: tuple[int, int] = WATCH_TIMEOUT_S,
+        backoff: tuple[float, float] = BACKOFF_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(source, stale_after=stale_after, watch_timeout=watch_timeout, backoff=backoff, clock=clock)
+        self.what = what
+        self._listed = False
+        self.listed = threading.Event()  # set once the first list has completed
+        self.list_error = ""  # why the first list has not completed, while it has not
+
+    def state(self) -> str:
+        """listing (no list yet), off (the API server forbids the list: RBAC), current, or stale (the watch broken
+        for longer than `stale_after`)."""
+        if not self._listed:
+            return "off" if "HTTP 403" in self.list_error else "listing"
+        broken = self._broken_since
+        return "stale" if broken is not None and self._clock() - broken > self.stale_after else "current"
+
+    def _broken(self, why: str) -> None:
+        super()._broken(why)
+        if not self._listed:
+            self.list_error = why
+
+    def _list(self) -> None:
+        count = 0
+        token: str | None = None
+        self._begin()
+        while True:
+            page = self._source.list_page(token)
+            for item in page.get("items") or []:
+                if self._keep(item):
+                    count += 1
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                break
+        self._end()
+        self._version = str(metadata.get("resourceVersion") or "")
+        self.lists += 1
+        self._listed = True
+        self.listed.set()
+        self.list_error = ""
+        self._healthy()
+        log(_log, logging.INFO, f"{self.what} watch: listed {count} kept", event="budget-watch-listed",
+            kind=self.what, objects=count)  # fmt: skip
+
+    def _begin(self) -> None:
+        """A list starts: collect into a new map (swapped in by `_end`)."""
+
+    def _end(self) -> None:
+        """A list ended: swap the new map in."""
+
+    def _keep(self, obj: Any) -> bool:
+        """Keep one listed object in the new map; whether it was kept."""
+        raise NotImplementedError
+
+
+def _identity(obj: Any) -> tuple[str, str, str, dict[str, Any]] | None:
+    """(namespace, name, uid, metadata) of a listed or watched object; list items carry no kind: it is known."""
+    if not isinstance(obj, dict):
+        return None
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    namespace, name, uid = metadata.get("namespace"), metadata.get("name"), metadata.get("uid")
+    if not all(isinstance(value, str) and value for value in (namespace, name, uid)):
+        return None
+    return namespace, name, uid, metadata  # type: ignore[return-value]
+
+
+class PodWatch(Watched):
+    """Every live GPU pod of the cluster: namespace -> UID -> HeldPod. `on_gone(namespace, uid)` is called when
+    one is deleted or ends (the budget keeper releases it); a relist reports those that went missing."""
+
+    def __init__(self, source: NodeSource, ask_of: AskOf, on_gone: Callable[[str, str], None], **options: Any) -> None:
+        super().__init__(source, "Pod", **options)
+        self._ask_of = ask_of
+        self._on_gone = on_gone
+        self.held: dict[str, dict[str, HeldPod]] = {}
+        self._shared: dict[Any, Any] = {}  # each distinct fraction, scope and HeldPod once
+        self._listing: dict[str, dict[str, HeldPod]] = {}
+
+    @staticmethod
+    def watching(
+        configuration: Any, ask_of: AskOf, on_gone: Callable[[str, str], None], stale_after: float
+    ) -> PodWatch:
+        return PodWatch(KubeNodes(configuration, PODS_PATH, "pod"), ask_of, on_gone, stale_after=stale_after)
+
+    def count(self) -> int:
+        return sum(len(pods) for pods in list(self.held.values()))
+
+    def _held(self, obj: Any) -> tuple[str, str, HeldPod | None] | None:
+        """(namespace, uid, the pod as held, or None when it holds no GPU or has ended), or None to ignore."""
+        found = _identity(obj)
+        if found is None:
+            return None
+        namespace, name, uid, _ = found
+        status = obj.get("status")
+        if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
+            return sys.intern(namespace), uid, None
+        asked = self._ask_of(obj)
+        if asked is None or asked[0] <= 0:
+            return sys.intern(namespace), uid, None
+        gpus, scope = asked
+        # The UID and name interned: the ledger view holds the same strings (ledger.Entry.parse).
+        pod = HeldPod(sys.intern(name), self._shared.setdefault(gpus, gpus), self._shared.setdefault(scope, scope))
+        return sys.intern(namespace), sys.intern(uid), pod
+
+    def _begin(self) -> None:
+        self._listing = {}
+
+    def _keep(self, obj: Any) -> bool:
+        found = self._held(obj)
+        if found is None or found[2] is None:
+            return False
+        self._listing.setdefault(found[0], {})[found[1]] = found[2]
+        return True
+
+    def _end(self) -> None:
+        before, self.held, self._listing = self.held, self._listing, {}
+        for namespace, pods in before.items():  # gone while the watch was down: deleted, or ended
+            now = self.held.get(namespace, {})
+            for uid in pods.keys() - now.keys():
+                self._on_gone(namespace, uid)
+
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
+        found = self._held(obj)
+        if found is None:
+            return
+        namespace, uid, pod = found
+        if kind == "DELETED" or pod is None:
+            pods = self.held.get(namespace)
+            if pods is not None:
+                pods.pop(uid, None)
+            if kind == "DELETED" or _ended(obj):  # the ledger may hold it though this worker never did
+                self._on_gone(namespace, uid)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.held.setdefault(namespace, {})[uid] = pod
+
+
+def _ended(obj: dict[str, Any]) -> bool:
+    status = obj.get("status")
+    return isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES
+
+
+class QuotaWatch(Watched):
+    """Every ResourceQuota with a GPU entry: namespace -> name -> GpuQuota (quota.gpu_quota reads them)."""
+
+    def __init__(self, source: NodeSource, **options: Any) -> None:
+        super().__init__(source, "ResourceQuota", **options)
+        self.held: dict[str, dict[str, GpuQuota]] = {}
+        self._listing: dict[str, dict[str, GpuQuota]] = {}
+
+    @staticmethod
+    def watching(configuration: Any, stale_after: float) -> QuotaWatch:
+        return QuotaWatch(KubeNodes(configuration, QUOTAS_PATH, "ResourceQuota"), stale_after=stale_after)
+
+    def quotas(self, namespace: str) -> tuple[GpuQuota, ...]:
+        return tuple((self.held.get(namespace) or {}).values())
+
+    def _quota(self, obj: Any) -> tuple[str, str, GpuQuota | None] | None:
+        if not isinstance(obj, dict):
+            return None
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        if not isinstance(namespace, str) or not isinstance(name, str):
+            return None
+        return sys.intern(namespace), name, gpu_quota({"apiVersion": "v1", "kind": "ResourceQuota", **obj})
+
+    def _begin(self) -> None:
+        self._listing = {}
+
+    def _keep(self, obj: Any) -> bool:
+        found = self._quota(obj)
+        if found is None or found[2] is None:
+            return False
+        self._listing.setdefault(found[0], {})[found[1]] = found[2]
+        return True
+
+    def _end(self) -> None:
+        self.held, self._listing = self._listing, {}
+
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
+        found = self._quota(obj)
+        if found is None:
+            return
+        namespace, name, quota = found
+        if kind == "DELETED" or quota is None:
+            names = self.held.get(namespace)
+            if names is not None:
+                names.pop(name, None)
+                if not names:
+                    self.held.pop(namespace, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.held.setdefault(namespace, {})[name] = quota

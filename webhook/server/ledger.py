@@ -1,0 +1,371 @@
+"""The budget ledger: one ConfigMap per budgeted namespace, in the webhook's own namespace, changed only by
+compare-and-swap.
+
+Why a record in the API server: every worker of every replica admits pods into the same namespace at once, and
+a count kept in one process cannot stop two others from each admitting the last share. The API server's own
+quota admission plugin solves the same problem the same way: read the record, decide, write it back naming the
+resourceVersion that was read; a write that lost the race gets 409 Conflict, reads again and decides again. So
+the budget holds whatever the number of workers and replicas, survives restarts, and needs no leader.
+
+The record `gpu-budget-<namespace>` holds one data key per counted pod, its UID, whose value is a small JSON
+object: the pod's name, its GPU-equivalents (a fraction: "1/4"), the fields a quota's scopes read, and when it
+was written. A reservation adds its pod's entry before the pod exists (budgets.py); the budget keeper removes
+an entry once the pod is confirmed gone, and adds the live GPU pods the ledger misses. A ConfigMap holds at
+most 1 MiB: about 7,000 pods per namespace.
+
+Every call has a bounded timeout and a CAS loop a bounded number of attempts and time: the webhook answers
+within the API server's 5 s whatever the API server does (`LedgerUnavailable` says why it could not).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from webhook.admission.quota import GpuQuota, matches
+from webhook.server.budget_watch import Watched
+from webhook.server.inventory import KubeNodes, NodeSource
+from webhook.server.logs import LOGGER
+
+_log = logging.getLogger(f"{LOGGER}.ledger")
+
+LEDGER_LABEL = "gpu-admission.io/budget-ledger"  # "true" on every record: the ledger watch selects on it
+NAMESPACE_LABEL = "gpu-admission.io/budget-namespace"  # the namespace a record counts
+RECORD_PREFIX = "gpu-budget-"
+CONNECT_TIMEOUT_S = 1.0
+READ_TIMEOUT_S = 2.0
+CAS_DEADLINE_S = 3.0  # a reservation's whole CAS loop: within the webhook's 5 s timeoutSeconds
+GRACE_S = 30.0  # an entry whose pod never appeared is released this long after it was written (and a GET)
+CAS_ATTEMPTS = 24  # 16 creates racing for one namespace through 4 processes settle in a handful each
+
+Scope = tuple[tuple[str, Any], ...]  # the pod's fields a quota's scopes read, as (field, value) pairs
+
+
+class LedgerUnavailable(Exception):
+    """The record could not be read or written: one line saying why (unreachable, refused, too many races)."""
+
+
+def record_name(namespace: str) -> str:
+    return RECORD_PREFIX + namespace
+
+
+# What a ResourceQuota's scopes read of a pod (quota.matches, after the API server's podMatchesScopeFunc): its
+# priority class, and whether it is Terminating, BestEffort (its cpu and memory alone decide: a pod that asks
+# only for GPUs is BestEffort) and CrossNamespacePodAffinity. An entry keeps them, so that a quota created after
+# the pod was admitted counts it as its scopes say, and `pod_of` makes a pod that matches as the original did.
+_PREDICATES = (
+    ("terminating", "Terminating"),
+    ("bestEffort", "BestEffort"),
+    ("crossNamespace", "CrossNamespacePodAffinity"),
+)
+
+
+def scope_of(pod: dict[str, Any]) -> Scope:
+    """What quota scopes read of `pod`, as (field, value) pairs (only those that hold)."""
+    spec = pod.get("spec")
+    found: list[tuple[str, Any]] = []
+    priority = spec.get("priorityClassName") if isinstance(spec, dict) else None
+    if isinstance(priority, str) and priority:
+        found.append(("priorityClassName", priority))
+    found += [(name, True) for name, scope in _PREDICATES if matches((scope, "Exists", ()), pod)]
+    return tuple(found)
+
+
+def pod_of(namespace: str, name: str, scope: Scope) -> dict[str, Any]:
+    """A pod that every quota scope matches as it matched the pod an entry was made from."""
+    held = dict(scope)
+    spec: dict[str, Any] = {}
+    if held.get("priorityClassName"):
+        spec["priorityClassName"] = held["priorityClassName"]
+    if held.get("terminating"):
+        spec["activeDeadlineSeconds"] = 0
+    if held.get("crossNamespace"):
+        spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"namespaces": ["*"]}]}}
+    status = {"qosClass": "BestEffort" if held.get("bestEffort") else "Burstable"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec,
+            "status": status}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One counted pod."""
+
+    pod: str  # its name
+    gpus: Fraction  # GPU-equivalents
+    scope: Scope
+    at: float  # when the entry was written (Unix time): the grace for a pod that never appears runs from it
+
+    def text(self) -> str:
+        value: dict[str, Any] = {"pod": self.pod, "gpus": _fraction_text(self.gpus), "at": round(self.at, 3)}
+        if self.scope:
+            value["scope"] = dict(self.scope)
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def parse(text: Any) -> Entry | None:
+        """An entry from its data value, or None for one that is not (edited by hand: ignored, never fatal)."""
+        try:
+            value = json.loads(text)
+            gpus, scope = Fraction(str(value["gpus"])), tuple((value.get("scope") or {}).items())
+            # Held once each: the few distinct shares and scopes, and the names the pod watch holds too.
+            gpus, scope = _SHARED.setdefault(gpus, gpus), _SHARED.setdefault(scope, scope)
+            return Entry(sys.intern(str(value["pod"])), gpus, scope, float(value["at"]))
+        except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError):
+            return None
+
+
+_SHARED: dict[Any, Any] = {}  # each distinct share and scope of every record, once
+
+
+def _fraction_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One namespace's ledger as read: its entries by pod UID, and the resourceVersion a write must name."""
+
+    namespace: str
+    version: str  # "" where the ConfigMap does not exist yet
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def used(self, quota: GpuQuota) -> Fraction:
+        """The GPU-equivalents `quota` counts in this ledger."""
+        return sum(
+            (
+                entry.gpus
+                for entry in self.entries.values()
+                if quota.counts(pod_of(self.namespace, entry.pod, entry.scope))
+            ),
+            Fraction(0),
+        )
+
+    @staticmethod
+    def of(obj: dict[str, Any]) -> Record | None:
+        """The record of a ConfigMap, or None for one that is not a ledger record."""
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
+        labels = metadata.get("labels") or {}
+        namespace = labels.get(NAMESPACE_LABEL) if isinstance(labels, dict) else None
+        if not isinstance(namespace, str) or metadata.get("name") != record_name(namespace):
+            return None
+        data = obj.get("data") or {}
+        entries = {}
+        for uid, text in data.items() if isinstance(data, dict) else ():
+            entry = Entry.parse(text)
+            if entry is not None:
+                entries[sys.intern(uid)] = entry
+        return Record(namespace, str(metadata.get("resourceVersion") or ""), entries)
+
+    def configmap(self, own_namespace: str, entries: dict[str, Entry]) -> dict[str, Any]:
+        """The ConfigMap holding `entries`, to write over this record (naming its resourceVersion)."""
+        metadata: dict[str, Any] = {
+            "name": record_name(self.namespace),
+            "namespace": own_namespace,
+            "labels": {
+                "app.kubernetes.io/name": "gpu-admission",
+                LEDGER_LABEL: "true",
+                NAMESPACE_LABEL: self.namespace,
+            },
+            "annotations": {
+                "gpu-admission.io/about": "the GPU budget ledger of this namespace: one entry per counted pod (UID); "
+                "written by the webhook only (docs/operations.md)",
+            },
+        }
+        if self.version:
+            metadata["resourceVersion"] = self.version
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": {uid: entry.text() for uid, entry in sorted(entries.items())},
+        }
+
+
+class ConfigMaps:
+    """The API calls of the ledger: its ConfigMaps in the webhook's namespace, and a pod's GET. Raw JSON."""
+
+    def __init__(self, configuration: Any, own_namespace: str) -> None:
+        from kubernetes import client
+
+        configuration.retries = False  # the CAS loop retries, within its deadline
+        self._client = client.ApiClient(configuration)
+        self.namespace = own_namespace
+        self.path = f"/api/v1/namespaces/{own_namespace}/configmaps"
+
+    def call(self, method: str, path: str, body: Any = None, timeout: float = READ_TIMEOUT_S) -> tuple[int, Any]:
+        """(HTTP status, decoded body); LedgerUnavailable where the API server cannot be reached in time."""
+        from urllib3.exceptions import HTTPError
+
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = self._client.param_serialize(
+            method=method, resource_path=path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        try:
+            response = self._client.call_api(*request, _request_timeout=(CONNECT_TIMEOUT_S, max(timeout, 0.05)))
+            data = response.read()
+        except (HTTPError, OSError) as exc:
+            raise LedgerUnavailable(f"cannot reach the API server: {_first_line(exc)}") from None
+        try:
+            return response.status, json.loads(data) if data else {}
+        except ValueError:
+            return response.status, {}
+
+    def get_pod(self, namespace: str, name: str) -> tuple[int, Any]:
+        return self.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _refused(status: int, body: Any, doing: str) -> LedgerUnavailable:
+    message = body.get("message", "") if isinstance(body, dict) else ""
+    return LedgerUnavailable(f"{doing}: HTTP {status} {message}".strip())
+
+
+# An edit of a record: the entries to write, or None to write nothing (the decision is the caller's).
+Edit = Callable[[Record], dict[str, Entry] | None]
+
+
+class Ledger:
+    """Reads and changes records by compare-and-swap; `view` (when given) saves the first read."""
+
+    def __init__(
+        self,
+        api: ConfigMaps,
+        view: LedgerView | None = None,
+        *,
+        deadline_s: float = CAS_DEADLINE_S,
+        attempts: int = CAS_ATTEMPTS,
+    ) -> None:
+        self.api = api
+        self.view = view
+        self.deadline_s = deadline_s
+        self.attempts = attempts
+        self.conflicts = 0  # writes that lost a race and were decided again (for the bench)
+        self._locks: dict[str, threading.Lock] = {}  # per namespace: this process's threads take turns
+        self._locks_lock = threading.Lock()
+
+    def read(self, namespace: str, *, deadline: float | None = None) -> Record:
+        """The record as the API server holds it now (a GET)."""
+        left = (deadline or time.monotonic() + READ_TIMEOUT_S) - time.monotonic()
+        if left <= 0:
+            raise LedgerUnavailable("no time left to read the ledger")
+        status, body = self.api.call(
+            "GET", f"{self.api.path}/{record_name(namespace)}", timeout=min(left, READ_TIMEOUT_S)
+        )
+        if status == 404:
+            return Record(namespace, "")
+        if status != 200 or not isinstance(body, dict):
+            raise _refused(status, body, f"reading ConfigMap {self.api.namespace}/{record_name(namespace)}")
+        record = Record.of(body)
+        if record is None:
+            raise LedgerUnavailable(
+                f"ConfigMap {self.api.namespace}/{record_name(namespace)} is not a budget ledger (its labels were "
+                f"changed by hand?): delete it, and the webhook writes it again"
+            )
+        self._remember(record)
+        return record
+
+    def latest(self, namespace: str, *, deadline: float | None = None) -> Record:
+        """The view's copy where it has one (a write naming its version fails if it is old), else a GET."""
+        if self.view is not None and self.view.state() == "current":
+            record = self.view.records.get(namespace)
+            if record is not None:
+                return record
+        return self.read(namespace, deadline=deadline)
+
+    def change(self, namespace: str, edit: Edit) -> Record:
+        """Apply `edit` to the record by compare-and-swap until a write succeeds or `edit` writes nothing;
+        returns the record the last decision was made on. LedgerUnavailable once out of attempts or time."""
+        deadline = time.monotonic() + self.deadline_s
+        with self._lock(namespace):
+            record = self.latest(namespace, deadline=deadline)
+            for attempt in range(self.attempts):
+                entries = edit(record)
+                if entries is None:
+                    return record
+                written = self._write(record, entries, deadline)
+                if written is not None:
+                    return written
+                self.conflicts += 1
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # spread the racers out
+                record = self.read(namespace, deadline=deadline)
+        raise LedgerUnavailable(f"the ledger kept changing under {self.attempts} attempts to write it; retry")
+
+    def _write(self, record: Record, entries: dict[str, Entry], deadline: float) -> Record | None:
+        """Write `entries` over `record`; the record written, or None when it lost the race (409)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LedgerUnavailable(f"no answer from the API server within {self.deadline_s:g} s")
+        body = record.configmap(self.api.namespace, entries)
+        name = record_name(record.namespace)
+        if record.version:
+            status, answer = self.api.call("PUT", f"{self.api.path}/{name}", body, timeout=min(left, READ_TIMEOUT_S))
+        else:
+            status, answer = self.api.call("POST", self.api.path, body, timeout=min(left, READ_TIMEOUT_S))
+        if status == 409 or (status == 404 and record.version):  # changed, or deleted (by hand), since it was read
+            return None
+        if status not in (200, 201) or not isinstance(answer, dict):
+            raise _refused(status, answer, f"writing ConfigMap {self.api.namespace}/{name}")
+        written = Record.of(answer) or Record(record.namespace, "", entries)
+        self._remember(written)
+        return written
+
+    def _remember(self, record: Record) -> None:
+        if self.view is not None:
+            self.view.records[record.namespace] = record
+
+    def _lock(self, namespace: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(namespace, threading.Lock())
+
+
+class LedgerView(Watched):
+    """Every ledger record, by the namespace it counts: a list + watch of the labelled ConfigMaps."""
+
+    def __init__(self, source: NodeSource, **options: Any) -> None:
+        super().__init__(source, "ConfigMap", **options)
+        self.records: dict[str, Record] = {}
+        self._listing: dict[str, Record] = {}
+
+    @staticmethod
+    def watching(configuration: Any, own_namespace: str, stale_after: float) -> LedgerView:
+        path = f"/api/v1/namespaces/{own_namespace}/configmaps"
+        source = KubeNodes(configuration, path, "ledger ConfigMap", selector=f"{LEDGER_LABEL}=true")
+        return LedgerView(source, stale_after=stale_after)
+
+    def _begin(self) -> None:
+        self._listing = {}
+
+    def _keep(self, obj: Any) -> bool:
+        record = Record.of(obj) if isinstance(obj, dict) else None
+        if record is None:
+            return False
+        self._listing[record.namespace] = record
+        return True
+
+    def _end(self) -> None:
+        self.records, self._listing = self._listing, {}
+
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
+        record = Record.of(obj)
+        if record is None:
+            return
+        if kind == "DELETED":
+            self.records.pop(record.namespace, None)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.records[record.namespace] = record
