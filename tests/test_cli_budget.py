@@ -2,8 +2,11 @@
 shows a namespace's unit per form, `policy lint` says what a quota means where replicas keep the name
 nvidia.com/gpu, and `policy render` writes the budget for Kueue and as native ResourceQuotas.
 
-The Kueue output is decoded strictly into Kueue's own configuration types by a Go program (fetched through the
-Go module proxy at test time, never kept here); where Go or the proxy is missing that test skips and says so.
+The Kueue output is checked against Kueue's own configuration types two ways, each skipping with its reason
+where its source is missing: decoded strictly by a Go program built against Kueue's module (fetched through the
+Go module proxy at test time, never kept here), and, with KUEUE_SOURCE naming a checkout of kubernetes-sigs/kueue,
+walked against the Go declarations and the rules of validateResourceTransformations read from that checkout
+(tests/kueue_source.py), with wrong renderings that the same check must refuse.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import kueue_source
 from webhook.admission import schedulers
 from webhook.admission.loader import parse_policy_sources
 
@@ -242,3 +246,137 @@ def test_the_kueue_configuration_decodes_strictly_into_kueues_own_types(project:
         for t in rendered.configuration["resources"]["transformations"]
     )
     assert sorted(decoded.stdout.splitlines()) == expected
+
+
+# --- against a Kueue source tree (KUEUE_SOURCE) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kueue_tree() -> Path:
+    tree = kueue_source.source_tree()
+    if tree is None:
+        pytest.skip(
+            "KUEUE_SOURCE is unset: name a checkout of kubernetes-sigs/kueue to check the Kueue rendering against "
+            "its Go types and validation"
+        )
+    if not (tree / "apis" / "config").is_dir() or not (tree / "pkg" / "config" / "validation.go").is_file():
+        pytest.fail(f"KUEUE_SOURCE={tree} has no apis/config and pkg/config/validation.go: not a Kueue checkout")
+    return tree
+
+
+@pytest.fixture(scope="module")
+def kueue_rules(kueue_tree: Path) -> kueue_source.TransformationRules:
+    return kueue_source.transformation_rules(kueue_tree)
+
+
+@pytest.fixture(scope="module")
+def kueue_hub(kueue_tree: Path, kueue_rules: kueue_source.TransformationRules) -> kueue_source.ConfigAPI:
+    """The newest configuration version, the one pkg/config validates after conversion."""
+    newest = kueue_source.config_versions(kueue_tree)[0]
+    assert kueue_rules.validated_version == newest, "Kueue validates a version other than its newest"
+    return kueue_source.config_api(kueue_tree, newest)
+
+
+def rendered_kueue(project: Path) -> str:
+    run = gpu_webhook("policy", "render", "kueue", "--policies", "pol", cwd=project)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def kueue_problems(
+    text: str, api: kueue_source.ConfigAPI, hub: kueue_source.ConfigAPI, rules: kueue_source.TransformationRules
+) -> list[str]:
+    """What Kueue would say of a rendering: strict decoding into `api`'s types, then, decoded into the newest
+    version's (the resources section converts field for field), validateResourceTransformations."""
+    document = kueue_source.load_yaml(text)
+    problems = kueue_source.decode_errors(document, api)
+    if not problems:
+        as_hub = {**document, "apiVersion": hub.api_version}
+        problems = kueue_source.decode_errors(as_hub, hub) or kueue_source.validation_errors(as_hub, hub, rules)
+    return problems
+
+
+def test_kueue_source_types_are_read_as_go_declares_them(kueue_hub: kueue_source.ConfigAPI) -> None:
+    types = kueue_hub.package.types
+    transformation = types["ResourceTransformation"]
+    assert isinstance(transformation, kueue_source.Struct)
+    fields = {f.json_name: (f.type, f.omitempty) for f in transformation.fields}
+    assert fields["input"] == (kueue_source.Named("ResourceName", "corev1"), False)
+    assert fields["strategy"] == (kueue_source.Pointer(kueue_source.Named("ResourceTransformationStrategy")), True)
+    assert fields["outputs"] == (kueue_source.Named("ResourceList", "corev1"), True)
+    assert kueue_hub.package.enum("ResourceTransformationStrategy") == ["Retain", "Replace"]
+    assert kueue_hub.default_strategy == "Retain"
+
+
+def test_kueue_source_parser_agrees_with_kueues_generated_deepcopy(kueue_tree: Path) -> None:
+    """Every pointer, slice and map field of every configuration version, as deepcopy-gen read them too."""
+    for version in kueue_source.config_versions(kueue_tree):
+        package = kueue_source.config_api(kueue_tree, version).package
+        assert len(kueue_source.deepcopy_kinds(package.directory)) > 20, version
+        assert kueue_source.parser_disagreements(package) == [], version
+
+
+def test_the_kueue_configuration_is_valid_under_kueues_own_types_and_validation(
+    project: Path, kueue_tree: Path, kueue_hub: kueue_source.ConfigAPI, kueue_rules: kueue_source.TransformationRules
+) -> None:
+    text = rendered_kueue(project)
+    rendered_version = kueue_source.load_yaml(text)["apiVersion"].rsplit("/", 1)[-1]
+    assert rendered_version in kueue_source.config_versions(kueue_tree), f"Kueue no longer serves {rendered_version}"
+    api = kueue_source.config_api(kueue_tree, rendered_version)
+    assert kueue_problems(text, api, kueue_hub, kueue_rules) == []
+    transformations = kueue_source.load_yaml(text)["resources"]["transformations"]
+    assert len(transformations) >= 4  # the team-a replicas, the MIG slices, whole GPUs: the walk saw them all
+
+
+STRATEGY = "    strategy: Replace\n"
+WRONG_KUEUE = {  # a change to the rendering, and what the check must say of it
+    "misspelled": (STRATEGY, "    stratgy: Replace\n", 'unknown field "stratgy" in Kueue\'s ResourceTransformation'),
+    "singular": ("  transformations:", "  transformation:", 'unknown field "transformation" in Kueue\'s Resources'),
+    "capitalised": ("resources:", "Resources:", 'the document: unknown field "Resources"'),  # names are case-exact
+    "strategy": (STRATEGY, "    strategy: Replaced\n", 'strategy: Unsupported value: "Replaced"'),
+    "kind": (STRATEGY, "    strategy: [Replace]\n", "a list where Kueue's ResourceTransformationStrategy takes a"),
+    "quantity": ("equivalents: '7'", "equivalents: 7 GPUs", "'7 GPUs' is not a resource.Quantity"),
+    "duplicate": ("- input: nvidia.com/gpu.shared\n", "- input: aliyun.com/gpu-mem\n",
+                  'resources.transformations[2].input: Duplicate value: "aliyun.com/gpu-mem"'),
+    "no-input": ("- input: nvidia.com/gpu.shared\n    strategy:", "- strategy:",
+                 "no \"input\", which Kueue's ResourceTransformation always carries"),
+    "map": ("  transformations:", "  transformations: {}\n  other:", "a dict where Kueue's []ResourceTransformation"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("old", "new", "said"), WRONG_KUEUE.values(), ids=WRONG_KUEUE.keys())
+def test_a_wrong_kueue_configuration_fails_the_same_check(
+    project: Path,
+    kueue_tree: Path,
+    kueue_hub: kueue_source.ConfigAPI,
+    kueue_rules: kueue_source.TransformationRules,
+    old: str,
+    new: str,
+    said: str,
+) -> None:
+    text = rendered_kueue(project)
+    assert old in text, text
+    wrong = text.replace(old, new, 1)
+    api = kueue_source.config_api(kueue_tree, kueue_source.load_yaml(text)["apiVersion"].rsplit("/", 1)[-1])
+    problems = kueue_problems(wrong, api, kueue_hub, kueue_rules)
+    assert any(said in problem for problem in problems), problems
+
+
+def test_a_repeated_kueue_key_fails_as_kueues_strict_decoder_does(project: Path) -> None:
+    text = rendered_kueue(project).replace(STRATEGY, STRATEGY + "    strategy: Retain\n", 1)
+    with pytest.raises(yaml.YAMLError, match="duplicate field strategy"):
+        kueue_source.load_yaml(text)
+
+
+def test_a_rule_kueue_adds_to_validate_resource_transformations_fails_until_implemented(
+    kueue_tree: Path, tmp_path: Path
+) -> None:
+    source = (kueue_tree / "pkg" / "config" / "validation.go").read_text()
+    seen = "seenKeys.Insert(transform.Input)"
+    assert seen in source
+    rule = 'allErrs = append(allErrs, field.Required(resourceTransformationPath.Index(idx).Child("outputs"), ""))'
+    grown = source.replace(seen, f"{seen}\n\t\t\t{rule}", 1)
+    (tmp_path / "pkg" / "config").mkdir(parents=True)
+    (tmp_path / "pkg" / "config" / "validation.go").write_text(grown)
+    with pytest.raises(ValueError, match=r"reports \[\('Required', 'outputs'\)\] beyond the rules"):
+        kueue_source.transformation_rules(tmp_path)

@@ -157,8 +157,11 @@ def test_the_drift_as_json_or_yaml(mixed, output):
     run = lint(policies, kubeconfig, "-o", output)
     assert run.returncode == 1
     assert yaml.safe_load(run.stdout) == {"nodes": 7, "namespaces": 7, "drift": [DRIFT_ITEM], "unmatchedNamespaces": []}
-    # lint's own lines (the fixture's MIG policy makes a whole GPU a smaller slice than a fraction: a warning)
-    assert run.stderr.splitlines()[-1] == "5 policies in 1 file: no errors, no glob ties, 1 MIG slice size warning"
+    # lint's own lines (the fixture's MIG policy makes a whole GPU a smaller slice than a fraction: a warning; its
+    # time-slicing policy keeps the name nvidia.com/gpu, so a quota of N is N replicas: another)
+    assert run.stderr.splitlines()[-1] == (
+        "5 policies in 1 file: no errors, no glob ties, 1 MIG slice size warning, 1 quota unit warning"
+    )
     audit = gpu_webhook("audit", "--kubeconfig", kubeconfig, "--policies", str(policies), "-o", output)
     assert audit.returncode == 0, audit.stderr
     if output == "json":

@@ -204,6 +204,16 @@ def test_policy_without_a_subcommand_prints_help_and_exits_2(tmp_path: Path) -> 
 
 # --- explain -----------------------------------------------------------------------------------------------
 
+# What explain says of a namespace of whole GPUs' budget (docs/policies.md, GPU budgets).
+WHOLE_GPU_BUDGET = (
+    "  budget    cluster.quota deny: a ResourceQuota's requests.nvidia.com/gpu: N is N GPU-equivalents on every "
+    "route, and the webhook refuses a pod past it\n"
+    "  unit      nvidia.com/gpu = 1 GPU: a whole GPU\n"
+    "            deviceclass.resource.kubernetes.io/gpu.nvidia.com = 1 GPU: a whole GPU (DRA)\n"
+    "            deviceclass.resource.kubernetes.io/mig.nvidia.com = 1 GPU: a MIG device (DRA; in a claim, by the "
+    "profile it selects)\n"
+)
+
 
 def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
     run = gpu_webhook("policy", "explain", "--policies", "pol", "team-prod", "other", cwd=tied)
@@ -221,6 +231,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  settings  exclusive: whole GPUs; enforcement enforce; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
         "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
+        f"{WHOLE_GPU_BUDGET}"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
@@ -235,6 +246,7 @@ def test_explain_says_which_policy_why_and_what_it_does(tied: Path) -> None:
         "  settings  exclusive: whole GPUs; enforcement audit; fractional reject; max 8 per container, 8 per pod\n"
         "  share     whole GPUs only\n"
         "  dra       GPUs from DeviceClasses gpu.nvidia.com; MIG devices from mig.nvidia.com\n"
+        f"{WHOLE_GPU_BUDGET}"
         "  nvidia.com/gpu: 1\n"
         "    verdict    allow\n"
         "    resources  nvidia.com/gpu: 1 (requests = limits)\n"
