@@ -32,7 +32,7 @@ from typing import Any
 
 from bench.common import check, percentile, table, write_results
 from bench.server import _start, free_port, setup
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.review import make_review
 from webhook.server.budget_watch import PodWatch, QuotaWatch
 from webhook.server.budgets import held_gpus

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from webhook.admission.quantity import QuantityError, parse_quantity
+from webhook.admission.base.quantity import QuantityError, parse_quantity
 
 ENVIRONMENT = "KUEUE_SOURCE"
 

@@ -15,9 +15,10 @@ import pytest
 
 from tests.engine_support import MIG, NS, TIME_SLICING, container, pod, policy, run
 from webhook.admission import weights
+from webhook.admission.base.resources import GPU_MODELS
 from webhook.admission.budget import NOTHING, PodAsk, Usage, format_gpus, judge, pod_ask
-from webhook.admission.drapods import ClaimIndex
-from webhook.admission.policy import (
+from webhook.admission.dra.podclaims import ClaimIndex
+from webhook.admission.policy.model import (
     GPU,
     Backend,
     DeviceClasses,
@@ -27,7 +28,6 @@ from webhook.admission.policy import (
     Sharing,
 )  # fmt: skip
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota, quota_problem
-from webhook.admission.resources import GPU_MODELS
 
 A100 = GPU_MODELS["A100-80GB"]
 
@@ -339,7 +339,7 @@ def test_gpus_are_shown_as_decimals_where_exact_else_as_fractions():
 def admitted_in_turn(pol, pods: list[dict], hard: str = "1", check=None) -> list[bool]:
     """Each pod judged by the engine against a 1-GPU quota holding the asks admitted before it."""
     from webhook.admission.engine import evaluate
-    from webhook.admission.policy import ClusterChecks, PolicySet
+    from webhook.admission.policy.model import ClusterChecks, PolicySet
 
     if check is not None:
         pol = replace(pol, cluster_checks=ClusterChecks(quota=check))
@@ -370,7 +370,7 @@ def test_a_one_gpu_quota_admits_two_3g40gb_slices_and_four_ack_quarters():
 
 def test_the_engine_refuses_in_one_line_warns_under_warn_and_judges_nothing_under_off():
     from webhook.admission.engine import evaluate
-    from webhook.admission.policy import Check, ClusterChecks, PolicySet
+    from webhook.admission.policy.model import Check, ClusterChecks, PolicySet
 
     budget = [Usage(team_quota(), Fraction(3, 4))]
     two = pod(gpu(1), container("second", limits={"nvidia.com/gpu": 1}), name="train-1")
@@ -393,8 +393,8 @@ def test_the_engine_refuses_in_one_line_warns_under_warn_and_judges_nothing_unde
 
 
 def test_the_policy_field_reads_deny_by_default_and_off_unquoted():
-    from webhook.admission.loader import parse_policy_sources
-    from webhook.admission.policy import Check
+    from webhook.admission.policy.loader import parse_policy_sources
+    from webhook.admission.policy.model import Check
 
     def read(cluster: str) -> Check:
         text = f"""

@@ -24,7 +24,7 @@ import yaml
 
 from tests import kueue_source
 from webhook.admission import schedulers
-from webhook.admission.loader import parse_policy_sources
+from webhook.admission.policy.loader import parse_policy_sources
 
 GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"
 

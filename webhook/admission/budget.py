@@ -17,11 +17,8 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission import weights
-from webhook.admission.drapods import ClaimsView, Found
-from webhook.admission.podspec import ContainerRef
-from webhook.admission.policy import Backend, Mode, Policy
-from webhook.admission.quota import GpuQuota
-from webhook.admission.resources import (
+from webhook.admission.base.podspec import ContainerRef
+from webhook.admission.base.resources import (
     DEVICE_CLASS_PREFIX,
     MIG_PREFIX,
     NVIDIA_GPU,
@@ -29,8 +26,11 @@ from webhook.admission.resources import (
     is_managed,
     mig_profile_of,
 )
-from webhook.admission.validate import effective_total
-from webhook.admission.violation import SHORT_LIMIT, Violation, cut
+from webhook.admission.base.violation import SHORT_LIMIT, Violation, cut
+from webhook.admission.dra.podclaims import ClaimsView, Found
+from webhook.admission.phases.validate import effective_total
+from webhook.admission.policy.model import Backend, Mode, Policy
+from webhook.admission.quota import GpuQuota
 
 ZERO = Fraction(0)
 ROUTES = ("extended", "deviceclass", "claims", "templates")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.quantity import QuantityError, parse_quantity, quantity_or_none
+from webhook.admission.base.quantity import QuantityError, parse_quantity, quantity_or_none
 
 GPU_QUOTA_ENTRIES = ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu")
 SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "PriorityClass", "CrossNamespacePodAffinity")

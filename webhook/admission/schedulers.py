@@ -21,10 +21,10 @@ from math import floor, lcm
 from typing import Any
 
 from webhook.admission import weights
+from webhook.admission.base.resources import NVIDIA_GPU, mig_resource
 from webhook.admission.budget import format_gpus
-from webhook.admission.memshare import spec_of, units_of
-from webhook.admission.policy import DEFAULT_POLICY, Backend, Check, Fractional, Mode, Policy, PolicySet
-from webhook.admission.resources import NVIDIA_GPU, mig_resource
+from webhook.admission.policy.model import DEFAULT_POLICY, Backend, Check, Fractional, Mode, Policy, PolicySet
+from webhook.admission.sharing.memshare import spec_of, units_of
 
 KUEUE_API_VERSION = "config.kueue.x-k8s.io/v1beta1"
 OUTPUT = "gpu-admission.io/gpu-equivalents"

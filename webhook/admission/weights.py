@@ -26,13 +26,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import celselect
-from webhook.admission.dra import class_kind
-from webhook.admission.drapods import ALL_DEVICES, ClaimSummary
-from webhook.admission.memshare import BackendSpec, spec_of, units_of
-from webhook.admission.policy import Backend, Mode, Policy
-from webhook.admission.quantity import quantity_or_none
-from webhook.admission.resources import (
+from webhook.admission.base.quantity import quantity_or_none
+from webhook.admission.base.resources import (
     DEVICE_CLASS_PREFIX,
     GPU_MODELS,
     NVIDIA_GPU,
@@ -42,6 +37,11 @@ from webhook.admission.resources import (
     mig_profile_of,
     mig_resource,
 )
+from webhook.admission.cluster import celselect
+from webhook.admission.dra.claimrules import class_kind
+from webhook.admission.dra.podclaims import ALL_DEVICES, ClaimSummary
+from webhook.admission.policy.model import Backend, Mode, Policy
+from webhook.admission.sharing.memshare import BackendSpec, spec_of, units_of
 
 ONE = Fraction(1)
 ZERO = Fraction(0)

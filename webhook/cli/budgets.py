@@ -21,6 +21,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.admission import weights
+from webhook.admission.base.podspec import POD_SPEC_PATHS, mentions_gpu
+from webhook.admission.base.resources import is_managed
 from webhook.admission.budget import (
     ROUTES,
     TERMINAL_PHASES,
@@ -30,17 +32,15 @@ from webhook.admission.budget import (
     gpus_word,
     pod_ask,
 )
-from webhook.admission.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
-from webhook.admission.resources import is_managed
 from webhook.cli.common import local_evaluator, namespace_of
 from webhook.cli.webhooks import EXCLUDED_NAMESPACES
 
 if TYPE_CHECKING:
-    from webhook.admission.cluster import ClusterView
-    from webhook.admission.drapods import ClaimsView
+    from webhook.admission.cluster.nodes import ClusterView
+    from webhook.admission.dra.podclaims import ClaimsView
     from webhook.admission.engine import Decision
-    from webhook.admission.policy import Policy, PolicySet
+    from webhook.admission.policy.model import Policy, PolicySet
     from webhook.cli.kube import KubeClient
 
     Evaluator = Callable[[dict[str, Any], str], Decision]
@@ -401,7 +401,7 @@ def _resource_of(entry: str) -> str:
 
 
 def _whole(value: str) -> Fraction | None:
-    from webhook.admission.quantity import parse_quantity
+    from webhook.admission.base.quantity import parse_quantity
 
     try:
         return Fraction(parse_quantity(value))
@@ -530,7 +530,7 @@ def list_budget_objects(cluster: KubeClient, err: TextIO, page_size: int = 500) 
 
 def budget_report(policies: PolicySet, view: ClusterView | None, objects: BudgetObjects) -> BudgetReport:
     """The budgets of `objects`, each pod mapped by the engine as the webhook would (with the nodes' view)."""
-    from webhook.admission.drapods import ClaimIndex
+    from webhook.admission.dra.podclaims import ClaimIndex
 
     index = ClaimIndex()
     for claim in objects.claims:

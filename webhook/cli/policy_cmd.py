@@ -328,8 +328,8 @@ def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err
 def _kept_name_budget(policy: Policy) -> bool:
     """Time-slicing or MPS replicas served as nvidia.com/gpu with the budget on: the API server's own quota counts
     them as GPUs, one each."""
-    from webhook.admission.policy import Check
-    from webhook.admission.resources import NVIDIA_GPU
+    from webhook.admission.base.resources import NVIDIA_GPU
+    from webhook.admission.policy.model import Check
 
     return policy.sharing.shared_resource == NVIDIA_GPU and policy.cluster_checks.quota is not Check.OFF
 
@@ -393,10 +393,10 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import yaml
 
     from webhook.admission import schedulers
+    from webhook.admission.base.quantity import quantity_or_none
     from webhook.admission.budget import format_gpus
-    from webhook.admission.globs import is_glob
-    from webhook.admission.loader import PolicyLoadError, load_policies
-    from webhook.admission.quantity import quantity_or_none
+    from webhook.admission.policy.globs import is_glob
+    from webhook.admission.policy.loader import PolicyLoadError, load_policies
 
     gpus = quantity_or_none(args.gpus)
     if gpus is None or gpus <= 0:
@@ -516,7 +516,7 @@ def _explain_budget(policy: Policy, out: TextIO) -> None:
     """The namespace's GPU budget: what `cluster.quota` does, and what one of each served resource weighs."""
     from webhook.admission import weights
     from webhook.admission.budget import format_gpus
-    from webhook.admission.policy import Check
+    from webhook.admission.policy.model import Check
 
     check = policy.cluster_checks.quota
     if check is Check.OFF:

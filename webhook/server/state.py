@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.admission.budget import Usage
 from webhook.admission.checks import clusterdrift
 from webhook.admission.cluster.nodes import STALE_AFTER_S, ClusterView
-from webhook.admission.budget import Usage
 from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy.model import PolicySet
