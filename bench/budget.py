@@ -21,10 +21,10 @@ from fractions import Fraction
 from typing import Any
 
 from bench.common import callgrind_per_call, check, pin_to_one_core, table, write_results
-from webhook.admission.budget import Usage, pod_ask
+from webhook.admission.budgets.budget import Usage, pod_ask
+from webhook.admission.cluster.quota import gpu_quota
 from webhook.admission.engine import evaluate
 from webhook.admission.policy.loader import parse_policy_sources
-from webhook.admission.quota import gpu_quota
 
 NAMESPACE = "team-3"
 POLICY = """

@@ -14,9 +14,10 @@ from fractions import Fraction
 import pytest
 
 from tests.engine_support import MIG, NS, TIME_SLICING, container, pod, policy, run
-from webhook.admission import weights
+from webhook.admission.base.equivalents import format_gpus
 from webhook.admission.base.resources import GPU_MODELS
-from webhook.admission.budget import NOTHING, PodAsk, Usage, format_gpus, judge, pod_ask
+from webhook.admission.budgets.budget import NOTHING, PodAsk, Usage, judge, pod_ask
+from webhook.admission.cluster.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota, quota_problem
 from webhook.admission.dra.podclaims import ClaimIndex
 from webhook.admission.policy.model import (
     GPU,
@@ -27,7 +28,7 @@ from webhook.admission.policy.model import (
     Mode,
     Sharing,
 )  # fmt: skip
-from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota, quota_problem
+from webhook.admission.sharing.mig import slice_weight
 
 A100 = GPU_MODELS["A100-80GB"]
 
@@ -76,7 +77,7 @@ def test_four_replicas_are_a_quarter_each():
     ],
 )
 def test_a_mig_slice_weighs_its_dominant_share_of_an_a100_80gb(profile, weight):
-    assert weights.mig_slice(profile, A100) == weight
+    assert slice_weight(profile, A100) == weight
     mixed = policy(sharing=Sharing(mode=Mode.MIG, mig_profile=profile), gpu=GPU(model="A100-80GB"))
     assert asked(pod(gpu(1)), mixed).total == weight
 
@@ -99,9 +100,9 @@ def test_a_fraction_under_mig_becomes_the_slice_that_holds_it():
 
 
 def test_a_mig_profile_without_a_model_weighs_the_most_any_model_gives_it():
-    assert weights.mig_slice("1g.18gb", None) == Fraction(1, 7)  # the H200's only
-    assert weights.mig_slice("1g.10gb", None) == Fraction(1, 4)  # on an A100-40GB a quarter of its memory
-    assert weights.mig_slice("9g.99gb", None) == 1
+    assert slice_weight("1g.18gb", None) == Fraction(1, 7)  # the H200's only
+    assert slice_weight("1g.10gb", None) == Fraction(1, 4)  # on an A100-40GB a quarter of its memory
+    assert slice_weight("9g.99gb", None) == 1
 
 
 def memory(backend: Backend, **sharing) -> object:

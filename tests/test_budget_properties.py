@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from tests.engine_support import container, pod, policy
 from tests.test_engine_properties import SETTINGS
-from webhook.admission.budget import Usage, judge, pod_ask
+from webhook.admission.budgets.budget import Usage, judge, pod_ask
+from webhook.admission.cluster.quota import gpu_quota
 from webhook.admission.engine import evaluate
 from webhook.admission.policy.model import GPU, Backend, Fractional, Mode, PolicySet, Sharing
-from webhook.admission.quota import gpu_quota
 
 A100 = GPU(model="A100-80GB")
 MODES = {

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests import kueue_source
-from webhook.admission import schedulers
+from webhook.admission.budgets import schedulers
 from webhook.admission.policy.loader import parse_policy_sources
 
 GPU_WEBHOOK = Path(sys.executable).parent / "gpu-webhook"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from webhook.admission.quota import OPERATORS, gpu_quota
+from webhook.admission.cluster.quota import OPERATORS, gpu_quota
 from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Record, pod_of, scope_of
 
 CROSS = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [

@@ -24,7 +24,7 @@ from typing import Any, TypedDict
 from webhook.admission.base.podspec import controller_reference, get_path
 from webhook.admission.base.resources import is_managed
 from webhook.admission.base.violation import WARNING_LIMIT, WARNING_PREFIX, cut
-from webhook.admission.budget import Usage
+from webhook.admission.budgets.budget import Usage
 from webhook.admission.cluster.nodes import ClusterView
 from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision, Verdict

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from webhook.admission.base.podspec import POD_SPEC_PATHS, controller_reference, get_path, mentions_gpu, pod_spec_path
 from webhook.admission.base.violation import WARNING_PREFIX, Refusal, Violation
-from webhook.admission.budget import NOTHING, PodAsk, Usage, judge, pod_ask
+from webhook.admission.budgets.budget import NOTHING, PodAsk, Usage, judge, pod_ask
 from webhook.admission.checks import clustercheck, policynodes
 from webhook.admission.cluster.nodes import ClusterView
 from webhook.admission.dra import claimrules, podclaims

@@ -20,19 +20,19 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.admission import weights
+from webhook.admission.base.equivalents import format_gpus, gpus_word
 from webhook.admission.base.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.base.resources import is_managed
-from webhook.admission.budget import (
+from webhook.admission.budgets.budget import (
     ROUTES,
     TERMINAL_PHASES,
     ZERO,
     PodAsk,
-    format_gpus,
-    gpus_word,
     pod_ask,
+    resource_weight,
 )
-from webhook.admission.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
+from webhook.admission.cluster.quota import GPU_QUOTA_ENTRIES, GpuQuota, gpu_quota
+from webhook.admission.sharing.registry import backend_of
 from webhook.cli.common import local_evaluator, namespace_of
 from webhook.cli.webhooks import EXCLUDED_NAMESPACES
 
@@ -260,7 +260,7 @@ class BudgetReport:
     def weight(self, namespace: str, policy: Policy, resource: str) -> Fraction:
         """GPU-equivalents of one unit of `resource` in `namespace`: the core's weight of the resource, or of a
         pod asking one unit where the weight depends on the container (memory shares)."""
-        unit = weights.resource(resource, policy)
+        unit = resource_weight(resource, policy)
         return unit if unit is not None else pod_ask(probe_pod(namespace, {resource: "1"}), policy, None).total
 
     def _findings(self) -> list[QuotaFinding]:
@@ -327,7 +327,7 @@ class BudgetReport:
         unit = self.weight(namespace, policy, resource)
         if resource == "nvidia.com/gpu" and policy.sharing.replica_resource == "nvidia.com/gpu" and unit != 1:
             # The device plugin keeps the name: the API server counts replicas (or MIG slices) as nvidia.com/gpu.
-            what = "MIG slices" if policy.sharing.is_mig_single else "time-slicing replicas"
+            what = backend_of(policy).kept_name_units(policy)
             count = _whole(value)
             native = f"{format_gpus(count * unit)} GPU" if count is not None else "?"
             line = (

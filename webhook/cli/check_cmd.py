@@ -31,8 +31,8 @@ from webhook.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from webhook.admission.budgets.tally import Tally
     from webhook.admission.cluster.nodes import ClusterView
-    from webhook.admission.tally import Tally
     from webhook.cli.common import Evaluator
     from webhook.cli.manifests import Item
 
@@ -182,8 +182,8 @@ def read_budgets(items: list[Item], default_namespace: str | None) -> tuple[Tall
     """The GPU budgets among the input (ResourceQuota objects with a GPU entry, budget.py): the tally the pods
     of the input are judged against in order, None where there is none; and a line for each GPU quota that
     cannot be read (named like a file that does not parse: the run fails after judging the rest)."""
-    from webhook.admission.quota import gpu_quota, quota_problem
-    from webhook.admission.tally import Tally
+    from webhook.admission.budgets.tally import Tally
+    from webhook.admission.cluster.quota import gpu_quota, quota_problem
 
     tally, problems = Tally(), []
     for item in items:

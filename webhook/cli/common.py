@@ -18,12 +18,12 @@ from webhook.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from webhook.admission.budgets.tally import Tally
     from webhook.admission.cluster.nodes import ClusterView
     from webhook.admission.customresources import KindTable
     from webhook.admission.dra.podclaims import ClaimsView
     from webhook.admission.engine import Decision
     from webhook.admission.policy.model import PolicySet
-    from webhook.admission.tally import Tally
     from webhook.cli.output import Result
 
     Evaluator = Callable[[dict[str, Any], str], Decision]

@@ -392,9 +392,9 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     import yaml
 
-    from webhook.admission import schedulers
+    from webhook.admission.base.equivalents import format_gpus
     from webhook.admission.base.quantity import quantity_or_none
-    from webhook.admission.budget import format_gpus
+    from webhook.admission.budgets import schedulers
     from webhook.admission.policy.globs import is_glob
     from webhook.admission.policy.loader import PolicyLoadError, load_policies
 
@@ -514,8 +514,8 @@ def _explain_one(namespace: str, policies: PolicySet, out: TextIO) -> None:
 
 def _explain_budget(policy: Policy, out: TextIO) -> None:
     """The namespace's GPU budget: what `cluster.quota` does, and what one of each served resource weighs."""
-    from webhook.admission import weights
-    from webhook.admission.budget import format_gpus
+    from webhook.admission.base.equivalents import format_gpus
+    from webhook.admission.budgets.budget import units
     from webhook.admission.policy.model import Check
 
     check = policy.cluster_checks.quota
@@ -528,7 +528,7 @@ def _explain_budget(policy: Policy, out: TextIO) -> None:
         f"every route, and the webhook {does}",
         file=out,
     )
-    for index, (resource, weight, what) in enumerate(weights.units(policy)):
+    for index, (resource, weight, what) in enumerate(units(policy)):
         print(f"  {'unit' if index == 0 else '':<9} {resource} = {format_gpus(weight)} GPU: {what}", file=out)
 
 

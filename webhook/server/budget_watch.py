@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission.cluster.nodes import STALE_AFTER_S
-from webhook.admission.quota import GpuQuota, gpu_quota
+from webhook.admission.cluster.quota import GpuQuota, gpu_quota
 from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory, NodeSource
 from webhook.server.logs import LOGGER, log
 

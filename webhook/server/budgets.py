@@ -36,13 +36,14 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission.base.equivalents import format_gpus
 from webhook.admission.base.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.base.violation import WARNING_PREFIX, cut
-from webhook.admission.budget import Usage, format_gpus, judge, pod_ask
+from webhook.admission.budgets.budget import Usage, judge, pod_ask
+from webhook.admission.cluster.quota import GpuQuota
 from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision
 from webhook.admission.policy.model import Check, Enforcement, Policy, PolicySet
-from webhook.admission.quota import GpuQuota
 from webhook.admission.review import AdmissionRequest
 from webhook.server import metrics
 from webhook.server.budget_watch import TERMINAL_PHASES, PodWatch, QuotaWatch

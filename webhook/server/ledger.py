@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.quota import GpuQuota, matches
+from webhook.admission.cluster.quota import GpuQuota, matches
 from webhook.server.budget_watch import Watched
 from webhook.server.inventory import KubeNodes, NodeSource
 from webhook.server.logs import LOGGER

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.admission.budget import Usage
+from webhook.admission.budgets.budget import Usage
 from webhook.admission.checks import clusterdrift
 from webhook.admission.cluster.nodes import STALE_AFTER_S, ClusterView
 from webhook.admission.dra.podclaims import ClaimsView

@@ -1,6 +1,7 @@
 """What a pod holds against its namespace's GPU budget, and the one rule that judges it.
 
-`pod_ask` weighs a mutated pod in GPU-equivalents (weights.py, one function per form), counting what the
+`pod_ask` weighs a mutated pod in GPU-equivalents (`resource_weight`: each form's weight asked of the code
+that maps it, the sharing backend, mig.slice_weight or DRA's claimweights), counting what the
 scheduler and the quota evaluator count: the pod's effective request (the largest init container with the
 sidecars started before it, or the app containers with every sidecar, whichever is more), its overhead, and
 the devices of the claims and claim templates it names. A pod in a terminal phase holds nothing.
@@ -16,26 +17,31 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission import weights
+from webhook.admission.base.equivalents import format_gpus, gpus_word
 from webhook.admission.base.podspec import ContainerRef
+from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import (
     DEVICE_CLASS_PREFIX,
     MIG_PREFIX,
     NVIDIA_GPU,
     device_class_of,
     is_managed,
+    is_shared,
     mig_profile_of,
 )
 from webhook.admission.base.violation import SHORT_LIMIT, Violation, cut
+from webhook.admission.cluster.quota import GpuQuota
+from webhook.admission.dra.claimweights import claim_weight, class_units, device_class_weight
 from webhook.admission.dra.podclaims import ClaimsView, Found
 from webhook.admission.phases.validate import effective_total
-from webhook.admission.policy.model import Backend, Mode, Policy
-from webhook.admission.quota import GpuQuota
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.mig import model_of, slice_weight, slice_words
+from webhook.admission.sharing.registry import backend_of
+from webhook.admission.sharing.replicas import replica_weight, replica_words
 
 ZERO = Fraction(0)
 ROUTES = ("extended", "deviceclass", "claims", "templates")
 TERMINAL_PHASES = ("Succeeded", "Failed")
-_DECIMAL_PLACES = 9  # a quantity is exact to 1n: any exact decimal of the unit fits in this many places
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +70,58 @@ class Usage:
     used: Fraction
 
 
-def format_gpus(value: Fraction | int) -> str:
-    """GPU-equivalents for people: a decimal where exact ("0.25", "3"), else the fraction ("1/7", "8/7")."""
-    value = Fraction(value)
-    scaled = value * 10**_DECIMAL_PLACES
-    if scaled.denominator != 1:
-        return f"{value.numerator}/{value.denominator}"
-    whole, rest = divmod(abs(scaled.numerator), 10**_DECIMAL_PLACES)
-    text = f"{whole}.{rest:0{_DECIMAL_PLACES}d}".rstrip("0").rstrip(".")
-    return ("-" if value < 0 else "") + text
+# --- What one unit of each form weighs ---------------------------------------------------------------------
 
 
-def gpus_word(value: Fraction) -> str:
-    """`1 GPU`, `0.5 GPU`, `2 GPUs`: the unit as people say it."""
-    return f"{format_gpus(value)} GPU{'s' if value > 1 else ''}"
+def resource_weight(name: str, policy: Policy) -> Fraction | None:
+    """What one unit of a container resource weighs under `policy`, where it weighs alone (None: no GPU, or a
+    memory-sliced amount whose weight depends on the container's other amounts: the backend's `share_weight`).
+    The one reading of a resource name into its form, for pods, `policy explain` and the schedulers' configs:
+    a DeviceClass is DRA's, a MIG profile's resource its slice in any mode (a `.shared` one a replica of it),
+    anything else the sharing backend's `unit_weight`."""
+    claimed = device_class_of(name)
+    if claimed is not None:
+        return device_class_weight(claimed, policy) or None
+    profile = mig_profile_of(name)
+    if profile is not None:
+        weight = slice_weight(profile, model_of(policy))
+        return weight * replica_weight(policy.sharing.replicas) if is_shared(name) else weight
+    return backend_of(policy).unit_weight(policy, name)
+
+
+def units(policy: Policy) -> list[tuple[str, Fraction, str]]:
+    """What one of each resource the policy's namespace is served weighs: (resource, weight, what it is), for
+    `policy explain` and the schedulers' configurations (schedulers.py): the backend's, then DRA's classes."""
+    return [*backend_of(policy).weight_units(policy), *class_units(policy)]
+
+
+def amounts_of(resources: dict[str, Any]) -> dict[str, Fraction]:
+    """A container's resource map as exact amounts (malformed values left out: validation says those)."""
+    found: dict[str, Fraction] = {}
+    for key, raw in resources.items():
+        if type(key) is not str:
+            continue
+        value = quantity_or_none(raw)
+        if value is not None and value > 0:
+            found[key] = Fraction(value)
+    return found
+
+
+def container_weights(amounts: dict[str, Fraction], policy: Policy) -> dict[str, Fraction]:
+    """One container's GPU-equivalents by route ("extended", "deviceclass"): the amounts its backend weighs
+    together (a memory share), then each other GPU resource it holds at its unit weight."""
+    routes: dict[str, Fraction] = {}
+    shared, together = backend_of(policy).share_weight(policy, amounts)
+    if together:
+        routes["extended"] = shared
+    for name, value in amounts.items():
+        if name in together:
+            continue
+        weight = resource_weight(name, policy)
+        if weight:
+            route = "deviceclass" if device_class_of(name) is not None else "extended"
+            routes[route] = routes.get(route, ZERO) + value * weight
+    return routes
 
 
 # --- The pod's ask -------------------------------------------------------------------------------------------
@@ -188,7 +232,7 @@ _SECTIONS = ("initContainers", "containers")
 
 
 def _containers(spec: dict[str, Any], policy: Policy) -> PodAsk:
-    """What the containers hold at the pod's peak: every container weighed (weights.container), the pod's
+    """What the containers hold at the pod's peak: every container weighed (container_weights), the pod's
     effective request of the sum; NOTHING where none holds a GPU."""
     holders: list[tuple[ContainerRef, dict[str, int | Fraction]]] = []
     forms: dict[tuple[str, int], dict[str, Fraction]] = {}
@@ -201,7 +245,7 @@ def _containers(spec: dict[str, Any], policy: Policy) -> PodAsk:
             amounts = _gpu_amounts(ref)
             if not amounts:
                 continue
-            routes: dict[str, int | Fraction] = dict(weights.container(amounts, policy))
+            routes: dict[str, int | Fraction] = dict(container_weights(amounts, policy))
             if any(routes.values()):
                 routes[""] = sum(routes.values(), ZERO)
                 holders.append((ref, routes))
@@ -230,7 +274,7 @@ def _gpu_amounts(ref: ContainerRef) -> dict[str, Fraction]:
     quota counts as requests; validation counts the same (validate.container_counts)."""
     limits = ref.resource_map("limits")
     managed = {k: v for k, v in limits.items() if type(k) is str and is_managed(k)}
-    return weights.amounts_of(managed) if managed else {}
+    return amounts_of(managed) if managed else {}
 
 
 def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
@@ -238,8 +282,8 @@ def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
     overhead = spec.get("overhead")
     if type(overhead) is not dict:
         return ZERO
-    amounts = weights.amounts_of({k: v for k, v in overhead.items() if type(k) is str and is_managed(k)})
-    return sum(weights.container(amounts, policy).values(), ZERO) if amounts else ZERO
+    amounts = amounts_of({k: v for k, v in overhead.items() if type(k) is str and is_managed(k)})
+    return sum(container_weights(amounts, policy).values(), ZERO) if amounts else ZERO
 
 
 def name_of(pod: dict[str, Any]) -> str:
@@ -282,7 +326,7 @@ def _claims(found: Sequence[Found], policy: Policy) -> list[tuple[str, str, str,
     """(route, kind, name, weight) for each claim and template found that holds GPUs."""
     weighed: list[tuple[str, str, str, Fraction]] = []
     for _, kind, source, summary in found:
-        value = weights.claim(summary, policy)
+        value = claim_weight(summary, policy)
         if value:
             weighed.append(("claims" if kind == "ResourceClaim" else "templates", kind, source, value))
     return weighed
@@ -290,27 +334,19 @@ def _claims(found: Sequence[Found], policy: Policy) -> list[tuple[str, str, str,
 
 def _describe(amounts: dict[str, Fraction], policy: Policy) -> str:
     """The forms of the containers at the pod's peak, for messages: `2 replicas of 4`, `one 3g.40gb MIG slice`."""
-    sharing = policy.sharing
+    sharing, backend = policy.sharing, backend_of(policy)
     parts: list[str] = []
-    backend = sharing.backend if sharing.mode is Mode.MEMORY else None
     for name, amount in amounts.items():
         count = format_gpus(amount)
         profile = mig_profile_of(name) if name.startswith(MIG_PREFIX) else None
-        if profile is None and name == NVIDIA_GPU and sharing.is_mig_single and sharing.mig_profile:
-            profile = sharing.mig_profile
         if profile is not None:
-            parts.append(f"{'one' if amount == 1 else count} {profile} MIG slice{'s' if amount != 1 else ''}")
-        elif name == sharing.shared_resource or (name.endswith(".shared") and name.startswith("nvidia.com/")):
-            of = f" of {sharing.replicas}" if sharing.replicas else ""
-            parts.append(f"{count} replica{'s' if amount != 1 else ''}{of}")
-        elif backend is Backend.ACK and name == "aliyun.com/gpu-mem":
-            parts.append(f"{count} GiB of GPU memory")
-        elif backend is not None and backend is not Backend.ACK and name != NVIDIA_GPU:
-            parts.append(f"{name} {count}")
+            parts.append(slice_words(profile, count, amount))
+        elif name.endswith(".shared") and name.startswith("nvidia.com/"):
+            parts.append(replica_words(count, amount, sharing.replicas))
+        elif (words := backend.amount_words(policy, name, count, amount)) is not None:
+            parts.append(words)
         elif name.startswith(DEVICE_CLASS_PREFIX):
             parts.append(f"{count} {device_class_of(name)} device{'s' if amount != 1 else ''}")
-        elif name == NVIDIA_GPU and backend in (Backend.HAMI, Backend.VOLCANO):
-            parts.append(f"{count} vGPU{'s' if amount != 1 else ''}")
         elif name == NVIDIA_GPU:
             parts.append(f"{count} whole GPU{'s' if amount != 1 else ''}")
         else:

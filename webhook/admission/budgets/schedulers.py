@@ -20,11 +20,10 @@ from fractions import Fraction
 from math import floor, lcm
 from typing import Any
 
-from webhook.admission import weights
-from webhook.admission.base.resources import NVIDIA_GPU, mig_resource
-from webhook.admission.budget import format_gpus
-from webhook.admission.policy.model import DEFAULT_POLICY, Backend, Check, Fractional, Mode, Policy, PolicySet
-from webhook.admission.sharing.memshare import spec_of, units_of
+from webhook.admission.base.equivalents import format_gpus
+from webhook.admission.budgets.budget import units
+from webhook.admission.policy.model import DEFAULT_POLICY, Check, Policy, PolicySet
+from webhook.admission.sharing.registry import backend_of
 
 KUEUE_API_VERSION = "config.kueue.x-k8s.io/v1beta1"
 OUTPUT = "gpu-admission.io/gpu-equivalents"
@@ -58,12 +57,11 @@ def kueue(policies: PolicySet) -> KueueRendering:
     left_out: list[str] = []
     blocked: set[str] = set()  # a resource some policy cannot weigh per unit: left out everywhere
     for policy in applied(policies):
-        spec = spec_of(policy)
-        for resource, weight, _ in weights.units(policy):
-            if spec is not None and spec.backend is not Backend.ACK and resource in (spec.count, spec.cores):
+        not_per_unit = backend_of(policy).not_per_unit(policy)
+        for resource, weight, _ in units(policy):
+            if resource in not_per_unit:
                 left_out.append(
-                    f"{resource} (policy {policy.name}): {spec.title} weighs a share as the larger of its memory and "
-                    "cores, per vGPU; a transformation only adds per unit: its memory alone is counted there, and "
+                    f"{resource} (policy {policy.name}): {not_per_unit[resource]}, and "
                     f"{resource} is left to Kueue as it is, in every namespace"
                 )
                 blocked.add(resource)
@@ -114,47 +112,10 @@ def native(policies: PolicySet) -> list[NativeQuota]:
 
 
 def _native(policy: Policy) -> NativeQuota:
-    sharing = policy.sharing
-    names = policy.namespaces
-
-    def one(entry: str, per_gpu: Fraction, note: str) -> NativeQuota:
-        return NativeQuota(policy.name, names, "requests." + entry, per_gpu, note)
-
-    def none(note: str) -> NativeQuota:
-        return NativeQuota(policy.name, names, None, Fraction(0), note)
-
-    dra = "; DRA claims and deviceclass resources are the webhook's budget alone"
-    if sharing.mode.is_shared:
-        if sharing.resource_name == NVIDIA_GPU:
-            return none(
-                "replicas keep the name nvidia.com/gpu: the API server already counts each as one nvidia.com/gpu, so "
-                "the admin's own entry is in replicas (write N x replicas for N GPUs)"
-            )
-        if not sharing.replicas:
-            return none("replicas auto: the nodes say how many; render again with replicas set")
-        return one(sharing.resource_name, Fraction(sharing.replicas), f"{sharing.replicas} replicas per GPU" + dra)
-    if sharing.mode is Mode.MIG and not sharing.is_mig_single:
-        profiles = sharing.mig_profiles or ((sharing.mig_profile,) if sharing.mig_profile else ())
-        if len(profiles) == 1 and (policy.fractional is not Fractional.MIG or sharing.mig_profiles):
-            profile = profiles[0]
-            weight = weights.mig_slice(profile, weights.mig_model(policy))
-            exact = "" if (1 / weight).denominator == 1 else f" (rounded down: one slice is {format_gpus(weight)} GPU)"
-            return one(mig_resource(profile), 1 / weight, f"{profile} slices per GPU{exact}" + dra)
-        return none("MIG profiles mix (a fraction becomes the slice that holds it): the webhook's budget judges them")
-    spec = spec_of(policy)
-    if spec is not None and spec.backend is Backend.ACK:
-        gpu_mib, unit_mib = units_of(spec, policy)
-        if gpu_mib:
-            per_gpu = gpu_mib // unit_mib
-            return one(
-                spec.memory,
-                Fraction(per_gpu),
-                f"GiB of {per_gpu} per GPU; whole GPUs stay nvidia.com/gpu, which the admin's own entry counts apart"
-                + dra,
-            )
-    if spec is not None:
-        return none(f"{spec.title} counts vGPUs, memory and cores apart: the webhook's budget weighs them together")
-    return none("whole GPUs: the admin's own requests.nvidia.com/gpu is the budget" + dra)
+    """The policy's one native entry, as its sharing backend says (`quota_entry`)."""
+    entry = backend_of(policy).quota_entry(policy)
+    resource = "requests." + entry.resource if entry.resource is not None else None
+    return NativeQuota(policy.name, policy.namespaces, resource, entry.per_gpu, entry.note)
 
 
 def native_quota_object(quota: NativeQuota, namespace: str, gpus: Fraction, name: str) -> dict[str, Any]:

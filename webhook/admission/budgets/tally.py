@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.budget import PodAsk, Usage
-from webhook.admission.quota import GpuQuota
+from webhook.admission.budgets.budget import PodAsk, Usage
+from webhook.admission.cluster.quota import GpuQuota
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """A namespace's GPU budget: the GPU entries of its own ResourceQuota objects, read as GPU-equivalents.
 
 The admin writes what every GPU cluster already has, `requests.nvidia.com/gpu: "1"`; the webhook reads it as
-one GPU-equivalent whatever the namespace's policy turns `nvidia.com/gpu` into (weights.py), so the budget
+one GPU-equivalent whatever the namespace's policy turns `nvidia.com/gpu` into (budgets/budget.py), so the budget
 holds on every route. Which pods a quota counts follows the API server's quota evaluator exactly
 (kubernetes pkg/quota/v1/evaluator/core/pods.go, podMatchesScopeFunc, and apiserver's generic.Matches): every
 scope in `spec.scopes` (operator Exists) and every `spec.scopeSelector.matchExpressions` entry must match;

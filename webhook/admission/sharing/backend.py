@@ -17,7 +17,9 @@ build their own objects from it. Each group of methods is one question a phase a
   `gpu_config_strategy`, `config_mismatch`;
 - its fit on a node: `not_offered`;
 - env and engine hints: `env_hints`, `frameworks_skipped`, `judges_variable`, `engine_flags`;
-- lines for people: `describe`, `explain_mode`, `explain_share`.
+- lines for people: `describe`, `explain_mode`, `explain_share`;
+- its GPU budget weights (docs/budgets.md), in GPU-equivalents: `unit_weight`, `share_weight`, `weight_units`,
+  `device_profile`, `amount_words`, `quota_entry`, `not_per_unit`, `kept_name_units`.
 
 A new per-mode rule is one more method here, with a default where most modes have nothing to say, and one
 override in each backend that has.
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from webhook.admission.base.resources import NVIDIA_GPU, GPUModel
+from webhook.admission.base.resources import NVIDIA_GPU, GPUModel, is_shared
 from webhook.admission.cluster.nodes import STRATEGY_LABEL
 
 if TYPE_CHECKING:
@@ -43,6 +45,19 @@ LabelRequirement = tuple[str, str, tuple[str, ...]]
 # (field, nodes_say, policy_says, effect, fix): one disagreement between a policy and one node.
 NodeDrift = tuple[str, str, str, str, str]
 ONE_GPU: tuple[int, tuple[tuple[str, str], ...]] = (1, ())
+# A GPU held alone weighs one GPU-equivalent, the budget's unit, whichever mode or route hands it out.
+WHOLE_GPU = Fraction(1)
+# Said of every native quota entry: the API server cannot count DRA's routes in it.
+DRA_APART = "; DRA claims and deviceclass resources are the webhook's budget alone"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaEntry:
+    """The one resource a native ResourceQuota can hold a namespace's whole GPU budget in, or why none can."""
+
+    resource: str | None  # "nvidia.com/gpu.shared"; None: no one resource carries the budget
+    per_gpu: Fraction  # how much of the resource one GPU is
+    note: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +267,53 @@ class SharingBackend(ABC):
     def explain_share(self, policy: Policy) -> str:
         """What one container may get here (`policy explain`)."""
         return "whole GPUs only"
+
+    # --- Its GPU budget weights (docs/budgets.md) ----------------------------------------------------------
+
+    def unit_weight(self, policy: Policy, resource: str) -> Fraction | None:
+        """What one unit of `resource` weighs in GPU-equivalents under this mode, where it weighs alone; None:
+        no GPU, or an amount weighed with the container's others (`share_weight`). MIG profile resources and
+        DeviceClasses weigh the same in every mode (mig.slice_weight, DRA): they are not asked here. The
+        default: `nvidia.com/gpu` a whole GPU, another NVIDIA `.shared` resource a replica of a sharing this
+        pool does not have (as much as a GPU, the most it can be)."""
+        if resource == NVIDIA_GPU or (is_shared(resource) and resource.startswith("nvidia.com/")):
+            return WHOLE_GPU
+        return None
+
+    def share_weight(self, policy: Policy, amounts: dict[str, Fraction]) -> tuple[Fraction, frozenset[str]]:
+        """What a container's amounts that weigh only together weigh (a memory share: its memory, cores and
+        vGPUs), and which of `amounts` those are; (0, none) where every resource weighs alone."""
+        return Fraction(0), frozenset()
+
+    def weight_units(self, policy: Policy) -> list[tuple[str, Fraction, str]]:
+        """What one of each resource this mode serves weighs: (resource, weight, what it is), for `policy
+        explain` and the schedulers' configurations (DRA's DeviceClasses are added by the budget)."""
+        return [(NVIDIA_GPU, WHOLE_GPU, "a whole GPU")]
+
+    def device_profile(self, policy: Policy) -> str | None:
+        """The MIG profile a DRA MIG device is taken to be where its claim's selector names none; None: the
+        device weighs a whole GPU."""
+        return None
+
+    def amount_words(self, policy: Policy, resource: str, count: str, amount: Fraction) -> str | None:
+        """A container's amount of one of this mode's resources for people (`2 replicas of 4`); None: the
+        generic words. `count` is `amount` as format_gpus writes it."""
+        return None
+
+    def quota_entry(self, policy: Policy) -> QuotaEntry:
+        """The native ResourceQuota entry that can hold the namespace's budget (`policy render --native`)."""
+        return QuotaEntry(
+            None, Fraction(0), "whole GPUs: the admin's own requests.nvidia.com/gpu is the budget" + DRA_APART
+        )
+
+    def not_per_unit(self, policy: Policy) -> dict[str, str]:
+        """The served resources whose weight is not per unit (a linear transformation cannot count them), with
+        why."""
+        return {}
+
+    def kept_name_units(self, policy: Policy) -> str:
+        """What the API server counts as `nvidia.com/gpu` where the device plugin keeps the name for a share."""
+        return "GPUs"
 
 
 def strategy_drift(policy: Policy, node: NodeInfo, expected: str) -> list[NodeDrift]:

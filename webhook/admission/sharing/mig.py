@@ -7,8 +7,10 @@ under mixed; the nodes' layout (`migProfiles`) is what the pool serves.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from webhook.admission.base.equivalents import format_gpus
 from webhook.admission.base.quantity import exact_text
 from webhook.admission.base.resources import (
     GPU_MODELS,
@@ -19,7 +21,16 @@ from webhook.admission.base.resources import (
     offered_profiles,
 )
 from webhook.admission.cluster.nodes import GI_SLICES_LABEL, MIG_STRATEGY_LABEL, PRODUCT_LABEL, mig_counts
-from webhook.admission.sharing.backend import LabelRequirement, ModeRules, NodeDrift, SharingBackend
+from webhook.admission.policy.model import Fractional
+from webhook.admission.sharing.backend import (
+    DRA_APART,
+    WHOLE_GPU,
+    LabelRequirement,
+    ModeRules,
+    NodeDrift,
+    QuotaEntry,
+    SharingBackend,
+)
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
@@ -32,6 +43,31 @@ def profiles_offered(policy: Policy) -> tuple[str, ...]:
     if sharing.mig_profiles is not None:
         return sharing.mig_profiles
     return (sharing.mig_profile,) if sharing.mig_profile else ()
+
+
+def slice_weight(profile: str, model: GPUModel | None) -> Fraction:
+    """One MIG slice in GPU-equivalents, in any mode and on any route (`nvidia.com/mig-<profile>`, a DRA
+    `mig.nvidia.com` device): its dominant share, max(compute slices / the GPU's, memory share of the GPU), so
+    that on an A100-80GB 1g.10gb is 1/7 (seven fill the compute) and 3g.40gb 1/2 (two fill the memory). Without
+    a known model, the largest weight any model in resources.GPU_MODELS gives the profile (1 if none has it)."""
+    if model is None:
+        known = [slice_weight(profile, m) for m in GPU_MODELS.values() if m.profile(profile) is not None]
+        return max(known, default=WHOLE_GPU)
+    found = model.profile(profile)
+    if found is None:
+        return WHOLE_GPU
+    compute = max(p.compute_slices for p in model.mig_profiles)
+    return max(Fraction(found.compute_slices, compute), found.memory_share)
+
+
+def model_of(policy: Policy) -> GPUModel | None:
+    """The policy's GPU model, whose profiles the MIG weights read."""
+    return GPU_MODELS.get(policy.gpu.model or "")
+
+
+def slice_words(profile: str, count: str, amount: Fraction) -> str:
+    """`one 3g.40gb MIG slice`, `2 1g.10gb MIG slices`: a container's slices for people."""
+    return f"{'one' if amount == 1 else count} {profile} MIG slice{'s' if amount != 1 else ''}"
 
 
 class Mig(SharingBackend):
@@ -262,3 +298,47 @@ class Mig(SharingBackend):
         )
         offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
         return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
+
+    def unit_weight(self, policy: Policy, resource: str) -> Fraction | None:
+        sharing = policy.sharing
+        if resource == NVIDIA_GPU and sharing.is_mig_single:  # the single strategy's one profile
+            return slice_weight(sharing.mig_profile, model_of(policy)) if sharing.mig_profile else WHOLE_GPU
+        return super().unit_weight(policy, resource)
+
+    def weight_units(self, policy: Policy) -> list[tuple[str, Fraction, str]]:
+        sharing, model = policy.sharing, model_of(policy)
+        if sharing.is_mig_single and sharing.mig_profile:
+            return [(NVIDIA_GPU, slice_weight(sharing.mig_profile, model), f"a {sharing.mig_profile} MIG slice")]
+        profiles = sharing.mig_profiles or (
+            tuple(model.profile_names()) if model else ((sharing.mig_profile,) if sharing.mig_profile else ())
+        )
+        found = [(mig_resource(p), slice_weight(p, model), f"a {p} MIG slice") for p in profiles]
+        return [*found, (NVIDIA_GPU, WHOLE_GPU, "a whole GPU")]
+
+    def device_profile(self, policy: Policy) -> str | None:
+        return policy.sharing.mig_profile or None
+
+    def amount_words(self, policy: Policy, resource: str, count: str, amount: Fraction) -> str | None:
+        sharing = policy.sharing
+        if resource == NVIDIA_GPU and sharing.is_mig_single and sharing.mig_profile:
+            return slice_words(sharing.mig_profile, count, amount)
+        return None
+
+    def quota_entry(self, policy: Policy) -> QuotaEntry:
+        sharing = policy.sharing
+        if sharing.is_mig_single:
+            return super().quota_entry(policy)
+        profiles = sharing.mig_profiles or ((sharing.mig_profile,) if sharing.mig_profile else ())
+        if len(profiles) == 1 and (policy.fractional is not Fractional.MIG or sharing.mig_profiles):
+            profile = profiles[0]
+            weight = slice_weight(profile, model_of(policy))
+            exact = "" if (1 / weight).denominator == 1 else f" (rounded down: one slice is {format_gpus(weight)} GPU)"
+            return QuotaEntry(mig_resource(profile), 1 / weight, f"{profile} slices per GPU{exact}" + DRA_APART)
+        return QuotaEntry(
+            None,
+            Fraction(0),
+            "MIG profiles mix (a fraction becomes the slice that holds it): the webhook's budget judges them",
+        )
+
+    def kept_name_units(self, policy: Policy) -> str:
+        return "MIG slices"

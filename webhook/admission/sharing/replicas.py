@@ -13,16 +13,37 @@ from typing import TYPE_CHECKING
 
 from webhook.admission.base.envnames import MPS_MEMORY_LIMIT, MPS_THREAD_PERCENTAGE, TGI_FRACTION, whole_percent
 from webhook.admission.base.quantity import exact_text, format_fraction
-from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU, NVIDIA_GPU_SHARED, GPUModel
+from webhook.admission.base.resources import GPU_CONFIG_STRATEGIES, NVIDIA_GPU, NVIDIA_GPU_SHARED, GPUModel, is_shared
 from webhook.admission.cluster.nodes import REPLICAS_LABEL, STRATEGY_LABEL, node_replicas
 from webhook.admission.policy.model import Fractional
-from webhook.admission.sharing.backend import LabelRequirement, ModeRules, NodeDrift, SharingBackend, strategy_drift
+from webhook.admission.sharing.backend import (
+    DRA_APART,
+    WHOLE_GPU,
+    LabelRequirement,
+    ModeRules,
+    NodeDrift,
+    QuotaEntry,
+    SharingBackend,
+    strategy_drift,
+)
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
     from webhook.admission.policy.model import Policy, Sharing
 
 TGI = "tgi"  # Text Generation Inference's framework hint (its fraction only takes from MPS's capped memory)
+
+
+def replica_weight(replicas: int | None) -> Fraction:
+    """One time-slicing or MPS replica in GPU-equivalents: `replicas` of them share one GPU. Unknown replicas
+    (`auto` with no node to read them from): a whole GPU, the most a replica can be."""
+    return Fraction(1, replicas) if replicas else WHOLE_GPU
+
+
+def replica_words(count: str, amount: Fraction, replicas: int | None) -> str:
+    """`2 replicas of 4`: a container's replicas for people."""
+    of = f" of {replicas}" if replicas else ""
+    return f"{count} replica{'s' if amount != 1 else ''}{of}"
 
 
 class Replicas(SharingBackend):
@@ -165,6 +186,56 @@ class Replicas(SharingBackend):
         if policy.fractional is Fractional.SHARED:
             text += f"; nvidia.com/gpu up to {exact_text(policy.share)} becomes one, more is denied"
         return text
+
+    def unit_weight(self, policy: Policy, resource: str) -> Fraction | None:
+        sharing = policy.sharing
+        if resource == sharing.resource_name or (is_shared(resource) and resource.startswith("nvidia.com/")):
+            return replica_weight(sharing.replicas)
+        return super().unit_weight(policy, resource)
+
+    def weight_units(self, policy: Policy) -> list[tuple[str, Fraction, str]]:
+        sharing = policy.sharing
+        return [(sharing.resource_name, replica_weight(sharing.replicas), _replica_text(policy))]
+
+    def amount_words(self, policy: Policy, resource: str, count: str, amount: Fraction) -> str | None:
+        sharing = policy.sharing
+        return replica_words(count, amount, sharing.replicas) if resource == sharing.resource_name else None
+
+    def quota_entry(self, policy: Policy) -> QuotaEntry:
+        sharing = policy.sharing
+        if sharing.resource_name == NVIDIA_GPU:
+            return QuotaEntry(
+                None,
+                Fraction(0),
+                "replicas keep the name nvidia.com/gpu: the API server already counts each as one nvidia.com/gpu, so "
+                "the admin's own entry is in replicas (write N x replicas for N GPUs)",
+            )
+        if not sharing.replicas:
+            return QuotaEntry(
+                None, Fraction(0), "replicas auto: the nodes say how many; render again with replicas set"
+            )
+        return QuotaEntry(
+            sharing.resource_name, Fraction(sharing.replicas), f"{sharing.replicas} replicas per GPU" + DRA_APART
+        )
+
+    def kept_name_units(self, policy: Policy) -> str:
+        return "time-slicing replicas"
+
+
+def _replica_text(policy: Policy) -> str:
+    """What one replica is, and where the device plugin keeps the name, what the API server counts instead."""
+    replicas = policy.sharing.replicas
+    shown = f"a replica of {replicas}" if replicas else "a replica (replicas auto: weighed as a GPU offline)"
+    if policy.sharing.resource_name == NVIDIA_GPU:
+        shown += (
+            "; the API server counts each replica as one nvidia.com/gpu itself, so requests.nvidia.com/gpu: N "
+            f"admits N replicas ({_gpus_of_replicas(replicas)}): write N x {replicas or 'replicas'} for N GPUs"
+        )
+    return shown
+
+
+def _gpus_of_replicas(replicas: int | None) -> str:
+    return f"N/{replicas} GPUs" if replicas else "N/replicas GPUs"
 
 
 class Mps(Replicas):
