@@ -11,16 +11,14 @@ no ask. Target: the budgeted review costs at most 10% more than the same review 
 
 from __future__ import annotations
 
-import functools
 import gc
-import shutil
 import statistics
 import sys
 import time
 from fractions import Fraction
 from typing import Any
 
-from bench.common import callgrind_per_call, check, pin_to_one_core, table, write_results
+from bench.common import callgrind_child, callgrind_or_none, check, pin_to_one_core, table, write_results
 from webhook.admission.budgets.budget import Usage, pod_ask
 from webhook.admission.cluster.quota import gpu_quota
 from webhook.admission.engine import evaluate
@@ -71,16 +69,11 @@ def _call(which: str) -> Any:
 
 def _child(which: str, calls: int) -> None:
     """Inside callgrind: warm up, then `calls` calls inside the counted `functools.reduce`."""
-    call = _call(which)
-    for _ in range(200):
-        call()
-    functools.reduce(lambda _, __: call(), range(calls), None)
+    callgrind_child(_call(which), calls)
 
 
 def instructions(which: str, calls: int = 500) -> float | None:
-    if shutil.which("valgrind") is None:
-        return None
-    return callgrind_per_call("bench.budget", which, calls)
+    return callgrind_or_none("bench.budget", which, calls)
 
 
 def measure(which: str, seconds: float) -> float:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,25 @@ def callgrind_per_call(module: str, part: str, calls: int) -> float:
     if run.returncode != 0 or found is None:
         raise RuntimeError(f"callgrind failed for {part!r} (exit {run.returncode}): {run.stderr[-500:]}")
     return int(found.group(1)) / calls
+
+
+def callgrind_or_none(module: str, part: str, calls: int) -> float | None:
+    """`callgrind_per_call`, or None where valgrind is not installed (the caller times instead)."""
+    if shutil.which("valgrind") is None:
+        return None
+    return callgrind_per_call(module, part, calls)
+
+
+def callgrind_child(call: Callable[[], Any], calls: int) -> None:
+    """The child side of `callgrind_per_call`: warm up, then `calls` calls inside the counted `functools.reduce`."""
+    for _ in range(200):
+        call()
+    functools.reduce(lambda _, __: call(), range(calls), None)
+
+
+def rss() -> int:
+    """This process's resident memory (VmRSS) in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0

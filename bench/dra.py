@@ -13,18 +13,15 @@ hold under 50 MB per worker; a pod with a claim costs at most 10% more than the 
 
 from __future__ import annotations
 
-import functools
 import gc
-import shutil
 import statistics
 import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from bench.common import callgrind_per_call, check, pin_to_one_core, table, write_results
+from bench.common import callgrind_child, callgrind_or_none, check, pin_to_one_core, rss, table, write_results
 from webhook.admission.engine import evaluate
 from webhook.admission.policy.loader import parse_policy_sources
 from webhook.server.claims import ClaimCache, ClaimsCache
@@ -117,13 +114,6 @@ class Pages:
         return iter(())
 
 
-def rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def cache_memory() -> tuple[ClaimCache, float, float, float]:
     """The cache listed, its held MB (tracemalloc), the process's RSS growth in MB, and a list's seconds."""
     gc.collect()
@@ -187,16 +177,12 @@ def _child(which: str, calls: int) -> None:
     def call() -> Any:
         return evaluate(obj, "team-3", policies, None, None, view)
 
-    for _ in range(200):
-        call()
-    functools.reduce(lambda _, __: call(), range(calls), None)
+    callgrind_child(call, calls)
 
 
 def instructions(which: str, calls: int = 500) -> float | None:
     """Instructions per review of the plain pod or the pod with a claim (valgrind), or None without it."""
-    if shutil.which("valgrind") is None:
-        return None
-    return callgrind_per_call("bench.dra", which, calls)
+    return callgrind_or_none("bench.dra", which, calls)
 
 
 def main(seconds: float = 0.5, rounds: int = 9) -> bool:

@@ -27,10 +27,9 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from bench.common import check, percentile, table, write_results
+from bench.common import check, percentile, rss, table, write_results
 from bench.server import _start, free_port, setup
 from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.review import make_review
@@ -140,13 +139,6 @@ class Pages:
 
     def watch(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         return iter(())
-
-
-def rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def _ignore(namespace: str, uid: str) -> None:

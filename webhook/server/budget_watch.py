@@ -115,6 +115,26 @@ class Watched(NodeInventory):
         raise NotImplementedError
 
 
+class KeyedWatch(Watched):
+    """A `Watched` kept as namespace -> key -> value: `_read` says what one object is; a list fills a new map."""
+
+    _listing: dict[str, dict[str, Any]]
+
+    def _read(self, obj: Any) -> tuple[str, str, Any] | None:
+        """(namespace, key, the value kept, or None where nothing is), or None to ignore the object."""
+        raise NotImplementedError
+
+    def _begin(self) -> None:
+        self._listing = {}
+
+    def _keep(self, obj: Any) -> bool:
+        found = self._read(obj)
+        if found is None or found[2] is None:
+            return False
+        self._listing.setdefault(found[0], {})[found[1]] = found[2]
+        return True
+
+
 def _identity(obj: Any) -> tuple[str, str, str, dict[str, Any]] | None:
     """(namespace, name, uid, metadata) of a listed or watched object; list items carry no kind: it is known."""
     if not isinstance(obj, dict):
@@ -128,7 +148,7 @@ def _identity(obj: Any) -> tuple[str, str, str, dict[str, Any]] | None:
     return namespace, name, uid, metadata  # type: ignore[return-value]
 
 
-class PodWatch(Watched):
+class PodWatch(KeyedWatch):
     """Every live GPU pod of the cluster: namespace -> UID -> HeldPod. `on_gone(namespace, uid)` is called when
     one is deleted or ends (the budget keeper releases it); a relist reports those that went missing."""
 
@@ -149,7 +169,7 @@ class PodWatch(Watched):
     def count(self) -> int:
         return sum(len(pods) for pods in list(self.held.values()))
 
-    def _held(self, obj: Any) -> tuple[str, str, HeldPod | None] | None:
+    def _read(self, obj: Any) -> tuple[str, str, HeldPod | None] | None:
         """(namespace, uid, the pod as held, or None when it holds no GPU or has ended), or None to ignore."""
         found = _identity(obj)
         if found is None:
@@ -166,16 +186,6 @@ class PodWatch(Watched):
         pod = HeldPod(sys.intern(name), self._shared.setdefault(gpus, gpus), self._shared.setdefault(scope, scope))
         return sys.intern(namespace), sys.intern(uid), pod
 
-    def _begin(self) -> None:
-        self._listing = {}
-
-    def _keep(self, obj: Any) -> bool:
-        found = self._held(obj)
-        if found is None or found[2] is None:
-            return False
-        self._listing.setdefault(found[0], {})[found[1]] = found[2]
-        return True
-
     def _end(self) -> None:
         before, self.held, self._listing = self.held, self._listing, {}
         for namespace, pods in before.items():  # gone while the watch was down: deleted, or ended
@@ -184,7 +194,7 @@ class PodWatch(Watched):
                 self._on_gone(namespace, uid)
 
     def _change(self, kind: str, obj: dict[str, Any]) -> None:
-        found = self._held(obj)
+        found = self._read(obj)
         if found is None:
             return
         namespace, uid, pod = found
@@ -203,7 +213,7 @@ def _ended(obj: dict[str, Any]) -> bool:
     return isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES
 
 
-class QuotaWatch(Watched):
+class QuotaWatch(KeyedWatch):
     """Every ResourceQuota with a GPU entry: namespace -> name -> GpuQuota (quota.gpu_quota reads them)."""
 
     def __init__(self, source: NodeSource, **options: Any) -> None:
@@ -218,7 +228,7 @@ class QuotaWatch(Watched):
     def quotas(self, namespace: str) -> tuple[GpuQuota, ...]:
         return tuple((self.held.get(namespace) or {}).values())
 
-    def _quota(self, obj: Any) -> tuple[str, str, GpuQuota | None] | None:
+    def _read(self, obj: Any) -> tuple[str, str, GpuQuota | None] | None:
         if not isinstance(obj, dict):
             return None
         metadata = obj.get("metadata")
@@ -229,21 +239,11 @@ class QuotaWatch(Watched):
             return None
         return sys.intern(namespace), name, gpu_quota({"apiVersion": "v1", "kind": "ResourceQuota", **obj})
 
-    def _begin(self) -> None:
-        self._listing = {}
-
-    def _keep(self, obj: Any) -> bool:
-        found = self._quota(obj)
-        if found is None or found[2] is None:
-            return False
-        self._listing.setdefault(found[0], {})[found[1]] = found[2]
-        return True
-
     def _end(self) -> None:
         self.held, self._listing = self._listing, {}
 
     def _change(self, kind: str, obj: dict[str, Any]) -> None:
-        found = self._quota(obj)
+        found = self._read(obj)
         if found is None:
             return
         namespace, name, quota = found

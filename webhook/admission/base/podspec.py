@@ -7,12 +7,13 @@ extended-resource rules, so a requests-only Deployment is rejected before any Po
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from webhook.admission.base.memo import BoundedMemo
+from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import is_managed
 from webhook.admission.base.violation import cut
 
@@ -213,6 +214,32 @@ def iter_containers(
         for index, body in enumerate(containers):
             if isinstance(body, dict):
                 yield ContainerRef(section, index, body)
+
+
+def section_bodies(spec: dict[str, Any], sections: tuple[str, ...]) -> Iterator[Any]:
+    """Each entry of the spec's container lists in `sections`, as written (not checked to be a map)."""
+    for section in sections:
+        containers = spec.get(section)
+        if type(containers) is list:
+            yield from containers
+
+
+def asks_some(bodies: Iterable[Any], names: Collection[str], maps: tuple[str, ...]) -> bool:
+    """Whether a body (a container, or a pod spec with pod-level resources) asks a positive quantity of one of
+    `names` in one of its `resources` `maps` ("limits", "requests")."""
+    for body in bodies:
+        resources = body.get("resources") if type(body) is dict else None
+        if type(resources) is not dict:
+            continue
+        for which in maps:
+            amounts = resources.get(which)
+            if type(amounts) is not dict:
+                continue
+            for name in names:
+                value = quantity_or_none(amounts[name]) if name in amounts else None
+                if value is not None and value > 0:
+                    return True
+    return False
 
 
 def mentions_gpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:

@@ -32,7 +32,7 @@ from webhook.admission.base.resources import (
 from webhook.admission.base.violation import SHORT_LIMIT, Violation, cut
 from webhook.admission.cluster.quota import GpuQuota
 from webhook.admission.dra.claimweights import claim_weight, class_units, device_class_weight
-from webhook.admission.dra.podclaims import ClaimsView, Found
+from webhook.admission.dra.podclaims import ClaimsView, Found, claim_sources
 from webhook.admission.phases.validate import effective_total
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.mig import model_of, slice_weight, slice_words
@@ -137,7 +137,7 @@ def pod_ask(
     """What the (mutated) pod holds under `policy`; NOTHING for a terminal pod or one with no GPU. `claims`:
     the namespace's claims and templates (None: the claims it names are not counted); `namespace` stands in
     for a missing metadata.namespace (a CREATE's pod may carry none); `found`, the claims the pod names as
-    the engine already looked them up (drapods.pod_claims), read instead of `claims`."""
+    the engine already looked them up (podclaims.pod_claims), read instead of `claims`."""
     if type(pod) is not dict:
         return NOTHING
     status = pod.get("status")
@@ -303,19 +303,12 @@ def _namespace(pod: dict[str, Any]) -> str:
 
 
 def _looked_up(spec: dict[str, Any], view: ClaimsView | None, namespace: str) -> list[Found]:
-    """The claims and templates the pod names that `view` holds (as drapods.pod_claims finds them)."""
+    """The claims and templates the pod names that `view` holds (read as `pod_claims` reads them)."""
     found: list[Found] = []
     entries = spec.get("resourceClaims")
-    for entry in entries if type(entries) is list and view is not None else []:
-        name = entry.get("name") if type(entry) is dict else None
-        if type(name) is not str:
-            continue
-        kind, source = "ResourceClaim", entry.get("resourceClaimName")
-        if type(source) is not str or not source:
-            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
-            if type(source) is not str or not source:
-                continue
-        assert view is not None
+    if type(entries) is not list or view is None:
+        return found
+    for name, kind, source in claim_sources(entries):
         summary = view.claim(kind, namespace, source)
         if summary is not None:
             found.append((name, kind, source, summary))

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.base.quantity import QuantityError, parse_quantity, quantity_or_none
+from webhook.admission.base.podspec import asks_some, section_bodies
+from webhook.admission.base.quantity import QuantityError, parse_quantity
 
 GPU_QUOTA_ENTRIES = ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu")
 SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "PriorityClass", "CrossNamespacePodAffinity")
@@ -182,23 +183,8 @@ def _best_effort(pod: dict[str, Any], spec: dict[str, Any]) -> bool:
     qos = status.get("qosClass") if type(status) is dict else None
     if type(qos) is str and qos:
         return qos == "BestEffort"
-    bodies: list[Any] = [spec]  # pod-level resources (spec.resources)
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        bodies += containers if type(containers) is list else []
-    for body in bodies:
-        resources = body.get("resources") if type(body) is dict else None
-        if type(resources) is not dict:
-            continue
-        for which in ("requests", "limits"):
-            amounts = resources.get(which)
-            if type(amounts) is not dict:
-                continue
-            for name in QOS_RESOURCES:
-                value = quantity_or_none(amounts.get(name)) if name in amounts else None
-                if value is not None and value > 0:
-                    return False
-    return True
+    bodies = [spec, *section_bodies(spec, ("initContainers", "containers"))]  # spec: pod-level resources
+    return not asks_some(bodies, QOS_RESOURCES, ("requests", "limits"))
 
 
 def _cross_namespace(spec: dict[str, Any]) -> bool:

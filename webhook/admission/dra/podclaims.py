@@ -18,7 +18,7 @@ show it) live in dra/claimrules.py, imported from here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -212,6 +212,22 @@ def claim_entries(obj: dict[str, Any], spec_path: tuple[str, ...]) -> list[Any]:
     return entries if type(entries) is list else []
 
 
+def claim_sources(entries: list[Any]) -> Iterator[tuple[str, str, str]]:
+    """(entry name, kind, source) of each entry of `spec.resourceClaims` that names its source: a
+    `resourceClaimName` (kind ResourceClaim), else a `resourceClaimTemplateName` (kind ResourceClaimTemplate).
+    The one reader of the entries, for the DRA checks and the budget alike."""
+    for entry in entries:
+        name = entry.get("name") if type(entry) is dict else None
+        if type(name) is not str:
+            continue
+        kind, source = "ResourceClaim", entry.get("resourceClaimName")
+        if type(source) is not str or not source:
+            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
+            if type(source) is not str or not source:
+                continue
+        yield name, kind, source
+
+
 def _counts(devices: Devices, policy: Policy, request: str | None) -> tuple[dict[str, int], str]:
     """GPU devices by kind ("gpu", "mig") of every request (or of `request`), each at its largest
     alternative; and the class of a request with allocationMode All, or "". Worked out once per policy and
@@ -322,15 +338,7 @@ def _looked_up(entries: list[Any], namespace: str, view: ClaimsView) -> tuple[li
     found: list[Found] = []
     warnings: list[str] = []
     most, unbounded = 0, False
-    for entry in entries:
-        name = entry.get("name") if type(entry) is dict else None
-        if type(name) is not str:
-            continue
-        kind, source = "ResourceClaim", entry.get("resourceClaimName")
-        if type(source) is not str or not source:
-            kind, source = "ResourceClaimTemplate", entry.get("resourceClaimTemplateName")
-            if type(source) is not str or not source:
-                continue
+    for name, kind, source in claim_sources(entries):
         claim = view.claim(kind, namespace, source)
         if claim is None:
             word = "ResourceClaim" if kind == "ResourceClaim" else "template"  # within a warning's length

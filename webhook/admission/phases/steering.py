@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.base.patch import index_token
-from webhook.admission.base.quantity import quantity_or_none
+from webhook.admission.base.podspec import asks_some, section_bodies
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.base.violation import SHORT_LIMIT, Violation
 from webhook.admission.cluster.nodes import ACK_PLACEMENT_LABEL
@@ -398,21 +398,7 @@ def _places(expressions: list[Any], expression: dict[str, Any]) -> list[int]:
 
 def _holds(spec: dict[str, Any], resource: str) -> bool:
     """Whether a container or init container asks for some of `resource`."""
-    for section in STEERED_SECTIONS:
-        containers = spec.get(section)
-        if type(containers) is not list:
-            continue
-        for body in containers:
-            resources = body.get("resources") if type(body) is dict else None
-            if type(resources) is not dict:
-                continue
-            for which in ("limits", "requests"):
-                amounts = resources.get(which)
-                if type(amounts) is dict and resource in amounts:
-                    value = quantity_or_none(amounts[resource])
-                    if value is not None and value > 0:
-                        return True
-    return False
+    return asks_some(section_bodies(spec, STEERED_SECTIONS), (resource,), ("limits", "requests"))
 
 
 # --- Conflicts ---------------------------------------------------------------------------------------------

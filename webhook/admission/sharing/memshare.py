@@ -45,6 +45,7 @@ from math import ceil
 from typing import Any
 
 from webhook.admission.base.patch import pointer
+from webhook.admission.base.podspec import asks_some, section_bodies
 from webhook.admission.base.quantity import format_fraction, quantity_or_none
 from webhook.admission.base.resources import (
     ACK_MEMORY,
@@ -297,16 +298,7 @@ def _holds_vgpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
         node = node.get(key) if type(node) is dict else None
     if type(node) is not dict:
         return False
-    for section in ("containers", "initContainers"):
-        containers = node.get(section)
-        for body in containers if type(containers) is list else ():
-            resources = body.get("resources") if type(body) is dict else None
-            limits = resources.get("limits") if type(resources) is dict else None
-            if type(limits) is dict and NVIDIA_GPU in limits:
-                value = quantity_or_none(limits[NVIDIA_GPU])
-                if value is not None and value > 0:
-                    return True
-    return False
+    return asks_some(section_bodies(node, ("containers", "initContainers")), (NVIDIA_GPU,), ("limits",))
 
 
 def placement_text(placement: Placement) -> str:
