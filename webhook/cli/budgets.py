@@ -25,9 +25,9 @@ from webhook.admission.base.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.base.resources import is_managed
 from webhook.admission.budgets.budget import (
     ROUTES,
-    TERMINAL_PHASES,
     ZERO,
     PodAsk,
+    has_ended,
     pod_ask,
     resource_weight,
 )
@@ -97,8 +97,7 @@ class QuotaFinding:
 
 def is_live(pod: dict[str, Any]) -> bool:
     """Counted by a quota: not Succeeded or Failed (a pod being deleted still holds its devices)."""
-    status = pod.get("status")
-    return not (isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES)
+    return not has_ended(pod)
 
 
 def asked_resources(pod: dict[str, Any]) -> set[str]:

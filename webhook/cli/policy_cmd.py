@@ -396,19 +396,13 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from webhook.admission.base.quantity import quantity_or_none
     from webhook.admission.budgets import schedulers
     from webhook.admission.policy.globs import is_glob
-    from webhook.admission.policy.loader import PolicyLoadError, load_policies
 
     gpus = quantity_or_none(args.gpus)
     if gpus is None or gpus <= 0:
         print(f"gpu-webhook policy render: --gpus {args.gpus}: give a positive quantity, such as 4 or 1.5", file=err)
         return 2
-    chosen = policy_directory(args.policies)
-    try:
-        policies = load_policies(chosen)
-    except PolicyLoadError as exc:
-        print(f"gpu-webhook policy render: invalid policies in {chosen}:", file=err)
-        for problem in exc.problems:
-            print(f"  {problem}", file=err)
+    policies = _loaded("render", args.policies, err)
+    if policies is None:
         return 2
     budget = Fraction(gpus)
     if args.target == "kueue":
@@ -448,9 +442,22 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # --- explain -----------------------------------------------------------------------------------------------
 
 
+def _loaded(command: str, directory: str | None, err: TextIO) -> PolicySet | None:
+    """The policies of `directory`, or None after printing each problem under `gpu-webhook policy <command>`."""
+    from webhook.admission.policy.loader import PolicyLoadError, load_policies
+
+    chosen = policy_directory(directory)
+    try:
+        return load_policies(chosen)
+    except PolicyLoadError as exc:
+        print(f"gpu-webhook policy {command}: invalid policies in {chosen}:", file=err)
+        for problem in exc.problems:
+            print(f"  {problem}", file=err)
+        return None
+
+
 def explain(namespaces: list[str], directory: str | None, out: TextIO, err: TextIO) -> int:
     from webhook.admission.policy.globs import is_namespace_name, quote
-    from webhook.admission.policy.loader import PolicyLoadError, load_policies
 
     bad = [name for name in namespaces if not is_namespace_name(name)]
     for name in bad:
@@ -461,13 +468,8 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
         )
     if bad:
         return 2
-    chosen = policy_directory(directory)
-    try:
-        policies = load_policies(chosen)
-    except PolicyLoadError as exc:
-        print(f"gpu-webhook policy explain: invalid policies in {chosen}:", file=err)
-        for problem in exc.problems:
-            print(f"  {problem}", file=err)
+    policies = _loaded("explain", directory, err)
+    if policies is None:
         return 2
     for index, namespace in enumerate(namespaces):
         if index:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from webhook.admission.budgets.budget import has_ended
 from webhook.admission.cluster.nodes import STALE_AFTER_S
 from webhook.admission.cluster.quota import GpuQuota, gpu_quota
 from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory, NodeSource
@@ -32,7 +33,6 @@ _log = logging.getLogger(f"{LOGGER}.budgets")
 
 PODS_PATH = "/api/v1/pods"
 QUOTAS_PATH = "/api/v1/resourcequotas"
-TERMINAL_PHASES = ("Succeeded", "Failed")  # a pod in one holds nothing any more (the quota controller agrees)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +175,7 @@ class PodWatch(KeyedWatch):
         if found is None:
             return None
         namespace, name, uid, _ = found
-        status = obj.get("status")
-        if isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES:
+        if has_ended(obj):
             return sys.intern(namespace), uid, None
         asked = self._ask_of(obj)
         if asked is None or asked[0] <= 0:
@@ -202,15 +201,10 @@ class PodWatch(KeyedWatch):
             pods = self.held.get(namespace)
             if pods is not None:
                 pods.pop(uid, None)
-            if kind == "DELETED" or _ended(obj):  # the ledger may hold it though this worker never did
+            if kind == "DELETED" or has_ended(obj):  # the ledger may hold it though this worker never did
                 self._on_gone(namespace, uid)
         elif kind in ("ADDED", "MODIFIED"):
             self.held.setdefault(namespace, {})[uid] = pod
-
-
-def _ended(obj: dict[str, Any]) -> bool:
-    status = obj.get("status")
-    return isinstance(status, dict) and status.get("phase") in TERMINAL_PHASES
 
 
 class QuotaWatch(KeyedWatch):

@@ -39,14 +39,15 @@ from typing import Any
 from webhook.admission.base.equivalents import format_gpus
 from webhook.admission.base.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.base.violation import WARNING_PREFIX, cut
-from webhook.admission.budgets.budget import Usage, judge, pod_ask
+from webhook.admission.budgets.budget import Usage, has_ended, judge, pod_ask
+from webhook.admission.cluster.nodes import STALE_AFTER_S
 from webhook.admission.cluster.quota import GpuQuota
 from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision
 from webhook.admission.policy.model import Check, Enforcement, Policy, PolicySet
 from webhook.admission.review import AdmissionRequest
 from webhook.server import metrics
-from webhook.server.budget_watch import TERMINAL_PHASES, PodWatch, QuotaWatch
+from webhook.server.budget_watch import PodWatch, QuotaWatch
 from webhook.server.ledger import (
     GRACE_S,
     ConfigMaps,
@@ -110,7 +111,7 @@ class Budgets:
         claims: Callable[[], ClaimsView | None],
         *,
         grace: float = GRACE_S,
-        stale_after: float = 120.0,
+        stale_after: float = STALE_AFTER_S,
         sweep: float = SWEEP_S,
     ) -> None:
         self.namespace = namespace
@@ -349,8 +350,7 @@ class Budgets:
         if status != 200 or not isinstance(body, dict):
             raise LedgerUnavailable(f"reading pod {namespace}/{name}: HTTP {status}")
         metadata = body.get("metadata") or {}
-        phase = (body.get("status") or {}).get("phase")
-        return metadata.get("uid") != uid or phase in TERMINAL_PHASES
+        return metadata.get("uid") != uid or has_ended(body)
 
     def _adopt(self) -> None:
         policies = self._policies()

@@ -205,8 +205,12 @@ def iter_containers(
     obj: dict[str, Any], spec_path: tuple[str, ...], sections: tuple[str, ...] = MUTATED_SECTIONS
 ) -> Iterator[ContainerRef]:
     spec = get_path(obj, spec_path)
-    if not isinstance(spec, dict):
-        return
+    if isinstance(spec, dict):
+        yield from spec_containers(spec, sections)
+
+
+def spec_containers(spec: dict[str, Any], sections: tuple[str, ...]) -> Iterator[ContainerRef]:
+    """Each container of a pod spec in `sections` that is a map, with where it stands."""
     for section in sections:
         containers = spec.get(section)
         if not isinstance(containers, list):

@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission.base.equivalents import format_gpus, gpus_word
-from webhook.admission.base.podspec import ContainerRef
+from webhook.admission.base.podspec import ContainerRef, spec_containers
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import (
     DEVICE_CLASS_PREFIX,
@@ -41,7 +41,7 @@ from webhook.admission.sharing.replicas import replica_weight, replica_words
 
 ZERO = Fraction(0)
 ROUTES = ("extended", "deviceclass", "claims", "templates")
-TERMINAL_PHASES = ("Succeeded", "Failed")
+TERMINAL_PHASES = ("Succeeded", "Failed")  # a pod in one holds nothing any more (the quota controller agrees)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +140,7 @@ def pod_ask(
     the engine already looked them up (podclaims.pod_claims), read instead of `claims`."""
     if type(pod) is not dict:
         return NOTHING
-    status = pod.get("status")
-    if type(status) is dict and status.get("phase") in TERMINAL_PHASES:
+    if has_ended(pod):
         return NOTHING
     spec = pod.get("spec")
     if type(spec) is not dict:
@@ -236,20 +235,15 @@ def _containers(spec: dict[str, Any], policy: Policy) -> PodAsk:
     effective request of the sum; NOTHING where none holds a GPU."""
     holders: list[tuple[ContainerRef, dict[str, int | Fraction]]] = []
     forms: dict[tuple[str, int], dict[str, Fraction]] = {}
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        for index, body in enumerate(containers if type(containers) is list else []):
-            if type(body) is not dict:
-                continue
-            ref = ContainerRef(section, index, body)
-            amounts = _gpu_amounts(ref)
-            if not amounts:
-                continue
-            routes: dict[str, int | Fraction] = dict(container_weights(amounts, policy))
-            if any(routes.values()):
-                routes[""] = sum(routes.values(), ZERO)
-                holders.append((ref, routes))
-                forms[(section, index)] = amounts
+    for ref in spec_containers(spec, _SECTIONS):
+        amounts = _gpu_amounts(ref)
+        if not amounts:
+            continue
+        routes: dict[str, int | Fraction] = dict(container_weights(amounts, policy))
+        if any(routes.values()):
+            routes[""] = sum(routes.values(), ZERO)
+            holders.append((ref, routes))
+            forms[(ref.section, ref.index)] = amounts
     total, running = effective_total(holders, "") if holders else (0, [])
     by_route: dict[str, Fraction] = {}
     shown: dict[str, Fraction] = {}
@@ -284,6 +278,12 @@ def _overhead(spec: dict[str, Any], policy: Policy) -> Fraction:
         return ZERO
     amounts = amounts_of({k: v for k, v in overhead.items() if type(k) is str and is_managed(k)})
     return sum(container_weights(amounts, policy).values(), ZERO) if amounts else ZERO
+
+
+def has_ended(pod: dict[str, Any]) -> bool:
+    """Whether the pod is in a terminal phase (Succeeded or Failed): counted by no quota, held by no budget."""
+    status = pod.get("status")
+    return type(status) is dict and status.get("phase") in TERMINAL_PHASES
 
 
 def name_of(pod: dict[str, Any]) -> str:

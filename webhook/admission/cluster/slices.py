@@ -98,15 +98,24 @@ def _shared(found: dict[Key, Value]) -> Mapping[Key, Value]:
     return _SHAPES.setdefault(shape, found)
 
 
-def slice_info(obj: Any) -> tuple[str, SliceInfo] | None:
-    """A ResourceSlice as the API sends it -> (its name, SliceInfo); None for one of no node (a network-
-    attached pool: `allNodes` or a node selector), or not a slice."""
+def _named_spec(obj: Any) -> tuple[str, dict[str, Any]] | None:
+    """(metadata.name, spec) of an API object, or None where either is missing or not of its type."""
     if not isinstance(obj, dict):
         return None
     metadata, spec = obj.get("metadata"), obj.get("spec")
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not isinstance(spec, dict):
         return None
+    return name, spec
+
+
+def slice_info(obj: Any) -> tuple[str, SliceInfo] | None:
+    """A ResourceSlice as the API sends it -> (its name, SliceInfo); None for one of no node (a network-
+    attached pool: `allNodes` or a node selector), or not a slice."""
+    named = _named_spec(obj)
+    if named is None:
+        return None
+    name, spec = named
     node, driver = spec.get("nodeName"), spec.get("driver")
     if not isinstance(node, str) or not node or not isinstance(driver, str):
         return None
@@ -131,12 +140,10 @@ def slice_info(obj: Any) -> tuple[str, SliceInfo] | None:
 
 def class_info(obj: Any) -> tuple[str, ClassInfo] | None:
     """A DeviceClass -> (its name, ClassInfo); None for what is not a DeviceClass with a name."""
-    if not isinstance(obj, dict):
+    named = _named_spec(obj)
+    if named is None:
         return None
-    metadata, spec = obj.get("metadata"), obj.get("spec")
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    if not isinstance(name, str) or not isinstance(spec, dict):
-        return None
+    name, spec = named
     selector = celselect.of_selectors(spec.get("selectors"))
     extended = spec.get("extendedResourceName")
     return name, ClassInfo(

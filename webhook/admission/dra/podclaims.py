@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from webhook.admission.base.gpuconfig import config_covers, gpu_config_strategies
-from webhook.admission.base.podspec import ContainerRef, get_path
+from webhook.admission.base.podspec import ContainerRef, get_path, spec_containers
 from webhook.admission.base.resources import MIG_PREFIX, NVIDIA_GPU_CLASSES
 from webhook.admission.base.violation import WARNING_PREFIX, Violation
 from webhook.admission.cluster import celselect
@@ -384,34 +384,29 @@ def _per_container(spec: Any, groups: _Groups, named: dict[str, _Named], rules: 
     policy = rules.policy
     where = f'policy "{policy.name}"'
     problems: list[Violation] = []
-    for section in ("initContainers", "containers"):
-        containers = spec.get(section)
-        for index, body in enumerate(containers if type(containers) is list else []):
-            if type(body) is not dict:
+    for ref in spec_containers(spec, ("initContainers", "containers")):
+        counts = container_counts(ref, rules, [])  # validation said its problems: only the counts here
+        asked = _container_claims(ref, named, policy)
+        for group, (member, maximum, noun) in groups.members.items():
+            extended = {name: value for name, value in counts.items() if member(name) and value}
+            if extended:
+                groups.grouped[group].append((ref, {"": sum(extended.values())}))
+                groups.resources[group].update(extended)
+            claimed = [(one, got[group]) for one, got in asked if got.get(group)]
+            total = sum(extended.values()) + sum(count for _, count in claimed)
+            if not claimed or total <= maximum or sum(extended.values()) > maximum:
                 continue
-            ref = ContainerRef(section, index, body)
-            counts = container_counts(ref, rules, [])  # validation said its problems: only the counts here
-            asked = _container_claims(ref, named, policy)
-            for group, (member, maximum, noun) in groups.members.items():
-                extended = {name: value for name, value in counts.items() if member(name) and value}
-                if extended:
-                    groups.grouped[group].append((ref, {"": sum(extended.values())}))
-                    groups.resources[group].update(extended)
-                claimed = [(one, got[group]) for one, got in asked if got.get(group)]
-                total = sum(extended.values()) + sum(count for _, count in claimed)
-                if not claimed or total <= maximum or sum(extended.values()) > maximum:
-                    continue
-                parts = [f"{value} from {name}" for name, value in extended.items()]
-                parts += [f"{count} from {one.shown}" for one, count in claimed]
-                problems.append(
-                    container_violation(
-                        ref,
-                        f"{total} {noun} in all ({', '.join(parts)}) exceed the per-container maximum of {maximum} "
-                        f"({where}): a claim's devices count with the extended resources; ask for at most {maximum} "
-                        "in all",
-                        f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer",
-                    )
+            parts = [f"{value} from {name}" for name, value in extended.items()]
+            parts += [f"{count} from {one.shown}" for one, count in claimed]
+            problems.append(
+                container_violation(
+                    ref,
+                    f"{total} {noun} in all ({', '.join(parts)}) exceed the per-container maximum of {maximum} "
+                    f"({where}): a claim's devices count with the extended resources; ask for at most {maximum} "
+                    "in all",
+                    f"{total} {noun} with its claims: at most {maximum} per container; ask for fewer",
                 )
+            )
     return problems
 
 
