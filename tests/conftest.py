@@ -241,13 +241,25 @@ def wait_until_ready(server: LiveServer, timeout: float = READY_TIMEOUT) -> None
 
 
 @pytest.fixture(scope="module")
-def live_server(start_server: Callable[..., LiveServer]) -> LiveServer:
-    return start_server()
+def live_server(start_server: Callable[..., LiveServer]) -> Iterator[LiveServer]:
+    server = start_server()
+    yield server
+    server.stop()  # not idle for the rest of the session
 
 
 # pytest-timeout's default (pyproject.toml: 120 s) fails a hung test with its stack; these run long by design:
 # the soak (minutes) and the image build (debootstrapping a base image the first time).
 LONG_TIMEOUT_S = 1800
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The package's bytecode, written once before the tests start the hundreds of `gpu-webhook` processes
+    (servers, workers, CLI runs) that import it: where PYTHONDONTWRITEBYTECODE is set, each would otherwise
+    compile every changed module again. Once per run: in the controller, not in each xdist worker."""
+    if not hasattr(session.config, "workerinput"):
+        import compileall
+
+        compileall.compile_dir(ROOT / "webhook", quiet=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

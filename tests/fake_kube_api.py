@@ -271,8 +271,12 @@ class FakeKubeAPI:
                     handler.wfile.write(b"0\r\n\r\n")
                     return
                 sent = since
+                seen, oldest = 0, self._oldest  # the history read so far: each wake reads only what is new
                 while True:
-                    for version, kind, obj, resource in list(self._history):
+                    if oldest != self._oldest:
+                        seen, oldest = 0, self._oldest  # compacted: what it holds now is all newer than `sent`
+                    fresh, seen = self._history[seen:], len(self._history)
+                    for version, kind, obj, resource in fresh:
                         if version > sent and (kind == "BOOKMARK" or (resource == watched and selected(obj))):
                             sent = version
                             if kind == "BOOKMARK":
@@ -288,7 +292,7 @@ class FakeKubeAPI:
                     if left <= 0:
                         handler.wfile.write(b"0\r\n\r\n")
                         return
-                    self._changed.wait(min(left, 0.2))
+                    self._changed.wait(left)  # every change and `disconnect` notify
         except (BrokenPipeError, ConnectionResetError):
             return
 

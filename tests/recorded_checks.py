@@ -132,15 +132,31 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 
 @contextlib.contextmanager
 def _offline_cluster(view: Any) -> Iterator[None]:
-    """`check --cluster` reads `view` where it would list a cluster's nodes (the one I/O step replaced)."""
-    from webhook.cli import check_cmd
+    """`check --cluster` reads `view` where it would list a cluster's nodes (the one I/O step replaced).
 
-    listed = check_cmd.cluster_view
+    Within one policy set, the work that is the same for every command is done once: the argparse tree is
+    built once (main's `build_parser`), and the policy directory is loaded once (check's `load_policy_set`, the
+    loader itself, its errors raised again each time). Every command still runs main's parse and check's
+    evaluation and output."""
+    from webhook.cli import check_cmd
+    from webhook.cli import main as cli_main
+
+    listed, build, load = check_cmd.cluster_view, cli_main.build_parser, check_cmd.load_policy_set
+    parser = build()
+    loaded: dict[str | None, Any] = {}
+
+    def load_once(directory: str | None) -> Any:
+        if directory not in loaded:
+            loaded[directory] = load(directory)
+        return loaded[directory]
+
     check_cmd.cluster_view = lambda kubeconfig, context: view  # type: ignore[assignment]
+    cli_main.build_parser = lambda: parser  # type: ignore[assignment]
+    check_cmd.load_policy_set = load_once  # type: ignore[assignment]
     try:
         yield
     finally:
-        check_cmd.cluster_view = listed
+        check_cmd.cluster_view, cli_main.build_parser, check_cmd.load_policy_set = listed, build, load
 
 
 def record(policy_set: PolicySet, paths: list[str], view: Any) -> str:

@@ -138,13 +138,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluste
 
 
 @pytest.fixture(scope="module")
-def servers(cluster: LoopbackCluster, start_server: Callable[..., LiveServer]) -> list[LiveServer]:
-    """Two replicas of two workers each, one API server between them."""
+def servers(cluster: LoopbackCluster, start_server: Callable[..., LiveServer]) -> Iterator[list[LiveServer]]:
+    """Two replicas of two workers each, one API server between them; stopped with the module's API server."""
     arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE, "--budget-grace", "2"]
     started = [start_server(cluster.policies, workers=2, extra_args=arguments) for _ in range(2)]
     for server in started:
         eventually(lambda server=server: budgets_current(server))
-    return started
+    yield started
+    for server in started:  # both at once: each may take a moment over its kept-alive connections
+        server.process.terminate()
+    for server in started:
+        server.stop()
 
 
 def test_sixteen_concurrent_creates_through_two_replicas_admit_exactly_the_budget(servers, cluster):
@@ -236,7 +240,7 @@ def test_a_restarted_server_keeps_the_count(servers, cluster, start_server):
     for index in range(4):
         assert create(servers[index % 2], api, gpu_pod(namespace, f"before-{index}"))["allowed"] is True
     arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
-    fresh = start_server(cluster.policies, workers=2, extra_args=arguments)
+    fresh = start_server(cluster.policies, workers=1, extra_args=arguments)  # a new process knows only the ledger
     try:
         eventually(lambda: budgets_current(fresh))
         response = create(fresh, api, gpu_pod(namespace, "after"))
