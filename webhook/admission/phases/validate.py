@@ -165,15 +165,10 @@ class Rules:
         class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
         class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
         whole = frozenset() if backend.replica_resource(sharing) == NVIDIA_GPU else frozenset({NVIDIA_GPU})
-        share, shared_fraction, shared_resource = (
-            backend.share(policy),
-            backend.shared_fraction(policy),
-            backend.shared_resource(sharing),
-        )
-        most_migs, most_whole = (
-            backend.max_per_container(policy, "mig-slice"),
-            backend.max_per_container(policy, "whole"),
-        )
+        share, shared_fraction = backend.share(policy), backend.shared_fraction(policy)
+        shared_resource = backend.shared_resource(sharing)
+        most_migs = backend.max_per_container(policy, "mig-slice")
+        most_whole = backend.max_per_container(policy, "whole")
         return Rules(
             policy=policy,
             max_per_container=backend.max_per_container(policy, "replica"),
