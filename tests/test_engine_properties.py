@@ -20,6 +20,7 @@ from webhook.admission.base.violation import WARNING_LIMIT, WARNING_PREFIX
 from webhook.admission.engine import evaluate
 from webhook.admission.phases.mutate import mutate
 from webhook.admission.phases.validate import validate
+from webhook.admission.policy.loader import SHARED_MODES
 from webhook.admission.policy.model import (
     GPU,
     Backend,
@@ -34,6 +35,7 @@ from webhook.admission.policy.model import (
     Sharing,
 )
 from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
+from webhook.admission.sharing.registry import backend_of
 
 NS = "ns"
 RESOURCES = [
@@ -126,7 +128,7 @@ def policies(draw):
     if mode is Mode.MPS and model is None:
         model = "H100-80GB"
     sharing = Sharing(mode=mode)
-    if mode.is_shared:
+    if mode in SHARED_MODES:
         name = draw(st.sampled_from(["nvidia.com/gpu.shared", "nvidia.com/gpu"]))  # renamed, or the name kept
         sharing = Sharing(mode=mode, replicas=draw(st.integers(2, 8)), resource_name=name)
     elif mode is Mode.MIG:
@@ -144,7 +146,7 @@ def policies(draw):
         placement = draw(st.sampled_from([None, *Placement])) if backend is not Backend.VOLCANO else None
         sharing = Sharing(mode=mode, backend=backend, placement=placement)
     fractional_choices = [Fractional.REJECT]
-    if mode.is_shared:
+    if mode in SHARED_MODES:
         fractional_choices.append(Fractional.SHARED)
     if model is not None and mode is not Mode.MEMORY:
         fractional_choices.append(Fractional.MIG)
@@ -158,7 +160,7 @@ def policies(draw):
         fractional=draw(st.sampled_from(fractional_choices)),
         # Shared modes only, and at most one replica's share, as the loader has it.
         memory_fraction=draw(st.sampled_from([None, Fraction(1, 10), Fraction(1, sharing.replicas)]))
-        if mode.is_shared
+        if mode in SHARED_MODES
         else None,
         framework_env=tuple(draw(st.lists(st.sampled_from(FRAMEWORKS), unique=True))),
         block_visible_devices_override=draw(st.booleans()),
@@ -273,7 +275,7 @@ def test_unrelated_fields_and_gpu_free_containers_are_never_touched(obj, policy)
 def test_mutation_leaves_nothing_that_it_exists_to_fix(obj, policy):
     decision = evaluate(obj, NS, PolicySet((policy,)))
     assert not any("has no limit" in line for line in decision.violations)
-    if policy.fractional is Fractional.REJECT or policy.sharing.is_mig_single:
+    if policy.fractional is Fractional.REJECT or backend_of(policy).single_slice(policy) is not None:
         return  # MIG single: a fraction above the one profile's share stays (test_steering.py)
     for c in pod_spec(obj)["containers"] + pod_spec(obj).get("initContainers", []):
         resources = c.get("resources")
@@ -318,7 +320,7 @@ def test_no_admitted_container_is_told_it_may_use_more_than_its_share(obj, polic
     decision = evaluate(obj, NS, PolicySet((policy,)))
     if not decision.allowed:
         return
-    share = policy.share
+    share = backend_of(policy).share(policy)
     for section in ("containers", "initContainers"):
         for before, after in zip(
             pod_spec(obj).get(section, []), pod_spec(decision.mutated).get(section, []), strict=True

@@ -32,8 +32,9 @@ def test_a_message_is_shortened_only_by_violation_cut():
     assert _where(found) == []
 
 
-def test_the_per_container_defaults_are_read_only_by_policy_per_container():
-    """Besides `Policy.per_container`, only the JSON Schema's description of `maxPerContainer` names them."""
+def test_the_per_container_defaults_are_read_only_by_the_backends_default_per_container():
+    """Besides the sharing backends' `default_per_container` (`max_per_container` reads it where the policy sets
+    no maximum), only the JSON Schema's description of `maxPerContainer` names them."""
     names = {"SHARED_MAX_PER_CONTAINER", "MIG_MAX_PER_CONTAINER", "DEFAULT_MAX_PER_CONTAINER"}
     found = [
         (path, node)
@@ -43,9 +44,17 @@ def test_the_per_container_defaults_are_read_only_by_policy_per_container():
         if (isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load))
         or (isinstance(node, ast.alias) and node.name in names)
     ]
-    policy = SOURCES["webhook/admission/policy/model.py"]
-    per_container = next(
-        node for node in ast.walk(policy) if isinstance(node, ast.FunctionDef) and node.name == "per_container"
-    )
-    inside = {id(node) for node in ast.walk(per_container)}
-    assert _where([(path, node) for path, node in found if id(node) not in inside]) == []
+    inside = {
+        id(inner)
+        for path, tree in SOURCES.items()
+        if path.startswith("webhook/admission/sharing/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == "default_per_container"
+        for inner in ast.walk(node)
+    }
+    imports = {  # the backends' own imports of the default they fall back to
+        id(node)
+        for path, node in found
+        if path.startswith("webhook/admission/sharing/") and isinstance(node, ast.alias)
+    }
+    assert _where([(path, node) for path, node in found if id(node) not in inside | imports]) == []

@@ -35,6 +35,17 @@ from webhook.admission.policy.model import (
     PolicySet,
 )
 from webhook.admission.policy.yamltext import FAST_PARSER, PURE_PARSER
+from webhook.admission.sharing.registry import backend_of
+
+
+def most_replicas(policy: Policy) -> int:
+    """The most shared replicas (whole GPUs where none are shared) one container may hold, as the backend says."""
+    return backend_of(policy).max_per_container(policy, "replica")
+
+
+def shared_fraction(policy: Policy) -> Fraction | None:
+    return backend_of(policy).shared_fraction(policy)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "apiVersion: gpu-admission.io/v1\nkind: GPUPolicy\nmetadata:\n  name: p\n"
@@ -115,7 +126,7 @@ def test_defaults_of_a_minimal_policy() -> None:
     assert policy.sharing.replicas is None and policy.sharing.mig_profile is None
     assert policy.sharing.resource_name == "nvidia.com/gpu.shared"
     assert (policy.gpu.model, policy.gpu.memory_mib) == (None, None)
-    assert (policy.max_per_container, policy.limits.max_per_pod) == (8, 8)
+    assert (most_replicas(policy), policy.limits.max_per_pod) == (8, 8)
     assert policy.fractional is Fractional.REJECT
     assert policy.memory_fraction is None
     assert policy.framework_env == ("jax", "tensorflow", "cupy", "tgi", "generic")
@@ -124,8 +135,8 @@ def test_defaults_of_a_minimal_policy() -> None:
 
 def test_shared_modes_default_to_one_gpu_per_container_and_one_over_replicas() -> None:
     policy = only_policy(doc("namespaces: [a]\nsharing: {mode: time-slicing, replicas: 4}"))
-    assert policy.max_per_container == 1  # the device plugin's failRequestsGreaterThanOne
-    assert policy.shared_fraction == Fraction(1, 4)
+    assert most_replicas(policy) == 1  # the device plugin's failRequestsGreaterThanOne
+    assert backend_of(policy).shared_fraction(policy) == Fraction(1, 4)
     assert policy.sharing.resource_name == "nvidia.com/gpu.shared"
 
 
@@ -153,9 +164,9 @@ def test_memory_fraction_is_exact(text: str, expected: Fraction) -> None:
 
 
 def test_memory_fraction_applies_under_time_slicing_and_mps() -> None:
-    assert only_policy(doc(f"{SHARED}memoryFraction: 0.5")).shared_fraction == Fraction(1, 2)
+    assert shared_fraction(only_policy(doc(f"{SHARED}memoryFraction: 0.5"))) == Fraction(1, 2)
     mps = "namespaces: [a]\nsharing: {mode: mps, replicas: 2}\ngpu: {memoryMiB: 1024}\nmemoryFraction: 0.5"
-    assert only_policy(doc(mps)).shared_fraction == Fraction(1, 2)
+    assert shared_fraction(only_policy(doc(mps))) == Fraction(1, 2)
 
 
 def test_yaml_integer_forms_are_whole_numbers() -> None:
@@ -203,7 +214,7 @@ def test_the_shipped_policies_are_the_default_only_and_the_examples_cover_every_
         Enforcement.ENFORCE,
         Fractional.REJECT,
     )
-    assert (default.max_per_container, default.limits.max_per_pod) == (8, 8)
+    assert (most_replicas(default), default.limits.max_per_pod) == (8, 8)
     examples = load_policies(ROOT / "examples" / "policies")
     modes = {p.name: p.sharing.mode for p in examples.policies}
     assert modes == {
@@ -222,7 +233,7 @@ def test_the_built_in_defaults_are_the_shipped_default_policy() -> None:
     (default,) = load_policies(ROOT / "policies").policies
     built_in = DEFAULT_POLICY
     assert dataclasses.replace(default, name=built_in.name, source=built_in.source, limits=built_in.limits) == built_in
-    assert (default.max_per_container, default.limits.max_per_pod) == (built_in.max_per_container, 8)
+    assert (most_replicas(default), default.limits.max_per_pod) == (most_replicas(built_in), 8)
 
 
 # --- Every problem, with its exact line ---------------------------------------------------------------------

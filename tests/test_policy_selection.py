@@ -14,6 +14,7 @@ from webhook.admission.policy.globs import common_namespace, is_namespace_name, 
 from webhook.admission.policy.globties import GlobTie, glob_ties
 from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.policy.model import DEFAULT_POLICY, Policy, PolicySet
+from webhook.admission.sharing.registry import backend_of
 
 
 def policy_set(*policies: tuple[str, list[str]], files: list[str] | None = None) -> PolicySet:
@@ -96,7 +97,10 @@ def test_without_a_match_the_built_in_defaults_apply() -> None:
         "enforce",
         "reject",
     )
-    assert (DEFAULT_POLICY.max_per_container, DEFAULT_POLICY.limits.max_per_pod) == (8, 8)
+    assert (
+        backend_of(DEFAULT_POLICY).max_per_container(DEFAULT_POLICY, "replica"),
+        DEFAULT_POLICY.limits.max_per_pod,
+    ) == (8, 8)
 
 
 def test_ties_lists_every_equally_specific_glob_winner_first() -> None:

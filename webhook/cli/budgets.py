@@ -324,7 +324,11 @@ class BudgetReport:
             )
             return QuotaFinding(namespace, name, entry, value, "uncounted", write, held, line)
         unit = self.weight(namespace, policy, resource)
-        if resource == "nvidia.com/gpu" and policy.sharing.replica_resource == "nvidia.com/gpu" and unit != 1:
+        if (
+            resource == "nvidia.com/gpu"
+            and backend_of(policy).replica_resource(policy.sharing) == "nvidia.com/gpu"
+            and unit != 1
+        ):
             # The device plugin keeps the name: the API server counts replicas (or MIG slices) as nvidia.com/gpu.
             what = backend_of(policy).kept_name_units(policy)
             count = _whole(value)

@@ -330,8 +330,12 @@ def _kept_name_budget(policy: Policy) -> bool:
     them as GPUs, one each."""
     from webhook.admission.base.resources import NVIDIA_GPU
     from webhook.admission.policy.model import Check
+    from webhook.admission.sharing.registry import backend_of
 
-    return policy.sharing.shared_resource == NVIDIA_GPU and policy.cluster_checks.quota is not Check.OFF
+    return (
+        backend_of(policy).shared_resource(policy.sharing) == NVIDIA_GPU
+        and policy.cluster_checks.quota is not Check.OFF
+    )
 
 
 def _is_glob(pattern: str) -> bool:
@@ -353,10 +357,11 @@ def describe_policy(policy: Policy) -> str:
     parts.append(f"enforcement {policy.enforcement}")
     if not backend.converts_itself(policy):  # memory mode converts every fraction itself
         parts.append(f"fractional {policy.fractional}")
-    if backend.maps_to_shared(policy) and policy.shared_fraction is not None:  # replicas: their memory hints
+    shared_fraction = backend.shared_fraction(policy)
+    if backend.maps_to_shared(policy) and shared_fraction is not None:  # replicas: their memory hints
         implied = " (1/replicas)" if policy.memory_fraction is None else ""
-        parts.append(f"memory fraction {exact_text(policy.shared_fraction)}{implied}")
-    per_container = policy.mode_max_per_container
+        parts.append(f"memory fraction {exact_text(shared_fraction)}{implied}")
+    per_container = backend.max_per_container(policy)
     parts.append(f"max {per_container} per container, {policy.limits.max_per_pod} per pod")
     return "; ".join(parts)
 

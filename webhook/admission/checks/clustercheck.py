@@ -158,7 +158,7 @@ def _plan(policy: Policy, view: ClusterView) -> _Plan:
         if vgpus is not None and spec is not None and policy.cluster_checks.fits is not Check.OFF:
             # whether a valid container's vGPUs, as many and as large as it may ask, fit on one node
             gpu_mib, unit_mib = memshare.units_of(spec, policy)
-            most = policy.per_container("whole")
+            most = backend_of(policy).max_per_container(policy, "whole")
             per_gpu = gpu_mib is None or vgpus.best(most, gpu_mib // unit_mib) is not None
         drift_found = drift(policy, view) if policy.cluster_checks.drift is not Check.OFF else ()
         whole_only = _whole_only(policy, view) if policy.cluster_checks.fits is not Check.OFF else {}

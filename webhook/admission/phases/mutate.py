@@ -121,20 +121,20 @@ class _Plan:
     def _build(policy: Policy) -> _Plan:
         sharing = policy.sharing
         backend = backend_of(policy)
-        default_fraction = policy.shared_fraction
+        default_fraction = backend.shared_fraction(policy)
         default_hints = hints_for(policy, default_fraction) if default_fraction else ()
         engine_hints = _mps_only(default_hints)
         return _Plan(
             policy=policy,
             backend=backend,
             mapping_target=mapping_target(sharing),
-            mapping_maximum=policy.mode_max_per_container,
+            mapping_maximum=backend.max_per_container(policy),
             mode_text=str(sharing.mode),
             fractional_shared=sharing.resource_name if policy.fractional is Fractional.SHARED else None,
             fractional_model=GPU_MODELS.get(policy.gpu.model or "") if policy.fractional is Fractional.MIG else None,
             offered_profiles=sharing.mig_profiles,
-            share=policy.share,
-            shared_resource=sharing.shared_resource,
+            share=backend.share(policy),
+            shared_resource=backend.shared_resource(sharing),
             maps_to_shared=backend.maps_to_shared(policy),  # mapped under time-slicing or MPS: to the shared replica
             default_fraction=default_fraction,
             default_hints=default_hints,
@@ -149,9 +149,10 @@ class _Plan:
 def mapping_target(sharing: Sharing) -> str | None:
     """What mutation renames `nvidia.com/gpu: N` to: the shared resource, or the MIG profile's resource; None
     where nothing is renamed (whole GPUs, or the device plugin keeps the name for a replica or slice)."""
-    if sharing.replica_resource is not None:
+    backend = backend_for(sharing)
+    if backend.replica_resource(sharing) is not None:
         return None  # `nvidia.com/gpu: 1` is itself a replica or slice
-    return backend_for(sharing).mapping_target(sharing)
+    return backend.mapping_target(sharing)
 
 
 def mutate(

@@ -164,12 +164,16 @@ class Rules:
         mig_model = mode_rules.mig_model
         class_gpus = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.gpu_classes)
         class_migs = frozenset(DEVICE_CLASS_PREFIX + name for name in policy.device_classes.mig_classes)
-        whole = frozenset() if sharing.replica_resource == NVIDIA_GPU else frozenset({NVIDIA_GPU})
+        whole = frozenset() if backend.replica_resource(sharing) == NVIDIA_GPU else frozenset({NVIDIA_GPU})
+        share, shared_fraction = backend.share(policy), backend.shared_fraction(policy)
+        shared_resource = backend.shared_resource(sharing)
+        most_migs = backend.max_per_container(policy, "mig-slice")
+        most_whole = backend.max_per_container(policy, "whole")
         return Rules(
             policy=policy,
-            max_per_container=policy.max_per_container,
-            max_mig_per_container=policy.mig_max_per_container,
-            max_whole_per_container=policy.per_container("whole"),
+            max_per_container=backend.max_per_container(policy, "replica"),
+            max_mig_per_container=most_migs,
+            max_whole_per_container=most_whole,
             max_per_pod=policy.limits.max_per_pod,
             exclusive=mode_rules.exclusive,
             mig_model=mig_model,
@@ -177,31 +181,29 @@ class Rules:
             one_shared_replica=mode_rules.one_shared_replica,
             one_mig_slice=mode_rules.one_mig_slice,
             mapping_target=mapping_target(sharing),
-            share=policy.share,
-            converts_to_shared=policy.share is not None and policy.fractional is Fractional.SHARED,
+            share=share,
+            converts_to_shared=share is not None and policy.fractional is Fractional.SHARED,
             block_visible_devices=policy.block_visible_devices_override,
-            shared_resource=policy.sharing.shared_resource,
+            shared_resource=shared_resource,
             mig_single_resource=mode_rules.mig_single_resource,
             trusted_schedulers=policy.trusted_schedulers,
             served=backend.serves(policy, mig_model),
             any_mig_profile=mode_rules.any_mig_profile,
-            renamed_replica=sharing.shared_resource if sharing.shared_resource not in (None, NVIDIA_GPU) else None,
+            renamed_replica=shared_resource if shared_resource not in (None, NVIDIA_GPU) else None,
             gpu_memory_mib=policy.gpu_memory_mib,
             own_memory_values=frozenset(
                 (hint.name, hint.value)
-                for fraction in {f for f in (policy.share, policy.shared_fraction) if f is not None}
+                for fraction in {f for f in (share, shared_fraction) if f is not None}
                 for hint in hints_for(policy, fraction)
             ),
-            own_env_tail=[hint.entry for hint in hints_for(policy, policy.shared_fraction)]
-            if policy.shared_fraction
-            else [],
+            own_env_tail=[hint.entry for hint in hints_for(policy, shared_fraction)] if shared_fraction else [],
             class_gpus=class_gpus,
             class_migs=class_migs,
             class_names=class_gpus | class_migs,
             whole_gpus=class_gpus | whole,
             least_maximum=min(
-                policy.mig_max_per_container,
-                policy.per_container("whole"),
+                most_migs,
+                most_whole,
                 policy.limits.max_per_pod,
             ),
             unshared_classes=frozenset(DEVICE_CLASS_PREFIX + name for name in NVIDIA_GPU_CLASSES)

@@ -66,6 +66,12 @@ MAX_FILE_BYTES = 1024 * 1024  # the most a ConfigMap holds; real policy files ar
 MAX_PROBLEMS_PER_FILE = 100
 MAX_GLOB_LENGTH = 253
 POLICY_SUFFIXES = (".yaml", ".yml")
+# The modes that hand out replicas of one GPU (the device plugin's `.shared` resource): replicas, resourceName
+# and memoryFraction apply under them only. The loader's own reading of the modes (the sharing backends, above
+# it, answer everything else about a mode).
+SHARED_MODES: Final = (Mode.TIME_SLICING, Mode.MPS)
+# spec.sharing's keys that apply under mode memory only
+_MEMORY_ONLY = ("backend", "placement", "isolation", "gpuMemoryFactor", "deviceMemoryScaling")
 
 
 _DNS_SUBDOMAIN = re.compile(policyfields.DNS_SUBDOMAIN)
@@ -535,6 +541,88 @@ def _check_modes_agree(
         )
 
 
+def _mode_is(modes: list[str]) -> dict[str, Any]:
+    """spec.sharing.mode is one of `modes` (an absent mode is exclusive)."""
+    condition: dict[str, Any] = {"properties": {"mode": {"enum": modes}}, "required": ["mode"]}
+    return {"properties": {"sharing": condition}, "required": ["sharing"]}
+
+
+def spec_rules_schema() -> list[dict[str, Any]]:
+    """The rules between spec's fields as JSON Schema (schema.py's `allOf` under spec): those that
+    `_check_modes_agree`, `_parse_sharing`, `_parse_memory` and `_parse_memory_fraction` check, written next to
+    them so that one change updates both."""
+    shared = [mode.value for mode in SHARED_MODES]
+    return [
+        {  # time-slicing and mps need replicas; replicas, resourceName and memoryFraction apply only there
+            "if": _mode_is(shared),
+            "then": {"properties": {"sharing": {"required": ["replicas"]}}},
+            "else": {
+                "properties": {
+                    "sharing": {"not": {"anyOf": [{"required": ["replicas"]}, {"required": ["resourceName"]}]}}
+                },
+                "not": {"required": ["memoryFraction"]},
+            },
+        },
+        {  # mig needs migProfile, which applies only there, as migProfiles does
+            "if": _mode_is([Mode.MIG.value]),
+            "then": {"properties": {"sharing": {"required": ["migProfile"]}}},
+            "else": {
+                "properties": {
+                    "sharing": {"not": {"anyOf": [{"required": ["migProfile"]}, {"required": ["migProfiles"]}]}}
+                }
+            },
+        },
+        {  # mps sets a memory limit from the GPU's memory: a model or memoryMiB
+            "if": _mode_is([Mode.MPS.value]),
+            "then": {
+                "required": ["gpu"],
+                "properties": {"gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]}},
+            },
+        },
+        {  # memory needs a backend and the GPU's memory, and no fractional; backend, placement and isolation (ack)
+            # apply only there
+            "if": _mode_is([Mode.MEMORY.value]),
+            "then": {
+                "required": ["gpu"],
+                "properties": {
+                    "sharing": {
+                        "required": ["backend"],
+                        "not": {
+                            "anyOf": [
+                                {"properties": {"backend": {"const": "volcano"}}, "required": ["backend", "placement"]},
+                                {
+                                    "properties": {"backend": {"enum": ["hami", "volcano"]}},
+                                    "required": ["backend", "isolation"],
+                                },
+                            ]
+                        },
+                    },
+                    "gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]},
+                },
+                "not": {"required": ["fractional"]},
+            },
+            "else": {"properties": {"sharing": {"not": {"anyOf": [{"required": [key]} for key in _MEMORY_ONLY]}}}},
+        },
+        *(
+            {  # each backend's own memory unit applies under that backend only
+                "if": {"properties": {"sharing": {"required": [key]}}, "required": ["sharing"]},
+                "then": {
+                    "properties": {"sharing": {"properties": {"backend": {"const": backend}}, "required": ["backend"]}}
+                },
+            }
+            for key, backend in (("gpuMemoryFactor", "volcano"), ("deviceMemoryScaling", "hami"))
+        ),
+        {  # fractional: mig picks a profile of the named model
+            "if": {"properties": {"fractional": {"const": Fractional.MIG.value}}, "required": ["fractional"]},
+            "then": {"required": ["gpu"], "properties": {"gpu": {"required": ["model"]}}},
+        },
+        {  # fractional: shared turns a fraction into one shared replica
+            "if": {"properties": {"fractional": {"const": Fractional.SHARED.value}}, "required": ["fractional"]},
+            "then": _mode_is(shared),
+        },
+    ]
+
+
 def _parse_limits(limits: dict[str, Any], check: _DocumentChecker) -> tuple[int | _Absent | _Bad, int | _Absent | _Bad]:
     """spec.limits: the most GPUs per container and per pod."""
     max_container = check.integer(
@@ -558,7 +646,7 @@ def _parse_memory_fraction(
     spec: dict[str, Any], mode: Mode | _Bad, sharing: Sharing | None, check: _DocumentChecker
 ) -> Fraction | _Bad | None:
     """spec.memoryFraction: a time-sliced or MPS replica's share of the GPU's memory, at most 1/replicas."""
-    if "memoryFraction" in spec and mode is not _BAD and not mode.is_shared:
+    if "memoryFraction" in spec and mode is not _BAD and mode not in SHARED_MODES:
         check.problem(
             "spec.memoryFraction", f"only applies when mode is time-slicing or mps (mode is {mode}); remove it"
         )
@@ -647,17 +735,17 @@ def _parse_sharing(
         rule = "time-slicing and mps share each GPU as at least 2 replicas"
         replicas = check.integer(sharing, "replicas", path, policyfields.minimum("spec.sharing.replicas"), rule)
     ok &= replicas is not _BAD
-    if mode.is_shared and replicas is _ABSENT and not auto_replicas:
+    if mode in SHARED_MODES and replicas is _ABSENT and not auto_replicas:
         check.problem(
             f"{path}.replicas", f"required when mode is {mode}; set the device plugin's replicas per GPU (>= 2)"
         )
         ok = False
     for key, modes in (("replicas", "time-slicing or mps"), ("resourceName", "time-slicing or mps")):
-        if key in sharing and not mode.is_shared:
+        if key in sharing and mode not in SHARED_MODES:
             check.problem(f"{path}.{key}", f"only applies when mode is {modes} (mode is {mode}); remove it")
             ok = False
     resource_name: str | _Bad = DEFAULT_SHARED_RESOURCE
-    if "resourceName" in sharing and mode.is_shared:
+    if "resourceName" in sharing and mode in SHARED_MODES:
         resource_name = check.string(sharing["resourceName"], f"{path}.resourceName")
         if resource_name is not _BAD and (why := _check_resource_name(resource_name)):
             check.problem(f"{path}.resourceName", why)
@@ -1034,20 +1122,29 @@ def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
     right pool: a shared or MIG policy whose replicas or slices keep the name `nvidia.com/gpu`, and a whole-GPU
     policy of a set that has such a policy (the cluster then has pools where `nvidia.com/gpu` is not a whole GPU).
     `on` steers wherever node labels tell the pools apart (`.shared` replicas by their count too); `off` never."""
-    name_kept = any(p.policy.sharing.replica_resource is not None for p in parsed if p.policy is not None)
+    name_kept = any(_keeps_gpu_name(p.policy.sharing) for p in parsed if p.policy is not None)
     policies = []
     for entry in parsed:
         policy = entry.policy
         assert policy is not None
         if entry.steering is Steering.AUTO:
             sharing = policy.sharing
-            steer = sharing.replica_resource is not None or (sharing.mode is Mode.EXCLUSIVE and name_kept)
+            steer = _keeps_gpu_name(sharing) or (sharing.mode is Mode.EXCLUSIVE and name_kept)
             # ACK's shared pools differ by node label alone (`share` does not isolate memory), as does placement.
             steer = steer or sharing.backend is Backend.ACK
         else:
             steer = entry.steering is Steering.ON
         policies.append(replace(policy, steering=steer, memo={}) if steer else policy)
     return tuple(policies)
+
+
+def _keeps_gpu_name(sharing: Sharing) -> bool:
+    """Whether `nvidia.com/gpu` is a shared replica or a MIG slice under `sharing` (the device plugin keeps the
+    name): the loader's reading of the backends' `replica_resource`, which it cannot import (it is below them;
+    tests/test_sharing_backends.py holds the two to the same answer)."""
+    if sharing.mode in SHARED_MODES:
+        return sharing.resource_name == NVIDIA_GPU
+    return sharing.mode is Mode.MIG and sharing.mig_strategy is MigStrategy.SINGLE
 
 
 def _set_problems(parsed: list[_Parsed]) -> list[str]:

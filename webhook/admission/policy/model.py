@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from webhook.admission.policy.globs import is_glob, literal_chars
 
@@ -22,11 +22,6 @@ class Mode(StrEnum):
     MPS = "mps"
     MIG = "mig"
     MEMORY = "memory"  # memory-isolated slices of one GPU, by a device plugin (sharing.backend; memshare.py)
-
-    @property
-    def is_shared(self) -> bool:
-        """Time-slicing and MPS hand out replicas of one GPU (the device plugin's `.shared` resource)."""
-        return self in (Mode.TIME_SLICING, Mode.MPS)
 
 
 class MigStrategy(StrEnum):
@@ -82,19 +77,14 @@ class Fractional(StrEnum):
 
 
 _T = TypeVar("_T")
-DeviceKind = Literal["replica", "mig-slice", "whole"]  # what `Policy.per_container` counts
 
 FRAMEWORKS = ("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch")
 DEFAULT_FRAMEWORK_ENV = ("jax", "tensorflow", "cupy", "tgi", "generic")
 DEFAULT_SHARED_RESOURCE = "nvidia.com/gpu.shared"
+# What a container may hold of anything where neither the policy nor its mode says less (the sharing backends'
+# `max_per_container`, which hold the modes' own defaults).
 DEFAULT_MAX_PER_CONTAINER = 8
 DEFAULT_MAX_PER_POD = 8
-# One shared replica per container: N replicas are not N GPUs. The device plugin refuses more than one only
-# where its config sets failRequestsGreaterThanOne (its default under MPS, not under time-slicing).
-SHARED_MAX_PER_CONTAINER = 1
-# CUDA enumerates one MIG device per process, and slices have no NVLink/P2P between them: two slices in one
-# container are not a 2-GPU machine (validate.py cites the MIG user guide).
-MIG_MAX_PER_CONTAINER = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,24 +109,6 @@ class Sharing:
     def isolates(self) -> bool:
         """Whether a memory share must be capped where it runs (`isolation` other than `none`)."""
         return self.isolation is not Isolation.NONE
-
-    @property
-    def shared_resource(self) -> str | None:
-        """The resource that is one time-slicing or MPS replica (`nvidia.com/gpu.shared`, or `nvidia.com/gpu`
-        where the device plugin keeps the name); None when GPUs are not shared."""
-        return self.resource_name if self.mode.is_shared else None
-
-    @property
-    def replica_resource(self) -> str | None:
-        """The resource that is one shared replica or one MIG slice under this sharing and is not named so
-        (`*.shared`, `nvidia.com/mig-*`): `nvidia.com/gpu` where the device plugin keeps the name."""
-        if (self.mode.is_shared and self.resource_name == "nvidia.com/gpu") or self.is_mig_single:
-            return "nvidia.com/gpu"
-        return None
-
-    @property
-    def is_mig_single(self) -> bool:
-        return self.mode is Mode.MIG and self.mig_strategy is MigStrategy.SINGLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +142,7 @@ class DeviceClasses:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_per_container: int | None = None  # None: the mode's default (1 when shared, 1 MIG slice, else 8)
+    max_per_container: int | None = None  # None: the mode's default (SharingBackend.max_per_container)
     max_per_pod: int = DEFAULT_MAX_PER_POD
 
 
@@ -244,46 +216,6 @@ class Policy:
         if value is None:
             value = self.memo[key] = compute(self)
         return value
-
-    def per_container(self, device: DeviceKind) -> int:
-        """The most devices of one kind a container may hold: `maxPerContainer`, else 1 shared replica under
-        time-slicing and MPS, 1 MIG slice under mig, and 8 of anything else. The one home of that rule."""
-        if self.limits.max_per_container is not None:
-            return self.limits.max_per_container
-        if device == "replica" and self.sharing.mode.is_shared:
-            return SHARED_MAX_PER_CONTAINER
-        if device == "mig-slice" and self.sharing.mode is Mode.MIG:
-            return MIG_MAX_PER_CONTAINER
-        return DEFAULT_MAX_PER_CONTAINER
-
-    @property
-    def max_per_container(self) -> int:
-        """The most shared replicas one container may hold (whole GPUs under exclusive)."""
-        return self.per_container("replica")
-
-    @property
-    def mig_max_per_container(self) -> int:
-        """The most MIG slices one container may hold."""
-        return self.per_container("mig-slice")
-
-    @property
-    def mode_max_per_container(self) -> int:
-        """The most of what this policy's mode hands out (replicas, MIG slices, whole GPUs) one container may
-        hold: what a mapped `nvidia.com/gpu: N` is held to, and what `policy explain` shows."""
-        return self.per_container("mig-slice" if self.sharing.mode is Mode.MIG else "replica")
-
-    @property
-    def share(self) -> Fraction | None:
-        """One replica's share of a GPU under time-slicing and MPS (1/replicas): the most memory a shared
-        container may be told it has, since the scheduler packs `replicas` of them onto one GPU."""
-        if self.sharing.mode.is_shared and self.sharing.replicas:
-            return Fraction(1, self.sharing.replicas)
-        return None
-
-    @property
-    def shared_fraction(self) -> Fraction | None:
-        """The memory fraction a shared container may use: `memoryFraction`, else one replica's `share`."""
-        return self.memory_fraction if self.memory_fraction is not None else self.share
 
     @property
     def gpu_memory_mib(self) -> int | None:

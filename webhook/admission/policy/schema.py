@@ -12,14 +12,11 @@ import json
 from fractions import Fraction
 from typing import Any
 
-from webhook.admission.policy.model import Fractional, Mode
+from webhook.admission.policy.loader import spec_rules_schema
 from webhook.admission.policy.policyfields import DOCUMENT, Field
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "https://gpu-admission.io/schemas/gpu-policy.schema.json"
-SHARED_MODES = [Mode.TIME_SLICING.value, Mode.MPS.value]
-# sharing's keys under memory only
-_MEMORY_ONLY = ("backend", "placement", "isolation", "gpuMemoryFactor", "deviceMemoryScaling")
 
 
 def _number(value: Fraction) -> int | float:
@@ -80,87 +77,6 @@ def section_schema(fields: tuple[Field, ...]) -> dict[str, Any]:
     return schema
 
 
-def _mode_is(modes: list[str]) -> dict[str, Any]:
-    """spec.sharing.mode is one of `modes` (an absent mode is exclusive)."""
-    condition: dict[str, Any] = {"properties": {"mode": {"enum": modes}}, "required": ["mode"]}
-    return {"properties": {"sharing": condition}, "required": ["sharing"]}
-
-
-def _spec_rules() -> list[dict[str, Any]]:
-    """The rules between spec's fields, as the loader checks them (`_check_modes_agree`, `_parse_sharing`,
-    `_parse_memory_fraction`)."""
-    mig = Mode.MIG.value
-    return [
-        {  # time-slicing and mps need replicas; replicas, resourceName and memoryFraction apply only there
-            "if": _mode_is(SHARED_MODES),
-            "then": {"properties": {"sharing": {"required": ["replicas"]}}},
-            "else": {
-                "properties": {
-                    "sharing": {"not": {"anyOf": [{"required": ["replicas"]}, {"required": ["resourceName"]}]}}
-                },
-                "not": {"required": ["memoryFraction"]},
-            },
-        },
-        {  # mig needs migProfile, which applies only there, as migProfiles does
-            "if": _mode_is([mig]),
-            "then": {"properties": {"sharing": {"required": ["migProfile"]}}},
-            "else": {
-                "properties": {
-                    "sharing": {"not": {"anyOf": [{"required": ["migProfile"]}, {"required": ["migProfiles"]}]}}
-                }
-            },
-        },
-        {  # mps sets a memory limit from the GPU's memory: a model or memoryMiB
-            "if": _mode_is([Mode.MPS.value]),
-            "then": {
-                "required": ["gpu"],
-                "properties": {"gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]}},
-            },
-        },
-        {  # memory needs a backend and the GPU's memory, and no fractional; backend, placement and isolation (ack)
-            # apply only there
-            "if": _mode_is([Mode.MEMORY.value]),
-            "then": {
-                "required": ["gpu"],
-                "properties": {
-                    "sharing": {
-                        "required": ["backend"],
-                        "not": {
-                            "anyOf": [
-                                {"properties": {"backend": {"const": "volcano"}}, "required": ["backend", "placement"]},
-                                {
-                                    "properties": {"backend": {"enum": ["hami", "volcano"]}},
-                                    "required": ["backend", "isolation"],
-                                },
-                            ]
-                        },
-                    },
-                    "gpu": {"anyOf": [{"required": ["model"]}, {"required": ["memoryMiB"]}]},
-                },
-                "not": {"required": ["fractional"]},
-            },
-            "else": {"properties": {"sharing": {"not": {"anyOf": [{"required": [key]} for key in _MEMORY_ONLY]}}}},
-        },
-        *(
-            {  # each backend's own memory unit applies under that backend only
-                "if": {"properties": {"sharing": {"required": [key]}}, "required": ["sharing"]},
-                "then": {
-                    "properties": {"sharing": {"properties": {"backend": {"const": backend}}, "required": ["backend"]}}
-                },
-            }
-            for key, backend in (("gpuMemoryFactor", "volcano"), ("deviceMemoryScaling", "hami"))
-        ),
-        {  # fractional: mig picks a profile of the named model
-            "if": {"properties": {"fractional": {"const": Fractional.MIG.value}}, "required": ["fractional"]},
-            "then": {"required": ["gpu"], "properties": {"gpu": {"required": ["model"]}}},
-        },
-        {  # fractional: shared turns a fraction into one shared replica
-            "if": {"properties": {"fractional": {"const": Fractional.SHARED.value}}, "required": ["fractional"]},
-            "then": _mode_is(SHARED_MODES),
-        },
-    ]
-
-
 def policy_schema() -> dict[str, Any]:
     """The whole schema: one policy document (a YAML file may hold several, each checked on its own)."""
     schema: dict[str, Any] = {
@@ -170,7 +86,7 @@ def policy_schema() -> dict[str, Any]:
         "description": "A gpu-admission namespace policy (one YAML document of a policy file).",
     }
     schema.update(section_schema(DOCUMENT))
-    schema["properties"]["spec"]["allOf"] = _spec_rules()
+    schema["properties"]["spec"]["allOf"] = spec_rules_schema()  # the loader's rules between fields
     return schema
 
 

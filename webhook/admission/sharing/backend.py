@@ -7,7 +7,10 @@ extension point, a registry that picks). A backend is stateless: every method ta
 `(key, operator, values)`), so that the phases above (mutate, validate, steering), DRA and the cluster checks
 build their own objects from it. Each group of methods is one question a phase asks:
 
-- what the pool serves: `serves`, `holds`, `steered_resource`, `mapping_target`, `pool_words`, `offer`, `short_offer`;
+- what the pool serves: `serves`, `holds`, `steered_resource`, `shared_resource`, `replica_resource`,
+  `mapping_target`, `pool_words`, `offer`, `short_offer`;
+- how much one container may hold: `max_per_container` (the one home of the per-container defaults), `share`,
+  `shared_fraction`;
 - converting a request (mutate): `converts_itself`, `convert`, `maps_to_shared`, `single_slice`, `kept_name_words`,
   `pod_gpus`;
 - its container and pod rules (validate): `rules`, `many_replicas`, `fraction_advice`, `served_profile`;
@@ -31,15 +34,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from webhook.admission.base.resources import NVIDIA_GPU, GPUModel, is_shared
 from webhook.admission.cluster.nodes import STRATEGY_LABEL
+from webhook.admission.policy.model import DEFAULT_MAX_PER_CONTAINER
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
     from webhook.admission.policy.model import Policy, Sharing
 
+# What `SharingBackend.max_per_container` counts: shared replicas (whole GPUs where none are shared), MIG slices,
+# whole devices.
+DeviceKind = Literal["replica", "mig-slice", "whole"]
 # A node label requirement: (key, operator, values), as a nodeSelectorTerm's matchExpressions write it.
 LabelRequirement = tuple[str, str, tuple[str, ...]]
 # (field, nodes_say, policy_says, effect, fix): one disagreement between a policy and one node.
@@ -81,6 +88,7 @@ class SharingBackend(ABC):
     say on that point."""
 
     name: str  # the mode's name, as `sharing.mode` writes it
+    hands_out: DeviceKind = "replica"  # what a mapped `nvidia.com/gpu: N` counts as (MIG: slices)
 
     # --- What it serves --------------------------------------------------------------------------------
 
@@ -94,7 +102,17 @@ class SharingBackend(ABC):
 
     def steered_resource(self, policy: Policy) -> str:
         """The resource whose holders steering keeps on the policy's nodes."""
-        return policy.sharing.shared_resource or NVIDIA_GPU
+        return NVIDIA_GPU
+
+    def shared_resource(self, sharing: Sharing) -> str | None:
+        """The resource that is one time-slicing or MPS replica (`nvidia.com/gpu.shared`, or `nvidia.com/gpu`
+        where the device plugin keeps the name); None where GPUs are not shared so."""
+        return None
+
+    def replica_resource(self, sharing: Sharing) -> str | None:
+        """The resource that is one shared replica or one MIG slice here and is not named so (`*.shared`,
+        `nvidia.com/mig-*`): `nvidia.com/gpu` where the device plugin keeps the name; None elsewhere."""
+        return None
 
     def mapping_target(self, sharing: Sharing) -> str | None:
         """What `nvidia.com/gpu: N` is renamed to where the name is not kept; None: nothing is renamed."""
@@ -112,6 +130,30 @@ class SharingBackend(ABC):
     def short_offer(self, policy: Policy) -> str:
         """`offer` in a few words."""
         return "ask for whole GPUs (none are shared here)"
+
+    # --- How much one container may hold ----------------------------------------------------------------
+
+    def max_per_container(self, policy: Policy, device: DeviceKind | None = None) -> int:
+        """The most devices of one kind a container may hold (None: what this mode hands out, `hands_out`, what a
+        mapped `nvidia.com/gpu: N` is held to and `policy explain` shows): `maxPerContainer`, else the mode's
+        default for that kind (`default_per_container`). The one home of that rule."""
+        explicit = policy.limits.max_per_container
+        if explicit is not None:
+            return explicit
+        return self.default_per_container(device or self.hands_out)
+
+    def default_per_container(self, device: DeviceKind) -> int:
+        """The most devices of one kind a container may hold where the policy sets no `maxPerContainer`."""
+        return DEFAULT_MAX_PER_CONTAINER
+
+    def share(self, policy: Policy) -> Fraction | None:
+        """One replica's share of a GPU (1/replicas): the most memory a shared container may be told it has,
+        since the scheduler packs `replicas` of them onto one GPU; None where GPUs are not shared so."""
+        return None
+
+    def shared_fraction(self, policy: Policy) -> Fraction | None:
+        """The memory fraction a shared container may use: `memoryFraction`, else one replica's `share`."""
+        return policy.memory_fraction if policy.memory_fraction is not None else self.share(policy)
 
     # --- Converting a request (mutate) -----------------------------------------------------------------
 

@@ -21,10 +21,11 @@ from webhook.admission.base.resources import (
     offered_profiles,
 )
 from webhook.admission.cluster.nodes import GI_SLICES_LABEL, MIG_STRATEGY_LABEL, PRODUCT_LABEL, mig_counts
-from webhook.admission.policy.model import Fractional
+from webhook.admission.policy.model import Fractional, MigStrategy, Mode
 from webhook.admission.sharing.backend import (
     DRA_APART,
     WHOLE_GPU,
+    DeviceKind,
     LabelRequirement,
     ModeRules,
     NodeDrift,
@@ -35,6 +36,15 @@ from webhook.admission.sharing.backend import (
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
     from webhook.admission.policy.model import Policy, Sharing
+
+# CUDA enumerates one MIG device per process, and slices have no NVLink/P2P between them: two slices in one
+# container are not a 2-GPU machine (validate.py cites the MIG user guide).
+MIG_MAX_PER_CONTAINER = 1
+
+
+def is_single(sharing: Sharing) -> bool:
+    """MIG slices advertised as `nvidia.com/gpu`, one profile per node (the device plugin's migStrategy single)."""
+    return sharing.mode is Mode.MIG and sharing.mig_strategy is MigStrategy.SINGLE
 
 
 def profiles_offered(policy: Policy) -> tuple[str, ...]:
@@ -72,10 +82,11 @@ def slice_words(profile: str, count: str, amount: Fraction) -> str:
 
 class Mig(SharingBackend):
     name = "mig"
+    hands_out = "mig-slice"
 
     def serves(self, policy: Policy, mig_model: GPUModel | None) -> frozenset[str]:
         sharing = policy.sharing
-        if sharing.is_mig_single:
+        if is_single(sharing):
             return frozenset({NVIDIA_GPU})
         profiles = sharing.mig_profiles or (tuple(mig_model.profile_names()) if mig_model else ())
         if sharing.mig_profile:
@@ -84,18 +95,24 @@ class Mig(SharingBackend):
 
     def holds(self, policy: Policy) -> Callable[[str], bool]:
         sharing = policy.sharing
-        if sharing.is_mig_single:
+        if is_single(sharing):
             return NVIDIA_GPU.__eq__
         if sharing.mig_profiles is None:
             return lambda resource: resource.startswith(MIG_PREFIX)
         return frozenset(map(mig_resource, sharing.mig_profiles)).__contains__
+
+    def replica_resource(self, sharing: Sharing) -> str | None:
+        return NVIDIA_GPU if is_single(sharing) else None
+
+    def default_per_container(self, device: DeviceKind) -> int:
+        return MIG_MAX_PER_CONTAINER if device == "mig-slice" else super().default_per_container(device)
 
     def mapping_target(self, sharing: Sharing) -> str | None:
         return mig_resource(sharing.mig_profile) if sharing.mig_profile else None
 
     def pool_words(self, policy: Policy, served: frozenset[str]) -> tuple[str, str, str]:
         sharing = policy.sharing
-        if sharing.is_mig_single:
+        if is_single(sharing):
             gives = f"one {sharing.mig_profile} MIG slice per {NVIDIA_GPU} (migStrategy single)"
             return gives, f"{NVIDIA_GPU} instead", f"ask for {NVIDIA_GPU}"
         target = mig_resource(sharing.mig_profile) if sharing.mig_profile else None
@@ -106,7 +123,7 @@ class Mig(SharingBackend):
 
     def offer(self, policy: Policy) -> str:
         where = f'policy "{policy.name}"'
-        if policy.sharing.is_mig_single:
+        if is_single(policy.sharing):
             return f"request {NVIDIA_GPU}: 1, which is one {policy.sharing.mig_profile} MIG slice under {where}"
         if policy.sharing.mig_profile:
             return f"request {NVIDIA_GPU}: 1, which {where} turns into {mig_resource(policy.sharing.mig_profile)}"
@@ -118,11 +135,11 @@ class Mig(SharingBackend):
         return super().short_offer(policy)
 
     def single_slice(self, policy: Policy) -> str | None:
-        return (policy.sharing.mig_profile or "") if policy.sharing.is_mig_single else None
+        return (policy.sharing.mig_profile or "") if is_single(policy.sharing) else None
 
     def kept_name_words(self, policy: Policy) -> str:
         sharing = policy.sharing
-        return f"{sharing.mig_profile} MIG slice" if sharing.is_mig_single else super().kept_name_words(policy)
+        return f"{sharing.mig_profile} MIG slice" if is_single(sharing) else super().kept_name_words(policy)
 
     def rules(self, policy: Policy) -> ModeRules:
         sharing = policy.sharing
@@ -132,8 +149,8 @@ class Mig(SharingBackend):
             mig_model=mig_model,
             offered=sharing.mig_profiles,
             one_mig_slice=explicit is None,
-            mig_single_resource=NVIDIA_GPU if sharing.is_mig_single else None,
-            any_mig_profile=not sharing.is_mig_single and mig_model is None and sharing.mig_profiles is None,
+            mig_single_resource=NVIDIA_GPU if is_single(sharing) else None,
+            any_mig_profile=not is_single(sharing) and mig_model is None and sharing.mig_profiles is None,
         )
 
     def served_profile(
@@ -143,7 +160,7 @@ class Mig(SharingBackend):
         served), a profile the model does not have, or one the nodes' layout does not offer (the line, and the
         short form after the name); None: judged by the pool's resources (`serves`)."""
         model = rules.mig_model
-        if rules.any_mig_profile or policy.sharing.is_mig_single:
+        if rules.any_mig_profile or is_single(policy.sharing):
             return True if rules.any_mig_profile else None
         if model is not None and model.profile(profile) is None:
             # The advice is what the nodes offer: another profile of the model that they do not offer would be
@@ -165,7 +182,7 @@ class Mig(SharingBackend):
 
     def node_requirements(self, policy: Policy) -> tuple[LabelRequirement, ...]:
         sharing = policy.sharing
-        if not sharing.is_mig_single:
+        if not is_single(sharing):
             return ()  # MIG mixed: `nvidia.com/mig-<profile>` exists only on nodes with that slice
         slices = sharing.mig_profile.split("g.", 1)[0] if sharing.mig_profile else None
         return (
@@ -175,13 +192,13 @@ class Mig(SharingBackend):
 
     def product_rule(self, policy: Policy, product_label: str) -> str | None:
         sharing = policy.sharing
-        if sharing.is_mig_single and sharing.mig_profile:
+        if is_single(sharing) and sharing.mig_profile:
             return f"{product_label} ending in -MIG-{sharing.mig_profile.replace('+', '')}"
         return None
 
     def product_fits(self, policy: Policy, product: str) -> bool:
         sharing = policy.sharing
-        if sharing.is_mig_single and sharing.mig_profile:
+        if is_single(sharing) and sharing.mig_profile:
             return product.endswith("-MIG-" + sharing.mig_profile.replace("+", ""))
         return True
 
@@ -196,7 +213,7 @@ class Mig(SharingBackend):
             return []
         profile = sharing.mig_profile
         effect = f"pods converted to {mig_resource(profile)} cannot run there"
-        if sharing.is_mig_single:
+        if is_single(sharing):
             product = node.labels.get(PRODUCT_LABEL, "")
             sliced = product.rsplit("-MIG-", 1)[1] if "-MIG-" in product else None
             if sliced is None or sliced == profile.replace("+", ""):
@@ -243,7 +260,7 @@ class Mig(SharingBackend):
     def pool_drift(self, policy: Policy, nodes: Sequence[NodeInfo]) -> list[tuple[NodeInfo, NodeDrift]]:
         """Every node has a listed profile, but none has the one that `nvidia.com/gpu` converts to."""
         sharing = policy.sharing
-        listed = not sharing.is_mig_single and sharing.mig_profiles is not None
+        listed = not is_single(sharing) and sharing.mig_profiles is not None
         if not (listed and sharing.mig_profile and not any(sharing.mig_profile in mig_counts(n) for n in nodes)):
             return []
         return [
@@ -277,13 +294,13 @@ class Mig(SharingBackend):
 
     def describe(self, policy: Policy) -> str:
         sharing = policy.sharing
-        if sharing.is_mig_single:
+        if is_single(sharing):
             return f'policy "{policy.name}" (mig single, {sharing.mig_profile} slices)'
         return f'policy "{policy.name}" ({sharing.mode}: whole GPUs)'  # mixed: as the lines have always said
 
     def explain_mode(self, policy: Policy) -> str:
         sharing = policy.sharing
-        if sharing.is_mig_single:
+        if is_single(sharing):
             return f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
         return f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
 
@@ -297,17 +314,17 @@ class Mig(SharingBackend):
             for p in offered_profiles(model, sharing.mig_profiles)
         )
         offered = "offered" if sharing.mig_profiles is not None else f"every profile of {model.name}"
-        return f"MIG slices of {model.name}, {policy.mig_max_per_container} per container; {offered}: {slices}"
+        return f"MIG slices of {model.name}, {self.max_per_container(policy)} per container; {offered}: {slices}"
 
     def unit_weight(self, policy: Policy, resource: str) -> Fraction | None:
         sharing = policy.sharing
-        if resource == NVIDIA_GPU and sharing.is_mig_single:  # the single strategy's one profile
+        if resource == NVIDIA_GPU and is_single(sharing):  # the single strategy's one profile
             return slice_weight(sharing.mig_profile, model_of(policy)) if sharing.mig_profile else WHOLE_GPU
         return super().unit_weight(policy, resource)
 
     def weight_units(self, policy: Policy) -> list[tuple[str, Fraction, str]]:
         sharing, model = policy.sharing, model_of(policy)
-        if sharing.is_mig_single and sharing.mig_profile:
+        if is_single(sharing) and sharing.mig_profile:
             return [(NVIDIA_GPU, slice_weight(sharing.mig_profile, model), f"a {sharing.mig_profile} MIG slice")]
         profiles = sharing.mig_profiles or (
             tuple(model.profile_names()) if model else ((sharing.mig_profile,) if sharing.mig_profile else ())
@@ -320,13 +337,13 @@ class Mig(SharingBackend):
 
     def amount_words(self, policy: Policy, resource: str, count: str, amount: Fraction) -> str | None:
         sharing = policy.sharing
-        if resource == NVIDIA_GPU and sharing.is_mig_single and sharing.mig_profile:
+        if resource == NVIDIA_GPU and is_single(sharing) and sharing.mig_profile:
             return slice_words(sharing.mig_profile, count, amount)
         return None
 
     def quota_entry(self, policy: Policy) -> QuotaEntry:
         sharing = policy.sharing
-        if sharing.is_mig_single:
+        if is_single(sharing):
             return super().quota_entry(policy)
         profiles = sharing.mig_profiles or ((sharing.mig_profile,) if sharing.mig_profile else ())
         if len(profiles) == 1 and (policy.fractional is not Fractional.MIG or sharing.mig_profiles):

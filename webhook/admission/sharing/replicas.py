@@ -19,6 +19,7 @@ from webhook.admission.policy.model import Fractional
 from webhook.admission.sharing.backend import (
     DRA_APART,
     WHOLE_GPU,
+    DeviceKind,
     LabelRequirement,
     ModeRules,
     NodeDrift,
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
     from webhook.admission.policy.model import Policy, Sharing
 
+# One shared replica per container: N replicas are not N GPUs. The device plugin refuses more than one only
+# where its config sets failRequestsGreaterThanOne (its default under MPS, not under time-slicing).
+SHARED_MAX_PER_CONTAINER = 1
 TGI = "tgi"  # Text Generation Inference's framework hint (its fraction only takes from MPS's capped memory)
 
 
@@ -58,8 +62,24 @@ class Replicas(SharingBackend):
     def holds(self, policy: Policy) -> Callable[[str], bool]:
         return policy.sharing.resource_name.__eq__
 
+    def steered_resource(self, policy: Policy) -> str:
+        return policy.sharing.resource_name
+
+    def shared_resource(self, sharing: Sharing) -> str | None:
+        return sharing.resource_name
+
+    def replica_resource(self, sharing: Sharing) -> str | None:
+        return NVIDIA_GPU if sharing.resource_name == NVIDIA_GPU else None
+
     def mapping_target(self, sharing: Sharing) -> str | None:
         return sharing.resource_name
+
+    def default_per_container(self, device: DeviceKind) -> int:
+        return SHARED_MAX_PER_CONTAINER if device == "replica" else super().default_per_container(device)
+
+    def share(self, policy: Policy) -> Fraction | None:
+        replicas = policy.sharing.replicas
+        return Fraction(1, replicas) if replicas else None
 
     def pool_words(self, policy: Policy, served: frozenset[str]) -> tuple[str, str, str]:
         sharing = policy.sharing
@@ -75,7 +95,7 @@ class Replicas(SharingBackend):
     def offer(self, policy: Policy) -> str:
         mode = policy.sharing.mode
         where = f'policy "{policy.name}"'
-        share = policy.share
+        share = self.share(policy)
         replica = f"one of {policy.sharing.replicas} {mode} shares" if policy.sharing.replicas else f"a {mode} share"
         if policy.sharing.resource_name == NVIDIA_GPU:  # the device plugin keeps the name: no renaming
             what = f"is {replica} of a GPU under {where}"
@@ -89,7 +109,7 @@ class Replicas(SharingBackend):
         return f"request {NVIDIA_GPU}: 1, which {what}"
 
     def short_offer(self, policy: Policy) -> str:
-        share = policy.share
+        share = self.share(policy)
         if share is not None and policy.fractional is Fractional.SHARED:
             return f"ask for {format_fraction(share)} or less, or {NVIDIA_GPU}: 1"
         return f"ask for {NVIDIA_GPU}: 1 instead"
@@ -100,7 +120,7 @@ class Replicas(SharingBackend):
     def rules(self, policy: Policy) -> ModeRules:
         explicit = policy.limits.max_per_container
         return ModeRules(
-            one_shared_replica=policy.max_per_container == 1 and explicit is None,
+            one_shared_replica=self.max_per_container(policy, "replica") == 1 and explicit is None,
             unshared_classes=True,
         )
 
@@ -179,12 +199,12 @@ class Replicas(SharingBackend):
         return f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
 
     def explain_share(self, policy: Policy) -> str:
-        sharing = policy.sharing
-        if policy.share is None:
+        sharing, share = policy.sharing, self.share(policy)
+        if share is None:
             return super().explain_share(policy)
         text = f"one {sharing.resource_name} is 1/{sharing.replicas} of a GPU ({sharing.mode})"
         if policy.fractional is Fractional.SHARED:
-            text += f"; nvidia.com/gpu up to {exact_text(policy.share)} becomes one, more is denied"
+            text += f"; nvidia.com/gpu up to {exact_text(share)} becomes one, more is denied"
         return text
 
     def unit_weight(self, policy: Policy, resource: str) -> Fraction | None:
