@@ -23,7 +23,7 @@ from webhook.cli.options import (
     missing_policy_directory,
     policy_directory,
 )
-from webhook.server.ledger import GRACE_S
+from webhook.server import GRACE_S
 
 DEV_CERTS_DIR = Path("certs/dev")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

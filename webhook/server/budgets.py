@@ -46,10 +46,9 @@ from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision
 from webhook.admission.policy.model import Check, Enforcement, Policy, PolicySet
 from webhook.admission.review import AdmissionRequest
-from webhook.server import metrics
+from webhook.server import GRACE_S, metrics
 from webhook.server.budget_watch import PodWatch, QuotaWatch
 from webhook.server.ledger import (
-    GRACE_S,
     ConfigMaps,
     Entry,
     Ledger,

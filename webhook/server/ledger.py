@@ -43,7 +43,6 @@ RECORD_PREFIX = "gpu-budget-"
 CONNECT_TIMEOUT_S = 1.0
 READ_TIMEOUT_S = 2.0
 CAS_DEADLINE_S = 3.0  # a reservation's whole CAS loop: within the webhook's 5 s timeoutSeconds
-GRACE_S = 30.0  # an entry whose pod never appeared is released this long after it was written (and a GET)
 CAS_ATTEMPTS = 24  # 16 creates racing for one namespace through 4 processes settle in a handful each
 
 Scope = tuple[tuple[str, Any], ...]  # the pod's fields a quota's scopes read, as (field, value) pairs
