@@ -2,9 +2,9 @@
 
 The same pod (one container asking `nvidia.com/gpu: 1`, mapped to a time-slicing replica of 4) reviewed by
 `engine.evaluate` without a budget and with one (a ResourceQuota of `requests.nvidia.com/gpu: 4` holding 2.5
-GPU-equivalents, the usual quota; and the same quota scoped to NotTerminating pods, so that the scope is read
-too), counted by callgrind where valgrind is installed, else timed in paired rounds on one core. The API calls
-that bring the budget (the server's ledger) are not the engine's and are counted apart (the server's
+GPU-equivalents, the usual quota; and the same quota scoped to NotTerminating pods: the pod fits, so its scope
+is not read), counted by callgrind where valgrind is installed, else timed in paired rounds on one core. The API
+calls that bring the budget (the server's ledger) are not the engine's and are counted apart (the server's
 benchmarks). Also counted: `pod_ask` alone, memoized per container shape. A review without a budget works out
 no ask. Target: the budgeted review costs at most 10% more than the same review without a budget.
 """

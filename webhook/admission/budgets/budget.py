@@ -362,12 +362,12 @@ def judge(ask: PodAsk, usages: Sequence[Usage], pod_name: str, pod: dict[str, An
     worst: tuple[Fraction, Usage] | None = None
     for usage in usages:
         quota = usage.quota
-        if pod is not None and quota.requirements and not quota.counts(pod):
-            continue
         hard_numerator, hard_denominator = quota.hard_ratio
         used_numerator, used_denominator = usage.used.as_integer_ratio()
         asked = (used_numerator * denominator + numerator * used_denominator) * hard_denominator
-        if asked > hard_numerator * used_denominator * denominator:
+        # Whether the quota counts the pod matters only where the pod would exceed it: most reviews fit, and
+        # read no scope.
+        if asked > hard_numerator * used_denominator * denominator and (pod is None or quota.counts(pod)):
             room = quota.hard - usage.used
             if worst is None or room < worst[0]:
                 worst = (room, usage)

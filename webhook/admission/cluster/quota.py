@@ -13,8 +13,10 @@ nothing. Reading never raises: a malformed object is None, or a reason (`quota_p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
 from webhook.admission.base.podspec import asks_some, section_bodies
@@ -27,6 +29,8 @@ QOS_RESOURCES = ("cpu", "memory")  # what a pod's QoS class reads (v1 qos.Comput
 
 # One scope selector requirement: (scope name, operator, values).
 Requirement = tuple[str, str, tuple[str, ...]]
+# Whether a quota counts a pod, worked out once per quota from its requirements (`predicate`).
+PodTest = Callable[[dict[str, Any]], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +44,13 @@ class GpuQuota:
     requirements: tuple[Requirement, ...] = ()  # spec.scopes (as Exists) then spec.scopeSelector's
     # `hard` as (numerator, denominator), worked out once: budget.judge compares in integers on every review
     hard_ratio: tuple[int, int] = field(init=False, compare=False, repr=False)
+    # Whether this quota counts a pod: every scope requirement matches it (none: every pod). The requirements
+    # read as one ready test when the quota is read, not again on every budgeted review.
+    counts: PodTest = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hard_ratio", self.hard.as_integer_ratio())
-
-    def counts(self, pod: dict[str, Any]) -> bool:
-        """Whether this quota counts `pod`: every scope requirement matches it (none: every pod)."""
-        for requirement in self.requirements:  # noqa: SIM110 (a loop, not all(): on every budgeted review)
-            if not matches(requirement, pod):
-                return False
-        return True
+        object.__setattr__(self, "counts", predicate(self.requirements))
 
     @property
     def scoped(self) -> str:
@@ -143,37 +144,84 @@ def _requirements(spec: dict[str, Any]) -> tuple[Requirement, ...] | str:
 
 def matches(requirement: Requirement, pod: dict[str, Any]) -> bool:
     """One scope requirement against a pod, as podMatchesScopeFunc decides it."""
+    return _test(requirement)(pod)
+
+
+def predicate(requirements: tuple[Requirement, ...]) -> PodTest:
+    """The test that every requirement matches a pod, built once per quota: each requirement's scope and
+    operator are decided here, so a review runs only the test its pod needs."""
+    tests = tuple(_test(requirement) for requirement in requirements)
+    if not tests:
+        return _every_pod
+    if len(tests) == 1:
+        return tests[0]
+    return partial(_all_of, tests)
+
+
+def _test(requirement: Requirement) -> PodTest:
+    """One requirement as a test of a pod (module functions and partials: a quota stays picklable)."""
     scope, operator, values = requirement
-    spec = pod.get("spec") if type(pod) is dict else None
-    spec = spec if type(spec) is dict else {}
-    if scope == "Terminating":
-        return _terminating(spec)
-    if scope == "NotTerminating":
-        return not _terminating(spec)
-    if scope == "BestEffort":
-        return _best_effort(pod, spec)
-    if scope == "NotBestEffort":
-        return not _best_effort(pod, spec)
     if scope == "PriorityClass":
-        priority = spec.get("priorityClassName")
-        priority = priority if type(priority) is str and priority else None
-        if operator == "Exists":
-            return priority is not None
-        if operator == "DoesNotExist":
-            return priority is None
-        if operator == "In":
-            return priority is not None and priority in values
-        if operator == "NotIn":
-            return priority is None or priority not in values
-        return False
-    if scope == "CrossNamespacePodAffinity":
-        return _cross_namespace(spec)
-    return False
+        return partial(_priority_class, operator, values)
+    return _SCOPE_TESTS.get(scope, _no_pod)
 
 
-def _terminating(spec: dict[str, Any]) -> bool:
-    deadline = spec.get("activeDeadlineSeconds")
+def _all_of(tests: tuple[PodTest, ...], pod: dict[str, Any]) -> bool:
+    return all(test(pod) for test in tests)
+
+
+def _every_pod(pod: dict[str, Any]) -> bool:
+    return True
+
+
+def _no_pod(pod: dict[str, Any]) -> bool:
+    return False  # an unknown scope matches nothing
+
+
+def _spec(pod: dict[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec") if type(pod) is dict else None
+    return spec if type(spec) is dict else {}
+
+
+def _is_terminating(pod: dict[str, Any]) -> bool:
+    """Terminating: spec.activeDeadlineSeconds >= 0."""
+    spec = pod.get("spec") if type(pod) is dict else None
+    deadline = spec.get("activeDeadlineSeconds") if type(spec) is dict else None
     return type(deadline) is int and deadline >= 0
+
+
+def _is_not_terminating(pod: dict[str, Any]) -> bool:
+    """NotTerminating, the usual scope: read out in full rather than through _is_terminating (every review)."""
+    spec = pod.get("spec") if type(pod) is dict else None
+    deadline = spec.get("activeDeadlineSeconds") if type(spec) is dict else None
+    return not (type(deadline) is int and deadline >= 0)
+
+
+def _is_best_effort(pod: dict[str, Any]) -> bool:
+    return _best_effort(pod, _spec(pod))
+
+
+def _is_not_best_effort(pod: dict[str, Any]) -> bool:
+    return not _best_effort(pod, _spec(pod))
+
+
+def _is_cross_namespace(pod: dict[str, Any]) -> bool:
+    return _cross_namespace(_spec(pod))
+
+
+def _priority_class(operator: str, values: tuple[str, ...], pod: dict[str, Any]) -> bool:
+    """PriorityClass: a label selector over the one key, so NotIn and DoesNotExist match a pod without one."""
+    priority = _spec(pod).get("priorityClassName")
+    priority = priority if type(priority) is str and priority else None
+    if operator == "Exists":
+        return priority is not None
+    if operator == "DoesNotExist":
+        return priority is None
+    if operator == "In":
+        return priority is not None and priority in values
+    if operator == "NotIn":
+        return priority is None or priority not in values
+    return False
 
 
 def _best_effort(pod: dict[str, Any], spec: dict[str, Any]) -> bool:
@@ -206,3 +254,13 @@ def _cross_namespace(spec: dict[str, Any]) -> bool:
             if type(term) is dict and (term.get("namespaces") or term.get("namespaceSelector") is not None):
                 return True
     return False
+
+
+# The scopes whose test reads the pod alone (Exists: their only operator the API server allows).
+_SCOPE_TESTS: dict[str, PodTest] = {
+    "Terminating": _is_terminating,
+    "NotTerminating": _is_not_terminating,
+    "BestEffort": _is_best_effort,
+    "NotBestEffort": _is_not_best_effort,
+    "CrossNamespacePodAffinity": _is_cross_namespace,
+}
