@@ -23,8 +23,10 @@ import base64
 import copy
 import json
 import ssl
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -226,6 +228,15 @@ class FakeKubeAPI:
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 128  # socketserver's 5 resets connections when many clients call at once
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                """A client that went away before its answer (a timed-out or stopped server) is routine, as it
+                is for the API server; anything else goes to the process's own stderr, never to a test's
+                redirected sys.stderr (a thread of this server can outlive the test that started it)."""
+                error = sys.exc_info()[1]
+                if isinstance(error, ConnectionError | ssl.SSLError):
+                    return
+                traceback.print_exc(file=sys.__stderr__)
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
