@@ -55,6 +55,7 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "DeviceClass": ("/apis/resource.k8s.io/v1", "deviceclasses"),
     "ResourceQuota": ("/api/v1", "resourcequotas"),
     "ConfigMap": ("/api/v1", "configmaps"),
+    "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
 }
 
 TOKEN = "fake-token"
@@ -68,20 +69,22 @@ WATCHED = (
     "ResourceQuota",
     "ConfigMap",
 )
-WRITABLE = ("ConfigMap",)  # created, replaced and deleted through the API (the budget ledger's records)
+WRITABLE = ("ConfigMap", "Lease")  # created, replaced and deleted through the API (the budget ledger, its Lease)
 
 
 @dataclass
 class FakeKubeAPI:
     """The server's state: objects by kind, the accepted token, forbidden resources, recorded requests."""
 
-    objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = field(default_factory=dict)  # kind -> (ns, name)
     token: str = TOKEN
     forbidden: set[str] = field(default_factory=set)  # resource plurals that answer 403
     unavailable: set[str] = field(default_factory=set)  # resource plurals that answer 503 (an API server in trouble)
     slow: dict[str, float] = field(default_factory=dict)  # resource plural -> seconds each write or GET of one waits
     conflicts: int = 0  # writes answered 409 because they named an older resourceVersion
     requests: list[str] = field(default_factory=list)  # "GET /api/v1/pods?limit=2"
+    bytes_received: int = 0  # request bodies read (the writes)
+    bytes_sent: int = 0  # response bodies and watch events written
     _server: ThreadingHTTPServer | None = None
     # The watch: every change to a Node, with the resourceVersion it made; history before `_oldest` is gone.
     version: int = 100
@@ -104,54 +107,42 @@ class FakeKubeAPI:
     def put_node(self, node: dict[str, Any]) -> None:
         """Add or replace a Node (by name): an ADDED or MODIFIED event."""
         with self._changed:
-            nodes = self.objects.setdefault("Node", [])
-            name = node["metadata"]["name"]
-            existing = [i for i, n in enumerate(nodes) if n["metadata"]["name"] == name]
+            nodes = self.objects.setdefault("Node", {})
+            key = ("", node["metadata"]["name"])
+            existing = key in nodes
             stored = copy.deepcopy(node)
             stored.setdefault("metadata", {})["resourceVersion"] = str(self.version + 1)
-            if existing:
-                nodes[existing[0]] = stored
-            else:
-                nodes.append(stored)
+            nodes[key] = stored
             self._record("MODIFIED" if existing else "ADDED", node)
 
     def delete_node(self, name: str) -> None:
         with self._changed:
-            nodes = self.objects.setdefault("Node", [])
-            gone = [n for n in nodes if n["metadata"]["name"] == name]
-            nodes[:] = [n for n in nodes if n["metadata"]["name"] != name]
-            for node in gone:
-                self._record("DELETED", node)
+            gone = self.objects.setdefault("Node", {}).pop(("", name), None)
+            if gone is not None:
+                self._record("DELETED", gone)
 
     def put(self, obj: dict[str, Any]) -> None:
         """Add or replace a namespaced object (a ResourceClaim) by namespace and name, with its watch event."""
         with self._changed:
-            stored = self.objects.setdefault(obj["kind"], [])
+            stored = self.objects.setdefault(obj["kind"], {})
             key = (_namespace(obj), obj["metadata"]["name"])
-            existing = [i for i, o in enumerate(stored) if (_namespace(o), o["metadata"]["name"]) == key]
+            existing = key in stored
             kept = copy.deepcopy(obj)
             kept.setdefault("metadata", {})["resourceVersion"] = str(self.version + 1)
-            if existing:
-                stored[existing[0]] = kept
-            else:
-                stored.append(kept)
+            stored[key] = kept
             self._record("MODIFIED" if existing else "ADDED", obj, obj["kind"])
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with self._changed:
-            stored = self.objects.setdefault(kind, [])
-            gone = [o for o in stored if (_namespace(o), o["metadata"]["name"]) == (namespace, name)]
-            stored[:] = [o for o in stored if o not in gone]
-            for obj in gone:
-                self._record("DELETED", obj, kind)
+            gone = self.objects.setdefault(kind, {}).pop((namespace, name), None)
+            if gone is not None:
+                self._record("DELETED", gone, kind)
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The stored object (a copy), or None."""
         with self._changed:
-            for obj in self.objects.get(kind, []):
-                if (_namespace(obj), obj["metadata"]["name"]) == (namespace, name):
-                    return copy.deepcopy(obj)
-        return None
+            found = self.objects.get(kind, {}).get((namespace, name))
+            return copy.deepcopy(found) if found is not None else None
 
     def bookmark(self) -> None:
         """A BOOKMARK event on every open watch that asked for them."""
@@ -173,7 +164,7 @@ class FakeKubeAPI:
 
     def add(self, *objects: dict[str, Any]) -> None:
         for obj in objects:
-            self.objects.setdefault(obj["kind"], []).append(obj)
+            self.objects.setdefault(obj["kind"], {})[_namespace(obj), obj["metadata"]["name"]] = obj
 
     def add_namespaces(self, *names: str) -> None:
         self.add(*({"kind": "Namespace", "metadata": {"name": name}} for name in names))
@@ -193,10 +184,11 @@ class FakeKubeAPI:
                 api.requests.append(f"GET {self.path}")
                 query = parse_qs(urlsplit(self.path).query)
                 route = api._route(urlsplit(self.path).path)
-                watch = query.get("watch") == ["true"] and route is not None and route[2] is None
+                watch = query.get("watch") == ["true"] and route is not None
                 watch = watch and route[1] not in api.forbidden  # type: ignore[index]
                 if watch and self.headers.get("Authorization", "") == f"Bearer {api.token}":
-                    api.stream_watch(self, {k: v[-1] for k, v in query.items()}, route[0])
+                    assert route is not None
+                    api.stream_watch(self, {k: v[-1] for k, v in query.items()}, route[0], route[2])
                     return
                 if api._object_route(urlsplit(self.path).path) is not None:
                     self._answer(*api.write("GET", self.path, self.headers.get("Authorization", ""), None))
@@ -205,6 +197,7 @@ class FakeKubeAPI:
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
+                api.bytes_sent += len(data)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -214,6 +207,7 @@ class FakeKubeAPI:
             def _write(self) -> None:
                 api.requests.append(f"{self.command} {self.path}")
                 length = int(self.headers.get("Content-Length") or 0)
+                api.bytes_received += length
                 try:
                     body = json.loads(self.rfile.read(length)) if length else None
                 except ValueError:
@@ -255,8 +249,11 @@ class FakeKubeAPI:
             self._server.server_close()
             self._server = None
 
-    def stream_watch(self, handler: BaseHTTPRequestHandler, query: dict[str, str], watched: str = "Node") -> None:
-        """One watch: a chunked HTTP/1.1 response of JSON events, as the API server streams them."""
+    def stream_watch(
+        self, handler: BaseHTTPRequestHandler, query: dict[str, str], watched: str = "Node", namespace: str | None = None
+    ) -> None:
+        """One watch (of one namespace's objects where `namespace` is given): a chunked HTTP/1.1 response of JSON
+        events, as the API server streams them."""
         since = int(query.get("resourceVersion") or self.version)
         selected = _selector(query.get("labelSelector", ""))
         bookmarks = query.get("allowWatchBookmarks") == "true"
@@ -270,6 +267,7 @@ class FakeKubeAPI:
 
         def send(event: dict[str, Any]) -> None:
             data = json.dumps(event).encode() + b"\n"
+            self.bytes_sent += len(data)
             handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             handler.wfile.flush()
 
@@ -288,7 +286,9 @@ class FakeKubeAPI:
                         seen, oldest = 0, self._oldest  # compacted: what it holds now is all newer than `sent`
                     fresh, seen = self._history[seen:], len(self._history)
                     for version, kind, obj, resource in fresh:
-                        if version > sent and (kind == "BOOKMARK" or (resource == watched and selected(obj))):
+                        wanted = resource == watched and selected(obj)
+                        wanted = wanted and (namespace is None or _namespace(obj) == namespace)
+                        if version > sent and (kind == "BOOKMARK" or wanted):
                             sent = version
                             if kind == "BOOKMARK":
                                 if bookmarks:
@@ -359,7 +359,7 @@ class FakeKubeAPI:
             return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
         selected = _selector(query.get("labelSelector", ""))
         with self._changed:
-            listed = list(self.objects.get(kind, []))
+            listed = list(self.objects.get(kind, {}).values())
         items = [o for o in listed if (namespace is None or _namespace(o) == namespace) and selected(o)]
         items.sort(key=lambda o: (_namespace(o), o.get("metadata", {}).get("name", "")))
         start = 0

@@ -3,7 +3,9 @@
 A namespace's ResourceQuota says `requests.nvidia.com/gpu: "1"`; its policy shares GPUs by time-slicing, 4
 replicas each, so a pod asking for `nvidia.com/gpu: 1` becomes one replica, a quarter of a GPU: four fit. The
 ledger (a ConfigMap per namespace in the webhook's namespace, changed by compare-and-swap) holds the budget for
-every worker of every replica, and the watches give a deleted pod's share back. Each test has its namespace.
+every worker of every replica: the recount of the live pods, and the reservations not yet counted there. The
+worker that holds the recount Lease watches the pods, folds reservations into the recount and gives a deleted
+pod's share back. Each test has its namespace.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import pytest
 from tests import waiting
 from tests.conftest import LiveServer
 from tests.fake_kube_api import FakeKubeAPI, LoopbackCluster, loopback_cluster
+from webhook.admission.cluster.quota import gpu_quota
 from webhook.admission.review import make_review
+from webhook.server.ledger import Entry, Record
 
 LEDGER_NAMESPACE = "gpu-admission"
 POLICY = """\
@@ -106,10 +110,30 @@ def create(server: LiveServer, api: FakeKubeAPI, pod: dict[str, Any]) -> dict[st
     return response
 
 
+def record(api: FakeKubeAPI, namespace: str) -> Record:
+    """The namespace's ledger record as the API holds it (an empty one where there is none)."""
+    found = api.get("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
+    read = Record.of(found) if found is not None else None
+    return read if read is not None else Record(namespace, "")
+
+
+def counted(api: FakeKubeAPI, namespace: str) -> tuple[int, float]:
+    """(pods, GPU-equivalents) the namespace's record counts, recount and reservations together."""
+    held = record(api, namespace)
+    every = gpu_quota(quota(namespace))
+    assert every is not None
+    return held.pods(), float(held.used(every))
+
+
+def settled(api: FakeKubeAPI, namespace: str, pods: int) -> bool:
+    """The record counts `pods` pods, all folded into the recount (no reservation left in flight)."""
+    held = record(api, namespace)
+    return not held.entries and held.pods() == pods
+
+
 def ledger(api: FakeKubeAPI, namespace: str) -> dict[str, Any]:
-    """The namespace's ledger entries, by pod UID (empty where there is no record)."""
-    record = api.get("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
-    return {uid: json.loads(text) for uid, text in ((record or {}).get("data") or {}).items()}
+    """The reservations in flight of the namespace's record, by pod UID."""
+    return record(api, namespace).entries
 
 
 def released(servers: list[LiveServer], namespace: str) -> dict[str, Any]:
@@ -127,7 +151,23 @@ def released(servers: list[LiveServer], namespace: str) -> dict[str, Any]:
 
 def budgets_current(server: LiveServer) -> bool:
     found = server.get("/readyz").json().get("cluster", {}).get("budgets", {})
-    return all(found.get(part, {}).get("state") == "current" for part in ("resourceQuotas", "pods", "ledger"))
+    return all(found.get(part, {}).get("state") == "current" for part in ("resourceQuotas", "ledger"))
+
+
+def recount_holder(api: FakeKubeAPI) -> str:
+    """The worker that holds the recount Lease ("" where none does)."""
+    lease = api.get("Lease", LEDGER_NAMESPACE, "gpu-admission-budget-recount") or {}
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def recounting(servers: list[LiveServer]) -> bool:
+    """One worker of the servers leads the recount, and its pod watch is current."""
+    for server in servers:
+        for _ in range(4):  # each /readyz is answered by one worker: ask a few times
+            found = server.get("/readyz").json().get("cluster", {}).get("budgets", {})
+            if found.get("recount", {}).get("leading") and found.get("pods", {}).get("state") == "current":
+                return True
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +184,7 @@ def servers(cluster: LoopbackCluster, start_server: Callable[..., LiveServer]) -
     started = [start_server(cluster.policies, workers=2, extra_args=arguments) for _ in range(2)]
     for server in started:
         eventually(lambda server=server: budgets_current(server))
+    eventually(lambda: recount_holder(cluster.api) != "")
     yield started
     for server in started:  # both at once: each may take a moment over its kept-alive connections
         server.process.terminate()
@@ -162,10 +203,11 @@ def test_sixteen_concurrent_creates_through_two_replicas_admit_exactly_the_budge
     for pod, response in zip(pods, responses, strict=True):
         if not response["allowed"]:
             assert REFUSAL.format(name=pod["metadata"]["name"], namespace=namespace) in response["status"]["message"]
-    entries = ledger(api, namespace)
-    assert sorted(entries) == sorted(pod["metadata"]["uid"] for pod in allowed)
-    assert {entry["gpus"] for entry in entries.values()} == {"1/4"}
+    assert counted(api, namespace) == (4, 1.0)
+    assert set(ledger(api, namespace)) <= {pod["metadata"]["uid"] for pod in allowed}
     assert api.conflicts > 0  # the racers did meet: the compare-and-swap decided
+    eventually(lambda: settled(api, namespace, 4), timeout=5.0)  # the recount folds every reservation in
+    assert counted(api, namespace) == (4, 1.0)
 
 
 def test_a_deleted_pods_share_comes_back_within_seconds(servers, cluster):
@@ -173,13 +215,12 @@ def test_a_deleted_pods_share_comes_back_within_seconds(servers, cluster):
     pods = [gpu_pod(namespace, f"held-{index}") for index in range(4)]
     assert all(create(servers[0], api, pod)["allowed"] for pod in pods)
     assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
+    started = time.monotonic()
     api.delete("Pod", namespace, "held-2")
-    eventually(lambda: pods[2]["metadata"]["uid"] not in ledger(api, namespace), timeout=5.0)
-    # Every worker of both replicas sees the delete within moments (one that has not yet counts the pod a moment
-    # longer, never less): the share is there for the next create.
-    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"], timeout=5.0)
-    assert released(servers, namespace)["why"] == "deleted or ended"
-    assert len(ledger(api, namespace)) == 4
+    eventually(lambda: counted(api, namespace) == (3, 0.75), timeout=5.0)
+    assert time.monotonic() - started < 2.0  # the share is back within 2 s
+    assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is True
+    assert counted(api, namespace) == (4, 1.0)
 
 
 def test_a_pod_that_ends_gives_its_share_back(servers, cluster):
@@ -189,9 +230,9 @@ def test_a_pod_that_ends_gives_its_share_back(servers, cluster):
     stored = api.get("Pod", namespace, "job-0")
     assert stored is not None
     api.put({**stored, "kind": "Pod", "status": {"phase": "Succeeded"}})
-    eventually(lambda: pods[0]["metadata"]["uid"] not in ledger(api, namespace), timeout=5.0)
-    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "next"))["allowed"], timeout=5.0)
-    assert len(ledger(api, namespace)) == 4
+    eventually(lambda: counted(api, namespace) == (3, 0.75), timeout=2.0)
+    assert create(servers[1], api, gpu_pod(namespace, "next"))["allowed"] is True
+    assert counted(api, namespace) == (4, 1.0)
 
 
 def test_a_dry_run_is_judged_and_writes_nothing(servers, cluster):
@@ -209,7 +250,7 @@ def test_a_dry_run_is_judged_and_writes_nothing(servers, cluster):
     refused, _ = admission(servers[1], gpu_pod(namespace, "dry-over"), dry_run=True)
     assert refused["allowed"] is False  # a dry run says what the real create would get
     assert REFUSAL.format(name="dry-over", namespace=namespace) in refused["status"]["message"]
-    assert len(ledger(api, namespace)) == 4
+    assert counted(api, namespace) == (4, 1.0)
 
 
 def test_the_same_review_twice_reserves_once(servers, cluster):
@@ -242,7 +283,7 @@ def test_a_restarted_server_keeps_the_count(servers, cluster, start_server):
     arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
     fresh = start_server(cluster.policies, workers=1, extra_args=arguments)  # a new process knows only the ledger
     try:
-        eventually(lambda: budgets_current(fresh))
+        assert budgets_current(fresh)  # ready only once listed
         response = create(fresh, api, gpu_pod(namespace, "after"))
         assert response["allowed"] is False
         assert REFUSAL.format(name="after", namespace=namespace) in response["status"]["message"]
@@ -255,7 +296,7 @@ def test_running_gpu_pods_the_ledger_misses_are_adopted_and_the_gauges_say_so(se
     api, namespace = cluster.api, "team-adopt"
     for index in range(3):
         api.put({**stored_replica(namespace, f"old-{index}"), "status": {"phase": "Running"}})
-    eventually(lambda: len(ledger(api, namespace)) == 3)
+    eventually(lambda: settled(api, namespace, 3))
     used = f'gpu_admission_budget_used_gpus{{namespace="{namespace}",quota="gpus"}}'
     hard = f'gpu_admission_budget_hard_gpus{{namespace="{namespace}",quota="gpus"}}'
     eventually(lambda: servers[0].metrics().get(used) == 0.75)
@@ -269,7 +310,7 @@ def test_a_record_deleted_by_hand_is_written_again_from_the_running_pods(servers
     pods = [gpu_pod(namespace, f"kept-{index}") for index in range(3)]
     assert all(create(servers[index % 2], api, pod)["allowed"] for index, pod in enumerate(pods))
     api.delete("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")
-    eventually(lambda: sorted(ledger(api, namespace)) == sorted(pod["metadata"]["uid"] for pod in pods))
+    eventually(lambda: settled(api, namespace, 3))
     assert create(servers[0], api, gpu_pod(namespace, "fourth"))["allowed"] is True
     assert create(servers[1], api, gpu_pod(namespace, "fifth"))["allowed"] is False
 
@@ -279,7 +320,7 @@ def test_running_pods_count_from_the_first_reservation_on(servers, cluster):
     api, namespace = cluster.api, "team-running"
     for index in range(4):
         api.put({**stored_replica(namespace, f"running-{index}"), "status": {"phase": "Running"}})
-    time.sleep(0.5)  # the pod watches see them; the sweep (every 2 s) need not have run
+    eventually(lambda: settled(api, namespace, 4), timeout=2.0)  # the recount counts them (no sweep waited for)
     response = create(servers[0], api, gpu_pod(namespace, "late"))
     assert response["allowed"] is False
     assert REFUSAL.format(name="late", namespace=namespace) in response["status"]["message"]

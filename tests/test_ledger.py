@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from webhook.admission.cluster.quota import OPERATORS, gpu_quota
-from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Record, pod_of, scope_of
+from webhook.server.budget_watch import HeldPod
+from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Record, Sum, pod_of, scope_of
 
 CROSS = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {}, "topologyKey": "zone", "namespaces": ["other"]}]}}  # fmt: skip
@@ -85,29 +86,74 @@ def test_a_record_round_trips_through_its_configmap_and_sums_what_each_quota_cou
     entries = {
         "uid-1": Entry("a", Fraction(1, 4), scope_of(high), 1.5),
         "uid-2": Entry("b", Fraction(1, 7), scope_of(plain), 2.0),
-        "uid-3": Entry("c", Fraction(1, 4), scope_of(plain), 2.5),
     }
-    written = Record("team-a", "").configmap("gpu-admission", entries)
+    sums = {scope_of(plain): Sum(Fraction(3, 4), 3), scope_of(high): Sum(Fraction(1, 2), 2)}
+    written = Record("team-a", "", entries, sums, 9.5, 3).configmap("gpu-admission")
     assert written["metadata"]["name"] == "gpu-budget-team-a"
     assert written["metadata"]["labels"][LEDGER_LABEL] == "true"
     assert written["metadata"]["labels"][NAMESPACE_LABEL] == "team-a"
     assert written["data"]["uid-2"] == '{"at":2.0,"gpus":"1/7","pod":"b","scope":{"bestEffort":true}}'
+    assert sorted(written["data"]) == ["recount", "sum.0", "sum.1", "uid-1", "uid-2"]
     assert "resourceVersion" not in written["metadata"]  # a create
     written["metadata"]["resourceVersion"] = "7"
     read = Record.of(written)
-    assert read is not None and read.version == "7" and read.entries == entries
-    assert read.used(quota()) == Fraction(1, 4) + Fraction(1, 7) + Fraction(1, 4)
+    assert read is not None and read.version == "7" and read.entries == entries and read.sums == sums
+    assert (read.recounted, read.epoch) == (9.5, 3)
+    assert read.pods() == 7
+    assert read.used(quota()) == Fraction(1, 4) + Fraction(1, 7) + Fraction(3, 4) + Fraction(1, 2)
     high_only = quota(expressions=[{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}])
-    assert read.used(high_only) == Fraction(1, 4)
-    assert read.used(quota(["BestEffort"])) == Fraction(1, 7) + Fraction(1, 4)  # GPUs alone: BestEffort QoS
-    assert Record("team-a", "7").configmap("gpu-admission", {})["metadata"]["resourceVersion"] == "7"
+    assert read.used(high_only) == Fraction(1, 4) + Fraction(1, 2)
+    assert read.used(quota(["BestEffort"])) == Fraction(1, 7) + Fraction(3, 4)  # GPUs alone: BestEffort QoS
+    assert Record("team-a", "7").configmap("gpu-admission")["metadata"]["resourceVersion"] == "7"
 
 
 def test_a_record_edited_by_hand_keeps_what_it_can_read() -> None:
-    written = Record("team-a", "").configmap("gpu-admission", {"uid-1": Entry("a", Fraction(1, 2), (), 1.0)})
-    written["data"].update({"uid-2": "not json", "uid-3": '{"pod": "x", "gpus": "1/0", "at": 1}', "uid-4": "[]"})
+    written = Record("team-a", "", {"uid-1": Entry("a", Fraction(1, 2), (), 1.0)}).configmap("gpu-admission")
+    written["data"].update({"uid-2": "not json", "uid-3": '{"pod": "x", "gpus": "1/0", "at": 1}', "uid-4": "[]",
+                            "sum.9": "{}", "recount": "soon"})  # fmt: skip
     read = Record.of(written)
-    assert read is not None and list(read.entries) == ["uid-1"]
+    assert read is not None and list(read.entries) == ["uid-1"] and read.sums == {} and read.recounted == 0
     other = {**written, "metadata": {**written["metadata"], "name": "gpu-budget-team-b"}}
     assert Record.of(other) is None  # its name does not match the namespace it says it counts
     assert Record.of({"metadata": {"name": "unrelated"}}) is None
+
+
+def held(name: str, gpus: Fraction = Fraction(1, 4), scope: tuple = ()) -> HeldPod:
+    return HeldPod(name, gpus, scope)
+
+
+def test_a_recount_folds_the_reservations_of_pods_it_sees_and_keeps_those_it_does_not_yet() -> None:
+    """A pod counts once: as a reservation until the recount's watch sees it, then in the recount's sums."""
+    record = Record("team-a", "3", {"a": Entry("a", Fraction(1, 4), (), 1.0), "b": Entry("b", Fraction(1, 4), (), 2.0)})
+    live = {"a": held("a"), "old": held("old", Fraction(1, 2))}  # "old" ran before any reservation: adopted
+    folded = record.recount(live, released=(), now=5.0, epoch=2)
+    assert folded is not None
+    assert folded.sums == {(): Sum(Fraction(3, 4), 2)} and list(folded.entries) == ["b"]
+    assert (folded.recounted, folded.epoch, folded.version) == (5.0, 2, "3")
+    assert folded.used(quota()) == record.used(quota()) + Fraction(1, 2)  # "a" moved, "old" came in
+    assert folded.recount(live, released=(), now=6.0, epoch=2) is None  # nothing changed: nothing to write
+    released = folded.recount({}, released={"b"}, now=7.0, epoch=2)  # "a" and "old" deleted, "b" seen going
+    assert released is not None and released.sums == {} and released.entries == {}
+
+
+def test_a_record_of_the_release_that_kept_one_entry_per_pod_reads_as_reservations_and_folds_in() -> None:
+    """Upgrade in place: every entry that release wrote counts until the first recount folds it in."""
+    old = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "gpu-budget-team-a", "namespace": "gpu-admission", "resourceVersion": "41",
+                     "labels": {LEDGER_LABEL: "true", NAMESPACE_LABEL: "team-a"}},
+        "data": {f"uid-{i}": f'{{"at":1764000000.0,"gpus":"1/4","pod":"p-{i}"}}' for i in range(4)},
+    }  # fmt: skip
+    read = Record.of(old)
+    assert read is not None and read.pods() == 4 and read.used(quota()) == 1 and read.sums == {}
+    folded = read.recount({f"uid-{i}": held(f"p-{i}") for i in range(3)}, released=(), now=2e9)
+    assert folded is not None and folded.used(quota()) == 1 and list(folded.entries) == ["uid-3"]
+
+
+def test_the_sums_read_as_entries_to_the_release_that_kept_one_entry_per_pod() -> None:
+    """During a rolling update that release still runs: it reads a sum as an entry of its GPU-equivalents (so it
+    counts what the recount counts) whose time it never reaches (so it never looks its "pod" up to release it)."""
+    written = Record("team-a", "", {}, {(("priorityClassName", "high"),): Sum(Fraction(5, 4), 5)}).configmap("x")
+    entry = Entry.parse(written["data"]["sum.0"])
+    assert entry is not None and entry.gpus == Fraction(5, 4) and entry.scope == (("priorityClassName", "high"),)
+    assert entry.at > 4e9

@@ -467,7 +467,8 @@ def test_the_service_account_reads_cluster_wide_and_writes_only_the_ledger_in_it
     assert ledger["metadata"]["namespace"] == ledger_binding["metadata"]["namespace"] == account["namespace"]
     assert ledger["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
-    ]  # the budget ledger's records: no delete, and nothing outside the webhook's namespace
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    ]  # the budget ledger's records and the recount's Lease: no delete, nothing outside the webhook's namespace
     assert ledger_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                          "name": ledger["metadata"]["name"]}  # fmt: skip
     assert ledger_binding["subjects"] == [subject]

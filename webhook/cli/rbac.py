@@ -44,8 +44,8 @@ CLUSTER_GRANTS: tuple[Grant, ...] = (
         ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"),
     ),
     Grant(
-        "GPU budgets: the GPU pods (released when deleted or ended; a reservation whose pod never appeared is\n"
-        "looked up by name before it is released) and the ResourceQuotas with GPU entries.",
+        "GPU budgets: the GPU pods (recounted by the holder of the recount Lease; a reservation whose pod never\n"
+        "appeared is looked up by name before it is released) and the ResourceQuotas with GPU entries.",
         ("",),
         ("pods", "resourcequotas"),
     ),
@@ -57,6 +57,13 @@ LEDGER_GRANTS: tuple[Grant, ...] = (
         ("",),
         ("configmaps",),
         ("get", "list", "watch", "create", "update"),
+    ),
+    Grant(
+        "The recount Lease: one worker of one replica at a time recounts the ledger from the pods, as the\n"
+        "controller manager elects its leader.",
+        ("coordination.k8s.io",),
+        ("leases",),
+        ("get", "create", "update"),
     ),
 )
 
@@ -73,8 +80,8 @@ def _rules(grants: tuple[Grant, ...], indent: str) -> str:
 
 def _base() -> str:
     return f"""{GENERATED}
-# What the webhook reads from the API, cluster-wide, and what it writes: only the budget ledger's ConfigMaps,
-# in its own namespace (docs/operations.md, RBAC).
+# What the webhook reads from the API, cluster-wide, and what it writes: only the budget ledger's ConfigMaps and
+# the recount's Lease, in its own namespace (docs/operations.md, RBAC).
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:

@@ -23,7 +23,7 @@ from webhook.cli.options import (
     missing_policy_directory,
     policy_directory,
 )
-from webhook.server import GRACE_S
+from webhook.server import GRACE_S, START_WAIT_S
 
 DEV_CERTS_DIR = Path("certs/dev")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -102,6 +102,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"long after it was made, once a GET confirms it (default {GRACE_S:g})",
     )
     parser.add_argument(
+        "--budget-start-wait",
+        metavar="SECONDS",
+        type=float,
+        default=START_WAIT_S,
+        help=f"a starting worker takes no review until it has listed the ResourceQuotas and the ledger, while the "
+        f"other workers serve; it waits at most this long, then serves and asks the API server for each "
+        f"namespace's quotas until the list completes (default {START_WAIT_S:g})",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=("debug", "info", "warning", "error"),
@@ -145,6 +154,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ServeError(f"--cluster-stale-after {args.cluster_stale_after:g}: must be more than 0 seconds")
     if args.budget_grace <= 0:
         raise ServeError(f"--budget-grace {args.budget_grace:g}: must be more than 0 seconds")
+    if args.budget_start_wait < 0:
+        raise ServeError(f"--budget-start-wait {args.budget_start_wait:g}: must be 0 seconds or more")
     if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
         raise ServeError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.metrics_port and args.metrics_port == args.port:
@@ -257,6 +268,7 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         cluster_stale_after=args.cluster_stale_after,
         budget_namespace=own_namespace(args.budget_namespace),
         budget_grace=args.budget_grace,
+        budget_start_wait=args.budget_start_wait,
     )
     notice = certificate.expiry_notice()
     if notice:

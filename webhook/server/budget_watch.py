@@ -152,19 +152,32 @@ class PodWatch(KeyedWatch):
     """Every live GPU pod of the cluster: namespace -> UID -> HeldPod. `on_gone(namespace, uid)` is called when
     one is deleted or ends (the budget keeper releases it); a relist reports those that went missing."""
 
-    def __init__(self, source: NodeSource, ask_of: AskOf, on_gone: Callable[[str, str], None], **options: Any) -> None:
+    def __init__(
+        self,
+        source: NodeSource,
+        ask_of: AskOf,
+        on_gone: Callable[[str, str], None],
+        on_seen: Callable[[str], None] = lambda namespace: None,
+        **options: Any,
+    ) -> None:
         super().__init__(source, "Pod", **options)
         self._ask_of = ask_of
         self._on_gone = on_gone
+        self._on_seen = on_seen
         self.held: dict[str, dict[str, HeldPod]] = {}
         self._shared: dict[Any, Any] = {}  # each distinct fraction, scope and HeldPod once
         self._listing: dict[str, dict[str, HeldPod]] = {}
 
     @staticmethod
     def watching(
-        configuration: Any, ask_of: AskOf, on_gone: Callable[[str, str], None], stale_after: float
+        configuration: Any,
+        ask_of: AskOf,
+        on_gone: Callable[[str, str], None],
+        stale_after: float,
+        on_seen: Callable[[str], None] = lambda namespace: None,
     ) -> PodWatch:
-        return PodWatch(KubeNodes(configuration, PODS_PATH, "pod"), ask_of, on_gone, stale_after=stale_after)
+        source = KubeNodes(configuration, PODS_PATH, "pod")
+        return PodWatch(source, ask_of, on_gone, on_seen, stale_after=stale_after)
 
     def count(self) -> int:
         return sum(len(pods) for pods in list(self.held.values()))
@@ -204,20 +217,25 @@ class PodWatch(KeyedWatch):
             if kind == "DELETED" or has_ended(obj):  # the ledger may hold it though this worker never did
                 self._on_gone(namespace, uid)
         elif kind in ("ADDED", "MODIFIED"):
-            self.held.setdefault(namespace, {})[uid] = pod
+            pods = self.held.setdefault(namespace, {})
+            if pods.get(uid) != pod:
+                pods[uid] = pod
+                self._on_seen(namespace)
 
 
 class QuotaWatch(KeyedWatch):
     """Every ResourceQuota with a GPU entry: namespace -> name -> GpuQuota (quota.gpu_quota reads them)."""
 
-    def __init__(self, source: NodeSource, **options: Any) -> None:
+    def __init__(self, source: NodeSource, on_listed: Callable[[], None] = lambda: None, **options: Any) -> None:
         super().__init__(source, "ResourceQuota", **options)
         self.held: dict[str, dict[str, GpuQuota]] = {}
         self._listing: dict[str, dict[str, GpuQuota]] = {}
+        self._on_listed = on_listed
 
     @staticmethod
-    def watching(configuration: Any, stale_after: float) -> QuotaWatch:
-        return QuotaWatch(KubeNodes(configuration, QUOTAS_PATH, "ResourceQuota"), stale_after=stale_after)
+    def watching(configuration: Any, stale_after: float, on_listed: Callable[[], None] = lambda: None) -> QuotaWatch:
+        source = KubeNodes(configuration, QUOTAS_PATH, "ResourceQuota")
+        return QuotaWatch(source, on_listed, stale_after=stale_after)
 
     def quotas(self, namespace: str) -> tuple[GpuQuota, ...]:
         return tuple((self.held.get(namespace) or {}).values())
@@ -235,12 +253,18 @@ class QuotaWatch(KeyedWatch):
 
     def _end(self) -> None:
         self.held, self._listing = self._listing, {}
+        self._on_listed()
 
     def _change(self, kind: str, obj: dict[str, Any]) -> None:
         found = self._read(obj)
         if found is None:
             return
-        namespace, name, quota = found
+        before = set(self.held)
+        self._hold(kind, *found)
+        if set(self.held) != before:
+            self._on_listed()
+
+    def _hold(self, kind: str, namespace: str, name: str, quota: GpuQuota | None) -> None:
         if kind == "DELETED" or quota is None:
             names = self.held.get(namespace)
             if names is not None:

@@ -28,12 +28,14 @@ and admitted with a warning under `warn`: never a traceback, never a wait past t
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from webhook.admission.base.equivalents import format_gpus
@@ -41,13 +43,14 @@ from webhook.admission.base.podspec import POD_SPEC_PATHS, mentions_gpu
 from webhook.admission.base.violation import WARNING_PREFIX, cut
 from webhook.admission.budgets.budget import Usage, has_ended, judge, pod_ask
 from webhook.admission.cluster.nodes import STALE_AFTER_S
-from webhook.admission.cluster.quota import GpuQuota
+from webhook.admission.cluster.quota import GpuQuota, gpu_quota
 from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision
 from webhook.admission.policy.model import Check, Enforcement, Policy, PolicySet
 from webhook.admission.review import AdmissionRequest
 from webhook.server import GRACE_S, metrics
 from webhook.server.budget_watch import PodWatch, QuotaWatch
+from webhook.server.lease import Lease
 from webhook.server.ledger import (
     ConfigMaps,
     Entry,
@@ -64,7 +67,11 @@ from webhook.server.logs import LOGGER, log
 _log = logging.getLogger(f"{LOGGER}.budgets")
 
 SWEEP_S = 2.0  # seconds between the keeper's looks at every record (releases of deleted pods do not wait)
-FIRST_LIST_WAIT_S = 2.0  # a review in a worker's first seconds waits this long for the ResourceQuotas' list
+RECOUNT_GAP_S = 0.2  # the recount's least pause: the changes of a burst are written together
+RELEASED_KEPT_S = 300.0  # a pod seen deleted is remembered this long, for a reservation written before it
+RECOUNT_LEASE = "gpu-admission-budget-recount"  # the Lease whose holder recounts every record
+RESERVATIONS_WARN = 1_000  # reservations in flight in one record: the recount is behind (log, /readyz)
+RESERVATIONS_MAX = 8_000  # ... and at this many (about 880 KB of the 1 MiB a ConfigMap holds), no more are taken
 LIVE_RECHECK_S = 60.0  # a pod a GET found alive is not asked about again for this long
 GETS_PER_SWEEP = 50  # at most this many pod GETs a sweep: a large backlog is worked through over several
 DEFAULT_NAMESPACE = "gpu-admission"
@@ -100,7 +107,8 @@ def held_gpus(pod: dict[str, Any], policies: PolicySet, claims: ClaimsView | Non
 
 
 class Budgets:
-    """One worker's budget watches, ledger and keeper."""
+    """One worker's budget watches, ledger and keeper; and, in the one worker that holds the recount Lease, the
+    pod watch and the recount."""
 
     def __init__(
         self,
@@ -112,47 +120,112 @@ class Budgets:
         grace: float = GRACE_S,
         stale_after: float = STALE_AFTER_S,
         sweep: float = SWEEP_S,
+        lease: Lease | None = None,
+        known: KnownQuotas | None = None,
     ) -> None:
         self.namespace = namespace
+        self._configuration = configuration
         self._policies = policies
         self._claims = claims
         self.grace = grace
         self.sweep_every = sweep
-        self.quotas = QuotaWatch.watching(configuration, stale_after)
+        self.stale_after = stale_after
+        self.known = known
+        self.quotas = QuotaWatch.watching(configuration, stale_after, on_listed=self._quotas_listed)
         self.view = LedgerView.watching(configuration, namespace, stale_after)
-        self.pods = PodWatch.watching(configuration, self.ask_of, self.gone, stale_after)
+        self.pods: PodWatch | None = None  # only while this worker leads the recount
         self.ledger = Ledger(ConfigMaps(configuration, namespace), self.view)
-        self._gone: deque[tuple[str, str]] = deque()
+        self.lease = lease or Lease(self.ledger.api.call, namespace, RECOUNT_LEASE)
+        self.lease.on_start, self.lease.on_stop = self._lead, self._follow
+        self._dirty: set[str] = set()  # namespaces to recount (the pod watch saw a change)
+        self._released: dict[str, dict[str, float]] = {}  # namespace -> UID -> when the watch saw it go
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._alive_until: dict[str, float] = {}  # pod UID -> until when a GET's "still there" holds
         self._shown: set[tuple[str, str]] = set()  # (namespace, quota) gauges set, to zero those that go
+        self._warned_full: dict[str, float] = {}  # namespace -> when its reservations in flight were last warned of
 
     # ------------------------------------------------------------------------------------ the threads
 
     def start(self) -> None:
-        for watch in (self.quotas, self.view, self.pods):
+        for watch in (self.quotas, self.view):
             watch.start()
+        self.lease.start()
         threading.Thread(target=self._keep, name="gpu-admission-budgets", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        for watch in (self.quotas, self.view, self.pods):
+        for watch in (self.quotas, self.view):
             watch.stop()
+        self.lease.stop()  # gives the Lease back: another worker takes the recount over at once
+        self._follow()
+
+    def wait_listed(self, timeout: float, tick: Callable[[], None] = lambda: None) -> bool:
+        """Wait (calling `tick` every half second: gunicorn's heartbeat) until the ResourceQuotas and the ledger
+        are listed, or cannot be (RBAC), or `timeout` passes; whether they are. A worker calls this before it
+        accepts its first review, while the other workers serve."""
+        deadline = time.monotonic() + timeout
+        while not self.listed() and time.monotonic() < deadline:
+            tick()
+            self.quotas.listed.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            if self.quotas.listed.is_set():
+                self.view.listed.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+        return self.listed()
+
+    def listed(self) -> bool:
+        return all(watch.state() != "listing" for watch in (self.quotas, self.view))
+
+    def not_ready(self) -> str:
+        """Why this worker cannot judge budgets as a listed one would (for /readyz), or ""."""
+        if self.quotas.state() == "listing":
+            why = f" ({self.quotas.list_error})" if self.quotas.list_error else ""
+            return f"GPU budgets: the first list of ResourceQuotas has not completed{why}"
+        if self.view.state() == "listing":
+            why = f" ({self.view.list_error})" if self.view.list_error else ""
+            return f"GPU budgets: the first list of the ledger's ConfigMaps has not completed{why}"
+        return ""
 
     def details(self) -> dict[str, Any]:
-        """For /readyz: each watch's state and size (and its last error), and the ledger's namespace."""
+        """For /readyz: each watch's state and size (and its last error), the recount's holder, and the ledger's
+        namespace."""
+        records = list(self.view.records.values())
         found: dict[str, Any] = {
             "ledgerNamespace": self.namespace,
             "resourceQuotas": {"state": self.quotas.state(), "budgeted": len(self.quotas.held)},
-            "pods": {"state": self.pods.state(), "holdingGpus": self.pods.count()},
-            "ledger": {"state": self.view.state(), "records": len(self.view.records)},
-        }
-        for part, watch in (("resourceQuotas", self.quotas), ("pods", self.pods), ("ledger", self.view)):
-            if watch.last_error:
+            "ledger": {"state": self.view.state(), "records": len(records),
+                       "reservationsInFlight": sum(len(record.entries) for record in records)},
+            "recount": {"leading": self.lease.leading(), "epoch": self.lease.epoch},
+        }  # fmt: skip
+        pods = self.pods
+        if pods is not None:
+            found["pods"] = {"state": pods.state(), "holdingGpus": pods.count()}
+        for part, watch in (("resourceQuotas", self.quotas), ("pods", pods), ("ledger", self.view)):
+            if watch is not None and watch.last_error:
                 found[part]["lastError"] = watch.last_error
+        if self.lease.last_error:
+            found["recount"]["lastError"] = self.lease.last_error
+        full = [record.namespace for record in records if len(record.entries) >= RESERVATIONS_WARN]
+        if full:
+            found["ledger"]["recountBehind"] = sorted(full)[:20]
         return found
+
+    # ------------------------------------------------------------------------------------ leading the recount
+
+    def _lead(self, epoch: int) -> None:
+        """This worker took the recount Lease: watch every GPU pod of the cluster from now on."""
+        pods = PodWatch.watching(self._configuration, self.ask_of, self.gone, self.stale_after, on_seen=self.seen)
+        self.pods = pods
+        pods.start()
+        self._wake.set()
+
+    def _follow(self) -> None:
+        """This worker no longer holds the Lease: its pod watch goes (the memory with it)."""
+        pods, self.pods = self.pods, None
+        if pods is not None:
+            pods.stop()
+        self._dirty.clear()
+        self._released.clear()
 
     # ------------------------------------------------------------------------------------ the pod watch's hooks
 
@@ -160,22 +233,28 @@ class Budgets:
         """A watched pod's GPU-equivalents under its namespace's policy now, and its scope fields."""
         return held_gpus(pod, self._policies(), self._claims())
 
-    def gone(self, namespace: str, uid: str) -> None:
-        """A pod of a budgeted namespace was deleted or ended: its entry, if the ledger holds one, goes (on the
-        keeper's thread, which reads its copy of the record first: a pod it does not hold costs no call). Queued
-        whether or not the copy holds it now: an adoption may be writing it this moment."""
+    def seen(self, namespace: str) -> None:
+        """A GPU pod of `namespace` was added or changed: recount it soon."""
         if namespace in self.quotas.held or namespace in self.view.records:
-            self._gone.append((namespace, uid))
+            self._dirty.add(namespace)
+            self._wake.set()
+
+    def gone(self, namespace: str, uid: str) -> None:
+        """A pod was deleted or ended: its reservation (if the record still holds one) goes with the next recount,
+        and the recount no longer counts it."""
+        if namespace in self.quotas.held or namespace in self.view.records:
+            self._released.setdefault(namespace, {})[uid] = time.monotonic()
+            self._dirty.add(namespace)
             self._wake.set()
 
     # ------------------------------------------------------------------------------------ reservation
 
     def may_hold(self, namespace: str) -> bool:
         """Whether a pod of `namespace` may be counted: the namespace has a GPU quota, or the quotas are not
-        listed yet (then `admit` waits for them, and refuses under `deny` if they still are not). Elsewhere the
-        engine works out no ask: budgets cost nothing. Where RBAC forbids listing ResourceQuotas (the watch is
-        `off`), no namespace is known to have a budget: GPU pods are admitted as before budgets existed, and
-        /readyz and the log say why, rather than every GPU pod of the cluster being refused."""
+        listed yet (then `admit` asks the API server for the namespace's own). Elsewhere the engine works out no
+        ask: budgets cost nothing. Where RBAC forbids listing ResourceQuotas (the watch is `off`), no namespace
+        is known to have a budget: GPU pods are admitted as before budgets existed, and /readyz and the log say
+        why, rather than every GPU pod of the cluster being refused."""
         return namespace in self.quotas.held or self.quotas.state() == "listing"
 
     def admit(self, review: AdmissionRequest, decision: Decision, policies: PolicySet, rejudge: Rejudge) -> Decision:
@@ -202,17 +281,21 @@ class Budgets:
         writes = not review.dry_run and isinstance(uid, str) and bool(uid)
         outcome = [decision]
 
-        def edit(record: Record) -> dict[str, Entry] | None:
+        def edit(record: Record) -> Record | None:
             if writes and uid in record.entries:
                 outcome[0] = decision  # reserved already: the API server sent this review again
                 return None
-            counted = self._with_running(record)
-            usages = [Usage(quota, counted.used(quota)) for quota in quotas]
+            usages = [Usage(quota, record.used(quota)) for quota in quotas]
             outcome[0] = decision if judge(ask, usages, name, pod) is None else rejudge(usages)
             if not writes or not outcome[0].allowed:
                 return None
-            entry = Entry(name, ask.total, scope_of(pod), time.time())
-            return {**counted.entries, str(uid): entry}
+            if len(record.entries) >= RESERVATIONS_MAX:
+                raise LedgerUnavailable(
+                    f"{len(record.entries)} reservations are waiting to be counted, the most one record holds: the "
+                    f"recount has not run (see /readyz)"
+                )
+            self._warn_if_behind(record)
+            return record.reserved(str(uid), Entry(name, ask.total, scope_of(pod), time.time()))
 
         try:
             if writes:
@@ -223,29 +306,47 @@ class Budgets:
             return self._unchecked(decision, policy, check, namespace, name, ask.total, str(exc))
         return outcome[0]
 
-    def _with_running(self, record: Record) -> Record:
-        """`record` with the running GPU pods of its namespace that it misses (created before the quota, or while
-        the webhook was off), as the sweep would adopt them: counted from the first reservation on, and written
-        with it. Only while the pod watch is current; a pod it still holds though just deleted counts a moment
-        longer (never fewer pods than run)."""
-        if self.pods.state() != "current":
-            return record
-        live = self.pods.held.get(record.namespace) or {}
-        missing = [(uid, held) for uid, held in list(live.items()) if uid not in record.entries]
-        if not missing:
-            return record
-        now = time.time()
-        adopted = {uid: Entry(held.name, held.gpus, held.scope, now) for uid, held in missing}
-        return Record(record.namespace, record.version, {**record.entries, **adopted})
+    def _warn_if_behind(self, record: Record) -> None:
+        """Say (once a minute per namespace) that a record's reservations pile up: the recount is not running."""
+        if len(record.entries) < RESERVATIONS_WARN:
+            return
+        now = time.monotonic()
+        if now - self._warned_full.get(record.namespace, -60.0) < 60.0:
+            return
+        self._warned_full[record.namespace] = now
+        log(_log, logging.WARNING,
+            f"budget of {record.namespace}: {len(record.entries)} reservations are waiting to be counted (at "
+            f"{RESERVATIONS_MAX} the namespace's GPU pods are judged as unchecked); the recount is behind: see "
+            f"/readyz's budgets.recount", event="budget-recount-behind", namespace=record.namespace,
+            reservations=len(record.entries))  # fmt: skip
 
     def _quotas(self, namespace: str, pod: dict[str, Any]) -> list[GpuQuota]:
-        """The GPU quotas that count `pod`; LedgerUnavailable while they are not known yet."""
-        if not self.quotas.listed.is_set() and not self.quotas.list_error:
-            self.quotas.listed.wait(FIRST_LIST_WAIT_S)  # a worker just started: its first list is under way
-        if self.quotas.state() == "listing":
-            why = f": {self.quotas.list_error}" if self.quotas.list_error else ""
-            raise LedgerUnavailable(f"the webhook has not listed the cluster's ResourceQuotas yet{why}")
-        return [quota for quota in self.quotas.quotas(namespace) if quota.counts(pod)]
+        """The GPU quotas that count `pod`. Before the first list of ResourceQuotas (a worker that could not list
+        them in its start wait), the namespace's own are asked for; where the API server cannot say either,
+        the quotas this replica last knew decide whether the namespace has a budget (LedgerUnavailable: it
+        has one that cannot be checked) or not (none: never refused for a budget it may not have)."""
+        if self.quotas.state() != "listing":
+            return [quota for quota in self.quotas.quotas(namespace) if quota.counts(pod)]
+        try:
+            found = self._namespace_quotas(namespace)
+        except LedgerUnavailable as exc:
+            if self.known is not None and namespace in self.known.read():
+                raise LedgerUnavailable(f"the webhook cannot list the namespace's ResourceQuotas: {exc}") from None
+            return []
+        return [quota for quota in found if quota.counts(pod)]
+
+    def _namespace_quotas(self, namespace: str) -> list[GpuQuota]:
+        status, body = self.ledger.api.call("GET", f"/api/v1/namespaces/{namespace}/resourcequotas", timeout=1.0)
+        if status != 200 or not isinstance(body, dict):
+            raise LedgerUnavailable(f"listing ResourceQuotas of {namespace}: HTTP {status}")
+        found = (gpu_quota({"apiVersion": "v1", "kind": "ResourceQuota", **item}) for item in body.get("items") or [])
+        return [quota for quota in found if quota is not None]
+
+    def _quotas_listed(self) -> None:
+        """The ResourceQuota watch listed or changed: tell this replica's other workers which namespaces have a
+        budget (read by a worker that starts while the API server cannot be reached)."""
+        if self.known is not None:
+            self.known.write(self.quotas.held)
 
     def _unchecked(
         self, decision: Decision, policy: Policy, check: Check, namespace: str, name: str, gpus: Fraction, why: str
@@ -280,68 +381,107 @@ class Budgets:
             if self._stop.is_set():
                 return
             try:
-                self.release_gone()
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + self.sweep_every
                     self.sweep()
+                else:
+                    self.recount_changed()
             except LedgerUnavailable as exc:
                 log(_log, logging.WARNING, f"budget keeper: {exc}; trying again", event="budget-keeper-failed")
             except Exception:  # never let the keeper die: the next round tries again
                 _log.exception("budget keeper: unexpected error")
+            self._stop.wait(RECOUNT_GAP_S)  # changes that come meanwhile are recounted together
 
-    def release_gone(self) -> None:
-        """Remove the entries of the pods the watch saw deleted or ended."""
-        by_namespace: dict[str, set[str]] = {}
-        while self._gone:
-            namespace, uid = self._gone.popleft()
-            by_namespace.setdefault(namespace, set()).add(uid)
-        for namespace, uids in by_namespace.items():
-            self._release(namespace, uids, "deleted or ended")
+    def _recounting(self) -> PodWatch | None:
+        """The pod watch, where this worker leads the recount and every watch is current; else None (a watch
+        listing or broken cannot say what runs: the recount waits, releases come late, never early)."""
+        pods = self.pods
+        if pods is None or not self.lease.leading():
+            return None
+        if not all(watch.state() == "current" for watch in (self.quotas, self.view, pods)):
+            return None
+        return pods
 
-    def _release(self, namespace: str, uids: set[str], why: str) -> None:
-        removed: list[str] = []
-
-        def edit(record: Record) -> dict[str, Entry] | None:
-            removed[:] = sorted(uids & record.entries.keys())
-            if not removed:
-                return None  # not there (any more): another worker or replica was first
-            return {uid: entry for uid, entry in record.entries.items() if uid not in uids}
-
-        self.ledger.change(namespace, edit)
-        if removed:
-            log(_log, logging.INFO, f"budget of {namespace}: released {len(removed)} ({why})",
-                event="budget-released", namespace=namespace, pods=removed[:20], why=why)  # fmt: skip
+    def recount_changed(self) -> None:
+        """Recount the namespaces whose GPU pods the watch saw change."""
+        pods = self._recounting()
+        if pods is None:
+            return
+        dirty, self._dirty = self._dirty, set()
+        for namespace in sorted(dirty):
+            self._recount(pods, namespace, set())
 
     def sweep(self) -> None:
-        """Release the entries whose pods are confirmed gone, adopt the live pods the ledger misses, publish the
-        gauges. Only with every watch current: a watch that is listing or broken cannot say what is missing."""
-        if not all(watch.state() == "current" for watch in (self.quotas, self.view, self.pods)):
-            return
-        self._release_missing()
-        self._adopt()
+        """Recount every budgeted namespace (and every one with a record): the pods the watch holds, the
+        reservations whose pods are confirmed gone after the grace; publish the gauges (every worker)."""
+        pods = self._recounting()
+        if pods is not None:
+            self._dirty.clear()
+            clock = time.monotonic()
+            self._alive_until = {uid: until for uid, until in self._alive_until.items() if until > clock}
+            for namespace, uids in list(self._released.items()):
+                kept = {uid: at for uid, at in uids.items() if clock - at < RELEASED_KEPT_S}
+                if kept:
+                    self._released[namespace] = kept
+                else:
+                    self._released.pop(namespace, None)
+            policies = self._policies()
+            namespaces = {
+                n for n in self.quotas.held if policies.for_namespace(n).cluster_checks.quota is not Check.OFF
+            }
+            asked = [0]
+            for namespace in sorted(namespaces | set(self.view.records)):
+                self._recount(pods, namespace, self._confirmed_gone(pods, namespace, asked))
         self.publish()
 
-    def _release_missing(self) -> None:
-        now, clock = time.time(), time.monotonic()
-        self._alive_until = {uid: until for uid, until in self._alive_until.items() if until > clock}
-        asked = 0
-        for namespace, record in list(self.view.records.items()):
-            held = self.pods.held.get(namespace) or {}
-            gone: set[str] = set()
-            for uid, entry in record.entries.items():
-                if uid in held or now - entry.at < self.grace or uid in self._alive_until:
-                    continue
-                if asked >= GETS_PER_SWEEP:
-                    break
-                asked += 1
-                if self._confirmed_gone(namespace, entry.pod, uid):
-                    gone.add(uid)
-                else:
-                    self._alive_until[uid] = clock + LIVE_RECHECK_S
-            if gone:
-                self._release(namespace, gone, f"not created, or gone, {self.grace:g} s after its reservation")
+    def _recount(self, pods: PodWatch, namespace: str, confirmed: set[str]) -> None:
+        live = dict(pods.held.get(namespace) or {})
+        released = set(self._released.get(namespace) or ()) | confirmed
+        epoch = self.lease.epoch
+        outcome: list[Record] = []
 
-    def _confirmed_gone(self, namespace: str, name: str, uid: str) -> bool:
+        def edit(record: Record) -> Record | None:
+            if record.epoch > epoch:
+                return None  # recounted by a later holder of the Lease: this worker's watch may be behind
+            recounted = record.recount(live, released, time.time(), epoch)
+            outcome[:] = [record] if recounted is not None else []
+            return recounted
+
+        self.ledger.change(namespace, edit)
+        if outcome:
+            before = outcome[0]
+            gone = sorted(uid for uid in before.entries if uid in released)
+            if gone:
+                why = (
+                    "deleted or ended"
+                    if not confirmed & set(gone)
+                    else (f"not created, or gone, {self.grace:g} s after its reservation")
+                )
+                log(_log, logging.INFO, f"budget of {namespace}: released {len(gone)} ({why})",
+                    event="budget-released", namespace=namespace, pods=gone[:20], why=why)  # fmt: skip
+
+    def _confirmed_gone(self, pods: PodWatch, namespace: str, asked: list[int]) -> set[str]:
+        """The reservations of `namespace` whose pods the watch does not hold, older than the grace, that a GET
+        confirms gone (refused after this webhook allowed them, or deleted while no watch saw it)."""
+        record = self.view.records.get(namespace)
+        if record is None:
+            return set()
+        now, clock = time.time(), time.monotonic()
+        held = pods.held.get(namespace) or {}
+        gone: set[str] = set()
+        for uid, entry in list(record.entries.items()):
+            if uid in held or now - entry.at < self.grace or uid in self._alive_until:
+                continue
+            if asked[0] >= GETS_PER_SWEEP:
+                break
+            asked[0] += 1
+            if self._pod_gone(namespace, entry.pod, uid):
+                gone.add(uid)
+            else:
+                self._alive_until[uid] = clock + LIVE_RECHECK_S
+        return gone
+
+    def _pod_gone(self, namespace: str, name: str, uid: str) -> bool:
         """A GET of the pod: gone when there is none of that name, or one with another UID, or one that ended."""
         status, body = self.ledger.api.get_pod(namespace, name)
         if status == 404:
@@ -351,35 +491,6 @@ class Budgets:
         metadata = body.get("metadata") or {}
         return metadata.get("uid") != uid or has_ended(body)
 
-    def _adopt(self) -> None:
-        policies = self._policies()
-        for namespace in list(self.quotas.held):
-            if policies.for_namespace(namespace).cluster_checks.quota is Check.OFF:
-                continue
-            live = self.pods.held.get(namespace) or {}
-            record = self.view.records.get(namespace)
-            missing = {uid: pod for uid, pod in list(live.items()) if record is None or uid not in record.entries}
-            if not missing:
-                continue
-
-            added: list[str] = []
-
-            def edit(
-                current: Record, missing: dict[str, Any] = missing, added: list[str] = added
-            ) -> dict[str, Entry] | None:
-                new = {
-                    uid: Entry(pod.name, pod.gpus, pod.scope, time.time())
-                    for uid, pod in missing.items()
-                    if uid not in current.entries
-                }
-                added[:] = sorted(entry.pod for entry in new.values())
-                return {**current.entries, **new} if new else None
-
-            self.ledger.change(namespace, edit)
-            if added:
-                log(_log, logging.INFO, f"budget of {namespace}: adopted {len(added)} running GPU pods",
-                    event="budget-adopted", namespace=namespace, pods=added[:20])  # fmt: skip
-
     def publish(self) -> None:
         """The used and hard GPU-equivalents of every GPU quota, as gauges."""
         values: dict[tuple[str, str], tuple[float, float]] = {}
@@ -388,3 +499,27 @@ class Budgets:
             for quota in list(quotas.values()):
                 values[namespace, quota.name] = (float(record.used(quota)), float(quota.hard))
         metrics.set_budgets(values, self._shown)
+
+
+class KnownQuotas:
+    """The namespaces with a GPU quota as this replica last listed them, in a file its workers share: a worker
+    that starts while the API server cannot be reached judges by it (budgets.py `_quotas`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, held: dict[str, Any]) -> None:
+        text = json.dumps(sorted(held))
+        try:
+            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+            partial.write_text(text)
+            partial.replace(self.path)
+        except OSError as exc:
+            _log.debug("writing %s failed: %s", self.path, exc)
+
+    def read(self) -> frozenset[str]:
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return frozenset()
+        return frozenset(name for name in found if isinstance(name, str)) if isinstance(found, list) else frozenset()

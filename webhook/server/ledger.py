@@ -19,19 +19,20 @@ within the API server's 5 s whatever the API server does (`LedgerUnavailable` sa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from webhook.admission.cluster.quota import GpuQuota, matches
-from webhook.server.budget_watch import Watched
+from webhook.server.budget_watch import HeldPod, Watched
 from webhook.server.inventory import KubeNodes, NodeSource
 from webhook.server.logs import LOGGER
 
@@ -40,6 +41,8 @@ _log = logging.getLogger(f"{LOGGER}.ledger")
 LEDGER_LABEL = "gpu-admission.io/budget-ledger"  # "true" on every record: the ledger watch selects on it
 NAMESPACE_LABEL = "gpu-admission.io/budget-namespace"  # the namespace a record counts
 RECORD_PREFIX = "gpu-budget-"
+SUM_PREFIX = "sum."  # the data keys of the recount, one per distinct scope
+RECOUNT_KEY = "recount"  # when the recount was last written
 CONNECT_TIMEOUT_S = 1.0
 READ_TIMEOUT_S = 2.0
 CAS_DEADLINE_S = 3.0  # a reservation's whole CAS loop: within the webhook's 5 s timeoutSeconds
@@ -129,27 +132,70 @@ def _fraction_text(value: Fraction) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Sum:
+    """The recount of one scope: the GPU-equivalents of the live pods whose scope fields are these, and how many."""
+
+    gpus: Fraction
+    pods: int
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
-    """One namespace's ledger as read: its entries by pod UID, and the resourceVersion a write must name."""
+    """One namespace's ledger as read: the recount of its live GPU pods (a sum per distinct scope), the
+    reservations still in flight (by pod UID), and the resourceVersion a write must name."""
 
     namespace: str
     version: str  # "" where the ConfigMap does not exist yet
-    entries: dict[str, Entry] = field(default_factory=dict)
+    entries: dict[str, Entry] = field(default_factory=dict)  # reservations not yet folded into the recount
+    sums: dict[Scope, Sum] = field(default_factory=dict)  # the recount, by scope
+    recounted: float = 0.0  # when the recount was last written (Unix time; 0: never)
+    epoch: int = 0  # the recount Lease's transitions when it was written: an older holder's recount is refused
 
     def used(self, quota: GpuQuota) -> Fraction:
-        """The GPU-equivalents `quota` counts in this ledger."""
-        return sum(
-            (
-                entry.gpus
-                for entry in self.entries.values()
-                if quota.counts(pod_of(self.namespace, entry.pod, entry.scope))
-            ),
-            Fraction(0),
-        )
+        """The GPU-equivalents `quota` counts in this ledger: the recount's sums and the reservations it selects."""
+        counts: dict[Scope, bool] = {}
+
+        def selected(scope: Scope) -> bool:
+            if scope not in counts:
+                counts[scope] = quota.counts(pod_of(self.namespace, "", scope))
+            return counts[scope]
+
+        summed = sum((each.gpus for scope, each in self.sums.items() if selected(scope)), Fraction(0))
+        return summed + sum((entry.gpus for entry in self.entries.values() if selected(entry.scope)), Fraction(0))
+
+    def pods(self) -> int:
+        """The pods this record counts: the recount's and the reservations in flight."""
+        return sum(each.pods for each in self.sums.values()) + len(self.entries)
+
+    def reserved(self, uid: str, entry: Entry) -> Record:
+        """This record with one more reservation."""
+        return dataclasses.replace(self, entries={**self.entries, uid: entry})
+
+    def without(self, uids: Collection[str]) -> Record:
+        """This record without the reservations of `uids`."""
+        return dataclasses.replace(self, entries={uid: e for uid, e in self.entries.items() if uid not in uids})
+
+    def recount(
+        self, live: Mapping[str, HeldPod], released: Collection[str], now: float, epoch: int = 0
+    ) -> Record | None:
+        """The record recounted from `live` (every live GPU pod of the namespace, by UID, as a current pod watch
+        holds them): the sums are theirs, a reservation whose pod is among them is folded in (it is counted
+        there now), and those in `released` (seen deleted or ended, or confirmed gone) go. None where that
+        changes nothing. Reservations whose pods the watch has not seen yet stay: a pod is counted once, either
+        as a reservation or in the sums, never in both and never in neither while it lives."""
+        sums: dict[Scope, Sum] = {}
+        for held in live.values():
+            before = sums.get(held.scope)
+            sums[held.scope] = Sum(held.gpus, 1) if before is None else Sum(before.gpus + held.gpus, before.pods + 1)
+        entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
+        if sums == self.sums and entries == self.entries and epoch == self.epoch:
+            return None
+        return Record(self.namespace, self.version, entries, sums, now, epoch)
 
     @staticmethod
     def of(obj: dict[str, Any]) -> Record | None:
-        """The record of a ConfigMap, or None for one that is not a ledger record."""
+        """The record of a ConfigMap, or None for one that is not a ledger record. A record written by the
+        release that kept one entry per counted pod reads as reservations: the next recount folds them in."""
         metadata = obj.get("metadata")
         if not isinstance(metadata, dict):
             return None
@@ -158,15 +204,24 @@ class Record:
         if not isinstance(namespace, str) or metadata.get("name") != record_name(namespace):
             return None
         data = obj.get("data") or {}
-        entries = {}
-        for uid, text in data.items() if isinstance(data, dict) else ():
-            entry = Entry.parse(text)
-            if entry is not None:
-                entries[sys.intern(uid)] = entry
-        return Record(namespace, str(metadata.get("resourceVersion") or ""), entries)
+        entries: dict[str, Entry] = {}
+        sums: dict[Scope, Sum] = {}
+        recounted, epoch = 0.0, 0
+        for key, text in data.items() if isinstance(data, dict) else ():
+            if key == RECOUNT_KEY:
+                recounted, epoch = _recount_meta(text)
+            elif key.startswith(SUM_PREFIX):
+                found = _parse_sum(text)
+                if found is not None:
+                    sums[found[0]] = found[1]
+            else:
+                entry = Entry.parse(text)
+                if entry is not None:
+                    entries[sys.intern(key)] = entry
+        return Record(namespace, str(metadata.get("resourceVersion") or ""), entries, sums, recounted, epoch)
 
-    def configmap(self, own_namespace: str, entries: dict[str, Entry]) -> dict[str, Any]:
-        """The ConfigMap holding `entries`, to write over this record (naming its resourceVersion)."""
+    def configmap(self, own_namespace: str) -> dict[str, Any]:
+        """The ConfigMap holding this record, to write over the one read (naming its resourceVersion)."""
         metadata: dict[str, Any] = {
             "name": record_name(self.namespace),
             "namespace": own_namespace,
@@ -176,18 +231,53 @@ class Record:
                 NAMESPACE_LABEL: self.namespace,
             },
             "annotations": {
-                "gpu-admission.io/about": "the GPU budget ledger of this namespace: one entry per counted pod (UID); "
-                "written by the webhook only (docs/operations.md)",
+                "gpu-admission.io/about": "the GPU budget ledger of this namespace: the GPU-equivalents of its live "
+                "pods by scope (sum.*), and the reservations not yet counted there (pod UIDs); written by the "
+                "webhook only (docs/budgets.md)",
             },
         }
         if self.version:
             metadata["resourceVersion"] = self.version
-        return {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": metadata,
-            "data": {uid: entry.text() for uid, entry in sorted(entries.items())},
-        }
+        data = {uid: entry.text() for uid, entry in sorted(self.entries.items())}
+        ordered = sorted(self.sums.items(), key=lambda item: json.dumps(item[0]))
+        for index, (scope, each) in enumerate(ordered):
+            data[f"{SUM_PREFIX}{index}"] = _sum_text(scope, each)
+        if self.recounted:
+            data[RECOUNT_KEY] = json.dumps({"at": round(self.recounted, 3), "epoch": self.epoch})
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+
+
+# A sum is written in an entry's form, so that the release that kept one entry per pod, still running during a
+# rolling update, counts it as the pods it stands for: `pod` empty, and an `at` that release never reaches, so
+# that it never looks the "pod" up to release it.
+SUM_AT = 4_102_444_800.0  # 2100-01-01
+
+
+def _sum_text(scope: Scope, each: Sum) -> str:
+    value: dict[str, Any] = {"pod": "", "gpus": _fraction_text(each.gpus), "pods": each.pods, "at": SUM_AT}
+    if scope:
+        value["scope"] = dict(scope)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _parse_sum(text: Any) -> tuple[Scope, Sum] | None:
+    entry = Entry.parse(text)
+    if entry is None:
+        return None
+    try:
+        pods = int(json.loads(text).get("pods", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return entry.scope, Sum(entry.gpus, max(pods, 0))
+
+
+def _recount_meta(text: Any) -> tuple[float, int]:
+    """(when, the Lease epoch) of a record's last recount; (0, 0) where unreadable."""
+    try:
+        value = json.loads(text)
+        return float(value["at"]), int(value.get("epoch", 0))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return 0.0, 0
 
 
 class ConfigMaps:
@@ -235,8 +325,8 @@ def _refused(status: int, body: Any, doing: str) -> LedgerUnavailable:
     return LedgerUnavailable(f"{doing}: HTTP {status} {message}".strip())
 
 
-# An edit of a record: the entries to write, or None to write nothing (the decision is the caller's).
-Edit = Callable[[Record], dict[str, Entry] | None]
+# An edit of a record: the record to write in its place, or None to write nothing (the decision is the caller's).
+Edit = Callable[[Record], Record | None]
 
 
 class Ledger:
@@ -294,10 +384,10 @@ class Ledger:
         with self._lock(namespace):
             record = self.latest(namespace, deadline=deadline)
             for attempt in range(self.attempts):
-                entries = edit(record)
-                if entries is None:
+                wanted = edit(record)
+                if wanted is None:
                     return record
-                written = self._write(record, entries, deadline)
+                written = self._write(record, wanted, deadline)
                 if written is not None:
                     return written
                 self.conflicts += 1
@@ -305,12 +395,13 @@ class Ledger:
                 record = self.read(namespace, deadline=deadline)
         raise LedgerUnavailable(f"the ledger kept changing under {self.attempts} attempts to write it; retry")
 
-    def _write(self, record: Record, entries: dict[str, Entry], deadline: float) -> Record | None:
-        """Write `entries` over `record`; the record written, or None when it lost the race (409)."""
+    def _write(self, record: Record, wanted: Record, deadline: float) -> Record | None:
+        """Write `wanted` over `record` (naming its version); the record written, or None when it lost the race
+        (409)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise LedgerUnavailable(f"no answer from the API server within {self.deadline_s:g} s")
-        body = record.configmap(self.api.namespace, entries)
+        body = dataclasses.replace(wanted, version=record.version).configmap(self.api.namespace)
         name = record_name(record.namespace)
         if record.version:
             status, answer = self.api.call("PUT", f"{self.api.path}/{name}", body, timeout=min(left, READ_TIMEOUT_S))
@@ -320,7 +411,7 @@ class Ledger:
             return None
         if status not in (200, 201) or not isinstance(answer, dict):
             raise _refused(status, answer, f"writing ConfigMap {self.api.namespace}/{name}")
-        written = Record.of(answer) or Record(record.namespace, "", entries)
+        written = Record.of(answer) or dataclasses.replace(wanted, version="")
         self._remember(written)
         return written
 

@@ -132,6 +132,7 @@ class WebhookServer(BaseApplication):
             metrics.set_certificate_expiry(state.certificate.not_after.timestamp())
             state.start_inventory()  # one list + watch per worker: threads do not survive the fork
             state.start_watcher()
+            state.wait_for_budgets(_worker.notify)  # no review before the budget lists: the others serve
 
         def worker_exit(_server: Any, _worker: Any) -> None:
             state.stop_watcher()

@@ -8,10 +8,13 @@ workers it forks later (`follow`).
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from webhook.admission.budgets.budget import Usage
@@ -21,8 +24,8 @@ from webhook.admission.dra.podclaims import ClaimsView
 from webhook.admission.engine import Decision, evaluate
 from webhook.admission.policy.model import PolicySet
 from webhook.admission.review import AdmissionRequest
-from webhook.server import metrics
-from webhook.server.budgets import GRACE_S, Budgets, Rejudge
+from webhook.server import START_WAIT_S, metrics
+from webhook.server.budgets import GRACE_S, Budgets, KnownQuotas, Rejudge
 from webhook.server.claims import ClaimsCache
 from webhook.server.dra_watch import DRAWatch
 from webhook.server.inventory import Credentials, KubeNodes, NodeInventory
@@ -67,6 +70,7 @@ class ServerState:
     dra_watches: list[DRAWatch] = field(default_factory=list)  # ResourceSlices, DeviceClasses (start_inventory)
     budget_namespace: str = "gpu-admission"  # where the budget ledger's records live (budgets.own_namespace)
     budget_grace: float = GRACE_S  # seconds before an entry whose pod never appeared is looked up and released
+    budget_start_wait: float = START_WAIT_S  # seconds a starting worker waits for its budget lists (wait_listed)
     budgets: Budgets | None = None  # this worker's budget watches, ledger and keeper (start_inventory)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -87,6 +91,9 @@ class ServerState:
                 problems.append(problem)
         if self.credentials is not None and self.credentials.configuration is not None:
             details["cluster"] = self.cluster_details()
+        waiting = self.budgets.not_ready() if self.budgets is not None else ""
+        if waiting:
+            problems.append(waiting)
         details["ready"] = not problems
         if problems:
             details["reasons"] = problems
@@ -117,8 +124,22 @@ class ServerState:
             lambda: self.claims,
             grace=self.budget_grace,
             stale_after=self.cluster_stale_after,
+            known=KnownQuotas(Path(tempfile.gettempdir()) / f"gpu-admission-budgeted-{os.getppid()}.json"),
         )
         self.budgets.start()
+
+    def wait_for_budgets(self, tick: Callable[[], None]) -> None:
+        """Before this worker accepts reviews: its budget lists, for at most `budget_start_wait` (the other
+        workers serve meanwhile, and /readyz of this one says why it waits)."""
+        if self.budgets is None:
+            return
+        started = time.monotonic()
+        if self.budgets.wait_listed(self.budget_start_wait, tick):
+            return
+        log(_log, logging.WARNING,
+            f"GPU budgets: not listed after {time.monotonic() - started:.1f} s ({self.budgets.not_ready()}); serving, "
+            f"asking the API server for each namespace's ResourceQuotas until the list completes",
+            event="budget-start-wait-over")  # fmt: skip
 
     def rejudge(self, obj: dict[str, Any], review: AdmissionRequest, policies: PolicySet, nodes: Any) -> Rejudge:
         """The engine's decision on a Pod with its budget's usages (a refusal is the engine's, budget.judge's)."""
