@@ -9,7 +9,9 @@ Writes, as the budget ledger makes them: ConfigMaps are created (POST), replaced
 giving the object a new `metadata.resourceVersion`; a PUT or DELETE that names an older version answers 409
 Conflict and a POST of an existing name 409 AlreadyExists, with the API server's Status. One object (a Pod, a
 ConfigMap) can be read by its path (GET), and `labelSelector` (equality and existence terms) filters lists and
-watches. Every plural in `unavailable` answers 503, and one in `slow` answers its writes and GETs that late.
+watches. Every plural in `unavailable` answers 503, and one in `slow` answers its lists, writes and GETs that
+late. Leases (coordination.k8s.io) are written as ConfigMaps are. `bytes_received` and `bytes_sent` count the
+bodies and watch events that crossed.
 
 Nodes can also be watched, as the API server does it: `?watch=true&resourceVersion=N` answers a chunked
 stream of JSON events (ADDED, MODIFIED, DELETED, BOOKMARK when `allowWatchBookmarks`), one per line, from the
@@ -250,7 +252,11 @@ class FakeKubeAPI:
             self._server = None
 
     def stream_watch(
-        self, handler: BaseHTTPRequestHandler, query: dict[str, str], watched: str = "Node", namespace: str | None = None
+        self,
+        handler: BaseHTTPRequestHandler,
+        query: dict[str, str],
+        watched: str = "Node",
+        namespace: str | None = None,
     ) -> None:
         """One watch (of one namespace's objects where `namespace` is given): a chunked HTTP/1.1 response of JSON
         events, as the API server streams them."""
@@ -355,6 +361,8 @@ class FakeKubeAPI:
                 f'in API group "{group}" {scope}'
             )
             return 403, _status(403, "Forbidden", message)
+        if plural in self.slow:
+            time.sleep(self.slow[plural])
         if plural in self.unavailable:
             return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
         selected = _selector(query.get("labelSelector", ""))

@@ -11,24 +11,31 @@ pod's share back. Each test has its namespace.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import functools
 import json
+import os
+import signal
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
+import requests
 
 from tests import waiting
 from tests.conftest import LiveServer
 from tests.fake_kube_api import FakeKubeAPI, LoopbackCluster, loopback_cluster
 from webhook.admission.cluster.quota import gpu_quota
 from webhook.admission.review import make_review
-from webhook.server.ledger import Entry, Record
+from webhook.server.ledger import Record
 
 LEDGER_NAMESPACE = "gpu-admission"
 POLICY = """\
@@ -52,7 +59,8 @@ REFUSAL = (
     "nothing fits; free some by ending pods of the namespace, or raise the quota's requests.nvidia.com/gpu"
 )
 NAMESPACES = ("team-race", "team-delete", "team-dry", "team-grace", "team-restart", "team-adopt", "team-down",
-              "team-twice", "team-free", "team-slow", "team-lost", "team-running", "warned")  # fmt: skip
+              "team-twice", "team-free", "team-slow", "team-lost", "team-running", "team-upgrade", "team-leader",
+              "team-full", "team-load", "warned")  # fmt: skip
 
 eventually = functools.partial(waiting.eventually, timeout=15.0)
 
@@ -397,3 +405,153 @@ def test_without_rbac_for_resourcequotas_no_namespace_has_a_budget_and_readyz_sa
     finally:
         api.forbidden.discard("resourcequotas")
         server.stop()
+
+
+def listening(server: LiveServer) -> bool:
+    host, port = server.url.removeprefix("https://").split(":")
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) == 0
+
+
+def workers_of(server: LiveServer) -> list[int]:
+    """The process IDs of a server's gunicorn workers (the children of its arbiter)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == server.process.pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_record_written_by_the_release_that_kept_one_entry_per_pod_is_read_and_folded_in(servers, cluster):
+    """Upgrade in place: that release wrote an entry per counted pod, and one reservation whose pod is being
+    created. The new release counts them all from its first read, folds the running ones into the recount,
+    keeps the reservation until its pod appears, and loses none on the way."""
+    api, namespace = cluster.api, "team-upgrade"
+    running = [stored_replica(namespace, f"old-{index}") for index in range(3)]
+    coming = stored_replica(namespace, "coming")
+    data = {
+        pod["metadata"]["uid"]: json.dumps({"pod": pod["metadata"]["name"], "gpus": "1/4", "at": time.time()})
+        for pod in [*running, coming]
+    }
+    labels = {"app.kubernetes.io/name": "gpu-admission", "gpu-admission.io/budget-ledger": "true",
+              "gpu-admission.io/budget-namespace": namespace}  # fmt: skip
+    metadata = {"name": f"gpu-budget-{namespace}", "namespace": LEDGER_NAMESPACE, "labels": labels}
+    api.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data})
+    for pod in running:
+        api.put({**pod, "status": {"phase": "Running"}})
+    assert create(servers[0], api, gpu_pod(namespace, "over"))["allowed"] is False  # 4 of 4 counted at once
+    eventually(lambda: set(ledger(api, namespace)) == {coming["metadata"]["uid"]}, timeout=5.0)
+    assert counted(api, namespace) == (4, 1.0)  # three in the recount, one reservation in flight
+    api.put({**coming, "status": {"phase": "Running"}})
+    eventually(lambda: settled(api, namespace, 4), timeout=5.0)
+    assert create(servers[1], api, gpu_pod(namespace, "still-over"))["allowed"] is False
+    api.delete("Pod", namespace, "old-0")
+    eventually(lambda: create(servers[1], api, gpu_pod(namespace, "fits"))["allowed"], timeout=5.0)
+
+
+def test_when_the_recount_holder_stops_another_worker_takes_over_and_shares_still_come_back(servers, cluster):
+    api, namespace = cluster.api, "team-leader"
+    pods = [gpu_pod(namespace, f"led-{index}") for index in range(4)]
+    assert all(create(servers[index % 2], api, pod)["allowed"] for index, pod in enumerate(pods))
+    holder = recount_holder(api)
+    pid = int(holder.rsplit("_", 1)[1])
+    assert any(pid in workers_of(server) for server in servers)
+    os.kill(pid, signal.SIGTERM)  # a worker stopping gives the Lease back: the next takes over at once
+    eventually(lambda: recount_holder(api) not in ("", holder), timeout=10.0)
+    eventually(lambda: recounting(servers), timeout=10.0)
+    started = time.monotonic()
+    api.delete("Pod", namespace, "led-1")
+    eventually(lambda: counted(api, namespace) == (3, 0.75), timeout=5.0)
+    assert time.monotonic() - started < 2.0
+    assert create(servers[0], api, gpu_pod(namespace, "after"))["allowed"] is True
+
+
+def test_a_starting_worker_takes_no_review_before_its_lists_so_its_first_answer_is_a_listed_ones(cluster, start_server):
+    """An API server that answers the lists slowly at start: the worker waits (not accepting) instead of
+    refusing, so its first answers already know which namespaces have a budget."""
+    api, namespace = cluster.api, "team-full"
+    for index in range(4):
+        api.put({**stored_replica(namespace, f"full-{index}"), "status": {"phase": "Running"}})
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE]
+    api.slow["resourcequotas"] = 2.0
+    try:
+        started = time.monotonic()
+        server = start_server(cluster.policies, workers=2, extra_args=arguments, wait=False)
+        eventually(lambda: listening(server))  # the arbiter has bound the port; no worker accepts yet
+        free, _ = admission(server, gpu_pod("team-noquota", "first"))  # waits in the listen queue, not refused
+        assert free["allowed"] is True
+        assert time.monotonic() - started >= 2.0
+        eventually(lambda: settled(api, namespace, 4), timeout=10.0)
+        full, _ = admission(server, gpu_pod(namespace, "over"))
+        assert full["allowed"] is False
+        assert REFUSAL.format(name="over", namespace=namespace) in full["status"]["message"]
+        assert server.get("/readyz").status_code == 200
+    finally:
+        api.slow.pop("resourcequotas", None)
+
+
+def test_a_worker_that_cannot_list_serves_after_its_start_wait_and_refuses_only_where_a_quota_is_known(
+    cluster, start_server
+):
+    """The API server cannot list ResourceQuotas when a worker restarts: past its start wait it serves. A
+    namespace without a GPU quota is admitted; one the replica knows has a quota is judged as when the API
+    server cannot be reached (refused under deny, with the line that says so); /readyz says why."""
+    api = cluster.api
+    arguments = ["--kubeconfig", cluster.kubeconfig, "--budget-namespace", LEDGER_NAMESPACE,
+                 "--budget-start-wait", "1"]  # fmt: skip
+    server = start_server(cluster.policies, workers=1, extra_args=arguments)
+    (before,) = workers_of(server)
+    api.unavailable.add("resourcequotas")
+    try:
+        os.kill(before, signal.SIGKILL)  # the arbiter starts another, which cannot list
+        eventually(lambda: workers_of(server) not in ([], [before]), timeout=10.0)
+        eventually(lambda: server.get("/readyz", timeout=2).status_code == 503, timeout=10.0)
+        reasons = server.get("/readyz").json()["reasons"]
+        assert any("GPU budgets: the first list of ResourceQuotas has not completed (" in r for r in reasons)
+        free, _ = admission(server, gpu_pod("team-noquota", "free"))
+        assert free["allowed"] is True
+        known, _ = admission(server, gpu_pod("team-full", "unknowable"))
+        assert known["allowed"] is False
+        assert 'the GPU budget of namespace "team-full" cannot be checked (the webhook cannot list the ' \
+            "namespace's ResourceQuotas" in known["status"]["message"]  # fmt: skip
+    finally:
+        api.unavailable.discard("resourcequotas")
+    eventually(lambda: server.get("/readyz", timeout=2).status_code == 200, timeout=15.0)
+
+
+def test_a_worker_killed_under_load_refuses_nothing_it_would_admit(servers, cluster):
+    """Creates stream through one replica while one of its workers is killed and replaced: no answer refuses a
+    pod of a namespace without a quota, and none says a budget cannot be checked."""
+    api, server = cluster.api, servers[0]
+    answers: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def stream() -> None:
+        index = 0
+        while not stop.is_set():
+            index += 1
+            for namespace in ("team-noquota", "team-load"):
+                with contextlib.suppress(requests.RequestException):  # a connection the killed worker held
+                    answers.append(create(server, api, gpu_pod(namespace, f"load-{index}")))
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        victim = workers_of(server)[0]
+        os.kill(victim, signal.SIGKILL)
+        eventually(lambda: len(workers_of(server)) == 2 and victim not in workers_of(server), timeout=10.0)
+        time.sleep(2.0)  # the new worker's first reviews
+    finally:
+        stop.set()
+        thread.join()
+    assert len(answers) > 20
+    for answer in answers:
+        assert "cannot be checked" not in json.dumps(answer)
+    assert counted(api, "team-load")[1] <= 1.0
+    assert sum(1 for answer in answers if answer["allowed"]) >= 4
