@@ -5,7 +5,19 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["engine", "instructions", "server", "memory", "cli", "cluster", "conns", "dra", "budget", "ledger"]
+BENCHMARKS = [
+    "engine",
+    "instructions",
+    "server",
+    "memory",
+    "cli",
+    "cluster",
+    "conns",
+    "dra",
+    "budget",
+    "ledger",
+    "budget_scale",
+]
 
 
 def main(argv: list[str]) -> int:

@@ -329,6 +329,19 @@ def _refused(status: int, body: Any, doing: str) -> LedgerUnavailable:
 Edit = Callable[[Record], Record | None]
 
 
+@dataclass(eq=False, slots=True)
+class _Waiting:
+    """One thread's edit, waiting for its write (Ledger.change)."""
+
+    edit: Edit
+    deadline: float
+    wake: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False  # this thread writes the next batch
+    done: bool = False
+    result: Record | None = None
+    error: LedgerUnavailable | None = None
+
+
 class Ledger:
     """Reads and changes records by compare-and-swap; `view` (when given) saves the first read."""
 
@@ -345,8 +358,9 @@ class Ledger:
         self.deadline_s = deadline_s
         self.attempts = attempts
         self.conflicts = 0  # writes that lost a race and were decided again (for the bench)
-        self._locks: dict[str, threading.Lock] = {}  # per namespace: this process's threads take turns
-        self._locks_lock = threading.Lock()
+        self._queues: dict[str, list[_Waiting]] = {}  # per namespace: the edits waiting for the next write
+        self._writing: set[str] = set()  # the namespaces a thread of this process is writing now
+        self._queue_lock = threading.Lock()
 
     def read(self, namespace: str, *, deadline: float | None = None) -> Record:
         """The record as the API server holds it now (a GET)."""
@@ -379,21 +393,83 @@ class Ledger:
 
     def change(self, namespace: str, edit: Edit) -> Record:
         """Apply `edit` to the record by compare-and-swap until a write succeeds or `edit` writes nothing;
-        returns the record the last decision was made on. LedgerUnavailable once out of attempts or time."""
-        deadline = time.monotonic() + self.deadline_s
-        with self._lock(namespace):
+        returns the record the decision was made on (as written). LedgerUnavailable once out of attempts or time.
+
+        Group commit: the edits that this process's threads bring for one namespace while a write is under way
+        wait, and the next write applies them all, in the order they came, each deciding on the record as the
+        ones before it left it: one compare-and-swap for a burst of creates instead of one each. The thread whose
+        edit is first writes that batch, then hands the next batch to the first of the threads waiting, so no
+        thread writes for others for longer than its own write."""
+        me = _Waiting(edit, time.monotonic() + self.deadline_s)
+        with self._queue_lock:
+            self._queues.setdefault(namespace, []).append(me)
+            if namespace not in self._writing:
+                self._writing.add(namespace)
+                me.lead = True
+        if not me.lead:
+            me.wake.wait(max(0.0, me.deadline - time.monotonic()))
+            with self._queue_lock:
+                queue = self._queues.get(namespace) or []
+                if not me.wake.is_set() and me in queue:  # no turn within its deadline: it leaves, unwritten
+                    queue.remove(me)
+                    raise LedgerUnavailable(f"no turn to write the ledger within {self.deadline_s:g} s")
+            me.wake.wait(READ_TIMEOUT_S + CONNECT_TIMEOUT_S)  # in a batch being written: bounded by its calls
+        if me.lead and not me.done:
+            self._commit_next(namespace)
+        if me.error is not None:
+            raise me.error
+        if me.result is None:
+            raise LedgerUnavailable(f"no answer from the API server within {self.deadline_s:g} s")
+        return me.result
+
+    def _commit_next(self, namespace: str) -> None:
+        """Write the batch waiting for `namespace`, then hand the turn to the first thread waiting after it."""
+        with self._queue_lock:
+            batch = self._queues.pop(namespace, [])
+        try:
+            self._commit(namespace, batch)
+        finally:
+            with self._queue_lock:
+                waiting = self._queues.get(namespace)
+                if waiting:
+                    waiting[0].lead = True
+                    waiting[0].wake.set()
+                else:
+                    self._queues.pop(namespace, None)
+                    self._writing.discard(namespace)
+
+    def _commit(self, namespace: str, batch: list[_Waiting]) -> None:
+        """Decide every edit of `batch` in order on one record and write the outcome once, by compare-and-swap;
+        each edit's outcome (the record, or the error that edit alone raised) is left on it."""
+        deadline = min(item.deadline for item in batch)
+        try:
             record = self.latest(namespace, deadline=deadline)
             for attempt in range(self.attempts):
-                wanted = edit(record)
-                if wanted is None:
-                    return record
-                written = self._write(record, wanted, deadline)
+                current = record
+                for item in batch:
+                    item.error = None
+                    try:
+                        wanted = item.edit(current)
+                    except LedgerUnavailable as exc:  # this edit's own refusal: the others go on
+                        item.error = exc
+                        continue
+                    current = wanted if wanted is not None else current
+                written = current if current is record else self._write(record, current, deadline)
                 if written is not None:
-                    return written
+                    for item in batch:
+                        item.result = written
+                    return
                 self.conflicts += 1
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # spread the racers out
                 record = self.read(namespace, deadline=deadline)
-        raise LedgerUnavailable(f"the ledger kept changing under {self.attempts} attempts to write it; retry")
+            raise LedgerUnavailable(f"the ledger kept changing under {self.attempts} attempts to write it; retry")
+        except LedgerUnavailable as exc:
+            for item in batch:
+                item.error = item.error or exc
+        finally:
+            for item in batch:
+                item.done = True
+                item.wake.set()
 
     def _write(self, record: Record, wanted: Record, deadline: float) -> Record | None:
         """Write `wanted` over `record` (naming its version); the record written, or None when it lost the race
@@ -418,10 +494,6 @@ class Ledger:
     def _remember(self, record: Record) -> None:
         if self.view is not None:
             self.view.records[record.namespace] = record
-
-    def _lock(self, namespace: str) -> threading.Lock:
-        with self._locks_lock:
-            return self._locks.setdefault(namespace, threading.Lock())
 
 
 class LedgerView(Watched):
