@@ -37,9 +37,9 @@ from bench.common import check, percentile, rss, table, write_results
 from bench.server import _start, free_port, setup
 from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.review import make_review
-from webhook.server.budget_watch import PodWatch, QuotaWatch
+from webhook.server.budget_watch import PodWatch, QuotaWatch, Sum
 from webhook.server.budgets import held_gpus
-from webhook.server.ledger import Entry, LedgerView, Record, Sum, scope_of
+from webhook.server.ledger import Entry, LedgerView, Record, scope_of
 
 PODS = 100_000
 NAMESPACES = 2_000

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from webhook.admission.cluster.quota import OPERATORS, gpu_quota
-from webhook.server.budget_watch import HeldPod
-from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Record, Sum, pod_of, scope_of
+from webhook.server.budget_watch import HeldPod, PodWatch, Sum, sums_of
+from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Record, pod_of, scope_of
 
 CROSS = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {}, "topologyKey": "zone", "namespaces": ["other"]}]}}  # fmt: skip
@@ -157,3 +157,29 @@ def test_the_sums_read_as_entries_to_the_release_that_kept_one_entry_per_pod() -
     entry = Entry.parse(written["data"]["sum.0"])
     assert entry is not None and entry.gpus == Fraction(5, 4) and entry.scope == (("priorityClassName", "high"),)
     assert entry.at > 4e9
+
+
+def test_the_pod_watch_keeps_each_namespaces_sums_as_pods_come_change_and_go() -> None:
+    """The recount reads the sums the watch keeps, not the namespace's pods: they must equal a sum of the pods."""
+    weights = {"a": Fraction(1, 4), "b": Fraction(1, 2), "c": Fraction(1, 4)}
+
+    def ask_of(obj: dict[str, Any]) -> tuple[Fraction, tuple] | None:
+        gpus = weights.get(obj["metadata"]["name"][0])
+        return None if gpus is None else (gpus, scope_of(obj))
+
+    watch = PodWatch(None, ask_of, lambda namespace, uid: None)  # type: ignore[arg-type]
+
+    def event(kind: str, name: str, uid: str, **spec: Any) -> None:
+        obj = {**pod(**spec), "metadata": {"name": name, "namespace": "team-a", "uid": uid}}
+        watch._change(kind, obj)
+        assert watch.sums.get("team-a", {}) == sums_of((watch.held.get("team-a") or {}).values())
+
+    event("ADDED", "a1", "1")
+    event("ADDED", "b1", "2", priority="high")
+    event("ADDED", "c1", "3")
+    assert watch.sums["team-a"][scope_of(pod())] == Sum(Fraction(1, 2), 2)
+    event("MODIFIED", "b1", "2")  # its scope changed: it moves from one sum to the other
+    event("MODIFIED", "x1", "3")  # no longer a GPU pod
+    event("DELETED", "a1", "1")
+    event("DELETED", "b1", "2")
+    assert "team-a" not in watch.sums and "team-a" not in watch.held

@@ -18,7 +18,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -42,6 +42,28 @@ class HeldPod:
     name: str
     gpus: Fraction  # GPU-equivalents (budget.pod_ask's total)
     scope: tuple[tuple[str, Any], ...]  # the pod's fields a quota's scopes read (ledger.scope_of)
+
+
+@dataclass(frozen=True, slots=True)
+class Sum:
+    """GPU-equivalents of a namespace's live pods whose scope fields are the same, and how many pods they are."""
+
+    gpus: Fraction
+    pods: int
+
+    def plus(self, pod: HeldPod, sign: int = 1) -> Sum:
+        return Sum(self.gpus + sign * pod.gpus, self.pods + sign)
+
+
+def sums_of(pods: Iterable[HeldPod]) -> dict[tuple[tuple[str, Any], ...], Sum]:
+    """The sum per scope of `pods`."""
+    found: dict[tuple[tuple[str, Any], ...], Sum] = {}
+    for pod in pods:
+        found[pod.scope] = found.get(pod.scope, NOTHING).plus(pod)
+    return found
+
+
+NOTHING = Sum(Fraction(0), 0)
 
 
 # A pod's GPU-equivalents and scope fields, or None for a pod that holds no GPU (budgets.py makes it from the
@@ -165,6 +187,9 @@ class PodWatch(KeyedWatch):
         self._on_gone = on_gone
         self._on_seen = on_seen
         self.held: dict[str, dict[str, HeldPod]] = {}
+        # namespace -> scope -> the sum of its held pods, kept as they change: a recount reads it, never the pods
+        self.sums: dict[str, dict[tuple[tuple[str, Any], ...], Sum]] = {}
+        self.lock = threading.Lock()  # `held` and `sums` change together under it; a recount reads them under it
         self._shared: dict[Any, Any] = {}  # each distinct fraction, scope and HeldPod once
         self._listing: dict[str, dict[str, HeldPod]] = {}
 
@@ -199,7 +224,10 @@ class PodWatch(KeyedWatch):
         return sys.intern(namespace), sys.intern(uid), pod
 
     def _end(self) -> None:
-        before, self.held, self._listing = self.held, self._listing, {}
+        sums = {namespace: sums_of(pods.values()) for namespace, pods in self._listing.items()}
+        with self.lock:
+            before, self.held, self._listing = self.held, self._listing, {}
+            self.sums = sums
         for namespace, pods in before.items():  # gone while the watch was down: deleted, or ended
             now = self.held.get(namespace, {})
             for uid in pods.keys() - now.keys():
@@ -211,16 +239,34 @@ class PodWatch(KeyedWatch):
             return
         namespace, uid, pod = found
         if kind == "DELETED" or pod is None:
-            pods = self.held.get(namespace)
-            if pods is not None:
-                pods.pop(uid, None)
+            self._hold(namespace, uid, None)
             if kind == "DELETED" or has_ended(obj):  # the ledger may hold it though this worker never did
                 self._on_gone(namespace, uid)
-        elif kind in ("ADDED", "MODIFIED"):
+        elif kind in ("ADDED", "MODIFIED") and self._hold(namespace, uid, pod):
+            self._on_seen(namespace)
+
+    def _hold(self, namespace: str, uid: str, pod: HeldPod | None) -> bool:
+        """Hold `pod` as the namespace's `uid` (None: no more), its scope's sum with it; whether anything changed."""
+        with self.lock:
             pods = self.held.setdefault(namespace, {})
-            if pods.get(uid) != pod:
+            before = pods.get(uid)
+            if before == pod:
+                return False
+            sums = self.sums.setdefault(namespace, {})
+            if before is not None:
+                del pods[uid]
+                left = sums[before.scope].plus(before, -1)
+                if left.pods:
+                    sums[before.scope] = left
+                else:
+                    del sums[before.scope]
+            if pod is not None:
                 pods[uid] = pod
-                self._on_seen(namespace)
+                sums[pod.scope] = sums.get(pod.scope, NOTHING).plus(pod)
+            if not pods:
+                del self.held[namespace]
+                self.sums.pop(namespace, None)
+            return True
 
 
 class QuotaWatch(KeyedWatch):

@@ -435,7 +435,6 @@ class Budgets:
         self.publish()
 
     def _recount(self, pods: PodWatch, namespace: str, confirmed: set[str]) -> None:
-        live = dict(pods.held.get(namespace) or {})
         released = set(self._released.get(namespace) or ()) | confirmed
         epoch = self.lease.epoch
         outcome: list[Record] = []
@@ -443,7 +442,9 @@ class Budgets:
         def edit(record: Record) -> Record | None:
             if record.epoch > epoch:
                 return None  # recounted by a later holder of the Lease: this worker's watch may be behind
-            recounted = record.recount(live, released, time.time(), epoch)
+            with pods.lock:  # the sums and the pods they sum, as one moment of the watch
+                live = pods.held.get(namespace) or {}
+                recounted = record.recount(live, released, time.time(), epoch, pods.sums.get(namespace) or {})
             outcome[:] = [record] if recounted is not None else []
             return recounted
 

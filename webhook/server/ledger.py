@@ -32,7 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission.cluster.quota import GpuQuota, matches
-from webhook.server.budget_watch import HeldPod, Watched
+from webhook.server.budget_watch import HeldPod, Sum, Watched, sums_of
 from webhook.server.inventory import KubeNodes, NodeSource
 from webhook.server.logs import LOGGER
 
@@ -132,14 +132,6 @@ def _fraction_text(value: Fraction) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Sum:
-    """The recount of one scope: the GPU-equivalents of the live pods whose scope fields are these, and how many."""
-
-    gpus: Fraction
-    pods: int
-
-
-@dataclass(frozen=True, slots=True)
 class Record:
     """One namespace's ledger as read: the recount of its live GPU pods (a sum per distinct scope), the
     reservations still in flight (by pod UID), and the resourceVersion a write must name."""
@@ -176,21 +168,25 @@ class Record:
         return dataclasses.replace(self, entries={uid: e for uid, e in self.entries.items() if uid not in uids})
 
     def recount(
-        self, live: Mapping[str, HeldPod], released: Collection[str], now: float, epoch: int = 0
+        self,
+        live: Mapping[str, HeldPod],
+        released: Collection[str],
+        now: float,
+        epoch: int = 0,
+        sums: Mapping[Scope, Sum] | None = None,
     ) -> Record | None:
         """The record recounted from `live` (every live GPU pod of the namespace, by UID, as a current pod watch
-        holds them): the sums are theirs, a reservation whose pod is among them is folded in (it is counted
-        there now), and those in `released` (seen deleted or ended, or confirmed gone) go. None where that
-        changes nothing. Reservations whose pods the watch has not seen yet stay: a pod is counted once, either
-        as a reservation or in the sums, never in both and never in neither while it lives."""
-        sums: dict[Scope, Sum] = {}
-        for held in live.values():
-            before = sums.get(held.scope)
-            sums[held.scope] = Sum(held.gpus, 1) if before is None else Sum(before.gpus + held.gpus, before.pods + 1)
+        holds them; `sums`, where given, their sums as the watch keeps them, so that a recount costs the
+        reservations in flight and not the namespace's pods): a reservation whose pod is among them is folded in
+        (it is counted in the sums now), and those in `released` (seen deleted or ended, or confirmed gone) go.
+        None where that changes nothing. Reservations whose pods the watch has not seen yet stay: a pod is
+        counted once, either as a reservation or in the sums, never in both and never in neither while it
+        lives."""
+        counted = dict(sums) if sums is not None else sums_of(live.values())
         entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
-        if sums == self.sums and entries == self.entries and epoch == self.epoch:
+        if counted == self.sums and entries == self.entries and epoch == self.epoch:
             return None
-        return Record(self.namespace, self.version, entries, sums, now, epoch)
+        return Record(self.namespace, self.version, entries, counted, now, epoch)
 
     @staticmethod
     def of(obj: dict[str, Any]) -> Record | None:
