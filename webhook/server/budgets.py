@@ -440,8 +440,9 @@ class Budgets:
         outcome: list[Record] = []
 
         def edit(record: Record) -> Record | None:
-            if record.epoch > epoch:
-                return None  # recounted by a later holder of the Lease: this worker's watch may be behind
+            if record.epoch > epoch:  # recounted by a later holder: this worker's watch may be behind
+                self.lease.advance(record.epoch)  # unless the Lease was made anew: then this holder is the later
+                return None
             with pods.lock:  # the sums and the pods they sum, as one moment of the watch
                 live = pods.held.get(namespace) or {}
                 recounted = record.recount(live, released, time.time(), epoch, pods.sums.get(namespace) or {})

@@ -70,6 +70,7 @@ class Lease:
         self.retry_s = retry_s
         self._clock = clock
         self.epoch = 0  # the Lease's leaseTransitions when this candidate took it: the fence of its writes
+        self._at_least = 0  # `advance`: the epoch the next renewal writes, at least
         self.last_error = ""
         self._renewed_at: float | None = None  # when this candidate last took or renewed it (its clock)
         self._observed: tuple[Any, ...] | None = None  # the holder and renew time last seen
@@ -106,6 +107,7 @@ class Lease:
         if (holder, renewed) != self._observed:
             self._observed, self._observed_at = (holder, renewed), now
         if holder == self.holder:
+            transitions = max(transitions, self._at_least)
             self._write("PUT", f"{self.path}/{self.name}", self._lease(found, transitions, now, keep=True))
             return
         self._renewed_at = None  # somebody else holds it (or took it from us)
@@ -144,6 +146,11 @@ class Lease:
             return
         if status != 409:  # 409: another candidate wrote first; the next look sees who
             raise RuntimeError(f"writing Lease {self.name}: HTTP {status}")
+
+    def advance(self, epoch: int) -> None:
+        """Write at least `epoch` as the Lease's transitions at the next renewal, where this candidate still holds
+        it: a Lease deleted by hand starts counting again from 0, below the epoch the records were fenced with."""
+        self._at_least = max(self._at_least, epoch)
 
     def run(self) -> None:
         """Take and renew the Lease until `stop`; `on_start`/`on_stop` on each change of leading."""
