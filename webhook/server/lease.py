@@ -90,7 +90,11 @@ class Lease:
             self._try()
             self.last_error = ""
         except Exception as exc:  # unreachable, refused: leading only until the renew deadline passes
-            self.last_error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            if error != self.last_error:
+                log(_log, logging.WARNING, f"Lease {self.name}: {error}; trying again every {self.retry_s:g} s",
+                    event="lease-failed", lease=self.name, holder=self.holder)  # fmt: skip
+            self.last_error = error
         return self.leading()
 
     def _try(self) -> None:
@@ -157,14 +161,22 @@ class Lease:
         was = False
         while not self._stop.is_set():
             now = self.step()
-            if now and not was:
-                self.on_start(self.epoch)
-            elif was and not now:
-                self.on_stop()
+            if now != was:
+                self._changed(now)
             was = now
             self._stop.wait(self.retry_s)
         if was:
-            self.on_stop()
+            self._changed(False)
+
+    def _changed(self, leading: bool) -> None:
+        """`on_start` or `on_stop`; an error there is logged, never the end of the renewals."""
+        try:
+            if leading:
+                self.on_start(self.epoch)
+            else:
+                self.on_stop()
+        except Exception:
+            _log.exception("Lease %s: %s failed", self.name, "on_start" if leading else "on_stop")
 
     def start(self) -> None:
         threading.Thread(target=self.run, name=f"lease-{self.name}", daemon=True).start()
