@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from tests.conftest import LiveServer
 from tests.fake_kube_api import FakeKubeAPI, LoopbackCluster, loopback_cluster
 from webhook.admission.cluster.quota import gpu_quota
 from webhook.admission.review import make_review
-from webhook.server.ledger import Record
+from webhook.server.ledger import Entry, Record
 
 LEDGER_NAMESPACE = "gpu-admission"
 POLICY = """\
@@ -555,3 +556,36 @@ def test_a_worker_killed_under_load_refuses_nothing_it_would_admit(servers, clus
         assert "cannot be checked" not in json.dumps(answer)
     assert counted(api, "team-load")[1] <= 1.0
     assert sum(1 for answer in answers if answer["allowed"]) >= 4
+
+
+def test_reservations_that_pile_up_are_warned_of_long_before_a_record_fills(servers, cluster):
+    """The one ceiling of a record: reservations whose pods the recount has not seen. At 1,000 the webhook warns
+    (log, /readyz); at 8,000 (about 880 KB of a ConfigMap's 1 MiB) the namespace's GPU pods are judged as
+    unchecked, refused under deny with the line that says why."""
+    api, namespace = cluster.api, "team-behind"
+    api.put(quota(namespace, gpus="100000"))
+    eventually(lambda: all(budgets_current(server) for server in servers))
+
+    def pile(count: int) -> None:  # reservations of pods never seen, not yet due for a look-up
+        entries = {
+            str(uuid.uuid4()): Entry(f"pending-{i}", Fraction(1, 4), (), time.time() + 3600) for i in range(count)
+        }
+        written = Record(namespace, "", entries).configmap(LEDGER_NAMESPACE)
+        api.put({**written, "kind": "ConfigMap"})
+
+    pile(1_000)
+    assert create(servers[0], api, gpu_pod(namespace, "behind"))["allowed"] is True
+    warned = servers[0].wait_for_log(lambda r: r.get("event") == "budget-recount-behind")
+    assert warned["namespace"] == namespace and warned["reservations"] >= 1_000
+    eventually(
+        lambda: namespace in servers[1].get("/readyz").json()["cluster"]["budgets"]["ledger"].get("recountBehind", [])
+    )
+    pile(8_000)
+    response = create(servers[1], api, gpu_pod(namespace, "full"))
+    assert response["allowed"] is False
+    assert (
+        f'pod "full": the GPU budget of namespace "{namespace}" cannot be checked (8000 reservations are waiting to be '
+        "counted, the most one record holds: the recount has not run (see /readyz))"
+    ) in response["status"]["message"]
+    api.delete("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")  # the recount writes it anew
+    eventually(lambda: create(servers[0], api, gpu_pod(namespace, "after"))["allowed"])
