@@ -47,6 +47,7 @@ RECOUNT_KEY = "recount"  # when the recount was last written
 CONNECT_TIMEOUT_S = 1.0
 READ_TIMEOUT_S = 2.0
 CAS_DEADLINE_S = 3.0  # a reservation's whole CAS loop: within the webhook's 5 s timeoutSeconds
+CREDENTIALS_S = 30.0  # the bearer token is read again this often (and at once after a 401)
 CAS_ATTEMPTS = 24  # 16 creates racing for one namespace through 4 processes settle in a handful each
 
 Scope = tuple[tuple[str, Any], ...]  # the pod's fields a quota's scopes read, as (field, value) pairs
@@ -301,6 +302,8 @@ class ConfigMaps:
 
         configuration.retries = False  # the CAS loop retries, within its deadline
         self._client = client.ApiClient(configuration)
+        self._headers: dict[str, str] = {}
+        self._credentials_at = -CREDENTIALS_S
         self.namespace = own_namespace
         self.path = f"/api/v1/namespaces/{own_namespace}/configmaps"
 
@@ -318,19 +321,33 @@ class ConfigMaps:
         if body is not None:
             headers["Content-Type"] = "application/json"
             data = json.dumps(body, separators=(",", ":")).encode()
-        self._client.update_params_for_auth(headers, [], ["BearerToken"], path, method, None)
-        url = self._client.configuration.host + path
-        try:
-            response = self._client.rest_client.pool_manager.request(
-                method, url, body=data, headers=headers, retries=False,
-                timeout=Timeout(connect=CONNECT_TIMEOUT_S, read=max(timeout, 0.05)),
-            )  # fmt: skip
-        except (HTTPError, OSError) as exc:
-            raise LedgerUnavailable(f"cannot reach the API server: {_first_line(exc)}") from None
+        for fresh in (False, True):  # a 401 with credentials read a while ago: read them again, once
+            headers.update(self._credentials(fresh))
+            url = self._client.configuration.host + path
+            try:
+                response = self._client.rest_client.pool_manager.request(
+                    method, url, body=data, headers=headers, retries=False,
+                    timeout=Timeout(connect=CONNECT_TIMEOUT_S, read=max(timeout, 0.05)),
+                )  # fmt: skip
+            except (HTTPError, OSError) as exc:
+                raise LedgerUnavailable(f"cannot reach the API server: {_first_line(exc)}") from None
+            if response.status != 401 or fresh:
+                break
         try:
             return response.status, json.loads(response.data) if response.data else {}
         except ValueError:
             return response.status, {}
+
+    def _credentials(self, fresh: bool) -> dict[str, str]:
+        """The authorization header, as the client makes it (its refresh hook re-reads a rotated token or runs
+        an exec plugin): made again every CREDENTIALS_S, or at once when `fresh`, not at every call (the hook
+        costs more than a reservation's own work)."""
+        now = time.monotonic()
+        if fresh or now - self._credentials_at > CREDENTIALS_S:
+            headers: dict[str, str] = {}
+            self._client.update_params_for_auth(headers, [], ["BearerToken"], "", "GET", None)
+            self._headers, self._credentials_at = headers, now
+        return self._headers
 
     def get_pod(self, namespace: str, name: str) -> tuple[int, Any]:
         return self.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
