@@ -26,7 +26,6 @@ import json
 import os
 import ssl
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import check, percentile, table, write_results
-from bench.server import _start, free_port, setup
+from bench.server import against_loopback_api
 from webhook.admission.review import make_review
 from webhook.server.ledger import Record
 
@@ -202,20 +201,8 @@ def live(objects: list[dict[str, Any]]) -> Iterator[Live]:
     gc.disable()  # the loopback API runs in this process: its growing heap's collections are no server's cost
     try:
         api.add(*objects)
-        with setup(POLICY) as where:
-            kubeconfig = api.write_kubeconfig(where.directory / "kubeconfig")
-            port = free_port()
-            args = [
-                sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
-                "--metrics-port", "0", "--cert-file", str(where.cert_file), "--key-file", str(where.key_file),
-                "--policies", str(where.policies), "--workers", "2", "--threads", "8", "--kubeconfig",
-                str(kubeconfig), "--budget-namespace", LEDGER_NAMESPACE, "--log-level", "warning",
-            ]  # fmt: skip
-            server = _start("webhook", args, where, port)
-            try:
-                yield Live(api, Client(port, where.ca_file, api), server.process.pid)
-            finally:
-                server.stop()
+        with against_loopback_api(POLICY, api, LEDGER_NAMESPACE) as (server, where):
+            yield Live(api, Client(server.port, where.ca_file, api), server.process.pid)
     finally:
         api.stop()
         gc.enable()

@@ -7,8 +7,8 @@ conditions a controller's pod has; in pages of 500, fed in-process so that only 
 2,000 namespaces' GPU ResourceQuotas, and their 2,000 ledger records (the recount of their 50 pods each, and 2
 reservations in flight). Every worker holds the quotas and the records; only the one worker of the cluster that
 holds the recount Lease also holds the pods. Held: their own allocations (tracemalloc) once the API objects are
-freed, and the growth of the process's resident memory. Targets: under 50 MB for the recount's worker, under
-5 MB for every other.
+freed, and the growth of the process's resident memory (the ledger's bounded caches of rendered and parsed
+reservations included). Targets: under 50 MB for the recount's worker, under 8 MB for every other.
 
 Against the loopback API (tests/fake_kube_api.py, in this process) and the real `gpu-webhook serve` (2 workers,
 TLS): the /validate review of a pod in a budgeted namespace (read the record, judge, write it back: one PUT)
@@ -25,7 +25,6 @@ import http.client
 import json
 import ssl
 import statistics
-import sys
 import time
 import tracemalloc
 import uuid
@@ -34,7 +33,7 @@ from fractions import Fraction
 from typing import Any
 
 from bench.common import check, percentile, rss, table, write_results
-from bench.server import _start, free_port, setup
+from bench.server import against_loopback_api
 from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.review import make_review
 from webhook.server.budget_watch import PodWatch, QuotaWatch, Sum
@@ -218,46 +217,35 @@ def live() -> dict[str, Any]:
     try:
         api.add_namespaces("bench-budget", "bench-free")
         api.put(_quota("bench-budget"))
-        with setup(POLICY) as where:
-            kubeconfig = api.write_kubeconfig(where.directory / "kubeconfig")
-            port = free_port()
-            args = [
-                sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
-                "--metrics-port", "0", "--cert-file", str(where.cert_file), "--key-file", str(where.key_file),
-                "--policies", str(where.policies), "--workers", "2", "--kubeconfig", str(kubeconfig),
-                "--budget-namespace", LEDGER_NAMESPACE, "--log-level", "warning",
-            ]  # fmt: skip
-            server = _start("webhook", args, where, port)
-            try:
-                time.sleep(2.0)  # both workers' watches listed
-                context = ssl.create_default_context(cafile=str(where.ca_file))
-                connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-                times: dict[str, list[float]] = {"with a reservation": [], "no budget": []}
-                reserved: list[dict[str, Any]] = []
-                for index in range(REVIEWS):
-                    for label, namespace in (("with a reservation", "bench-budget"), ("no budget", "bench-free")):
-                        pod = _pod(namespace, f"pod-{index}")
-                        seconds, allowed = _review(connection, pod)
-                        assert allowed, pod
-                        times[label].append(seconds)
-                        if namespace == "bench-budget":  # created, as the API server goes on to do
-                            reserved.append(pod)
-                            api.put({**pod, "status": {"phase": "Running"}})
-                connection.close()
-                time.sleep(1.0)  # the recount's watch has seen them, and folded every reservation in
-                record = _record(api, "bench-budget")
-                assert record.pods() == REVIEWS and not record.entries, (record.pods(), len(record.entries))
-                released: list[float] = []
-                for number, pod in enumerate(reserved[:DELETES]):
-                    started = time.perf_counter()
-                    api.delete("Pod", "bench-budget", pod["metadata"]["name"])
-                    while _record(api, "bench-budget").pods() > REVIEWS - number - 1:
-                        if time.perf_counter() - started > 10:
-                            raise RuntimeError(f"pod {pod['metadata']['name']}'s share not free within 10 s")
-                        time.sleep(0.002)
-                    released.append(time.perf_counter() - started)
-            finally:
-                server.stop()
+        with against_loopback_api(POLICY, api, LEDGER_NAMESPACE) as (server, where):
+            port = server.port
+            time.sleep(2.0)  # both workers' watches listed
+            context = ssl.create_default_context(cafile=str(where.ca_file))
+            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            times: dict[str, list[float]] = {"with a reservation": [], "no budget": []}
+            reserved: list[dict[str, Any]] = []
+            for index in range(REVIEWS):
+                for label, namespace in (("with a reservation", "bench-budget"), ("no budget", "bench-free")):
+                    pod = _pod(namespace, f"pod-{index}")
+                    seconds, allowed = _review(connection, pod)
+                    assert allowed, pod
+                    times[label].append(seconds)
+                    if namespace == "bench-budget":  # created, as the API server goes on to do
+                        reserved.append(pod)
+                        api.put({**pod, "status": {"phase": "Running"}})
+            connection.close()
+            time.sleep(1.0)  # the recount's watch has seen them, and folded every reservation in
+            record = _record(api, "bench-budget")
+            assert record.pods() == REVIEWS and not record.entries, (record.pods(), len(record.entries))
+            released: list[float] = []
+            for number, pod in enumerate(reserved[:DELETES]):
+                started = time.perf_counter()
+                api.delete("Pod", "bench-budget", pod["metadata"]["name"])
+                while _record(api, "bench-budget").pods() > REVIEWS - number - 1:
+                    if time.perf_counter() - started > 10:
+                        raise RuntimeError(f"pod {pod['metadata']['name']}'s share not free within 10 s")
+                    time.sleep(0.002)
+                released.append(time.perf_counter() - started)
     finally:
         api.stop()
     return {"reviews": times, "released": released, "conflicts": api.conflicts}
@@ -288,7 +276,7 @@ def main() -> bool:
         [
             (f"{PODS:,} GPU pods in {NAMESPACES:,} namespaces: < 50 MB in the recount's worker", total < 50,
              f"{total:.1f} MB (RSS +{rss_mb:.1f} MB)"),
-            ("... and < 5 MB in every other worker", follower < 5, f"{follower:.1f} MB"),
+            ("... and < 8 MB in every other worker", follower < 8, f"{follower:.1f} MB"),
             ("a deleted pod's share is free within 2 s", released[-1] < 2000, f"max {released[-1]:.0f} ms, "
              f"median {statistics.median(released):.0f} ms"),
         ]

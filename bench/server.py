@@ -184,6 +184,28 @@ def _start(name: str, args: Sequence[str], where: Setup, port: int) -> Server:
     return server
 
 
+@contextlib.contextmanager
+def against_loopback_api(
+    policy: str, api: Any, ledger_namespace: str, threads: int = 8
+) -> Iterator[tuple[Server, Setup]]:
+    """The real `gpu-webhook serve` (2 workers, TLS) with `policy`, against a started loopback API (its cluster
+    checks and GPU budgets on, the ledger in `ledger_namespace`); stopped on leaving."""
+    with setup(policy) as where:
+        kubeconfig = api.write_kubeconfig(where.directory / "kubeconfig")
+        port = free_port()
+        args = [
+            sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--metrics-port", "0", "--cert-file", str(where.cert_file), "--key-file", str(where.key_file),
+            "--policies", str(where.policies), "--workers", "2", "--threads", str(threads), "--kubeconfig",
+            str(kubeconfig), "--budget-namespace", ledger_namespace, "--log-level", "warning",
+        ]  # fmt: skip
+        server = _start("webhook", args, where, port)
+        try:
+            yield server, where
+        finally:
+            server.stop()
+
+
 def start_webhook(where: Setup, workers: int = WORKERS, threads: int = THREADS) -> Server:
     """`gpu-webhook serve` as deployed: TLS, metrics on, info-level review log lines (to a file)."""
     port = free_port()
