@@ -1,15 +1,15 @@
 """The watches behind GPU budgets: every Pod that holds GPUs, and every ResourceQuota with a GPU entry.
 
 Both are list + watches of the node inventory's kind (inventory.py: pages, watch from the list's version with
-bookmarks, relist on 410, backoff), cluster-wide, kept by a daemon thread in each worker. They are sized for
-100,000 pods: a pod that holds no GPU costs nothing here (it is dropped as it is read), and one that does is
-kept as a `HeldPod` (its name, its GPU-equivalents and what a quota's scopes read of it) under its namespace
-and UID; equal values are held once. A ResourceQuota without a GPU entry is dropped the same way.
+bookmarks, relist on 410, backoff), cluster-wide, kept by a daemon thread: the quotas in every worker, the pods
+only in the worker that holds the recount Lease. They are sized for 100,000 pods: a pod that holds no GPU costs
+nothing here (it is dropped as it is read), and one that does is kept as a `HeldPod` (its name, its
+GPU-equivalents and what a quota's scopes read of it) under its namespace and UID, equal values held once, with
+each namespace's sums per scope kept as pods change (a recount reads them, never the pods). A ResourceQuota
+without a GPU entry is dropped the same way.
 
-Neither decides anything: the ledger (ledger.py) is what a reservation reads. The pods tell the budget keeper
-(budgets.py) which ledger entries to release (the pod was deleted or ended) and which live pods to adopt (a GPU
-pod the ledger does not hold, created before the budget existed); the quotas say which namespaces have a
-budget and how large it is.
+Neither decides anything: the ledger (ledger.py) is what a reservation reads. The pods are what the recount
+(budgets.py) writes into the records; the quotas say which namespaces have a budget and how large it is.
 """
 
 from __future__ import annotations

@@ -1,24 +1,30 @@
-"""GPU budgets in the running server: reservation in /validate, and the keeper that releases and adopts.
+"""GPU budgets in the running server: the reservation in /validate, the recount, and a worker's start.
 
 A Pod CREATE that /validate allows, in a namespace whose ResourceQuota has a GPU entry (the quota watch says
 which), is reserved in the namespace's ledger record (ledger.py) before the answer goes back: read the record,
 judge the pod with `budget.judge` against the GPU-equivalents the record holds for each quota, write the record
-back naming the version read; a lost race reads again and judges again. The API server has set the pod's UID
-and final name by then (mutating webhooks run before either exists), so a reservation is per UID and a review
-sent twice (the API server retries on a timeout) is answered the same without a second entry. A dry run is
-judged on the record as it is and writes nothing. A refusal is the engine's own (`evaluate(..., budget=)`),
-so the policy's enforcement and `cluster.quota: warn` decide it as they decide every other line.
+back with the reservation, naming the version read; a lost race reads again and judges again. The API server has
+set the pod's UID and final name by then (mutating webhooks run before either exists), so a reservation is per
+UID and a review sent twice (the API server retries on a timeout) is answered the same without a second entry.
+A dry run is judged on the record as it is and writes nothing. A refusal is the engine's own
+(`evaluate(..., budget=)`), so the policy's enforcement and `cluster.quota: warn` decide it as they decide
+every other line.
 
-The keeper, a thread per worker, keeps the ledger true to the pods:
-- a pod the watch sees deleted or ended: its entry is removed (within a fraction of a second);
-- an entry whose pod the watch does not hold, older than the grace (`--budget-grace`): a GET of the pod
-  confirms it is gone (refused after this webhook allowed it, by a later admission step such as the API
-  server's own quota plugin, or deleted while the watch was down), then it is removed; only a confirmed absence
-  removes an entry;
-- a live GPU pod of a budgeted namespace that the ledger misses (created before the budget existed, or while
-  the webhook was off): added.
-Every worker of every replica does this; the compare-and-swap makes them agree, and a change already made by
-another is a read that writes nothing.
+The recount, by the one worker of the cluster that holds the Lease `gpu-admission-budget-recount` (lease.py;
+every other worker holds only the quotas and the records), keeps the records true to the pods:
+- its pod watch keeps each namespace's sums as GPU pods come, change and go; a change in a budgeted namespace is
+  recounted within RECOUNT_GAP_S: the sums written, the reservations of pods it now holds folded in, those of pods
+  it saw go dropped;
+- every SWEEP_S, every budgeted namespace is recounted, and a reservation whose pod the watch does not hold,
+  older than the grace (`--budget-grace`), is released once a GET confirms the pod gone (refused after this
+  webhook allowed it, by a later admission step such as the API server's own quota plugin);
+- a live GPU pod that no reservation announced (created before the budget existed, or while the webhook was off)
+  is simply counted.
+A recount carries the Lease's epoch; one from an earlier holder is never written over a later one's.
+
+A worker takes no review before its ResourceQuotas and records are listed (`wait_listed`, at most the start
+wait); past it, a namespace's own quotas are asked for, and where the API server cannot say, the quotas this
+replica last knew decide (`KnownQuotas`): a namespace without a GPU quota is never refused for a budget.
 
 When the ledger cannot be read or written in time (the API server unreachable, RBAC missing, the record edited
 by hand), a GPU pod of a budgeted namespace is refused under `cluster.quota: deny` with a line that says so,

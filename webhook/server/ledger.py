@@ -5,16 +5,20 @@ Why a record in the API server: every worker of every replica admits pods into t
 a count kept in one process cannot stop two others from each admitting the last share. The API server's own
 quota admission plugin solves the same problem the same way: read the record, decide, write it back naming the
 resourceVersion that was read; a write that lost the race gets 409 Conflict, reads again and decides again. So
-the budget holds whatever the number of workers and replicas, survives restarts, and needs no leader.
+the budget holds whatever the number of workers and replicas, and survives restarts.
 
-The record `gpu-budget-<namespace>` holds one data key per counted pod, its UID, whose value is a small JSON
-object: the pod's name, its GPU-equivalents (a fraction: "1/4"), the fields a quota's scopes read, and when it
-was written. A reservation adds its pod's entry before the pod exists (budgets.py); the budget keeper removes
-an entry once the pod is confirmed gone, and adds the live GPU pods the ledger misses. A ConfigMap holds at
-most 1 MiB: about 7,000 pods per namespace.
+The record `gpu-budget-<namespace>` holds what a quota's use is made of, and nothing that grows with the
+namespace: the recount of its live GPU pods (`sum.N`: GPU-equivalents and a pod count per distinct set of the
+fields a quota's scopes read; written by the one worker that holds the recount Lease, budgets.py), and the
+reservations not yet counted there (one key per pod UID: its name, its GPU-equivalents as a fraction, "1/4", its
+scope fields, when it was written). A reservation is added before its pod exists; the recount folds it into the
+sums once its pod watch sees the pod. A record in the per-pod form (every counted pod an entry) reads as
+reservations, and the first recount folds them in.
 
-Every call has a bounded timeout and a CAS loop a bounded number of attempts and time: the webhook answers
-within the API server's 5 s whatever the API server does (`LedgerUnavailable` says why it could not).
+Within a process, the edits that threads bring for one namespace while a write is under way are written together
+by the next write (group commit). Every call has a bounded timeout and the CAS loop a bounded number of attempts
+and time: the webhook answers within the API server's 5 s whatever the API server does (`LedgerUnavailable`
+says why it could not).
 """
 
 from __future__ import annotations
