@@ -413,9 +413,13 @@ class Budgets:
         pods = self._recounting()
         if pods is None:
             return
-        dirty, self._dirty = self._dirty, set()
+        dirty: set[str] = set()
+        while self._dirty:  # popped one by one: the watch's thread may add meanwhile, and nothing is lost
+            dirty.add(self._dirty.pop())
+        policies = self._policies()
         for namespace in sorted(dirty):
-            self._recount(pods, namespace, set())
+            if self._keeps(namespace, policies):
+                self._recount(pods, namespace, set())
 
     def sweep(self) -> None:
         """Recount every budgeted namespace (and every one with a record): the pods the watch holds, the
@@ -425,20 +429,24 @@ class Budgets:
             self._dirty.clear()
             clock = time.monotonic()
             self._alive_until = {uid: until for uid, until in self._alive_until.items() if until > clock}
-            for namespace, uids in list(self._released.items()):
-                kept = {uid: at for uid, at in uids.items() if clock - at < RELEASED_KEPT_S}
-                if kept:
-                    self._released[namespace] = kept
-                else:
-                    self._released.pop(namespace, None)
-            policies = self._policies()
-            namespaces = {
-                n for n in self.quotas.held if policies.for_namespace(n).cluster_checks.quota is not Check.OFF
-            }
+            for uids in list(self._released.values()):  # in place: the watch's thread adds meanwhile
+                for uid, at in list(uids.items()):
+                    if clock - at >= RELEASED_KEPT_S:
+                        uids.pop(uid, None)
             asked = [0]
-            for namespace in sorted(namespaces | set(self.view.records)):
+            policies = self._policies()
+            for namespace in sorted(set(self.quotas.held) | set(self.view.records)):
+                if not self._keeps(namespace, policies):
+                    continue
                 self._recount(pods, namespace, self._confirmed_gone(pods, namespace, asked))
         self.publish()
+
+    def _keeps(self, namespace: str, policies: PolicySet) -> bool:
+        """Whether the recount keeps `namespace`'s record: it has one, or a GPU quota under a policy that judges
+        budgets (`cluster.quota` not `off`)."""
+        if namespace in self.view.records:
+            return True
+        return namespace in self.quotas.held and policies.for_namespace(namespace).cluster_checks.quota is not Check.OFF
 
     def _recount(self, pods: PodWatch, namespace: str, confirmed: set[str]) -> None:
         released = set(self._released.get(namespace) or ()) | confirmed
