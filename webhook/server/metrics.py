@@ -208,13 +208,22 @@ def multiprocess_registry() -> CollectorRegistry:
 
 # The metrics endpoint: prometheus_client's server runs a thread per connection, reads with no timeout and
 # keeps no count, so 40 clients that send half a request hold 40 threads for ever. Here a request must arrive
-# within METRICS_READ_TIMEOUT, and beyond METRICS_CONNECTIONS a new connection closes the oldest.
+# within METRICS_READ_TIMEOUT, and beyond METRICS_CONNECTIONS a new connection closes the oldest still reading
+# (one whose request has arrived is being answered: closing it would cut a scrape off).
 METRICS_READ_TIMEOUT = 5.0
 METRICS_CONNECTIONS = 16
 
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = METRICS_READ_TIMEOUT  # each read: StreamRequestHandler sets it on the socket
+
+    def parse_request(self) -> bool:
+        """The request's head is read: its connection is answered now, no longer one of those the limit counts
+        (a new connection closing it would cut off a scrape half answered)."""
+        parsed = super().parse_request()
+        if parsed:
+            self.server.answering(self.connection)  # type: ignore[attr-defined]
+        return parsed
 
     def log_message(self, format: str, *args: Any) -> None:
         """Nothing: a scrape every 30 s is not news."""
@@ -243,6 +252,12 @@ def serve_metrics(host: str, port: int, registry: CollectorRegistry) -> Any:
                 while len(self.open) > METRICS_CONNECTIONS:
                     _close_for_good(self.open.popitem(last=False)[0])
             super().process_request(request, client_address)
+
+        def answering(self, request: Any) -> None:
+            """`request`'s head has arrived: it is being answered, so neither a new connection nor the read
+            deadline closes it (writing has the handler's timeout)."""
+            with self.open_lock:
+                self.open.pop(request, None)
 
         def shutdown_request(self, request: Any) -> None:
             with self.open_lock:
