@@ -34,9 +34,11 @@ quota's `used` is exactly what the live pods hold (nothing counted twice or left
 
 The second test lets the deposed leader's watch read on after the process resumes, before its last write (its
 threads race: the watch may apply events the API server sent while it was paused, newer than the new leader's
-list). Its explicit example is a live pod counted nowhere: the epoch fence stops the deposed leader only once
-the new leader has written, and the new leader's first recount, from an older list, undoes the deposed one's
-fold. The property is the design's own ("a pod is counted once ... never in neither while it lives").
+list). Its explicit example is the case that an epoch fence alone lets through: the deposed leader writes first
+(the record carries no later epoch yet), folding in a pod its watch read after the new leader listed; the new
+leader's first recount, from its older list, would then leave that pod counted nowhere. The record also names
+the resourceVersion of the watch it was recounted from, and a recount from an older watch is not written over
+it (`Record.later_than`): the new leader waits until its watch has read as far.
 """
 
 from __future__ import annotations
@@ -278,17 +280,20 @@ class Cluster:
         leader.seen = min(len(self.events), leader.seen + events)
 
     def recount(self, leader: Leader, confirmed: frozenset[str] = frozenset()) -> None:
-        """Budgets._recount: fenced off by a later epoch, else the record recounted from the watch."""
+        """Budgets._recount: fenced off by a later epoch or a later watch, else the record recounted from the
+        watch."""
         released = leader.released | confirmed
         decided: list[set[str]] = []
 
         def edit(record: Record) -> Record | None:
             decided[:] = []
-            if record.epoch > leader.epoch:  # recounted by a later holder: this watch may be behind
+            seen = str(leader.seen)  # the watch's resourceVersion: how far into the API's events it has read
+            if record.later_than(leader.epoch, seen):  # a later holder's or a later watch's: this one may be behind
                 return None
             live = leader.watch.held.get(NS) or {}
             decided.append(set(live))
-            return record.recount(live, released, self.clock, leader.epoch, leader.watch.sums.get(NS) or {})
+            found = record.recount(live, released, self.clock, leader.epoch, leader.watch.sums.get(NS) or {})
+            return dataclasses.replace(found, seen=seen) if found is not None else None
 
         if self.change(edit):
             self.counted = decided[0]
@@ -492,8 +497,8 @@ ONE_GPU = ("whole", engine_support.pod(engine_support.container("app", limits={"
 @example(
     # The new leader lists (u1 not yet created); u1 is reserved and created; the deposed leader resumes, its
     # watch reads u1's ADDED, and it writes its recount (epoch 1: the record carries no later one yet), folding
-    # u1's reservation into the sums; the new leader's first recount (epoch 2), from its list, writes sums without
-    # u1: a live pod counted nowhere until the new leader's watch reads u1's ADDED.
+    # u1's reservation into the sums; the new leader's first recount (epoch 2), from its list, would write sums
+    # without u1 (a live pod counted nowhere): the record's watch version, later than its list, refuses it.
     [("depose", False, False), ("reserve", ONE_GPU, False), ("create", 0), ("stale", 1), ("recount",)],
     1,
     0.5,

@@ -183,3 +183,12 @@ def test_the_pod_watch_keeps_each_namespaces_sums_as_pods_come_change_and_go() -
     event("DELETED", "a1", "1")
     event("DELETED", "b1", "2")
     assert "team-a" not in watch.sums and "team-a" not in watch.held
+
+
+def test_a_recount_is_not_written_over_one_of_a_later_holder_or_a_later_watch() -> None:
+    recounted = Record("team-a", "9", {}, {}, 5.0, 2, "1200")
+    assert recounted.later_than(1, "5000")  # an earlier holder of the Lease, whatever its watch
+    assert recounted.later_than(2, "1100")  # the same holder's epoch, an older watch: it waits
+    assert not recounted.later_than(2, "1200") and not recounted.later_than(3, "1300")
+    assert recounted.later_than(2, "")  # a watch whose version is unknown never writes over a known one
+    assert not Record("team-a", "9").later_than(0, "")  # a record never recounted takes any recount

@@ -269,6 +269,7 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         budget_namespace=own_namespace(args.budget_namespace),
         budget_grace=args.budget_grace,
         budget_start_wait=args.budget_start_wait,
+        shared_dir=Path(os.environ[MULTIPROC_ENV]),  # this server's own (made by _serve), removed as it exits
     )
     notice = certificate.expiry_notice()
     if notice:

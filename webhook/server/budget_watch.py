@@ -116,8 +116,8 @@ class Watched(NodeInventory):
             token = metadata.get("continue")
             if not token:
                 break
-        self._end()
-        self._version = str(metadata.get("resourceVersion") or "")
+        self._version = str(metadata.get("resourceVersion") or "")  # before the new map: a reader of the map then
+        self._end()  # of the version gets a version that is never older than the map (PodWatch.version)
         self.lists += 1
         self._listed = True
         self.listed.set()
@@ -206,6 +206,11 @@ class PodWatch(KeyedWatch):
 
     def count(self) -> int:
         return sum(len(pods) for pods in list(self.held.values()))
+
+    def version(self) -> str:
+        """The resourceVersion the watch has read up to. Set before the change it comes with is held, so read
+        after `held` and `sums` it never names an older moment than theirs."""
+        return self._version
 
     def _read(self, obj: Any) -> tuple[str, str, HeldPod | None] | None:
         """(namespace, uid, the pod as held, or None when it holds no GPU or has ended), or None to ignore."""

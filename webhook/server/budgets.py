@@ -454,12 +454,16 @@ class Budgets:
         outcome: list[Record] = []
 
         def edit(record: Record) -> Record | None:
-            if record.epoch > epoch:  # recounted by a later holder: this worker's watch may be behind
-                self.lease.advance(record.epoch)  # unless the Lease was made anew: then this holder is the later
-                return None
             with pods.lock:  # the sums and the pods they sum, as one moment of the watch
-                live = pods.held.get(namespace) or {}
-                recounted = record.recount(live, released, time.time(), epoch, pods.sums.get(namespace) or {})
+                live, sums = pods.held.get(namespace) or {}, pods.sums.get(namespace) or {}
+                recounted = record.recount(live, released, time.time(), epoch, sums)
+            seen = pods.version()  # read after them: it may name events they lack (later writes wait), never less
+            if record.later_than(epoch, seen):  # a later holder's, or a later watch's: this one may be behind
+                if record.epoch > epoch:
+                    self.lease.advance(record.epoch)  # unless the Lease was made anew: then this is the later
+                return None
+            if recounted is not None:
+                recounted = dataclasses.replace(recounted, seen=seen)
             outcome[:] = [record] if recounted is not None else []
             return recounted
 

@@ -164,6 +164,7 @@ class Record:
     sums: dict[Scope, Sum] = field(default_factory=dict)  # the recount, by scope
     recounted: float = 0.0  # when the recount was last written (Unix time; 0: never)
     epoch: int = 0  # the recount Lease's transitions when it was written: an older holder's recount is refused
+    seen: str = ""  # the resourceVersion of the pod watch the recount was made from: an older watch's is refused
 
     def used(self, quota: GpuQuota) -> Fraction:
         """The GPU-equivalents `quota` counts in this ledger: the recount's sums and the reservations it selects."""
@@ -189,6 +190,20 @@ class Record:
         """This record without the reservations of `uids`."""
         return dataclasses.replace(self, entries={uid: e for uid, e in self.entries.items() if uid not in uids})
 
+    def later_than(self, epoch: int, seen: str) -> bool:
+        """Whether this record's recount is later than one made under Lease `epoch` from a pod watch at
+        resourceVersion `seen`, which must then not be written over it: a holder deposed while paused, whose
+        watch may stand before the one the record was recounted from, or may even have read on past the new
+        holder's list, would undo a fold (a live pod counted nowhere). Versions compare as the API server's
+        numbers; a watch whose version is unknown never writes over a record that names one."""
+        if self.epoch > epoch:
+            return True
+        if not self.seen:
+            return False
+        if not (seen.isdigit() and self.seen.isdigit()):
+            return not seen
+        return int(seen) < int(self.seen)
+
     def recount(
         self,
         live: Mapping[str, HeldPod],
@@ -196,6 +211,7 @@ class Record:
         now: float,
         epoch: int = 0,
         sums: Mapping[Scope, Sum] | None = None,
+        seen: str = "",
     ) -> Record | None:
         """The record recounted from `live` (every live GPU pod of the namespace, by UID, as a current pod watch
         holds them; `sums`, where given, their sums as the watch keeps them, so that a recount costs the
@@ -208,7 +224,7 @@ class Record:
         entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
         if counted == self.sums and entries == self.entries and epoch == self.epoch:
             return None
-        return Record(self.namespace, self.version, entries, counted, now, epoch)
+        return Record(self.namespace, self.version, entries, counted, now, epoch, seen)
 
     @staticmethod
     def of(obj: dict[str, Any]) -> Record | None:
@@ -224,10 +240,10 @@ class Record:
         data = obj.get("data") or {}
         entries: dict[str, Entry] = {}
         sums: dict[Scope, Sum] = {}
-        recounted, epoch = 0.0, 0
+        recounted, epoch, seen = 0.0, 0, ""
         for key, text in data.items() if isinstance(data, dict) else ():
             if key == RECOUNT_KEY:
-                recounted, epoch = _recount_meta(text)
+                recounted, epoch, seen = _recount_meta(text)
             elif key.startswith(SUM_PREFIX):
                 found = _parse_sum(text)
                 if found is not None:
@@ -236,7 +252,7 @@ class Record:
                 entry = Entry.parse(text)
                 if entry is not None:
                     entries[sys.intern(key)] = entry
-        return Record(namespace, str(metadata.get("resourceVersion") or ""), entries, sums, recounted, epoch)
+        return Record(namespace, str(metadata.get("resourceVersion") or ""), entries, sums, recounted, epoch, seen)
 
     def configmap(self, own_namespace: str) -> dict[str, Any]:
         """The ConfigMap holding this record, to write over the one read (naming its resourceVersion)."""
@@ -261,7 +277,7 @@ class Record:
         for index, (scope, each) in enumerate(ordered):
             data[f"{SUM_PREFIX}{index}"] = _sum_text(scope, each)
         if self.recounted:
-            data[RECOUNT_KEY] = json.dumps({"at": round(self.recounted, 3), "epoch": self.epoch})
+            data[RECOUNT_KEY] = json.dumps({"at": round(self.recounted, 3), "epoch": self.epoch, "seen": self.seen})
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
@@ -289,13 +305,14 @@ def _parse_sum(text: Any) -> tuple[Scope, Sum] | None:
     return entry.scope, Sum(entry.gpus, max(pods, 0))
 
 
-def _recount_meta(text: Any) -> tuple[float, int]:
-    """(when, the Lease epoch) of a record's last recount; (0, 0) where unreadable."""
+def _recount_meta(text: Any) -> tuple[float, int, str]:
+    """(when, the Lease epoch, the pod watch's resourceVersion) of a record's last recount; (0, 0, "") where
+    unreadable."""
     try:
         value = json.loads(text)
-        return float(value["at"]), int(value.get("epoch", 0))
+        return float(value["at"]), int(value.get("epoch", 0)), str(value.get("seen") or "")
     except (ValueError, TypeError, KeyError, AttributeError):
-        return 0.0, 0
+        return 0.0, 0, ""
 
 
 class ConfigMaps:

@@ -8,8 +8,6 @@ workers it forks later (`follow`).
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -71,6 +69,7 @@ class ServerState:
     budget_namespace: str = "gpu-admission"  # where the budget ledger's records live (budgets.own_namespace)
     budget_grace: float = GRACE_S  # seconds before an entry whose pod never appeared is looked up and released
     budget_start_wait: float = START_WAIT_S  # seconds a starting worker waits for its budget lists (wait_listed)
+    shared_dir: Path | None = None  # a directory of this server's own that its workers share (serve makes it)
     budgets: Budgets | None = None  # this worker's budget watches, ledger and keeper (start_inventory)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -124,7 +123,7 @@ class ServerState:
             lambda: self.claims,
             grace=self.budget_grace,
             stale_after=self.cluster_stale_after,
-            known=KnownQuotas(Path(tempfile.gettempdir()) / f"gpu-admission-budgeted-{os.getppid()}.json"),
+            known=KnownQuotas(self.shared_dir / "budgeted-namespaces.json") if self.shared_dir else None,
         )
         self.budgets.start()
 
