@@ -19,6 +19,7 @@ reserves the pod in its namespace's ledger record), then the pod stored, which t
 
 from __future__ import annotations
 
+import base64
 import copy
 import gc
 import http.client
@@ -35,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import jsonpatch
 
 from bench.common import check, percentile, table, write_results
 from bench.server import against_loopback_api
@@ -112,10 +115,6 @@ class Client:
 
     def create(self, pod: dict[str, Any]) -> float:
         """/mutate, the patch applied, /validate, the pod stored; the seconds /validate took."""
-        import base64
-
-        import jsonpatch
-
         namespace = pod["metadata"]["namespace"]
         mutated = self._post("/mutate", make_review(pod, namespace=namespace))
         if mutated.get("patch"):
