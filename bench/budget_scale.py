@@ -1,9 +1,10 @@
 """Benchmark 10: GPU budgets at scale: what a create costs in a budgeted namespace of 10 to 100,000 GPU pods,
 and the create rate with a budget against the rate without one.
 
-Against the loopback API (tests/fake_kube_api.py, in this process) and the real `gpu-webhook serve` (2 workers,
-TLS). A create is what the API server does for a pod: /mutate, the patch applied, /validate (where the budget
-reserves the pod in its namespace's ledger record), then the pod stored, which the recount's pod watch sees.
+Against the loopback API (tests/fake_kube_api.py, in a process of its own: bench/apiproc.py) and the real
+`gpu-webhook serve` (2 workers, TLS). A create is what the API server does for a pod: /mutate, the patch
+applied, /validate (where the budget reserves the pod in its namespace's ledger record), then the pod stored (a
+POST to the loopback API, kept alive: the API server's own write), which the recount's pod watch sees.
 
 1. Cost against the namespace's size. The namespace holds N running GPU pods (10, 1,000, 10,000, 100,000; a
    time-slicing replica each, as a controller's pods look), under a quota far above them. Once the recount has
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import gc
 import http.client
 import json
 import os
@@ -39,6 +39,7 @@ from typing import Any
 
 import jsonpatch
 
+from bench.apiproc import ApiProcess
 from bench.common import check, percentile, table, write_results
 from bench.server import against_loopback_api
 from webhook.admission.review import make_review
@@ -185,33 +186,26 @@ def record_of(api: Any, namespace: str) -> Record:
 
 @dataclass
 class Live:
-    api: Any
+    api: ApiProcess
     client: Client
     arbiter: int
 
 
 @contextmanager
 def live(objects: list[dict[str, Any]]) -> Iterator[Live]:
-    """The loopback API holding `objects`, and the real server (2 workers) against it."""
-    from tests.fake_kube_api import FakeKubeAPI
-
-    api = FakeKubeAPI().start()
-    api.requests = _Forgetful()
-    gc.disable()  # the loopback API runs in this process: its growing heap's collections are no server's cost
+    """The loopback API holding `objects`, in a process of its own, and the real server (2 workers) against it."""
+    api = ApiProcess(objects)
     try:
-        api.add(*objects)
         with against_loopback_api(POLICY, api, LEDGER_NAMESPACE) as (server, where):
             yield Live(api, Client(server.port, where.ca_file, api), server.process.pid)
     finally:
         api.stop()
-        gc.enable()
 
 
-class _Forgetful(list):  # type: ignore[type-arg]
-    """The loopback API's request log, kept empty: 100,000 pods' creates need none of it."""
-
-    def append(self, item: Any) -> None:
-        pass
+def moved(api: ApiProcess) -> int:
+    """The bytes that have crossed the loopback API so far, both ways."""
+    counters = api.counters()
+    return counters["bytesReceived"] + counters["bytesSent"]
 
 
 def cost_at(size: int) -> dict[str, float]:
@@ -225,15 +219,15 @@ def cost_at(size: int) -> dict[str, float]:
         listed_s = time.monotonic() - listed
         time.sleep(1.0)
         pids = server_pids(where.arbiter)
-        before_bytes, before_cpu = api.bytes_received + api.bytes_sent, cpu_seconds(pids)
+        before_bytes, before_cpu = moved(api), cpu_seconds(pids)
         seconds = [where.client.create(new_pod(namespace, f"new-{index}")) for index in range(CREATES)]
         wait(lambda: (lambda r: not r.entries and r.pods() == size + CREATES)(record_of(api, namespace)), 60,
              "the recount of the new pods")  # fmt: skip
-        moved = api.bytes_received + api.bytes_sent - before_bytes
+        crossed = moved(api) - before_bytes
         cpu = cpu_seconds(pids) - before_cpu
         size_bytes = len(json.dumps(api.get("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")))
     return {
-        "bytes": moved / CREATES,
+        "bytes": crossed / CREATES,
         "validate_ms": statistics.median(seconds) * 1000,
         "validate_p99_ms": percentile(sorted(s * 1000 for s in seconds), 0.99),
         "cpu_ms": cpu / CREATES * 1000,
@@ -269,7 +263,7 @@ def rates() -> dict[str, Any]:
             with ThreadPoolExecutor(BURST) as pool:
                 list(pool.map(client.create, pods))
             found.setdefault(f"burst {namespace}", []).append(BURST_CREATES / (time.perf_counter() - started))
-        found["conflicts"] = api.conflicts
+        found["conflicts"] = api.counters()["conflicts"]
         wait(lambda: not record_of(api, "bench-budget").entries, 30, "the recount of the bursts")
         found["counted"] = record_of(api, "bench-budget").pods()
         found["created"] = BATCH + BATCH * BATCHES + 2 * BURST_CREATES
