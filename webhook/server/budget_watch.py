@@ -310,9 +310,9 @@ class QuotaWatch(KeyedWatch):
         found = self._read(obj)
         if found is None:
             return
-        before = set(self.held)
+        had = found[0] in self.held
         self._hold(kind, *found)
-        if set(self.held) != before:
+        if (found[0] in self.held) != had:  # a namespace gained or lost its budget
             self._on_listed()
 
     def _hold(self, kind: str, namespace: str, name: str, quota: GpuQuota | None) -> None:

@@ -241,17 +241,21 @@ class Budgets:
 
     def seen(self, namespace: str) -> None:
         """A GPU pod of `namespace` was added or changed: recount it soon."""
-        if namespace in self.quotas.held or namespace in self.view.records:
+        if self._budgeted(namespace):
             self._dirty.add(namespace)
             self._wake.set()
 
     def gone(self, namespace: str, uid: str) -> None:
         """A pod was deleted or ended: its reservation (if the record still holds one) goes with the next recount,
         and the recount no longer counts it."""
-        if namespace in self.quotas.held or namespace in self.view.records:
+        if self._budgeted(namespace):
             self._released.setdefault(namespace, {})[uid] = time.monotonic()
             self._dirty.add(namespace)
             self._wake.set()
+
+    def _budgeted(self, namespace: str) -> bool:
+        """Whether `namespace` has a GPU quota or a record: only then does a pod of it concern the recount."""
+        return namespace in self.quotas.held or namespace in self.view.records
 
     # ------------------------------------------------------------------------------------ reservation
 
@@ -446,7 +450,7 @@ class Budgets:
         budgets (`cluster.quota` not `off`)."""
         if namespace in self.view.records:
             return True
-        return namespace in self.quotas.held and policies.for_namespace(namespace).cluster_checks.quota is not Check.OFF
+        return self._budgeted(namespace) and policies.for_namespace(namespace).cluster_checks.quota is not Check.OFF
 
     def _recount(self, pods: PodWatch, namespace: str, confirmed: set[str]) -> None:
         released = set(self._released.get(namespace) or ()) | confirmed

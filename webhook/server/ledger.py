@@ -186,10 +186,6 @@ class Record:
         """This record with one more reservation."""
         return dataclasses.replace(self, entries={**self.entries, uid: entry})
 
-    def without(self, uids: Collection[str]) -> Record:
-        """This record without the reservations of `uids`."""
-        return dataclasses.replace(self, entries={uid: e for uid, e in self.entries.items() if uid not in uids})
-
     def later_than(self, epoch: int, seen: str) -> bool:
         """Whether this record's recount is later than one made under Lease `epoch` from a pod watch at
         resourceVersion `seen`, which must then not be written over it: a holder deposed while paused, whose
@@ -211,7 +207,6 @@ class Record:
         now: float,
         epoch: int = 0,
         sums: Mapping[Scope, Sum] | None = None,
-        seen: str = "",
     ) -> Record | None:
         """The record recounted from `live` (every live GPU pod of the namespace, by UID, as a current pod watch
         holds them; `sums`, where given, their sums as the watch keeps them, so that a recount costs the
@@ -224,12 +219,12 @@ class Record:
         entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
         if counted == self.sums and entries == self.entries and epoch == self.epoch:
             return None
-        return Record(self.namespace, self.version, entries, counted, now, epoch, seen)
+        return Record(self.namespace, self.version, entries, counted, now, epoch, self.seen)
 
     @staticmethod
     def of(obj: dict[str, Any]) -> Record | None:
-        """The record of a ConfigMap, or None for one that is not a ledger record. A record written by the
-        release that kept one entry per counted pod reads as reservations: the next recount folds them in."""
+        """The record of a ConfigMap, or None for one that is not a ledger record. A record in the per-pod
+        form (every counted pod an entry) reads as reservations: the next recount folds them in."""
         metadata = obj.get("metadata")
         if not isinstance(metadata, dict):
             return None
@@ -281,9 +276,9 @@ class Record:
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
-# A sum is written in an entry's form, so that the release that kept one entry per pod, still running during a
-# rolling update, counts it as the pods it stands for: `pod` empty, and an `at` that release never reaches, so
-# that it never looks the "pod" up to release it.
+# A sum is written in an entry's form, so that a worker still running the per-pod code during a rolling update
+# counts it as the pods it stands for: `pod` empty, and an `at` that code never reaches, so that it never looks
+# the "pod" up to release it.
 SUM_AT = 4_102_444_800.0  # 2100-01-01
 
 
