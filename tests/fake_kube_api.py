@@ -58,6 +58,7 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "ResourceQuota": ("/api/v1", "resourcequotas"),
     "ConfigMap": ("/api/v1", "configmaps"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
+    "GPUPolicy": ("/apis/gpu-admission.io/v1", "gpupolicies"),  # cluster-scoped
 }
 
 TOKEN = "fake-token"
@@ -70,6 +71,7 @@ WATCHED = (
     "Pod",
     "ResourceQuota",
     "ConfigMap",
+    "GPUPolicy",
 )
 # Created, replaced and deleted through the API: the budget ledger, its Lease, and Pods (as a benchmark's client
 # creates them).

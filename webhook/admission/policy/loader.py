@@ -1088,33 +1088,66 @@ def _build(sources: Iterable[tuple[str, str | _Unreadable]]) -> PolicySet:
     files: list[str] = []
     for name, text in sources:
         files.append(name)
-        file_problems: list[str] = []
-        if isinstance(text, str) and len(text) * 4 > MAX_FILE_BYTES:  # maybe over: measure the UTF-8 bytes
-            size = len(text.encode("utf-8", "replace"))
-            text = _too_large(size) if size > MAX_FILE_BYTES else text
-        if isinstance(text, _Unreadable):
-            problems.append(f"{name}: {text.message}")
-            continue
-        documents, stopped = read_documents(text)
-        for index, document in enumerate(documents):
-            if document.value is None and not document.problems:
-                continue  # an empty document ("---" with nothing after it)
-            source = f"{name}#{index}"
-            doc_problems = list(document.problems)
-            parsed.append(_parse_document(document.value, source, doc_problems))
-            file_problems += [
-                f"{source} {path}: {message}" if path else f"{source}: {message}" for path, message in doc_problems
-            ]
-        if stopped is not None:
-            file_problems.append(f"{name}#{len(documents)}: {stopped}")
-        if len(file_problems) > MAX_PROBLEMS_PER_FILE:
-            hidden = len(file_problems) - MAX_PROBLEMS_PER_FILE
-            file_problems[MAX_PROBLEMS_PER_FILE:] = [f"{name}: {hidden} more problems in this file not shown"]
+        found, file_problems = _parse_source(name, text)
+        parsed += found
         problems += file_problems
     problems += _set_problems(parsed)
     if problems:
         raise PolicyLoadError(problems)
     return PolicySet(_resolve_steering([p for p in parsed if p.policy is not None]), files=tuple(files))
+
+
+def _parse_source(name: str, text: str | _Unreadable, numbered: bool = True) -> tuple[list[_Parsed], list[str]]:
+    """One file's documents, each validated on its own, and the file's problems (at most MAX_PROBLEMS_PER_FILE).
+
+    Problems name a document `<file>#<index>`, or `<name>` alone where not `numbered` (an object: one document)."""
+    parsed: list[_Parsed] = []
+    file_problems: list[str] = []
+    if isinstance(text, str) and len(text) * 4 > MAX_FILE_BYTES:  # maybe over: measure the UTF-8 bytes
+        size = len(text.encode("utf-8", "replace"))
+        text = _too_large(size) if size > MAX_FILE_BYTES else text
+    if isinstance(text, _Unreadable):
+        return parsed, [f"{name}: {text.message}"]
+    documents, stopped = read_documents(text)
+    for index, document in enumerate(documents):
+        if document.value is None and not document.problems:
+            continue  # an empty document ("---" with nothing after it)
+        source = f"{name}#{index}" if numbered else name
+        doc_problems = list(document.problems)
+        parsed.append(_parse_document(document.value, source, doc_problems))
+        file_problems += [
+            f"{source} {path}: {message}" if path else f"{source}: {message}" for path, message in doc_problems
+        ]
+    if stopped is not None:
+        file_problems.append(f"{name}#{len(documents)}: {stopped}" if numbered else f"{name}: {stopped}")
+    if len(file_problems) > MAX_PROBLEMS_PER_FILE:
+        hidden = len(file_problems) - MAX_PROBLEMS_PER_FILE
+        file_problems[MAX_PROBLEMS_PER_FILE:] = [f"{name}: {hidden} more problems in this file not shown"]
+    return parsed, file_problems
+
+
+def judge_sources(sources: Iterable[tuple[str, str]]) -> tuple[PolicySet, dict[str, list[str]]]:
+    """Each source (one policy object as YAML text) judged on its own: (the set of those that pass, and the
+    problems of each source, empty where it passed). Pure.
+
+    Unlike `load_policies`, one bad source does not fail the rest: the GPUPolicy objects of a cluster are
+    judged one by one, because each has its own status. Sources come in precedence order: where two claim
+    the same name or the same namespace or glob, the earlier one keeps it and the later one is not served,
+    with the line that says which policy holds it. The set keeps the sources' order.
+    """
+    verdicts: dict[str, list[str]] = {}
+    accepted: list[_Parsed] = []
+    for name, text in sources:
+        found, problems = _parse_source(name, text, numbered=False)
+        if not problems:
+            if len(found) != 1:
+                problems = [f"{name}: holds {len(found)} policies; an object is one policy"]
+            else:
+                problems = _set_problems(accepted + found)
+        verdicts[name] = problems
+        if not problems:
+            accepted += found
+    return PolicySet(_resolve_steering(accepted), files=tuple(verdicts)), verdicts
 
 
 def _resolve_steering(parsed: list[_Parsed]) -> tuple[Policy, ...]:
