@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from webhook.admission.base.podspec import controller_reference
 from webhook.cli.common import (
     CommandError,
+    PolicySource,
     add_report_arguments,
     evaluate_one,
     fail,
@@ -94,7 +95,7 @@ def _audit(args: argparse.Namespace) -> int:
         raise CommandError(f"--page-size {args.page_size}: must be at least 1")
     from webhook.cli.output import report
 
-    policies = load_policy_set(args.policies)
+    policies = load_policy_set(PolicySource.of(args), "audit")
     try:
         kinds = custom_kind_table(args.custom_resources)
     except ValueError as exc:
