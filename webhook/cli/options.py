@@ -56,6 +56,7 @@ EXAMPLES = {
     "policy lint": "gpu-webhook policy lint --policies policies",
     "policy explain": "gpu-webhook policy explain notebook-1 team-a --policies examples/policies",
     "policy render": "gpu-webhook policy render kueue --policies policies --gpus 8",
+    "policy export": "gpu-webhook policy export --out policies --context prod",
     "policy schema": "gpu-webhook policy schema > schema/gpu-policy.schema.json",
     "certs": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
     "certs generate": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",

@@ -103,6 +103,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.add_argument(
         "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
     )
+    export = commands.add_parser(
+        "export",
+        help="write the cluster's GPUPolicy objects as policy files, one per object",
+        description=(
+            "Write each GPUPolicy object of the cluster (kubeconfig) to DIR/NAME.yaml as a policy file: "
+            "apiVersion, kind, metadata.name and spec, never the API server's fields, so the files apply back "
+            "unchanged and --policies DIR loads the set --from-cluster reads. Files are written over; nothing "
+            "is removed. Objects the webhook does not serve are written too, each named on stderr. Exit 2 when "
+            "the objects cannot be listed or a file cannot be written."
+        ),
+    )
+    export.add_argument("--out", metavar="DIR", required=True, help="the directory to write (made if missing)")
+    add_kubeconfig_arguments(export)
     commands.add_parser(
         "schema",
         help="print the JSON Schema of policy files, for editors",
@@ -149,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
         return explain(args.namespaces, PolicySource.of(args), sys.stdout, sys.stderr)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
+    if args.policy_command == "export":
+        return export(args.out, PolicySource.of(args), sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
     return 2
 
@@ -462,6 +477,56 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             documents.append(f"# policy {native.policy}: {native.note}\n" + yaml.safe_dump(obj, sort_keys=False))
     out.write("---\n".join(documents))
     return 0
+
+
+# --- export ------------------------------------------------------------------------------------------------
+
+
+def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> int:
+    """`policy export --out DIR`: each GPUPolicy object as DIR/NAME.yaml (objects.policy_text), for a repository
+    to hold what the cluster serves. Every file is written, nothing removed: a file of DIR that is no object of
+    the cluster is named on stderr, since `--policies DIR` would read it too. Names are unique in the cluster,
+    so no two objects share a file."""
+    import os
+    import re
+
+    from webhook.admission.policy.objects import judge_objects, object_name, policy_text
+    from webhook.cli.common import list_policy_objects, unserved_line
+
+    try:
+        listed, _ = list_policy_objects(source.kubeconfig, source.context)
+    except CommandError as exc:
+        return fail("policy export", str(exc), err)
+    verdicts = judge_objects(listed).verdicts
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        return fail("policy export", f"--out {directory}: {exc.strerror or exc}", err)
+    code, written = 0, set()
+    for obj in sorted(listed, key=object_name):
+        name = object_name(obj)
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):  # the API server allows no other names
+            code = fail("policy export", f"a GPUPolicy named {name!r} cannot be a file name; not written", err)
+            continue
+        path = os.path.join(directory, f"{name}.yaml")
+        try:
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(policy_text(obj))
+        except OSError as exc:
+            code = fail("policy export", f"{path}: {exc.strerror or exc}", err)
+            continue
+        written.add(f"{name}.yaml")
+        print(f"wrote {path}", file=out)
+        if name in verdicts and not verdicts[name].ready:
+            print(f"gpu-webhook policy export: warning: {unserved_line(verdicts[name])}; written as it is", file=err)
+    for other in sorted(set(os.listdir(directory)) - written):
+        if other.endswith((".yaml", ".yml")) and os.path.isfile(os.path.join(directory, other)):
+            print(
+                f"gpu-webhook policy export: warning: {os.path.join(directory, other)} holds no GPUPolicy of the "
+                "cluster (left as it is; --policies reads it too)",
+                file=err,
+            )
+    return code
 
 
 # --- explain -----------------------------------------------------------------------------------------------
