@@ -490,7 +490,7 @@ def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> in
     import os
     import re
 
-    from webhook.admission.policy.objects import judge_objects, object_name, policy_text
+    from webhook.admission.policy.objects import file_name, judge_objects, object_name, policy_text
     from webhook.cli.common import list_policy_objects, unserved_line
 
     try:
@@ -503,19 +503,19 @@ def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> in
     except OSError as exc:
         return fail("policy export", f"--out {directory}: {exc.strerror or exc}", err)
     code, written = 0, set()
-    for obj in sorted(listed, key=object_name):
+    for obj in sorted(listed, key=file_name):
         name = object_name(obj)
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):  # the API server allows no other names
             code = fail("policy export", f"a GPUPolicy named {name!r} cannot be a file name; not written", err)
             continue
-        path = os.path.join(directory, f"{name}.yaml")
+        path = os.path.join(directory, file_name(obj))
         try:
             with open(path, "w", encoding="utf-8") as stream:
                 stream.write(policy_text(obj))
         except OSError as exc:
             code = fail("policy export", f"{path}: {exc.strerror or exc}", err)
             continue
-        written.add(f"{name}.yaml")
+        written.add(file_name(obj))
         print(f"wrote {path}", file=out)
         if name in verdicts and not verdicts[name].ready:
             print(f"gpu-webhook policy export: warning: {unserved_line(verdicts[name])}; written as it is", file=err)
