@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING, Any
 from webhook.admission.base.podspec import controller_reference
 from webhook.cli.common import (
     CommandError,
-    PolicySource,
     add_report_arguments,
     evaluate_one,
     fail,
-    load_policy_set,
     local_evaluator,
 )
 from webhook.cli.options import add_kubeconfig_arguments, custom_kind_table
+from webhook.cli.policysource import PolicySource, load_policy_set
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import ClusterView

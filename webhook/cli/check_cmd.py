@@ -16,11 +16,9 @@ from webhook.cli.common import (
     DEFAULT_NAMESPACE,
     REQUEST_TIMEOUT_S,
     CommandError,
-    PolicySource,
     add_report_arguments,
     evaluate_one,
     fail,
-    load_policy_set,
     local_evaluator,
     namespace_of,
 )
@@ -30,6 +28,7 @@ from webhook.cli.options import (
     kubeconfig_without_cluster,
     policy_directory,
 )
+from webhook.cli.policysource import PolicySource, load_policy_set
 
 if TYPE_CHECKING:
     from webhook.admission.budgets.tally import Tally

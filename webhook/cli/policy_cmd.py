@@ -13,12 +13,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.cli.common import CommandError, PolicyRead, PolicySource, fail, load_policy_set, read_policies
+from webhook.cli.common import CommandError, fail
 from webhook.cli.options import (
     add_kubeconfig_arguments,
     add_policy_source_arguments,
     kubeconfig_without_cluster,
 )
+from webhook.cli.policysource import PolicyRead, PolicySource, load_policy_set, read_policies
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
@@ -491,7 +492,7 @@ def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> in
     import re
 
     from webhook.admission.policy.objects import file_name, judge_objects, object_name, policy_text
-    from webhook.cli.common import list_policy_objects, unserved_line
+    from webhook.cli.policysource import list_policy_objects, unserved_line
 
     try:
         listed, _ = list_policy_objects(source.kubeconfig, source.context)
