@@ -143,12 +143,12 @@ def _offline_cluster(view: Any) -> Iterator[None]:
 
     listed, build, load = check_cmd.cluster_view, cli_main.build_parser, check_cmd.load_policy_set
     parser = build()
-    loaded: dict[str | None, Any] = {}
+    loaded: dict[Any, Any] = {}
 
-    def load_once(directory: str | None) -> Any:
-        if directory not in loaded:
-            loaded[directory] = load(directory)
-        return loaded[directory]
+    def load_once(source: Any, *rest: Any) -> Any:
+        if source not in loaded:
+            loaded[source] = load(source, *rest)
+        return loaded[source]
 
     check_cmd.cluster_view = lambda kubeconfig, context: view  # type: ignore[assignment]
     cli_main.build_parser = lambda: parser  # type: ignore[assignment]

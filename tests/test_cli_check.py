@@ -276,7 +276,7 @@ def test_policies_pointed_at_manifests_say_so_once():
     run = gpu_webhook("check", "--policies", "manifests", "manifests/clean.yaml")
     assert (run.returncode, run.stdout) == (2, "")
     (first, said, *rest) = run.stderr.splitlines()
-    assert first == "gpu-webhook check: invalid policies:"
+    assert first == "gpu-webhook check: invalid policies in manifests:"
     assert said.startswith("  manifests: ") and "hold Kubernetes manifests (" in said
     assert said.endswith("not GPUPolicy documents: --policies takes a directory of policies; give manifests as "
                          "the paths to check")  # fmt: skip
@@ -292,7 +292,7 @@ def test_policy_errors_exit_2_naming_the_problem(tmp_path):
     run = gpu_webhook("check", "--policies", str(bad), "manifests/clean.yaml")
     assert run.returncode == 2
     assert run.stdout == ""
-    assert run.stderr.startswith("gpu-webhook check: invalid policies:\n  ")
+    assert run.stderr.startswith(f"gpu-webhook check: invalid policies in {bad}:\n  ")
     assert "p.yaml#0" in run.stderr and "enforcment" in run.stderr
 
 

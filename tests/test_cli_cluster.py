@@ -58,7 +58,7 @@ def test_check_is_offline_by_default_and_runs_the_cluster_checks_with_cluster(se
     misuse = gpu_webhook("check", "--kubeconfig", kubeconfig, "--policies", policies, manifest)
     assert (misuse.returncode, misuse.stderr) == (
         2,
-        "gpu-webhook check: --kubeconfig and --context only apply with --cluster\n",
+        "gpu-webhook check: --kubeconfig and --context only apply with --cluster or --from-cluster\n",
     )
 
 

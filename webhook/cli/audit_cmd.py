@@ -29,10 +29,10 @@ from webhook.cli.common import (
     add_report_arguments,
     evaluate_one,
     fail,
-    load_policy_set,
     local_evaluator,
 )
 from webhook.cli.options import add_kubeconfig_arguments, custom_kind_table
+from webhook.cli.policysource import PolicySource, load_policy_set
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import ClusterView
@@ -94,7 +94,7 @@ def _audit(args: argparse.Namespace) -> int:
         raise CommandError(f"--page-size {args.page_size}: must be at least 1")
     from webhook.cli.output import report
 
-    policies = load_policy_set(args.policies)
+    policies = load_policy_set(PolicySource.of(args), "audit")
     try:
         kinds = custom_kind_table(args.custom_resources)
     except ValueError as exc:

@@ -19,7 +19,6 @@ from webhook.cli.common import (
     add_report_arguments,
     evaluate_one,
     fail,
-    load_policy_set,
     local_evaluator,
     namespace_of,
 )
@@ -29,6 +28,7 @@ from webhook.cli.options import (
     kubeconfig_without_cluster,
     policy_directory,
 )
+from webhook.cli.policysource import PolicySource, load_policy_set
 
 if TYPE_CHECKING:
     from webhook.admission.budgets.tally import Tally
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="list the cluster's nodes (kubeconfig, as audit does) and run the policies' cluster checks: "
         "fits, offered, drift",
     )
-    add_kubeconfig_arguments(nodes, when="--cluster")
+    add_kubeconfig_arguments(nodes, when="--cluster or --from-cluster")
     remote = parser.add_argument_group("against a running webhook")
     remote.add_argument("--server", metavar="URL", help="send AdmissionReviews to this webhook (https://host:port)")
     trust = remote.add_mutually_exclusive_group()
@@ -103,6 +103,8 @@ def _check(args: argparse.Namespace) -> int:
         raise CommandError(misuse)
     if args.cluster and args.server:
         raise CommandError("--cluster and --server: a running webhook uses its own node inventory; drop one")
+    if args.from_cluster and args.server:
+        raise CommandError("--from-cluster and --server: a running webhook applies its own policies; drop one")
 
     from webhook.cli.manifests import load_items
 
@@ -129,8 +131,8 @@ def _check(args: argparse.Namespace) -> int:
         evaluator: Evaluator = remote
     else:
         remote = None
-        applied_policies = policy_directory(args.policies)
-        policies = load_policy_set(args.policies)
+        applied_policies = None if args.from_cluster else policy_directory(args.policies)
+        policies = load_policy_set(PolicySource.of(args), "check")
         from webhook.admission.dra.podclaims import ClaimIndex
 
         claims = ClaimIndex()  # a pod's claims and templates: those in the same input (offline)

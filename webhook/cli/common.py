@@ -1,6 +1,6 @@
-"""What the commands share: the one-line error, the report options, the policy set, the local engine, one
-object through an evaluator. A module of its own so that the commands and the modules they use (kube, remote)
-import it, not each other.
+"""What the commands share: the one-line error, the report options, the local engine, one object through an
+evaluator. A module of its own so that the commands and the modules they use (kube, remote) import it, not each
+other; the policy set the commands apply is chosen in policysource.py, which lists through kube.
 """
 
 from __future__ import annotations
@@ -8,13 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.cli.options import (
-    POLICIES_HELP,
     add_custom_resources_argument,
-    missing_policy_directory,
-    policy_directory,
+    add_policy_source_arguments,
 )
 
 if TYPE_CHECKING:
@@ -38,12 +36,7 @@ class CommandError(Exception):
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     """The options `check` and `audit` share: policies, output format, diff, warnings as failures."""
-    parser.add_argument(
-        "--policies",
-        metavar="DIR",
-        default=None,
-        help=POLICIES_HELP,
-    )
+    add_policy_source_arguments(parser)
     add_custom_resources_argument(parser)
     parser.add_argument(
         "-o",
@@ -66,26 +59,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def fail(command: str, message: str) -> int:
-    sys.stderr.write(f"gpu-webhook {command}: {message}\n")
+def fail(command: str, message: str, err: TextIO | None = None) -> int:
+    (err or sys.stderr).write(f"gpu-webhook {command}: {message}\n")
     return 2
-
-
-def load_policy_set(directory: str | None) -> PolicySet:
-    """The policy set that `--policies` (options.policy_directory) names, or a one-line CommandError."""
-    from webhook.admission.policy.loader import PolicyLoadError, load_policies
-
-    problem = missing_policy_directory(directory)
-    if problem:
-        raise CommandError(problem)
-    chosen = policy_directory(directory)
-    try:
-        return load_policies(chosen)
-    except PolicyLoadError as exc:
-        problems = exc.problems or [str(exc)]
-        raise CommandError("invalid policies:\n  " + "\n  ".join(manifests_not_policies(chosen, problems))) from None
-    except OSError as exc:
-        raise CommandError(f"cannot read policies in {chosen}: {exc.strerror or exc}") from None
 
 
 def manifests_not_policies(directory: str, problems: list[str]) -> list[str]:

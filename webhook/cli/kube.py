@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from webhook.admission.policy import objects
 from webhook.cli.common import CommandError
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Resource:
     method: str  # list_namespaced_<method> / list_<method>_for_all_namespaces (list_<method> if cluster-scoped)
     cluster_scoped: bool = False  # nodes: listed with no namespace, and the client has only list_<method>
     optional: bool = False  # not served by every supported version (DRA's, GA in 1.34): a 404 lists nothing
+    absent: str = ""  # a custom resource's own 404 message (its CRD is not installed), instead of a wrong address
 
     @property
     def plural(self) -> str:
@@ -78,6 +80,20 @@ DEVICE_CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses.re
 NAMESPACES = Resource("Namespace", "v1", "namespaces", "CoreV1Api", "namespace", cluster_scoped=True)
 # ResourceQuotas, for the GPU budgets `audit` and `policy lint --cluster` show (budgets.py).
 RESOURCE_QUOTAS = Resource("ResourceQuota", "v1", "resourcequotas", "CoreV1Api", "resource_quota")
+# The policies themselves, for `--from-cluster` and `policy export` (cluster-scoped; listed raw, as custom
+# resources are: no typed client class).
+GPU_POLICIES = Resource(
+    "GPUPolicy",
+    f"{objects.GROUP}/{objects.VERSION}",
+    objects.RESOURCE,
+    "",
+    "",
+    cluster_scoped=True,
+    absent=(
+        f"the GPUPolicy API is not installed in this cluster (no CustomResourceDefinition {objects.RESOURCE}); "
+        "install it or use --policies DIR"
+    ),
+)
 
 # Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
 RESOURCES: tuple[Resource, ...] = (
@@ -306,6 +322,8 @@ class KubeClient:
             response = self._client.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
             response.read()
             return response
+        if not resource.api:  # a custom resource: only the newer clients list it raw
+            raise ClusterError(f"this kubernetes client is too old to list {resource.name} (install kubernetes>=32)")
         api = self._apis.get(resource.api)
         if api is None:
             api = self._apis[resource.api] = getattr(self._module, resource.api)(self._client)
@@ -359,6 +377,8 @@ class KubeClient:
                 f"{self.host} rejected the credentials (401 Unauthorized): log in again or fix the user "
                 f"of context {self.name}"
             )
+        if status == 404 and resource.absent:
+            return resource.absent
         if status == 404:
             return (
                 f"{self.host} does not serve {resource.name} (404), which every Kubernetes API server does: "

@@ -12,6 +12,20 @@ if TYPE_CHECKING:
 POLICIES_ENV = "GPU_ADMISSION_POLICIES"
 DEFAULT_POLICIES = "policies"
 POLICIES_HELP = f"policy directory (default: ${POLICIES_ENV}, else ./{DEFAULT_POLICIES})"
+FROM_CLUSTER_HELP = (
+    "instead of a directory, the cluster's GPUPolicy objects (kubeconfig): the set the webhook serves from "
+    "them; an object it does not serve is named on stderr and left out"
+)
+
+
+def add_policy_source_arguments(
+    parser: argparse.ArgumentParser, policies_help: str = POLICIES_HELP, from_cluster_help: str = FROM_CLUSTER_HELP
+) -> None:
+    """`--policies DIR` or `--from-cluster`, one of them: where every command that applies policies reads them
+    (common.read_policies)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--policies", metavar="DIR", default=None, help=policies_help)
+    source.add_argument("--from-cluster", action="store_true", help=from_cluster_help)
 
 
 def policy_directory(given: str | None) -> str:
@@ -42,6 +56,7 @@ EXAMPLES = {
     "policy lint": "gpu-webhook policy lint --policies policies",
     "policy explain": "gpu-webhook policy explain notebook-1 team-a --policies examples/policies",
     "policy render": "gpu-webhook policy render kueue --policies policies --gpus 8",
+    "policy export": "gpu-webhook policy export --out policies --context prod",
     "policy schema": "gpu-webhook policy schema > schema/gpu-policy.schema.json",
     "certs": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
     "certs generate": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
@@ -73,9 +88,10 @@ def add_examples(parser: argparse.ArgumentParser, command: str = "") -> None:
 
 def kubeconfig_without_cluster(args: argparse.Namespace) -> str | None:
     """The complaint when `--kubeconfig` or `--context` is given to a command that reads no cluster without
-    `--cluster`, else None."""
-    if (args.kubeconfig or args.context) and not args.cluster:
-        return "--kubeconfig and --context only apply with --cluster"
+    `--cluster` or `--from-cluster` (those of the two it has), else None."""
+    flags = [flag for flag in ("cluster", "from_cluster") if hasattr(args, flag)]
+    if (args.kubeconfig or args.context) and not any(getattr(args, flag) for flag in flags):
+        return f"--kubeconfig and --context only apply with {' or '.join('--' + f.replace('_', '-') for f in flags)}"
     return None
 
 

@@ -13,7 +13,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from webhook.cli.options import POLICIES_HELP, add_kubeconfig_arguments, kubeconfig_without_cluster, policy_directory
+from webhook.cli.common import CommandError, fail
+from webhook.cli.options import (
+    add_kubeconfig_arguments,
+    add_policy_source_arguments,
+    kubeconfig_without_cluster,
+)
+from webhook.cli.policysource import PolicyRead, PolicySource, load_policy_set, read_policies
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
@@ -44,10 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="the same as --policies DIR (the older form, kept working)",
     )
-    lint.add_argument(
-        "--policies",
-        metavar="DIR",
-        help=POLICIES_HELP,
+    add_policy_source_arguments(
+        lint,
+        from_cluster_help="instead of a directory, the cluster's GPUPolicy objects (kubeconfig); each line of an "
+        "object the webhook does not serve is an error (exit 1)",
     )
     lint.add_argument(
         "--cluster",
@@ -63,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --cluster: the drift and the unmatched namespaces as a table (default), or as one JSON or YAML "
         "document on stdout (the lint's own lines then go to stderr)",
     )
-    add_kubeconfig_arguments(lint, when="--cluster")
+    add_kubeconfig_arguments(lint, when="--cluster or --from-cluster")
     explain = commands.add_parser(
         "explain",
         help="which policy a namespace gets, why, and what it does to nvidia.com/gpu: 1 and 0.5",
@@ -73,11 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     explain.add_argument("namespaces", nargs="+", metavar="NAMESPACE", help="namespace names to explain")
-    explain.add_argument(
-        "--policies",
-        metavar="DIR",
-        help=POLICIES_HELP,
-    )
+    add_policy_source_arguments(explain)
+    add_kubeconfig_arguments(explain, when="--from-cluster")
     render = commands.add_parser(
         "render",
         help="render the GPU budget for Kueue (resources.transformations) or as native ResourceQuota entries",
@@ -90,7 +93,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     render.add_argument("target", choices=("kueue", "quota"), help="what to render")
-    render.add_argument("--policies", metavar="DIR", help=POLICIES_HELP)
+    add_policy_source_arguments(render)
+    add_kubeconfig_arguments(render, when="--from-cluster")
     render.add_argument(
         "--gpus",
         default="1",
@@ -100,6 +104,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.add_argument(
         "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
     )
+    export = commands.add_parser(
+        "export",
+        help="write the cluster's GPUPolicy objects as policy files, one per object",
+        description=(
+            "Write each GPUPolicy object of the cluster (kubeconfig) to DIR/NAME.yaml as a policy file: "
+            "apiVersion, kind, metadata.name and spec, never the API server's fields, so the files apply back "
+            "unchanged and --policies DIR loads the set --from-cluster reads. Files are written over; nothing "
+            "is removed. Objects the webhook does not serve are written too, each named on stderr. Exit 2 when "
+            "the objects cannot be listed or a file cannot be written."
+        ),
+    )
+    export.add_argument("--out", metavar="DIR", required=True, help="the directory to write (made if missing)")
+    add_kubeconfig_arguments(export)
     commands.add_parser(
         "schema",
         help="print the JSON Schema of policy files, for editors",
@@ -122,24 +139,32 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        if args.directory and args.from_cluster:
+            return fail("policy lint", f"a directory ({args.directory}) and --from-cluster given; give one")
         if (misuse := kubeconfig_without_cluster(args)) is not None:
-            sys.stderr.write(f"gpu-webhook policy lint: {misuse}\n")
-            return 2
+            return fail("policy lint", misuse)
         if args.output != "table" and not args.cluster:
-            sys.stderr.write("gpu-webhook policy lint: -o/--output only applies with --cluster\n")
-            return 2
-        args.directory = args.policies or args.directory
-        code, policies = lint(args.directory, sys.stdout if args.output == "table" else sys.stderr)
+            return fail("policy lint", "-o/--output only applies with --cluster")
+        args.policies = args.policies or args.directory
+        try:
+            read = read_policies(PolicySource.of(args))
+        except CommandError as exc:
+            return fail("policy lint", str(exc))
+        code, policies = lint(read, sys.stdout if args.output == "table" else sys.stderr)
         return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
         from webhook.admission.policy.schema import schema_text
 
         sys.stdout.write(schema_text())
         return 0
+    if args.policy_command in ("explain", "render") and (misuse := kubeconfig_without_cluster(args)) is not None:
+        return fail(f"policy {args.policy_command}", misuse)
     if args.policy_command == "explain":
-        return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
+        return explain(args.namespaces, PolicySource.of(args), sys.stdout, sys.stderr)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
+    if args.policy_command == "export":
+        return export(args.out, PolicySource.of(args), sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
     return 2
 
@@ -176,29 +201,38 @@ def _whole_gpu_smaller_than_fractions(policy: Policy) -> str | None:
     )
 
 
-def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
-    """Check the policy directory and describe it: the exit code, and the policies when they loaded."""
+def lint(read: PolicyRead, out: TextIO) -> tuple[int, PolicySet | None]:
+    """Check the policies read (a directory, or the cluster's objects) and describe them: the exit code, and the
+    policies when they loaded. Any problem fails: a directory with one loads nothing, and an object with one is
+    not served by the webhook (the others are: that set is not described, as a directory's is not)."""
     from webhook.admission.policy.globties import glob_ties
-    from webhook.admission.policy.loader import PolicyLoadError, load_policies
     from webhook.admission.policy.model import Fractional
 
-    chosen = policy_directory(directory)
-    try:
-        policies = load_policies(chosen)
-    except PolicyLoadError as exc:
-        for problem in exc.problems:
-            print(problem, file=out)
-        count = len(exc.problems)
+    chosen, policies = read.where, read.policies
+    for problem in read.problems:
+        print(problem, file=out)
+    count = len(read.problems)
+    if policies is None:
         print(f"{count} problem{'s' if count != 1 else ''} in {chosen}: nothing was loaded", file=out)
         return 1, None
+    if read.unserved:
+        unserved, served, listed = len(read.unserved), len(policies.policies), read.objects or 0
+        print(
+            f"{count} problem{'s' if count != 1 else ''} in {chosen}: {unserved} of {listed} GPUPolicy "
+            f"object{'s' if listed != 1 else ''} not served (the webhook serves the other {served})",
+            file=out,
+        )
+        return 1, None
     if not policies.policies:
-        read = len(policies.files)
-        if not read:
+        files = len(policies.files)
+        if read.objects is not None:
+            what = "no GPUPolicy objects"
+        elif not files:
             what = "no policy files (*.yaml, *.yml)"
         else:  # a file without errors and without policies holds nothing else
             what = (
-                f"{read} policy file{'s' if read != 1 else ''} (*.yaml, *.yml) read, but "
-                f"{'they hold' if read != 1 else 'it holds'} no policies, only comments and empty documents"
+                f"{files} policy file{'s' if files != 1 else ''} (*.yaml, *.yml) read, but "
+                f"{'they hold' if files != 1 else 'it holds'} no policies, only comments and empty documents"
             )
         print(f"{chosen}: {what}: every namespace gets the built-in defaults", file=out)
         print(f"  {describe_policy(policies.for_namespace('default'))}", file=out)
@@ -257,6 +291,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     for policy in unsteered:
         print(f"warning: policy {policy.name} ({policy.source}) {memshare.UNSTEERED}", file=out)
     files = len({policy.source.rsplit("#", 1)[0] for policy in policies.policies})
+    unit = ("file" if read.objects is None else "GPUPolicy object") + ("s" if files != 1 else "")
     count = len(policies.policies)
     summary = f"{len(ties)} glob tie warning{'s' if len(ties) != 1 else ''}" if ties else "no glob ties"
     if unlisted:
@@ -268,7 +303,7 @@ def lint(directory: str | None, out: TextIO) -> tuple[int, PolicySet | None]:
     if kept:
         summary += f", {len(kept)} quota unit warning{'s' if len(kept) != 1 else ''}"
     print(
-        f"{count} polic{'ies' if count != 1 else 'y'} in {files} file{'s' if files != 1 else ''}: no errors, {summary}",
+        f"{count} polic{'ies' if count != 1 else 'y'} in {files} {unit}: no errors, {summary}",
         file=out,
     )
     return 0, policies
@@ -406,9 +441,10 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if gpus is None or gpus <= 0:
         print(f"gpu-webhook policy render: --gpus {args.gpus}: give a positive quantity, such as 4 or 1.5", file=err)
         return 2
-    policies = _loaded("render", args.policies, err)
-    if policies is None:
-        return 2
+    try:
+        policies = load_policy_set(PolicySource.of(args), "policy render", err)
+    except CommandError as exc:
+        return fail("policy render", str(exc), err)
     budget = Fraction(gpus)
     if args.target == "kueue":
         rendered = schedulers.kueue(policies)
@@ -444,24 +480,61 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+# --- export ------------------------------------------------------------------------------------------------
+
+
+def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> int:
+    """`policy export --out DIR`: each GPUPolicy object as DIR/NAME.yaml (objects.policy_text), for a repository
+    to hold what the cluster serves. Every file is written, nothing removed: a file of DIR that is no object of
+    the cluster is named on stderr, since `--policies DIR` would read it too. Names are unique in the cluster,
+    so no two objects share a file."""
+    import os
+    import re
+
+    from webhook.admission.policy.objects import file_name, judge_objects, object_name, policy_text
+    from webhook.cli.policysource import list_policy_objects, unserved_line
+
+    try:
+        listed, _ = list_policy_objects(source.kubeconfig, source.context)
+    except CommandError as exc:
+        return fail("policy export", str(exc), err)
+    verdicts = judge_objects(listed).verdicts
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        return fail("policy export", f"--out {directory}: {exc.strerror or exc}", err)
+    code, written = 0, set()
+    for obj in sorted(listed, key=file_name):
+        name = object_name(obj)
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):  # the API server allows no other names
+            code = fail("policy export", f"a GPUPolicy named {name!r} cannot be a file name; not written", err)
+            continue
+        path = os.path.join(directory, file_name(obj))
+        try:
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(policy_text(obj))
+        except OSError as exc:
+            code = fail("policy export", f"{path}: {exc.strerror or exc}", err)
+            continue
+        written.add(file_name(obj))
+        print(f"wrote {path}", file=out)
+        if name in verdicts and not verdicts[name].ready:
+            print(f"gpu-webhook policy export: warning: {unserved_line(verdicts[name])}; written as it is", file=err)
+    for other in sorted(set(os.listdir(directory)) - written):
+        if other.endswith((".yaml", ".yml")) and os.path.isfile(os.path.join(directory, other)):
+            print(
+                f"gpu-webhook policy export: warning: {os.path.join(directory, other)} holds no GPUPolicy of the "
+                "cluster (left as it is; --policies reads it too)",
+                file=err,
+            )
+    return code
+
+
 # --- explain -----------------------------------------------------------------------------------------------
 
 
-def _loaded(command: str, directory: str | None, err: TextIO) -> PolicySet | None:
-    """The policies of `directory`, or None after printing each problem under `gpu-webhook policy <command>`."""
-    from webhook.admission.policy.loader import PolicyLoadError, load_policies
-
-    chosen = policy_directory(directory)
-    try:
-        return load_policies(chosen)
-    except PolicyLoadError as exc:
-        print(f"gpu-webhook policy {command}: invalid policies in {chosen}:", file=err)
-        for problem in exc.problems:
-            print(f"  {problem}", file=err)
-        return None
-
-
-def explain(namespaces: list[str], directory: str | None, out: TextIO, err: TextIO) -> int:
+def explain(namespaces: list[str], source: PolicySource | str | None, out: TextIO, err: TextIO) -> int:
+    """`policy explain`: each namespace's policy; `source` a PolicySource, or a directory (None: the default)."""
     from webhook.admission.policy.globs import is_namespace_name, quote
 
     bad = [name for name in namespaces if not is_namespace_name(name)]
@@ -473,9 +546,12 @@ def explain(namespaces: list[str], directory: str | None, out: TextIO, err: Text
         )
     if bad:
         return 2
-    policies = _loaded("explain", directory, err)
-    if policies is None:
-        return 2
+    if not isinstance(source, PolicySource):
+        source = PolicySource(source)
+    try:
+        policies = load_policy_set(source, "policy explain", err)
+    except CommandError as exc:
+        return fail("policy explain", str(exc), err)
     for index, namespace in enumerate(namespaces):
         if index:
             print(file=out)

@@ -6,8 +6,9 @@ is: its document (apiVersion, kind, metadata.name, spec; never status or the API
 written as YAML and read by the loader, numbers included (a JSON 0.1 is the exact 1/10 a file's 0.1 is).
 
 Objects are judged one by one: a bad object is not served and its status says why, while the others are. Where
-two claim the same namespace or glob, the one created first keeps it. The set is in name order, the order the
-same policies have as files named after them (`policy export`), so a glob tie falls the same way in both. Pure.
+two claim the same namespace or glob, the one created first keeps it. The set is in the order the same policies
+have as files named after them (NAME.yaml, as `policy export` writes them), so a glob tie falls the same way in
+both. Pure.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ def policy_text(obj: Mapping[str, Any]) -> str:
     return yaml.safe_dump(document_of(obj), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
+def file_name(obj: Mapping[str, Any]) -> str:
+    """NAME.yaml, the file `policy export` writes the object to. The set is sorted by it, not by the bare name:
+    the loader reads a directory in file name order, and "a-b.yaml" comes before "a.yaml" though "a" comes
+    before "a-b" (a glob tie between the two must fall the same way from either source)."""
+    return f"{object_name(obj)}.yaml"
+
+
 def source_of(obj: Mapping[str, Any]) -> str:
     """How the loader's lines name the object."""
     return SOURCE_PREFIX + (object_name(obj) or "<no name>")
@@ -96,7 +104,7 @@ def _generation(obj: Mapping[str, Any]) -> int:
 
 
 def judge_objects(objects: Iterable[Mapping[str, Any]]) -> JudgedPolicies:
-    """Every object judged; the set of those that pass, in name order."""
+    """Every object judged; the set of those that pass, in file name order (`file_name`)."""
     return _judge(sorted(objects, key=_precedence))
 
 
@@ -111,8 +119,8 @@ def _judge(ordered: list[Mapping[str, Any]]) -> JudgedPolicies:
         if not lines:
             served.append(obj)
         verdicts[object_name(obj)] = Verdict(object_name(obj), _generation(obj), lines, None)
-    # The set in name order: judged again, all of them valid together, so steering is decided over the whole set.
-    by_name = sorted(served, key=object_name)
+    # The set in file name order: judged again, all of them valid together, so steering is decided over the whole set.
+    by_name = sorted(served, key=file_name)
     policies, _ = judge_sources((source_of(obj), policy_text(obj)) for obj in by_name)
     for policy in policies.policies:
         verdict = verdicts[policy.name]
@@ -149,6 +157,7 @@ __all__ = [
     "JudgedPolicies",
     "Verdict",
     "document_of",
+    "file_name",
     "is_policy_object",
     "judge_objects",
     "object_name",
