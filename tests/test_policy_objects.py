@@ -70,10 +70,10 @@ def test_the_shipped_files_as_objects_serve_the_same_policies_as_the_files() -> 
     assert from_objects == from_files
 
 
-def test_the_set_is_in_name_order_and_names_each_object_as_kubectl_does() -> None:
+def test_the_set_is_in_the_order_of_the_files_export_writes_and_names_each_object_as_kubectl_does() -> None:
     judged = judge_objects(shipped_objects())
     names = [p.name for p in judged.policies.policies]
-    assert names == sorted(names)
+    assert names == sorted(names, key=lambda name: f"{name}.yaml")
     assert {p.source for p in judged.policies.policies} == {f"gpupolicy/{name}" for name in names}
 
 
