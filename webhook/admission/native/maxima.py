@@ -1,0 +1,96 @@
+"""The per-container and per-pod maxima (validate.py: `_resource`, `_over_mapped_maximum`, `_pod_total`), with
+validation's own sentences (its templates, filled with slots): one line per container over its maximum, one
+per resource whose pod total is over the per-pod maximum."""
+
+from __future__ import annotations
+
+from webhook.admission.base.podspec import container_label
+from webhook.admission.base.quantity import quantity_text
+from webhook.admission.base.resources import NVIDIA_GPU
+from webhook.admission.native.cel import all_of, fill, lit, slot
+from webhook.admission.native.containers import count, each, value, whole_limit
+from webhook.admission.native.family import SECTIONS, Family, Lines
+from webhook.admission.native.gaps import shape
+from webhook.admission.phases import validate
+from webhook.admission.phases.validate import Rules
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
+
+NAME, SHOWN, COUNT = slot("name"), slot("shown"), slot("count")
+
+
+class Maxima(Family):
+    name = "maxima"
+
+    def lines(self, policy: Policy) -> list[Lines]:
+        kind = shape(policy)
+        if kind is None:
+            return []
+        rules = Rules.of(policy)
+        names = [NVIDIA_GPU] if kind == "whole" else sorted({NVIDIA_GPU, rules.mapping_target or NVIDIA_GPU})
+        rules_of = [_container_rule(name, rules) for name in names]
+        found = []
+        for section in SECTIONS:
+            label = container_label(section, 0, {"name": NAME})
+            over = " || ".join(f"({condition})" for condition, _ in rules_of)
+            line = "''"
+            for condition, sentence in reversed(rules_of):
+                line = f"({condition}) ? {sentence} : {line}"
+            prefix = fill(validate.labelled(label, ""), {"name": "c.name"})
+            found.append(Lines(each(section, over, f"{prefix} + ({line})")))
+        for index, name in enumerate(names):
+            found.append(_pod_rule(index, name, rules))
+        return found
+
+
+def _container_rule(name: str, rules: Rules) -> tuple[str, str]:
+    """(condition on `c`, its sentence) for one resource over the per-container maximum."""
+    policy = rules.policy
+    mode = policy.sharing.mode
+    exprs = {"shown": value("limits", name), "count": f"string({count(name)})"}
+    shown = quantity_text(SHOWN)  # a quantity as the API server serializes it: a short string, quoted
+    many = backend_of(policy).many_replicas(policy, COUNT)
+    if name == NVIDIA_GPU and rules.mapping_target is not None:  # left as written: over the target's maximum
+        target = rules.mapping_target
+        maximum = rules.container_maximum(target)
+        what = validate.mapped_what(COUNT, target, mode)
+        if rules.one_shared_replica and rules.is_replica(target):
+            sentence = validate.one_share_mapped_line(what, policy.name, many)
+        else:
+            sentence = validate.over_container_maximum_line(what, maximum, policy.name)
+    else:
+        maximum = rules.container_maximum(name)
+        if rules.one_shared_replica and rules.is_replica(name):
+            sentence = validate.one_share_line(name, shown, mode, policy.name, many)
+        else:
+            sentence = validate.over_container_maximum_line(f"{name} {shown}", maximum, policy.name)
+    return all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs)
+
+
+def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
+    """The pod's total of `name` over the per-pod maximum: the app containers that hold it run together (init
+    containers that hold GPUs are not compiled: gaps.INIT_GPUS)."""
+    policy = rules.policy
+    running, total = f"running{index}", f"total{index}"
+    holders = (
+        f"has(object.spec.containers) ? object.spec.containers.filter(c, {whole_limit(name)} && {count(name)} > 0) : []"
+    )
+    summed = f"variables.{running}.map(c, {count(name)}).sum()"
+    shown = validate.mapped_shown(name, policy.sharing.mode) if name == rules.mapping_target else name
+    entry = fill(validate.running_entry(NAME, COUNT), {"name": "c.name", "count": f"string({count(name)})"})
+    together = f"size(variables.{running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
+    sentence = validate.labelled(
+        "pod",
+        validate.pod_total_line(shown, slot("total"), slot("together"), slot("named"), rules.max_per_pod, policy.name),
+    )
+    line = fill(
+        sentence,
+        {
+            "total": f"string(variables.{total})",
+            "together": together,
+            "named": f"variables.{running}.map(c, {entry}).join(', ')",
+        },
+    )
+    alone = f"size(variables.{running}) == 1 && variables.{total} > {rules.container_maximum(name)}"
+    over = f"variables.{total} > {rules.max_per_pod} && !({alone})"
+    return Lines(f"({over}) ? [{line}] : []", ((running, holders), (total, summed)))

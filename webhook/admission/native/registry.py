@@ -1,0 +1,11 @@
+"""The registry: every rule family, in the order their mutations run and their lines are said."""
+
+from __future__ import annotations
+
+from webhook.admission.native.family import Family
+from webhook.admission.native.gaps import Unsupported
+from webhook.admission.native.limits import LimitsFromRequests
+from webhook.admission.native.maxima import Maxima
+from webhook.admission.native.replicas import SharedReplicas
+
+FAMILIES: tuple[Family, ...] = (LimitsFromRequests(), SharedReplicas(), Maxima(), Unsupported())
