@@ -89,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "on stderr. Exit 2 on invalid policies."
         ),
     )
-    render.add_argument("target", choices=("kueue", "quota"), help="what to render")
+    render.add_argument("target", choices=("kueue", "quota", "native"), help="what to render")
     render.add_argument("--policies", metavar="DIR", help=POLICIES_HELP)
     render.add_argument(
         "--gpus",
@@ -138,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.policy_command == "explain":
         return explain(args.namespaces, args.policies, sys.stdout, sys.stderr)
+    if args.policy_command == "render" and args.target == "native":
+        policies = _loaded("render", args.policies, sys.stderr)
+        return 2 if policies is None else render_native(policies, sys.stdout, sys.stderr)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
@@ -441,6 +444,30 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             obj = schedulers.native_quota_object(native, namespace, budget, args.name)
             documents.append(f"# policy {native.policy}: {native.note}\n" + yaml.safe_dump(obj, sort_keys=False))
     out.write("---\n".join(documents))
+    return 0
+
+
+def render_native(policies: PolicySet, out: TextIO, err: TextIO) -> int:
+    """`policy render native`: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with
+    their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr."""
+    import yaml
+
+    from webhook.admission.native.compile import compile_native
+    from webhook.cli.webhooks import EXCLUDED_NAMESPACES
+
+    native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
+    out.write(
+        "# The GPU policies as the API server's own admission policies (gpu-webhook policy render native).\n"
+        "# MutatingAdmissionPolicy: admissionregistration.k8s.io/v1 from Kubernetes 1.36 (beta behind a feature\n"
+        "# gate on 1.34 and 1.35); ValidatingAdmissionPolicy: v1 from 1.30.\n"
+    )
+    out.write("---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in native.objects))
+    prefix = "gpu-webhook policy render native"
+    for gap in native.every:
+        print(f"{prefix}: every policy: not compiled: {gap}", file=err)
+    for one in native.compiled:
+        for gap in one.gaps:
+            print(f"{prefix}: policy {one.policy.name}: not compiled: {gap}", file=err)
     return 0
 
 
