@@ -18,11 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.native.cel import lit
-from webhook.admission.native.family import Gap, Mutation
+from webhook.admission.base.podspec import container_label
+from webhook.admission.native.cel import fill, lit, slot
+from webhook.admission.native.containers import each
+from webhook.admission.native.family import SECTIONS, ContainerRule, Gap, Lines, Mutation
 from webhook.admission.native.gaps import EVERY_POLICY
 from webhook.admission.native.registry import FAMILIES
 from webhook.admission.native.selection import selects
+from webhook.admission.phases.validate import labelled
 from webhook.admission.policy.model import DEFAULT_POLICY, Enforcement, Policy, PolicySet
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -73,10 +76,25 @@ def compile_native(policies: PolicySet, excluded: Sequence[str]) -> NativeSet:
     return NativeSet(compiled)
 
 
+def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
+    """Each section's containers that break a rule, one element each: its lines, each with the container's
+    label in front, joined as the webhook joins a denial's lines (so the message reads the same)."""
+    if not rules:
+        return []
+    found = []
+    for section in SECTIONS:
+        prefix = fill(labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
+        said = " + ".join(f"(({rule.condition}) ? [{prefix} + {rule.sentence}] : [])" for rule in rules)
+        broken = " || ".join(f"({rule.condition})" for rule in rules)
+        found.append(Lines(each(section, broken, f"({said}).join({lit(chr(10))})")))
+    return found
+
+
 def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
     name = PREFIX + policy.name
     mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
-    lines = [line for family in FAMILIES for line in family.lines(policy)]
+    rules = [rule for family in FAMILIES for rule in family.container_rules(policy)]
+    lines = [*_container_lines(rules), *(line for family in FAMILIES for line in family.lines(policy))]
     gaps = [gap for family in FAMILIES for gap in family.gaps(policy)]
     match = [{"name": "namespace-policy", "expression": condition}]
     resources = {"namespaceSelector": selector}

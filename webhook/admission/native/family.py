@@ -1,9 +1,9 @@
 """What one rule family gives the compiled set: the interface every family implements (registry.py lists them).
 
-A family reads a policy and answers three questions, each with a default of nothing: the JSON Patch mutations
+A family reads a policy and answers four questions, each with a default of nothing: the JSON Patch mutations
 it adds to the policy's MutatingAdmissionPolicy (in order: one MAP per policy, since separate MAPs have no
-order), the denial lines it adds to the policy's ValidatingAdmissionPolicy, and what of its rule it cannot
-compile (`Gap`), said on stderr.
+order), the denial lines it adds to the policy's ValidatingAdmissionPolicy about each container and about the
+pod, and what of its rule it cannot compile (`Gap`), said on stderr.
 """
 
 from __future__ import annotations
@@ -45,6 +45,16 @@ class Lines:
     variables: tuple[tuple[str, str], ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class ContainerRule:
+    """One line validation may say of a container: when (`condition`, on the container `c`) and what (`sentence`,
+    a CEL string, without the container's label). A container's lines are said together, in the registry's
+    order, as validation says them."""
+
+    condition: str
+    sentence: str
+
+
 class Family:
     """One family of rules. Override what the family has."""
 
@@ -53,7 +63,11 @@ class Family:
     def mutations(self, policy: Policy) -> list[Mutation]:
         return []
 
+    def container_rules(self, policy: Policy) -> list[ContainerRule]:
+        return []
+
     def lines(self, policy: Policy) -> list[Lines]:
+        """Lines about the pod as a whole, after every container's."""
         return []
 
     def gaps(self, policy: Policy) -> list[Gap]:

@@ -37,8 +37,7 @@ KEPT_NAME = Gap(
     f"only {NVIDIA_GPU_SHARED} is compiled; a kept {NVIDIA_GPU} converts fractions in place",
 )
 OTHER_RESOURCES = Gap(
-    "other GPU resources (AMD, Intel, MIG profiles, memory slices, DeviceClass resources, another pool's "
-    "replicas) and zeros beside a GPU",
+    "other GPU resources (AMD, Intel, MIG profiles, memory slices, DeviceClass resources, another pool's replicas)",
     "their pools, amounts and classes are not compiled yet",
 )
 PREFIXED_LIMITS = Gap(
@@ -46,8 +45,8 @@ PREFIXED_LIMITS = Gap(
     "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys",
 )
 BOTH_NAMES = Gap(
-    f"{NVIDIA_GPU} beside the shared replica in one container",
-    "not compiled yet (the webhook leaves it unmapped and says so)",
+    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
+    "not compiled yet (the webhook leaves such a request unmapped and says why)",
 )
 INIT_GPUS = Gap(
     "GPUs in init containers",
@@ -99,7 +98,7 @@ class Unsupported(Family):
     name = "not compiled"
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, INIT_GPUS, EPHEMERAL, DEVICE_RULES]
+        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, INIT_GPUS, EPHEMERAL, DEVICE_RULES]
         mode = policy.sharing.mode
         if mode is Mode.MIG:
             found.append(MIG)
@@ -108,7 +107,7 @@ class Unsupported(Family):
         elif shape(policy) is None:
             found.append(KEPT_NAME)
         if shape(policy) == "shared":
-            found += [BOTH_NAMES, USER_ENV, ENGINES]
+            found += [USER_ENV, ENGINES]
             if policy.fractional is Fractional.SHARED:
                 found.append(FRACTION_SHARED)
         found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints

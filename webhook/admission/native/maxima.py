@@ -4,12 +4,11 @@ per resource whose pod total is over the per-pod maximum."""
 
 from __future__ import annotations
 
-from webhook.admission.base.podspec import container_label
 from webhook.admission.base.quantity import quantity_text
-from webhook.admission.base.resources import NVIDIA_GPU
+from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
 from webhook.admission.native.cel import all_of, fill, lit, slot
-from webhook.admission.native.containers import count, each, value, whole_limit
-from webhook.admission.native.family import SECTIONS, Family, Lines
+from webhook.admission.native.containers import count, value, whole_limit
+from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
@@ -22,28 +21,23 @@ NAME, SHOWN, COUNT = slot("name"), slot("shown"), slot("count")
 class Maxima(Family):
     name = "maxima"
 
+    def container_rules(self, policy: Policy) -> list[ContainerRule]:
+        return [_container_rule(name, Rules.of(policy)) for name in _names(policy)]
+
     def lines(self, policy: Policy) -> list[Lines]:
-        kind = shape(policy)
-        if kind is None:
-            return []
         rules = Rules.of(policy)
-        names = [NVIDIA_GPU] if kind == "whole" else sorted({NVIDIA_GPU, rules.mapping_target or NVIDIA_GPU})
-        rules_of = [_container_rule(name, rules) for name in names]
-        found = []
-        for section in SECTIONS:
-            label = container_label(section, 0, {"name": NAME})
-            over = " || ".join(f"({condition})" for condition, _ in rules_of)
-            line = "''"
-            for condition, sentence in reversed(rules_of):
-                line = f"({condition}) ? {sentence} : {line}"
-            prefix = fill(validate.labelled(label, ""), {"name": "c.name"})
-            found.append(Lines(each(section, over, f"{prefix} + ({line})")))
-        for index, name in enumerate(names):
-            found.append(_pod_rule(index, name, rules))
-        return found
+        return [_pod_rule(index, name, rules) for index, name in enumerate(_names(policy))]
 
 
-def _container_rule(name: str, rules: Rules) -> tuple[str, str]:
+def _names(policy: Policy) -> list[str]:
+    """The resources whose maxima are compiled: those the covered pods hold (scope.py)."""
+    kind = shape(policy)
+    if kind is None:
+        return []
+    return sorted({NVIDIA_GPU, backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU_SHARED})
+
+
+def _container_rule(name: str, rules: Rules) -> ContainerRule:
     """(condition on `c`, its sentence) for one resource over the per-container maximum."""
     policy = rules.policy
     mode = policy.sharing.mode
@@ -64,7 +58,7 @@ def _container_rule(name: str, rules: Rules) -> tuple[str, str]:
             sentence = validate.one_share_line(name, shown, mode, policy.name, many)
         else:
             sentence = validate.over_container_maximum_line(f"{name} {shown}", maximum, policy.name)
-    return all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs)
+    return ContainerRule(all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs))
 
 
 def _pod_rule(index: int, name: str, rules: Rules) -> Lines:

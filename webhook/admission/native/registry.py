@@ -1,4 +1,5 @@
-"""The registry: every rule family, in the order their mutations run and their lines are said."""
+"""The registry: every rule family, in the order their mutations run and their lines are said (validation says
+another pool's resource before its maximum)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from webhook.admission.native.family import Family
 from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
+from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
 
-FAMILIES: tuple[Family, ...] = (LimitsFromRequests(), SharedReplicas(), Maxima(), Unsupported())
+FAMILIES: tuple[Family, ...] = (LimitsFromRequests(), SharedReplicas(), Pools(), Maxima(), Unsupported())

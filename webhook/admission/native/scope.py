@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook.admission.base.podspec import POD_SPEC_PATHS, VISIBLE_DEVICES, mentions_gpu
 from webhook.admission.base.quantity import quantity_or_none
-from webhook.admission.base.resources import NVIDIA_GPU, is_managed
+from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.gaps import (
     BOTH_NAMES,
@@ -52,7 +52,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return EPHEMERAL
     if "nodeSelector" in spec or "affinity" in spec:
         return STEERING
-    served = {NVIDIA_GPU} if kind == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
+    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py).
+    served = {NVIDIA_GPU, NVIDIA_GPU_SHARED} if kind == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
     for section in SECTIONS:
         for body in spec.get(section) or ():
             found = _container(section, body, policy, served)

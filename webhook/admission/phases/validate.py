@@ -842,21 +842,29 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Prob
         if isinstance(judged, tuple):
             _add(ref, problems, judged[0], f"{_brief(name)}: {judged[1]}")
             return
-    if is_shared(name):
-        what = "a shared GPU"
-    elif name in MEMORY_SLICE_RESOURCES:
-        what = "a memory-sliced GPU resource"
-    elif profile is not None:
-        what = "a MIG slice"
-    else:
-        what = "an NVIDIA resource"
     gives, instead, short = _pool(rules)
     _add(
         ref,
         problems,
-        f'{name} {shown} is {what}, but policy "{policy.name}" gives this namespace {gives}; request {instead}',
+        not_served_line(name, shown, served_what(name), policy.name, gives, instead),
         f"{_brief(name)}: not this namespace's GPUs; {short}",
     )
+
+
+def served_what(name: str) -> str:
+    """What another pool's resource is, in a few words."""
+    if is_shared(name):
+        return "a shared GPU"
+    if name in MEMORY_SLICE_RESOURCES:
+        return "a memory-sliced GPU resource"
+    if mig_profile_of(name) is not None:
+        return "a MIG slice"
+    return "an NVIDIA resource"
+
+
+def not_served_line(name: str, shown: str, what: str, policy: str, gives: str, instead: str) -> str:
+    """A resource that this namespace's pool does not hand out (template: the native policies fill it too)."""
+    return f'{name} {shown} is {what}, but policy "{policy}" gives this namespace {gives}; request {instead}'
 
 
 def _pool(rules: Rules) -> tuple[str, str, str]:
