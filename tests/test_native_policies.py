@@ -371,3 +371,31 @@ def test_every_reason_a_case_is_not_compared_is_printed_by_the_cli(tmp_path) -> 
     assert render_native(POLICIES, out, err) == 0
     for gap in set(NOT_COVERED.values()):
         assert str(gap) in err.getvalue()
+
+
+def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> None:
+    import yaml
+
+    from webhook.cli.policy_cmd import lint_native, render_native
+
+    out, err = io.StringIO(), io.StringIO()
+    assert render_native(POLICIES, out, err) == 0
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
+    # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
+    # judges (not under mig, whose own rules are not compiled).
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 9
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 8
+    assert f"every policy: not compiled: {gaps.WORKLOADS}" in err.getvalue()
+    warned = io.StringIO()
+    lint_native(POLICIES, warned)
+    assert warned.getvalue().splitlines() == [
+        f"warning: policy shared (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy mps (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; {gaps.ENGINES.rule} "
+        "(docs/native-policies.md)",
+        f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy mig (<built-in>): its native policies do not carry {gaps.MIG.rule} (docs/native-policies.md)",
+        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule}; {gaps.FRACTION_SHARED.rule} (docs/native-policies.md)",
+    ]

@@ -63,6 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --cluster: the drift and the unmatched namespaces as a table (default), or as one JSON or YAML "
         "document on stdout (the lint's own lines then go to stderr)",
     )
+    lint.add_argument(
+        "--native",
+        action="store_true",
+        help="also warn, one line per policy, of what its native admission policies (policy render native) "
+        "cannot carry beyond what no native policy carries",
+    )
     add_kubeconfig_arguments(lint, when="--cluster")
     explain = commands.add_parser(
         "explain",
@@ -132,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
         args.directory = args.policies or args.directory
         code, policies = lint(args.directory, sys.stdout if args.output == "table" else sys.stderr)
+        if args.native and policies is not None:
+            lint_native(policies, sys.stdout if args.output == "table" else sys.stderr)
         return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
         from webhook.admission.policy.schema import schema_text
@@ -447,6 +455,22 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             documents.append(f"# policy {native.policy}: {native.note}\n" + yaml.safe_dump(obj, sort_keys=False))
     out.write("---\n".join(documents))
     return 0
+
+
+def lint_native(policies: PolicySet, out: TextIO) -> None:
+    """`policy lint --native`: per policy, the rules of its own that its native policies do not carry."""
+    from webhook.admission.native.compile import compile_native
+
+    native = compile_native(policies, [])
+    common = [gap for gap in native.compiled[-1].gaps if all(gap in one.gaps for one in native.compiled)]
+    for one in native.compiled[:-1]:  # the last: the built-in defaults
+        own = [gap.rule for gap in one.gaps if gap not in common]
+        if own:
+            print(
+                f"warning: policy {one.policy.name} ({one.policy.source}): its native policies do not carry "
+                f"{'; '.join(own)} (docs/native-policies.md)",
+                file=out,
+            )
 
 
 def render_native(policies: PolicySet, out: TextIO, err: TextIO) -> int:
