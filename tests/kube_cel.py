@@ -4,7 +4,7 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
 - quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go): `quantity(s)`, `isQuantity(s)`, and on a
   quantity `isInteger()` (exactly a whole int64), `asInteger()` (an error where it is not), `compareTo(q)`;
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
-- lists library (lists.go): `indexOf`, `sum`; strings extension: `join`;
+- lists library (lists.go): `indexOf`, `sum`, `max`; strings extension: `join`;
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
   by a scanner that skips string literals.
@@ -70,6 +70,7 @@ FUNCTIONS = {
     "compareTo": _compare,
     "indexOf": lambda items, item: items.index(item) if item in items else -1,
     "sum": lambda items: sum(items),
+    "max": lambda items: max(items),
     "join": lambda items, separator: separator.join(items),
     "escapeKey": lambda _library, key: key.replace("~", "~0").replace("/", "~1"),
 }

@@ -27,13 +27,13 @@ def holds(which: str, name: str) -> str:
     return f"{has_map(which)} && {lit(name)} in c.resources.{which}"
 
 
-def value(which: str, name: str) -> str:
-    return f"c.resources.{which}[{lit(name)}]"
+def value(which: str, name: str, var: str = "c") -> str:
+    return f"{var}.resources.{which}[{lit(name)}]"
 
 
-def count(name: str) -> str:
-    """The limit of `name` as a number of devices (call where `whole_limit` holds)."""
-    return f"quantity({value('limits', name)}).asInteger()"
+def count(name: str, var: str = "c") -> str:
+    """The limit of `name` as a number of devices (call where `whole_limit` holds), of the container `var`."""
+    return f"quantity({value('limits', name, var)}).asInteger()"
 
 
 def whole_limit(name: str) -> str:

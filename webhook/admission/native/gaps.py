@@ -48,10 +48,6 @@ BOTH_NAMES = Gap(
     f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
     "not compiled yet (the webhook leaves such a request unmapped and says why)",
 )
-INIT_GPUS = Gap(
-    "GPUs in init containers",
-    "the pod's effective total with sidecars (KEP-753) needs running sums over the init containers: not compiled yet",
-)
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_ENV = Gap(
     "a container's own memory variables",
@@ -98,7 +94,7 @@ class Unsupported(Family):
     name = "not compiled"
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, INIT_GPUS, EPHEMERAL, DEVICE_RULES]
+        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_RULES]
         mode = policy.sharing.mode
         if mode is Mode.MIG:
             found.append(MIG)

@@ -62,29 +62,51 @@ def _container_rule(name: str, rules: Rules) -> ContainerRule:
 
 
 def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
-    """The pod's total of `name` over the per-pod maximum: the app containers that hold it run together (init
-    containers that hold GPUs are not compiled: gaps.INIT_GPUS)."""
+    """The pod's effective total of `name` over the per-pod maximum, as validate.effective_total counts it with
+    sidecars (KEP-753): the app containers and every sidecar run together, unless a regular init container with
+    the sidecars started before it holds more (the first such peak); the line names those that run together."""
     policy = rules.policy
-    running, total = f"running{index}", f"total{index}"
-    holders = (
-        f"has(object.spec.containers) ? object.spec.containers.filter(c, {whole_limit(name)} && {count(name)} > 0) : []"
+    init, app = "object.spec.initContainers", "object.spec.containers"
+    k = index
+    held = f"{whole_limit(name)} && {count(name)} > 0"
+    sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
+    before = f"{init}.indexOf(s) < {init}.indexOf(c)"
+    summed = f".map(c, {count(name)}).sum()"
+    variables = (
+        (f"sidecars{k}", f"has({init}) ? {init}.filter(c, {held} && {sidecar}) : []"),
+        (f"inits{k}", f"has({init}) ? {init}.filter(c, {held} && !({sidecar})) : []"),
+        (f"apps{k}", f"has({app}) ? {app}.filter(c, {held}) : []"),
+        (  # each regular init container's count with the sidecars started before it
+            f"peaks{k}",
+            f"variables.inits{k}.map(c, {count(name)} + "
+            f"variables.sidecars{k}.filter(s, {before}).map(s, {count(name, 's')}).sum())",
+        ),
+        (f"together{k}", f"variables.sidecars{k}{summed} + variables.apps{k}{summed}"),
+        (f"peak{k}", f"size(variables.peaks{k}) > 0 ? variables.peaks{k}.max() : 0"),
+        (
+            f"first{k}",
+            f"variables.peak{k} > variables.together{k} ? variables.peaks{k}.indexOf(variables.peak{k}) : -1",
+        ),
+        (
+            f"running{k}",
+            f"variables.first{k} >= 0 ? variables.sidecars{k}.filter(s, {init}.indexOf(s) < "
+            f"{init}.indexOf(variables.inits{k}[variables.first{k}])) + [variables.inits{k}[variables.first{k}]] "
+            f": variables.sidecars{k} + variables.apps{k}",
+        ),
+        (f"total{k}", f"variables.first{k} >= 0 ? variables.peak{k} : variables.together{k}"),
     )
-    summed = f"variables.{running}.map(c, {count(name)}).sum()"
+    running, total = f"variables.running{k}", f"variables.total{k}"
     shown = validate.mapped_shown(name, policy.sharing.mode) if name == rules.mapping_target else name
     entry = fill(validate.running_entry(NAME, COUNT), {"name": "c.name", "count": f"string({count(name)})"})
-    together = f"size(variables.{running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
+    together = f"size({running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
     sentence = validate.labelled(
         "pod",
         validate.pod_total_line(shown, slot("total"), slot("together"), slot("named"), rules.max_per_pod, policy.name),
     )
     line = fill(
         sentence,
-        {
-            "total": f"string(variables.{total})",
-            "together": together,
-            "named": f"variables.{running}.map(c, {entry}).join(', ')",
-        },
+        {"total": f"string({total})", "together": together, "named": f"{running}.map(c, {entry}).join(', ')"},
     )
-    alone = f"size(variables.{running}) == 1 && variables.{total} > {rules.container_maximum(name)}"
-    over = f"variables.{total} > {rules.max_per_pod} && !({alone})"
-    return Lines(f"({over}) ? [{line}] : []", ((running, holders), (total, summed)))
+    alone = f"size({running}) == 1 && {total} > {rules.container_maximum(name)}"
+    over = f"{total} > {rules.max_per_pod} && !({alone})"
+    return Lines(f"({over}) ? [{line}] : []", variables)

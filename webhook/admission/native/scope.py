@@ -19,7 +19,6 @@ from webhook.admission.native.gaps import (
     ENGINES,
     EPHEMERAL,
     FRACTION_SHARED,
-    INIT_GPUS,
     KEPT_NAME,
     MEMORY,
     MIG,
@@ -56,13 +55,13 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     served = {NVIDIA_GPU, NVIDIA_GPU_SHARED} if kind == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
     for section in SECTIONS:
         for body in spec.get(section) or ():
-            found = _container(section, body, policy, served)
+            found = _container(body, policy, served)
             if found is not None:
                 return found
     return None
 
 
-def _container(section: str, body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
+def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
     if "envFrom" in body or "volumeMounts" in body:
         return DEVICE_RULES
     names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
@@ -78,8 +77,6 @@ def _container(section: str, body: dict[str, Any], policy: Policy, served: set[s
     if len(managed) > 1:
         return BOTH_NAMES
     values = [quantity_or_none(v) for v in (*requests.values(), *limits.values())]
-    if section == "initContainers" and any(values):
-        return INIT_GPUS
     if shape(policy) == "shared":
         if names & WATCHED_ENV:
             return USER_ENV
