@@ -432,3 +432,17 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule}; {gaps.FRACTION_SHARED.rule} (docs/native-policies.md)",
     ]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    pattern=st.sampled_from(("team-*", "*-team", "ml-?-x", "a[!b-d]c*", "[a-c]*-[0-9]", "*", "gpu*a*")),
+    name=st.text("abcdmlx-team0123", min_size=1, max_size=12),
+)
+def test_a_glob_as_a_regular_expression_matches_what_selection_matches(pattern: str, name: str) -> None:
+    import fnmatch
+    import re
+
+    from webhook.admission.policy.globs import glob_regex
+
+    assert bool(re.match(glob_regex(pattern), name)) == fnmatch.fnmatchcase(name, pattern)
