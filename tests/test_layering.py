@@ -29,7 +29,7 @@ IO_MODULES = ("socket", "ssl", "subprocess", "http", "urllib.request", "flask", 
 CLI_MAY_IMPORT_SERVER = {"webhook.cli.serve_cmd"}
 # The core's layers, lowest first (docs/architecture.md): a module may import from its own folder and the
 # folders before it. The modules directly in webhook/admission/ (engine, review, customresources) are the top.
-CORE_LAYERS = ("base", "policy", "cluster", "sharing", "phases", "dra", "checks", "budgets")
+CORE_LAYERS = ("base", "policy", "cluster", "sharing", "phases", "dra", "checks", "budgets", "native")
 
 
 def _module_name(path: Path) -> str:

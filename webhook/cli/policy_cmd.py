@@ -69,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --cluster: the drift and the unmatched namespaces as a table (default), or as one JSON or YAML "
         "document on stdout (the lint's own lines then go to stderr)",
     )
+    lint.add_argument(
+        "--native",
+        action="store_true",
+        help="also warn, one line per policy, of what its native admission policies (policy render native) "
+        "cannot carry beyond what no native policy carries",
+    )
     add_kubeconfig_arguments(lint, when="--cluster or --from-cluster")
     explain = commands.add_parser(
         "explain",
@@ -89,10 +95,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "GPU-equivalents, in an integer unit, and the ClusterQueue quota to write for --gpus GPUs. quota: per "
             "policy whose namespaces have one resource that carries the whole budget, the native ResourceQuota "
             "that holds --gpus GPUs of it (the API server enforces it itself). What cannot be rendered is said "
-            "on stderr. Exit 2 on invalid policies."
+            "on stderr. native: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with "
+            "their bindings, enforced by the API server itself, for what CEL can carry (docs/native-policies.md); "
+            "what they do not carry, rule by rule, on stderr. Exit 2 on invalid policies."
         ),
     )
-    render.add_argument("target", choices=("kueue", "quota"), help="what to render")
+    render.add_argument("target", choices=("kueue", "quota", "native"), help="what to render")
     add_policy_source_arguments(render)
     add_kubeconfig_arguments(render, when="--from-cluster")
     render.add_argument(
@@ -151,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         except CommandError as exc:
             return fail("policy lint", str(exc))
         code, policies = lint(read, sys.stdout if args.output == "table" else sys.stderr)
+        if args.native and policies is not None:
+            lint_native(policies, sys.stdout if args.output == "table" else sys.stderr)
         return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
         from webhook.admission.policy.schema import schema_text
@@ -161,6 +171,12 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"policy {args.policy_command}", misuse)
     if args.policy_command == "explain":
         return explain(args.namespaces, PolicySource.of(args), sys.stdout, sys.stderr)
+    if args.policy_command == "render" and args.target == "native":
+        try:
+            policies = load_policy_set(PolicySource.of(args), "policy render", sys.stderr)
+        except CommandError as exc:
+            return fail("policy render", str(exc))
+        return render_native(policies, sys.stdout, sys.stderr)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
     if args.policy_command == "export":
@@ -528,6 +544,48 @@ def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> in
                 file=err,
             )
     return code
+
+
+def lint_native(policies: PolicySet, out: TextIO) -> None:
+    """`policy lint --native`: per policy, the rules of its own that its native policies do not carry."""
+    from webhook.admission.native.compile import compile_native
+
+    native = compile_native(policies, [])
+    common = [gap for gap in native.compiled[-1].gaps if all(gap in one.gaps for one in native.compiled)]
+    for one in native.compiled[:-1]:  # the last: the built-in defaults
+        own = [gap.rule for gap in one.gaps if gap not in common]
+        if own:
+            print(
+                f"warning: policy {one.policy.name} ({one.policy.source}): its native policies do not carry "
+                f"{'; '.join(own)} (docs/native-policies.md)",
+                file=out,
+            )
+
+
+def render_native(policies: PolicySet, out: TextIO, err: TextIO) -> int:
+    """`policy render native`: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with
+    their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr."""
+    import yaml
+
+    from webhook.admission.native.compile import compile_native
+    from webhook.cli.webhooks import EXCLUDED_NAMESPACES
+
+    native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
+    out.write(
+        "# The GPU policies as the API server's own admission policies (gpu-webhook policy render native).\n"
+        "# MutatingAdmissionPolicy: admissionregistration.k8s.io/v1 from Kubernetes 1.36 (beta behind a feature\n"
+        "# gate on 1.34 and 1.35); ValidatingAdmissionPolicy: v1 from 1.30.\n"
+    )
+    out.write("---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in native.objects))
+    prefix = "gpu-webhook policy render native"
+    common = [gap for gap in native.compiled[0].gaps if all(gap in one.gaps for one in native.compiled)]
+    for gap in [*native.every, *common]:
+        print(f"{prefix}: every policy: not compiled: {gap}", file=err)
+    for one in native.compiled:
+        for gap in one.gaps:
+            if gap not in common:
+                print(f"{prefix}: policy {one.policy.name}: not compiled: {gap}", file=err)
+    return 0
 
 
 # --- explain -----------------------------------------------------------------------------------------------

@@ -74,16 +74,15 @@ MEMORY_SLICE_RESOURCES = frozenset(
 )  # fmt: skip
 
 
+# The resources the webhook manages, by name and by prefix: `is_managed` reads them, and the native policies
+# (native/) write the same tables into CEL. Any DeviceClass's implicit resource is one: an extended resource
+# (whole, request = limit) whichever class; validation counts those of the policy's GPU classes as GPUs.
+MANAGED_NAMES = (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU, *sorted(MEMORY_SLICE_RESOURCES))
+MANAGED_PREFIXES = (MIG_PREFIX, "gpu.intel.com/", DEVICE_CLASS_PREFIX)
+
+
 def _managed(resource: object) -> bool:
-    return type(resource) is str and (
-        resource in (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU)
-        or resource in MEMORY_SLICE_RESOURCES
-        or resource.startswith(MIG_PREFIX)
-        or resource.startswith("gpu.intel.com/")
-        # Any DeviceClass's implicit resource: an extended resource (whole, request = limit) whichever class;
-        # validation counts those of the policy's GPU classes as GPUs.
-        or resource.startswith(DEVICE_CLASS_PREFIX)
-    )
+    return type(resource) is str and (resource in MANAGED_NAMES or resource.startswith(MANAGED_PREFIXES))
 
 
 # Whether the webhook enforces GPU rules (whole numbers, request = limit) on a resource. Asked for every

@@ -76,7 +76,68 @@ def _violation(label: str, compact: str, line: str, short: str, kind: type[Viola
         brief = f"{compact}: {short}"
         if len(brief) > SHORT_LIMIT:  # a value or resource name far longer than any real one
             brief = cut(brief, SHORT_LIMIT)
-    return kind(f"{label}: {line}", brief)
+    return kind(labelled(label, line), brief)
+
+
+# --- Sentences that the native policies fill too -------------------------------------------------------------
+# Each takes its changing parts as text: the engine passes values, the native compiler (native/) passes slots
+# that it turns into CEL string concatenation, so that a denial reads the same from the webhook and from the
+# API server's own policies. Change a sentence here and both follow.
+
+
+def labelled(label: str, line: str) -> str:
+    """A violation's line with what it is about in front: `container "app": ...`, `pod: ...`."""
+    return f"{label}: {line}"
+
+
+def over_container_maximum_line(what: str, maximum: int | str, policy: str) -> str:
+    """`what` (a resource and its value) is more than one container may hold under the policy."""
+    return f'{what} exceeds the per-container maximum of {maximum} (policy "{policy}"); request at most {maximum}'
+
+
+def one_share_line(name: str, shown: str, mode: str, policy: str, many: str) -> str:
+    """More than one shared replica in a container, where the maximum of 1 is the device plugin's."""
+    return (
+        f'{name} {shown} exceeds 1 per container under {mode} (policy "{policy}"): {many}; request 1, or use a '
+        "namespace with whole GPUs"
+    )
+
+
+def mapped_what(n: int | str, target: str, mode: str) -> str:
+    """`nvidia.com/gpu: N` as written, and what the policy makes of it."""
+    return f"{NVIDIA_GPU} {n} ({target} {n} under {mode})"
+
+
+def one_share_mapped_line(what: str, policy: str, many: str) -> str:
+    """`nvidia.com/gpu: N` that would be N shared replicas in one container."""
+    return (
+        f'{what} exceeds 1 per container (policy "{policy}"): {many}; request 1, or whole GPUs in a namespace that '
+        "has them"
+    )
+
+
+def running_entry(name: str, value: int | Fraction | str) -> str:
+    """One container of those that run together at a pod's peak, with its count."""
+    return f'"{name}"={value}'
+
+
+def together_words(running: int) -> str:
+    return "containers running together" if running > 1 else "container"
+
+
+def pod_total_line(
+    shown: str, total: int | Fraction | str, together: str, named: str, maximum: int, policy: str
+) -> str:
+    """The pod's effective total of one resource over the per-pod maximum."""
+    return (
+        f"{shown} effective total {total} ({together}: {named}) exceeds the per-pod maximum of {maximum} "
+        f'(policy "{policy}"); request fewer or split the pod'
+    )
+
+
+def mapped_shown(name: str, mode: str) -> str:
+    """The mapping target in a pod's line: most likely written as `nvidia.com/gpu`, so say what it became."""
+    return f"{name} (what {NVIDIA_GPU} becomes under {mode})"
 
 
 def _brief(text: str, limit: int = 24) -> str:
@@ -480,13 +541,13 @@ def _resource(
     maximum = rules.container_maximum(name)
     if value > maximum:
         shown = quantity_text(limit_raw)
-        where = f'policy "{policy.name}"'
         if rules.one_shared_replica and rules.is_replica(name):
             _add(
                 ref,
                 problems,
-                f"{name} {shown} exceeds 1 per container under {policy.sharing.mode} ({where}): "
-                f"{backend_of(policy).many_replicas(policy, value)}; request 1, or use a namespace with whole GPUs",
+                one_share_line(
+                    name, shown, policy.sharing.mode, policy.name, backend_of(policy).many_replicas(policy, value)
+                ),
                 f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1",
             )
         elif rules.one_mig_slice and (
@@ -524,8 +585,7 @@ def _over_container_maximum(
     _add(
         ref,
         problems,
-        f'{what} exceeds the per-container maximum of {maximum} (policy "{rules.policy.name}"); request at most '
-        f"{maximum}",
+        over_container_maximum_line(what, maximum, rules.policy.name),
         f"{brief}: at most {_brief(str(maximum), 8)} per container; ask for fewer",
     )
 
@@ -614,13 +674,12 @@ def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: Rules,
         return False
     policy = rules.policy
     n = int(value)
-    what = f"{NVIDIA_GPU} {n} ({target} {n} under {policy.sharing.mode})"
+    what = mapped_what(n, target, policy.sharing.mode)
     if rules.one_shared_replica and is_shared(target):
         _add(
             ref,
             problems,
-            f'{what} exceeds 1 per container (policy "{policy.name}"): {backend_of(policy).many_replicas(policy, n)}; '
-            "request 1, or whole GPUs in a namespace that has them",
+            one_share_mapped_line(what, policy.name, backend_of(policy).many_replicas(policy, n)),
             f"{NVIDIA_GPU} {_brief(str(n), 8)}: one {policy.sharing.mode} share per container; ask for 1",
         )
     elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
@@ -783,21 +842,29 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Prob
         if isinstance(judged, tuple):
             _add(ref, problems, judged[0], f"{_brief(name)}: {judged[1]}")
             return
-    if is_shared(name):
-        what = "a shared GPU"
-    elif name in MEMORY_SLICE_RESOURCES:
-        what = "a memory-sliced GPU resource"
-    elif profile is not None:
-        what = "a MIG slice"
-    else:
-        what = "an NVIDIA resource"
     gives, instead, short = _pool(rules)
     _add(
         ref,
         problems,
-        f'{name} {shown} is {what}, but policy "{policy.name}" gives this namespace {gives}; request {instead}',
+        not_served_line(name, shown, served_what(name), policy.name, gives, instead),
         f"{_brief(name)}: not this namespace's GPUs; {short}",
     )
+
+
+def served_what(name: str) -> str:
+    """What another pool's resource is, in a few words."""
+    if is_shared(name):
+        return "a shared GPU"
+    if name in MEMORY_SLICE_RESOURCES:
+        return "a memory-sliced GPU resource"
+    if mig_profile_of(name) is not None:
+        return "a MIG slice"
+    return "an NVIDIA resource"
+
+
+def not_served_line(name: str, shown: str, what: str, policy: str, gives: str, instead: str) -> str:
+    """A resource that this namespace's pool does not hand out (template: the native policies fill it too)."""
+    return f'{name} {shown} is {what}, but policy "{policy}" gives this namespace {gives}; request {instead}'
 
 
 def _pool(rules: Rules) -> tuple[str, str, str]:
@@ -1041,16 +1108,13 @@ def _pod_total(holders: Holders, rules: Rules, problems: Problems) -> None:
             continue
         if len(running) == 1 and total > rules.container_maximum(name):
             continue  # one container over its own maximum: its own line says it
-        named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
-        together = "containers running together" if len(running) > 1 else "container"
-        if name == rules.mapping_target:  # most likely written as nvidia.com/gpu: say what the policy made of it
-            shown = f"{name} (what {NVIDIA_GPU} becomes under {rules.policy.sharing.mode})"
-        else:
-            shown = name
+        named = ", ".join(running_entry(ref.name, value) for ref, value in running)
+        together = together_words(len(running))
+        # Most likely written as nvidia.com/gpu: say what the policy made of it.
+        shown = mapped_shown(name, rules.policy.sharing.mode) if name == rules.mapping_target else name
         problems.append(
             pod_violation(
-                f"{shown} effective total {total} ({together}: {named}) exceeds the per-pod maximum of "
-                f'{maximum} (policy "{rules.policy.name}"); request fewer or split the pod',
+                pod_total_line(shown, total, together, named, maximum, rules.policy.name),
                 f"{_brief(name)} total {_brief(str(total), 8)}: at most {_brief(str(maximum), 8)} per pod; ask for "
                 "fewer or split the pod",
             )

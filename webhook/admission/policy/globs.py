@@ -111,6 +111,25 @@ def tokenize(pattern: str) -> tuple[GlobToken, ...]:
     return tuple(tokens)
 
 
+def glob_regex(pattern: str) -> str:
+    """`pattern` as an anchored RE2 regular expression that matches the namespace names `fnmatch` matches (the
+    native policies select namespaces with CEL's `matches()`); ValueError where no name can hold a character."""
+    parts = ["^"]
+    for token in tokenize(pattern):
+        if token == "*":
+            parts.append(".*")
+        elif token == "?":
+            parts.append(".")
+        elif len(token) == 1:
+            parts.append(next(iter(token)))  # letters, digits and '-': literal in a regular expression
+        else:
+            chars = sorted(token, key=NAMESPACE_ALPHABET.index)
+            dash = "-" if "-" in chars else ""
+            parts.append("[" + "".join(c for c in chars if c != "-") + dash + "]")
+    parts.append("$")
+    return "".join(parts)
+
+
 # A glob's automaton (see `step_table`): per-character step masks, start bits, accept bit.
 Machine = tuple[dict[tuple[str, int], int], int, int]
 

@@ -199,8 +199,9 @@ class SharingBackend(ABC):
     def rules(self, policy: Policy) -> ModeRules:
         return ModeRules()
 
-    def many_replicas(self, policy: Policy, n: int | Fraction) -> str:
-        """What becomes of a request for `n` > 1 replicas (only modes that hand out replicas are asked)."""
+    def many_replicas(self, policy: Policy, n: int | Fraction | str) -> str:
+        """What becomes of a request for `n` > 1 replicas (only modes that hand out replicas are asked); `n` may be
+        text (the native policies fill it in CEL)."""
         return ""
 
     def fraction_advice(

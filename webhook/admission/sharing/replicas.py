@@ -124,7 +124,7 @@ class Replicas(SharingBackend):
             unshared_classes=True,
         )
 
-    def many_replicas(self, policy: Policy, n: int | Fraction) -> str:
+    def many_replicas(self, policy: Policy, n: int | Fraction | str) -> str:
         """What becomes of a request for `n` > 1 shared replicas, as the device plugin (NVIDIA/k8s-device-plugin)
         does it: internal/rm/rm.go ValidateRequest fails it only where the sharing config's
         `failRequestsGreaterThanOne` is true. The plugin leaves that unset (false) for time-slicing, and so does
@@ -264,7 +264,7 @@ class Mps(Replicas):
     name = "mps"
     engines = frozenset({"vllm"})
 
-    def many_replicas(self, policy: Policy, n: int | Fraction) -> str:
+    def many_replicas(self, policy: Policy, n: int | Fraction | str) -> str:
         return (
             f"{n} MPS replicas are not {n} GPUs, and the device plugin refuses them (its failRequestsGreaterThanOne "
             "is on by default under MPS: the kubelet fails the pod with UnexpectedAdmissionError)"

@@ -1,0 +1,148 @@
+"""Kubernetes' CEL, as the API server evaluates admission policies, on the `cel` package (common-expression-
+language: cel-go's semantics): the Kubernetes libraries the native policies use, written once here.
+
+- quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go): `quantity(s)`, `isQuantity(s)`, and on a
+  quantity `isInteger()` (exactly a whole int64), `asInteger()` (an error where it is not), `compareTo(q)`;
+  parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
+- lists library (lists.go): `indexOf`, `sum`, `max`; strings extension: `join`;
+- `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
+- `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
+  by a scanner that skips string literals.
+Expressions are compiled once and cached.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import cache
+from typing import Any
+
+import cel
+
+from webhook.admission.base.quantity import QuantityError, parse_quantity
+
+INT64_MAX = 2**63 - 1
+_TAG = "k8s.quantity"
+
+
+def _quantity(text: Any) -> dict[str, str]:
+    if type(text) is not str:
+        raise ValueError(f"quantity() takes a string, not {type(text).__name__}")
+    parse_quantity(text)  # raises on a string that is no quantity
+    return {_TAG: text}
+
+
+def _value(q: Any) -> Fraction:
+    if type(q) is not dict or _TAG not in q:
+        raise ValueError("not a quantity")
+    return Fraction(parse_quantity(q[_TAG]))
+
+
+def _is_quantity(text: Any) -> bool:
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        return False
+    return type(text) is str
+
+
+def _is_integer(q: Any) -> bool:
+    value = _value(q)
+    return value.denominator == 1 and abs(value) <= INT64_MAX
+
+
+def _as_integer(q: Any) -> int:
+    if not _is_integer(q):
+        raise ValueError("asInteger: not an int64")
+    return int(_value(q))
+
+
+def _compare(q: Any, other: Any) -> int:
+    a, b = _value(q), _value(other)
+    return (a > b) - (a < b)
+
+
+FUNCTIONS = {
+    "quantity": _quantity,
+    "isQuantity": _is_quantity,
+    "isInteger": _is_integer,
+    "asInteger": _as_integer,
+    "compareTo": _compare,
+    "indexOf": lambda items, item: items.index(item) if item in items else -1,
+    "sum": lambda items: sum(items),
+    "max": lambda items: max(items),
+    "join": lambda items, separator: separator.join(items),
+    "escapeKey": lambda _library, key: key.replace("~", "~0").replace("/", "~1"),
+}
+
+
+def _quoted_fields(source: str, start: int) -> tuple[str, int]:
+    """The message literal's body from `start` (just after its `{`) with its field names quoted, and where it
+    ends (just after its `}`)."""
+    out: list[str] = []
+    depth, i, field_start = 0, start, True
+    while i < len(source):
+        ch = source[i]
+        if ch in "'\"":  # a string literal: copied whole
+            j = i + 1
+            while source[j] != ch:
+                j += 2 if source[j] == "\\" else 1
+            out.append(source[i : j + 1])
+            i, field_start = j + 1, False
+            continue
+        if source.startswith("JSONPatch{", i):
+            inner, i = _quoted_fields(source, i + len("JSONPatch{"))
+            out.append("{" + inner + "}")
+            field_start = False
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return "".join(out), i + 1
+            depth -= 1
+        if depth == 0 and field_start and (ch.isalpha()):
+            j = i
+            while source[j].isalnum() or source[j] == "_":
+                j += 1
+            out.append(f"'{source[i:j]}'")
+            i, field_start = j, False
+            continue
+        if depth == 0 and ch == ",":
+            field_start = True
+        elif not ch.isspace():
+            field_start = False
+        out.append(ch)
+        i += 1
+    raise ValueError("unclosed JSONPatch literal")
+
+
+def plain(source: str) -> str:
+    """`source` with every `JSONPatch{...}` written as a map literal."""
+    out: list[str] = []
+    i = 0
+    while i < len(source):
+        ch = source[i]
+        if ch in "'\"":
+            j = i + 1
+            while source[j] != ch:
+                j += 2 if source[j] == "\\" else 1
+            out.append(source[i : j + 1])
+            i = j + 1
+        elif source.startswith("JSONPatch{", i):
+            inner, i = _quoted_fields(source, i + len("JSONPatch{"))
+            out.append("{" + inner + "}")
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+@cache
+def program(source: str) -> Any:
+    return cel.compile(plain(source))
+
+
+def evaluate(source: str, variables: dict[str, Any]) -> Any:
+    context = cel.Context({**variables, "jsonpatch": {}}, FUNCTIONS)
+    return program(source).execute(context)

@@ -1,0 +1,448 @@
+"""The native policies proven equal to the webhook: the same Pods through `engine.evaluate` and through the
+compiled MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects, as the API server runs them:
+
+1. the bindings' namespaceSelector (the excluded namespaces, the ignore label) and each policy's matchCondition
+   (exactly one compiled policy is a namespace's);
+2. the MAP's mutations in order, each a JSON Patch applied as evanphx/json-patch does, then the MAP again
+   (reinvocationPolicy IfNeeded), which must change nothing;
+3. the API server's own validation of extended resources (tests/apiserver_rules.py);
+4. the VAP's variables and validation, its message and the binding's validationAction.
+
+For every case the compiled set claims to cover (`native.scope.outside` says which it does not, with a reason the
+compiler prints), the verdict, every container's `resources` and `env`, and the denial's message must be the
+webhook's. Where the API server's own validation refuses the pod first, both refuse (its message is its own).
+Pods come as the API server decodes them: quantities as canonical strings, requests defaulted from limits.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import apiserver_rules, evanphx, kube_cel
+from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
+from webhook.admission.engine import evaluate
+from webhook.admission.native import gaps
+from webhook.admission.native.compile import NativeSet, compile_native
+from webhook.admission.native.scope import outside
+from webhook.admission.policy.model import Policy, PolicySet
+
+EXCLUDED = ("kube-system", "gpu-operator")
+
+
+def _policy(name: str, namespaces: tuple[str, ...], **fields: Any) -> Policy:
+    return Policy(name=name, namespaces=namespaces, **fields)
+
+
+# Exact names, globs of several specificities, a tie (team-* and *-team, 5 literal characters each: file order
+# picks "whole-tie"), warn and audit, modes the native set does not carry, and the built-in defaults elsewhere.
+POLICIES = PolicySet(
+    (
+        _policy("whole", ("research", "ml-*"), limits=Limits(max_per_container=2, max_per_pod=3)),
+        _policy("shared", ("shared", "ml-exact", "ml-shared-*"), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4)),
+        _policy(
+            "mps",
+            ("mps-*",),
+            sharing=Sharing(mode=Mode.MPS, replicas=4),
+            gpu=GPU(model="A100-80GB"),
+            enforcement=Enforcement.WARN,
+        ),
+        _policy("whole-tie", ("team-*",)),
+        _policy(
+            "shared-tie",
+            ("*-team",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=2),
+            limits=Limits(max_per_container=2, max_per_pod=4),
+            framework_env=("pytorch", "generic"),
+        ),
+        _policy("audited", ("audit",), enforcement=Enforcement.AUDIT),
+        _policy("mig", ("mig",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB")),
+        _policy(
+            "fractions", ("frac",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), fractional=Fractional.SHARED
+        ),
+    )
+)
+NAMESPACES = (
+    "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
+    "audit", "mig", "frac", "default", "kube-system",
+)  # fmt: skip
+NATIVE = compile_native(POLICIES, EXCLUDED)
+
+
+# --- The API server, simulated -----------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    allowed: bool
+    verdict: str  # allow, deny, warn, audit (the VAP's action), or "refused" (the API server's own validation)
+    obj: dict[str, Any]
+    message: str = ""
+    errors: list[str] = field(default_factory=list)
+
+
+def _by_name(native: NativeSet, kind: str) -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in native.objects if obj["kind"] == kind}
+
+
+def _bound(binding: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+    """The binding's namespaceSelector: the namespace's labels (kubernetes.io/metadata.name is always one)."""
+    labels = {**labels, "kubernetes.io/metadata.name": namespace}
+    for expression in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]:
+        assert expression["operator"] == "NotIn"
+        if labels.get(expression["key"]) in expression["values"]:
+            return False
+    return True
+
+
+def _matches(policy: dict[str, Any], request: dict[str, Any]) -> bool:
+    return all(
+        kube_cel.evaluate(c["expression"], {"request": request}) is True for c in policy["spec"]["matchConditions"]
+    )
+
+
+def _mutate(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    for mutation in policy["spec"]["mutations"]:
+        assert mutation["patchType"] == "JSONPatch"
+        ops = kube_cel.evaluate(mutation["jsonPatch"]["expression"], {"object": obj, "request": request})
+        obj = evanphx.apply(obj, ops)
+    return obj
+
+
+def admit(native: NativeSet, namespace: str, obj: dict[str, Any], labels: dict[str, str] | None = None) -> Outcome:
+    request = {"namespace": namespace, "operation": "CREATE"}
+    mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
+    bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
+    chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
+    chosen = [name for name in chosen if _matches(mutating[name], request)]
+    if not chosen:
+        return Outcome(True, "allow", obj)
+    assert len(chosen) == 1, f"{namespace}: selected by {chosen}"
+    name = chosen[0]
+    mutated = _mutate(mutating[name], obj, request)
+    assert _mutate(mutating[name], mutated, request) == mutated, "the MAP is not idempotent on reinvocation"
+    errors = apiserver_rules.pod_spec_errors(mutated["spec"])
+    if errors:
+        return Outcome(False, "refused", mutated, errors=errors)
+    policy = validating.get(name)
+    if policy is None:
+        return Outcome(True, "allow", mutated)
+    context: dict[str, Any] = {"object": mutated, "request": request, "variables": {}}
+    for variable in policy["spec"]["variables"]:
+        context["variables"][variable["name"]] = kube_cel.evaluate(variable["expression"], context)
+    (validation,) = policy["spec"]["validations"]
+    if kube_cel.evaluate(validation["expression"], context) is True:
+        return Outcome(True, "allow", mutated)
+    message = kube_cel.evaluate(validation["messageExpression"], context)
+    binding = _by_name(native, "ValidatingAdmissionPolicyBinding")[name]
+    (action,) = binding["spec"]["validationActions"]
+    return Outcome(action != "Deny", action.lower(), mutated, message)
+
+
+# --- Pods as the API server decodes them --------------------------------------------------------------------
+
+
+def decoded(obj: dict[str, Any]) -> dict[str, Any]:
+    """Quantities as strings (the API server serializes them so), and a request defaulted from each limit; a
+    JSON document, whose parts are never shared (a generated pod's may be)."""
+    obj = json.loads(json.dumps(obj))
+    for section in ("initContainers", "containers"):
+        for body in obj["spec"].get(section, []):
+            resources = body.get("resources")
+            if not resources:
+                continue
+            for which in ("requests", "limits"):
+                if which in resources:
+                    resources[which] = {k: str(v) for k, v in resources[which].items()}
+            for name, value in resources.get("limits", {}).items():
+                resources.setdefault("requests", {}).setdefault(name, value)
+    return obj
+
+
+def _containers(obj: dict[str, Any]) -> list[tuple[Any, Any]]:
+    spec = obj["spec"]
+    return [
+        (body.get("resources"), body.get("env"))
+        for section in ("initContainers", "containers")
+        for body in spec.get(section, [])
+    ]
+
+
+def compare(namespace: str, obj: dict[str, Any]) -> gaps.Gap | None:
+    """Drive `obj` through both; None where they agree in full, else the gap that explains why they are not
+    compared (asserted to be one the compiler prints for the namespace's policy)."""
+    obj = decoded(obj)
+    policy = POLICIES.for_namespace(namespace)
+    native = admit(NATIVE, namespace, obj)
+    if namespace in EXCLUDED:  # the webhook configurations do not send these: neither judges them
+        assert native.verdict == "allow" and native.obj == obj
+        return None
+    gap = outside(obj, policy)
+    printed = NATIVE.gaps_of(policy.name)
+    if gap is not None:
+        assert gap in printed
+        return gap
+    decision = evaluate(obj, namespace, POLICIES)
+    if native.verdict == "refused":  # the API server's own validation, before any VAP
+        assert decision.verdict == "deny" and decision.refusals, (decision.violations, native.errors)
+        assert gaps.BUILT_IN_REFUSAL in printed
+        return gaps.BUILT_IN_REFUSAL
+    assert native.verdict == decision.verdict, (decision.violations, native.message)
+    assert native.message == "\n".join(decision.violations)
+    assert _containers(native.obj) == _containers(decision.mutated)
+    return None
+
+
+# --- The corpus -----------------------------------------------------------------------------------------------
+
+GPU_ = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    # requests into limits, every mode
+    "whole: requests only": ("research", pod(container(requests={GPU_: 1, "cpu": "2"}))),
+    "whole: requests only, limits map with cpu": ("research", pod(container(requests={GPU_: 2}, limits={"cpu": 1}))),
+    "whole: limit only": ("research", pod(container(limits={GPU_: 1}))),
+    "whole: no GPU": ("research", pod(container(requests={"cpu": 1}))),
+    "whole: zero": ("research", pod(container(limits={GPU_: 0}))),
+    "mig: requests only": ("mig", pod(container(requests={GPU_: 1}))),
+    "default: requests only": ("default", pod(container(requests={GPU_: 1}))),
+    "default: requests only, amd": ("default", pod(container(requests={"amd.com/gpu": 1}))),
+    # per-container and per-pod maxima
+    "whole: over the container maximum": ("research", pod(container(limits={GPU_: 3}))),
+    "whole: glob, over the pod maximum": (
+        "ml-train", pod(container("a", limits={GPU_: 2}), container("b", requests={GPU_: 2})),
+    ),
+    "whole: both maxima": ("research", pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: 1}))),
+    "default: nine GPUs": ("default", pod(container(limits={GPU_: 9}))),
+    "default: nine GPUs in three containers": (
+        "default", pod(*(container(f"c{i}", limits={GPU_: 3}) for i in range(3))),
+    ),
+    "tie: whole wins by file order": ("team-x-team", pod(container(limits={GPU_: 9}))),
+    "audit: over the maximum": ("audit", pod(container(limits={GPU_: 9}))),
+    # another pool's resource
+    "whole: a shared replica is another pool's": ("research", pod(container(limits={SHARED: 1}))),
+    "default: nine shared replicas, two lines of one container": ("default", pod(container(limits={SHARED: 9}))),
+    # time-slicing and MPS replicas
+    "shared: one GPU becomes a replica": ("shared", pod(container(requests={GPU_: 1}))),
+    "shared: exact name beats a glob": (
+        "ml-exact", pod(container(limits={GPU_: 1}, env=[{"name": "A", "value": "1"}])),
+    ),
+    "shared: most specific glob": ("ml-shared-a", pod(container(limits={GPU_: 1}, env=[]))),
+    "shared: two GPUs are two replicas": ("shared", pod(container(limits={GPU_: 2}))),
+    "shared: two replicas": ("shared", pod(container(limits={SHARED: 2}))),
+    "shared: a replica as written": ("shared", pod(container(limits={SHARED: 1}))),
+    "shared: nine containers": ("shared", pod(*(container(f"c{i}", limits={GPU_: 1}) for i in range(9)))),
+    "shared-tie: pytorch hint, two replicas allowed": ("a-team", pod(container(limits={GPU_: 2}))),
+    "shared-tie: over both maxima": (
+        "a-team", pod(container("a", limits={GPU_: 3}), container("b", limits={SHARED: 2})),
+    ),
+    "shared-tie: pod total": ("a-team", pod(*(container(f"c{i}", limits={SHARED: 2}) for i in range(3)))),
+    "mps: warn, two GPUs": ("mps-1", pod(container(limits={GPU_: 2}))),
+    "mps: a replica gets the MPS limits": ("mps-1", pod(container(requests={GPU_: 1}))),
+    # the API server refuses first
+    "whole: 500m": ("research", pod(container(limits={GPU_: "500m"}))),
+    "shared: 500m under fractional reject": ("shared", pod(container(limits={GPU_: "500m"}))),
+    "whole: request differs from limit": ("research", pod(container(requests={GPU_: 1}, limits={GPU_: 2}))),
+    "whole: negative": ("research", pod(container(limits={GPU_: -1}))),
+    # not covered
+    "fractions: 500m as a shared replica": ("frac", pod(container(limits={GPU_: "500m"}))),
+    "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
+    "shared: user's memory variable": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
+    ),
+    "shared: vLLM": ("shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m"]))),
+    "shared: both names": ("shared", pod(container(limits={GPU_: 1, SHARED: "0"}))),
+    # init containers and sidecars: the pod's effective total as the scheduler counts it
+    "whole: init container GPU": ("research", pod(container(), init=(container("setup", limits={GPU_: 1}),))),
+    "whole: an init container's peak": (
+        "research", pod(container("app", limits={GPU_: 1}), init=(container("setup", limits={GPU_: 2}),)),
+    ),
+    "default: sidecars run with the app": (
+        "default",
+        pod(
+            container("app", limits={GPU_: 4}),
+            init=(
+                container("log", limits={GPU_: 3}, restartPolicy="Always"),
+                container("setup", limits={GPU_: 8}),
+                container("proxy", limits={GPU_: 2}, restartPolicy="Always"),
+            ),
+        ),
+    ),
+    "default: an init container above the sidecars and the app": (
+        "default",
+        pod(
+            container("app", limits={GPU_: 1}),
+            init=(
+                container("log", limits={GPU_: 2}, restartPolicy="Always"),
+                container("warm", limits={GPU_: 7}),
+                container("also", limits={GPU_: 7}),
+            ),
+        ),
+    ),
+    "shared: a sidecar's replica": (
+        "shared",
+        pod(*(container(f"c{i}", limits={GPU_: 1}) for i in range(8)), init=(
+            container("side", requests={GPU_: 1}, restartPolicy="Always"),
+        )),
+    ),
+    "whole: NVIDIA_VISIBLE_DEVICES": (
+        "research", pod(container(limits={GPU_: 1}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])),
+    ),
+    "whole: node selector": ("research", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"})),
+    "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
+    "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
+    "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
+}  # fmt: skip
+
+NOT_COVERED = {
+    "whole: 500m": gaps.BUILT_IN_REFUSAL,
+    "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
+    "whole: request differs from limit": gaps.BUILT_IN_REFUSAL,
+    "whole: negative": gaps.BUILT_IN_REFUSAL,
+    "fractions: 500m as a shared replica": gaps.FRACTION_SHARED,
+    "mig: requests only": gaps.MIG,
+    "mig: one GPU": gaps.MIG,
+    "default: requests only, amd": gaps.OTHER_RESOURCES,
+    "shared: user's memory variable": gaps.USER_ENV,
+    "shared: vLLM": gaps.ENGINES,
+    "shared: both names": gaps.BOTH_NAMES,
+    "whole: NVIDIA_VISIBLE_DEVICES": gaps.DEVICE_RULES,
+    "whole: node selector": gaps.STEERING,
+    "whole: MIG profile": gaps.OTHER_RESOURCES,
+    "whole: a zero beside a GPU": gaps.BOTH_NAMES,
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_corpus_agrees_with_the_webhook(case: str) -> None:
+    namespace, obj = CASES[case]
+    assert compare(namespace, obj) == NOT_COVERED.get(case)
+
+
+def test_the_corpus_counts() -> None:
+    """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason."""
+    covered = [case for case in CASES if case not in NOT_COVERED]
+    assert (len(covered), len(NOT_COVERED)) == (33, 15)
+
+
+def test_a_denial_reads_as_the_webhooks() -> None:
+    native = admit(NATIVE, "research", decoded(pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: 1}))))
+    assert native.verdict == "deny"
+    assert native.message == (
+        'container "a": nvidia.com/gpu "3" exceeds the per-container maximum of 2 (policy "whole"); request at most 2\n'
+        'pod: nvidia.com/gpu effective total 4 (containers running together: "a"=3, "b"=1) exceeds the per-pod '
+        'maximum of 3 (policy "whole"); request fewer or split the pod'
+    )
+
+
+def test_lines_of_one_container_are_said_together() -> None:
+    native = admit(NATIVE, "default", decoded(pod(container("a", limits={SHARED: 9}))))
+    assert native.message == (
+        'container "a": nvidia.com/gpu.shared "9" is a shared GPU, but policy "built-in-default" gives this namespace '
+        "whole GPUs (mode exclusive); request nvidia.com/gpu instead\n"
+        'container "a": nvidia.com/gpu.shared "9" exceeds the per-container maximum of 8 (policy "built-in-default"); '
+        "request at most 8"
+    )  # and no pod line: one container over its own maximum says it
+
+
+def test_a_replica_is_renamed_and_told_its_share() -> None:
+    native = admit(NATIVE, "shared", decoded(pod(container(requests={GPU_: 1}))))
+    (body,) = native.obj["spec"]["containers"]
+    assert body["resources"] == {"requests": {SHARED: "1"}, "limits": {SHARED: "1"}}
+    assert {e["name"]: e["value"] for e in body["env"]}["GPU_MEMORY_FRACTION"] == "0.25"
+
+
+def test_the_ignore_label_leaves_a_namespace_alone() -> None:
+    obj = decoded(pod(container(limits={GPU_: 99})))
+    assert admit(NATIVE, "research", obj, {"gpu-admission.io/ignore": "true"}).obj == obj
+
+
+# --- Generated pods ---------------------------------------------------------------------------------------------
+
+QUANTITIES = ("0", "1", "2", "3", "9", "500m")
+RESOURCES = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "requests": st.dictionaries(st.sampled_from((GPU_, SHARED, "cpu")), st.sampled_from(QUANTITIES), max_size=2)
+        },
+    ),
+    st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED)), st.sampled_from(QUANTITIES)),
+    st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
+)
+ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    count, inits = draw(st.integers(1, 4)), draw(st.integers(0, 3))
+    bodies = [container(f"c{i}", **draw(RESOURCES), env=draw(ENV)) for i in range(count)]
+    restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
+    init = [container(f"i{i}", **draw(RESOURCES), env=draw(ENV), **draw(restart)) for i in range(inits)]
+    return pod(*bodies, init=tuple(init))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(NAMESPACES), obj=pods())
+def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any]) -> None:
+    compare(namespace, obj)
+
+
+# --- What the compiler says it does not carry -----------------------------------------------------------------
+
+
+def test_every_reason_a_case_is_not_compared_is_printed_by_the_cli(tmp_path) -> None:
+    from webhook.cli.policy_cmd import render_native
+
+    out, err = io.StringIO(), io.StringIO()
+    assert render_native(POLICIES, out, err) == 0
+    for gap in set(NOT_COVERED.values()):
+        assert str(gap) in err.getvalue()
+
+
+def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> None:
+    import yaml
+
+    from webhook.cli.policy_cmd import lint_native, render_native
+
+    out, err = io.StringIO(), io.StringIO()
+    assert render_native(POLICIES, out, err) == 0
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
+    # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
+    # judges (not under mig, whose own rules are not compiled).
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 9
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 8
+    assert f"every policy: not compiled: {gaps.WORKLOADS}" in err.getvalue()
+    warned = io.StringIO()
+    lint_native(POLICIES, warned)
+    assert warned.getvalue().splitlines() == [
+        f"warning: policy shared (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy mps (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; {gaps.ENGINES.rule} "
+        "(docs/native-policies.md)",
+        f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy mig (<built-in>): its native policies do not carry {gaps.MIG.rule} (docs/native-policies.md)",
+        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule}; {gaps.FRACTION_SHARED.rule} (docs/native-policies.md)",
+    ]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    pattern=st.sampled_from(("team-*", "*-team", "ml-?-x", "a[!b-d]c*", "[a-c]*-[0-9]", "*", "gpu*a*")),
+    name=st.text("abcdmlx-team0123", min_size=1, max_size=12),
+)
+def test_a_glob_as_a_regular_expression_matches_what_selection_matches(pattern: str, name: str) -> None:
+    import fnmatch
+    import re
+
+    from webhook.admission.policy.globs import glob_regex
+
+    assert bool(re.match(glob_regex(pattern), name)) == fnmatch.fnmatchcase(name, pattern)

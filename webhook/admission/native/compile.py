@@ -1,0 +1,157 @@
+"""The entry point: a policy set as the API server's admission policies (`compile_native`).
+
+One MutatingAdmissionPolicy and one ValidatingAdmissionPolicy per GPU policy (the built-in defaults among
+them, for namespaces no policy selects), each with its binding: the policy's values written into the
+expressions (no parameter resources), its namespaces as a matchCondition (selection.py), and the bindings'
+namespaceSelector leaving out the namespaces the webhook configurations leave out. The MAP's mutations run in
+order in one policy (separate MAPs have no order), each idempotent, under `reinvocationPolicy: IfNeeded`. The
+VAP has one validation whose message is every line of the webhook's denial, as the webhook joins them.
+
+Cost: each expression goes over a section's containers once per rule (one filter per resource name the limits
+step knows), and the pod totals over the app containers once per resource; the API server's own estimate
+needs a v1.36 API server (not measured here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission.base.podspec import container_label
+from webhook.admission.native.cel import fill, lit, slot
+from webhook.admission.native.containers import each
+from webhook.admission.native.family import SECTIONS, ContainerRule, Gap, Lines, Mutation
+from webhook.admission.native.gaps import EVERY_POLICY
+from webhook.admission.native.registry import FAMILIES
+from webhook.admission.native.selection import selects
+from webhook.admission.phases.validate import labelled
+from webhook.admission.policy.model import DEFAULT_POLICY, Enforcement, Policy, PolicySet
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+PREFIX = "gpu-admission-"
+IGNORE_LABEL = "gpu-admission.io/ignore"
+NAME_LABEL = "kubernetes.io/metadata.name"
+PODS = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}
+ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
+LINES = "lines"
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One GPU policy's admission policies and bindings, and what of it they do not carry."""
+
+    policy: Policy
+    selector: str  # the matchCondition on the namespace
+    mutations: list[Mutation]
+    objects: list[dict[str, Any]]
+    gaps: list[Gap]
+
+
+@dataclass(frozen=True, slots=True)
+class NativeSet:
+    compiled: list[Compiled]
+    every: tuple[Gap, ...] = field(default=EVERY_POLICY)  # what no native policy carries
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [obj for one in self.compiled for obj in one.objects]
+
+    def gaps_of(self, policy_name: str) -> list[Gap]:
+        """Everything the named policy's native set does not carry (its own gaps and every policy's)."""
+        own = next(one.gaps for one in self.compiled if one.policy.name == policy_name)
+        return [*own, *self.every]
+
+
+def compile_native(policies: PolicySet, excluded: Sequence[str]) -> NativeSet:
+    """The native set for `policies`; `excluded`: the namespaces the webhook never judges."""
+    selector = {
+        "matchExpressions": [
+            {"key": NAME_LABEL, "operator": "NotIn", "values": list(excluded)},
+            {"key": IGNORE_LABEL, "operator": "NotIn", "values": ["true"]},
+        ]
+    }
+    compiled = [_one(policy, selects(policies, policy), selector) for policy in policies.policies]
+    compiled.append(_one(DEFAULT_POLICY, selects(policies, None), selector))
+    return NativeSet(compiled)
+
+
+def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
+    """Each section's containers that break a rule, one element each: its lines, each with the container's
+    label in front, joined as the webhook joins a denial's lines (so the message reads the same)."""
+    if not rules:
+        return []
+    found = []
+    for section in SECTIONS:
+        prefix = fill(labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
+        said = " + ".join(f"(({rule.condition}) ? [{prefix} + {rule.sentence}] : [])" for rule in rules)
+        broken = " || ".join(f"({rule.condition})" for rule in rules)
+        found.append(Lines(each(section, broken, f"({said}).join({lit(chr(10))})")))
+    return found
+
+
+def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
+    name = PREFIX + policy.name
+    mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
+    rules = [rule for family in FAMILIES for rule in family.container_rules(policy)]
+    lines = [*_container_lines(rules), *(line for family in FAMILIES for line in family.lines(policy))]
+    gaps = [gap for family in FAMILIES for gap in family.gaps(policy)]
+    match = [{"name": "namespace-policy", "expression": condition}]
+    resources = {"namespaceSelector": selector}
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "IfNeeded",
+                "matchConstraints": PODS,
+                "matchConditions": match,
+                "mutations": [
+                    {"patchType": "JSONPatch", "jsonPatch": {"expression": mutation.expression}}
+                    for mutation in mutations
+                ],
+            },
+        },
+        {
+            "apiVersion": API_VERSION,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "matchResources": resources},
+        },
+    ]
+    if lines:
+        variables = [{"name": n, "expression": e} for line in lines for n, e in line.variables]
+        variables.append({"name": LINES, "expression": " + ".join(f"({line.lines})" for line in lines)})
+        objects += [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": PODS,
+                    "matchConditions": match,
+                    "variables": variables,
+                    "validations": [
+                        {
+                            "expression": f"size(variables.{LINES}) == 0",
+                            "messageExpression": f"variables.{LINES}.join({lit(chr(10))})",
+                            "reason": "Forbidden",
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name},
+                "spec": {
+                    "policyName": name,
+                    "validationActions": ACTIONS[policy.enforcement],
+                    "matchResources": resources,
+                },
+            },
+        ]
+    return Compiled(policy, condition, mutations, objects, gaps)

@@ -1,0 +1,53 @@
+"""CEL for one container `c` of a section: its resources and where it is, guarded so that nothing errors on a
+container without them (an error in a policy under failurePolicy Fail refuses the pod)."""
+
+from __future__ import annotations
+
+from webhook.admission.base.resources import MANAGED_NAMES, MANAGED_PREFIXES
+from webhook.admission.native.cel import any_of, lit, strings
+
+
+def each(section: str, keep: str, make: str) -> str:
+    """One element (`make`, of the container `c`) per container of `section` for which `keep` holds."""
+    spec = f"object.spec.{section}"
+    return f"(has({spec}) ? {spec}.filter(c, {keep}).map(c, {make}) : [])"
+
+
+def path(section: str, tail: str) -> str:
+    """The JSON Pointer of `c` (by its place: container names are unique, so indexOf finds it) and `tail`."""
+    return f"'/spec/{section}/' + string(object.spec.{section}.indexOf(c)) + {lit(tail)}"
+
+
+def has_map(which: str) -> str:
+    return f"has(c.resources) && has(c.resources.{which})"
+
+
+def holds(which: str, name: str) -> str:
+    """`c` names `name` in its requests or limits."""
+    return f"{has_map(which)} && {lit(name)} in c.resources.{which}"
+
+
+def value(which: str, name: str, var: str = "c") -> str:
+    return f"{var}.resources.{which}[{lit(name)}]"
+
+
+def count(name: str, var: str = "c") -> str:
+    """The limit of `name` as a number of devices (call where `whole_limit` holds), of the container `var`."""
+    return f"quantity({value('limits', name, var)}).asInteger()"
+
+
+def whole_limit(name: str) -> str:
+    """`c` has a whole-number limit of `name`."""
+    return f"{holds('limits', name)} && quantity({value('limits', name)}).isInteger()"
+
+
+def managed(key: str) -> str:
+    """The resource named by `key` is one the webhook manages (resources.MANAGED_NAMES and MANAGED_PREFIXES)."""
+    return any_of([f"{key} in {strings(MANAGED_NAMES)}", f"{strings(MANAGED_PREFIXES)}.exists(p, {key}.startsWith(p))"])
+
+
+def any_managed() -> str:
+    """`c` asks for a resource the webhook manages (mutation leaves every other container alone)."""
+    return any_of(
+        f"{has_map(which)} && c.resources.{which}.exists(n, {managed('n')})" for which in ("requests", "limits")
+    )

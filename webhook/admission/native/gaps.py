@@ -1,0 +1,110 @@
+"""What the native set does not carry, and why: one `Gap` per rule, named once here so that the compiler's
+stderr, the docs and the tests' list of cases not compared read the same reasons.
+
+`shape` says which of the policy's rules are compiled at all: whole GPUs (`exclusive`), replicas shared as
+`nvidia.com/gpu.shared` (`time-slicing`, `mps`), or none but the limits copied from requests (every other mode).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.native.family import Family, Gap
+from webhook.admission.policy.model import Fractional, Mode, Policy
+
+Shape = Literal["whole", "shared"] | None
+
+BUILT_IN_REFUSAL = Gap(
+    "fractional, negative or request != limit GPU quantities (e.g. nvidia.com/gpu: 500m)",
+    "the API server's own validation refuses them before any ValidatingAdmissionPolicy runs (must be an integer, "
+    "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
+)
+FRACTION_SHARED = Gap(
+    f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica)",
+    "the fraction's memory hints need the fraction's arithmetic in CEL; not compiled yet: the API server "
+    "refuses such a pod as not an integer",
+)
+MIG = Gap(
+    "mode mig (MIG slices, fractional: mig)", "the profile tables and the smallest fitting slice are not compiled yet"
+)
+MEMORY = Gap(
+    "mode memory (HAMi, Volcano vGPU, ACK GPU sharing)",
+    "a share counted in GPUs' worth of memory across resources: not compiled yet",
+)
+KEPT_NAME = Gap(
+    "shared replicas under another sharing.resourceName",
+    f"only {NVIDIA_GPU_SHARED} is compiled; a kept {NVIDIA_GPU} converts fractions in place",
+)
+OTHER_RESOURCES = Gap(
+    "other GPU resources (AMD, Intel, MIG profiles, memory slices, DeviceClass resources, another pool's replicas)",
+    "their pools, amounts and classes are not compiled yet",
+)
+PREFIXED_LIMITS = Gap(
+    "limits copied from requests for MIG profile, Intel and DeviceClass resources",
+    "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys",
+)
+BOTH_NAMES = Gap(
+    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
+    "not compiled yet (the webhook leaves such a request unmapped and says why)",
+)
+EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
+USER_ENV = Gap(
+    "a container's own memory variables",
+    "merged, kept or judged against the share by the webhook: not compiled yet (the native set adds its "
+    "variables only where the container sets none of them)",
+)
+ENGINES = Gap(
+    "inference engines' memory flags (vLLM, SGLang, TensorRT-LLM)",
+    "the engine is told from its command line: not compiled",
+)
+DEVICE_RULES = Gap(
+    "NVIDIA_VISIBLE_DEVICES, envFrom prefixes and device mounts",
+    "not compiled yet",
+)
+STEERING = Gap(
+    "node affinity steering, and node constraints that contradict the policy's pool",
+    "not compiled yet",
+)
+BUDGETS = Gap("GPU budgets (cluster.quota)", "a count across the namespace's pods; a policy sees one object")
+CLUSTER_CHECKS = Gap("cluster checks (fits, offered, drift) and auto values", "they need the node inventory")
+DRA = Gap("DRA ResourceClaims", "the claims are other objects, which a policy on pods cannot read")
+ANNOTATION = Gap(
+    "the gpu-admission.io/policy annotation and the mutation warnings", "a policy cannot warn about a mutation"
+)
+WORKLOADS = Gap("workload templates (Deployments, Jobs, custom resources)", "Pods only for now: their pods are judged")
+
+# Said once for every policy: rules no native policy carries.
+EVERY_POLICY = (WORKLOADS, BUDGETS, CLUSTER_CHECKS, DRA, ANNOTATION)
+
+
+def shape(policy: Policy) -> Shape:
+    """Which of the policy's GPU rules the native set carries (None: the limits copied from requests only)."""
+    mode = policy.sharing.mode
+    if mode is Mode.EXCLUSIVE:
+        return "whole"
+    if mode in (Mode.TIME_SLICING, Mode.MPS) and policy.sharing.resource_name == NVIDIA_GPU_SHARED:
+        return "shared"
+    return None
+
+
+class Unsupported(Family):
+    """The policy's rules that no family compiles."""
+
+    name = "not compiled"
+
+    def gaps(self, policy: Policy) -> list[Gap]:
+        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_RULES]
+        mode = policy.sharing.mode
+        if mode is Mode.MIG:
+            found.append(MIG)
+        elif mode is Mode.MEMORY:
+            found.append(MEMORY)
+        elif shape(policy) is None:
+            found.append(KEPT_NAME)
+        if shape(policy) == "shared":
+            found += [USER_ENV, ENGINES]
+            if policy.fractional is Fractional.SHARED:
+                found.append(FRACTION_SHARED)
+        found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
+        return found

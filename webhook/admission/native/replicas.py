@@ -1,0 +1,89 @@
+"""Time-slicing and MPS replicas as `nvidia.com/gpu.shared`: `nvidia.com/gpu: N` renamed (mutate.py step 3,
+requests and limits, by JSON Patch: an apply configuration cannot remove a key), then the memory variables of
+one replica's share added to a container that holds a replica and sets none of them (step 4; the names and
+values are the engine's own entries, validate.Rules.own_env_tail)."""
+
+from __future__ import annotations
+
+from webhook.admission.base.resources import NVIDIA_GPU, SHARED_SUFFIX
+from webhook.admission.native.cel import all_of, jsonpatch, lit, strings
+from webhook.admission.native.containers import any_managed, each, has_map, holds, path, value
+from webhook.admission.native.family import SECTIONS, Family, Mutation
+from webhook.admission.native.gaps import shape
+from webhook.admission.phases.mutate import WATCHED_ENV
+from webhook.admission.phases.validate import Rules
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
+
+
+def _key(name: str) -> str:
+    return f"jsonpatch.escapeKey({lit(name)})"
+
+
+class SharedReplicas(Family):
+    name = "shared replicas"
+
+    def mutations(self, policy: Policy) -> list[Mutation]:
+        if shape(policy) != "shared":
+            return []
+        return [self._rename(policy), *self._env(policy)]
+
+    @staticmethod
+    def _rename(policy: Policy) -> Mutation:
+        """`nvidia.com/gpu: N` (whole, 1 <= N <= the container maximum, request = limit) to the target, as
+        mutate._mapping does; left alone where the container already names the target."""
+        rules = Rules.of(policy)
+        target = rules.mapping_target
+        assert target is not None
+        maximum = backend_of(policy).max_per_container(policy)
+        limit = f"quantity({value('limits', NVIDIA_GPU)})"
+        renamed = all_of(
+            [
+                holds("limits", NVIDIA_GPU),
+                f"!({holds('requests', target)})",
+                f"!({holds('limits', target)})",
+                f"{limit}.isInteger()",
+                f"{limit}.asInteger() >= 1",
+                f"{limit}.asInteger() <= {maximum}",
+                f"!({holds('requests', NVIDIA_GPU)}) || "
+                f"quantity({value('requests', NVIDIA_GPU)}).compareTo({limit}) == 0",
+            ]
+        )
+        parts = []
+        for section in SECTIONS:
+            written = value("limits", NVIDIA_GPU)  # the limit's text goes to both maps, as _rename does
+            for which in ("requests", "limits"):
+                keep = renamed if which == "limits" else f"({renamed}) && {holds('requests', NVIDIA_GPU)}"
+                at = path(section, f"/resources/{which}/")
+                parts.append(each(section, keep, jsonpatch("remove", f"{at} + {_key(NVIDIA_GPU)}")))
+                parts.append(each(section, keep, jsonpatch("add", f"{at} + {_key(target)}", written)))
+        return Mutation(f"{NVIDIA_GPU} to {target}", " + ".join(parts))
+
+    @staticmethod
+    def _env(policy: Policy) -> list[Mutation]:
+        """The policy's memory variables for one replica's share, where the container holds a replica (the
+        target, or any managed `*.shared`, above 0) and sets none of the variables the env step reads."""
+        rules = Rules.of(policy)
+        entries = rules.own_env_tail
+        if not entries:
+            return []
+        target = rules.shared_resource
+        assert target is not None
+        replica = (
+            f"{has_map('limits')} && c.resources.limits.exists(n, (n == {lit(target)} || "
+            f"n.endsWith({lit(SHARED_SUFFIX)})) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
+        )
+        holder = all_of([any_managed(), replica])
+        untouched = f"!c.env.exists(e, has(e.name) && e.name in {strings(sorted(WATCHED_ENV))})"
+        parts = []
+        for section in SECTIONS:
+            listed = "[" + ", ".join(_entry(entry) for entry in entries) + "]"
+            parts.append(each(section, f"({holder}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
+            for entry in entries:
+                keep = f"({holder}) && has(c.env) && {untouched}"
+                parts.append(each(section, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
+        return [Mutation("memory variables", " + ".join(parts))]
+
+
+def _entry(entry: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{lit(key)}: {lit(text)}" for key, text in entry.items()) + "}"

@@ -1,0 +1,88 @@
+"""Which Pods the native set claims to judge as the webhook does: `outside` gives the gap (gaps.py) that puts a
+Pod outside it, None where the compiled policies give the webhook's verdict, resources, env and message.
+
+The tests drive every Pod the set covers through both and require the same result; the gaps name what a
+namespace without the webhook loses (docs/native-policies.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.admission.base.podspec import POD_SPEC_PATHS, VISIBLE_DEVICES, mentions_gpu
+from webhook.admission.base.quantity import quantity_or_none
+from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
+from webhook.admission.native.family import SECTIONS, Gap
+from webhook.admission.native.gaps import (
+    BOTH_NAMES,
+    DEVICE_RULES,
+    ENGINES,
+    EPHEMERAL,
+    FRACTION_SHARED,
+    KEPT_NAME,
+    MEMORY,
+    MIG,
+    OTHER_RESOURCES,
+    STEERING,
+    USER_ENV,
+    WORKLOADS,
+    shape,
+)
+from webhook.admission.phases import engines
+from webhook.admission.phases.mutate import WATCHED_ENV
+from webhook.admission.policy.model import Fractional, Mode, Policy
+
+POD_SPEC = POD_SPEC_PATHS["Pod"]
+
+
+def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
+    """The gap that keeps the native set from judging `obj` (a Pod as the API server decodes it) as the webhook
+    does under `policy`, or None."""
+    if obj.get("kind") != "Pod":
+        return WORKLOADS
+    if not mentions_gpu(obj, POD_SPEC):
+        return None
+    spec = obj["spec"]
+    kind = shape(policy)
+    if kind is None:
+        mode = policy.sharing.mode
+        return MIG if mode is Mode.MIG else MEMORY if mode is Mode.MEMORY else KEPT_NAME
+    if "ephemeralContainers" in spec:
+        return EPHEMERAL
+    if "nodeSelector" in spec or "affinity" in spec:
+        return STEERING
+    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py).
+    served = {NVIDIA_GPU, NVIDIA_GPU_SHARED} if kind == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
+    for section in SECTIONS:
+        for body in spec.get(section) or ():
+            found = _container(body, policy, served)
+            if found is not None:
+                return found
+    return None
+
+
+def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
+    if "envFrom" in body or "volumeMounts" in body:
+        return DEVICE_RULES
+    names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
+    if VISIBLE_DEVICES in names:
+        return DEVICE_RULES
+    resources = body.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    managed = {name for name in (*requests, *limits) if is_managed(name)}
+    if not managed:
+        return None
+    if not managed <= served:
+        return OTHER_RESOURCES
+    if len(managed) > 1:
+        return BOTH_NAMES
+    values = [quantity_or_none(v) for v in (*requests.values(), *limits.values())]
+    if shape(policy) == "shared":
+        if names & WATCHED_ENV:
+            return USER_ENV
+        if engines.detect(body) is not None:
+            return ENGINES
+        fraction = any(v is not None and 0 < v < 1 for v in values)
+        if fraction and policy.fractional is Fractional.SHARED:
+            return FRACTION_SHARED
+    return None
