@@ -103,6 +103,34 @@ def test_the_crd_carries_the_loaders_types_enums_and_bounds() -> None:
         assert set(node) == {"description", PRESERVE}
 
 
+def _walk(json_node: dict[str, Any], crd_node: dict[str, Any], path: str) -> Any:
+    """(path, JSON Schema node, CRD node) for every field both schemas describe."""
+    yield path, json_node, crd_node
+    for name, child in json_node.get("properties", {}).items():
+        yield from _walk(child, crd_node["properties"][name], f"{path}.{name}")
+    if "items" in json_node and "items" in crd_node:
+        yield from _walk(json_node["items"], crd_node["items"], f"{path}[]")
+
+
+def test_every_bound_of_the_editors_schema_is_in_the_crd() -> None:
+    """The two schemas come from one table: a bound, choice or pattern the editors get, the API server checks."""
+    from webhook.admission.policy.schema import policy_schema
+
+    checked = 0
+    for path, json_node, crd_node in _walk(policy_schema()["properties"]["spec"], spec_schema(), "spec"):
+        for key in ("enum", "minimum", "maximum", "pattern", "maxLength", "minItems"):
+            if key in json_node:
+                assert crd_node[key] == json_node[key], f"{path}: {key}"
+                checked += 1
+        if "exclusiveMinimum" in json_node:
+            assert (crd_node["minimum"], crd_node["exclusiveMinimum"]) == (json_node["exclusiveMinimum"], True), path
+        if json_node.get("uniqueItems"):
+            assert crd_node["x-kubernetes-list-type"] == "set", path
+        if "type" in json_node and "type" in crd_node:
+            assert crd_node["type"] == json_node["type"], path
+    assert checked >= 20
+
+
 def test_there_are_no_defaults_and_the_descriptions_name_them() -> None:
     """The API server would write a default into every stored spec, and the loader refuses some fields under
     other modes: a stored object holds what its author wrote."""
