@@ -82,8 +82,9 @@ soak: $(STAMP)
 	GPU_ADMISSION_EXAMPLES=10000 $(BIN)/python -m pytest -q -m soak tests
 	GPU_ADMISSION_EXAMPLES=2000 $(BIN)/python -m pytest -q -n 2 tests/test_engine_properties.py
 
-# kustomize reads only files under manifests/: copy the shipped policies into the ConfigMap generator; then
-# write the webhook configurations' entries and matchConditions (and the chart's) from the engine's tables.
+# kustomize reads only files under manifests/: copy the shipped default policy into the ConfigMap generator and
+# the policy-source-cluster component; then write the webhook configurations' entries and matchConditions, the
+# RBAC and the GPUPolicy CRD (and the chart's copies) from the engine's and the loader's tables.
 manifests: $(STAMP)
 	sh manifests/sync-policies.sh
 	$(BIN)/python -m webhook.cli.webhooks

@@ -1,9 +1,10 @@
 #!/bin/sh
-# Writes the policy ConfigMap the manifests apply: policies/default.yaml only, in `audit` (the first-day
+# Writes the default policy the manifests apply: policies/default.yaml only, in `audit` (the first-day
 # posture: nothing that runs today is denied or changed in behaviour; the webhook logs and counts what it
-# would deny). kustomize reads only files inside its kustomization's directory, hence the copy. `make
-# manifests` runs it; tests/test_manifests.py fails while the copy differs from what this script writes. The
-# Helm chart's default policy (charts/gpu-admission/files/default.yaml) is the same file.
+# would deny), into the policy ConfigMap's directory and, as a GPUPolicy object, into the
+# policy-source-cluster component. kustomize reads only files inside its kustomization's directory, hence the
+# copies. `make manifests` runs it; tests/test_manifests.py fails while a copy differs from what this script
+# writes. The Helm chart's default policy (charts/gpu-admission/files/default.yaml) is the same file.
 # policies/ holds only what ships; the sharing policies in examples/policies/ go with an overlay
 # (manifests/overlays/custom/), not here.
 set -eu
@@ -37,6 +38,7 @@ fi
   echo "    files:"
   echo "      - default.yaml"
 } > "$dst/kustomization.yaml"
-mkdir -p charts/gpu-admission/files
+mkdir -p charts/gpu-admission/files manifests/policy-source-cluster
 cp "$dst/default.yaml" charts/gpu-admission/files/default.yaml
-echo "synced $src into $dst and charts/gpu-admission/files (enforcement: audit)"
+cp "$dst/default.yaml" manifests/policy-source-cluster/default.yaml
+echo "synced $src into $dst, manifests/policy-source-cluster and charts/gpu-admission/files (enforcement: audit)"

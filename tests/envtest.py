@@ -155,7 +155,8 @@ def shipped_webhook_configurations(
 ) -> list[dict[str, Any]]:
     """The webhook configurations `kubectl apply -k manifests/` would create (rendered, so every list the
     components copy in is there), pointed at `url` with `ca_pem`, named `gpu-admission-<suffix>`, and sent
-    only objects in namespaces that carry the label `only_label` (so tests sharing one API server stay apart)."""
+    only objects in namespaces that carry the label `only_label` (so tests sharing one API server stay apart);
+    without the entry for GPUPolicy objects."""
     root = Path(__file__).resolve().parent.parent / "manifests"
     rendered = subprocess.run(
         [str(kubectl), "kustomize", str(root)], capture_output=True, text=True, timeout=60, check=True
@@ -165,6 +166,8 @@ def shipped_webhook_configurations(
         if not config or not config["kind"].endswith("WebhookConfiguration"):
             continue
         config["metadata"] = {"name": f"gpu-admission-{suffix}"}
+        # GPUPolicy objects' entry left out: cluster-scoped, no namespace label could keep the tests apart.
+        config["webhooks"] = [w for w in config["webhooks"] if w["rules"][0]["scope"] == "Namespaced"]
         for webhook in config["webhooks"]:
             path = webhook["clientConfig"]["service"]["path"]
             webhook["clientConfig"] = {"url": url + path, "caBundle": base64.b64encode(ca_pem).decode()}

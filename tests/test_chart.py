@@ -45,10 +45,11 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def render(*values: str, namespace: str = NAMESPACE, files: tuple[str, ...] = ()) -> dict[Key, dict[str, Any]]:
-    """`helm template` with `--set` values (and `--set-file` ones), as objects by (kind, name)."""
+    """`helm template` with `--set` values (and `--set-file` ones), as objects by (kind, name), the CRD in crds/
+    included (Helm installs it before the rest on the first install)."""
     flags = [arg for value in (*REQUIRED, *values) for arg in ("--set", value)]
     flags += [arg for value in files for arg in ("--set-file", value)]
-    run = helm("template", "gpu-admission", str(CHART), "--namespace", namespace, *flags)
+    run = helm("template", "gpu-admission", str(CHART), "--namespace", namespace, "--include-crds", *flags)
     assert run.returncode == 0, run.stderr
     return by_key(yaml.safe_load_all(run.stdout))
 
@@ -93,18 +94,20 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
         assert "1 chart(s) linted, 0 chart(s) failed" in run.stdout
 
 
-def base_with_its_lists(tmp_path: Path) -> dict[Key, dict[str, Any]]:
+def base_with_its_lists(tmp_path: Path, *, cluster_source: bool = True) -> dict[Key, dict[str, Any]]:
     """manifests/base with the two lists every variant copies in (the excluded namespaces, the API server's
-    addresses), and without caBundle, which the chart leaves out by default."""
+    addresses), and without caBundle, which the chart leaves out by default; with the policies as GPUPolicy
+    objects (manifests/policy-source-cluster/) or as files in a ConfigMap."""
+    components = ["api-server", "excluded-namespaces"]
+    if cluster_source:
+        components.insert(0, "policy-source-cluster")
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [os.path.relpath(MANIFESTS / "base", tmp_path)],
-                "components": [
-                    os.path.relpath(MANIFESTS / name, tmp_path) for name in ("api-server", "excluded-namespaces")
-                ],
+                "components": [os.path.relpath(MANIFESTS / name, tmp_path) for name in components],
             }
         )
     )
@@ -118,6 +121,44 @@ def test_the_default_render_is_the_kustomize_base_but_for_the_namespace(tmp_path
     namespace = base.pop(("Namespace", NAMESPACE))
     assert render() == base
     assert render("namespace.create=true") == {**base, ("Namespace", NAMESPACE): namespace}
+    assert {key for key in base if key[0] in ("CustomResourceDefinition", "GPUPolicy", "ConfigMap")} == {
+        ("CustomResourceDefinition", "gpupolicies.gpu-admission.io"), ("GPUPolicy", "default"),
+    }  # fmt: skip
+
+
+def test_the_configmap_source_renders_the_kustomize_base_without_the_cluster_source(tmp_path: Path) -> None:
+    """policySource configmap: the policies as files in a ConfigMap, mounted, as manifests/overlays/custom/ keeps
+    them; the CRD still ships in crds/ (Helm never deletes a chart's CRDs), and no GPUPolicy object."""
+    base = base_with_its_lists(tmp_path, cluster_source=False)
+    base.pop(("Namespace", NAMESPACE))
+    rendered = render("policySource=configmap")
+    crd = rendered.pop(("CustomResourceDefinition", "gpupolicies.gpu-admission.io"))
+    assert crd == yaml.safe_load((MANIFESTS / "policy-source-cluster" / "gpupolicies.yaml").read_text())
+    assert rendered == base
+
+
+def test_under_the_cluster_source_each_policy_document_becomes_a_gpupolicy_object() -> None:
+    """The `policies` map works for both sources: as objects, each document of each value as written."""
+    from webhook.admission.policy.objects import judge_objects
+
+    examples = ROOT / "examples" / "policies"
+    rendered = render(files=(f"policies.a\\.yaml={ROOT / 'policies' / 'default.yaml'}",
+                             f"policies.b\\.yaml={examples / 'time-slicing.yaml'}"))  # fmt: skip
+    objects = [obj for key, obj in rendered.items() if key[0] == "GPUPolicy"]
+    expected = [*yaml.safe_load_all((ROOT / "policies" / "default.yaml").read_text()),
+                *yaml.safe_load_all((examples / "time-slicing.yaml").read_text())]  # fmt: skip
+    assert sorted(objects, key=lambda o: o["metadata"]["name"]) == sorted(
+        [doc for doc in expected if doc], key=lambda o: o["metadata"]["name"]
+    )
+    judged = judge_objects(objects)
+    assert all(verdict.ready for verdict in judged.verdicts.values()), judged.verdicts
+    assert ("ConfigMap", "gpu-admission-policies") not in rendered
+
+
+def test_the_cluster_source_needs_the_charts_rbac() -> None:
+    run = helm("template", "gpu-admission", str(CHART), "--set", REQUIRED[0], "--set", "clusterChecks.rbac=false")
+    assert run.returncode != 0
+    assert "policySource cluster: the server lists and watches GPUPolicy objects" in run.stderr
 
 
 def test_cert_manager_renders_the_cert_manager_overlay() -> None:
@@ -178,7 +219,7 @@ def test_values_reach_every_place_that_must_agree() -> None:
         "image.repository=registry.example.com/gpu-admission", "image.tag=9.9.9", "replicas=5", "workers=4",
         "excludedNamespaces={kube-system,kube-node-lease,gpu-operator}", "certificates.caBundle=Q0E=",
         "certificates.secretName=my-tls", "webhooks.timeoutSeconds=3", "priorityClassName=",
-        "clusterChecks.rbac=false",
+        "clusterChecks.rbac=false", "policySource=configmap",
         namespace="platform",
         files=(f"policies.notebooks\\.yaml={notebooks_file}", f"policies.default\\.yaml={default_file}"),
     )  # fmt: skip
@@ -192,6 +233,7 @@ def test_values_reach_every_place_that_must_agree() -> None:
     assert pod["volumes"][0]["secret"]["secretName"] == "my-tls"
     assert "priorityClassName" not in pod and ("ResourceQuota", "gpu-admission-critical-pods") not in rendered
     assert pod["automountServiceAccountToken"] is False and ("ClusterRole", "gpu-admission-nodes") not in rendered
+    assert ("ClusterRole", "gpu-admission-policy-editor") in rendered  # bound to nobody: always there to bind
     # The policies ConfigMap holds the files as given, and they load as policies.
     data = rendered[("ConfigMap", "gpu-admission-policies")]["data"]
     assert data == {"notebooks.yaml": notebooks, "default.yaml": default}
@@ -204,6 +246,8 @@ def test_values_reach_every_place_that_must_agree() -> None:
             }  # fmt: skip
             assert webhook["clientConfig"]["caBundle"] == "Q0E="
             assert webhook["timeoutSeconds"] == 3
+            if webhook["rules"][0]["scope"] == "Cluster":
+                continue  # GPUPolicy objects: no namespace to select
             (names, ignore) = webhook["namespaceSelector"]["matchExpressions"]
             assert names["values"] == ["kube-system", "kube-node-lease", "gpu-operator", "platform"]  # platform's own
             assert ignore == {"key": "gpu-admission.io/ignore", "operator": "NotIn", "values": ["true"]}
@@ -249,6 +293,7 @@ def test_generated_certificates_serve_the_service_name_and_are_signed_by_the_ca_
     ("value", "message"),
     [
         ("certificates.source=vault", "value must be one of 'secret', 'certManager', 'generate'"),
+        ("policySource=files", "value must be one of 'cluster', 'configmap'"),
         ("excludedNamespaces={gpu-operator}", "at '/excludedNamespaces'"),
         ("policies.notes\\.txt=x", "'notes.txt' does not match pattern"),
         ("replicas=0", "at '/replicas'"),
@@ -306,8 +351,8 @@ def test_a_real_api_server_takes_the_two_step_install_an_upgrade_and_the_uninsta
 
     for kind in kinds:
         configuration = kube_apiserver.request("GET", hooks.format(kind)).json()
-        # 5 pod-spec places, claims, claim templates; and the custom resources, validated only.
-        custom = len(BUILTIN_KINDS) if kind.startswith("validating") else 0
+        # 5 pod-spec places, claims, claim templates; and the custom resources and GPUPolicy, validated only.
+        custom = len(BUILTIN_KINDS) + 1 if kind.startswith("validating") else 0
         assert len(configuration["webhooks"]) == 7 + custom
         assert {hook["clientConfig"]["service"]["namespace"] for hook in configuration["webhooks"]} == {namespace}
     assert kube_apiserver.request("GET", secret).json()["data"]["tls.crt"] == certificate  # kept (lookup)

@@ -1,7 +1,7 @@
 """manifests/: what `kubectl apply -k manifests/` (and each overlay) would apply, checked property by property.
 
 `render` below resolves the few kustomize features the manifests use (resources, components,
-configMapGenerator, JSON patches, replacements, local-config) and fails on any other; where kubectl is
+configMapGenerator, JSON patches, `$patch: delete`, replacements, local-config) and fails on any other; where kubectl is
 installed, its built-in kustomize renders the same directories and must agree (and renders the example
 overlay in overlays/custom/, whose `behavior: replace` and `images:` only kustomize resolves). Every
 rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field the
@@ -15,11 +15,13 @@ cel-go's heterogeneous equality) on objects with and without GPUs and with missi
 
 from __future__ import annotations
 
+import argparse
 import base64
 import copy
 import dataclasses
 import ipaddress
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -43,6 +45,7 @@ from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 POLICY_COPY = MANIFESTS / "base" / "policies"
+CLUSTER_SOURCE = MANIFESTS / "policy-source-cluster"
 NAMESPACE = "gpu-admission"
 KUBECTL = k8s_tools.binary("kubectl")
 LOCAL_CONFIG = "config.kubernetes.io/local-config"
@@ -129,14 +132,25 @@ def is_custom(hook: dict[str, Any]) -> bool:
     return any(r["apiVersions"] == ["*"] for r in hook["rules"])
 
 
+def is_namespaced(hook: dict[str, Any]) -> bool:
+    """Not the GPUPolicy objects' entry (cluster-scoped: no namespaceSelector, no matchConditions;
+    tests/test_webhooks_generated.py checks it)."""
+    return all(r["scope"] == "Namespaced" for r in hook["rules"])
+
+
 def pod_spec_hooks(configuration: dict[str, Any]) -> list[dict[str, Any]]:
-    return [hook for hook in configuration["webhooks"] if not is_custom(hook)]
+    return [hook for hook in configuration["webhooks"] if not is_custom(hook) and is_namespaced(hook)]
+
+
+def namespaced_hooks(configuration: dict[str, Any]) -> list[dict[str, Any]]:
+    return [hook for hook in configuration["webhooks"] if is_namespaced(hook)]
 
 
 # The entries: five for the places a pod spec lives and two for DRA claims, in both configurations; one per
-# custom resource kind in the validating configuration only.
-ENTRIES = {"MutatingWebhookConfiguration": 7, "ValidatingWebhookConfiguration": 7 + len(BUILTIN_KINDS)}
+# custom resource kind and one for GPUPolicy objects in the validating configuration only.
+ENTRIES = {"MutatingWebhookConfiguration": 7, "ValidatingWebhookConfiguration": 7 + len(BUILTIN_KINDS) + 1}
 ALL_ENTRIES = sum(ENTRIES.values())
+NAMESPACED_ENTRIES = ALL_ENTRIES - 1  # all but GPUPolicy's
 
 
 # ------------------------------------------------------------------------------------ a small kustomize
@@ -179,9 +193,12 @@ def _apply_patches(objects: list[dict[str, Any]], directory: Path, patches: list
     for entry in patches:
         text = (directory / entry["path"]).read_text() if "path" in entry else entry["patch"]
         operations = yaml.safe_load(text)
-        assert isinstance(operations, list), "only JSON patches (a list of operations) are supported here"
         matched = [i for i, obj in enumerate(objects) if _selected(obj, entry["target"])]
         assert matched, f"patch {entry} matches nothing"
+        if isinstance(operations, dict) and operations.get("$patch") == "delete":  # the one strategic merge used
+            objects[:] = [obj for i, obj in enumerate(objects) if i not in matched]
+            continue
+        assert isinstance(operations, list), "only JSON patches and `$patch: delete` are supported here"
         for index in matched:
             objects[index] = jsonpatch.apply_patch(objects[index], operations)
 
@@ -298,6 +315,25 @@ def default(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return rendered["default"]
 
 
+@pytest.fixture(scope="module")
+def configmap_source(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """manifests/ without the policy-source-cluster component: the policies as files in a ConfigMap (the source
+    overlays/custom/ keeps)."""
+    directory = tmp_path_factory.mktemp("configmap-source")
+    components = ["ca-bundle", "api-server", "excluded-namespaces"]
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(MANIFESTS / "base", directory)],
+                "components": [os.path.relpath(MANIFESTS / name, directory) for name in components],
+            }
+        )
+    )
+    return render(directory)
+
+
 def webhook_configurations(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     grouped = by_kind(objects)
     return grouped["MutatingWebhookConfiguration"] + grouped["ValidatingWebhookConfiguration"]
@@ -328,16 +364,32 @@ def test_every_manifest_file_parses() -> None:
 def test_each_variant_renders_the_expected_objects(rendered: dict[str, list[dict[str, Any]]], variant: str) -> None:
     kinds = sorted(_key(o)[0] for o in rendered[variant])
     expected = [
-        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "MutatingWebhookConfiguration", "Namespace",
-        "NetworkPolicy", "PodDisruptionBudget", "ResourceQuota", "Role", "RoleBinding", "Service", "ServiceAccount",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration",
-    ]  # fmt: skip
+        "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "GPUPolicy",
+        "MutatingWebhookConfiguration",
+        "Namespace",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "ResourceQuota",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+    ]  # fmt: skip (policies as GPUPolicy objects: the CRD and the default policy, no ConfigMap)
     if variant == "cert-manager":
         expected = sorted([*expected, "Certificate", "Certificate", "Issuer", "Issuer"])
     assert kinds == expected
     cluster_scoped = {
         "Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ClusterRole",
         "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "CustomResourceDefinition", "GPUPolicy",
     }  # fmt: skip
     for obj in rendered[variant]:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
@@ -359,13 +411,13 @@ def test_objects_round_trip_through_the_kubernetes_client_models(
     deserialize = client._ApiClient__deserialize  # type: ignore[attr-defined]
     checked = 0
     for obj in with_ca_bundle(rendered[variant], base64.b64encode(b"a CA").decode()):
-        if obj["apiVersion"].startswith("cert-manager.io/"):
-            continue  # a CRD: the client has no model for it
+        if obj["apiVersion"].startswith(("cert-manager.io/", "gpu-admission.io/")):
+            continue  # custom resources: the client has no model (tests/test_policy_crd.py checks GPUPolicy's)
         model = deserialize(json.loads(json.dumps(obj)), f"V1{obj['kind']}")
         assert type(model).__name__ == f"V1{obj['kind']}"
         assert client.sanitize_for_serialization(model) == obj, f"{_key(obj)} lost or changed fields"
         checked += 1
-    assert checked == 16
+    assert checked == 17  # the CRD included: every field of its schema is one the API knows
 
 
 # ------------------------------------------------------------------------------------ the policy ConfigMap
@@ -391,27 +443,47 @@ def first_day_copy() -> str:
 
 
 def test_the_policy_copy_is_the_default_policy_in_audit() -> None:
-    """kustomize reads only files under its root, so manifests/ carries a copy: policies/default.yaml, in audit."""
+    """kustomize reads only files under its root, so manifests/ carries copies: policies/default.yaml, in audit,
+    for the ConfigMap and as the cluster source's GPUPolicy object."""
     assert _policy_files(POLICY_COPY) == {"default.yaml": first_day_copy()}, "run `make manifests`"
+    assert (CLUSTER_SOURCE / "default.yaml").read_text() == first_day_copy(), "run `make manifests`"
     (generator,) = _kustomization(POLICY_COPY)["configMapGenerator"]
     assert generator.get("files", []) == ["default.yaml"]
 
 
-def test_the_configmap_holds_only_the_default_policy_in_audit(default: list[dict[str, Any]]) -> None:
-    """The first day breaks nothing: no example policy goes live, and the default only logs and counts."""
+def _first_day_policy() -> Any:
+    """The repository's default policy, in audit."""
     from webhook.admission.policy.loader import parse_policy_sources
     from webhook.admission.policy.model import Enforcement
 
-    configmap = one(default, "ConfigMap")
+    (repository,) = parse_policy_sources({"default.yaml": (ROOT / "policies" / "default.yaml").read_text()}).policies
+    assert repository.enforcement is Enforcement.ENFORCE
+    return dataclasses.replace(repository, enforcement=Enforcement.AUDIT)
+
+
+def test_the_only_gpupolicy_object_is_the_default_policy_in_audit(default: list[dict[str, Any]]) -> None:
+    """The first day breaks nothing, with policies as objects too: no example policy goes live, and the default
+    only logs and counts. The object is judged as the server judges objects."""
+    from webhook.admission.policy.objects import judge_objects
+
+    (obj,) = by_kind(default)["GPUPolicy"]
+    judged = judge_objects([obj])
+    assert judged.verdicts["default"].problems == ()
+    (policy,) = judged.policies.policies
+    assert dataclasses.replace(policy, source="default.yaml#0") == _first_day_policy()
+    assert "ConfigMap" not in by_kind(default)  # no policies ConfigMap beside the objects
+
+
+def test_the_configmap_holds_only_the_default_policy_in_audit(configmap_source: list[dict[str, Any]]) -> None:
+    """The same first day with the policies as files in a ConfigMap."""
+    from webhook.admission.policy.loader import parse_policy_sources
+
+    configmap = one(configmap_source, "ConfigMap")
     assert configmap["metadata"]["name"] == "gpu-admission-policies"  # no hash suffix: updated in place
     assert list(configmap.get("data", {})) == ["default.yaml"]
     shipped = parse_policy_sources(configmap["data"])  # the loader's own check: raises PolicyLoadError
     (policy,) = shipped.policies
-    assert policy.name == "default" and policy.enforcement is Enforcement.AUDIT
-    # Everything but the enforcement is the repository's default policy.
-    (repository,) = parse_policy_sources({"default.yaml": (ROOT / "policies" / "default.yaml").read_text()}).policies
-    assert repository.enforcement is Enforcement.ENFORCE
-    assert dataclasses.replace(repository, enforcement=Enforcement.AUDIT) == policy
+    assert policy == _first_day_policy()  # everything but the enforcement is the repository's default policy
 
 
 def test_the_sync_script_writes_the_first_day_default(tmp_path: Path) -> None:
@@ -421,10 +493,11 @@ def test_the_sync_script_writes_the_first_day_default(tmp_path: Path) -> None:
     (root / "manifests" / "base" / "policies" / "stale.yaml").write_text("name: gone\n")
     result = subprocess.run(["sh", str(root / "manifests" / "sync-policies.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    written = "manifests/base/policies and charts/gpu-admission/files"
+    written = "manifests/base/policies, manifests/policy-source-cluster and charts/gpu-admission/files"
     assert result.stdout == f"synced policies/default.yaml into {written} (enforcement: audit)\n"
     assert not (root / "manifests" / "base" / "policies" / "stale.yaml").exists()
     assert _policy_files(root / "manifests" / "base" / "policies") == {"default.yaml": first_day_copy()}
+    assert (root / "manifests" / "policy-source-cluster" / "default.yaml").read_text() == first_day_copy()
     assert (root / "charts" / "gpu-admission" / "files" / "default.yaml").read_text() == first_day_copy()
     # A default.yaml whose enforcement line the script cannot find is an error, not a silent enforce.
     (root / "policies" / "default.yaml").write_text("apiVersion: gpu-admission.io/v1\n")
@@ -450,13 +523,27 @@ def test_the_deployment_runs_three_spread_replicas(default: list[dict[str, Any]]
 def test_the_service_account_reads_cluster_wide_and_writes_only_the_ledger_in_its_namespace(
     default: list[dict[str, Any]],
 ) -> None:
-    role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
+    roles = {role["metadata"]["name"]: role for role in by_kind(default)["ClusterRole"]}
+    role, binding = roles["gpu-admission-nodes"], one(default, "ClusterRoleBinding")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["resource.k8s.io"], "verbs": ["get", "list", "watch"],
-         "resources": ["resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "verbs": ["get", "list", "watch"],
+            "resources": ["resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"],
+        },
         {"apiGroups": [""], "resources": ["pods", "resourcequotas"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["gpu-admission.io"], "resources": ["gpupolicies"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["gpu-admission.io"], "resources": ["gpupolicies/status"], "verbs": ["update"]},
+    ]  # fmt: skip (the GPUPolicy objects it serves, the namespaces they govern, and their status: its one write)
+    # For the people who write policies, bound to nobody (docs/operations.md says how to bind it); never status.
+    editor = roles["gpu-admission-policy-editor"]
+    assert editor["rules"] == [
+        {"apiGroups": ["gpu-admission.io"], "resources": ["gpupolicies"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     ]  # fmt: skip
+    assert [b["roleRef"]["name"] for b in by_kind(default)["ClusterRoleBinding"]] == ["gpu-admission-nodes"]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]
     }  # fmt: skip
@@ -510,7 +597,18 @@ def _flags(command: list[str]) -> dict[str, str]:
     return dict(zip(rest[::2], rest[1::2], strict=True))
 
 
-def test_the_server_command_points_at_the_mounted_certificate_and_policies(default: list[dict[str, Any]]) -> None:
+def test_the_server_reads_gpupolicy_objects_and_mounts_no_policies(default: list[dict[str, Any]]) -> None:
+    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    flags = _flags(container["command"])
+    assert flags["--policy-source"] == "cluster" and "--policies" not in flags
+    assert [m["name"] for m in container["volumeMounts"]] == ["tls", "tmp"]
+    assert [v["name"] for v in one(default, "Deployment")["spec"]["template"]["spec"]["volumes"]] == ["tls", "tmp"]
+
+
+def test_the_server_command_points_at_the_mounted_certificate_and_policies(
+    configmap_source: list[dict[str, Any]],
+) -> None:
+    default = configmap_source  # the policies as files: mounted from the ConfigMap
     pod = one(default, "Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     flags = _flags(container["command"])
@@ -532,15 +630,30 @@ def test_the_server_command_points_at_the_mounted_certificate_and_policies(defau
     assert flags["--probe-port"] == "8080"
 
 
-def test_the_server_command_is_one_the_cli_accepts(default: list[dict[str, Any]]) -> None:
+def test_the_server_command_is_one_the_cli_accepts(
+    default: list[dict[str, Any]], configmap_source: list[dict[str, Any]]
+) -> None:
     from webhook.cli import serve_cmd
     from webhook.cli.main import build_parser
 
-    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (container,) = one(configmap_source, "Deployment")["spec"]["template"]["spec"]["containers"]
     args = build_parser().parse_args(container["command"][1:])
     assert args.handler is serve_cmd.run
     assert (args.port, args.metrics_port, args.workers, args.dev) == (8443, 9090, 2, False)
     assert args.cert_file == "/etc/gpu-admission/tls/tls.crt" and args.policies == "/etc/gpu-admission/policies"
+    (container,) = one(default, "Deployment")["spec"]["template"]["spec"]["containers"]
+    if "--policy-source" not in build_parser().format_help() + _serve_help():
+        pytest.skip("gpu-webhook serve has no --policy-source option in this tree")
+    args = build_parser().parse_args(container["command"][1:])
+    assert args.handler is serve_cmd.run and args.policy_source == "cluster"
+
+
+def _serve_help() -> str:
+    from webhook.cli.main import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands.choices["serve"].format_help()
 
 
 def test_the_latency_histogram_reaches_past_the_webhooks_timeout(default: list[dict[str, Any]]) -> None:
@@ -650,6 +763,9 @@ def test_every_webhook_is_strict_fast_and_calls_the_service(default: list[dict[s
             "path": "/mutate" if mutating else "/validate",
             "port": 443,
         }
+        if not is_namespaced(hook):
+            assert "namespaceSelector" not in hook  # the API server ignores it for cluster-scoped objects
+            continue
         assert hook["namespaceSelector"] == {
             "matchExpressions": [
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded_namespaces()},
@@ -668,7 +784,7 @@ def name_exclusions(objects: list[dict[str, Any]]) -> list[list[str]]:
     """Each webhook entry's `kubernetes.io/metadata.name NotIn` values, in order (ten entries)."""
     found = []
     for configuration in [o for o in objects if o["kind"].endswith("WebhookConfiguration")]:
-        for hook in configuration["webhooks"]:
+        for hook in namespaced_hooks(configuration):
             (names,) = [
                 e["values"]
                 for e in hook["namespaceSelector"]["matchExpressions"]
@@ -683,7 +799,7 @@ def test_the_gpu_stacks_default_namespaces_are_in_the_one_list() -> None:
     # The base holds no copy: each entry's values come from the list, through the component.
     for name in ("mutatingwebhookconfiguration.yaml", "validatingwebhookconfiguration.yaml"):
         (configuration,) = load_documents(MANIFESTS / "base" / name)
-        assert name_exclusions([configuration]) == [[]] * ENTRIES[configuration["kind"]]
+        assert name_exclusions([configuration]) == [[]] * len(namespaced_hooks(configuration))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -691,7 +807,7 @@ def test_every_webhook_entry_excludes_every_listed_namespace(
     rendered: dict[str, list[dict[str, Any]]], variant: str
 ) -> None:
     found = name_exclusions(rendered[variant])
-    assert found == [excluded_namespaces()] * ALL_ENTRIES
+    assert found == [excluded_namespaces()] * NAMESPACED_ENTRIES
     # Everything else still fails closed while no replica answers: tenants' GPU pods are refused, not let through.
     for configuration in webhook_configurations(rendered[variant]):
         assert {hook["failurePolicy"] for hook in configuration["webhooks"]} == {"Fail"}
@@ -720,7 +836,7 @@ def test_an_overlay_adds_a_namespace_to_the_list_with_one_patch(tmp_path: Path) 
     )
     outputs = [render(overlay)] + ([kubectl_kustomize(overlay)] if KUBECTL else [])
     for objects in outputs:
-        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * ALL_ENTRIES
+        assert name_exclusions(objects) == [[*excluded_namespaces(), "gpu-system"]] * NAMESPACED_ENTRIES
         assert not [o for o in objects if o["kind"] == "ExcludedNamespaces"]  # local-config: never applied
 
 
@@ -868,7 +984,7 @@ def test_the_no_match_conditions_overlay_differs_only_in_what_older_clusters_lac
     expected = sorted(copy.deepcopy(default), key=_key)
     for configuration in webhook_configurations(expected):
         for hook in configuration["webhooks"]:
-            del hook["matchConditions"]  # Kubernetes 1.28+
+            hook.pop("matchConditions", None)  # Kubernetes 1.28+ (GPUPolicy's entry has none)
     del one(expected, "PodDisruptionBudget")["spec"]["unhealthyPodEvictionPolicy"]  # beta from 1.27
     assert overlay == expected
 
@@ -1019,7 +1135,10 @@ CUSTOM = MANIFESTS / "overlays" / "custom"
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
-def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: list[dict[str, Any]]) -> None:
+def test_the_example_overlay_replaces_the_policies_and_sets_the_image(
+    configmap_source: list[dict[str, Any]],
+) -> None:
+    """The example overlay keeps the policies as files in a ConfigMap (it lists no policy-source-cluster)."""
     from webhook.admission.policy.loader import parse_policy_sources
 
     objects = kubectl_kustomize(CUSTOM)
@@ -1031,15 +1150,15 @@ def test_the_example_overlay_replaces_the_policies_and_sets_the_image(default: l
     assert names == ["default", "notebooks-time-slicing"]
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/platform/gpu-admission:0.1.0"
-    # Nothing else differs from manifests/.
-    expected = copy.deepcopy(default)
+    # Nothing else differs from manifests/ with the ConfigMap source.
+    expected = copy.deepcopy(configmap_source)
     one(expected, "ConfigMap")["data"] = files
     one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
     addresses = one(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"]  # the API server's: its own
     one(expected, "NetworkPolicy")["spec"]["ingress"][0]["from"] = addresses
     # Its more-excluded-namespaces/ component adds gpu-system to the namespaces never sent to the webhook.
     for configuration in webhook_configurations(expected):
-        for hook in configuration["webhooks"]:
+        for hook in namespaced_hooks(configuration):
             hook["namespaceSelector"]["matchExpressions"][0]["values"].append("gpu-system")
     assert sorted(objects, key=_key) == sorted(expected, key=_key)
 
@@ -1129,7 +1248,7 @@ def test_match_conditions_select_what_the_engine_would_judge(
         assert _cel(condition["expression"], obj) is selected, hook["name"]
         assert mentions_gpu(obj, path) is selected or spec.get("containers") is None, "the engine's twin differs"
     # An object without the pod spec's parents at all is not selected either.
-    for hook in one(default, kind)["webhooks"]:
+    for hook in namespaced_hooks(one(default, kind)):
         assert _cel(hook["matchConditions"][0]["expression"], {"metadata": {"name": "x"}}) is False
 
 
@@ -1268,6 +1387,6 @@ def test_the_opt_out_guard_matches_namespaces_and_its_binding_denies(default: li
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     # The label it guards is the one the webhooks skip.
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        for hook in one(default, kind)["webhooks"]:
+        for hook in namespaced_hooks(one(default, kind)):
             keys = [e["key"] for e in hook["namespaceSelector"]["matchExpressions"]]
             assert "gpu-admission.io/ignore" in keys

@@ -32,7 +32,7 @@ def test_the_generator_writes_every_file_into_a_repository(tmp_path: Path) -> No
         [sys.executable, "-m", "webhook.cli.webhooks", "--root", str(tmp_path)], capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
-    count = 7 + len(BUILTIN_KINDS)
+    count = 7 + len(BUILTIN_KINDS) + 1  # the pod-spec places and claims, the custom resources, GPUPolicy objects
     assert run.stdout == f"wrote {len(webhooks.files())} files from the webhook tables ({count} webhooks)\n"
     for path, content in webhooks.files().items():
         assert (tmp_path / path).read_text() == content
@@ -54,6 +54,28 @@ def test_each_custom_resource_kind_has_one_validating_entry_and_no_mutating_one(
         }  # fmt: skip
     (mutating,) = yaml.safe_load_all((ROOT / webhooks.MUTATING).read_text())
     assert not [hook for hook in mutating["webhooks"] if hook["name"] in custom]
+
+
+def test_gpupolicy_objects_have_one_validating_entry_that_fails_closed_on_every_change() -> None:
+    """A policy edit waits while no replica answers: the CRD's schema cannot check what the loader checks across
+    policies. Cluster-scoped objects have no namespace to select, and every one is reviewed (no condition), so
+    the older clusters' patch has nothing to remove from it."""
+    (hook,) = [hook for hook in _validating() if hook["name"] == "gpupolicies.gpu-admission.io"]
+    assert hook["rules"] == [
+        {"apiGroups": ["gpu-admission.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["gpupolicies"], "scope": "Cluster"},
+    ]  # fmt: skip
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["clientConfig"]["service"]["path"]) == (
+        "Fail", "None", "/validate",
+    )  # fmt: skip
+    assert "namespaceSelector" not in hook and "matchConditions" not in hook
+    assert hook == _validating()[-1]  # last: the older clusters' patches keep their indexes
+    (mutating,) = yaml.safe_load_all((ROOT / webhooks.MUTATING).read_text())
+    assert hook["name"] not in [h["name"] for h in mutating["webhooks"]]
+    patch = yaml.safe_load((ROOT / webhooks.REMOVE.format("validating")).read_text())
+    assert [op["path"] for op in patch] == [f"/webhooks/{i}/matchConditions" for i in range(len(_validating()) - 1)]
+    (chart,) = [e for e in yaml.safe_load((ROOT / webhooks.CHART).read_text()) if e["name"] == hook["name"]]
+    assert (chart["validatingOnly"], chart["namespaced"], "expression" in chart) == (True, False, False)
 
 
 def test_the_excluded_namespaces_file_and_the_charts_values_hold_the_table() -> None:

@@ -58,6 +58,7 @@ EXAMPLES = {
     "policy render": "gpu-webhook policy render kueue --policies policies --gpus 8",
     "policy export": "gpu-webhook policy export --out policies --context prod",
     "policy schema": "gpu-webhook policy schema > schema/gpu-policy.schema.json",
+    "policy crd": "gpu-webhook policy crd > gpupolicies.yaml",
     "certs": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
     "certs generate": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",
     "certs renew": "gpu-webhook certs renew --dir certs/prod --before 30d",

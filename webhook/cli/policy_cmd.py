@@ -1,5 +1,5 @@
-"""`gpu-webhook policy lint|explain|schema`: check a policy directory; show which policy a namespace gets and
-why; print the policy files' JSON Schema.
+"""`gpu-webhook policy lint|explain|schema|crd`: check a policy directory; show which policy a namespace gets and
+why; print the policy files' JSON Schema and the GPUPolicy CRD.
 
 Both are views of the core: `loader.load_policies` finds every problem, `PolicySet.select` says which pattern
 won, `globties.glob_ties` finds ties, and `engine.evaluate` says what a policy does to a request. Nothing here
@@ -135,6 +135,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "`# yaml-language-server: $schema=<path or URL of the schema>`."
         ),
     )
+    commands.add_parser(
+        "crd",
+        help="print the GPUPolicy CustomResourceDefinition",
+        description=(
+            "Print the GPUPolicy CustomResourceDefinition, generated from the loader's own field tables (the "
+            "Helm chart's crds/gpupolicies.yaml is its copy). Helm installs a chart's CRDs on the first install "
+            "only: apply this before an upgrade, `gpu-webhook policy crd | kubectl apply --server-side -f -`."
+        ),
+    )
     parser.set_defaults(handler=run, policy_parser=parser)
 
 
@@ -166,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
         from webhook.admission.policy.schema import schema_text
 
         sys.stdout.write(schema_text())
+        return 0
+    if args.policy_command == "crd":
+        from webhook.admission.policy.crd import crd_text
+
+        sys.stdout.write(crd_text())
         return 0
     if args.policy_command in ("explain", "render") and (misuse := kubeconfig_without_cluster(args)) is not None:
         return fail(f"policy {args.policy_command}", misuse)

@@ -1,8 +1,9 @@
 """The policy file's fields in one declarative place: names, types, choices, bounds and defaults.
 
-The loader takes its field lists and numeric bounds from these tables, and `webhook.admission.policy.schema` turns
-them into the JSON Schema that editors read, so a field added here reaches both (and a field the loader knows
-but these tables do not fails tests/test_policy_schema.py). Rules that tie one field to another (memoryFraction
+The loader takes its field lists and numeric bounds from these tables, `webhook.admission.policy.schema` turns
+them into the JSON Schema that editors read and `webhook.admission.policy.crd` into the GPUPolicy CRD's schema,
+so a field added here reaches all three (and a field the loader knows but these tables do not fails
+tests/test_policy_schema.py and tests/test_policy_crd.py). Rules that tie one field to another (memoryFraction
 only where GPUs are shared, migProfile only under mig, ...) stay in the loader's code; the schema states the
 same rules as conditions, and the test checks both on every policy in the test suite. Pure data, no I/O.
 """
