@@ -29,7 +29,7 @@ from werkzeug.http import parse_options_header
 from werkzeug.wsgi import get_content_length
 
 from webhook.admission.base.violation import cut
-from webhook.admission.policy.admission import is_policy_review, policy_problems, policy_response
+from webhook.admission.policyreview import is_policy_review, policy_problems, policy_response
 from webhook.admission.review import AdmissionRequest, ReviewError, WebhookMode, build_response, parse_review
 from webhook.server import metrics
 from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
