@@ -125,8 +125,11 @@ class PolicyStatus:
 
     def details(self) -> dict[str, Any]:
         found: dict[str, Any] = {"leading": self.lease.leading(), "writes": self.writes}
-        if self.namespaces is not None:
-            found["namespaces"] = {"state": self.namespaces.state(), "objects": len(self.namespaces.items)}
+        namespaces = self.namespaces
+        if namespaces is not None:
+            found["namespaces"] = {"state": namespaces.state(), "objects": len(namespaces.items)}
+            if namespaces.last_error:
+                found["namespaces"]["lastError"] = namespaces.last_error
         if self.last_error or self.lease.last_error:
             found["lastError"] = self.last_error or self.lease.last_error
         return found

@@ -52,6 +52,14 @@ def kept(obj: dict[str, Any]) -> dict[str, Any]:
     return reduced
 
 
+def judged_part(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What a judgment reads of an object: a change elsewhere (its status, its resourceVersion) changes nothing
+    served, and is not judged again."""
+    metadata = obj.get("metadata") or {}
+    return (obj.get("apiVersion"), obj.get("kind"), metadata.get("creationTimestamp"), metadata.get("generation"),
+            obj.get("spec"))  # fmt: skip
+
+
 class NamedWatch(NodeInventory):
     """A cluster-scoped kind's objects by name (reduced by `keep`), kept by a daemon thread; `on_change()` after
     the first list and after every change."""
@@ -136,6 +144,8 @@ class PolicyWatch:
         self._logged: dict[str, tuple[int, tuple[str, ...]]] = {}  # name -> (generation, problems) logged
         self._judging = threading.Lock()
         self._first = True  # the first judgment is logged whatever it serves
+        self._judging_of: dict[str, Any] = {}  # what the last judgment read of each object (`judged_part`)
+        self._lists_judged = -1  # the list count at the last judgment: a first list is judged even when empty
         self.listeners: list[Callable[[], None]] = []  # told after every new judgment (the status writer)
 
     def start(self) -> None:
@@ -162,6 +172,8 @@ class PolicyWatch:
         if self.watch.listed.is_set():
             return ""
         why = self.watch.list_error or "under way"
+        if "HTTP 404" in why:
+            why += f" (is the CustomResourceDefinition {objects.RESOURCE} installed?)"
         return f"policies: GPUPolicy list not yet complete: {why}"
 
     def not_served(self) -> dict[str, str]:
@@ -172,11 +184,21 @@ class PolicyWatch:
         """Judge every object held and serve the set they make (the watch's thread)."""
         with self._judging:
             held = dict(self.watch.items)
+            judging = {name: judged_part(obj) for name, obj in held.items()}
+            if judging == self._judging_of and self.watch.lists == self._lists_judged:
+                # Only a status or a resourceVersion changed (the status writer's own writes): nothing to judge.
+                self.snapshot = (held, self.judged)
+                self._tell()
+                return
+            self._judging_of, self._lists_judged = judging, self.watch.lists
             judged = objects.judge_objects(held.values())
             before = self.judged
             self.store.replace(judged.policies)  # the one assignment a review can observe
             self.judged, self.snapshot = judged, (held, judged)
             self._report(before, judged)
+        self._tell()
+
+    def _tell(self) -> None:
         for listener in list(self.listeners):
             try:
                 listener()
