@@ -11,6 +11,8 @@ admitted with warnings under warn.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests import waiting
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, gpu_webhook_command
 from tests.fake_kube_api import FakeKubeAPI, LoopbackCluster, loopback_cluster
 from tests.test_hostile import worker_pids
 from tests.test_server import pod
@@ -391,3 +393,37 @@ def test_with_the_files_source_a_gpupolicy_is_judged_on_its_own(live_server):
     assert response["status"]["message"] == 'gpupolicy/new spec.sharng: unknown field (did you mean "sharing"?)'
     claimed = policy_review(gpu_policy("new", ["default"]))  # a namespace a policy file may list: no clash here
     assert live_server.post("/validate", claimed).json()["response"]["allowed"] is True
+
+
+def test_validate_never_refuses_a_write_of_the_status(servers):
+    sent = policy_review(gpu_policy("new", ["new-a"], sharng={}), "UPDATE")
+    sent["request"]["subResource"] = "status"
+    assert servers[0].post("/validate", sent).json()["response"]["allowed"] is True
+
+
+# ------------------------------------------------------------------------------------------ refusing to start
+
+
+@pytest.mark.parametrize(
+    ("arguments", "line"),
+    [
+        (
+            ["--policy-source", "cluster"],
+            "gpu-webhook serve: --policy-source cluster reads GPUPolicy objects from the API server, but there are no "
+            "credentials (not in a cluster, and neither --kubeconfig nor $KUBECONFIG is set): run in a pod, or pass "
+            "--kubeconfig FILE",
+        ),
+        (
+            ["--policy-source", "cluster", "--policies", "policies"],
+            "gpu-webhook serve: --policies policies: --policy-source cluster reads GPUPolicy objects from the API "
+            "server, not files: drop --policies, or use --policy-source files",
+        ),
+    ],
+    ids=["no-credentials", "with-policies"],
+)
+def test_serve_refuses_to_start_in_one_line(dev_certs, tmp_path, arguments, line):
+    command = [*gpu_webhook_command(), "serve", "--cert-file", str(dev_certs.tls_cert), "--key-file",
+               str(dev_certs.tls_key), "--metrics-port", "0", *arguments]  # fmt: skip
+    environment = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=30)
+    assert (done.returncode, done.stderr.strip()) == (2, line)

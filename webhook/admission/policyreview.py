@@ -36,8 +36,10 @@ def refusal_message(lines: Iterable[str]) -> str:
 
 def policy_problems(request: AdmissionRequest, others: Iterable[Mapping[str, Any]], mode: WebhookMode) -> list[str]:
     """What refuses the review: the candidate's lines at /validate for a CREATE or UPDATE, else nothing (/mutate
-    changes nothing, a DELETE is never refused)."""
+    changes nothing, a DELETE or a write of the status is never refused)."""
     if mode != "validate" or request.operation not in ("CREATE", "UPDATE") or request.object is None:
+        return []
+    if request.sub_resource:  # the status (the webhook's own writes): the object's spec is not what changes
         return []
     return list(review_object(request.object, others))
 
