@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from webhook.admission.policy.model import PolicySet
+from webhook.admission.review import make_review
 from webhook.server import policy_watch
 from webhook.server.inventory import APIError
 from webhook.server.policies import PolicyStore
@@ -84,3 +85,21 @@ def test_an_edit_is_judged_and_served_a_status_write_is_not_judged_again(monkeyp
 
     watch.watch._apply({"type": "DELETED", "object": gpu_policy("teams", ["team-*"], 2)})
     assert watch.store.current.policies == () and watch.objects() == []
+
+
+def test_the_engine_never_sees_a_gpupolicy():
+    """A GPUPolicy review is the loader's, at either webhook: an engine that fails on anything is never called."""
+    from webhook.server.app import create_app
+    from webhook.server.state import ServerState
+
+    def engine(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the engine was called")
+
+    app = create_app(ServerState(PolicyStore(PolicySet()), evaluate=engine)).test_client()
+    policy = {"apiVersion": "gpu-admission.io/v1", "kind": "GPUPolicy", "metadata": {"name": "p"},
+              "spec": {"namespaces": ["a"]}}  # fmt: skip
+    for path in ("/mutate", "/validate"):
+        for operation in ("CREATE", "UPDATE", "DELETE"):
+            sent = make_review(policy, namespace="", operation=operation)  # type: ignore[arg-type]
+            answer = app.post(path, json=sent)
+            assert answer.status_code == 200 and answer.get_json()["response"]["allowed"] is True
