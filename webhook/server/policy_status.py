@@ -193,7 +193,7 @@ class PolicyStatus:
         except Exception as exc:  # the API server unreachable: the next pass tries again
             self.last_error = f"writing the status of GPUPolicy {name}: {exc}"
             return False
-        if status == 409:  # changed meanwhile: the watch brings the newer object, and a pass follows
+        if status in (404, 409):  # deleted or changed meanwhile: the watch brings that, and a pass follows
             return False
         if status != 200:
             error = f"writing the status of GPUPolicy {name}: HTTP {status}"
