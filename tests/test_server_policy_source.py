@@ -202,8 +202,12 @@ def test_an_object_the_loader_refuses_is_not_served_and_its_status_says_why(clus
     assert details.status_code == 200  # an object not served is its own problem, not the replica's
     assert details.json()["policiesNotServed"] == {"bad": line}
     for server in servers:  # logged once per worker and generation
-        refused = [r for r in server.log_records() if r.get("event") == "policy-reload" and r.get("policy") == "bad"]
-        assert len(refused) == 2 and {tuple(r["problems"]) for r in refused} == {(line,)}
+
+        def refused(server: LiveServer = server) -> list[dict[str, Any]]:
+            return [r for r in server.log_records() if r.get("event") == "policy-reload" and r.get("policy") == "bad"]
+
+        eventually(lambda server=server: len(refused(server)) >= 2)
+        assert len(refused(server)) == 2 and {tuple(r["problems"]) for r in refused(server)} == {(line,)}
 
     api.apply(gpu_policy("bad", ["bad-a"], sharing={"mode": "time-slicing", "replicas": 4}))  # mended
     eventually(lambda: everywhere(servers, "bad-a", ("bad", False)), SERVED_WITHIN)
