@@ -74,7 +74,7 @@ class ServerState:
     shared_dir: Path | None = None  # a directory of this server's own that its workers share (serve makes it)
     budgets: Budgets | None = None  # this worker's budget watches, ledger and keeper (start_inventory)
     policy_source: str = "files"  # or "cluster": GPUPolicy objects through the API (start_policies)
-    policy_start_wait: float = START_WAIT_S  # seconds a starting worker waits for its GPUPolicy list, unanswering
+    policy_start_wait: float = START_WAIT_S  # seconds a starting worker accepts nothing, waiting for its GPUPolicy list
     policy_watch: PolicyWatch | None = None  # this worker's GPUPolicy watch (start_policies)
     policy_status: PolicyStatus | None = None  # this worker's candidacy to write their status (start_policies)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
