@@ -182,8 +182,10 @@ def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory)
         extra_args: Sequence[str] = (),
         wait: bool = True,
         cwd: Path | None = None,
+        policy_source: str = "files",
     ) -> LiveServer:
-        """Start `gpu-webhook serve`; with `wait`, return once /readyz answers 200."""
+        """Start `gpu-webhook serve`; with `wait`, return once /readyz answers 200. `policy_source` "cluster":
+        the GPUPolicy objects of the API server that `extra_args`' --kubeconfig names, no directory."""
         cert = cert or dev_certs
         work = tmp_path_factory.mktemp("server")
         if policies_dir is None:
@@ -193,8 +195,9 @@ def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory)
             *gpu_webhook_command(), "serve",
             "--host", "127.0.0.1", "--port", str(port), "--metrics-port", str(metrics_port),
             "--cert-file", str(cert.tls_cert), "--key-file", str(cert.tls_key),
-            "--policies", str(policies_dir), "--workers", str(workers), "--threads", str(threads),
+            "--workers", str(workers), "--threads", str(threads),
         ]  # fmt: skip
+        args += ["--policies", str(policies_dir)] if policy_source == "files" else ["--policy-source", policy_source]
         if cert_reload_interval is not None:
             args += ["--cert-reload-interval", str(cert_reload_interval)]
         args += list(extra_args)

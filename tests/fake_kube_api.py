@@ -10,8 +10,9 @@ giving the object a new `metadata.resourceVersion`; a PUT or DELETE that names a
 Conflict and a POST of an existing name 409 AlreadyExists, with the API server's Status. One object (a Pod, a
 ConfigMap) can be read by its path (GET), and `labelSelector` (equality and existence terms) filters lists and
 watches. Every plural in `unavailable` answers 503, and one in `slow` answers its lists, writes and GETs that
-late. Leases (coordination.k8s.io) are written as ConfigMaps are. `bytes_received` and `bytes_sent` count the
-bodies and watch events that crossed.
+late. Leases (coordination.k8s.io) are written as ConfigMaps are. GPUPolicies are cluster-scoped custom objects
+with a status subresource (`apply`, `set_status`, and the API's GET, PUT, POST, DELETE and PUT of `NAME/status`).
+`bytes_received` and `bytes_sent` count the bodies and watch events that crossed.
 
 Nodes can also be watched, as the API server does it: `?watch=true&resourceVersion=N` answers a chunked
 stream of JSON events (ADDED, MODIFIED, DELETED, BOOKMARK when `allowWatchBookmarks`), one per line, from the
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -72,7 +74,11 @@ WATCHED = (
     "ResourceQuota",
     "ConfigMap",
     "GPUPolicy",
+    "Namespace",
 )
+# Cluster-scoped custom resources served as the API server serves a CRD with a status subresource: GET, PUT and
+# DELETE of one object by name, POST to the collection, PUT of `NAME/status` (see `apply`).
+CUSTOM = ("GPUPolicy",)
 # Created, replaced and deleted through the API: the budget ledger, its Lease, and Pods (as a benchmark's client
 # creates them).
 WRITABLE = ("ConfigMap", "Lease", "Pod")
@@ -100,6 +106,7 @@ class FakeKubeAPI:
     _cut: int = 0  # bumped by `disconnect`: open watches drop their connection
     _tls: bool = False  # serving HTTPS (`start(certificate=...)`)
     _sorted: dict[str, tuple[int, list[dict[str, Any]]]] = field(default_factory=dict)  # kind -> (version, objects)
+    _created: float = 0.0  # the last creationTimestamp given (epoch seconds): each creation a second later at least
 
     # --- Nodes: changes that watches see ------------------------------------------------------------------
 
@@ -138,6 +145,43 @@ class FakeKubeAPI:
             kept.setdefault("metadata", {})["resourceVersion"] = str(self.version + 1)
             stored[key] = kept
             self._record("MODIFIED" if existing else "ADDED", obj, obj["kind"])
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace a cluster-scoped custom object (a GPUPolicy) by name as the API server does for a CRD
+        with a status subresource, around any admission webhook: created with generation 1, a uid and a
+        creationTimestamp (a second after the last one given at least, so that the order of creation is the order
+        of the calls); replaced keeping those and the status (a write of the main resource never changes it), the
+        generation raised where the spec changed. Returns the stored object."""
+        with self._changed:
+            kind, name = obj["kind"], obj["metadata"]["name"]
+            current = self.get(kind, "", name)
+            stored = copy.deepcopy(obj)
+            metadata = stored.setdefault("metadata", {})
+            metadata.pop("namespace", None)
+            stored.pop("status", None)
+            if current is None:
+                self._created = max(time.time(), self._created + 1)
+                metadata["generation"] = 1
+                metadata["uid"] = str(uuid.uuid4())
+                metadata["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._created))
+            else:
+                was = current["metadata"]
+                changed = current.get("spec") != stored.get("spec")
+                metadata["generation"] = int(was.get("generation") or 1) + (1 if changed else 0)
+                for key in ("uid", "creationTimestamp"):
+                    metadata[key] = was.get(key)
+                if "status" in current:
+                    stored["status"] = current["status"]
+            self.put(stored)
+            return self.get(kind, "", name) or {}
+
+    def set_status(self, kind: str, name: str, status: dict[str, Any]) -> None:
+        """Replace a cluster-scoped custom object's status (the status subresource): a new resourceVersion, the
+        same generation."""
+        with self._changed:
+            current = self.get(kind, "", name)
+            assert current is not None, f"no {kind} {name}"
+            self.put({**current, "status": copy.deepcopy(status)})
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         with self._changed:
@@ -209,7 +253,8 @@ class FakeKubeAPI:
                     assert route is not None
                     api.stream_watch(self, {k: v[-1] for k, v in query.items()}, route[0], route[2])
                     return
-                if api._object_route(urlsplit(self.path).path) is not None:
+                path = urlsplit(self.path).path
+                if api._object_route(path) is not None or api._custom_route(path) is not None:
                     self._answer(*api.write("GET", self.path, self.headers.get("Authorization", ""), None))
                     return
                 self._answer(*api.handle(self.path, self.headers.get("Authorization", "")))
@@ -442,13 +487,70 @@ class FakeKubeAPI:
                     return kind, parts[0], parts[2]
         return None
 
+    @staticmethod
+    def _custom_route(path: str) -> tuple[str, str, str] | None:
+        """(kind, name, subresource or "") for the path of one cluster-scoped custom object, else None."""
+        for kind in CUSTOM:
+            prefix, plural = COLLECTIONS[kind]
+            head = f"{prefix}/{plural}/"
+            if path.startswith(head):
+                parts = path[len(head) :].split("/")
+                if len(parts) == 1 and parts[0]:
+                    return kind, parts[0], ""
+                if len(parts) == 2 and parts[0] and parts[1] == "status":
+                    return kind, parts[0], "status"
+        return None
+
+    def _write_custom(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """A cluster-scoped custom object: GET, PUT or DELETE by name, PUT of its status, POST to the collection."""
+        route = self._custom_route(path)
+        kind = route[0] if route is not None else "GPUPolicy"
+        plural = COLLECTIONS[kind][1]
+        if plural in self.slow:
+            time.sleep(self.slow[plural])
+        if plural in self.unavailable:
+            return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+        with self._changed:
+            if route is None:  # POST to the collection
+                if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+                    return 400, _status(400, "BadRequest", "the object has no metadata")
+                name = body["metadata"].get("name")
+                if self.get(kind, "", name) is not None:
+                    return 409, _status(409, "AlreadyExists", f'{plural}.gpu-admission.io "{name}" already exists')
+                return 201, self.apply({**body, "kind": kind})
+            _, name, subresource = route
+            current = self.get(kind, "", name)
+            if current is None:
+                return 404, _status(404, "NotFound", f'{plural}.gpu-admission.io "{name}" not found')
+            if method == "GET":
+                return 200, current
+            if method == "DELETE":
+                self.delete(kind, "", name)
+                return 200, _status(200, "", "") | {"status": "Success"}
+            if method != "PUT" or not isinstance(body, dict):
+                return 405, _status(405, "MethodNotAllowed", f"{method} is not served for {plural} here")
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted and wanted != current["metadata"]["resourceVersion"]:
+                self.conflicts += 1
+                message = (
+                    f'Operation cannot be fulfilled on {plural}.gpu-admission.io "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again"
+                )
+                return 409, _status(409, "Conflict", message)
+            if subresource == "status":
+                self.set_status(kind, name, body.get("status") or {})
+                return 200, self.get(kind, "", name) or {}
+            return 200, self.apply({**body, "kind": kind})
+
     def write(self, method: str, raw_path: str, authorization: str, body: Any) -> tuple[int, dict[str, Any]]:
         """GET one object; POST, PUT or DELETE a writable one, with the API server's resourceVersion checks."""
         if authorization != f"Bearer {self.token}":
             return 401, _status(401, "Unauthorized", "Unauthorized")
         path = urlsplit(raw_path).path
-        target = self._object_route(path)
         collection = self._route(path)
+        if self._custom_route(path) is not None or (method == "POST" and collection and collection[0] in CUSTOM):
+            return self._write_custom(method, path, body)
+        target = self._object_route(path)
         kind = target[0] if target is not None else collection[0] if collection is not None else None
         if kind is None or (method == "POST") != (target is None):
             return 404, _status(404, "NotFound", f"the server could not find the requested resource ({path})")

@@ -51,7 +51,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"make (or reuse) a throw-away CA and certificate for localhost, 127.0.0.1 and --host in {DEV_CERTS_DIR}/",
     )
-    parser.add_argument("--policies", metavar="DIR", default=None, help=POLICIES_HELP)
+    parser.add_argument(
+        "--policy-source",
+        choices=("files", "cluster"),
+        default="files",
+        help="where the policies come from: files (default: the --policies directory, reloaded when it changes) or "
+        "cluster (the GPUPolicy objects of the cluster, listed and watched with the --kubeconfig or in-cluster "
+        "credentials; each object's status says whether it is served)",
+    )
+    parser.add_argument("--policies", metavar="DIR", default=None, help=POLICIES_HELP + " (--policy-source files)")
+    parser.add_argument(
+        "--policy-start-wait",
+        metavar="SECONDS",
+        type=float,
+        default=START_WAIT_S,
+        help=f"with --policy-source cluster, a starting worker accepts no connection until it has listed the "
+        f"GPUPolicy objects, for at most this long; past it, it answers the probes (not ready, saying why) and "
+        f"refuses reviews with 503 until the list completes; never the built-in defaults (default {START_WAIT_S:g})",
+    )
     add_custom_resources_argument(parser)
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
@@ -156,6 +173,13 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ServeError(f"--budget-grace {args.budget_grace:g}: must be more than 0 seconds")
     if args.budget_start_wait < 0:
         raise ServeError(f"--budget-start-wait {args.budget_start_wait:g}: must be 0 seconds or more")
+    if args.policy_start_wait < 0:
+        raise ServeError(f"--policy-start-wait {args.policy_start_wait:g}: must be 0 seconds or more")
+    if args.policy_source == "cluster" and args.policies is not None:
+        raise ServeError(
+            f"--policies {args.policies}: --policy-source cluster reads GPUPolicy objects from the API server, not "
+            "files: drop --policies, or use --policy-source files"
+        )
     if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
         raise ServeError(f"--kubeconfig {args.kubeconfig}: no such file")
     if args.metrics_port and args.metrics_port == args.port:
@@ -188,7 +212,10 @@ def _certificate(args: argparse.Namespace, host: str) -> tuple[Path, Path]:
     return cert_file, key_file
 
 
-def _policy_dir(args: argparse.Namespace) -> Path:
+def _policy_dir(args: argparse.Namespace) -> Path | None:
+    """The policy directory, or None with the cluster source."""
+    if args.policy_source == "cluster":
+        return None
     problem = missing_policy_directory(args.policies)
     if problem:
         raise ServeError(problem)
@@ -221,7 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Path, key_file: Path) -> int:
+def _start(args: argparse.Namespace, host: str, policy_dir: Path | None, cert_file: Path, key_file: Path) -> int:
     import logging
 
     from webhook.admission.policy.loader import PolicyLoadError
@@ -229,14 +256,23 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
     logs.configure(getattr(logging, args.log_level.upper()))
 
+    from webhook.admission.policy.model import PolicySet
     from webhook.server.app import create_app
+    from webhook.server.inventory import find_credentials
     from webhook.server.policies import PolicyStore
     from webhook.server.runner import ServeOptions, WebhookServer
     from webhook.server.state import ServerState
     from webhook.server.tls import CertStore
 
+    credentials = find_credentials(args.kubeconfig)  # each worker watches with these, after the fork
+    if policy_dir is None and credentials.configuration is None:
+        raise ServeError(
+            f"--policy-source cluster reads GPUPolicy objects from the API server, but there are no credentials "
+            f"({credentials.source.removeprefix('off: ')}): run in a pod, or pass --kubeconfig FILE"
+        )
     try:
-        policies = PolicyStore.from_directory(policy_dir)
+        # The cluster source: nothing is served before a worker's first list (wait_for_policies), not even this.
+        policies = PolicyStore(PolicySet()) if policy_dir is None else PolicyStore.from_directory(policy_dir)
     except PolicyLoadError as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
         raise ServeError(f"invalid policies in {policy_dir}:\n  " + "\n  ".join(problems)) from None
@@ -247,7 +283,6 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
     except Exception as exc:  # ssl.SSLError: a pair the TLS library refuses
         raise ServeError(f"cannot use {cert_file} with {key_file}: {exc}") from None
     from webhook.server.budgets import own_namespace
-    from webhook.server.inventory import find_credentials
 
     try:
         kinds = custom_kind_table(args.custom_resources)
@@ -257,7 +292,6 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
 
     from webhook.admission.customresources import evaluate
 
-    credentials = find_credentials(args.kubeconfig)  # each worker watches with these, after the fork
     state = ServerState(
         policies=policies,
         evaluate=partial(evaluate, kinds=kinds),  # custom resources judged by their templates
@@ -269,6 +303,8 @@ def _start(args: argparse.Namespace, host: str, policy_dir: Path, cert_file: Pat
         budget_namespace=own_namespace(args.budget_namespace),
         budget_grace=args.budget_grace,
         budget_start_wait=args.budget_start_wait,
+        policy_source=args.policy_source,
+        policy_start_wait=args.policy_start_wait,
         shared_dir=Path(os.environ[MULTIPROC_ENV]),  # this server's own (made by _serve), removed as it exits
     )
     notice = certificate.expiry_notice()
@@ -302,11 +338,12 @@ def _start_metrics(host: str, port: int) -> None:
 
 
 def _banner(
-    args: argparse.Namespace, host: str, policy_dir: Path, count: int, cert_file: Path, credentials: str
+    args: argparse.Namespace, host: str, policy_dir: Path | None, count: int, cert_file: Path, credentials: str
 ) -> None:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     shown = f"[{shown}]" if ":" in shown else shown
-    lines = [f"gpu-webhook: serving https://{shown}:{args.port} ({count} policies from {policy_dir})"]
+    source = f"{count} policies from {policy_dir}" if policy_dir is not None else "GPUPolicy objects of the cluster"
+    lines = [f"gpu-webhook: serving https://{shown}:{args.port} ({source})"]
     if args.metrics_port:
         lines.append(f"  metrics: http://{shown}:{args.metrics_port}/metrics")
     if args.probe_port:

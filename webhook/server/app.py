@@ -29,6 +29,7 @@ from werkzeug.http import parse_options_header
 from werkzeug.wsgi import get_content_length
 
 from webhook.admission.base.violation import cut
+from webhook.admission.policyreview import is_policy_review, policy_problems, policy_response
 from webhook.admission.review import AdmissionRequest, ReviewError, WebhookMode, build_response, parse_review
 from webhook.server import metrics
 from webhook.server.logs import LOGGER, REVIEW_LOGGER, log
@@ -340,6 +341,13 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
     except ReviewError as exc:
         return _reject(webhook, 400, str(exc), started)
 
+    waiting = state.policies_not_ready()
+    if waiting:  # no set listed yet: neither the built-in defaults nor a GPUPolicy judged among nothing
+        return _reject(webhook, 503, f"{waiting}; this worker judges no review before it has listed them: retry",
+                       started, review.uid)  # fmt: skip
+    if is_policy_review(review):
+        return _policy_review(state, webhook, review, started)
+
     decision = None
     if review.evaluates:
         policies = state.policies.current  # read once: a reload mid-review cannot mix two sets
@@ -380,6 +388,18 @@ def _decide(state: ServerState, webhook: WebhookMode, body: bytes, started: floa
     return 200, answer
 
 
+def _policy_review(state: ServerState, webhook: WebhookMode, review: AdmissionRequest, started: float) -> Answer:
+    """A GPUPolicy CREATE or UPDATE at /validate, judged by the loader among the objects this worker's watch holds
+    (none with `--policy-source files`); allowed unchanged otherwise. The engine never sees it."""
+    problems = policy_problems(review, state.policy_objects(), webhook)
+    answer = policy_response(review, problems)
+    elapsed = time.perf_counter() - started
+    verdict = "deny" if problems else "allow"
+    metrics.observe_review(webhook, verdict, elapsed)
+    _log_review(webhook, review, None, answer["response"], verdict, elapsed, problems)
+    return 200, answer
+
+
 def _reserves(review: AdmissionRequest) -> bool:
     """A Pod CREATE: the one review that reserves GPUs in its namespace's budget (budgets.py)."""
     return review.operation == "CREATE" and review.kind.get("kind") == "Pod" and not review.sub_resource
@@ -403,7 +423,13 @@ def _lines(lines: list[str]) -> list[str]:
 
 
 def _log_review(
-    webhook: str, review: AdmissionRequest, decision: Any, response: dict[str, Any], verdict: str, elapsed: float
+    webhook: str,
+    review: AdmissionRequest,
+    decision: Any,
+    response: dict[str, Any],
+    verdict: str,
+    elapsed: float,
+    problems: list[str] | None = None,
 ) -> None:
     """One line per review: who, what, which policy, what was decided. No specs, no env values."""
     if not _review_log.isEnabledFor(logging.INFO):
@@ -423,6 +449,8 @@ def _log_review(
     }
     if review.dry_run:
         fields["dry_run"] = True
+    if problems:  # a GPUPolicy's lines (the engine decides nothing about one)
+        fields["violations"] = _lines(problems)
     if decision is not None and decision.skip_reason:
         fields["untouched"] = decision.skip_reason
     if decision is not None:

@@ -82,6 +82,11 @@ class PolicyStore:
         store._fingerprint = before  # what was read: a change during the load is picked up by check()
         return store
 
+    def replace(self, policies: PolicySet) -> None:
+        """Serve `policies` from now on (the cluster source's watch, policy_watch.py): one assignment."""
+        self.current = policies
+        self.loaded_at = dt.datetime.now(dt.UTC)
+
     def check(self, *, quiet: bool = False) -> bool | None:
         """Reload if the directory changed: True reloaded, False rejected, None nothing to do.
 

@@ -130,8 +130,10 @@ class WebhookServer(BaseApplication):
         def post_worker_init(_worker: Any) -> None:
             assert state.certificate is not None
             metrics.set_certificate_expiry(state.certificate.not_after.timestamp())
+            state.start_policies()  # the cluster source: this worker's GPUPolicy list + watch
             state.start_inventory()  # one list + watch per worker: threads do not survive the fork
             state.start_watcher()
+            state.wait_for_policies(_worker.notify)  # no review before the GPUPolicy list: the others serve
             state.wait_for_budgets(_worker.notify)  # no review before the budget lists: the others serve
 
         def worker_exit(_server: Any, _worker: Any) -> None:

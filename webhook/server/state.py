@@ -29,6 +29,8 @@ from webhook.server.dra_watch import DRAWatch
 from webhook.server.inventory import Credentials, KubeNodes, NodeInventory
 from webhook.server.logs import LOGGER, log
 from webhook.server.policies import PolicyStore
+from webhook.server.policy_status import PolicyStatus
+from webhook.server.policy_watch import PolicyWatch
 from webhook.server.tls import CertStore
 
 _log = logging.getLogger(f"{LOGGER}.watch")
@@ -71,6 +73,10 @@ class ServerState:
     budget_start_wait: float = START_WAIT_S  # seconds a starting worker waits for its budget lists (wait_listed)
     shared_dir: Path | None = None  # a directory of this server's own that its workers share (serve makes it)
     budgets: Budgets | None = None  # this worker's budget watches, ledger and keeper (start_inventory)
+    policy_source: str = "files"  # or "cluster": GPUPolicy objects through the API (start_policies)
+    policy_start_wait: float = START_WAIT_S  # seconds a starting worker accepts nothing, waiting for its GPUPolicy list
+    policy_watch: PolicyWatch | None = None  # this worker's GPUPolicy watch (start_policies)
+    policy_status: PolicyStatus | None = None  # this worker's candidacy to write their status (start_policies)
     _skipping: str = field(default="", repr=False)  # why reviews skip the cluster checks now, once logged
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _expiry_warned: float = field(default=-EXPIRY_WARNING_EVERY, repr=False)
@@ -80,6 +86,20 @@ class ServerState:
         `unready_before` (7 days unless `serve --unready-before-expiry` says otherwise)."""
         details: dict[str, Any] = {"policies": len(self.policies.current.policies)}
         problems: list[str] = []
+        if self.policy_source == "cluster":
+            details["policySource"] = "cluster"
+            waiting = self.policies_not_ready()
+            if waiting:
+                problems.append(waiting)
+            watch = self.policy_watch
+            if watch is not None:
+                not_served = watch.not_served()
+                if not_served:  # reported per object (their status says why), never a reason to be unready
+                    details["policiesNotServed"] = not_served
+                if watch.watch.last_error:
+                    details["policyWatchError"] = watch.watch.last_error
+            if self.policy_status is not None:
+                details["policyStatus"] = self.policy_status.details()
         if self.policies.last_error:
             # Not a reason to be unready: the last good set is served. Said so that it is seen.
             details["policyReloadRejected"] = self.policies.last_error
@@ -126,6 +146,50 @@ class ServerState:
             known=KnownQuotas(self.shared_dir / "budgeted-namespaces.json") if self.shared_dir else None,
         )
         self.budgets.start()
+
+    # ---------------------------------------------------------------------------- the cluster's GPUPolicy objects
+
+    def start_policies(self) -> None:
+        """This worker's GPUPolicy list + watch and its candidacy to write their status (after the fork)."""
+        if self.policy_source != "cluster" or self.policy_watch is not None:
+            return
+        assert self.credentials is not None and self.credentials.configuration is not None  # serve checks it
+        from webhook.server.ledger import ConfigMaps
+
+        configuration = self.credentials.configuration
+        self.policy_watch = PolicyWatch(configuration, self.policies)
+        self.policy_status = PolicyStatus(
+            ConfigMaps(configuration, self.budget_namespace).call, self.budget_namespace, self.policy_watch,
+            configuration,
+        )  # fmt: skip
+        self.policy_watch.start()
+        self.policy_status.start()
+
+    def wait_for_policies(self, tick: Callable[[], None]) -> None:
+        """Before this worker accepts a connection: its first GPUPolicy list, for at most `policy_start_wait` (the
+        other workers serve meanwhile). Past it, it answers the probes (/readyz says why it is not ready) and
+        refuses every review with a 503 until the list completes: never the built-in defaults, which would refuse
+        or change pods that the cluster's policies admit."""
+        watch = self.policy_watch
+        if watch is None:
+            return
+        started = time.monotonic()
+        if watch.wait_listed(self.policy_start_wait, tick):
+            return
+        log(_log, logging.WARNING,
+            f"{watch.not_ready()}; not listed after {time.monotonic() - started:.1f} s: answering the probes (not "
+            f"ready) and refusing reviews until the list completes", event="policy-start-wait-over")  # fmt: skip
+
+    def policies_not_ready(self) -> str:
+        """Why this worker judges no review now ("" where it does): the cluster source not listed yet."""
+        watch = self.policy_watch
+        if self.policy_source != "cluster":
+            return ""
+        return watch.not_ready() if watch is not None else "policies: GPUPolicy watch not started"
+
+    def policy_objects(self) -> list[dict[str, Any]]:
+        """The GPUPolicy objects a GPUPolicy review is judged among: the watch's, or none (the files source)."""
+        return self.policy_watch.objects() if self.policy_watch is not None else []
 
     def wait_for_budgets(self, tick: Callable[[], None]) -> None:
         """Before this worker accepts reviews: its budget lists, for at most `budget_start_wait` (the other
@@ -265,6 +329,10 @@ class ServerState:
             self.claims.stop()
         if self.budgets is not None:
             self.budgets.stop()
+        if self.policy_status is not None:
+            self.policy_status.stop()  # gives the status Lease back
+        if self.policy_watch is not None:
+            self.policy_watch.stop()
         for watch in self.dra_watches:
             watch.stop()
 
