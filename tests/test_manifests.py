@@ -15,7 +15,6 @@ cel-go's heterogeneous equality) on objects with and without GPUs and with missi
 
 from __future__ import annotations
 
-import argparse
 import base64
 import copy
 import dataclasses
