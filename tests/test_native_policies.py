@@ -300,14 +300,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
+MIG_GAP = gaps.mode_gap(POLICIES.select("mig").policy)  # the MIG backend's words
 NOT_COVERED = {
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "whole: request differs from limit": gaps.BUILT_IN_REFUSAL,
     "whole: negative": gaps.BUILT_IN_REFUSAL,
     "fractions: 500m as a shared replica": gaps.FRACTION_SHARED,
-    "mig: requests only": gaps.MIG,
-    "mig: one GPU": gaps.MIG,
+    "mig: requests only": MIG_GAP,
+    "mig: one GPU": MIG_GAP,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
     "shared: user's memory variable": gaps.USER_ENV,
     "shared: vLLM": gaps.ENGINES,
@@ -428,7 +429,7 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         "(docs/native-policies.md)",
         f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy mig (<built-in>): its native policies do not carry {gaps.MIG.rule} (docs/native-policies.md)",
+        f"warning: policy mig (<built-in>): its native policies do not carry {MIG_GAP.rule} (docs/native-policies.md)",
         f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule}; {gaps.FRACTION_SHARED.rule} (docs/native-policies.md)",
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.admission.base.violation import cut
 from webhook.admission.policy.objects import GROUP, review_object
 from webhook.admission.policy.policyfields import KIND
 from webhook.admission.review import AdmissionRequest, WebhookMode
@@ -31,7 +32,7 @@ def refusal_message(lines: Iterable[str]) -> str:
     if len(every) > LINES_SHOWN:
         shown.append(f"and {len(every) - LINES_SHOWN} more")
     message = "\n".join(shown)
-    return message if len(message) <= MESSAGE_MAX else message[: MESSAGE_MAX - 1] + "…"
+    return cut(message, MESSAGE_MAX, "…")
 
 
 def policy_problems(request: AdmissionRequest, others: Iterable[Mapping[str, Any]], mode: WebhookMode) -> list[str]:

@@ -64,8 +64,7 @@ def status_of(verdict: Verdict, matched: list[str], previous: Mapping[str, Any] 
     else:
         ready, reason = "False", "Invalid"
         message = "; ".join(verdict.problems)
-        if len(message) > MESSAGE_MAX:
-            message = message[: MESSAGE_MAX - 1] + "…"
+        message = cut(message, MESSAGE_MAX, "…")
         matched = []
     status["matchedNamespaces"] = len(matched)
     status["namespaces"] = matched[:NAMESPACES_SHOWN]

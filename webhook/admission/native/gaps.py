@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.family import Family, Gap
-from webhook.admission.policy.model import Fractional, Mode, Policy
+from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.sharing.registry import backend_of
 
 Shape = Literal["whole", "shared"] | None
 
@@ -24,17 +25,6 @@ FRACTION_SHARED = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica)",
     "the fraction's memory hints need the fraction's arithmetic in CEL; not compiled yet: the API server "
     "refuses such a pod as not an integer",
-)
-MIG = Gap(
-    "mode mig (MIG slices, fractional: mig)", "the profile tables and the smallest fitting slice are not compiled yet"
-)
-MEMORY = Gap(
-    "mode memory (HAMi, Volcano vGPU, ACK GPU sharing)",
-    "a share counted in GPUs' worth of memory across resources: not compiled yet",
-)
-KEPT_NAME = Gap(
-    "shared replicas under another sharing.resourceName",
-    f"only {NVIDIA_GPU_SHARED} is compiled; a kept {NVIDIA_GPU} converts fractions in place",
 )
 OTHER_RESOURCES = Gap(
     "other GPU resources (AMD, Intel, MIG profiles, memory slices, DeviceClass resources, another pool's replicas)",
@@ -79,13 +69,15 @@ EVERY_POLICY = (WORKLOADS, BUDGETS, CLUSTER_CHECKS, DRA, ANNOTATION)
 
 
 def shape(policy: Policy) -> Shape:
-    """Which of the policy's GPU rules the native set carries (None: the limits copied from requests only)."""
-    mode = policy.sharing.mode
-    if mode is Mode.EXCLUSIVE:
-        return "whole"
-    if mode in (Mode.TIME_SLICING, Mode.MPS) and policy.sharing.resource_name == NVIDIA_GPU_SHARED:
-        return "shared"
-    return None
+    """Which of the policy's GPU rules the native set carries (None: the limits copied from requests only): its
+    sharing backend's answer."""
+    found = backend_of(policy).native_shape(policy)
+    return "whole" if found == "whole" else "shared" if found == "shared" else None
+
+
+def mode_gap(policy: Policy) -> Gap:
+    """Where `shape` is None: what the policy's mode keeps out of the native set, and why (its backend's words)."""
+    return Gap(*backend_of(policy).native_gap())
 
 
 class Unsupported(Family):
@@ -95,13 +87,8 @@ class Unsupported(Family):
 
     def gaps(self, policy: Policy) -> list[Gap]:
         found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_RULES]
-        mode = policy.sharing.mode
-        if mode is Mode.MIG:
-            found.append(MIG)
-        elif mode is Mode.MEMORY:
-            found.append(MEMORY)
-        elif shape(policy) is None:
-            found.append(KEPT_NAME)
+        if shape(policy) is None:
+            found.append(mode_gap(policy))
         if shape(policy) == "shared":
             found += [USER_ENV, ENGINES]
             if policy.fractional is Fractional.SHARED:

@@ -19,18 +19,16 @@ from webhook.admission.native.gaps import (
     ENGINES,
     EPHEMERAL,
     FRACTION_SHARED,
-    KEPT_NAME,
-    MEMORY,
-    MIG,
     OTHER_RESOURCES,
     STEERING,
     USER_ENV,
     WORKLOADS,
+    mode_gap,
     shape,
 )
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV
-from webhook.admission.policy.model import Fractional, Mode, Policy
+from webhook.admission.policy.model import Fractional, Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -45,8 +43,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     spec = obj["spec"]
     kind = shape(policy)
     if kind is None:
-        mode = policy.sharing.mode
-        return MIG if mode is Mode.MIG else MEMORY if mode is Mode.MEMORY else KEPT_NAME
+        return mode_gap(policy)
     if "ephemeralContainers" in spec:
         return EPHEMERAL
     if "nodeSelector" in spec or "affinity" in spec:

@@ -297,6 +297,17 @@ class SharingBackend(ABC):
         """The inference engines whose memory flag is added and judged in this mode."""
         return frozenset()
 
+    # --- The API server's own admission policies (webhook/admission/native/, docs/native-policies.md) -----
+
+    def native_shape(self, policy: Policy) -> str | None:
+        """Which compiled rule set carries this mode's GPU rules in the native policies: "whole" (whole GPUs),
+        "shared" (replicas as nvidia.com/gpu.shared), or None (only the limits copied from requests)."""
+        return None
+
+    def native_gap(self) -> tuple[str, str]:
+        """Where `native_shape` is None: the rule the native policies do not carry, and why."""
+        return (f"mode {self.name}", "not compiled yet")
+
     # --- For people ------------------------------------------------------------------------------------
 
     @abstractmethod

@@ -50,3 +50,6 @@ class Exclusive(SharingBackend):
 
     def explain_mode(self, policy: Policy) -> str:
         return "exclusive: whole GPUs"
+
+    def native_shape(self, policy: Policy) -> str | None:
+        return "whole"

@@ -106,6 +106,12 @@ class MemorySliced(SharingBackend):
     def explain_mode(self, policy: Policy) -> str:
         return memshare.describe_mode(policy)
 
+    def native_gap(self) -> tuple[str, str]:
+        return (
+            "mode memory (HAMi, Volcano vGPU, ACK GPU sharing)",
+            "a share counted in GPUs' worth of memory across resources: not compiled yet",
+        )
+
     def explain_share(self, policy: Policy) -> str:
         return memshare.describe_share(policy)
 

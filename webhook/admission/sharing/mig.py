@@ -304,6 +304,12 @@ class Mig(SharingBackend):
             return f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
         return f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
 
+    def native_gap(self) -> tuple[str, str]:
+        return (
+            "mode mig (MIG slices, fractional: mig)",
+            "the profile tables and the smallest fitting slice are not compiled yet",
+        )
+
     def explain_share(self, policy: Policy) -> str:
         sharing = policy.sharing
         model = GPU_MODELS.get(policy.gpu.model or "")

@@ -198,6 +198,15 @@ class Replicas(SharingBackend):
         sharing = policy.sharing
         return f"{sharing.mode}: {sharing.replicas} replicas per GPU as {sharing.resource_name}"
 
+    def native_shape(self, policy: Policy) -> str | None:
+        return "shared" if policy.sharing.resource_name == NVIDIA_GPU_SHARED else None
+
+    def native_gap(self) -> tuple[str, str]:
+        return (
+            "shared replicas under another sharing.resourceName",
+            f"only {NVIDIA_GPU_SHARED} is compiled; a kept {NVIDIA_GPU} converts fractions in place",
+        )
+
     def explain_share(self, policy: Policy) -> str:
         sharing, share = policy.sharing, self.share(policy)
         if share is None:
