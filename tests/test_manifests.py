@@ -3,7 +3,7 @@
 `render` below resolves the few kustomize features the manifests use (resources, components,
 configMapGenerator, JSON patches, `$patch: delete`, replacements, local-config) and fails on any other; where kubectl is
 installed, its built-in kustomize renders the same directories and must agree (and renders the example
-overlay in overlays/custom/, whose `behavior: replace` and `images:` only kustomize resolves). Every
+overlay in overlays/custom/, whose merge patch of a GPUPolicy and `images:` only kustomize resolves). Every
 rendered object is also deserialized into the `kubernetes` client's models and serialized back: a field the
 API does not know (a typo) would be dropped on the way and fail the round trip.
 
@@ -1124,24 +1124,30 @@ CUSTOM = MANIFESTS / "overlays" / "custom"
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
-def test_the_example_overlay_replaces_the_policies_and_sets_the_image(
-    configmap_source: list[dict[str, Any]],
+def test_the_example_overlay_patches_the_default_policy_adds_one_and_sets_the_image(
+    default: list[dict[str, Any]],
 ) -> None:
-    """The example overlay keeps the policies as files in a ConfigMap (it lists no policy-source-cluster)."""
-    from webhook.admission.policy.loader import parse_policy_sources
+    """The example overlay installs the GPUPolicy source: its default.yaml patches the shipped default policy (the
+    fields it writes replace the shipped ones) and its notebooks.yaml is one more GPUPolicy object."""
+    from webhook.admission.policy.objects import judge_objects
 
     objects = kubectl_kustomize(CUSTOM)
-    configmap = one(objects, "ConfigMap")
-    assert configmap["metadata"]["name"] == "gpu-admission-policies"  # the same fixed name: reloaded in place
-    files = {p.name: p.read_text() for p in sorted((CUSTOM / "policies").glob("*.yaml"))}
-    assert configmap["data"] == files  # replaced, not merged: the shipped default.yaml is gone
-    names = [p.name for p in parse_policy_sources(configmap["data"]).policies]
-    assert names == ["default", "notebooks-time-slicing"]
+    policies = sorted((o for o in objects if o["kind"] == "GPUPolicy"), key=lambda o: o["metadata"]["name"])
+    written = {p.name: yaml.safe_load(p.read_text()) for p in sorted((CUSTOM / "policies").glob("*.yaml"))}
+    shipped = next(o for o in default if o["kind"] == "GPUPolicy")
+    assert shipped["spec"]["enforcement"] == "audit"
+    assert policies == [
+        {**shipped, "spec": {**shipped["spec"], **written["default.yaml"]["spec"]}},
+        written["notebooks.yaml"],
+    ]
+    assert policies[0]["spec"]["enforcement"] == "warn"
+    judged = judge_objects(policies)
+    assert all(verdict.ready for verdict in judged.verdicts.values()), judged.verdicts
+    assert [p.name for p in judged.policies.policies] == ["default", "notebooks-time-slicing"]
     (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/platform/gpu-admission:0.1.0"
-    # Nothing else differs from manifests/ with the ConfigMap source.
-    expected = copy.deepcopy(configmap_source)
-    one(expected, "ConfigMap")["data"] = files
+    # Nothing else differs from manifests/ (which installs the GPUPolicy source too).
+    expected = [copy.deepcopy(o) for o in default if o["kind"] != "GPUPolicy"] + policies
     one(expected, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
     addresses = one(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"]  # the API server's: its own
     one(expected, "NetworkPolicy")["spec"]["ingress"][0]["from"] = addresses

@@ -57,6 +57,7 @@ EXAMPLES = {
     "policy explain": "gpu-webhook policy explain notebook-1 team-a --policies examples/policies",
     "policy render": "gpu-webhook policy render kueue --policies policies --gpus 8",
     "policy export": "gpu-webhook policy export --out policies --context prod",
+    "policy compare": "gpu-webhook policy compare --policies policies --context prod",
     "policy schema": "gpu-webhook policy schema > schema/gpu-policy.schema.json",
     "policy crd": "gpu-webhook policy crd > gpupolicies.yaml",
     "certs": "gpu-webhook certs generate --service gpu-admission --namespace gpu-admission --out certs/prod",

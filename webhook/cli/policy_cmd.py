@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.cli.common import CommandError, fail
 from webhook.cli.options import (
+    POLICIES_HELP,
     add_kubeconfig_arguments,
     add_policy_source_arguments,
     kubeconfig_without_cluster,
 )
-from webhook.cli.policysource import PolicyRead, PolicySource, load_policy_set, read_policies
+from webhook.cli.policysource import PolicyRead, PolicySource, load_policy_set, read_policies, unserved_line
 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
@@ -125,6 +126,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     export.add_argument("--out", metavar="DIR", required=True, help="the directory to write (made if missing)")
     add_kubeconfig_arguments(export)
+    compare = commands.add_parser(
+        "compare",
+        help="whether the cluster's GPUPolicy objects serve exactly the policies of a directory",
+        description=(
+            "Compare the policies of --policies DIR (the files a ConfigMap serves) with the set the cluster's "
+            "GPUPolicy objects serve (kubeconfig), policy by policy and in order: the check before a running "
+            "install moves from the ConfigMap to GPUPolicy objects (docs/operations.md). Prints each difference "
+            "and exits 1 when they differ (an object not served is one); 0 when every namespace gets the same "
+            "policy from either; 2 when either cannot be read."
+        ),
+    )
+    compare.add_argument("--policies", metavar="DIR", default=None, help=POLICIES_HELP)
+    add_kubeconfig_arguments(compare)
     commands.add_parser(
         "schema",
         help="print the JSON Schema of policy files, for editors",
@@ -195,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         return render(args, sys.stdout, sys.stderr)
     if args.policy_command == "export":
         return export(args.out, PolicySource.of(args), sys.stdout, sys.stderr)
+    if args.policy_command == "compare":
+        return compare(PolicySource.of(args), sys.stdout, sys.stderr)
     args.policy_parser.print_help(sys.stderr)
     return 2
 
@@ -507,6 +523,56 @@ def render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             obj = schedulers.native_quota_object(native, namespace, budget, args.name)
             documents.append(f"# policy {native.policy}: {native.note}\n" + yaml.safe_dump(obj, sort_keys=False))
     out.write("---\n".join(documents))
+    return 0
+
+
+# --- compare -----------------------------------------------------------------------------------------------
+
+
+def compare(source: PolicySource, out: TextIO, err: TextIO) -> int:
+    """`policy compare --policies DIR`: the directory's set against the cluster's, without their sources. Equal
+    policies in the same order select the same policy for every namespace (PolicySet.select reads nothing else)."""
+    import dataclasses
+
+    from webhook.admission.policy.globties import glob_ties
+
+    try:
+        files = load_policy_set(source, "policy compare", err)
+        cluster = read_policies(dataclasses.replace(source, from_cluster=True))
+    except CommandError as exc:
+        return fail("policy compare", str(exc), err)
+    assert cluster.policies is not None  # the cluster serves the objects that pass
+
+    def bare(policies: PolicySet) -> list[Policy]:
+        return [dataclasses.replace(p, source="", memo={}) for p in policies.policies]
+
+    differences = [f"not served: {unserved_line(verdict)}" for verdict in cluster.unserved]
+    mine, theirs = bare(files), bare(cluster.policies)
+    by_name = {p.name: p for p in theirs}
+    for policy in mine:
+        found = by_name.get(policy.name)
+        if found is None:
+            differences.append(f"only in {source.directory or 'the directory'}: policy {policy.name}")
+        elif found != policy:
+            differences.append(f"differs: policy {policy.name} (gpu-webhook policy export writes the cluster's)")
+    names = {p.name for p in mine}
+    differences += [f"only in {cluster.where}: policy {p.name}" for p in theirs if p.name not in names]
+    reordered = not differences and mine != theirs
+    if reordered:  # order decides only glob ties: the same ties with the same winners select alike
+        for tie in glob_ties(files):
+            winner = cluster.policies.select(tie.example).policy.name
+            if winner != tie.globs[0][1].name:
+                differences.append(
+                    f'glob tie: namespace "{tie.example}" gets policy {tie.globs[0][1].name} from the directory and '
+                    f"policy {winner} from the cluster (the cluster's order is the order of its names)"
+                )
+    for line in differences:
+        print(line, file=out)
+    if differences:
+        print(f"{len(differences)} difference{'s' if len(differences) != 1 else ''}", file=out)
+        return 1
+    order = "in another order, which no glob tie makes matter" if reordered else "in the same order"
+    print(f"the same {len(mine)} policies, {order}: every namespace gets the same policy", file=out)
     return 0
 
 
