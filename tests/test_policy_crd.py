@@ -281,7 +281,7 @@ def test_the_printer_columns() -> None:
         "Enforcement": (".status.enforcement", "string", 0),
         "Namespaces": (".spec.namespaces", "string", 0),
         "Ready": ('.status.conditions[?(@.type=="Ready")].status', "string", 0),
-        "Quota": (".status.quota", "string", 1),
+        "Quota": (".status.quota", "string", 0),
         "Matched": (".status.matchedNamespaces", "integer", 1),
         "Age": (".metadata.creationTimestamp", "date", 0),
     }
@@ -439,10 +439,10 @@ def test_a_real_api_server_serves_the_crd_the_shipped_files_columns_and_status(
     columns = _kubectl(kubectl, plane, "get", "gpupolicies", "-o", "wide")
     assert columns.returncode == 0, columns.stderr
     header, *rows = columns.stdout.splitlines()
-    assert header.split() == ["NAME", "MODE", "ENFORCEMENT", "NAMESPACES", "READY", "QUOTA", "MATCHED", "AGE"]
+    assert header.split() == ["NAME", "MODE", "ENFORCEMENT", "QUOTA", "NAMESPACES", "READY", "MATCHED", "AGE"]
     assert sorted(row.split()[0] for row in rows) == sorted({*names, "misspelt"})
     (row,) = [row.split() for row in rows if row.split()[0] == "default"]
-    assert row[1:3] == ["exclusive", "audit"] and row[4:7] == ["True", "deny", "2"]
+    assert row[1:4] == ["exclusive", "audit", "deny"] and row[5:7] == ["True", "2"]
     short = _kubectl(kubectl, plane, "get", "gpupol", "default", "-o", "jsonpath={.status.mode}")
     assert short.stdout == "exclusive"
 

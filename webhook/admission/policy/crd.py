@@ -191,12 +191,12 @@ def openapi_schema() -> dict[str, Any]:
 PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
     {"name": "Mode", "type": "string", "jsonPath": ".status.mode", "description": "The effective sharing mode."},
     {"name": "Enforcement", "type": "string", "jsonPath": ".status.enforcement"},
+    {"name": "Quota", "type": "string", "jsonPath": ".status.quota", "description": "spec.cluster.quota, in effect."},
     {"name": "Namespaces", "type": "string", "jsonPath": ".spec.namespaces", "description": "As written."},
     {
         "name": "Ready", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{READY}")].status',
         "description": "Whether the policy is served.",
     },
-    {"name": "Quota", "type": "string", "jsonPath": ".status.quota", "priority": 1},
     {
         "name": "Matched", "type": "integer", "jsonPath": ".status.matchedNamespaces", "priority": 1,
         "description": "How many namespaces the policy governs now.",
