@@ -355,3 +355,82 @@ class NodeInventory:
                 sharing = sharing_of(classes.items)
                 devices = DraDevices(held, read)
             self._view = ClusterView(nodes, class_sharing=sharing, dra=devices)
+
+
+def _name(obj: Any) -> str:
+    """metadata.name of a listed or watched object, or ""."""
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+class NamedWatch(NodeInventory):
+    """A cluster-scoped kind's objects by name, each reduced by `keep` (None: not kept), kept by a daemon thread;
+    `on_change()` after the first list and after every change of what is kept. The GPUPolicy objects and the
+    namespaces' names (policy_watch.py, policy_status.py) and the DRA kinds (dra_watch.py) are kept this way."""
+
+    def __init__(
+        self,
+        source: NodeSource,
+        what: str,
+        keep: Callable[[dict[str, Any]], Any],
+        on_change: Callable[[], None],
+        *,
+        stale_after: float = STALE_AFTER_S,
+        watch_timeout: tuple[int, int] = WATCH_TIMEOUT_S,
+        backoff: tuple[float, float] = BACKOFF_S,
+    ) -> None:
+        super().__init__(source, stale_after=stale_after, watch_timeout=watch_timeout, backoff=backoff)
+        self.what = what
+        self._keep = keep
+        self._on_change = on_change
+        self.items: dict[str, Any] = {}  # replaced whole on a list; changed in place by events
+        self.listed = threading.Event()  # set once the first list has completed
+        self.list_error = ""  # why the first list has not completed, while it has not
+
+    def state(self) -> str:
+        """listing (no list yet), off (failing before any list: a kind the cluster does not serve, or no RBAC for
+        it), current, or stale (the watch broken for longer than `stale_after`)."""
+        broken = self._broken_since
+        if not self.listed.is_set():
+            return "off" if broken is not None else "listing"
+        return "stale" if broken is not None and self._clock() - broken > self.stale_after else "current"
+
+    def _broken(self, why: str) -> None:
+        super()._broken(why)
+        if not self.listed.is_set():
+            self.list_error = why
+
+    def _list(self) -> None:
+        items: dict[str, Any] = {}
+        token: str | None = None
+        while True:
+            page = self._source.list_page(token)
+            for item in page.get("items") or []:
+                name = _name(item)
+                value = self._keep(item) if name else None
+                if value is not None:
+                    items[name] = value
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                break
+        self.items = items
+        self._version = str(metadata.get("resourceVersion") or "")
+        self.lists += 1
+        self.list_error = ""
+        self._healthy()
+        self._on_change()
+        self.listed.set()  # after the change is served: a worker waiting on it serves the listed set
+
+    def _change(self, kind: str, obj: dict[str, Any]) -> None:
+        name = _name(obj)
+        if not name:
+            return
+        found = self._keep(obj) if kind != "DELETED" else None
+        if found is None:
+            if self.items.pop(name, None) is not None:
+                self._on_change()
+        elif self.items.get(name) != found:
+            self.items[name] = found
+            self._on_change()

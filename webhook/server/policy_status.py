@@ -21,10 +21,10 @@ from typing import Any
 from webhook.admission.base.violation import cut
 from webhook.admission.policy.model import PolicySet
 from webhook.admission.policy.objects import Verdict
-from webhook.server.inventory import KubeNodes, NodeSource
+from webhook.server.inventory import KubeNodes, NamedWatch, NodeSource
 from webhook.server.lease import Call, Lease
 from webhook.server.logs import LOGGER, log
-from webhook.server.policy_watch import POLICIES_PATH, NamedWatch, PolicyWatch
+from webhook.server.policy_watch import POLICIES_PATH, PolicyWatch
 
 _log = logging.getLogger(f"{LOGGER}.policies")
 

@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.admission.cluster.nodes import STALE_AFTER_S
 from webhook.admission.policy import objects
 from webhook.admission.policy.objects import JudgedPolicies, Verdict
 from webhook.server import metrics
-from webhook.server.inventory import BACKOFF_S, WATCH_TIMEOUT_S, KubeNodes, NodeInventory, NodeSource
+from webhook.server.inventory import KubeNodes, NamedWatch, NodeSource
 from webhook.server.logs import LOGGER, log
 from webhook.server.policies import PolicyStore
 
@@ -58,76 +57,6 @@ def judged_part(obj: dict[str, Any]) -> tuple[Any, ...]:
     metadata = obj.get("metadata") or {}
     return (obj.get("apiVersion"), obj.get("kind"), metadata.get("creationTimestamp"), metadata.get("generation"),
             obj.get("spec"))  # fmt: skip
-
-
-class NamedWatch(NodeInventory):
-    """A cluster-scoped kind's objects by name (reduced by `keep`), kept by a daemon thread; `on_change()` after
-    the first list and after every change."""
-
-    def __init__(
-        self,
-        source: NodeSource,
-        what: str,
-        keep: Callable[[dict[str, Any]], Any],
-        on_change: Callable[[], None],
-        *,
-        stale_after: float = STALE_AFTER_S,
-        watch_timeout: tuple[int, int] = WATCH_TIMEOUT_S,
-        backoff: tuple[float, float] = BACKOFF_S,
-    ) -> None:
-        super().__init__(source, stale_after=stale_after, watch_timeout=watch_timeout, backoff=backoff)
-        self.what = what
-        self._keep = keep
-        self._on_change = on_change
-        self.items: dict[str, Any] = {}  # replaced whole on a list; changed in place by events
-        self.listed = threading.Event()  # set once the first list has completed
-        self.list_error = ""  # why the first list has not completed, while it has not
-
-    def state(self) -> str:
-        """listing (no list yet), current, or stale (the watch broken for longer than `stale_after`)."""
-        if not self.listed.is_set():
-            return "listing"
-        broken = self._broken_since
-        return "stale" if broken is not None and self._clock() - broken > self.stale_after else "current"
-
-    def _broken(self, why: str) -> None:
-        super()._broken(why)
-        if not self.listed.is_set():
-            self.list_error = why
-
-    def _list(self) -> None:
-        items: dict[str, Any] = {}
-        token: str | None = None
-        while True:
-            page = self._source.list_page(token)
-            for item in page.get("items") or []:
-                name = objects.object_name(item) if isinstance(item, dict) else ""
-                if name:
-                    items[name] = self._keep(item)
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                break
-        self.items = items
-        self._version = str(metadata.get("resourceVersion") or "")
-        self.lists += 1
-        self.list_error = ""
-        self._healthy()
-        self._on_change()
-        self.listed.set()  # after the change is served: a worker waiting on it serves the listed set
-
-    def _change(self, kind: str, obj: dict[str, Any]) -> None:
-        name = objects.object_name(obj)
-        if not name:
-            return
-        if kind == "DELETED":
-            if self.items.pop(name, None) is not None:
-                self._on_change()
-            return
-        found = self._keep(obj)
-        if self.items.get(name) != found:
-            self.items[name] = found
-            self._on_change()
 
 
 class PolicyWatch:
