@@ -533,12 +533,7 @@ class FakeKubeAPI:
                 return 405, _status(405, "MethodNotAllowed", f"{method} is not served for {plural} here")
             wanted = (body.get("metadata") or {}).get("resourceVersion")
             if wanted and wanted != current["metadata"]["resourceVersion"]:
-                self.conflicts += 1
-                message = (
-                    f'Operation cannot be fulfilled on {plural}.gpu-admission.io "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again"
-                )
-                return 409, _status(409, "Conflict", message)
+                return self._conflict(f"{plural}.gpu-admission.io", name)
             if subresource == "status":
                 self.set_status(kind, name, body.get("status") or {})
                 return 200, self.get(kind, "", name) or {}
@@ -587,12 +582,7 @@ class FakeKubeAPI:
             if method == "DELETE":
                 wanted = ((body or {}).get("preconditions") or {}).get("resourceVersion")
             if wanted and wanted != current["metadata"]["resourceVersion"]:
-                self.conflicts += 1
-                message = (
-                    f'Operation cannot be fulfilled on {plural} "{name}": the object has been modified; please apply '
-                    "your changes to the latest version and try again"
-                )
-                return 409, _status(409, "Conflict", message)
+                return self._conflict(plural, name)
             if method == "DELETE":
                 self.delete(kind, namespace, name)
                 return 200, _status(200, "", "") | {"status": "Success"}
@@ -600,6 +590,15 @@ class FakeKubeAPI:
             obj["metadata"]["namespace"] = namespace
             self.put({**obj, "kind": kind})
             return 200, self.get(kind, namespace, name) or {}
+
+    def _conflict(self, resource: str, name: str) -> tuple[int, dict[str, Any]]:
+        """A write that named an older resourceVersion: 409, in the API server's words."""
+        self.conflicts += 1
+        message = (
+            f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; please apply your '
+            "changes to the latest version and try again"
+        )
+        return 409, _status(409, "Conflict", message)
 
     def list_requests(self, plural: str) -> Iterable[str]:
         return [r for r in self.requests if r.split("?")[0].endswith(f"/{plural}")]
