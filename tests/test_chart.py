@@ -137,6 +137,19 @@ def test_the_configmap_source_renders_the_kustomize_base_without_the_cluster_sou
     assert rendered == base
 
 
+def test_native_policies_render_the_kustomize_component_beside_the_base(tmp_path: Path) -> None:
+    """nativePolicies.enabled adds exactly manifests/native-policies/ (both from one generated file); off by
+    default, so the default render above has none of them."""
+    base = base_with_its_lists(tmp_path)
+    base.pop(("Namespace", NAMESPACE))
+    native = kustomize(MANIFESTS / "native-policies")
+    assert sorted(kind for kind, _ in native) == sorted(
+        ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+         "ValidatingAdmissionPolicyBinding"] * 2
+    )  # fmt: skip
+    assert render("nativePolicies.enabled=true") == {**base, **native}
+
+
 def test_under_the_cluster_source_each_policy_document_becomes_a_gpupolicy_object() -> None:
     """The `policies` map works for both sources: as objects, each document of each value as written."""
     from webhook.admission.policy.objects import judge_objects
