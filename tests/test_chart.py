@@ -150,6 +150,19 @@ def test_native_policies_render_the_kustomize_component_beside_the_base(tmp_path
     assert render("nativePolicies.enabled=true") == {**base, **native}
 
 
+def test_native_policies_stop_the_install_under_policies_of_your_own(tmp_path: Path) -> None:
+    """The shipped set is the shipped default's: beside other policies it would hold namespaces to a policy the
+    webhook does not serve."""
+    own = tmp_path / "team.yaml"
+    own.write_text((CHART / "files" / "default.yaml").read_text())
+    run = helm(
+        "template", "gpu-admission", str(CHART), "--set", REQUIRED[0], "--set", "nativePolicies.enabled=true",
+        "--set-file", f"policies.team\\.yaml={own}",
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "render yours (gpu-webhook policy render native --policies DIR > native.yaml)" in run.stderr, run.stderr
+
+
 def test_under_the_cluster_source_each_policy_document_becomes_a_gpupolicy_object() -> None:
     """The `policies` map works for both sources: as objects, each document of each value as written."""
     from webhook.admission.policy.objects import judge_objects
