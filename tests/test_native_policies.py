@@ -451,13 +451,27 @@ def test_a_glob_as_a_regular_expression_matches_what_selection_matches(pattern: 
 
 def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> None:
     """--api-version v1beta1: the MutatingAdmissionPolicy objects in the beta API (same fields), the rest v1."""
+    import subprocess
+    from pathlib import Path
+
     import yaml
 
-    from webhook.cli.policy_cmd import render_native
+    from tests.conftest import gpu_webhook_command
 
-    out = io.StringIO()
-    assert render_native(POLICIES, out, io.StringIO(), "v1beta1") == 0
-    versions = {(doc["kind"], doc["apiVersion"]) for doc in yaml.safe_load_all(out.getvalue())}
+    root = Path(__file__).resolve().parent.parent
+    command = [
+        *gpu_webhook_command(),
+        "policy",
+        "render",
+        "native",
+        "--policies",
+        "policies",
+        "--api-version",
+        "v1beta1",
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=60)
+    assert run.returncode == 0, run.stderr
+    versions = {(doc["kind"], doc["apiVersion"]) for doc in yaml.safe_load_all(run.stdout)}
     assert versions == {
         ("MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1beta1"),
         ("MutatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1beta1"),
