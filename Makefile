@@ -84,7 +84,8 @@ soak: $(STAMP)
 
 # kustomize reads only files under manifests/: copy the shipped default policy into the ConfigMap generator and
 # the policy-source-cluster component; then write the webhook configurations' entries and matchConditions, the
-# RBAC and the GPUPolicy CRD (and the chart's copies) from the engine's and the loader's tables.
+# RBAC and the GPUPolicy CRD (and the chart's copies) from the engine's and the loader's tables, and the native
+# policies compiled from the first-day default (manifests/native-policies/, the chart's nativePolicies).
 manifests: $(STAMP)
 	sh manifests/sync-policies.sh
 	$(BIN)/python -m webhook.cli.webhooks

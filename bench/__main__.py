@@ -17,6 +17,7 @@ BENCHMARKS = [
     "budget",
     "ledger",
     "budget_scale",
+    "native",
 ]
 
 

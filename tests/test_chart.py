@@ -94,13 +94,18 @@ def test_helm_lint_passes_with_the_default_and_with_custom_values(tmp_path: Path
         assert "1 chart(s) linted, 0 chart(s) failed" in run.stdout
 
 
-def base_with_its_lists(tmp_path: Path, *, cluster_source: bool = True) -> dict[Key, dict[str, Any]]:
+def base_with_its_lists(
+    tmp_path: Path, *, cluster_source: bool = True, native: bool = False
+) -> dict[Key, dict[str, Any]]:
     """manifests/base with the two lists every variant copies in (the excluded namespaces, the API server's
     addresses), and without caBundle, which the chart leaves out by default; with the policies as GPUPolicy
-    objects (manifests/policy-source-cluster/) or as files in a ConfigMap."""
+    objects (manifests/policy-source-cluster/) or as files in a ConfigMap; with the native policies
+    (manifests/native-policies/) if asked."""
     components = ["api-server", "excluded-namespaces"]
     if cluster_source:
         components.insert(0, "policy-source-cluster")
+    if native:
+        components.append("native-policies")
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
@@ -135,6 +140,34 @@ def test_the_configmap_source_renders_the_kustomize_base_without_the_cluster_sou
     crd = rendered.pop(("CustomResourceDefinition", "gpupolicies.gpu-admission.io"))
     assert crd == yaml.safe_load((MANIFESTS / "policy-source-cluster" / "gpupolicies.yaml").read_text())
     assert rendered == base
+
+
+def test_native_policies_render_the_kustomize_component_beside_the_base(tmp_path: Path) -> None:
+    """nativePolicies.enabled renders the base with the component manifests/native-policies/ (both from one
+    generated file); off by default, so the default render above has none of them. The component also builds
+    alone (the native set without the webhook)."""
+    base = base_with_its_lists(tmp_path, native=True)
+    base.pop(("Namespace", NAMESPACE))
+    native = kustomize(MANIFESTS / "native-policies")
+    assert sorted(kind for kind, _ in native) == sorted(
+        ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
+         "ValidatingAdmissionPolicyBinding"] * 2
+    )  # fmt: skip
+    assert native.items() <= base.items()
+    assert render("nativePolicies.enabled=true") == base
+
+
+def test_native_policies_stop_the_install_under_policies_of_your_own(tmp_path: Path) -> None:
+    """The shipped set is the shipped default's: beside other policies it would hold namespaces to a policy the
+    webhook does not serve."""
+    own = tmp_path / "team.yaml"
+    own.write_text((CHART / "files" / "default.yaml").read_text())
+    run = helm(
+        "template", "gpu-admission", str(CHART), "--set", REQUIRED[0], "--set", "nativePolicies.enabled=true",
+        "--set-file", f"policies.team\\.yaml={own}",
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "render yours (gpu-webhook policy render native --policies DIR > native.yaml)" in run.stderr, run.stderr
 
 
 def test_under_the_cluster_source_each_policy_document_becomes_a_gpupolicy_object() -> None:

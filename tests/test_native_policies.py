@@ -447,3 +447,34 @@ def test_a_glob_as_a_regular_expression_matches_what_selection_matches(pattern: 
     from webhook.admission.policy.globs import glob_regex
 
     assert bool(re.match(glob_regex(pattern), name)) == fnmatch.fnmatchcase(name, pattern)
+
+
+def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> None:
+    """--api-version v1beta1: the MutatingAdmissionPolicy objects in the beta API (same fields), the rest v1."""
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    from tests.conftest import gpu_webhook_command
+
+    root = Path(__file__).resolve().parent.parent
+    command = [
+        *gpu_webhook_command(),
+        "policy",
+        "render",
+        "native",
+        "--policies",
+        "policies",
+        "--api-version",
+        "v1beta1",
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=60)
+    assert run.returncode == 0, run.stderr
+    versions = {(doc["kind"], doc["apiVersion"]) for doc in yaml.safe_load_all(run.stdout)}
+    assert versions == {
+        ("MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1beta1"),
+        ("MutatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1beta1"),
+        ("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1"),
+        ("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1"),
+    }

@@ -113,6 +113,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.add_argument(
         "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
     )
+    render.add_argument(
+        "--api-version",
+        choices=MAP_API_VERSIONS,
+        default="v1",
+        help="native: the MutatingAdmissionPolicy objects' version (v1 from Kubernetes 1.36; v1beta1 for the beta "
+        "API on 1.34 and 1.35, behind its feature gate; default v1)",
+    )
     export = commands.add_parser(
         "export",
         help="write the cluster's GPUPolicy objects as policy files, one per object",
@@ -204,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
             policies = load_policy_set(PolicySource.of(args), "policy render", sys.stderr)
         except CommandError as exc:
             return fail("policy render", str(exc))
-        return render_native(policies, sys.stdout, sys.stderr)
+        return render_native(policies, sys.stdout, sys.stderr, args.api_version)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
     if args.policy_command == "export":
@@ -642,21 +649,42 @@ def lint_native(policies: PolicySet, out: TextIO) -> None:
             )
 
 
-def render_native(policies: PolicySet, out: TextIO, err: TextIO) -> int:
-    """`policy render native`: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with
-    their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr."""
+MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+MAP_API_VERSIONS = ("v1", "v1beta1")
+NATIVE_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "native-policies"}
+
+
+def native_documents(policies: PolicySet, api_version: str = "v1") -> str:
+    """The native set as YAML documents, labelled so that `kubectl get/delete -l` finds them; `api_version`:
+    the MutatingAdmissionPolicy objects' version (v1beta1 for the beta API of Kubernetes 1.34 and 1.35, whose
+    fields are the same)."""
     import yaml
 
     from webhook.admission.native.compile import compile_native
     from webhook.cli.webhooks import EXCLUDED_NAMESPACES
 
     native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
+    documents = []
+    for obj in native.objects:
+        group = obj["apiVersion"].rsplit("/", 1)[0]
+        version = api_version if obj["kind"] in MAP_KINDS else "v1"
+        metadata = {**obj["metadata"], "labels": dict(NATIVE_LABELS)}
+        documents.append({**obj, "apiVersion": f"{group}/{version}", "metadata": metadata})
+    return "---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in documents)
+
+
+def render_native(policies: PolicySet, out: TextIO, err: TextIO, api_version: str = "v1") -> int:
+    """`policy render native`: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with
+    their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr."""
+    from webhook.admission.native.compile import compile_native
+
+    native = compile_native(policies, [])
     out.write(
         "# The GPU policies as the API server's own admission policies (gpu-webhook policy render native).\n"
         "# MutatingAdmissionPolicy: admissionregistration.k8s.io/v1 from Kubernetes 1.36 (beta behind a feature\n"
-        "# gate on 1.34 and 1.35); ValidatingAdmissionPolicy: v1 from 1.30.\n"
+        "# gate on 1.34 and 1.35: --api-version v1beta1); ValidatingAdmissionPolicy: v1 from 1.30.\n"
     )
-    out.write("---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in native.objects))
+    out.write(native_documents(policies, api_version))
     prefix = "gpu-webhook policy render native"
     common = [gap for gap in native.compiled[0].gaps if all(gap in one.gaps for one in native.compiled)]
     for gap in [*native.every, *common]:

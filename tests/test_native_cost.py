@@ -1,0 +1,155 @@
+"""What the native policies cost, bounded without an API server.
+
+The API server refuses an admission policy whose CEL it estimates too costly, and stops an evaluation that
+runs past its runtime budget; its estimate needs a v1.36 API server (docs/native-policies.md, Cost). Here the
+compiled expressions are bounded by their shape, and the largest pod is run through them:
+
+- no expression nests iterations over the pod more than two deep (containers, then a container's env or
+  resource names); an iteration over a list written in the expression is a constant and does not count;
+- no expression passes over a section's containers more often than the limits step does, the largest: a
+  filter (then a map over what it keeps) and an `indexOf` for each managed resource name and for the empty
+  limits map, in both sections;
+- `indexOf` (a pass over a section, to find a container's place) counted as one more pass: a mutation is at most
+  quadratic in a section's containers (its JSON Patch paths), a validation at most cubic in the init
+  containers (the pod's effective total compares each sidecar's place with each regular init container's);
+- a pod of 30 containers with 100 env vars each goes through the compiled set, with the webhook's verdict and
+  containers, and its wall time in the test evaluator is printed (`pytest -s`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.engine_support import container, pod
+from tests.test_native_policies import NATIVE, POLICIES, compare, decoded
+from webhook.admission.base.resources import MANAGED_NAMES
+from webhook.admission.engine import evaluate
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = list(yaml.safe_load_all((ROOT / "manifests" / "native-policies" / "native-policies.yaml").read_text()))
+MACRO = re.compile(r"\.(exists_one|exists|all|map|filter)\(")
+SECTION_PASS = re.compile(r"object\.spec\.(containers|initContainers)\.(exists_one|exists|all|map|filter|indexOf)\(")
+MOST_PASSES = 2 * 2 * (len(MANAGED_NAMES) + 1)  # filter and indexOf, both sections, each name and the map
+
+
+def expressions(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Every CEL expression of the objects, with where it is."""
+    found = []
+    for obj in objects:
+        spec, name = obj["spec"], f"{obj['kind']} {obj['metadata']['name']}"
+        found += [(f"{name} matchCondition", c["expression"]) for c in spec.get("matchConditions", [])]
+        found += [(f"{name} mutation", m["jsonPatch"]["expression"]) for m in spec.get("mutations", [])]
+        found += [(f"{name} variable {v['name']}", v["expression"]) for v in spec.get("variables", [])]
+        for validation in spec.get("validations", []):
+            found += [(f"{name} validation", validation["expression"])]
+            found += [(f"{name} message", validation["messageExpression"])]
+    return found
+
+
+EXPRESSIONS = expressions(NATIVE.objects) + expressions(SHIPPED)
+
+
+@dataclass
+class Shape:
+    depth: int  # the most iterations over the pod's data open at once
+    passes: int  # the same, an indexOf counted as one more (it passes over its list)
+
+
+def shape(source: str) -> Shape:
+    """Scan `source` (string literals skipped) for macros and what they iterate: a macro whose receiver is a list
+    literal (`[...]` not indexing anything) is a constant."""
+    open_macros: list[tuple[int, bool]] = []  # (paren depth of its call, over the pod's data)
+    brackets: list[bool] = []  # for each open [: is it a literal
+    last_closed_literal = False
+    depth = deepest = passes = 0
+    i = 0
+    while i < len(source):
+        ch = source[i]
+        if ch in "'\"":
+            j = i + 1
+            while source[j] != ch:
+                j += 2 if source[j] == "\\" else 1
+            i = j + 1
+            continue
+        over_data = sum(1 for _, data in open_macros if data)
+        if source.startswith(".indexOf(", i):
+            passes = max(passes, over_data + 1)
+        found = MACRO.match(source, i)
+        if found:
+            depth += 1
+            open_macros.append((depth, not (source[i - 1] == "]" and last_closed_literal)))
+            deepest = max(deepest, over_data + open_macros[-1][1])
+            i = found.end()
+            continue
+        if ch == "[":
+            before = source[:i].rstrip()
+            brackets.append(not before or not (before[-1].isalnum() or before[-1] in "_.)]"))
+        elif ch == "]":
+            last_closed_literal = brackets.pop()
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            if open_macros and open_macros[-1][0] == depth:
+                open_macros.pop()
+            depth -= 1
+        i += 1
+    return Shape(deepest, max(passes, deepest))
+
+
+def test_the_scanner_tells_data_from_a_written_list_and_counts_a_lookup_as_a_pass() -> None:
+    assert shape("object.spec.containers.exists(c, c.env.exists(e, ['A', 'B'].exists(p, e.name == p)))").depth == 2
+    assert shape("object.spec.containers.exists(c, has(c.env))").depth == 1
+    assert shape("x[0].exists(c, true)").depth == 1  # an index, not a literal
+    assert shape("object.spec.containers.filter(c, true).map(c, object.spec.containers.indexOf(c))") == Shape(1, 2)
+    assert shape("a.map(c, b.filter(s, a.indexOf(s) < a.indexOf(c)).size())") == Shape(2, 3)
+
+
+@pytest.mark.parametrize(("where", "source"), EXPRESSIONS, ids=[where for where, _ in EXPRESSIONS])
+def test_no_expression_iterates_over_the_pod_more_than_two_deep(where: str, source: str) -> None:
+    assert shape(source).depth <= 2
+
+
+@pytest.mark.parametrize(("where", "source"), EXPRESSIONS, ids=[where for where, _ in EXPRESSIONS])
+def test_each_expression_passes_over_a_section_a_bounded_number_of_times(where: str, source: str) -> None:
+    """A mutation's JSON Patch paths make it quadratic in a section's containers; the pod's effective total
+    (each regular init container, each sidecar started before it, their places compared) cubic in its init
+    containers; nothing more."""
+    assert len(SECTION_PASS.findall(source)) <= MOST_PASSES
+    assert shape(source).passes <= (2 if " mutation" in where else 3)
+
+
+def test_the_limits_step_is_the_bound() -> None:
+    """The bound is met, not loose: the limits step makes MOST_PASSES passes."""
+    assert max(len(SECTION_PASS.findall(source)) for _, source in EXPRESSIONS) == MOST_PASSES
+
+
+LARGEST = pod(
+    *(
+        container(f"c{i}", limits={"nvidia.com/gpu": 1}, env=[{"name": f"V{j}", "value": str(j)} for j in range(100)])
+        for i in range(30)
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        "shared",  # time-slicing: every container renamed to a replica; env kept (it sets variables of its own)
+        "default",  # the built-in defaults: 30 GPUs in a pod, over the per-pod maximum of 8
+    ],
+)
+def test_the_largest_pod_goes_through_the_compiled_set(namespace: str) -> None:
+    """Denied by both, with the webhook's message and containers; the wall time is the test evaluator's (the MAP
+    twice, as reinvoked, then the VAP), not the API server's."""
+    started = time.perf_counter()
+    assert compare(namespace, LARGEST) is None
+    elapsed = time.perf_counter() - started
+    print(f"\n30 containers x 100 env vars in {namespace}: the compiled set in {elapsed:.2f} s")
+    assert evaluate(decoded(LARGEST), namespace, POLICIES).verdict == "deny"
