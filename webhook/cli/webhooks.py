@@ -26,7 +26,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.admission.base.podspec import DEVICE_LIST_MARK, DEVICE_PATH_MARK, POD_SPEC_PATHS, VISIBLE_DEVICES
+from webhook.admission.base.podspec import (
+    DEVICE_LIST_MARK,
+    DEVICE_PATH_MARK,
+    POD_SPEC_PATHS,
+    VISIBLE_DEVICES,
+    resources_by_group,
+)
 from webhook.admission.base.resources import (
     AMD_GPU,
     DEVICE_CLASS_PREFIX,
@@ -255,7 +261,7 @@ def entries() -> list[Entry]:
             "pods.gpu-admission.io",
             "Pods (CREATE only: a Pod's spec is immutable once created). /validate reserves the pod's GPUs in its\n"
             "namespace's budget ledger (a ConfigMap in the webhook's namespace), except on a dry run: NoneOnDryRun.",
-            (Rule(("",), ("pods",), ("CREATE",)),),
+            tuple(Rule((g,), r, ("CREATE",)) for g, r in resources_by_group(["Pod"])),
             pod_condition(POD_SPEC_PATHS["Pod"]),
             validating_side_effects="NoneOnDryRun",
         ),
@@ -269,23 +275,19 @@ def entries() -> list[Entry]:
         Entry(
             "workloads.gpu-admission.io",
             "Workloads whose pod template is spec.template.spec.",
-            (
-                Rule(("apps",), ("deployments", "statefulsets", "daemonsets", "replicasets")),
-                Rule(("",), ("replicationcontrollers",)),
-                Rule(("batch",), ("jobs",)),
-            ),
+            tuple(Rule((g,), r) for g, r in resources_by_group(k for k, p in POD_SPEC_PATHS.items() if p == workloads)),
             pod_condition(workloads),
         ),
         Entry(
             "cronjobs.gpu-admission.io",
             "CronJobs: the pod template is spec.jobTemplate.spec.template.spec.",
-            (Rule(("batch",), ("cronjobs",)),),
+            tuple(Rule((g,), r) for g, r in resources_by_group(["CronJob"])),
             pod_condition(POD_SPEC_PATHS["CronJob"]),
         ),
         Entry(
             "podtemplates.gpu-admission.io",
             "PodTemplates: the pod template is template.spec.",
-            (Rule(("",), ("podtemplates",)),),
+            tuple(Rule((g,), r) for g, r in resources_by_group(["PodTemplate"])),
             pod_condition(POD_SPEC_PATHS["PodTemplate"]),
         ),
         Entry(
