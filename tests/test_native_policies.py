@@ -527,6 +527,19 @@ def test_a_workload_update_is_not_matched(kind: str) -> None:
     assert f"every policy: not compiled: {gaps.WORKLOAD_UPDATES}" in _rendered()[1]
 
 
+def test_why_updates_are_the_webhooks_a_reapply_read_without_the_record() -> None:
+    """`kubectl apply` of the same file puts the user's request back beside the webhook's output: the webhook
+    reads its record and gives the template it gave, while the native rules, which cannot read the record,
+    would make it ask for a whole GPU and a replica. So the native set does not match UPDATE."""
+    live = evaluate(decoded(as_kind("Deployment", pod(container(requests={GPU_: 1})))), "shared", POLICIES).mutated
+    again = json.loads(json.dumps(live))
+    spec_of(again)["containers"][0]["resources"]["requests"][GPU_] = "1"
+    assert spec_of(evaluate(again, "shared", POLICIES, old=live).mutated) == spec_of(live)
+    as_if_matched = admit(NATIVE, "shared", again).obj  # the same rules as on CREATE
+    assert spec_of(as_if_matched)["containers"][0]["resources"]["limits"] == {SHARED: "1", GPU_: "1"}
+    assert admit(NATIVE, "shared", again, operation="UPDATE") == Outcome(True, "allow", again)
+
+
 def test_a_workload_with_the_record_is_not_compared() -> None:
     obj = as_kind("Deployment", pod(container(requests={GPU_: 1})), annotations={"gpu-admission.io/requested": "{}"})
     assert compare("shared", obj) == gaps.RECORDED

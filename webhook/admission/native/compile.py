@@ -36,7 +36,7 @@ PREFIX = "gpu-admission-"
 IGNORE_LABEL = "gpu-admission.io/ignore"
 NAME_LABEL = "kubernetes.io/metadata.name"
 # Every kind with a pod spec that the webhook judges, on CREATE (a workload's UPDATE: gaps.WORKLOAD_UPDATES).
-KINDS = {
+MATCHED = {
     "resourceRules": [
         {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": list(resources)}
         for group, resources in resources_by_group(POD_SPEC_PATHS)
@@ -125,7 +125,7 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
             "spec": {
                 "failurePolicy": "Fail",
                 "reinvocationPolicy": "IfNeeded",
-                "matchConstraints": KINDS,
+                "matchConstraints": MATCHED,
                 "matchConditions": match,
                 "variables": spec,
                 "mutations": [
@@ -151,7 +151,7 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
                 "metadata": {"name": name},
                 "spec": {
                     "failurePolicy": "Fail",
-                    "matchConstraints": KINDS,
+                    "matchConstraints": MATCHED,
                     "matchConditions": match,
                     "variables": variables,
                     "validations": [
