@@ -549,6 +549,8 @@ def test_a_custom_resource_is_the_webhooks() -> None:
     ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"}, "spec": {}}
     assert outside(ray, POLICIES.for_namespace("research")) == gaps.CUSTOM_RESOURCES
     assert admit(NATIVE, "research", ray) == Outcome(True, "allow", ray)
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}, "spec": {}}
+    assert outside(claim, POLICIES.for_namespace("research")) == gaps.DRA
 
 
 def test_a_workload_without_a_template_spec_is_allowed_untouched() -> None:

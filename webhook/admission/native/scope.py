@@ -19,11 +19,13 @@ from webhook.admission.base.podspec import (
 )
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
+from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.gaps import (
     BOTH_NAMES,
     CUSTOM_RESOURCES,
     DEVICE_RULES,
+    DRA,
     ENGINES,
     EPHEMERAL,
     FRACTION_SHARED,
@@ -48,7 +50,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     kind = obj.get("kind")
     spec_path = POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
     if spec_path is None:
-        return CUSTOM_RESOURCES
+        return DRA if kind in CLAIM_SPEC_PATHS else CUSTOM_RESOURCES
     if spec_path != POD_SPEC and controller_reference(obj) is not None:
         return None  # its controller's template was judged: both leave it alone
     if not mentions_gpu(obj, spec_path):
