@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import pytest
@@ -568,8 +569,9 @@ def test_a_template_is_patched_where_its_kind_keeps_it() -> None:
 # --- What the compiler says it does not carry -----------------------------------------------------------------
 
 
+@cache
 def _rendered() -> tuple[str, str]:
-    """`policy render native`'s output and its stderr."""
+    """`policy render native`'s output and its stderr (rendered once)."""
     from webhook.cli.policy_cmd import render_native
 
     out, err = io.StringIO(), io.StringIO()
