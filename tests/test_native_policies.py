@@ -541,6 +541,18 @@ def test_why_updates_are_the_webhooks_a_reapply_read_without_the_record() -> Non
     assert admit(NATIVE, "shared", again, operation="UPDATE") == Outcome(True, "allow", again)
 
 
+def test_with_both_the_native_set_changes_a_template_first_and_the_webhook_records_nothing() -> None:
+    """The limit of the gap (docs/native-policies.md, Both): MutatingAdmissionPolicies run before the webhooks,
+    so the webhook finds nothing to change and writes no record; the same file applied again is then judged as
+    written, and refused."""
+    user = decoded(as_kind("Deployment", pod(container(requests={GPU_: 1}))))
+    live = evaluate(admit(NATIVE, "shared", user).obj, "shared", POLICIES).mutated
+    assert "gpu-admission.io/requested" not in live["metadata"].get("annotations", {})
+    again = json.loads(json.dumps(live))
+    spec_of(again)["containers"][0]["resources"]["requests"][GPU_] = "1"
+    assert evaluate(again, "shared", POLICIES, old=live).verdict == "deny"
+
+
 def test_a_workload_with_the_record_is_not_compared() -> None:
     obj = as_kind("Deployment", pod(container(requests={GPU_: 1})), annotations={"gpu-admission.io/requested": "{}"})
     assert compare("shared", obj) == gaps.RECORDED
