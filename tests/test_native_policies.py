@@ -34,7 +34,7 @@ from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sha
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
 from webhook.admission.native import gaps
-from webhook.admission.native.compile import NativeSet, compile_native
+from webhook.admission.native.compile import PODS, NativeSet, compile_native
 from webhook.admission.native.scope import outside
 from webhook.admission.policy.model import Policy, PolicySet
 
@@ -162,21 +162,24 @@ def admit(
     mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
     bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
     chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
-    chosen = [name for name in chosen if _constrained(mutating[name], request)]
-    if chosen:  # the VAP matches what its MAP matches
-        assert all(_constrained(validating.get(name, mutating[name]), request) for name in chosen)
     chosen = [name for name in chosen if _matches(mutating[name], obj, request)]
     if not chosen:
         return Outcome(True, "allow", obj)
     assert len(chosen) == 1, f"{namespace}: selected by {chosen}"
     name = chosen[0]
-    mutated = _mutate(mutating[name], obj, request)
-    assert _mutate(mutating[name], mutated, request) == mutated, "the MAP is not idempotent on reinvocation"
+    policy = validating.get(name)
+    mutates = _constrained(mutating[name], request)
+    validates = policy is not None and _constrained(policy, request)
+    if not (mutates or validates):
+        return Outcome(True, "allow", obj)
+    mutated = obj
+    if mutates:
+        mutated = _mutate(mutating[name], obj, request)
+        assert _mutate(mutating[name], mutated, request) == mutated, "the MAP is not idempotent on reinvocation"
     errors = apiserver_rules.pod_spec_errors(get_path(mutated, POD_SPEC_PATHS[obj["kind"]]))
     if errors:
         return Outcome(False, "refused", mutated, errors=errors)
-    policy = validating.get(name)
-    if policy is None:
+    if policy is None or not validates:
         return Outcome(True, "allow", mutated)
     assert _matches(policy, mutated, request)
     context = _variables(policy, mutated, request)
@@ -551,6 +554,50 @@ def test_with_both_the_native_set_changes_a_template_first_and_the_webhook_recor
     again = json.loads(json.dumps(live))
     spec_of(again)["containers"][0]["resources"]["requests"][GPU_] = "1"
     assert evaluate(again, "shared", POLICIES, old=live).verdict == "deny"
+
+
+BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)
+
+
+def test_beside_the_webhook_the_maps_change_pods_only_and_the_vaps_judge_every_kind() -> None:
+    for obj in BESIDE.objects:
+        if obj["kind"].endswith("AdmissionPolicy"):
+            resources = {r for rule in obj["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+            assert (resources == {"pods"}) == (obj["kind"] == "MutatingAdmissionPolicy")
+
+
+def test_render_native_beside_the_webhook() -> None:
+    import yaml
+
+    from webhook.cli.policy_cmd import render_native
+
+    out = io.StringIO()
+    assert render_native(POLICIES, out, io.StringIO(), beside_webhook=True) == 0
+    rendered = [obj for obj in yaml.safe_load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
+    assert rendered and all(obj["spec"]["matchConstraints"] == PODS for obj in rendered)
+
+
+def test_beside_the_webhook_a_template_is_the_webhooks_and_a_reapply_passes() -> None:
+    """The webhook mutates the template and records it; the VAP judges what the webhook made, as the webhook
+    does; the same file applied again gives the same template."""
+    user = decoded(as_kind("Deployment", pod(container("a", requests={GPU_: 1}), container("b", limits={GPU_: 2}))))
+    # The webhook down (failurePolicy Ignore): the template as written, a request without its limit refused.
+    assert admit(BESIDE, "shared", user).verdict == "refused"
+    decision = evaluate(user, "shared", POLICIES)
+    native = admit(BESIDE, "shared", decision.mutated)
+    assert (native.verdict, native.message, native.obj) == ("deny", "\n".join(decision.violations), decision.mutated)
+    user = decoded(as_kind("Deployment", pod(container(requests={GPU_: 1}))))
+    live = evaluate(admit(BESIDE, "shared", user).obj, "shared", POLICIES).mutated
+    assert admit(BESIDE, "shared", live) == Outcome(True, "allow", live)
+    again = json.loads(json.dumps(live))
+    spec_of(again)["containers"][0]["resources"]["requests"][GPU_] = "1"
+    assert spec_of(evaluate(again, "shared", POLICIES, old=live).mutated) == spec_of(live)
+
+
+def test_beside_the_webhook_pods_are_judged_as_without_it() -> None:
+    for case in ("whole: both maxima", "shared: one GPU becomes a replica", "mps: a replica gets the MPS limits"):
+        namespace, obj = CASES[case]
+        assert admit(BESIDE, namespace, decoded(obj)) == admit(NATIVE, namespace, decoded(obj))
 
 
 def test_a_workload_with_the_record_is_not_compared() -> None:

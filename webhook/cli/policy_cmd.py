@@ -110,6 +110,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the GPUs of the budget the output is written for (a quantity such as 4 or 1.5; default 1)",
     )
     render.add_argument(
+        "--beside-webhook",
+        action="store_true",
+        help="native: for a cluster that runs the webhook too: the MutatingAdmissionPolicies change Pods only, "
+        "and the webhook the workloads' templates, with its re-apply record (docs/native-policies.md)",
+    )
+    render.add_argument(
         "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
     )
     export = commands.add_parser(
@@ -190,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             policies = load_policy_set(PolicySource.of(args), "policy render", sys.stderr)
         except CommandError as exc:
             return fail("policy render", str(exc))
-        return render_native(policies, sys.stdout, sys.stderr)
+        return render_native(policies, sys.stdout, sys.stderr, args.beside_webhook)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
     if args.policy_command == "export":
@@ -576,15 +582,16 @@ def lint_native(policies: PolicySet, out: TextIO) -> None:
             )
 
 
-def render_native(policies: PolicySet, out: TextIO, err: TextIO) -> int:
+def render_native(policies: PolicySet, out: TextIO, err: TextIO, beside_webhook: bool = False) -> int:
     """`policy render native`: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with
-    their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr."""
+    their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr. `beside_webhook`:
+    for a cluster that runs the webhook too (the MAPs change Pods only)."""
     import yaml
 
     from webhook.admission.native.compile import compile_native
     from webhook.cli.webhooks import EXCLUDED_NAMESPACES
 
-    native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
+    native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES], beside_webhook)
     out.write(
         "# The GPU policies as the API server's own admission policies (gpu-webhook policy render native).\n"
         "# MutatingAdmissionPolicy: admissionregistration.k8s.io/v1 from Kubernetes 1.36 (beta behind a feature\n"

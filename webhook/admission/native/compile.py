@@ -42,6 +42,14 @@ MATCHED = {
         for group, resources in resources_by_group(POD_SPEC_PATHS)
     ]
 }
+# Beside the webhook: the MAPs change Pods only, and the webhook the templates, with its re-apply record (a
+# template the MAPs changed first reaches the webhook with no record: docs/native-policies.md, Both).
+PODS = {
+    "resourceRules": [
+        {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": list(resources)}
+        for group, resources in resources_by_group(["Pod"])
+    ]
+}
 # The engine leaves alone a workload whose controller is another object (a Job of a CronJob, a ReplicaSet of a
 # Deployment: engine._left_alone): the controller's template was judged. Every Pod is judged.
 OWN_TEMPLATE = (
@@ -78,16 +86,18 @@ class NativeSet:
         return [*own, *self.every]
 
 
-def compile_native(policies: PolicySet, excluded: Sequence[str]) -> NativeSet:
-    """The native set for `policies`; `excluded`: the namespaces the webhook never judges."""
+def compile_native(policies: PolicySet, excluded: Sequence[str], beside_webhook: bool = False) -> NativeSet:
+    """The native set for `policies`; `excluded`: the namespaces the webhook never judges; `beside_webhook`: for a
+    cluster that runs the webhook too (the MAPs then leave the workloads' templates to it)."""
     selector = {
         "matchExpressions": [
             {"key": NAME_LABEL, "operator": "NotIn", "values": list(excluded)},
             {"key": IGNORE_LABEL, "operator": "NotIn", "values": ["true"]},
         ]
     }
-    compiled = [_one(policy, selects(policies, policy), selector) for policy in policies.policies]
-    compiled.append(_one(DEFAULT_POLICY, selects(policies, None), selector))
+    mutated = PODS if beside_webhook else MATCHED
+    compiled = [_one(policy, selects(policies, policy), selector, mutated) for policy in policies.policies]
+    compiled.append(_one(DEFAULT_POLICY, selects(policies, None), selector, mutated))
     return NativeSet(compiled)
 
 
@@ -105,7 +115,7 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
     return found
 
 
-def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
+def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:
     name = PREFIX + policy.name
     mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
     rules = [rule for family in FAMILIES for rule in family.container_rules(policy)]
@@ -125,7 +135,7 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
             "spec": {
                 "failurePolicy": "Fail",
                 "reinvocationPolicy": "IfNeeded",
-                "matchConstraints": MATCHED,
+                "matchConstraints": mutated,
                 "matchConditions": match,
                 "variables": spec,
                 "mutations": [

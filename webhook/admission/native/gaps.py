@@ -72,7 +72,7 @@ WORKLOAD_UPDATES = Gap(
     "the webhook tells the user's values from its own earlier output by the gpu-admission.io/requested record "
     "(JSON, which CEL cannot read) and leaves alone an update that keeps the template: the native set judges "
     "templates on CREATE, and the pods they make; it writes no record, so a re-apply of a template it changed "
-    "is judged as written (docs/native-policies.md, Both)",
+    "is judged as written (docs/native-policies.md, Both; render with --beside-webhook there)",
 )
 RECORDED = Gap(
     "a workload created with the gpu-admission.io/requested record (copied from a live object)",
