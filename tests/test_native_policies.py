@@ -545,9 +545,9 @@ def test_why_updates_are_the_webhooks_a_reapply_read_without_the_record() -> Non
 
 
 def test_with_both_the_native_set_changes_a_template_first_and_the_webhook_records_nothing() -> None:
-    """The limit of the gap (docs/native-policies.md, Both): MutatingAdmissionPolicies run before the webhooks,
-    so the webhook finds nothing to change and writes no record; the same file applied again is then judged as
-    written, and refused."""
+    """Why Both wants `--beside-webhook` (docs/native-policies.md): without it the MutatingAdmissionPolicies,
+    which run before the webhooks, change the template first, so the webhook finds nothing to change and writes
+    no record; the same file applied again is then judged as written, and refused."""
     user = decoded(as_kind("Deployment", pod(container(requests={GPU_: 1}))))
     live = evaluate(admit(NATIVE, "shared", user).obj, "shared", POLICIES).mutated
     assert "gpu-admission.io/requested" not in live["metadata"].get("annotations", {})
