@@ -14,6 +14,8 @@ MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects, as the API server
 For every case the compiled set claims to cover (`native.scope.outside` says which it does not, with a reason the
 compiler prints), the verdict, every container's `resources` and `env`, and the denial's message must be the
 webhook's. Where the API server's own validation refuses the object first, both refuse (its message is its own).
+A template is also judged as rendered `--beside-webhook` (the MAPs change Pods only): the webhook's output, run
+through the VAP alone, gets the webhook's verdict and message, unchanged.
 Objects come as the API server decodes them: quantities as canonical strings, requests defaulted from limits.
 """
 
@@ -78,6 +80,7 @@ NAMESPACES = (
     "audit", "mig", "frac", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
+BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
 
 
 # --- The API server, simulated -----------------------------------------------------------------------------
@@ -272,6 +275,9 @@ def compare(namespace: str, obj: dict[str, Any]) -> gaps.Gap | None:
     assert native.verdict == decision.verdict, (decision.violations, native.message)
     assert native.message == "\n".join(decision.violations)
     assert _containers(native.obj) == _containers(decision.mutated)
+    if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
+        beside = admit(BESIDE, namespace, decision.mutated)
+        assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
     return None
 
 
@@ -554,9 +560,6 @@ def test_with_both_the_native_set_changes_a_template_first_and_the_webhook_recor
     again = json.loads(json.dumps(live))
     spec_of(again)["containers"][0]["resources"]["requests"][GPU_] = "1"
     assert evaluate(again, "shared", POLICIES, old=live).verdict == "deny"
-
-
-BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)
 
 
 def test_beside_the_webhook_the_maps_change_pods_only_and_the_vaps_judge_every_kind() -> None:
