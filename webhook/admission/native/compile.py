@@ -7,8 +7,9 @@ namespaceSelector leaving out the namespaces the webhook configurations leave ou
 order in one policy (separate MAPs have no order), each idempotent, under `reinvocationPolicy: IfNeeded`. The
 VAP has one validation whose message is every line of the webhook's denial, as the webhook joins them.
 
-Both match every kind whose pod spec the webhook judges (Pods, workloads' templates, PodTemplates) on CREATE,
-and find the spec by the request's kind (containers.spec_variables): the same rules, the same sentences.
+Both match every kind whose pod spec the webhook judges (Pods, workloads' templates, PodTemplates) on CREATE
+(beside the webhook, the MAP Pods only), and find the spec by the request's kind (containers.spec_variables):
+the same rules, the same sentences.
 
 Cost: each expression goes over a section's containers once per rule (one filter per resource name the limits
 step knows), and the pod totals over the app containers once per resource; the API server's own estimate
@@ -17,7 +18,7 @@ needs a v1.36 API server (not measured here).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,21 +36,22 @@ API_VERSION = "admissionregistration.k8s.io/v1"
 PREFIX = "gpu-admission-"
 IGNORE_LABEL = "gpu-admission.io/ignore"
 NAME_LABEL = "kubernetes.io/metadata.name"
-# Every kind with a pod spec that the webhook judges, on CREATE (a workload's UPDATE: gaps.WORKLOAD_UPDATES).
-MATCHED = {
-    "resourceRules": [
+
+
+def _created(kinds: Iterable[str]) -> dict[str, Any]:
+    """matchConstraints: the objects of `kinds` (podspec.POD_SPEC_RESOURCES), on CREATE."""
+    rules = [
         {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": list(resources)}
-        for group, resources in resources_by_group(POD_SPEC_PATHS)
+        for group, resources in resources_by_group(kinds)
     ]
-}
+    return {"resourceRules": rules}
+
+
+# Every kind with a pod spec that the webhook judges, on CREATE (a workload's UPDATE: gaps.WORKLOAD_UPDATES).
+MATCHED = _created(POD_SPEC_PATHS)
 # Beside the webhook: the MAPs change Pods only, and the webhook the templates, with its re-apply record (a
 # template the MAPs changed first reaches the webhook with no record: docs/native-policies.md, Both).
-PODS = {
-    "resourceRules": [
-        {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": list(resources)}
-        for group, resources in resources_by_group(["Pod"])
-    ]
-}
+PODS = _created(["Pod"])
 # The engine leaves alone a workload whose controller is another object (a Job of a CronJob, a ReplicaSet of a
 # Deployment: engine._left_alone): the controller's template was judged. Every Pod is judged.
 OWN_TEMPLATE = (
