@@ -603,6 +603,18 @@ def test_beside_the_webhook_pods_are_judged_as_without_it() -> None:
         assert admit(BESIDE, namespace, decoded(obj)) == admit(NATIVE, namespace, decoded(obj))
 
 
+def test_alone_a_limit_written_at_creation_stays_when_the_request_changes() -> None:
+    """The native set alone (docs/native-policies.md): the file's request changed from 1 to 2 and applied again
+    leaves the limit written from the old one, and the API server refuses the template."""
+    live = admit(NATIVE, "research", decoded(as_kind("Job", pod(container(requests={GPU_: 1}))))).obj
+    again = json.loads(json.dumps(live))
+    spec_of(again)["containers"][0]["resources"]["requests"][GPU_] = "2"
+    assert admit(NATIVE, "research", again, operation="UPDATE").obj == again
+    assert apiserver_rules.pod_spec_errors(spec_of(again)) == [
+        "spec.containers[0].resources.requests[nvidia.com/gpu]: must be equal to nvidia.com/gpu limit"
+    ]
+
+
 def test_a_workload_with_the_record_is_not_compared() -> None:
     obj = as_kind("Deployment", pod(container(requests={GPU_: 1})), annotations={"gpu-admission.io/requested": "{}"})
     assert compare("shared", obj) == gaps.RECORDED
