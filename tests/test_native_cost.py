@@ -35,7 +35,9 @@ from webhook.admission.engine import evaluate
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = list(yaml.safe_load_all((ROOT / "manifests" / "native-policies" / "native-policies.yaml").read_text()))
 MACRO = re.compile(r"\.(exists_one|exists|all|map|filter)\(")
-SECTION_PASS = re.compile(r"object\.spec\.(containers|initContainers)\.(exists_one|exists|all|map|filter|indexOf)\(")
+SECTION_PASS = re.compile(
+    r"(?:object|variables)\.spec\.(containers|initContainers)\.(exists_one|exists|all|map|filter|indexOf)\("
+)
 MOST_PASSES = 2 * 2 * (len(MANAGED_NAMES) + 1)  # filter and indexOf, both sections, each name and the map
 
 

@@ -38,8 +38,10 @@ from tests.test_native_policies import (
     _by_name,
     _matches,
     _mutate,
+    _variables,
     decoded,
     pods,
+    request_for,
 )
 from webhook.admission.engine import evaluate
 from webhook.admission.native.scope import outside
@@ -51,16 +53,13 @@ MAP_BINDINGS = _by_name(NATIVE, "MutatingAdmissionPolicyBinding")
 VAP_BINDINGS = _by_name(NATIVE, "ValidatingAdmissionPolicyBinding")
 
 
-def _request(namespace: str) -> dict[str, Any]:
-    return {"namespace": namespace, "operation": "CREATE"}
-
-
-def _policy_name(namespace: str) -> str | None:
+def _policy_name(namespace: str, obj: dict[str, Any]) -> str | None:
     """The one compiled policy bound to and matching the namespace (None: an excluded namespace)."""
+    request = request_for(obj, namespace)
     chosen = [
         name
         for name, policy in MAPS.items()
-        if _bound(MAP_BINDINGS[name], namespace, {}) and _matches(policy, _request(namespace))
+        if _bound(MAP_BINDINGS[name], namespace, {}) and _matches(policy, obj, request)
     ]
     assert len(chosen) <= 1, chosen
     return chosen[0] if chosen else None
@@ -68,8 +67,8 @@ def _policy_name(namespace: str) -> str | None:
 
 def the_map(namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
     """The MutatingAdmissionPolicy's pass over `obj`."""
-    name = _policy_name(namespace)
-    return obj if name is None else _mutate(MAPS[name], obj, _request(namespace))
+    name = _policy_name(namespace, obj)
+    return obj if name is None else _mutate(MAPS[name], obj, request_for(obj, namespace))
 
 
 def _answer(namespace: str, obj: dict[str, Any], which: WebhookMode) -> dict[str, Any]:
@@ -94,12 +93,10 @@ def the_webhook(namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
 
 def vap_denies(namespace: str, obj: dict[str, Any]) -> bool:
     """The ValidatingAdmissionPolicy denies `obj` (its binding's action is Deny and the validation fails)."""
-    name = _policy_name(namespace)
+    name = _policy_name(namespace, obj)
     if name is None or name not in VAPS:
         return False
-    context: dict[str, Any] = {"object": obj, "request": _request(namespace), "variables": {}}
-    for variable in VAPS[name]["spec"]["variables"]:
-        context["variables"][variable["name"]] = kube_cel.evaluate(variable["expression"], context)
+    context = _variables(VAPS[name], obj, request_for(obj, namespace))
     (validation,) = VAPS[name]["spec"]["validations"]
     failed = kube_cel.evaluate(validation["expression"], context) is not True
     return failed and VAP_BINDINGS[name]["spec"]["validationActions"] == ["Deny"]

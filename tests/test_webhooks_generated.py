@@ -214,8 +214,9 @@ def test_an_admins_kinds_get_an_overlay_patch_whose_entries_render_and_select(tm
 
 
 def test_the_shipped_native_policies_are_the_first_day_default_compiled() -> None:
-    """manifests/native-policies/ and the chart's copy hold `policy render native` of the audit copy the
-    installers apply, so the floor the API server holds audits, as the webhook does, on the first day."""
+    """manifests/native-policies/ and the chart's copy hold `policy render native --beside-webhook` of the audit
+    copy the installers apply (they install the webhook with it), so the floor the API server holds audits, as
+    the webhook does, on the first day, and its MutatingAdmissionPolicies change Pods only."""
     import io
 
     from webhook.admission.policy.loader import parse_policy_sources
@@ -223,12 +224,17 @@ def test_the_shipped_native_policies_are_the_first_day_default_compiled() -> Non
 
     rendered = io.StringIO()
     audit_copy = (ROOT / webhooks.NATIVE_SOURCE).read_text()
-    assert render_native(parse_policy_sources({"default.yaml": audit_copy}), rendered, io.StringIO()) == 0
+    policies = parse_policy_sources({"default.yaml": audit_copy})
+    assert render_native(policies, rendered, io.StringIO(), beside_webhook=True) == 0
     for path in webhooks.NATIVE_COPIES:
         shipped = list(yaml.safe_load_all((ROOT / path).read_text()))
         assert shipped == list(yaml.safe_load_all(rendered.getvalue()))
         bindings = [obj for obj in shipped if obj["kind"] == "ValidatingAdmissionPolicyBinding"]
         assert [binding["spec"]["validationActions"] for binding in bindings] == [["Audit"], ["Deny"]]
+        maps = [obj for obj in shipped if obj["kind"] == "MutatingAdmissionPolicy"]
+        assert {rule["resources"][0] for m in maps for rule in m["spec"]["matchConstraints"]["resourceRules"]} == {
+            "pods"
+        }
         assert {obj["metadata"]["name"] for obj in shipped} == {
             "gpu-admission-default",
             "gpu-admission-built-in-default",

@@ -46,6 +46,9 @@ def missing_policy_directory(given: str | None) -> str | None:
     return f"policy directory {chosen} not found{hint}"
 
 
+# The MutatingAdmissionPolicy versions `policy render native` writes (v1beta1: Kubernetes 1.34 and 1.35).
+MAP_API_VERSIONS = ("v1", "v1beta1")
+
 # One example per command, shown at the end of its --help (tests/test_cli_help.py runs each through the parser).
 EXAMPLES = {
     "": "gpu-webhook check examples/ --policies examples/policies",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from webhook.cli.common import CommandError, fail
 from webhook.cli.options import (
+    MAP_API_VERSIONS,
     POLICIES_HELP,
     add_kubeconfig_arguments,
     add_policy_source_arguments,
@@ -109,6 +110,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="1",
         metavar="N",
         help="the GPUs of the budget the output is written for (a quantity such as 4 or 1.5; default 1)",
+    )
+    render.add_argument(
+        "--beside-webhook",
+        action="store_true",
+        help="native: for a cluster that runs the webhook too: the MutatingAdmissionPolicies change Pods only, "
+        "and the webhook the workloads' templates, with its re-apply record (docs/native-policies.md)",
     )
     render.add_argument(
         "--name", default="gpu-equivalents", help="quota: the ResourceQuota objects' name (default gpu-equivalents)"
@@ -211,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             policies = load_policy_set(PolicySource.of(args), "policy render", sys.stderr)
         except CommandError as exc:
             return fail("policy render", str(exc))
-        return render_native(policies, sys.stdout, sys.stderr, args.api_version)
+        return render_native(policies, sys.stdout, sys.stderr, args.api_version, args.beside_webhook)
     if args.policy_command == "render":
         return render(args, sys.stdout, sys.stderr)
     if args.policy_command == "export":
@@ -649,42 +656,21 @@ def lint_native(policies: PolicySet, out: TextIO) -> None:
             )
 
 
-MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
-MAP_API_VERSIONS = ("v1", "v1beta1")
-NATIVE_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "native-policies"}
-
-
-def native_documents(policies: PolicySet, api_version: str = "v1") -> str:
-    """The native set as YAML documents, labelled so that `kubectl get/delete -l` finds them; `api_version`:
-    the MutatingAdmissionPolicy objects' version (v1beta1 for the beta API of Kubernetes 1.34 and 1.35, whose
-    fields are the same)."""
-    import yaml
-
-    from webhook.admission.native.compile import compile_native
-    from webhook.cli.webhooks import EXCLUDED_NAMESPACES
-
-    native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
-    documents = []
-    for obj in native.objects:
-        group = obj["apiVersion"].rsplit("/", 1)[0]
-        version = api_version if obj["kind"] in MAP_KINDS else "v1"
-        metadata = {**obj["metadata"], "labels": dict(NATIVE_LABELS)}
-        documents.append({**obj, "apiVersion": f"{group}/{version}", "metadata": metadata})
-    return "---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in documents)
-
-
-def render_native(policies: PolicySet, out: TextIO, err: TextIO, api_version: str = "v1") -> int:
+def render_native(
+    policies: PolicySet, out: TextIO, err: TextIO, api_version: str = "v1", beside_webhook: bool = False
+) -> int:
     """`policy render native`: the policies as MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects with
     their bindings (docs/native-policies.md); what they do not carry, rule by rule, on stderr."""
     from webhook.admission.native.compile import compile_native
+    from webhook.cli.webhooks import native_documents
 
-    native = compile_native(policies, [])
+    native = compile_native(policies, [], beside_webhook)
     out.write(
         "# The GPU policies as the API server's own admission policies (gpu-webhook policy render native).\n"
         "# MutatingAdmissionPolicy: admissionregistration.k8s.io/v1 from Kubernetes 1.36 (beta behind a feature\n"
         "# gate on 1.34 and 1.35: --api-version v1beta1); ValidatingAdmissionPolicy: v1 from 1.30.\n"
     )
-    out.write(native_documents(policies, api_version))
+    out.write(native_documents(policies, api_version, beside_webhook))
     prefix = "gpu-webhook policy render native"
     common = [gap for gap in native.compiled[0].gaps if all(gap in one.gaps for one in native.compiled)]
     for gap in [*native.every, *common]:

@@ -29,7 +29,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.admission.base.podspec import DEVICE_LIST_MARK, DEVICE_PATH_MARK, POD_SPEC_PATHS, VISIBLE_DEVICES
+from webhook.admission.base.podspec import (
+    DEVICE_LIST_MARK,
+    DEVICE_PATH_MARK,
+    POD_SPEC_PATHS,
+    VISIBLE_DEVICES,
+    resources_by_group,
+)
 from webhook.admission.base.resources import (
     AMD_GPU,
     DEVICE_CLASS_PREFIX,
@@ -41,6 +47,7 @@ from webhook.admission.base.resources import (
 from webhook.admission.customresources import BUILTIN_KINDS, CustomKind, Site
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.policy.crd import crd_text
+from webhook.admission.policy.model import PolicySet
 from webhook.admission.policy.objects import GROUP, PLURAL, RESOURCE, VERSION
 from webhook.cli import dashboard, rbac
 
@@ -260,7 +267,7 @@ def entries() -> list[Entry]:
             "pods.gpu-admission.io",
             "Pods (CREATE only: a Pod's spec is immutable once created). /validate reserves the pod's GPUs in its\n"
             "namespace's budget ledger (a ConfigMap in the webhook's namespace), except on a dry run: NoneOnDryRun.",
-            (Rule(("",), ("pods",), ("CREATE",)),),
+            tuple(Rule((g,), r, ("CREATE",)) for g, r in resources_by_group(["Pod"])),
             pod_condition(POD_SPEC_PATHS["Pod"]),
             validating_side_effects="NoneOnDryRun",
         ),
@@ -274,23 +281,19 @@ def entries() -> list[Entry]:
         Entry(
             "workloads.gpu-admission.io",
             "Workloads whose pod template is spec.template.spec.",
-            (
-                Rule(("apps",), ("deployments", "statefulsets", "daemonsets", "replicasets")),
-                Rule(("",), ("replicationcontrollers",)),
-                Rule(("batch",), ("jobs",)),
-            ),
+            tuple(Rule((g,), r) for g, r in resources_by_group(k for k, p in POD_SPEC_PATHS.items() if p == workloads)),
             pod_condition(workloads),
         ),
         Entry(
             "cronjobs.gpu-admission.io",
             "CronJobs: the pod template is spec.jobTemplate.spec.template.spec.",
-            (Rule(("batch",), ("cronjobs",)),),
+            tuple(Rule((g,), r) for g, r in resources_by_group(["CronJob"])),
             pod_condition(POD_SPEC_PATHS["CronJob"]),
         ),
         Entry(
             "podtemplates.gpu-admission.io",
             "PodTemplates: the pod template is template.spec.",
-            (Rule(("",), ("podtemplates",)),),
+            tuple(Rule((g,), r) for g, r in resources_by_group(["PodTemplate"])),
             pod_condition(POD_SPEC_PATHS["PodTemplate"]),
         ),
         Entry(
@@ -527,22 +530,46 @@ def files() -> dict[str, str]:
     }
 
 
+MAP_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+NATIVE_LABELS = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "native-policies"}
+
+
+def native_documents(policies: PolicySet, api_version: str = "v1", beside_webhook: bool = False) -> str:
+    """The native set as YAML documents, labelled so that `kubectl get/delete -l` finds them; `api_version`:
+    the MutatingAdmissionPolicy objects' version (v1beta1 for the beta API of Kubernetes 1.34 and 1.35, whose
+    fields are the same); `beside_webhook`: for a cluster that runs the webhook too (the MAPs change Pods only, and
+    the webhook the pod templates, with its record of what was written)."""
+    import yaml
+
+    from webhook.admission.native.compile import compile_native
+
+    native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES], beside_webhook)
+    documents = []
+    for obj in native.objects:
+        group = obj["apiVersion"].rsplit("/", 1)[0]
+        version = api_version if obj["kind"] in MAP_KINDS else "v1"
+        metadata = {**obj["metadata"], "labels": dict(NATIVE_LABELS)}
+        documents.append({**obj, "apiVersion": f"{group}/{version}", "metadata": metadata})
+    return "---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in documents)
+
+
 def native_text() -> str:
     """The native policies (docs/native-policies.md) compiled from the installers' first-day default policy, so
-    that the floor the API server holds is the policy installed beside it (audit: the VAP only audits)."""
+    that the floor the API server holds is the policy installed beside it (audit: the VAP only audits). Rendered
+    to run beside the webhook, which the installers install with it: the MAPs change Pods only."""
     from webhook.admission.policy.loader import parse_policy_sources
-    from webhook.cli.policy_cmd import native_documents
 
     policies = parse_policy_sources({"default.yaml": (ROOT / NATIVE_SOURCE).read_text()})
     header = (
         f"{GENERATED}\n"
         f"# The native policies (docs/native-policies.md) compiled from {NATIVE_SOURCE}, the\n"
-        "# default policy in audit as installed on the first day: `gpu-webhook policy render native` of that file.\n"
+        "# default policy in audit as installed on the first day, to run beside the webhook:\n"
+        "# `gpu-webhook policy render native --beside-webhook` of that file.\n"
         "# MutatingAdmissionPolicy v1 needs Kubernetes 1.36 (1.34 and 1.35: the beta API, --api-version v1beta1);\n"
         "# ValidatingAdmissionPolicy v1, 1.30. Under your own policies, render your own set:\n"
         "# gpu-webhook policy render native --policies DIR (or --from-cluster).\n"
     )
-    return header + native_documents(policies)
+    return header + native_documents(policies, beside_webhook=True)
 
 
 def custom_entries_patch(kinds: tuple[CustomKind, ...]) -> str:

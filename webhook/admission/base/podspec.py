@@ -29,6 +29,19 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
     "PodTemplate": ("template", "spec"),
 }
+# kind -> its API group and resource (all served as v1): what the webhook configurations and the native
+# policies match, in the order of POD_SPEC_PATHS
+POD_SPEC_RESOURCES: dict[str, tuple[str, str]] = {
+    "Pod": ("", "pods"),
+    "Deployment": ("apps", "deployments"),
+    "StatefulSet": ("apps", "statefulsets"),
+    "DaemonSet": ("apps", "daemonsets"),
+    "ReplicaSet": ("apps", "replicasets"),
+    "ReplicationController": ("", "replicationcontrollers"),
+    "Job": ("batch", "jobs"),
+    "CronJob": ("batch", "cronjobs"),
+    "PodTemplate": ("", "podtemplates"),
+}
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # The NVIDIA container toolkit's device list as volume mounts (its `volume-mounts` device-list strategy): a
@@ -46,6 +59,16 @@ SECTION_NOUNS = {
     "initContainers": "init container",
     "ephemeralContainers": "ephemeral container",
 }
+
+
+def resources_by_group(kinds: Iterable[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The resources of `kinds` (POD_SPEC_RESOURCES), grouped by API group in first-seen order: one admission
+    rule each."""
+    grouped: dict[str, list[str]] = {}
+    for kind in kinds:
+        group, resource = POD_SPEC_RESOURCES[kind]
+        grouped.setdefault(group, []).append(resource)
+    return [(group, tuple(resources)) for group, resources in grouped.items()]
 
 
 def pod_spec_path(obj: Any) -> tuple[str, ...] | None:

@@ -7,6 +7,10 @@ namespaceSelector leaving out the namespaces the webhook configurations leave ou
 order in one policy (separate MAPs have no order), each idempotent, under `reinvocationPolicy: IfNeeded`. The
 VAP has one validation whose message is every line of the webhook's denial, as the webhook joins them.
 
+Both match every kind whose pod spec the webhook judges (Pods, workloads' templates, PodTemplates) on CREATE
+(beside the webhook, the MAP Pods only), and find the spec by the request's kind (containers.spec_variables):
+the same rules, the same sentences.
+
 Cost: each expression goes over a section's containers once per rule (one filter per resource name the limits
 step knows), and the pod totals over the app containers once per resource; the API server's own estimate
 needs a v1.36 API server (not measured here).
@@ -14,13 +18,13 @@ needs a v1.36 API server (not measured here).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.base.podspec import container_label
+from webhook.admission.base.podspec import POD_SPEC_PATHS, container_label, resources_by_group
 from webhook.admission.native.cel import fill, lit, slot
-from webhook.admission.native.containers import each
+from webhook.admission.native.containers import KIND, each, spec_variables
 from webhook.admission.native.family import SECTIONS, ContainerRule, Gap, Lines, Mutation
 from webhook.admission.native.gaps import EVERY_POLICY
 from webhook.admission.native.registry import FAMILIES
@@ -32,7 +36,28 @@ API_VERSION = "admissionregistration.k8s.io/v1"
 PREFIX = "gpu-admission-"
 IGNORE_LABEL = "gpu-admission.io/ignore"
 NAME_LABEL = "kubernetes.io/metadata.name"
-PODS = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}
+
+
+def _created(kinds: Iterable[str]) -> dict[str, Any]:
+    """matchConstraints: the objects of `kinds` (podspec.POD_SPEC_RESOURCES), on CREATE."""
+    rules = [
+        {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": list(resources)}
+        for group, resources in resources_by_group(kinds)
+    ]
+    return {"resourceRules": rules}
+
+
+# Every kind with a pod spec that the webhook judges, on CREATE (a workload's UPDATE: gaps.WORKLOAD_UPDATES).
+MATCHED = _created(POD_SPEC_PATHS)
+# Beside the webhook: the MAPs change Pods only, and the webhook the templates, with its re-apply record (a
+# template the MAPs changed first reaches the webhook with no record: docs/native-policies.md, Both).
+PODS = _created(["Pod"])
+# The engine leaves alone a workload whose controller is another object (a Job of a CronJob, a ReplicaSet of a
+# Deployment: engine._left_alone): the controller's template was judged. Every Pod is judged.
+OWN_TEMPLATE = (
+    f"{KIND} == 'Pod' || !has(object.metadata.ownerReferences) || "
+    "!object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller == true)"
+)
 ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
 LINES = "lines"
 
@@ -63,16 +88,18 @@ class NativeSet:
         return [*own, *self.every]
 
 
-def compile_native(policies: PolicySet, excluded: Sequence[str]) -> NativeSet:
-    """The native set for `policies`; `excluded`: the namespaces the webhook never judges."""
+def compile_native(policies: PolicySet, excluded: Sequence[str], beside_webhook: bool = False) -> NativeSet:
+    """The native set for `policies`; `excluded`: the namespaces the webhook never judges; `beside_webhook`: for a
+    cluster that runs the webhook too (the MAPs then leave the workloads' templates to it)."""
     selector = {
         "matchExpressions": [
             {"key": NAME_LABEL, "operator": "NotIn", "values": list(excluded)},
             {"key": IGNORE_LABEL, "operator": "NotIn", "values": ["true"]},
         ]
     }
-    compiled = [_one(policy, selects(policies, policy), selector) for policy in policies.policies]
-    compiled.append(_one(DEFAULT_POLICY, selects(policies, None), selector))
+    mutated = PODS if beside_webhook else MATCHED
+    compiled = [_one(policy, selects(policies, policy), selector, mutated) for policy in policies.policies]
+    compiled.append(_one(DEFAULT_POLICY, selects(policies, None), selector, mutated))
     return NativeSet(compiled)
 
 
@@ -90,13 +117,17 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
     return found
 
 
-def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
+def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:
     name = PREFIX + policy.name
     mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
     rules = [rule for family in FAMILIES for rule in family.container_rules(policy)]
     lines = [*_container_lines(rules), *(line for family in FAMILIES for line in family.lines(policy))]
     gaps = [gap for family in FAMILIES for gap in family.gaps(policy)]
-    match = [{"name": "namespace-policy", "expression": condition}]
+    match = [
+        {"name": "namespace-policy", "expression": condition},
+        {"name": "own-pod-template", "expression": OWN_TEMPLATE},
+    ]
+    spec = [{"name": n, "expression": e} for n, e in spec_variables()]
     resources = {"namespaceSelector": selector}
     objects: list[dict[str, Any]] = [
         {
@@ -106,8 +137,9 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
             "spec": {
                 "failurePolicy": "Fail",
                 "reinvocationPolicy": "IfNeeded",
-                "matchConstraints": PODS,
+                "matchConstraints": mutated,
                 "matchConditions": match,
+                "variables": spec,
                 "mutations": [
                     {"patchType": "JSONPatch", "jsonPatch": {"expression": mutation.expression}}
                     for mutation in mutations
@@ -122,7 +154,7 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
         },
     ]
     if lines:
-        variables = [{"name": n, "expression": e} for line in lines for n, e in line.variables]
+        variables = [*spec, *({"name": n, "expression": e} for line in lines for n, e in line.variables)]
         variables.append({"name": LINES, "expression": " + ".join(f"({line.lines})" for line in lines)})
         objects += [
             {
@@ -131,7 +163,7 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any]) -> Compiled:
                 "metadata": {"name": name},
                 "spec": {
                     "failurePolicy": "Fail",
-                    "matchConstraints": PODS,
+                    "matchConstraints": MATCHED,
                     "matchConditions": match,
                     "variables": variables,
                     "validations": [

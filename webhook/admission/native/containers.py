@@ -1,21 +1,55 @@
 """CEL for one container `c` of a section: its resources and where it is, guarded so that nothing errors on a
-container without them (an error in a policy under failurePolicy Fail refuses the pod)."""
+container without them (an error in a policy under failurePolicy Fail refuses the pod).
+
+The pod spec is found where the object's kind keeps it (podspec.POD_SPEC_PATHS): the variables `spec` (the spec,
+or an empty map where the object has none) and `at` (its JSON Pointer), chosen by `request.kind.kind`, so that
+one policy reads and patches a Pod, a workload's template and a PodTemplate alike.
+"""
 
 from __future__ import annotations
 
+from webhook.admission.base.patch import pointer
+from webhook.admission.base.podspec import POD_SPEC_PATHS
 from webhook.admission.base.resources import MANAGED_NAMES, MANAGED_PREFIXES
 from webhook.admission.native.cel import any_of, lit, strings
+
+SPEC, AT = "variables.spec", "variables.at"
+KIND = "request.kind.kind"
+
+
+def _by_kind(value: dict[tuple[str, ...], str], otherwise: str) -> str:
+    """A CEL choice on the request's kind: `value[path]` for the kinds whose pod spec is at `path`."""
+    chosen = otherwise
+    for spec_path, expression in reversed(value.items()):
+        kinds = [kind for kind, at in POD_SPEC_PATHS.items() if at == spec_path]
+        chosen = f"{KIND} in {strings(kinds)} ? {expression} : {chosen}"
+    return chosen
+
+
+def _guarded(spec_path: tuple[str, ...]) -> str:
+    """The spec at `spec_path`, or an empty map where a key on the way is missing."""
+    steps = [".".join(("object", *spec_path[: n + 1])) for n in range(len(spec_path))]
+    return f"({' && '.join(f'has({step})' for step in steps)} ? {steps[-1]} : {{}})"
+
+
+def spec_variables() -> tuple[tuple[str, str], ...]:
+    """The variables `spec` and `at` (name, expression), first in every compiled policy."""
+    paths = dict.fromkeys(POD_SPEC_PATHS.values())
+    return (
+        ("spec", _by_kind({p: _guarded(p) for p in paths}, "{}")),
+        ("at", _by_kind({p: lit(pointer(p)) for p in paths}, "''")),
+    )
 
 
 def each(section: str, keep: str, make: str) -> str:
     """One element (`make`, of the container `c`) per container of `section` for which `keep` holds."""
-    spec = f"object.spec.{section}"
+    spec = f"{SPEC}.{section}"
     return f"(has({spec}) ? {spec}.filter(c, {keep}).map(c, {make}) : [])"
 
 
 def path(section: str, tail: str) -> str:
     """The JSON Pointer of `c` (by its place: container names are unique, so indexOf finds it) and `tail`."""
-    return f"'/spec/{section}/' + string(object.spec.{section}.indexOf(c)) + {lit(tail)}"
+    return f"{AT} + {lit(f'/{section}/')} + string({SPEC}.{section}.indexOf(c)) + {lit(tail)}"
 
 
 def has_map(which: str) -> str:

@@ -62,10 +62,25 @@ DRA = Gap("DRA ResourceClaims", "the claims are other objects, which a policy on
 ANNOTATION = Gap(
     "the gpu-admission.io/policy annotation and the mutation warnings", "a policy cannot warn about a mutation"
 )
-WORKLOADS = Gap("workload templates (Deployments, Jobs, custom resources)", "Pods only for now: their pods are judged")
+CUSTOM_RESOURCES = Gap(
+    "custom resources' pod templates (RayCluster, PyTorchJob, JobSet, ...)",
+    "judged by the webhook only, at the places each kind names (docs/custom-resources.md); the pods their "
+    "operators make are judged",
+)
+WORKLOAD_UPDATES = Gap(
+    "workload updates (a Deployment's, Job's, ... or PodTemplate's pod template changed)",
+    "the webhook tells the user's values from its own earlier output by the gpu-admission.io/requested record "
+    "(JSON, which CEL cannot read) and leaves alone an update that keeps the template: the native set judges "
+    "templates on CREATE, and the pods they make; it writes no record, so a re-apply of a template it changed "
+    "is judged as written (docs/native-policies.md, Both; render with --beside-webhook there)",
+)
+RECORDED = Gap(
+    "a workload created with the gpu-admission.io/requested record (copied from a live object)",
+    "the webhook works out the user's input from the record; the native set takes the template as written",
+)
 
 # Said once for every policy: rules no native policy carries.
-EVERY_POLICY = (WORKLOADS, BUDGETS, CLUSTER_CHECKS, DRA, ANNOTATION)
+EVERY_POLICY = (CUSTOM_RESOURCES, WORKLOAD_UPDATES, RECORDED, BUDGETS, CLUSTER_CHECKS, DRA, ANNOTATION)
 
 
 def shape(policy: Policy) -> Shape:

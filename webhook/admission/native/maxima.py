@@ -7,7 +7,7 @@ from __future__ import annotations
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
 from webhook.admission.native.cel import all_of, fill, lit, slot
-from webhook.admission.native.containers import count, value, whole_limit
+from webhook.admission.native.containers import SPEC, count, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
 from webhook.admission.phases import validate
@@ -66,7 +66,7 @@ def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
     sidecars (KEP-753): the app containers and every sidecar run together, unless a regular init container with
     the sidecars started before it holds more (the first such peak); the line names those that run together."""
     policy = rules.policy
-    init, app = "object.spec.initContainers", "object.spec.containers"
+    init, app = f"{SPEC}.initContainers", f"{SPEC}.containers"
     k = index
     held = f"{whole_limit(name)} && {count(name)} > 0"
     sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"

@@ -1,7 +1,8 @@
-"""Which Pods the native set claims to judge as the webhook does: `outside` gives the gap (gaps.py) that puts a
-Pod outside it, None where the compiled policies give the webhook's verdict, resources, env and message.
+"""Which objects the native set claims to judge as the webhook does on CREATE: `outside` gives the gap (gaps.py)
+that puts a Pod, a workload or a PodTemplate outside it, None where the compiled policies give the webhook's
+verdict, resources, env and message.
 
-The tests drive every Pod the set covers through both and require the same result; the gaps name what a
+The tests drive every object the set covers through both and require the same result; the gaps name what a
 namespace without the webhook loses (docs/native-policies.md).
 """
 
@@ -9,47 +10,63 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.base.podspec import POD_SPEC_PATHS, VISIBLE_DEVICES, mentions_gpu
+from webhook.admission.base.podspec import (
+    POD_SPEC_PATHS,
+    VISIBLE_DEVICES,
+    controller_reference,
+    get_path,
+    mentions_gpu,
+)
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
+from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.gaps import (
     BOTH_NAMES,
+    CUSTOM_RESOURCES,
     DEVICE_RULES,
+    DRA,
     ENGINES,
     EPHEMERAL,
     FRACTION_SHARED,
     OTHER_RESOURCES,
+    RECORDED,
     STEERING,
     USER_ENV,
-    WORKLOADS,
     mode_gap,
     shape,
 )
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV
+from webhook.admission.phases.reapply import RECORD
 from webhook.admission.policy.model import Fractional, Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
 
 def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
-    """The gap that keeps the native set from judging `obj` (a Pod as the API server decodes it) as the webhook
-    does under `policy`, or None."""
-    if obj.get("kind") != "Pod":
-        return WORKLOADS
-    if not mentions_gpu(obj, POD_SPEC):
+    """The gap that keeps the native set from judging `obj` (an object the API server decodes, being created) as
+    the webhook does under `policy`, or None."""
+    kind = obj.get("kind")
+    spec_path = POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
+    if spec_path is None:
+        return DRA if kind in CLAIM_SPEC_PATHS else CUSTOM_RESOURCES
+    if spec_path != POD_SPEC and controller_reference(obj) is not None:
+        return None  # its controller's template was judged: both leave it alone
+    if not mentions_gpu(obj, spec_path):
         return None
-    spec = obj["spec"]
-    kind = shape(policy)
-    if kind is None:
+    if spec_path != POD_SPEC and RECORD in ((obj.get("metadata") or {}).get("annotations") or {}):
+        return RECORDED
+    spec = get_path(obj, spec_path)
+    carried = shape(policy)
+    if carried is None:
         return mode_gap(policy)
     if "ephemeralContainers" in spec:
         return EPHEMERAL
     if "nodeSelector" in spec or "affinity" in spec:
         return STEERING
     # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py).
-    served = {NVIDIA_GPU, NVIDIA_GPU_SHARED} if kind == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
+    served = {NVIDIA_GPU, NVIDIA_GPU_SHARED} if carried == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
     for section in SECTIONS:
         for body in spec.get(section) or ():
             found = _container(body, policy, served)
