@@ -265,6 +265,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         compileall.compile_dir(ROOT / "webhook", quiet=1)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """The test modules, with their asserts rewritten by pytest, cached in tests/__pycache__ as pytest does by
+    default: where PYTHONDONTWRITEBYTECODE is set, every process (each xdist worker) would otherwise rewrite
+    and compile every test module again on every run. pytest checks each cached file against its source."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = before
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` leaves out the long `soak` tests; `make soak` (`-m soak`), or any `-m`, decides itself."""
     for item in items:
