@@ -348,9 +348,9 @@ def test_metrics_add_up_across_workers(start_server):
     server = start_server(workers=2)
     name = 'gpu_admission_reviews_total{decision="deny",webhook="validate"}'
     before = server.metrics().get(name, 0.0)
-    review = make_review(pod("team-a", "0.5"), namespace="team-a")
 
     def send(_: int) -> int:
+        review = make_review(pod("team-a", "0.5"), namespace="team-a")
         answer = requests.post(f"{server.url}/validate", json=review, verify=str(server.ca_file), timeout=10)
         return answer.status_code
 
