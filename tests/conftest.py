@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,9 +72,11 @@ class LiveServer:
     process: subprocess.Popen
     log_file: Path
     args: list[str] = field(default_factory=list)
+    sessions: weakref.WeakSet[requests.Session] = field(default_factory=weakref.WeakSet)  # session()'s, in use
 
     def session(self) -> requests.Session:
         session = requests.Session()
+        self.sessions.add(session)
         session.trust_env = False  # else REQUESTS_CA_BUNDLE or a proxy from the environment wins over `verify`
         session.verify = str(self.ca_file)
         return session
@@ -221,7 +224,9 @@ def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory)
         return server
 
     yield start
-    for server in started:  # all at once: each may linger ~2 s over its kept-alive connections
+    for server in started:  # all at once, their clients' kept-alive connections closed first (no test is left
+        for session in server.sessions:  # to use them): a server waits ~2 s for a kept-alive one to send more
+            session.close()
         if server.running:
             server.process.send_signal(signal.SIGTERM)
     for server in started:
@@ -263,6 +268,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         import compileall
 
         compileall.compile_dir(ROOT / "webhook", quiet=1)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """The test modules, with their asserts rewritten by pytest, cached in tests/__pycache__ as pytest does by
+    default: where PYTHONDONTWRITEBYTECODE is set, every process (each xdist worker) would otherwise rewrite
+    and compile every test module again on every run. pytest checks each cached file against its source."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = before
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -303,7 +303,9 @@ class FakeKubeAPI:
             context.load_cert_chain(*map(str, certificate))
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
             self._tls = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # serve_forever looks for a shutdown request once per poll_interval (0.5 s by default): each stop()
+        # would wait that long.
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self
 
     def stop(self) -> None:

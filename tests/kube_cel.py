@@ -144,5 +144,18 @@ def program(source: str) -> Any:
 
 
 def evaluate(source: str, variables: dict[str, Any]) -> Any:
-    context = cel.Context({**variables, "jsonpatch": {}}, FUNCTIONS)
-    return program(source).execute(context)
+    return Scope(variables).evaluate(source)
+
+
+class Scope:
+    """Variables for several expressions (a policy's conditions, variables, mutations and validations on one
+    object): converted to CEL values once, not once per expression; `set` adds or replaces one."""
+
+    def __init__(self, variables: dict[str, Any]) -> None:
+        self._context = cel.Context({**variables, "jsonpatch": {}}, FUNCTIONS)
+
+    def set(self, name: str, value: Any) -> None:
+        self._context.add_variable(name, value)
+
+    def evaluate(self, source: str) -> Any:
+        return program(source).execute(self._context)

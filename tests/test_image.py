@@ -5,9 +5,10 @@ No image registry is reachable from the test machines, so the base image is made
 under BASE_IMAGE (`podman rmi` it to make it again). The image is built as a CI system builds it: a fresh copy
 of the tree (what a clone holds) and the plain `podman build .`, which installs the locked set from the package
 index (reached here once the host's CA certificates are mounted into the build); the air-gapped path is built
-too, from `make wheels` with the network off. The build uses chroot isolation, and the image's
-entrypoint runs under `buildah run --isolation=chroot` (`podman run` cannot set rlimits on these machines;
-chroot isolation honours USER and shares the host's network, so the host reaches the server on loopback).
+too, from `make wheels` with the network off (alongside the plain build, in a thread). The build uses chroot
+isolation, and the image's entrypoint runs under `buildah run --isolation=chroot` (`podman run` cannot set
+rlimits on these machines; chroot isolation honours USER and shares the host's network, so the host reaches the
+server on loopback).
 
 Skipped, with the reason, where podman, buildah or mmdebstrap is missing: `.ci/run` installs them.
 """
@@ -24,6 +25,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -112,30 +114,46 @@ def image(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     subprocess.run(["podman", "rmi", "--force", tag], capture_output=True)
 
 
+@pytest.fixture(scope="module")
+def air_gapped_image(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[str]]:
+    """`make wheels` in a fresh copy of the tree, then the build with the index closed; started at once and
+    carried on in a thread, beside the plain build of `image` when a test asks for both (the test waits)."""
+    tag = f"localhost/gpu-admission:offline-{os.getpid()}"
+    context = tmp_path_factory.mktemp("offline") / "clone"
+
+    def make_and_build() -> str:
+        fresh_copy(context)
+        run("make", "-C", str(context), "wheels", f"PYTHON={sys.executable}")
+        build(context, base_image, tag, "--build-arg=PIP_NO_INDEX=1", f"--build-arg=PIP_INDEX_URL={CLOSED_INDEX}")
+        return tag
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(make_and_build)
+        try:
+            yield future
+        finally:
+            wait([future])
+            subprocess.run(["podman", "rmi", "--force", tag], capture_output=True)
+
+
 @needs_tools
 def test_an_air_gapped_build_installs_the_same_locked_set_with_the_network_off(
-    base_image: str, image: str, tmp_path: Path
+    air_gapped_image: Future[str], image: str
 ) -> None:
     """`make wheels` where the index is reachable, then the build without it: the same packages.
 
     Chroot isolation cannot turn the build's network off, so the index it is given is one that answers nothing
     (a closed loopback port) and no CA is mounted: a download would fail the build."""
-    context = fresh_copy(tmp_path / "clone")
-    run("make", "-C", str(context), "wheels", f"PYTHON={sys.executable}")
-    tag = f"localhost/gpu-admission:offline-{os.getpid()}"
-    try:
-        build(context, base_image, tag, "--build-arg=PIP_NO_INDEX=1", f"--build-arg=PIP_INDEX_URL={CLOSED_INDEX}")
-        freeze = "import importlib.metadata as m; print(sorted(f'{d.name} {d.version}' for d in m.distributions()))"
-        listed = []
-        for name in (tag, image):
-            container = run("buildah", "from", name).strip()
-            try:
-                listed.append(run("buildah", "run", "--isolation=chroot", container, "--", "python3", "-c", freeze))
-            finally:
-                subprocess.run(["buildah", "rm", container], capture_output=True)
-        assert listed[0] == listed[1] and "gpu-admission 0.1.0" in listed[0]
-    finally:
-        subprocess.run(["podman", "rmi", "--force", tag], capture_output=True)
+    tag = air_gapped_image.result()
+    freeze = "import importlib.metadata as m; print(sorted(f'{d.name} {d.version}' for d in m.distributions()))"
+    listed = []
+    for name in (tag, image):
+        container = run("buildah", "from", name).strip()
+        try:
+            listed.append(run("buildah", "run", "--isolation=chroot", container, "--", "python3", "-c", freeze))
+        finally:
+            subprocess.run(["buildah", "rm", container], capture_output=True)
+    assert listed[0] == listed[1] and "gpu-admission 0.1.0" in listed[0]
 
 
 @pytest.fixture(scope="module")

@@ -43,37 +43,44 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(path: Path, type_checking: bool = False) -> set[str]:
-    """Every module `path` imports, at any depth, as absolute names (`from a import b` gives `a` and `a.b`);
-    those under `if TYPE_CHECKING:` only with `type_checking`."""
+def _imports(path: Path) -> tuple[set[str], set[str]]:
+    """Every module `path` imports, at any depth, as absolute names (`from a import b` gives `a` and `a.b`):
+    those that run (not under `if TYPE_CHECKING:`), and all of them. One parse of the file gives both."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-    found: set[str] = set()
+    running: set[str] = set()
+    every: set[str] = set()
 
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
+    def visit(node: ast.AST, type_only: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
             for child in node.orelse:
-                visit(child)
+                visit(child, type_only)
             return
+        names: list[str] = []
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
+        every.update(names)
+        if not type_only:
+            running.update(names)
         for child in ast.iter_child_nodes(node):
-            visit(child)
+            visit(child, type_only)
 
-    visit(tree)
-    return found
+    visit(tree, False)
+    return running, every
 
 
 MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
-IMPORTS = {name: _imports(path) for name, path in MODULES.items()}
-ALL_IMPORTS = {name: _imports(path, type_checking=True) for name, path in MODULES.items()}
+_READ = {name: _imports(path) for name, path in MODULES.items()}
+IMPORTS = {name: running for name, (running, _) in _READ.items()}  # what runs: TYPE_CHECKING ones left out
+ALL_IMPORTS = {name: every for name, (_, every) in _READ.items()}  # type-only imports included
 
 
 def _within(name: str, prefix: str) -> bool:

@@ -122,22 +122,24 @@ def _constrained(policy: dict[str, Any], request: dict[str, Any]) -> bool:
 
 
 def _matches(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> bool:
-    context = {"object": obj, "request": request}
-    return all(kube_cel.evaluate(c["expression"], context) is True for c in policy["spec"]["matchConditions"])
+    scope = kube_cel.Scope({"object": obj, "request": request})
+    return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
 
 
-def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> kube_cel.Scope:
     """The policy's variables, in order, each reading those before it."""
-    context: dict[str, Any] = {"object": obj, "request": request, "variables": {}}
+    variables: dict[str, Any] = {}
+    scope = kube_cel.Scope({"object": obj, "request": request, "variables": variables})
     for variable in policy["spec"].get("variables", []):
-        context["variables"][variable["name"]] = kube_cel.evaluate(variable["expression"], context)
-    return context
+        variables[variable["name"]] = scope.evaluate(variable["expression"])
+        scope.set("variables", variables)
+    return scope
 
 
 def _mutate(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     for mutation in policy["spec"]["mutations"]:
         assert mutation["patchType"] == "JSONPatch"
-        ops = kube_cel.evaluate(mutation["jsonPatch"]["expression"], _variables(policy, obj, request))
+        ops = _variables(policy, obj, request).evaluate(mutation["jsonPatch"]["expression"])
         obj = evanphx.apply(obj, ops)
     return obj
 
@@ -185,11 +187,11 @@ def admit(
     if policy is None or not validates:
         return Outcome(True, "allow", mutated)
     assert _matches(policy, mutated, request)
-    context = _variables(policy, mutated, request)
+    scope = _variables(policy, mutated, request)
     (validation,) = policy["spec"]["validations"]
-    if kube_cel.evaluate(validation["expression"], context) is True:
+    if scope.evaluate(validation["expression"]) is True:
         return Outcome(True, "allow", mutated)
-    message = kube_cel.evaluate(validation["messageExpression"], context)
+    message = scope.evaluate(validation["messageExpression"])
     binding = _by_name(native, "ValidatingAdmissionPolicyBinding")[name]
     (action,) = binding["spec"]["validationActions"]
     return Outcome(action != "Deny", action.lower(), mutated, message)

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx, kube_cel
+from tests import apiserver_rules, evanphx
 from tests.test_native_policies import (
     CASES,
     EXCLUDED,
@@ -96,9 +96,9 @@ def vap_denies(namespace: str, obj: dict[str, Any]) -> bool:
     name = _policy_name(namespace, obj)
     if name is None or name not in VAPS:
         return False
-    context = _variables(VAPS[name], obj, request_for(obj, namespace))
+    scope = _variables(VAPS[name], obj, request_for(obj, namespace))
     (validation,) = VAPS[name]["spec"]["validations"]
-    failed = kube_cel.evaluate(validation["expression"], context) is not True
+    failed = scope.evaluate(validation["expression"]) is not True
     return failed and VAP_BINDINGS[name]["spec"]["validationActions"] == ["Deny"]
 
 

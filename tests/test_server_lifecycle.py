@@ -13,6 +13,7 @@ import socket
 import ssl
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -347,15 +348,20 @@ def test_metrics_add_up_across_workers(start_server):
     server = start_server(workers=2)
     name = 'gpu_admission_reviews_total{decision="deny",webhook="validate"}'
     before = server.metrics().get(name, 0.0)
+
+    def send(_: int) -> int:
+        review = make_review(pod("team-a", "0.5"), namespace="team-a")
+        answer = requests.post(f"{server.url}/validate", json=review, verify=str(server.ca_file), timeout=10)
+        return answer.status_code
+
     sent, pids = 0, set()
-    while len(pids) < 2 and sent < 300:  # new connections, until both workers have answered some
-        for _ in range(10):
-            review = make_review(pod("team-a", "0.5"), namespace="team-a")
-            answer = requests.post(f"{server.url}/validate", json=review, verify=str(server.ca_file), timeout=10)
-            assert answer.status_code == 200
-            sent += 1
-        time.sleep(0.1)
-        pids = {r["pid"] for r in server.log_records() if r.get("message") == "review"}
+    # New connections, 10 at once (sent one by one, they tend to go to one worker), until both have answered some.
+    with ThreadPoolExecutor(10) as pool:
+        while len(pids) < 2 and sent < 300:
+            assert list(pool.map(send, range(10))) == [200] * 10
+            sent += 10
+            time.sleep(0.1)
+            pids = {r["pid"] for r in server.log_records() if r.get("message") == "review"}
     assert len(pids) == 2, "one worker took every connection"
     assert server.metrics()[name] - before == sent
     server.stop()
