@@ -192,3 +192,54 @@ def test_a_recount_is_not_written_over_one_of_a_later_holder_or_a_later_watch() 
     assert not recounted.later_than(2, "1200") and not recounted.later_than(3, "1300")
     assert recounted.later_than(2, "")  # a watch whose version is unknown never writes over a known one
     assert not Record("team-a", "9").later_than(0, "")  # a record never recounted takes any recount
+
+
+# --- deciding on the view's copy ----------------------------------------------------------------------------
+
+
+class LaggingView:
+    """A ledger view one watch event behind: it still holds the record as it was before a share was given back."""
+
+    def __init__(self, records: dict[str, Record]) -> None:
+        self.records = records
+
+    def state(self) -> str:
+        return "current"
+
+
+def one_slot(uid: str) -> Any:
+    """An edit that reserves `uid` where the record holds no reservation yet, and writes nothing where it is full
+    (a refusal, which no compare-and-swap checks)."""
+
+    def edit(record: Record) -> Record | None:
+        if record.entries:
+            return None
+        return record.reserved(uid, Entry(uid, Fraction(1), (), 0.0))
+
+    return edit
+
+
+def test_a_refusal_is_never_decided_on_a_view_that_lags(tmp_path) -> None:
+    """The view still shows the slot taken; the API server's record has it free again (the pod ended and the
+    recount gave its share back). The reservation is made, not refused: a decision that writes nothing is taken
+    again on the record as the API server holds it, since no compare-and-swap would catch the old copy."""
+    from tests.fake_kube_api import FakeKubeAPI
+    from webhook.server.inventory import find_credentials
+    from webhook.server.ledger import ConfigMaps, Ledger
+
+    api = FakeKubeAPI().start()
+    try:
+        credentials = find_credentials(str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+        assert credentials.configuration is not None
+        plain = Ledger(ConfigMaps(credentials.configuration, "gpu-admission"))
+        first = plain.change("team", one_slot("old"))  # the record as the view last saw it: the slot taken
+        assert list(first.entries) == ["old"]
+        freed = plain.change("team", lambda record: Record("team", record.version))  # the share given back
+        assert freed.entries == {}
+
+        lagging = Ledger(ConfigMaps(credentials.configuration, "gpu-admission"), LaggingView({"team": first}))
+        written = lagging.change("team", one_slot("new"))
+        assert list(written.entries) == ["new"]
+        assert list(plain.read("team").entries) == ["new"]
+    finally:
+        api.stop()

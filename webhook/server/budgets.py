@@ -312,6 +312,8 @@ class Budgets:
                 self.ledger.change(namespace, edit)
             else:
                 edit(self.ledger.latest(namespace))
+                if not outcome[0].allowed:  # decided on the view's copy, which may lag: again on the record as it is
+                    edit(self.ledger.read(namespace))
         except LedgerUnavailable as exc:
             return self._unchecked(decision, policy, check, namespace, name, ask.total, str(exc))
         return outcome[0]

@@ -439,11 +439,13 @@ class Ledger:
 
     def latest(self, namespace: str, *, deadline: float | None = None) -> Record:
         """The view's copy where it has one (a write naming its version fails if it is old), else a GET."""
+        return self._cached(namespace) or self.read(namespace, deadline=deadline)
+
+    def _cached(self, namespace: str) -> Record | None:
+        """The view's copy of the record, while the view is current; None where it has none."""
         if self.view is not None and self.view.state() == "current":
-            record = self.view.records.get(namespace)
-            if record is not None:
-                return record
-        return self.read(namespace, deadline=deadline)
+            return self.view.records.get(namespace)
+        return None
 
     def change(self, namespace: str, edit: Edit) -> Record:
         """Apply `edit` to the record by compare-and-swap until a write succeeds or `edit` writes nothing;
@@ -497,8 +499,12 @@ class Ledger:
         each edit's outcome (the record, or the error that edit alone raised) is left on it."""
         deadline = min(item.deadline for item in batch)
         try:
-            record = self.latest(namespace, deadline=deadline)
-            for attempt in range(self.attempts):
+            record = self._cached(namespace)
+            cached = record is not None
+            if record is None:
+                record = self.read(namespace, deadline=deadline)
+            attempt = 0
+            while attempt < self.attempts:
                 current = record
                 for item in batch:
                     item.error = None
@@ -508,14 +514,21 @@ class Ledger:
                         item.error = exc
                         continue
                     current = wanted if wanted is not None else current
+                if current is record and cached:
+                    # Nothing to write (a refusal, a review sent again), decided on the view's copy, which may lag
+                    # the API server by a watch event (a share given back a moment ago): no compare-and-swap checks
+                    # such a decision, so it is made again on the record as the API server holds it.
+                    record, cached = self.read(namespace, deadline=deadline), False
+                    continue
                 written = current if current is record else self._write(record, current, deadline)
                 if written is not None:
                     for item in batch:
                         item.result = written
                     return
                 self.conflicts += 1
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))  # spread the racers out
-                record = self.read(namespace, deadline=deadline)
+                attempt += 1
+                time.sleep(random.uniform(0, 0.002 * attempt))  # spread the racers out
+                record, cached = self.read(namespace, deadline=deadline), False
             raise LedgerUnavailable(f"the ledger kept changing under {self.attempts} attempts to write it; retry")
         except LedgerUnavailable as exc:
             for item in batch:
