@@ -117,6 +117,14 @@ def _quoted_fields(source: str, start: int) -> tuple[str, int]:
     raise ValueError("unclosed JSONPatch literal")
 
 
+def string_end(source: str, i: int) -> int:
+    """Where the CEL string literal that opens at `source[i]` (a quote) ends: the index after its closing quote."""
+    quote, j = source[i], i + 1
+    while source[j] != quote:
+        j += 2 if source[j] == "\\" else 1
+    return j + 1
+
+
 def plain(source: str) -> str:
     """`source` with every `JSONPatch{...}` written as a map literal."""
     out: list[str] = []
@@ -124,11 +132,9 @@ def plain(source: str) -> str:
     while i < len(source):
         ch = source[i]
         if ch in "'\"":
-            j = i + 1
-            while source[j] != ch:
-                j += 2 if source[j] == "\\" else 1
-            out.append(source[i : j + 1])
-            i = j + 1
+            end = string_end(source, i)
+            out.append(source[i:end])
+            i = end
         elif source.startswith("JSONPatch{", i):
             inner, i = _quoted_fields(source, i + len("JSONPatch{"))
             out.append("{" + inner + "}")

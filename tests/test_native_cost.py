@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import kube_cel
 from tests.engine_support import container, pod
 from tests.test_native_policies import NATIVE, POLICIES, compare, decoded
 from webhook.admission.base.resources import MANAGED_NAMES
@@ -75,10 +76,7 @@ def shape(source: str) -> Shape:
     while i < len(source):
         ch = source[i]
         if ch in "'\"":
-            j = i + 1
-            while source[j] != ch:
-                j += 2 if source[j] == "\\" else 1
-            i = j + 1
+            i = kube_cel.string_end(source, i)
             continue
         over_data = sum(1 for _, data in open_macros if data)
         if source.startswith(".indexOf(", i):

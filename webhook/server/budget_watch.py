@@ -105,18 +105,11 @@ class Watched(NodeInventory):
 
     def _list(self) -> None:
         count = 0
-        token: str | None = None
         self._begin()
-        while True:
-            page = self._source.list_page(token)
-            for item in page.get("items") or []:
-                if self._keep(item):
-                    count += 1
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                break
-        self._version = str(metadata.get("resourceVersion") or "")  # before the new map: a reader of the map then
+        for item in self._paged():
+            if self._keep(item):
+                count += 1
+        self._version = self._listed_version  # before the new map: a reader of the map then
         self._end()  # of the version gets a version that is never older than the map (PodWatch.version)
         self.lists += 1
         self._listed = True

@@ -100,22 +100,15 @@ class ClaimCache(NodeInventory):
 
     def _list(self) -> None:
         held: dict[str, dict[str, ClaimSummary]] = {}
-        token: str | None = None
         count = 0
-        while True:
-            page = self._source.list_page(token)
-            for item in page.get("items") or []:
-                entry = self._entry(item)
-                if entry is not None:
-                    held.setdefault(entry[0], {})[entry[1]] = entry[2]
-                    count += 1
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                break
+        for item in self._paged():
+            entry = self._entry(item)
+            if entry is not None:
+                held.setdefault(entry[0], {})[entry[1]] = entry[2]
+                count += 1
         self._shared = {summary: summary for names in held.values() for summary in names.values()}
         self.held = held
-        self._version = str(metadata.get("resourceVersion") or "")
+        self._version = self._listed_version
         self.lists += 1
         self._listed = True
         self._healthy()

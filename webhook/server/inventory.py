@@ -203,6 +203,7 @@ class NodeInventory:
         self._broken_since: float | None = None
         self._nodes: dict[str, NodeInfo] = {}
         self._version = ""
+        self._listed_version = ""  # the resourceVersion of the last list read whole (`_paged`)
         self.lists = 0  # completed lists (the first, and relists after a 410)
         self.last_error = ""
         self._stop = threading.Event()
@@ -277,21 +278,27 @@ class NodeInventory:
         self._broken_since = None
         self.last_error = ""
 
-    def _list(self) -> None:
-        nodes: dict[str, NodeInfo] = {}
+    def _paged(self) -> Iterator[Any]:
+        """The items of a list, page after page (`limit` and `continue`), one at a time (a page is all that is held
+        of them); once they are all read, `_listed_version` is the list's resourceVersion."""
         token: str | None = None
         while True:
             page = self._source.list_page(token)
-            for item in page.get("items") or []:
-                info = NodeInfo.from_object(item)
-                if info is not None:
-                    nodes[info.name] = info
+            yield from page.get("items") or []
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
-                break
+                self._listed_version = str(metadata.get("resourceVersion") or "")
+                return
+
+    def _list(self) -> None:
+        nodes: dict[str, NodeInfo] = {}
+        for item in self._paged():
+            info = NodeInfo.from_object(item)
+            if info is not None:
+                nodes[info.name] = info
         self._nodes = nodes
-        self._version = str(metadata.get("resourceVersion") or "")
+        self._version = self._listed_version
         self.lists += 1
         self._publish()
         self._healthy()
@@ -403,20 +410,13 @@ class NamedWatch(NodeInventory):
 
     def _list(self) -> None:
         items: dict[str, Any] = {}
-        token: str | None = None
-        while True:
-            page = self._source.list_page(token)
-            for item in page.get("items") or []:
-                name = _name(item)
-                value = self._keep(item) if name else None
-                if value is not None:
-                    items[name] = value
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                break
+        for item in self._paged():
+            name = _name(item)
+            value = self._keep(item) if name else None
+            if value is not None:
+                items[name] = value
         self.items = items
-        self._version = str(metadata.get("resourceVersion") or "")
+        self._version = self._listed_version
         self.lists += 1
         self.list_error = ""
         self._healthy()
