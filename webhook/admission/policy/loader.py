@@ -1126,14 +1126,17 @@ def _parse_source(name: str, text: str | _Unreadable, numbered: bool = True) -> 
     return parsed, file_problems
 
 
-def judge_sources(sources: Iterable[tuple[str, str]]) -> tuple[PolicySet, dict[str, list[str]]]:
+def judge_sources(
+    sources: Iterable[tuple[str, str]], served_order: Callable[[str], Any] | None = None
+) -> tuple[PolicySet, dict[str, list[str]]]:
     """Each source (one policy object as YAML text) judged on its own: (the set of those that pass, and the
     problems of each source, empty where it passed). Pure.
 
     Unlike `load_policies`, one bad source does not fail the rest: the GPUPolicy objects of a cluster are
     judged one by one, because each has its own status. Sources come in precedence order: where two claim
     the same name or the same namespace or glob, the earlier one keeps it and the later one is not served,
-    with the line that says which policy holds it. The set keeps the sources' order.
+    with the line that says which policy holds it. The set keeps the sources' order, or is sorted by
+    `served_order(source name)` where given (the order that decides glob ties, which need not be precedence).
     """
     verdicts: dict[str, list[str]] = {}
     accepted: list[_Parsed] = []
@@ -1147,6 +1150,8 @@ def judge_sources(sources: Iterable[tuple[str, str]]) -> tuple[PolicySet, dict[s
         verdicts[name] = problems
         if not problems:
             accepted += found
+    if served_order is not None:
+        accepted.sort(key=lambda entry: served_order(entry.source))
     return PolicySet(_resolve_steering(accepted), files=tuple(verdicts)), verdicts
 
 

@@ -109,22 +109,17 @@ def judge_objects(objects: Iterable[Mapping[str, Any]]) -> JudgedPolicies:
 
 
 def _judge(ordered: list[Mapping[str, Any]]) -> JudgedPolicies:
-    """`ordered` in precedence order (an earlier object keeps a contested namespace)."""
-    _, problems = judge_sources((source_of(obj), policy_text(obj)) for obj in ordered)
-    verdicts: dict[str, Verdict] = {}
-    served: list[Mapping[str, Any]] = []
-    for obj in ordered:
-        source = source_of(obj)
-        lines = tuple(problems.get(source, ()))
-        if not lines:
-            served.append(obj)
-        verdicts[object_name(obj)] = Verdict(object_name(obj), _generation(obj), lines, None)
-    # The set in file name order: judged again, all of them valid together, so steering is decided over the whole set.
-    by_name = sorted(served, key=file_name)
-    policies, _ = judge_sources((source_of(obj), policy_text(obj)) for obj in by_name)
-    for policy in policies.policies:
-        verdict = verdicts[policy.name]
-        verdicts[policy.name] = Verdict(verdict.name, verdict.generation, (), policy)
+    """`ordered` in precedence order (an earlier object keeps a contested namespace); the set served in file name
+    order, steering decided over it whole."""
+    files = {source_of(obj): file_name(obj) for obj in ordered}
+    policies, problems = judge_sources(((source_of(obj), policy_text(obj)) for obj in ordered), files.__getitem__)
+    served = {policy.name: policy for policy in policies.policies}
+    verdicts = {
+        object_name(obj): Verdict(
+            object_name(obj), _generation(obj), tuple(problems.get(source_of(obj), ())), served.get(object_name(obj))
+        )
+        for obj in ordered
+    }
     return JudgedPolicies(policies, verdicts)
 
 
