@@ -588,3 +588,47 @@ def test_reservations_that_pile_up_are_warned_of_long_before_a_record_fills(serv
     ) in response["status"]["message"]
     api.delete("ConfigMap", LEDGER_NAMESPACE, f"gpu-budget-{namespace}")  # the recount writes it anew
     eventually(lambda: create(servers[0], api, gpu_pod(namespace, "after"))["allowed"])
+
+
+def record_writes(api: FakeKubeAPI, namespace: str) -> int:
+    """The writes of `namespace`'s ledger record the API has taken."""
+    name = f"gpu-budget-{namespace}"
+    return len([r for r in api.requests if r.startswith(("PUT", "POST")) and (name in r or r.endswith("/configmaps"))])
+
+
+def test_creates_in_a_roomy_namespace_take_room_from_a_workers_hold_not_a_write_each(servers, cluster):
+    """16 GPUs of quota, a quarter each: the first create is reserved by a write of its own, and its worker
+    then holds room for a few more pods (an eighth of what is left, at most 32 pods), refilled as it writes
+    the pods it gave room to as reservations, a few times a second, in one write. Every pod is counted as
+    before, and the holds go back once idle."""
+    api, namespace = cluster.api, "team-roomy"
+    api.put(quota(namespace, gpus="16"))
+    eventually(lambda: all(budgets_current(server) for server in servers))
+    before = record_writes(api, namespace)
+    for index in range(40):
+        assert create(servers[0], api, gpu_pod(namespace, f"roomy-{index}"))["allowed"] is True
+    writes = record_writes(api, namespace) - before
+    # Without holds: 40 reservations, and the recount's writes besides.
+    assert writes < 30, f"{writes} writes of the record for 40 creates"
+    eventually(lambda: settled(api, namespace, 40) and not record(api, namespace).holds, timeout=10.0)
+    assert counted(api, namespace) == (40, 10.0)
+
+
+def test_room_held_by_other_workers_is_asked_back_before_a_pod_that_fits_is_refused(servers, cluster):
+    """4 GPUs of quota: 16 quarter-GPU pods fit. 24 creates, 8 at a time through both replicas: the workers
+    hold room while the namespace is roomy; near the limit a worker short of room asks the holds back and
+    waits for them, so exactly 16 are admitted: none over, and none that fits refused."""
+    api, namespace = cluster.api, "team-recall"
+    api.put(quota(namespace, gpus="4"))
+    eventually(lambda: all(budgets_current(server) for server in servers))
+    pods = [gpu_pod(namespace, f"recall-{index}") for index in range(24)]
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda item: create(servers[item[0] % 2], api, item[1]), enumerate(pods)))
+    allowed = [response for response in responses if response["allowed"]]
+    assert len(allowed) == 16
+    for pod, response in zip(pods, responses, strict=True):
+        if not response["allowed"]:
+            message = response["status"]["message"]
+            assert f'pod "{pod["metadata"]["name"]}": quota "gpus" of namespace "{namespace}": 4 of 4 GPUs' in message
+    eventually(lambda: settled(api, namespace, 16) and not record(api, namespace).holds, timeout=10.0)
+    assert counted(api, namespace) == (16, 4.0)

@@ -32,6 +32,7 @@ from webhook.server.logs import LOGGER, log
 _log = logging.getLogger(f"{LOGGER}.budgets")
 
 PODS_PATH = "/api/v1/pods"
+YOUNG_S = 5.0  # a pod added this recently, announced by no reservation, may still be in a worker's hold (ledger.py)
 QUOTAS_PATH = "/api/v1/resourcequotas"
 
 
@@ -185,6 +186,9 @@ class PodWatch(KeyedWatch):
         self.lock = threading.Lock()  # `held` and `sums` change together under it; a recount reads them under it
         self._shared: dict[Any, Any] = {}  # each distinct fraction, scope and HeldPod once
         self._listing: dict[str, dict[str, HeldPod]] = {}
+        # namespace -> UID -> (when this watch saw it ADDED, the resourceVersion it was created at), for the pods
+        # added within YOUNG_S: the recount may leave such a pod to the worker hold that admitted it (ledger.py)
+        self.recent: dict[str, dict[str, tuple[float, str]]] = {}
 
     @staticmethod
     def watching(
@@ -199,6 +203,20 @@ class PodWatch(KeyedWatch):
 
     def count(self) -> int:
         return sum(len(pods) for pods in list(self.held.values()))
+
+    def young(self, namespace: str, now: float) -> dict[str, str]:
+        """The pods of `namespace` this watch saw created within YOUNG_S of `now` (monotonic), by UID: the
+        resourceVersion each was created at. Older ones are forgotten here."""
+        with self.lock:
+            recent = self.recent.get(namespace)
+            if not recent:
+                return {}
+            for uid, (seen, _) in list(recent.items()):
+                if now - seen >= YOUNG_S:
+                    del recent[uid]
+            if not recent:
+                del self.recent[namespace]
+            return {uid: version for uid, (_, version) in recent.items()}
 
     def version(self) -> str:
         """The resourceVersion the watch has read up to. Set before the change it comes with is held, so read
@@ -226,6 +244,7 @@ class PodWatch(KeyedWatch):
         with self.lock:
             before, self.held, self._listing = self.held, self._listing, {}
             self.sums = sums
+            self.recent = {}  # a listed pod is not known to be young: the recount counts it at once
         for namespace, pods in before.items():  # gone while the watch was down: deleted, or ended
             now = self.held.get(namespace, {})
             for uid in pods.keys() - now.keys():
@@ -241,6 +260,10 @@ class PodWatch(KeyedWatch):
             if kind == "DELETED" or has_ended(obj):  # the ledger may hold it though this worker never did
                 self._on_gone(namespace, uid)
         elif kind in ("ADDED", "MODIFIED") and self._hold(namespace, uid, pod):
+            if kind == "ADDED":
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                with self.lock:
+                    self.recent.setdefault(namespace, {})[uid] = (time.monotonic(), version)
             self._on_seen(namespace)
 
     def _hold(self, namespace: str, uid: str, pod: HeldPod | None) -> bool:
@@ -261,6 +284,10 @@ class PodWatch(KeyedWatch):
             if pod is not None:
                 pods[uid] = pod
                 sums[pod.scope] = sums.get(pod.scope, NOTHING).plus(pod)
+            else:
+                recent = self.recent.get(namespace)
+                if recent is not None:
+                    recent.pop(uid, None)
             if not pods:
                 del self.held[namespace]
                 self.sums.pop(namespace, None)

@@ -37,6 +37,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,7 +56,8 @@ from webhook.admission.engine import Decision
 from webhook.admission.policy.model import Check, Enforcement, Policy, PolicySet
 from webhook.admission.review import AdmissionRequest
 from webhook.server import GRACE_S, metrics
-from webhook.server.budget_watch import PodWatch, QuotaWatch
+from webhook.server.budget_watch import YOUNG_S, PodWatch, QuotaWatch
+from webhook.server.holds import HoldPlan, Holds
 from webhook.server.lease import Lease
 from webhook.server.ledger import (
     ConfigMaps,
@@ -65,6 +67,7 @@ from webhook.server.ledger import (
     LedgerView,
     Record,
     Scope,
+    pod_of,
     record_name,
     scope_of,
 )
@@ -80,6 +83,8 @@ RESERVATIONS_WARN = 1_000  # reservations in flight in one record: the recount i
 RESERVATIONS_MAX = 8_000  # ... and at this many (about 880 KB of the 1 MiB a ConfigMap holds), no more are taken
 LIVE_RECHECK_S = 60.0  # a pod a GET found alive is not asked about again for this long
 GETS_PER_SWEEP = 50  # at most this many pod GETs a sweep: a large backlog is worked through over several
+FLUSH_S = 0.2  # how often a worker writes the pods it admitted from its holds (the recount's pace)
+RECALL_WAIT_S = 1.0  # a worker short of room waits this long for the holds it asked back
 DEFAULT_NAMESPACE = "gpu-admission"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -128,6 +133,7 @@ class Budgets:
         sweep: float = SWEEP_S,
         lease: Lease | None = None,
         known: KnownQuotas | None = None,
+        holds: bool = True,
     ) -> None:
         self.namespace = namespace
         self._configuration = configuration
@@ -150,6 +156,7 @@ class Budgets:
         self._alive_until: dict[str, float] = {}  # pod UID -> until when a GET's "still there" holds
         self._shown: set[tuple[str, str]] = set()  # (namespace, quota) gauges set, to zero those that go
         self._warned_full: dict[str, float] = {}  # namespace -> when its reservations in flight were last warned of
+        self.holds = Holds(f"{socket.gethostname()}-{os.getpid()}") if holds else None
 
     # ------------------------------------------------------------------------------------ the threads
 
@@ -158,14 +165,26 @@ class Budgets:
             watch.start()
         self.lease.start()
         threading.Thread(target=self._keep, name="gpu-admission-budgets", daemon=True).start()
+        if self.holds is not None:
+            threading.Thread(target=self._flush_holds, name="gpu-admission-holds", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self.holds is not None:
+            self.holds.wake.set()
         for watch in (self.quotas, self.view):
             watch.stop()
         self.lease.stop()  # gives the Lease back: another worker takes the recount over at once
         self._follow()
+        if self.holds is not None:  # the room this worker holds goes back to the others
+            for namespace in self.holds.namespaces():
+                try:
+                    self.flush(namespace, give_back=True)
+                except LedgerUnavailable as exc:
+                    log(_log, logging.WARNING,
+                        f"budget of {namespace}: could not give its hold back ({exc}); the recount drops it once it "
+                        f"has run out", event="budget-hold-kept", namespace=namespace)  # fmt: skip
 
     def wait_listed(self, timeout: float, tick: Callable[[], None] = lambda: None) -> bool:
         """Wait (calling `tick` every half second: gunicorn's heartbeat) until the ResourceQuotas and the ledger
@@ -202,6 +221,9 @@ class Budgets:
             "ledger": {"state": self.view.state(), "records": len(records),
                        "reservationsInFlight": sum(len(record.entries) for record in records)},
             "recount": {"leading": self.lease.leading(), "epoch": self.lease.epoch},
+            "holds": {"held": self.holds.count() if self.holds is not None else 0,
+                      "admitted": dict(self.holds.counts) if self.holds is not None else {},
+                      "inRecords": sum(len(record.holds) for record in records)},
         }  # fmt: skip
         pods = self.pods
         if pods is not None:
@@ -289,14 +311,24 @@ class Budgets:
             return decision
         uid = metadata.get("uid")
         writes = not review.dry_run and isinstance(uid, str) and bool(uid)
+        scope = scope_of(pod)
+        if writes and self.holds is not None and self.view.state() == "current":
+            record = self.view.records.get(namespace)
+            entry = Entry(name, ask.total, scope, time.time())
+            if record is not None and self.holds.admit(record, quotas, str(uid), entry):
+                self.holds.counts["hold"] += 1
+                return decision  # from this worker's hold: counted there, written with the next flush
+            self.holds.counts["write"] += 1
         outcome = [decision]
+        fits = [True]
 
         def edit(record: Record) -> Record | None:
             if writes and uid in record.entries:
                 outcome[0] = decision  # reserved already: the API server sent this review again
                 return None
             usages = [Usage(quota, record.used(quota)) for quota in quotas]
-            outcome[0] = decision if judge(ask, usages, name, pod) is None else rejudge(usages)
+            fits[0] = judge(ask, usages, name, pod) is None
+            outcome[0] = decision if fits[0] else rejudge(usages)
             if not writes or not outcome[0].allowed:
                 return None
             if len(record.entries) >= RESERVATIONS_MAX:
@@ -310,6 +342,11 @@ class Budgets:
         try:
             if writes:
                 self.ledger.change(namespace, edit)
+                if self.holds is not None:
+                    if fits[0]:
+                        self.holds.want(namespace, scope, ask.total)
+                    elif self._recall(namespace, quotas, ask.total):  # room held by workers: asked back
+                        self.ledger.change(namespace, edit)
             else:
                 edit(self.ledger.latest(namespace))
                 if not outcome[0].allowed:  # decided on the view's copy, which may lag: again on the record as it is
@@ -317,6 +354,82 @@ class Budgets:
         except LedgerUnavailable as exc:
             return self._unchecked(decision, policy, check, namespace, name, ask.total, str(exc))
         return outcome[0]
+
+    def _recall(self, namespace: str, quotas: Sequence[GpuQuota], gpus: Fraction) -> bool:
+        """A pod that does not fit beside the holds, but would without them: ask their workers to give them back,
+        and wait (at most RECALL_WAIT_S) until they have. Whether it is worth judging the pod again. Holds asked
+        back longer ago than that are not waited for again: their workers are gone, and the recount drops them
+        once every pod they gave is counted."""
+        record = self.ledger.read(namespace)
+        if not record.holds or any(record.used(q) - record.held(q) + gpus > q.hard for q in quotas):
+            return False
+        now = time.time()
+        keys = {
+            key
+            for key, hold in record.holds.items()
+            if (not hold.recalled or now - hold.recalled < RECALL_WAIT_S)
+            and any(q.counts(pod_of(namespace, "", hold.scope)) for q in quotas)
+        }
+        if not keys:
+            return False
+
+        def ask_back(current: Record) -> Record | None:
+            asked = {k: dataclasses.replace(h, recalled=now) for k, h in current.holds.items() if k in keys}
+            asked = {k: h for k, h in asked.items() if not current.holds[k].recalled}
+            return dataclasses.replace(current, holds={**current.holds, **asked}) if asked else None
+
+        self.ledger.change(namespace, ask_back)
+        log(_log, logging.INFO, f"budget of {namespace}: asked {len(keys)} worker hold(s) back for a pod that fits "
+            f"without them", event="budget-hold-recalled", namespace=namespace)  # fmt: skip
+        deadline = time.monotonic() + RECALL_WAIT_S
+        while time.monotonic() < deadline:
+            current = self.view.records.get(namespace)
+            if current is None or not keys & current.holds.keys():
+                break
+            time.sleep(0.01)
+        return True
+
+    def _flush_holds(self) -> None:
+        """The holds' thread: every FLUSH_S, write what this worker admitted from its holds, renew those in use,
+        give back those asked back or idle, and take those that slow creates asked for."""
+        holds = self.holds
+        assert holds is not None
+        while not self._stop.is_set():
+            holds.wake.wait(FLUSH_S)
+            holds.wake.clear()
+            if self._stop.is_set():
+                return
+            for namespace in holds.due(self.view.records, time.time()):
+                try:
+                    self.flush(namespace)
+                except LedgerUnavailable as exc:
+                    log(_log, logging.WARNING, f"budget of {namespace}: writing its hold failed ({exc}); trying again",
+                        event="budget-hold-failed", namespace=namespace)  # fmt: skip
+                except Exception:  # never let the thread die: the next round tries again
+                    _log.exception("budget holds: unexpected error")
+
+    def flush(self, namespace: str, give_back: bool = False) -> None:
+        """One compare-and-swap of this worker's holds of `namespace` (all given back where `give_back`)."""
+        holds = self.holds
+        if holds is None:
+            return
+        plans: list[HoldPlan] = []
+
+        def edit(record: Record) -> Record | None:
+            holds.abandon(plans)
+            now = time.time()
+            plans[:] = holds.plan(record, namespace, now, give_back, self.quotas.quotas(namespace))
+            updated = record
+            for plan in plans:
+                updated = updated.holding(plan.key, plan.hold, plan.given)
+            return updated if plans else None
+
+        try:
+            written = self.ledger.change(namespace, edit)
+        except LedgerUnavailable:
+            holds.abandon(plans)
+            raise
+        holds.settle(plans, written)
 
     def _warn_if_behind(self, record: Record) -> None:
         """Say (once a minute per namespace) that a record's reservations pile up: the recount is not running."""
@@ -460,9 +573,12 @@ class Budgets:
         outcome: list[Record] = []
 
         def edit(record: Record) -> Record | None:
+            young = pods.young(namespace, time.monotonic())
+            now = time.time()
             with pods.lock:  # the sums and the pods they sum, as one moment of the watch
                 live, sums = pods.held.get(namespace) or {}, pods.sums.get(namespace) or {}
-                recounted = record.recount(live, released, time.time(), epoch, sums)
+                holds_end = now - self.grace - YOUNG_S  # a hold that ran out before: its pods are all counted
+                recounted = record.recount(live, released, now, epoch, sums, young, holds_end)
             seen = pods.version()  # read after them: it may name events they lack (later writes wait), never less
             if record.later_than(epoch, seen):  # a later holder's, or a later watch's: this one may be behind
                 if record.epoch > epoch:

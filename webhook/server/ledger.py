@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import random
@@ -48,6 +49,8 @@ NAMESPACE_LABEL = "gpu-admission.io/budget-namespace"  # the namespace a record 
 RECORD_PREFIX = "gpu-budget-"
 SUM_PREFIX = "sum."  # the data keys of the recount, one per distinct scope
 RECOUNT_KEY = "recount"  # when the recount was last written
+HOLD_PREFIX = "hold."  # the data keys of the workers' holds, one per worker and scope
+DEFERRED_KEY = "deferred"  # the young pods the sums leave to the holds that admitted them
 CONNECT_TIMEOUT_S = 1.0
 READ_TIMEOUT_S = 2.0
 CAS_DEADLINE_S = 3.0  # a reservation's whole CAS loop: within the webhook's 5 s timeoutSeconds
@@ -154,6 +157,59 @@ def _fraction_text(value: Fraction) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """GPU-equivalents that one worker may give to pods of one scope without writing the record, until `until`.
+
+    Counted in full by every quota that its scope selects, like a reservation, so whatever the worker admits
+    from it is counted before the pod exists. The worker writes the pods it admitted from it as reservations
+    (its flush, a few times a second), shrinking it by as much: a pod is in the hold, a reservation or the sums.
+    `recalled` is when another worker, short of room, asked for it back; the holder then gives back what is
+    left. A hold whose worker stopped without giving it back is dropped by the recount once every pod it may
+    have admitted is surely counted in the sums (`Record.recount`)."""
+
+    holder: str  # the worker: host name and process id
+    gpus: Fraction  # not given to any pod yet, as the holder last wrote it
+    scope: Scope
+    until: float  # the holder admits from it only before this (Unix time), less HOLD_MARGIN_S
+    recalled: float = 0.0  # when another worker asked for it back (Unix time; 0: never)
+
+    def key(self) -> str:
+        return hold_key(self.holder, self.scope)
+
+    def text(self) -> str:
+        # In an entry's form (`pod` empty, an `at` never reached), as a sum is: a worker still running the
+        # per-pod code during a rolling update counts it and never looks its "pod" up.
+        value: dict[str, Any] = {"pod": "", "gpus": _fraction_text(self.gpus), "at": SUM_AT,
+                                 "holder": self.holder, "until": round(self.until, 3)}  # fmt: skip
+        if self.scope:
+            value["scope"] = dict(self.scope)
+        if self.recalled:
+            value["recalled"] = round(self.recalled, 3)
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def parse(text: Any) -> Hold | None:
+        """A hold from its data value, or None for one that is not. One rewritten by older code (no `until`)
+        reads as expired: the recount drops it once its pods are surely counted."""
+        entry = Entry.parse(text)
+        if entry is None:
+            return None
+        try:
+            value = json.loads(text)
+            until, recalled = float(value.get("until", 0.0)), float(value.get("recalled", 0.0))
+            return Hold(str(value.get("holder") or ""), entry.gpus, entry.scope, until, recalled)
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+
+def hold_key(holder: str, scope: Scope) -> str:
+    """The data key of `holder`'s hold for pods of `scope` (a ConfigMap key: letters, digits, '-', '_', '.')."""
+    digest = hashlib.sha256(json.dumps(scope, sort_keys=True).encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in holder)[:200]
+    return f"{HOLD_PREFIX}{safe}.{digest}"
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """One namespace's ledger as read: the recount of its live GPU pods (a sum per distinct scope), the
     reservations still in flight (by pod UID), and the resourceVersion a write must name."""
@@ -165,6 +221,8 @@ class Record:
     recounted: float = 0.0  # when the recount was last written (Unix time; 0: never)
     epoch: int = 0  # the recount Lease's transitions when it was written: an older holder's recount is refused
     seen: str = ""  # the resourceVersion of the pod watch the recount was made from: an older watch's is refused
+    holds: dict[str, Hold] = field(default_factory=dict)  # the workers' holds, by data key
+    deferred: frozenset[str] = frozenset()  # young live pods the sums leave to the holds that admitted them
 
     def used(self, quota: GpuQuota) -> Fraction:
         """The GPU-equivalents `quota` counts in this ledger: the recount's sums and the reservations it selects."""
@@ -176,7 +234,16 @@ class Record:
             return counts[scope]
 
         summed = sum((each.gpus for scope, each in self.sums.items() if selected(scope)), Fraction(0))
-        return summed + sum((entry.gpus for entry in self.entries.values() if selected(entry.scope)), Fraction(0))
+        held = sum((hold.gpus for hold in self.holds.values() if selected(hold.scope)), Fraction(0))
+        reserved = sum((entry.gpus for entry in self.entries.values() if selected(entry.scope)), Fraction(0))
+        return summed + held + reserved
+
+    def held(self, quota: GpuQuota, but: str = "") -> Fraction:
+        """The GPU-equivalents of the holds that `quota` counts (all but the one of data key `but`)."""
+        return sum(
+            (h.gpus for k, h in self.holds.items() if k != but and quota.counts(pod_of(self.namespace, "", h.scope))),
+            Fraction(0),
+        )
 
     def pods(self) -> int:
         """The pods this record counts: the recount's and the reservations in flight."""
@@ -207,19 +274,68 @@ class Record:
         now: float,
         epoch: int = 0,
         sums: Mapping[Scope, Sum] | None = None,
+        young: Mapping[str, str] | None = None,
+        holds_end: float = 0.0,
     ) -> Record | None:
         """The record recounted from `live` (every live GPU pod of the namespace, by UID, as a current pod watch
         holds them; `sums`, where given, their sums as the watch keeps them, so that a recount costs the
         reservations in flight and not the namespace's pods): a reservation whose pod is among them is folded in
         (it is counted in the sums now), and those in `released` (seen deleted or ended, or confirmed gone) go.
         None where that changes nothing. Reservations whose pods the watch has not seen yet stay: a pod is
-        counted once, either as a reservation or in the sums, never in both and never in neither while it
-        lives."""
-        counted = dict(sums) if sums is not None else sums_of(live.values())
+        counted once, either as a reservation, in a hold or in the sums, never in neither while it lives.
+
+        `young`: the live pods the watch saw created lately, each with the resourceVersion it was created at. One
+        that no reservation announced and that the last recount did not count (it is in `deferred`, or was
+        created after the watch version that recount was made from) is left out of the sums (`deferred`): a
+        worker admitted it from its hold, which counts it until the worker writes it as a reservation, folded in
+        here then. A pod older than that is counted whoever admitted it (one created while the webhook was off,
+        too). Holds that ran out before `holds_end` (Unix time: their until, plus the grace in which a create
+        may still complete, plus the time a pod stays young) go: every pod they gave is counted by now."""
         entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
-        if counted == self.sums and entries == self.entries and epoch == self.epoch:
+        deferred = frozenset(
+            uid
+            for uid, created in (young or {}).items()
+            if uid in live and uid not in self.entries and (uid in self.deferred or _after(created, self.seen))
+        )
+        counted = dict(sums) if sums is not None else sums_of(live.values())
+        for uid in deferred:
+            pod = live[uid]
+            left = counted[pod.scope].plus(pod, -1)
+            if left.pods:
+                counted[pod.scope] = left
+            else:
+                del counted[pod.scope]
+        holds = {key: hold for key, hold in self.holds.items() if hold.until >= holds_end}
+        if (
+            counted == self.sums
+            and entries == self.entries
+            and epoch == self.epoch
+            and deferred == self.deferred
+            and len(holds) == len(self.holds)
+        ):
             return None
-        return Record(self.namespace, self.version, entries, counted, now, epoch, self.seen)
+        return Record(self.namespace, self.version, entries, counted, now, epoch, self.seen, holds, deferred)
+
+    def holding(self, key: str, hold: Hold | None, admitted: Mapping[str, Entry]) -> Record:
+        """This record with a worker's hold of data key `key` set to `hold` (None: given back), and the pods it
+        admitted from it counted elsewhere: one the recount saw and left to the hold (`deferred`) goes into the
+        sums, as the next recount would count it; any other becomes a reservation (one reserved already, by a
+        review the API server sent again to another worker, stays as it is)."""
+        holds = {k: h for k, h in self.holds.items() if k != key}
+        if hold is not None:
+            holds[key] = hold
+        entries, sums, deferred = dict(self.entries), self.sums, self.deferred
+        for uid, entry in admitted.items():
+            if uid in entries:
+                continue
+            if uid in deferred:
+                sums = dict(sums) if sums is self.sums else sums
+                pod = HeldPod(entry.pod, entry.gpus, entry.scope)
+                sums[entry.scope] = sums.get(entry.scope, Sum(Fraction(0), 0)).plus(pod)
+                deferred = deferred - {uid}
+            else:
+                entries[uid] = entry
+        return dataclasses.replace(self, entries=entries, sums=sums, holds=holds, deferred=deferred)
 
     @staticmethod
     def of(obj: dict[str, Any]) -> Record | None:
@@ -235,6 +351,8 @@ class Record:
         data = obj.get("data") or {}
         entries: dict[str, Entry] = {}
         sums: dict[Scope, Sum] = {}
+        holds: dict[str, Hold] = {}
+        deferred: frozenset[str] = frozenset()
         recounted, epoch, seen = 0.0, 0, ""
         for key, text in data.items() if isinstance(data, dict) else ():
             if key == RECOUNT_KEY:
@@ -243,11 +361,18 @@ class Record:
                 found = _parse_sum(text)
                 if found is not None:
                     sums[found[0]] = found[1]
+            elif key.startswith(HOLD_PREFIX):
+                hold = Hold.parse(text)
+                if hold is not None:
+                    holds[key] = hold
+            elif key == DEFERRED_KEY:
+                deferred = _parse_deferred(text)
             else:
                 entry = Entry.parse(text)
                 if entry is not None:
                     entries[sys.intern(key)] = entry
-        return Record(namespace, str(metadata.get("resourceVersion") or ""), entries, sums, recounted, epoch, seen)
+        version = str(metadata.get("resourceVersion") or "")
+        return Record(namespace, version, entries, sums, recounted, epoch, seen, holds, deferred)
 
     def configmap(self, own_namespace: str) -> dict[str, Any]:
         """The ConfigMap holding this record, to write over the one read (naming its resourceVersion)."""
@@ -273,6 +398,10 @@ class Record:
             data[f"{SUM_PREFIX}{index}"] = _sum_text(scope, each)
         if self.recounted:
             data[RECOUNT_KEY] = json.dumps({"at": round(self.recounted, 3), "epoch": self.epoch, "seen": self.seen})
+        for key, hold in sorted(self.holds.items()):
+            data[key] = hold.text()
+        if self.deferred:
+            data[DEFERRED_KEY] = json.dumps(sorted(self.deferred), separators=(",", ":"))
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
@@ -298,6 +427,22 @@ def _parse_sum(text: Any) -> tuple[Scope, Sum] | None:
     except (ValueError, TypeError, AttributeError):
         return None
     return entry.scope, Sum(entry.gpus, max(pods, 0))
+
+
+def _parse_deferred(text: Any) -> frozenset[str]:
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        return frozenset()
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(sys.intern(uid) for uid in value if isinstance(uid, str))
+
+
+def _after(version: str, seen: str) -> bool:
+    """Whether resourceVersion `version` is later than `seen` (as the API server's numbers); where either is
+    unknown, no: the pod is counted at once, never left out on a guess."""
+    return version.isdigit() and seen.isdigit() and int(version) > int(seen)
 
 
 def _recount_meta(text: Any) -> tuple[float, int, str]:
