@@ -59,10 +59,12 @@ from webhook.admission.engine import evaluate
 from webhook.admission.policy.model import PolicySet
 from webhook.server.budget_watch import PodWatch
 from webhook.server.budgets import held_gpus
+from webhook.server.holds import HoldPlan, Holds
 from webhook.server.ledger import Entry, Record, scope_of
 
 NS = "team"
 GRACE = 3  # ticks of the clock from a reservation until it may be released for a pod that never appeared
+YOUNG = 2  # ticks a pod stays young for the recount (budget_watch.YOUNG_S): it may be left to the hold that gave it
 SETTLE = 100  # ticks that settle everything: every grace past
 
 EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,6 +98,8 @@ class Leader:
     watch: PodWatch
     seen: int = 0  # how far into the API's event log the watch has read
     released: set[str] = field(default_factory=set)
+    version: int = 0  # the resourceVersion the watch has read up to (the API's revision; a bookmark moves it on)
+    recent: dict[str, tuple[int, str]] = field(default_factory=dict)  # UID -> (tick seen ADDED, created at)
 
 
 @dataclass
@@ -113,20 +117,27 @@ class Cluster:
     def __init__(self, budget: list) -> None:
         self.quotas = budget
         self.record = Record(NS, "")
-        self.version = 0
+        self.revision = 0  # the API's one counter: every record write and every pod event takes the next
         self.pods: dict[str, dict] = {}  # uid -> the pod as the API server holds it
-        self.events: list[tuple[str, dict]] = []  # the API server's pod events, in order
+        self.events: list[tuple[str, dict, int]] = []  # the API server's pod events, in order, with their revision
         self.policies: dict[str, PolicySet] = {}  # uid -> the policy that weighs it
         self.asks: dict[str, Fraction] = {}  # uid -> GPU-equivalents
-        self.admitted: set[str] = set()  # created through the webhook (reserved first)
+        self.admitted: set[str] = set()  # created through the webhook (reserved, or given room from a hold, first)
         self.pending: dict[str, Pending] = {}
         self.clock = 0
         self.transitions = 0  # the Lease's leaseTransitions
-        self.counted: set[str] = set()  # the UIDs whose pods the record's sums were last recounted from
+        self.counted: set[str] = set()  # the UIDs whose pods the record's sums count
         self.racer: Callable[[], None] | None = None  # a write to land inside the next compare-and-swap
         self.uids = 0
+        self.workers = [self.worker(), self.worker()]
+        self.gave: dict[str, tuple[Holds, str]] = {}  # uid -> the worker and hold key that gave it room
         self.leader = self.elect()
         self.deposed: Leader | None = None
+
+    def worker(self) -> Holds:
+        """A webhook worker's holds (a new process: a new holder), on the test's clock."""
+        self.uids += 1
+        return Holds(f"worker-{self.uids}", clock=lambda: float(self.clock))
 
     # ---------------------------------------------------------------- the API server's compare-and-swap
 
@@ -134,33 +145,41 @@ class Cluster:
         """Ledger.change: read, decide, write naming the version read; a lost race reads and decides again.
         Whether a write was made."""
         for _ in range(10):
-            seen, version = self.record, self.version
+            seen = self.record
             wanted = edit(seen)
             racer, self.racer = self.racer, None
             if racer is not None:
                 racer()  # another writer's whole change lands between this read and this write
             if wanted is None:
                 return False
-            if self.version != version:
+            if self.record.version != seen.version:
                 continue  # 409 Conflict
             assert self.record is seen
-            self.version += 1
-            self.record = dataclasses.replace(wanted, version=str(self.version))
+            self.revision += 1
+            self.record = dataclasses.replace(wanted, version=str(self.revision))
             return True
         raise AssertionError("the compare-and-swap never settled")
 
-    # ---------------------------------------------------------------- admission (Budgets.admit's edit)
+    # ---------------------------------------------------------------- admission (Budgets.admit)
 
-    def admit(self, drawn: Weighed, uid: str, dry: bool) -> tuple[bool, bool]:
-        """A review of the pod `uid`: (allowed, whether it wrote a reservation)."""
+    def admit(self, drawn: Weighed, uid: str, dry: bool, holds: Holds | None = None) -> tuple[bool, bool]:
+        """A review of the pod `uid`: (allowed, whether it wrote a reservation). Through `holds` (a worker), a pod
+        that fits in the worker's hold is given room from it, with no write."""
         mode, obj, ask = drawn
         pod = {**obj, "metadata": {**obj["metadata"], "name": f"p-{uid}", "uid": uid}}
         counting = [q for q in self.quotas if q.counts(pod)]
         assert counting, "the unscoped quota counts every pod"
+        entry = Entry(pod["metadata"]["name"], ask.total, scope_of(pod), self.clock)
+        if holds is not None and not dry and holds.admit(self.record, counting, uid, entry):
+            if uid not in self.record.entries and uid not in self.gave:
+                self.gave[uid] = (holds, holds.key(entry.scope))
+                self.expect(drawn, uid, pod, mode, ask)
+            return True, False
         outcome: list[bool] = []
+        fits: list[bool] = []
 
         def edit(record: Record) -> Record | None:
-            outcome[:] = []
+            outcome[:], fits[:] = [], []
             if not dry and uid in record.entries:
                 outcome.append(True)  # the review sent again: answered the same, no second entry
                 return None
@@ -168,42 +187,97 @@ class Cluster:
             allowed = judge(ask, [Usage(q, used[q.name]) for q in counting], pod["metadata"]["name"], pod) is None
             assert allowed == all(used[q.name] + ask.total <= q.hard for q in counting), (used, ask.total)
             outcome.append(allowed)
+            fits.append(allowed)
             if dry or not allowed:
                 return None
-            return record.reserved(uid, Entry(pod["metadata"]["name"], ask.total, scope_of(pod), self.clock))
+            return record.reserved(uid, entry)
 
         if dry:
-            before = (self.record, self.version)
+            before = self.record
             edit(self.record)
-            assert (self.record, self.version) == before, "a dry run wrote"
+            assert self.record is before, "a dry run wrote"
             return outcome[0], False
         wrote = self.change(edit)
-        if wrote:
-            self.pending[uid] = Pending(drawn, pod, self.clock)
-            self.policies[uid] = policies(mode)
-            self.asks[uid] = ask.total
+        if wrote and uid not in self.gave:
+            self.expect(drawn, uid, pod, mode, ask)
+        if holds is not None and wrote:
+            holds.want(NS, entry.scope, ask.total)
+        if holds is not None and fits and not fits[0]:
+            self.recall(counting, ask.total)
         return outcome[0], wrote
 
-    def reserve(self, drawn: Weighed | None, dry: bool) -> None:
+    def expect(self, drawn: Weighed, uid: str, pod: dict, mode: str, ask: PodAsk) -> None:
+        """An admitted pod whose create may now complete."""
+        self.pending[uid] = Pending(drawn, pod, self.clock)
+        self.policies[uid] = policies(mode)
+        self.asks[uid] = ask.total
+
+    def recall(self, counting: list, gpus: Fraction) -> None:
+        """Budgets._recall: a pod that would fit without the holds asks them back (their workers give them back
+        at their next flush; the waiting is the operations that come between)."""
+        record = self.record
+        if not record.holds or any(record.used(q) - record.held(q) + gpus > q.hard for q in counting):
+            return
+        now = float(self.clock)
+
+        def ask_back(current: Record) -> Record | None:
+            asked = {k: replace(h, recalled=now) for k, h in current.holds.items() if not h.recalled}
+            return replace(current, holds={**current.holds, **asked}) if asked else None
+
+        self.change(ask_back)
+
+    def flush(self, holds: Holds, give_back: bool = False) -> None:
+        """Budgets.flush: one compare-and-swap of a worker's holds."""
+        plans: list[HoldPlan] = []
+        moved: set[str] = set()
+
+        def edit(record: Record) -> Record | None:
+            holds.abandon(plans)
+            plans[:] = holds.plan(record, NS, float(self.clock), give_back, self.quotas)
+            updated = record
+            for plan in plans:
+                updated = updated.holding(plan.key, plan.hold, plan.given)
+            moved.clear()
+            moved.update(uid for plan in plans for uid in plan.given if uid in record.deferred)
+            return updated if plans else None
+
+        if self.change(edit):
+            holds.settle(plans, self.record)
+            self.counted |= moved  # left to the hold by the recount, counted in the sums now
+        else:
+            holds.abandon(plans)
+
+    def reserve(self, drawn: Weighed | None, dry: bool, worker: int | None = None) -> None:
         if drawn is None:
             return
         self.uids += 1
-        self.admit(drawn, f"u{self.uids}", dry)
+        self.admit(drawn, f"u{self.uids}", dry, None if worker is None else self.workers[worker % 2])
 
     def again(self, index: int) -> None:
         """The API server sends a review again (its call timed out): the same answer, no second reservation."""
         if not self.pending:
             return
         uid = sorted(self.pending)[index % len(self.pending)]
-        assert self.admit(self.pending[uid].drawn, uid, dry=False) == (True, False), "reserved twice"
+        gave = self.gave.get(uid)
+        if gave is not None and gave[0] not in self.workers:
+            # Its worker died before its answer reached the API server: the review sent again is judged anew, on
+            # a record whose dead hold still counts the room the first answer gave (refused, or counted twice).
+            if not self.admit(self.pending[uid].drawn, uid, dry=False)[0]:
+                del self.pending[uid]
+            return
+        if gave is not None:
+            self.flush(gave[0])  # a review is sent again a timeout later: its worker has written the pod by then
+        worker = self.workers[index % 2]  # to any worker
+        assert self.admit(self.pending[uid].drawn, uid, dry=False, holds=worker) == (True, False), "reserved twice"
 
     # ---------------------------------------------------------------- the pods
 
     def event(self, kind: str, pod: dict) -> None:
-        self.events.append((kind, pod))
+        self.revision += 1
+        self.events.append((kind, pod, self.revision))
 
     def create(self, index: int) -> None:
-        """The create of a reserved pod completes: the pod exists."""
+        """The create of an admitted pod completes: the pod exists."""
         if not self.pending:
             return
         uid = sorted(self.pending)[index % len(self.pending)]
@@ -214,7 +288,7 @@ class Cluster:
         self.event("ADDED", pod)
 
     def refuse(self, index: int) -> None:
-        """A later admission step refuses a reserved pod: it is never created."""
+        """A later admission step refuses an admitted pod: it is never created."""
         if self.pending:
             del self.pending[sorted(self.pending)[index % len(self.pending)]]
 
@@ -244,11 +318,15 @@ class Cluster:
             self.event("DELETED", self.pods.pop(uid))
 
     def tick(self) -> None:
-        """Time passes: a create not completed within the grace of its reservation never completes."""
+        """Time passes: a create not completed within the grace of its admission never completes."""
         self.clock += 1
         for uid, pending in list(self.pending.items()):
             if self.clock - pending.at >= GRACE:
                 del self.pending[uid]
+
+    def crash(self, worker: int) -> None:
+        """A worker dies (SIGKILL): its holds stay in the record, and what it gave from them is unwritten."""
+        self.workers[worker % 2] = self.worker()
 
     # ---------------------------------------------------------------- the recount leaders
 
@@ -266,33 +344,50 @@ class Cluster:
         return leader
 
     def relist(self, leader: Leader) -> None:
-        """The watch lists anew (first start, or 410 Gone): those it held that are gone are reported."""
+        """The watch lists anew (first start, or 410 Gone): those it held that are gone are reported; none of
+        the listed pods is young to it."""
         leader.watch._begin()
         for pod in self.pods.values():
             leader.watch._keep(pod)
         leader.watch._end()
         leader.seen = len(self.events)
+        leader.version = self.revision
+        leader.recent = {}
 
     def catch_up(self, leader: Leader, events: int) -> None:
-        """The watch reads up to `events` more of the API server's events (never past the present)."""
-        for kind, pod in self.events[leader.seen : leader.seen + events]:
+        """The watch reads up to `events` more of the API server's events (never past the present); at the
+        present, a bookmark moves its version on to the API's."""
+        for kind, pod, revision in self.events[leader.seen : leader.seen + events]:
             leader.watch._change(kind, pod)
+            uid = pod["metadata"]["uid"]
+            if kind == "ADDED" and uid in (leader.watch.held.get(NS) or {}):
+                leader.recent[uid] = (self.clock, str(revision))
+            elif kind == "DELETED" or uid not in (leader.watch.held.get(NS) or {}):
+                leader.recent.pop(uid, None)
+            leader.version = revision
         leader.seen = min(len(self.events), leader.seen + events)
+        if leader.seen == len(self.events):
+            leader.version = self.revision
 
     def recount(self, leader: Leader, confirmed: frozenset[str] = frozenset()) -> None:
         """Budgets._recount: fenced off by a later epoch or a later watch, else the record recounted from the
         watch."""
         released = leader.released | confirmed
         decided: list[set[str]] = []
+        young = {uid: created for uid, (seen, created) in leader.recent.items() if self.clock - seen < YOUNG}
 
         def edit(record: Record) -> Record | None:
             decided[:] = []
-            seen = str(leader.seen)  # the watch's resourceVersion: how far into the API's events it has read
+            seen = str(leader.version)  # the watch's resourceVersion: how far into the API's events it has read
             if record.later_than(leader.epoch, seen):  # a later holder's or a later watch's: this one may be behind
                 return None
             live = leader.watch.held.get(NS) or {}
-            decided.append(set(live))
-            found = record.recount(live, released, self.clock, leader.epoch, leader.watch.sums.get(NS) or {})
+            holds_end = self.clock - GRACE - YOUNG
+            watched = str(leader.version + 1)  # every event before it is held
+            found = record.recount(
+                live, released, self.clock, leader.epoch, leader.watch.sums.get(NS) or {}, young, holds_end, watched
+            )
+            decided.append(set(live) - (found.deferred if found is not None else record.deferred))
             return dataclasses.replace(found, seen=seen) if found is not None else None
 
         if self.change(edit):
@@ -332,7 +427,7 @@ class Cluster:
     # ---------------------------------------------------------------- what must hold
 
     def need(self) -> dict[str, Fraction]:
-        """Per quota: the admitted pods that live and the reservations whose pods may still be created."""
+        """Per quota: the admitted pods that live and the admitted pods that may still be created."""
         found = {q.name: Fraction(0) for q in self.quotas}
         live = [(self.pods[uid], self.asks[uid]) for uid in self.admitted if uid in self.pods]
         for pod, ask in [*live, *((p.pod, p.drawn[2].total) for p in self.pending.values())]:
@@ -352,12 +447,29 @@ class Cluster:
                         found[q.name] += self.asks[uid]
         return found
 
+    def in_hold(self, uid: str) -> bool:
+        """Whether `uid` was given room from a hold that still counts it: its worker has not written it yet, or
+        its worker died and the hold is still in the record."""
+        gave = self.gave.get(uid)
+        if gave is None:
+            return False
+        holds, key = gave
+        if holds in self.workers:
+            return uid in {u for held in holds.held.values() for u in held.given} and key in self.record.holds
+        return key in self.record.holds
+
     def check(self) -> None:
         record = self.record
         live = {uid for uid, pod in self.pods.items() if not has_ended(pod)}
-        assert not (record.entries.keys() & self.counted), "a pod counted twice: reserved and in the sums"
-        assert self.pending.keys() <= record.entries.keys(), "a reservation dropped before its pod could appear"
-        uncounted = (live & self.admitted) - record.entries.keys() - self.counted
+        # A pod given room from a hold may be counted twice for a while (seen by the recount before its worker
+        # wrote it): more than it holds, never less.
+        twice = (record.entries.keys() & self.counted) - self.gave.keys()
+        assert not twice, f"a pod counted twice: reserved and in the sums: {sorted(twice)}"
+        waiting = {uid for uid in self.pending if uid not in record.entries and not self.in_hold(uid)}
+        assert not waiting, f"an admission dropped before its pod could appear: {sorted(waiting)}"
+        uncounted = {
+            uid for uid in (live & self.admitted) - record.entries.keys() - self.counted if not self.in_hold(uid)
+        }
         assert not uncounted, f"live pods counted nowhere: {sorted(uncounted)}"
         need = self.need()
         for q in self.quotas:
@@ -365,13 +477,21 @@ class Cluster:
             assert need[q.name] <= q.hard, f"quota {q.name}: admitted pods exceed the hard limit"
 
     def settle(self) -> None:
-        """Every create done or past, the leader's watch current, a sweep: the record holds exactly the live
-        pods, each in the sums, none reserved; and a pod is admitted exactly where it fits beside them."""
+        """Every worker gives its holds back (as on a clean stop), every create done or past, the leader's watch
+        current, sweeps (a dead worker's hold goes in three: marked, fenced, dropped): the record holds exactly
+        the live pods, each in the sums, none reserved, no hold; and a pod is admitted exactly where it fits
+        beside them."""
+        for holds in self.workers:
+            self.flush(holds, give_back=True)
         for _ in range(SETTLE):
             self.tick()
-        self.catch_up(self.leader, len(self.events))
-        self.sweep(self.leader)
-        self.check()
+        for _ in range(4):
+            self.catch_up(self.leader, len(self.events))
+            for _ in range(YOUNG):  # a pod the watch saw last is young no more
+                self.tick()
+            self.sweep(self.leader)
+            self.check()
+        assert not self.record.holds, f"holds left over: {self.record.holds}"
         assert not self.record.entries, f"reservations left over: {self.record.entries}"
         truth = self.truth()
         for q in self.quotas:
@@ -391,6 +511,9 @@ index = st.integers(min_value=0, max_value=20)
 def histories(reads_on: st.SearchStrategy[int]) -> st.SearchStrategy[list[tuple]]:
     """Lists of operations; `reads_on`: how many events a deposed leader's watch may read after it resumes."""
     reserve = st.tuples(st.just("reserve"), pods(), st.just(False))
+    worker = st.integers(min_value=0, max_value=1)
+    given = st.tuples(st.just("reserve"), pods(), st.just(False), worker)  # through a worker: its hold, if it fits
+    flush = st.tuples(st.just("flush"), worker)
     stale = st.tuples(st.just("stale"), reads_on)
     writes = st.one_of(
         reserve,
@@ -398,14 +521,21 @@ def histories(reads_on: st.SearchStrategy[int]) -> st.SearchStrategy[list[tuple]
         st.tuples(st.just("sweep")),
         stale,
         st.tuples(st.just("again"), index),
+        given,
+        flush,
     )
     # Weighted by repetition: enough reservations, creates, watch reads, recounts and leader changes that pods
     # get folded, and leaders change under them, in most examples.
     operation = st.one_of(
         st.tuples(st.just("reserve"), pods(), st.just(True)),  # a dry run first: what the shrinker fills with
         reserve,
-        reserve,
-        reserve,
+        given,
+        given,
+        given,
+        given,
+        flush,
+        flush,
+        st.tuples(st.just("crash"), worker),
         st.tuples(st.just("create"), index),
         st.tuples(st.just("create"), index),
         st.tuples(st.just("create"), index),
@@ -428,13 +558,24 @@ def histories(reads_on: st.SearchStrategy[int]) -> st.SearchStrategy[list[tuple]
         st.tuples(st.just("sweep")),
         st.tuples(st.just("relist")),
     )
-    return st.lists(operation, min_size=15, max_size=30)
+    return st.lists(operation, min_size=15, max_size=40)
 
 
 def apply(cluster: Cluster, op: tuple) -> None:
     kind, *args = op
     if kind == "reserve":
-        cluster.reserve(weigh(args[0]), args[1])
+        cluster.reserve(weigh(args[0]), *args[1:])
+    elif kind == "seen-first":
+        before = set(cluster.pending)
+        cluster.reserve(weigh(args[0]), False, args[1])
+        for uid in sorted(set(cluster.pending) - before):
+            cluster.create(sorted(cluster.pending).index(uid))
+        cluster.catch_up(cluster.leader, len(cluster.events))
+        cluster.recount(cluster.leader)
+    elif kind == "flush":
+        cluster.flush(cluster.workers[args[0]])
+    elif kind == "crash":
+        cluster.crash(args[0])
     elif kind == "again":
         cluster.again(args[0])
     elif kind == "create":
@@ -478,7 +619,7 @@ def run(ops: list[tuple], hard_all: float, hard_high: float) -> None:
     cluster.settle()
 
 
-HARD_ALL = st.sampled_from([1, 2, 4])
+HARD_ALL = st.sampled_from([1, 2, 4, 16])  # 16: room for holds (an eighth of the room, whole pods)
 HARD_HIGH = st.sampled_from([0.5, 1, 2])
 
 
@@ -507,4 +648,104 @@ def test_every_live_pod_is_counted_once_when_a_deposed_leaders_watch_reads_on_be
     ops, hard_all, hard_high
 ):
     """The deposed leader's watch reads events that came after the new leader listed, before its last write."""
+    run(ops, hard_all, hard_high)
+
+
+SMALL = [
+    ("time-slicing", engine_support.pod(engine_support.container("app", limits={"nvidia.com/gpu": "0.25"}))),
+    (
+        "time-slicing",
+        engine_support.pod(
+            engine_support.container("app", limits={"nvidia.com/gpu": "0.25"}), priorityClassName="high"
+        ),
+    ),
+    ("mig", engine_support.pod(engine_support.container("app", limits={"nvidia.com/gpu": "0.125"}))),
+]
+
+
+def hold_histories() -> st.SearchStrategy[list[tuple]]:
+    """Lists of operations that mostly go through the workers' holds: creates given room from them, flushes,
+    recounts that see the pods before the flush, recalls near the limit, workers killed with room unwritten."""
+    worker = st.integers(min_value=0, max_value=1)
+    small = st.one_of(st.sampled_from(SMALL), st.sampled_from(SMALL), pods())  # the same few sizes: holds fit them
+    given = st.tuples(st.just("reserve"), small, st.just(False), worker)
+    flush = st.tuples(st.just("flush"), worker)
+    create = st.tuples(st.just("create"), index)
+    catch_up = st.tuples(st.just("catch-up"), st.integers(min_value=1, max_value=4))
+    writes = st.one_of(given, flush, st.tuples(st.just("recount")), st.tuples(st.just("sweep")))
+    # The common order in a cluster: given room, created, and seen by the recount before the worker's flush.
+    seen_first = st.tuples(st.just("seen-first"), small, worker)
+    operation = st.one_of(
+        *[given] * 5,
+        seen_first,
+        seen_first,
+        *[flush] * 3,
+        *[create] * 3,
+        catch_up,
+        catch_up,
+        st.tuples(st.just("recount")),
+        st.tuples(st.just("recount")),
+        st.tuples(st.just("tick")),
+        st.tuples(st.just("tick")),
+        st.tuples(st.just("crash"), worker),
+        st.tuples(st.just("depose"), st.booleans(), st.booleans()),
+        st.tuples(st.just("race"), writes, writes),
+        st.tuples(st.just("again"), index),
+        st.tuples(st.just("refuse"), index),
+        st.tuples(st.just("outside"), pods()),
+        st.tuples(st.just("end"), index, st.sampled_from(["Succeeded", "Failed"])),
+        st.tuples(st.just("delete"), index),
+        st.tuples(st.just("sweep")),
+        st.tuples(st.just("relist")),
+    )
+    return st.lists(operation, min_size=20, max_size=60)
+
+
+@EXAMPLES
+@given(hold_histories(), st.sampled_from([4, 16]), HARD_HIGH)
+@example(
+    # A create reserved by its own write asks for a hold; the flush takes it; the next create is given room from
+    # it; both pods are created and the recount sees them: it folds the reservation and leaves the other to the
+    # hold (young, announced by no reservation); the flush then counts it in the sums, not as a reservation.
+    [
+        ("recount",),
+        ("reserve", SMALL[0], False, 0),
+        ("flush", 0),
+        ("reserve", SMALL[0], False, 0),
+        ("create", 0),
+        ("create", 0),
+        ("catch-up", 4),
+        ("recount",),
+        ("flush", 0),
+    ],
+    16,
+    1,
+)
+@example(
+    # The same, but the worker dies before its flush: the hold counts the pod until the recount counts it (once
+    # it is no longer young), then goes in three steps, its fence reached by the watch.
+    [
+        ("recount",),
+        ("reserve", SMALL[0], False, 0),
+        ("flush", 0),
+        ("reserve", SMALL[0], False, 0),
+        ("create", 0),
+        ("create", 0),
+        ("catch-up", 4),
+        ("recount",),
+        ("crash", 0),
+        ("tick",),
+        ("tick",),
+        ("tick",),
+        ("recount",),
+    ],
+    16,
+    1,
+)
+def test_room_given_from_workers_holds_is_counted_before_its_pods_exist_and_exactly_once_settled(
+    ops, hard_all, hard_high
+):
+    """Workers give creates room from their holds and write them later; the recount may see a pod before its
+    worker writes it (it leaves it to the hold), a worker may die with room given and unwritten (its hold
+    counts until its pods surely are), and a worker short of room asks the holds back."""
     run(ops, hard_all, hard_high)

@@ -5,6 +5,7 @@ tests/test_budget_server.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from fractions import Fraction
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from webhook.admission.cluster.quota import OPERATORS, gpu_quota
 from webhook.server.budget_watch import HeldPod, PodWatch, Sum, sums_of
-from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Record, pod_of, scope_of
+from webhook.server.ledger import LEDGER_LABEL, NAMESPACE_LABEL, Entry, Hold, Record, pod_of, scope_of
 
 CROSS = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
     {"labelSelector": {}, "topologyKey": "zone", "namespaces": ["other"]}]}}  # fmt: skip
@@ -243,3 +244,69 @@ def test_a_refusal_is_never_decided_on_a_view_that_lags(tmp_path) -> None:
         assert list(plain.read("team").entries) == ["new"]
     finally:
         api.stop()
+
+
+# ---------------------------------------------------------------- workers' holds
+
+
+def test_a_hold_counts_in_full_for_the_quotas_its_scope_selects_and_round_trips():
+    high = (("priorityClassName", "high"),)
+    held = Hold("replica-1-7", Fraction(2), high, until=1_000.0)
+    record = Record("team-a", "5", holds={held.key(): held}, sums={(): Sum(Fraction(1), 4)})
+    every, scoped = quota(), quota(expressions=[{"scopeName": "PriorityClass", "operator": "In", "values": ["low"]}])
+    assert record.used(every) == 3  # the sums and the hold
+    assert record.used(scoped) == 0  # a hold of high-priority pods is not the low quota's
+    assert record.held(every) == 2
+    assert Record.of(record.configmap("gpu-admission")) == record
+    assert record.pods() == 4  # a hold is room, not pods
+
+
+def test_a_hold_rewritten_by_code_that_knows_no_holds_reads_as_run_out():
+    """A worker of the per-pod release reads a hold as an entry it never looks up, and writes it back in an
+    entry's form: without `until`, so the recount drops it in its three steps, never at once."""
+    held = Hold("replica-1-7", Fraction(1, 2), (), until=1_000.0)
+    written = Record("team-a", "5", holds={held.key(): held}).configmap("gpu-admission")
+    older = Entry.parse(written["data"][held.key()])
+    assert older is not None and older.pod == "" and older.gpus == Fraction(1, 2)
+    written["data"][held.key()] = older.text()
+    again = Record.of(written)
+    assert again is not None and again.holds[held.key()].until == 0.0
+    marked = again.recount({}, set(), now=2_000.0, holds_end=1_500.0, watched="9")
+    assert marked is not None and marked.holds[held.key()].ended == "pending"
+
+
+def test_a_young_pod_no_reservation_announced_is_left_to_its_hold_and_the_flush_counts_it_in_the_sums():
+    held = Hold("replica-1-7", Fraction(1), (), until=1_000.0)
+    record = Record("team-a", "10", holds={held.key(): held}, seen="8", recounted=1.0)
+    given = HeldPod("p", Fraction(1, 4), ())
+    live = {"uid-new": given}
+    recounted = record.recount(live, set(), now=2.0, young={"uid-new": "9"}, holds_end=0.0, watched="10")
+    assert recounted is not None
+    assert recounted.deferred == {"uid-new"} and recounted.sums == {}  # the hold counts it: not twice
+    assert recounted.used(quota()) == 1
+    flushed = recounted.holding(held.key(), Hold("replica-1-7", Fraction(3, 4), (), until=1_000.0),
+                                {"uid-new": Entry("p", Fraction(1, 4), (), 2.0)})  # fmt: skip
+    assert flushed.deferred == frozenset() and flushed.entries == {}
+    assert flushed.sums == {(): Sum(Fraction(1, 4), 1)} and flushed.used(quota()) == 1
+    # A young pod the last recount counted (created before the version it was made from) stays counted.
+    counted = record.recount(live, set(), now=2.0, young={"uid-new": "7"}, holds_end=0.0, watched="10")
+    assert counted is not None and counted.deferred == frozenset() and counted.used(quota()) == Fraction(5, 4)
+
+
+def test_a_hold_whose_worker_is_gone_is_dropped_only_once_the_pod_watch_has_read_past_its_fence():
+    held = Hold("gone-1", Fraction(1), (), until=100.0)
+    record = Record("team-a", "20", holds={held.key(): held}, seen="19", recounted=1.0)
+    young = {"uid-late": "18"}
+    live = {"uid-late": HeldPod("p", Fraction(1, 4), ())}
+    kept = record.recount(live, set(), 150.0, young=young, holds_end=50.0, watched="30")
+    assert kept is not None and kept.holds == record.holds  # not run out long enough ago
+    marked = record.recount(live, set(), 200.0, young=young, holds_end=150.0, watched="30")
+    assert marked is not None and marked.holds[held.key()].ended == "pending"
+    marked = Record.of(dataclasses.replace(marked, version="25").configmap("gpu-admission"))  # as written
+    assert marked is not None
+    fenced = marked.recount(live, set(), 201.0, young=young, holds_end=150.0, watched="25")
+    assert fenced is not None and fenced.holds[held.key()].ended == "25"  # the watch has not read past it
+    dropped = fenced.recount(live, set(), 202.0, young=young, holds_end=150.0, watched="26")
+    assert dropped is not None and dropped.holds == {}
+    assert dropped.deferred == frozenset()  # every young pod counted: none is left to a hold that is gone
+    assert dropped.used(quota()) == Fraction(1, 4)

@@ -575,10 +575,11 @@ class Budgets:
         def edit(record: Record) -> Record | None:
             young = pods.young(namespace, time.monotonic())
             now = time.time()
+            holds_end = now - self.grace - YOUNG_S  # a hold that ran out before: all its pods exist by now
+            watched = pods.version()  # read before them: every event before this one is held in them
             with pods.lock:  # the sums and the pods they sum, as one moment of the watch
                 live, sums = pods.held.get(namespace) or {}, pods.sums.get(namespace) or {}
-                holds_end = now - self.grace - YOUNG_S  # a hold that ran out before: its pods are all counted
-                recounted = record.recount(live, released, now, epoch, sums, young, holds_end)
+                recounted = record.recount(live, released, now, epoch, sums, young, holds_end, watched)
             seen = pods.version()  # read after them: it may name events they lack (later writes wait), never less
             if record.later_than(epoch, seen):  # a later holder's, or a later watch's: this one may be behind
                 if record.epoch > epoch:

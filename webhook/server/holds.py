@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -48,7 +48,7 @@ class _Held:
     unit: Fraction  # the GPU-equivalents of the create that asked for it: a refill is sized in such pods
     given: dict[str, Entry] = field(default_factory=dict)  # pods given room since the last write, by UID
     spent: Fraction = Fraction(0)  # what `given` holds
-    used_at: float = field(default_factory=time.monotonic)
+    used_at: float = 0.0  # when it last gave a pod room (or was taken)
     open: bool = True  # False while a write gives it back: no pod is given room from it meanwhile
 
     def left(self) -> Fraction:
@@ -71,8 +71,9 @@ class Holds:
     """This worker's holds, by namespace and data key; the threads that answer reviews give from them, the holds'
     thread writes them (budgets.py)."""
 
-    def __init__(self, holder: str) -> None:
+    def __init__(self, holder: str, clock: Callable[[], float] = time.time) -> None:
         self.holder = holder
+        self.clock = clock  # Unix time (a test's own clock in the property test)
         self.lock = threading.Lock()
         self.held: dict[tuple[str, str], _Held] = {}
         self.wanted: dict[tuple[str, Scope], Fraction] = {}  # scopes whose creates asked for a hold, and their size
@@ -107,7 +108,8 @@ class Holds:
                 return False
             if uid in held.given or uid in record.entries:
                 return True
-            if held.left() < entry.gpus or time.time() >= held.written.until - HOLD_MARGIN_S:
+            now = self.clock()
+            if held.left() < entry.gpus or now >= held.written.until - HOLD_MARGIN_S:
                 return False
             in_record = record.holds.get(key)
             if in_record is None or in_record.recalled:  # not (or no longer) in the record: the room is not held
@@ -116,7 +118,7 @@ class Holds:
                 return False
             held.given[uid] = entry
             held.spent += entry.gpus
-            held.used_at = time.monotonic()
+            held.used_at = now
             if held.left() * 2 < held.written.gpus:  # refilled before it runs dry
                 self.wake.set()
             return True
@@ -124,7 +126,7 @@ class Holds:
     def want(self, namespace: str, scope: Scope, gpus: Fraction) -> None:
         """A create of `scope` was reserved by a write of its own: ask the holds' thread for a hold (or more in
         the one there is), at most every WANT_EVERY_S."""
-        now = time.monotonic()
+        now = self.clock()
         with self.lock:
             if now - self._wanted_at.get((namespace, scope), -WANT_EVERY_S) >= WANT_EVERY_S:
                 self._wanted_at[namespace, scope] = now
@@ -136,7 +138,6 @@ class Holds:
     def due(self, records: Mapping[str, Record], now: float) -> list[str]:
         """The namespaces whose holds need a write: pods given room, a hold asked back, idle, or half run out,
         or a hold asked for."""
-        clock = time.monotonic()
         found: set[str] = set()
         with self.lock:
             found.update(namespace for namespace, _ in self.wanted)
@@ -147,7 +148,7 @@ class Holds:
                     held.given
                     or held.left() < held.unit
                     or (in_record is not None and in_record.recalled)
-                    or clock - held.used_at > HOLD_IDLE_S
+                    or now - held.used_at > HOLD_IDLE_S
                     or held.written.until - now < HOLD_S / 2
                 ):
                     found.add(namespace)
@@ -163,7 +164,6 @@ class Holds:
         for, where the quotas have room for many more pods. All under the lock: a hold closed here gives no pod
         room from then on."""
         plans: list[HoldPlan] = []
-        clock = time.monotonic()
         quotas = list(quotas)
         base = record
 
@@ -180,7 +180,7 @@ class Holds:
                 if ns != namespace:
                     continue
                 in_record = record.holds.get(key)
-                idle = clock - held.used_at > HOLD_IDLE_S and not held.given
+                idle = now - held.used_at > HOLD_IDLE_S and not held.given
                 close = give_back or in_record is None or bool(in_record.recalled) or idle
                 given, left, scope = dict(held.given), held.left(), held.written.scope
                 hold: Hold | None = None
@@ -231,7 +231,9 @@ class Holds:
                 if held is None:
                     if plan.hold is not None:
                         in_record = written.holds.get(plan.key) or plan.hold
-                        self.held[namespace, plan.key] = _Held(namespace, plan.key, in_record, plan.unit)
+                        self.held[namespace, plan.key] = _Held(
+                            namespace, plan.key, in_record, plan.unit, used_at=self.clock()
+                        )
                     continue
                 for uid in plan.given:
                     entry = held.given.pop(uid, None)

@@ -172,6 +172,9 @@ class Hold:
     scope: Scope
     until: float  # the holder admits from it only before this (Unix time), less HOLD_MARGIN_S
     recalled: float = 0.0  # when another worker asked for it back (Unix time; 0: never)
+    # Its worker gone, the recount's fence before it is dropped: "pending" once it ran out long enough ago that
+    # all its pods exist; then the record's resourceVersion after that write, which the pod watch must reach.
+    ended: str = ""
 
     def key(self) -> str:
         return hold_key(self.holder, self.scope)
@@ -185,6 +188,8 @@ class Hold:
             value["scope"] = dict(self.scope)
         if self.recalled:
             value["recalled"] = round(self.recalled, 3)
+        if self.ended:
+            value["ended"] = self.ended
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
@@ -197,7 +202,8 @@ class Hold:
         try:
             value = json.loads(text)
             until, recalled = float(value.get("until", 0.0)), float(value.get("recalled", 0.0))
-            return Hold(str(value.get("holder") or ""), entry.gpus, entry.scope, until, recalled)
+            ended = str(value.get("ended") or "")
+            return Hold(str(value.get("holder") or ""), entry.gpus, entry.scope, until, recalled, ended)
         except (ValueError, TypeError, AttributeError):
             return None
 
@@ -276,6 +282,7 @@ class Record:
         sums: Mapping[Scope, Sum] | None = None,
         young: Mapping[str, str] | None = None,
         holds_end: float = 0.0,
+        watched: str = "",
     ) -> Record | None:
         """The record recounted from `live` (every live GPU pod of the namespace, by UID, as a current pod watch
         holds them; `sums`, where given, their sums as the watch keeps them, so that a recount costs the
@@ -289,13 +296,35 @@ class Record:
         created after the watch version that recount was made from) is left out of the sums (`deferred`): a
         worker admitted it from its hold, which counts it until the worker writes it as a reservation, folded in
         here then. A pod older than that is counted whoever admitted it (one created while the webhook was off,
-        too). Holds that ran out before `holds_end` (Unix time: their until, plus the grace in which a create
-        may still complete, plus the time a pod stays young) go: every pod they gave is counted by now."""
+        too).
+
+        A hold whose worker is gone (it ran out before `holds_end`: its until, plus the grace in which a create
+        may still complete, plus the time a pod stays young) goes in three steps, so that every pod it gave is
+        counted in the sums first: marked ended; then fenced at the version of the record that mark was written
+        in (every pod it gave was created before it); then dropped by a recount whose pod watch holds every event
+        up to it (`watched`: a version read before the pods, later than the fence), and which counts every young
+        pod rather than guess which hold gave it."""
         entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
+        holds: dict[str, Hold] = {}
+        dropping = False
+        for key, hold in self.holds.items():
+            if hold.until >= holds_end:
+                holds[key] = hold
+            elif not hold.ended:
+                holds[key] = dataclasses.replace(hold, ended="pending")
+            else:
+                fence = self.version if hold.ended == "pending" else hold.ended
+                if fence.isdigit() and watched.isdigit() and int(watched) > int(fence):
+                    dropping = True
+                else:
+                    holds[key] = dataclasses.replace(hold, ended=fence)
         deferred = frozenset(
             uid
             for uid, created in (young or {}).items()
-            if uid in live and uid not in self.entries and (uid in self.deferred or _after(created, self.seen))
+            if not dropping
+            and uid in live
+            and uid not in self.entries
+            and (uid in self.deferred or _after(created, self.seen))
         )
         counted = dict(sums) if sums is not None else sums_of(live.values())
         for uid in deferred:
@@ -305,13 +334,12 @@ class Record:
                 counted[pod.scope] = left
             else:
                 del counted[pod.scope]
-        holds = {key: hold for key, hold in self.holds.items() if hold.until >= holds_end}
         if (
             counted == self.sums
             and entries == self.entries
             and epoch == self.epoch
             and deferred == self.deferred
-            and len(holds) == len(self.holds)
+            and holds == self.holds
         ):
             return None
         return Record(self.namespace, self.version, entries, counted, now, epoch, self.seen, holds, deferred)
