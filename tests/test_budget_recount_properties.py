@@ -21,14 +21,21 @@ What is modelled, in memory (budgets.py and ledger.py say why the design is so):
   may still write one recount with its watch as it stood and its old epoch. A restart loses the leader's watch
   and released set; the record survives.
 - Races: any two writes may interleave, the second landing between the first's read and its write.
+- Workers' holds (holds.py, the real `Holds`, on the test's clock): a review through a worker is given room from
+  its hold where it fits, with no write; a create reserved by a write of its own asks for a hold, which a flush
+  takes where the room allows; flushes write the pods given room (as reservations, or into the sums where the
+  recount left them to the hold), refill, and give back holds asked back or idle; a refusal that would fit
+  without the holds asks them back; a worker may die with room given and unwritten, its hold then dropped by the
+  recount in three steps. The third test draws mostly such operations, on roomy quotas.
 
 Design assumption, modelled as such: a create completes within the grace of its reservation (or never), so a
 reservation is released for a pod that does not exist only once that pod can no longer appear.
 
-What must hold after every operation (`Cluster.check`): no pod is both reserved and in the sums; a reservation
-whose pod may still be created is never dropped; every live admitted pod is reserved or in the sums; so each
-quota's `used` is at least what its live admitted pods and pending reservations hold, and that never exceeds
-its hard limit. Every admission decision is the rule `used + ask <= hard` on the record as read. Once settled
+What must hold after every operation (`Cluster.check`): no pod is both reserved and in the sums (one given room
+from a hold may be, for a while: more, never less); an admission whose pod may still be created is never
+dropped; every live admitted pod is reserved, in the sums, or in a hold that still counts it; so each quota's
+`used` is at least what its live admitted pods and pending admissions hold, and that never exceeds its hard
+limit. Every admission decision is the rule `used + ask <= hard` on the record as read. Once settled
 (`Cluster.settle`: every grace past, the leader's watch current, a sweep): no reservation is left and each
 quota's `used` is exactly what the live pods hold (nothing counted twice or left over).
 

@@ -10,6 +10,11 @@ A dry run is judged on the record as it is and writes nothing. A refusal is the 
 (`evaluate(..., budget=)`), so the policy's enforcement and `cluster.quota: warn` decide it as they decide
 every other line.
 
+Where the namespace has room for many more pods, the worker also takes a hold of some of it (holds.py): later
+creates that fit in it are answered without a write, and the holds' thread (`_flush_holds`) writes them as
+reservations a few times a second, in one write; a worker about to refuse a pod that would fit without the holds
+asks them back first (`_recall`).
+
 The recount, by the one worker of the cluster that holds the Lease `gpu-admission-budget-recount` (lease.py;
 every other worker holds only the quotas and the records), keeps the records true to the pods:
 - its pod watch keeps each namespace's sums as GPU pods come, change and go; a change in a budgeted namespace is
@@ -222,7 +227,6 @@ class Budgets:
                        "reservationsInFlight": sum(len(record.entries) for record in records)},
             "recount": {"leading": self.lease.leading(), "epoch": self.lease.epoch},
             "holds": {"held": self.holds.count() if self.holds is not None else 0,
-                      "admitted": dict(self.holds.counts) if self.holds is not None else {},
                       "inRecords": sum(len(record.holds) for record in records)},
         }  # fmt: skip
         pods = self.pods
@@ -316,9 +320,8 @@ class Budgets:
             record = self.view.records.get(namespace)
             entry = Entry(name, ask.total, scope, time.time())
             if record is not None and self.holds.admit(record, quotas, str(uid), entry):
-                self.holds.counts["hold"] += 1
+                metrics.count_budget_admitted("hold")
                 return decision  # from this worker's hold: counted there, written with the next flush
-            self.holds.counts["write"] += 1
         outcome = [decision]
         fits = [True]
 
@@ -342,6 +345,8 @@ class Budgets:
         try:
             if writes:
                 self.ledger.change(namespace, edit)
+                if outcome[0].allowed:
+                    metrics.count_budget_admitted("write")
                 if self.holds is not None:
                     if fits[0]:
                         self.holds.want(namespace, scope, ask.total)

@@ -79,7 +79,6 @@ class Holds:
         self.wanted: dict[tuple[str, Scope], Fraction] = {}  # scopes whose creates asked for a hold, and their size
         self._wanted_at: dict[tuple[str, Scope], float] = {}
         self._keys: dict[Scope, str] = {}
-        self.counts = {"hold": 0, "write": 0}  # creates given room from a hold, and reserved by a write of their own
         self.wake = threading.Event()  # a hold half spent, or one asked for: the holds' thread writes at once
 
     def key(self, scope: Scope) -> str:

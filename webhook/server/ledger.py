@@ -12,8 +12,10 @@ namespace: the recount of its live GPU pods (`sum.N`: GPU-equivalents and a pod 
 fields a quota's scopes read; written by the one worker that holds the recount Lease, budgets.py), and the
 reservations not yet counted there (one key per pod UID: its name, its GPU-equivalents as a fraction, "1/4", its
 scope fields, when it was written). A reservation is added before its pod exists; the recount folds it into the
-sums once its pod watch sees the pod. A record in the per-pod form (every counted pod an entry) reads as
-reservations, and the first recount folds them in.
+sums once its pod watch sees the pod. It also holds the workers' holds (`Hold`: room a worker may give to pods
+without a write per pod, counted in full; holds.py) and the few young pods the recount left to them
+(`deferred`). A record in the per-pod form (every counted pod an entry) reads as reservations, and the first
+recount folds them in.
 
 Within a process, the edits that threads bring for one namespace while a write is under way are written together
 by the next write (group commit). Every call has a bounded timeout and the CAS loop a bounded number of attempts

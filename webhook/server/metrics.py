@@ -78,6 +78,12 @@ BUDGET_UNCHECKED = Counter(
     "not be read or written in time), by outcome (refused: cluster.quota deny; admitted: warn, uncounted).",
     ["outcome"],
 )
+BUDGET_ADMITTED = Counter(
+    "gpu_admission_budget_admitted",
+    "GPU pods of budgeted namespaces admitted, by how their room was counted (hold: from this worker's hold, "
+    "written later with others; write: a reservation written before the answer).",
+    ["how"],
+)
 
 # Label children are looked up once: `.labels()` costs a lock and a dict lookup per call.
 _REVIEW_CHILDREN = {(w, d): REVIEWS.labels(webhook=w, decision=d) for w in WEBHOOKS for d in DECISIONS}
@@ -150,6 +156,10 @@ def set_inventory(nodes: int, drift: dict[tuple[str, str], int]) -> None:
 
 def count_budget_unchecked(outcome: str) -> None:
     BUDGET_UNCHECKED.labels(outcome=outcome).inc()
+
+
+def count_budget_admitted(how: str) -> None:
+    BUDGET_ADMITTED.labels(how=how).inc()
 
 
 def set_budgets(values: dict[tuple[str, str], tuple[float, float]], shown: set[tuple[str, str]]) -> None:
