@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -67,17 +68,34 @@ POLICIES = PolicySet(
             sharing=Sharing(mode=Mode.TIME_SLICING, replicas=2),
             limits=Limits(max_per_container=2, max_per_pod=4),
             framework_env=("pytorch", "generic"),
+            fractional=Fractional.SHARED,
         ),
         _policy("audited", ("audit",), enforcement=Enforcement.AUDIT),
         _policy("mig", ("mig",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB")),
         _policy(
             "fractions", ("frac",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), fractional=Fractional.SHARED
         ),
+        _policy(
+            "mps-fractions",
+            ("mps-frac",),
+            sharing=Sharing(mode=Mode.MPS, replicas=4),
+            gpu=GPU(model="A100-80GB"),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "tgi", "pytorch", "generic"),
+            enforcement=Enforcement.WARN,
+        ),
+        _policy(
+            "capped",
+            ("capped",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4),
+            fractional=Fractional.SHARED,
+            memory_fraction=Fraction(1, 5),
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
-    "audit", "mig", "frac", "default", "kube-system",
+    "audit", "mig", "frac", "mps-frac", "capped", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -334,8 +352,32 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: 500m under fractional reject": ("shared", pod(container(limits={GPU_: "500m"}))),
     "whole: request differs from limit": ("research", pod(container(requests={GPU_: 1}, limits={GPU_: 2}))),
     "whole: negative": ("research", pod(container(limits={GPU_: -1}))),
+    # fractional: shared, a fraction of nvidia.com/gpu as one shared replica with its memory variables
+    "fractions: 500m, more than one replica's share": ("frac", pod(container(limits={GPU_: "500m"}))),
+    "fractions: 250m, one replica's share, requests only": ("frac", pod(container(requests={GPU_: "250m"}))),
+    "fractions: 0.1 written plainly, beside a variable of the user's": (
+        "frac", pod(container(limits={GPU_: "0.1"}, env=[{"name": "A", "value": "x"}])),
+    ),
+    "fractions: 10m, CuPy's 1%": ("frac", pod(container(limits={GPU_: "10m"}))),
+    "shared-tie: 50u, too little to write": ("a-team", pod(container(limits={GPU_: "50u"}))),
+    "fractions: a fraction and a whole GPU, two containers": (
+        "frac", pod(container("a", limits={GPU_: "125m"}), container("b", requests={GPU_: 1}), init=(
+            container("setup", limits={GPU_: "0.3"}),
+        )),
+    ),
+    "fractions: request differs from limit": ("frac", pod(container(requests={GPU_: "250m"}, limits={GPU_: "500m"}))),
+    "fractions: a fractional shared replica": ("frac", pod(container(limits={SHARED: "500m"}))),
+    "shared-tie: 300m, pytorch hint": ("a-team", pod(container(limits={GPU_: "300m"}))),
+    "shared-tie: 0.75 over the share of 2 replicas, env empty": (
+        "a-team", pod(container(limits={GPU_: "0.75"}, env=[])),
+    ),
+    "mps-fractions: 100m, the MPS limits of the fraction": ("mps-frac", pod(container(limits={GPU_: "100m"}))),
+    "mps-fractions: 5m, below 1%, no CuPy": ("mps-frac", pod(container(requests={GPU_: "5m"}))),
+    "mps-fractions: warn, 900m over the share": ("mps-frac", pod(container(limits={GPU_: "900m"}))),
+    "mps-fractions: 1n, the least": ("mps-frac", pod(container(limits={GPU_: "1n"}))),
     # not covered
-    "fractions: 500m as a shared replica": ("frac", pod(container(limits={GPU_: "500m"}))),
+    "fractions: 5m below CuPy's 1%": ("frac", pod(container(limits={GPU_: "5m"}))),
+    "capped: 100m under memoryFraction": ("capped", pod(container(limits={GPU_: "100m"}))),
     "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "shared: user's memory variable": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
@@ -388,9 +430,12 @@ MIG_GAP = gaps.mode_gap(POLICIES.select("mig").policy)  # the MIG backend's word
 NOT_COVERED = {
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
+    "fractions: request differs from limit": gaps.BUILT_IN_REFUSAL,
+    "fractions: a fractional shared replica": gaps.BUILT_IN_REFUSAL,
     "whole: request differs from limit": gaps.BUILT_IN_REFUSAL,
     "whole: negative": gaps.BUILT_IN_REFUSAL,
-    "fractions: 500m as a shared replica": gaps.FRACTION_SHARED,
+    "fractions: 5m below CuPy's 1%": gaps.FRACTION_BELOW_PERCENT,
+    "capped: 100m under memoryFraction": gaps.FRACTION_MEMORY,
     "mig: requests only": MIG_GAP,
     "mig: one GPU": MIG_GAP,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
@@ -417,7 +462,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (33, 15, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (45, 18, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -454,7 +499,7 @@ def test_the_ignore_label_leaves_a_namespace_alone() -> None:
 
 # --- Generated pods ---------------------------------------------------------------------------------------------
 
-QUANTITIES = ("0", "1", "2", "3", "9", "500m")
+QUANTITIES = ("0", "1", "2", "3", "9", "500m", "250m", "0.1", "5m")
 RESOURCES = st.one_of(
     st.fixed_dictionaries(
         {},
@@ -671,8 +716,8 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (not under mig, whose own rules are not compiled).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 9
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 8
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 11
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 10
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -685,8 +730,12 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule} (docs/native-policies.md)",
         f"warning: policy mig (<built-in>): its native policies do not carry {MIG_GAP.rule} (docs/native-policies.md)",
-        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule}; {gaps.FRACTION_SHARED.rule} (docs/native-policies.md)",
+        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.FRACTION_BELOW_PERCENT.rule}; "
+        f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.FRACTION_MEMORY.rule}; "
+        f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
     ]
 
 
