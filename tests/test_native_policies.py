@@ -273,21 +273,28 @@ def _containers(obj: dict[str, Any]) -> list[tuple[Any, Any]]:
     ]
 
 
-def compare(namespace: str, obj: dict[str, Any]) -> gaps.Gap | None:
+def compare(
+    namespace: str,
+    obj: dict[str, Any],
+    policies: PolicySet = POLICIES,
+    compiled: NativeSet = NATIVE,
+    beside_webhook: NativeSet = BESIDE,
+) -> gaps.Gap | None:
     """Drive `obj` through both; None where they agree in full, else the gap that explains why they are not
-    compared (asserted to be one the compiler prints for the namespace's policy)."""
+    compared (asserted to be one the compiler prints for the namespace's policy). `policies` and their native
+    sets (alone and beside the webhook): the corpus's unless given."""
     obj = decoded(obj)
-    policy = POLICIES.for_namespace(namespace)
-    native = admit(NATIVE, namespace, obj)
+    policy = policies.for_namespace(namespace)
+    native = admit(compiled, namespace, obj)
     if namespace in EXCLUDED:  # the webhook configurations do not send these: neither judges them
         assert native.verdict == "allow" and native.obj == obj
         return None
     gap = outside(obj, policy)
-    printed = NATIVE.gaps_of(policy.name)
+    printed = compiled.gaps_of(policy.name)
     if gap is not None:
         assert gap in printed
         return gap
-    decision = evaluate(obj, namespace, POLICIES)
+    decision = evaluate(obj, namespace, policies)
     if native.verdict == "refused":  # the API server's own validation, before any VAP
         assert decision.verdict == "deny" and decision.refusals, (decision.violations, native.errors)
         assert gaps.BUILT_IN_REFUSAL in printed
@@ -296,7 +303,7 @@ def compare(namespace: str, obj: dict[str, Any]) -> gaps.Gap | None:
     assert native.message == "\n".join(decision.violations)
     assert _containers(native.obj) == _containers(decision.mutated)
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
-        beside = admit(BESIDE, namespace, decision.mutated)
+        beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
     return None
 
@@ -526,6 +533,81 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 @given(namespace=st.sampled_from(NAMESPACES), obj=pods(), kind=st.sampled_from(sorted(API_VERSIONS)))
 def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
+
+
+# --- Fractions: every nano of a GPU, under shares and variables of every kind --------------------------------
+
+# Each variable a fraction is written into (every framework's, MPS's with the GPU's memory and without it),
+# shares that are no decimal (1/3), replicas auto (no share: nothing capped, nothing judged), and the corpus's.
+FRACTION_POLICIES = PolicySet(
+    (
+        _policy(
+            "every-variable",
+            ("every",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=3),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"),
+        ),
+        _policy(
+            "mps-every-variable",
+            ("mps-every",),
+            sharing=Sharing(mode=Mode.MPS, replicas=3),
+            gpu=GPU(model="H100-80GB"),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"),
+        ),
+        _policy(
+            "mps-no-memory",
+            ("mps-plain",),
+            sharing=Sharing(mode=Mode.MPS, replicas=7),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "generic"),
+        ),
+        _policy(
+            "auto",
+            ("auto",),
+            sharing=Sharing(mode=Mode.TIME_SLICING),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "pytorch"),
+        ),
+        *POLICIES.policies,
+    )
+)
+FRACTION_NATIVE = compile_native(FRACTION_POLICIES, EXCLUDED)
+FRACTION_BESIDE = compile_native(FRACTION_POLICIES, EXCLUDED, beside_webhook=True)
+
+
+@st.composite
+def fractions(draw: st.DrawFn) -> str:
+    """A quantity below 1, as nanos, as a plain decimal or as the API server writes it."""
+    nanos = draw(st.one_of(st.integers(1, 10**9 - 1), st.sampled_from((1, 10**5, 10**7 - 1, 10**7, 333333333))))
+    written = draw(st.sampled_from(("n", "decimal", "canonical")))
+    if written == "n":
+        return f"{nanos}n"
+    if written == "decimal":
+        return f"0.{nanos:09d}".rstrip("0")
+    for unit, scale in (("m", 10**6), ("u", 10**3)):
+        if nanos % scale == 0:
+            return f"{nanos // scale}{unit}"
+    return f"{nanos}n"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("every", "mps-every", "mps-plain", "auto", "frac", "a-team", "mps-frac")),
+    fraction=fractions(),
+    requested=st.booleans(),
+    env=ENV,
+    kind=st.sampled_from(KINDS),
+)
+def test_every_fraction_agrees_with_the_webhook(
+    namespace: str, fraction: str, requested: bool, env: list[dict[str, str]] | None, kind: str
+) -> None:
+    """The recorded fraction and every variable written from it, capped at one replica's share, and the line for
+    one over it: the same as the webhook's for any nano count, or the gap the compiler prints."""
+    resources = {"requests" if requested else "limits": {GPU_: fraction}}
+    obj = as_kind(kind, pod(container(**resources, env=env)))
+    compare(namespace, obj, FRACTION_POLICIES, FRACTION_NATIVE, FRACTION_BESIDE)
 
 
 # --- Workloads: what the engine leaves alone, and what the native set does not match -------------------------

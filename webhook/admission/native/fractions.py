@@ -114,7 +114,8 @@ def _entries(policy: Policy) -> list[tuple[str, Formula | str]] | None:
     """The engine's variables for a converted fraction, in its order: (name, formula or constant value); None
     where one depends on the fraction in a way `_formulas` does not write."""
     formulas = _formulas(policy)
-    probed = [hints_for(policy, probe) for probe in PROBES]
+    share = Rules.of(policy).share
+    probed = [hints_for(policy, probe) for probe in (*PROBES, *([share] if share is not None else []))]
     if len({tuple(hint.name for hint in hints) for hints in probed}) != 1:
         return None
     entries: list[tuple[str, Formula | str]] = []
@@ -155,8 +156,8 @@ def fraction_gap(policy: Policy, fractions: list[Fraction]) -> Gap | None:
     return gap
 
 
-def _entry(name: str, formula: Formula | str, k: str) -> str:
-    written = lit(formula) if isinstance(formula, str) else formula(k)
+def _entry(name: str, written: str) -> str:
+    """An env entry (a CEL map) whose value is the CEL string `written`."""
     return f"{{{lit('name')}: {lit(name)}, {lit('value')}: {written}}}"
 
 
@@ -179,7 +180,6 @@ class FractionalShares(Family):
         entries = _entries(policy)
         assert target is not None and entries is not None
         limit, k = value("limits", NVIDIA_GPU), "k"
-        nanos = f"int(quantity({limit}).asApproximateFloat() * {float(NANO)} + 0.5)"
         terms = [
             holds("limits", NVIDIA_GPU),
             f"!({holds('requests', target)})",
@@ -192,21 +192,28 @@ class FractionalShares(Family):
         if _below_percent(policy):  # left as written (FRACTION_BELOW_PERCENT)
             terms.append(f"quantity({limit}).compareTo(quantity({lit(str(int(NANO * PERCENT)) + 'n')})) >= 0")
         converted = all_of(terms)
-        # The variables of the fraction, or of one replica's share where it is more (mutate._env caps it).
-        own = "[" + ", ".join(_entry(name, formula, k) for name, formula in entries) + "]"
+        # The recorded fraction, then each variable of the fraction, or of one replica's share where the fraction
+        # is more (mutate._env caps it: the share's values are the engine's, written here as they are).
         share = rules.share
-        if share is not None:
-            tail = "[" + ", ".join(_entry(h.name, h.value, k) for h in hints_for(policy, share)) + "]"
-            own = f"({k} * {share.denominator} <= {share.numerator * NANO}) ? {own} : {tail}"
-        recorded = f"{{{lit('name')}: {lit(RECORDED_FRACTION)}, {lit('value')}: {decimal(k, NANO)}}}"
-        listed = _bind(nanos, k, f"[{recorded}] + ({own})")
+        written = [(RECORDED_FRACTION, decimal(k, NANO), True)]
+        capped = hints_for(policy, share) if share is not None else ()
+        for place, (name, formula) in enumerate(entries):
+            reads = not isinstance(formula, str)  # whether its text reads k
+            text = formula(k) if not isinstance(formula, str) else lit(formula)
+            if share is not None and capped[place].value != formula:
+                under = f"{k} * {share.denominator} <= {share.numerator * NANO}"
+                text, reads = f"({under}) ? ({text}) : {lit(capped[place].value)}", True
+            written.append((name, text, reads))
+        nanos = f"int(quantity({limit}).asApproximateFloat() * {float(NANO)} + 0.5)"
+        listed = _bind(nanos, k, "[" + ", ".join(_entry(name, text) for name, text, _ in written) + "]")
         # Two mutations, run in order on the object as patched so far: the variables while the fraction is there
         # to read, then the rename. Each passes over a section once per operation, as the replicas' own do.
         env = []
         for section in SECTIONS:  # the env list whole where there is none, else each entry appended
             env.append(each(section, f"({converted}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
-            for place in range(1 + len(entries)):
-                added = jsonpatch("add", path(section, "/env/-"), f"{listed}[{place}]")
+            for name, text, of_k in written:
+                entry = _bind(nanos, k, _entry(name, text)) if of_k else _entry(name, text)
+                added = jsonpatch("add", path(section, "/env/-"), entry)
                 env.append(each(section, f"({converted}) && has(c.env)", added))
         gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
         renamed = []
