@@ -610,6 +610,21 @@ def test_every_fraction_agrees_with_the_webhook(
     compare(namespace, obj, FRACTION_POLICIES, FRACTION_NATIVE, FRACTION_BESIDE)
 
 
+def test_a_variable_whose_value_for_a_fraction_the_compiler_cannot_write_leaves_fractions_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A variable that depends on the fraction with no number the compiler writes (here: none at all): the
+    policy's fractions are a gap, printed, and the MAP leaves them as written for the API server to refuse."""
+    from webhook.admission.native import fractions as compiled_fractions
+
+    monkeypatch.setattr(compiled_fractions, "_numbers", lambda policy: {})
+    native = compile_native(POLICIES, EXCLUDED)
+    assert gaps.FRACTION_VARIABLES in native.gaps_of("fractions")
+    obj = decoded(pod(container(limits={GPU_: "250m"})))
+    assert outside(obj, POLICIES.for_namespace("frac")) == gaps.FRACTION_VARIABLES
+    assert admit(native, "frac", obj).verdict == "refused"
+
+
 # --- Workloads: what the engine leaves alone, and what the native set does not match -------------------------
 
 OVER = pod(container(limits={GPU_: 99}))

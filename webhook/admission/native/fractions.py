@@ -9,16 +9,19 @@ A quantity below 1 is a whole number `k` of nanos (the API server rounds a finer
 CEL gets the fraction exactly as an integer: `quantity(...).asApproximateFloat()` times 10^9, rounded (its error
 is far below half a nano). The variables' names and order, and the values that do not depend on the fraction,
 are the engine's (`hints_for`); above one replica's share its values for that share, whole. Those that depend on
-the fraction are the engine's formulas over `k` in integers (`_formulas`, one per variable name: format_fraction
-rounding down, whole_percent, MPS's MiB, JAX's headroom); a policy with a variable none of them writes, or with
-`memoryFraction` (whose variables validation judges against the converted fraction), is a gap, as is a fraction
-below 1% where the CuPy hint is set (its whole percent, at least 1%, is then over the share and validation says
-so): the native set leaves those fractions as written, and the API server refuses them as not an integer.
+the fraction are the text the engine writes around a number (read from its values at a probe fraction, and
+checked at others), the number being the engine's over `k` in integers (`_numbers`, one per variable name:
+format_fraction rounding down, whole_percent, MPS's MiB, JAX's headroom). A policy with a variable none of them
+writes, or with `memoryFraction` (whose variables validation judges against the converted fraction), is a gap,
+as is a fraction below 1% where the CuPy hint is set (its whole percent, at least 1%, is then over the share and
+validation says so): the native set leaves those fractions as written, and the API server refuses them as not an
+integer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 
 from webhook.admission.base.envnames import (
@@ -28,8 +31,8 @@ from webhook.admission.base.envnames import (
     MPS_MEMORY_LIMIT,
     MPS_THREAD_PERCENTAGE,
     PYTORCH_CUDA_ALLOC_CONF,
-    PYTORCH_FRACTION_KEY,
     TGI_FRACTION,
+    whole_percent,
 )
 from webhook.admission.base.quantity import NANO, PLACES, format_fraction
 from webhook.admission.base.resources import NVIDIA_GPU
@@ -89,44 +92,73 @@ def _jax(memory: int | None) -> Formula:
     return formula
 
 
-def _formulas(policy: Policy) -> dict[str, Formula]:
-    """The engine's value for each variable that depends on the fraction, as CEL of k nanos."""
+@dataclass(frozen=True, slots=True)
+class Number:
+    """The number in a variable's value that depends on the fraction: as CEL of k nanos (a string), and as the
+    engine writes it for a fraction (its own functions)."""
+
+    cel: Formula
+    engine: Callable[[Fraction], str]
+
+
+def _numbers(policy: Policy) -> dict[str, Number]:
+    """The number in each variable whose value depends on the fraction (the text around it is the engine's)."""
     memory = policy.gpu_memory_mib
-    fraction: Formula = lambda k: decimal(k, NANO)  # noqa: E731
-    found: dict[str, Formula] = {
-        GENERIC_FRACTION: fraction,
-        TGI_FRACTION: fraction,
-        PYTORCH_CUDA_ALLOC_CONF: lambda k: f"{lit(PYTORCH_FRACTION_KEY + ':')} + ({fraction(k)})",
-        CUPY_LIMIT: lambda k: f"string({_percent(k)}) + '%'",
-        JAX_FRACTION_VARS[0]: _jax(memory),
-        MPS_THREAD_PERCENTAGE: lambda k: f"string({_percent(k)})",
+    written = Number(lambda k: decimal(k, NANO), format_fraction)
+    percent = Number(lambda k: f"string({_percent(k)})", lambda f: str(whole_percent(f)))
+    found = {
+        GENERIC_FRACTION: written,
+        TGI_FRACTION: written,
+        PYTORCH_CUDA_ALLOC_CONF: written,
+        CUPY_LIMIT: percent,
+        MPS_THREAD_PERCENTAGE: percent,
+        JAX_FRACTION_VARS[0]: Number(_jax(memory), lambda f: format_fraction(jax_fraction(f, memory))),
     }
-    if memory:
-        found[MPS_MEMORY_LIMIT] = lambda k: f"'0=' + string({k} * {memory} / {NANO}) + 'M'"
+    if memory:  # MPS's pinned memory: the MiB of the GPU's memory, rounded down
+        found[MPS_MEMORY_LIMIT] = Number(lambda k: f"string({k} * {memory} / {NANO})", lambda f: str(int(f * memory)))
     return found
 
 
-# Fractions at which the engine's variables are compared: those whose value is the same at each are constants.
-PROBES = (Fraction(1, NANO), Fraction(1, 7), Fraction(1, 2), Fraction(NANO - 1, NANO))
+# Fractions at which the engine's variables are read: the text around a variable's number is its value at the
+# first, and every probe must give the same text around its own number; a value with no number is the same at
+# each (a constant).
+PROBES = (Fraction(1, 2), Fraction(1, NANO), Fraction(1, 7), Fraction(NANO - 1, NANO))
+NUMBER = slot("number")
 
 
 def _entries(policy: Policy) -> list[tuple[str, Formula | str]] | None:
     """The engine's variables for a converted fraction, in its order: (name, formula or constant value); None
-    where one depends on the fraction in a way `_formulas` does not write."""
-    formulas = _formulas(policy)
+    where one depends on the fraction in a way `_numbers` does not write."""
+    numbers = _numbers(policy)
     share = Rules.of(policy).share
-    probed = [hints_for(policy, probe) for probe in (*PROBES, *([share] if share is not None else []))]
+    fractions = (*PROBES, *([share] if share is not None else []))
+    probed = [hints_for(policy, probe) for probe in fractions]
     if len({tuple(hint.name for hint in hints) for hints in probed}) != 1:
         return None
     entries: list[tuple[str, Formula | str]] = []
     for at, hint in enumerate(probed[0]):
-        if hint.name in formulas:
-            entries.append((hint.name, formulas[hint.name]))
-        elif len({hints[at].value for hints in probed}) == 1:
+        number = numbers.get(hint.name)
+        if number is None:
+            if len({hints[at].value for hints in probed}) != 1:
+                return None
             entries.append((hint.name, hint.value))
-        else:
+            continue
+        text = number.engine(fractions[0])
+        if hint.value.count(text) != 1:
             return None
+        template = hint.value.replace(text, NUMBER)
+        if any(
+            hints[at].value != template.replace(NUMBER, number.engine(f))
+            for f, hints in zip(fractions, probed, strict=True)
+        ):
+            return None
+        entries.append((hint.name, _around(template, number)))
     return entries
+
+
+def _around(template: str, number: Number) -> Formula:
+    """The CEL of a value: the engine's text around its number, the number of k nanos."""
+    return lambda k: fill(template, {"number": number.cel(k)})
 
 
 def unsupported(policy: Policy) -> Gap | None:
