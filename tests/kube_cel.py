@@ -2,7 +2,9 @@
 language: cel-go's semantics): the Kubernetes libraries the native policies use, written once here.
 
 - quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go): `quantity(s)`, `isQuantity(s)`, and on a
-  quantity `isInteger()` (exactly a whole int64), `asInteger()` (an error where it is not), `compareTo(q)`;
+  quantity `isInteger()` (exactly a whole int64), `asInteger()` (an error where it is not), `compareTo(q)`,
+  `asApproximateFloat()` (a float64 near the value: Go multiplies the mantissa by a power of ten, here the
+  nearest float, both far closer than the native policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
 - lists library (lists.go): `indexOf`, `sum`, `max`; strings extension: `join`;
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
@@ -57,6 +59,10 @@ def _as_integer(q: Any) -> int:
     return int(_value(q))
 
 
+def _approximate(q: Any) -> float:
+    return float(_value(q))
+
+
 def _compare(q: Any, other: Any) -> int:
     a, b = _value(q), _value(other)
     return (a > b) - (a < b)
@@ -68,6 +74,7 @@ FUNCTIONS = {
     "isInteger": _is_integer,
     "asInteger": _as_integer,
     "compareTo": _compare,
+    "asApproximateFloat": _approximate,
     "indexOf": lambda items, item: items.index(item) if item in items else -1,
     "sum": lambda items: sum(items),
     "max": lambda items: max(items),

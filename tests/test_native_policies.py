@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -67,17 +68,34 @@ POLICIES = PolicySet(
             sharing=Sharing(mode=Mode.TIME_SLICING, replicas=2),
             limits=Limits(max_per_container=2, max_per_pod=4),
             framework_env=("pytorch", "generic"),
+            fractional=Fractional.SHARED,
         ),
         _policy("audited", ("audit",), enforcement=Enforcement.AUDIT),
         _policy("mig", ("mig",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB")),
         _policy(
             "fractions", ("frac",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), fractional=Fractional.SHARED
         ),
+        _policy(
+            "mps-fractions",
+            ("mps-frac",),
+            sharing=Sharing(mode=Mode.MPS, replicas=4),
+            gpu=GPU(model="A100-80GB"),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "tgi", "pytorch", "generic"),
+            enforcement=Enforcement.WARN,
+        ),
+        _policy(
+            "capped",
+            ("capped",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4),
+            fractional=Fractional.SHARED,
+            memory_fraction=Fraction(1, 5),
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
-    "audit", "mig", "frac", "default", "kube-system",
+    "audit", "mig", "frac", "mps-frac", "capped", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -255,21 +273,28 @@ def _containers(obj: dict[str, Any]) -> list[tuple[Any, Any]]:
     ]
 
 
-def compare(namespace: str, obj: dict[str, Any]) -> gaps.Gap | None:
+def compare(
+    namespace: str,
+    obj: dict[str, Any],
+    policies: PolicySet = POLICIES,
+    compiled: NativeSet = NATIVE,
+    beside_webhook: NativeSet = BESIDE,
+) -> gaps.Gap | None:
     """Drive `obj` through both; None where they agree in full, else the gap that explains why they are not
-    compared (asserted to be one the compiler prints for the namespace's policy)."""
+    compared (asserted to be one the compiler prints for the namespace's policy). `policies` and their native
+    sets (alone and beside the webhook): the corpus's unless given."""
     obj = decoded(obj)
-    policy = POLICIES.for_namespace(namespace)
-    native = admit(NATIVE, namespace, obj)
+    policy = policies.for_namespace(namespace)
+    native = admit(compiled, namespace, obj)
     if namespace in EXCLUDED:  # the webhook configurations do not send these: neither judges them
         assert native.verdict == "allow" and native.obj == obj
         return None
     gap = outside(obj, policy)
-    printed = NATIVE.gaps_of(policy.name)
+    printed = compiled.gaps_of(policy.name)
     if gap is not None:
         assert gap in printed
         return gap
-    decision = evaluate(obj, namespace, POLICIES)
+    decision = evaluate(obj, namespace, policies)
     if native.verdict == "refused":  # the API server's own validation, before any VAP
         assert decision.verdict == "deny" and decision.refusals, (decision.violations, native.errors)
         assert gaps.BUILT_IN_REFUSAL in printed
@@ -278,7 +303,7 @@ def compare(namespace: str, obj: dict[str, Any]) -> gaps.Gap | None:
     assert native.message == "\n".join(decision.violations)
     assert _containers(native.obj) == _containers(decision.mutated)
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
-        beside = admit(BESIDE, namespace, decision.mutated)
+        beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
     return None
 
@@ -334,8 +359,32 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: 500m under fractional reject": ("shared", pod(container(limits={GPU_: "500m"}))),
     "whole: request differs from limit": ("research", pod(container(requests={GPU_: 1}, limits={GPU_: 2}))),
     "whole: negative": ("research", pod(container(limits={GPU_: -1}))),
+    # fractional: shared, a fraction of nvidia.com/gpu as one shared replica with its memory variables
+    "fractions: 500m, more than one replica's share": ("frac", pod(container(limits={GPU_: "500m"}))),
+    "fractions: 250m, one replica's share, requests only": ("frac", pod(container(requests={GPU_: "250m"}))),
+    "fractions: 0.1 written plainly, beside a variable of the user's": (
+        "frac", pod(container(limits={GPU_: "0.1"}, env=[{"name": "A", "value": "x"}])),
+    ),
+    "fractions: 10m, CuPy's 1%": ("frac", pod(container(limits={GPU_: "10m"}))),
+    "shared-tie: 50u, too little to write": ("a-team", pod(container(limits={GPU_: "50u"}))),
+    "fractions: a fraction and a whole GPU, two containers": (
+        "frac", pod(container("a", limits={GPU_: "125m"}), container("b", requests={GPU_: 1}), init=(
+            container("setup", limits={GPU_: "0.3"}),
+        )),
+    ),
+    "fractions: request differs from limit": ("frac", pod(container(requests={GPU_: "250m"}, limits={GPU_: "500m"}))),
+    "fractions: a fractional shared replica": ("frac", pod(container(limits={SHARED: "500m"}))),
+    "shared-tie: 300m, pytorch hint": ("a-team", pod(container(limits={GPU_: "300m"}))),
+    "shared-tie: 0.75 over the share of 2 replicas, env empty": (
+        "a-team", pod(container(limits={GPU_: "0.75"}, env=[])),
+    ),
+    "mps-fractions: 100m, the MPS limits of the fraction": ("mps-frac", pod(container(limits={GPU_: "100m"}))),
+    "mps-fractions: 5m, below 1%, no CuPy": ("mps-frac", pod(container(requests={GPU_: "5m"}))),
+    "mps-fractions: warn, 900m over the share": ("mps-frac", pod(container(limits={GPU_: "900m"}))),
+    "mps-fractions: 1n, the least": ("mps-frac", pod(container(limits={GPU_: "1n"}))),
     # not covered
-    "fractions: 500m as a shared replica": ("frac", pod(container(limits={GPU_: "500m"}))),
+    "fractions: 5m below CuPy's 1%": ("frac", pod(container(limits={GPU_: "5m"}))),
+    "capped: 100m under memoryFraction": ("capped", pod(container(limits={GPU_: "100m"}))),
     "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "shared: user's memory variable": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
@@ -388,9 +437,12 @@ MIG_GAP = gaps.mode_gap(POLICIES.select("mig").policy)  # the MIG backend's word
 NOT_COVERED = {
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
+    "fractions: request differs from limit": gaps.BUILT_IN_REFUSAL,
+    "fractions: a fractional shared replica": gaps.BUILT_IN_REFUSAL,
     "whole: request differs from limit": gaps.BUILT_IN_REFUSAL,
     "whole: negative": gaps.BUILT_IN_REFUSAL,
-    "fractions: 500m as a shared replica": gaps.FRACTION_SHARED,
+    "fractions: 5m below CuPy's 1%": gaps.FRACTION_BELOW_PERCENT,
+    "capped: 100m under memoryFraction": gaps.FRACTION_MEMORY,
     "mig: requests only": MIG_GAP,
     "mig: one GPU": MIG_GAP,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
@@ -417,7 +469,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (33, 15, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (45, 18, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -454,7 +506,7 @@ def test_the_ignore_label_leaves_a_namespace_alone() -> None:
 
 # --- Generated pods ---------------------------------------------------------------------------------------------
 
-QUANTITIES = ("0", "1", "2", "3", "9", "500m")
+QUANTITIES = ("0", "1", "2", "3", "9", "500m", "250m", "0.1", "5m")
 RESOURCES = st.one_of(
     st.fixed_dictionaries(
         {},
@@ -481,6 +533,96 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 @given(namespace=st.sampled_from(NAMESPACES), obj=pods(), kind=st.sampled_from(sorted(API_VERSIONS)))
 def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
+
+
+# --- Fractions: every nano of a GPU, under shares and variables of every kind --------------------------------
+
+# Each variable a fraction is written into (every framework's, MPS's with the GPU's memory and without it),
+# shares that are no decimal (1/3), replicas auto (no share: nothing capped, nothing judged), and the corpus's.
+FRACTION_POLICIES = PolicySet(
+    (
+        _policy(
+            "every-variable",
+            ("every",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=3),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"),
+        ),
+        _policy(
+            "mps-every-variable",
+            ("mps-every",),
+            sharing=Sharing(mode=Mode.MPS, replicas=3),
+            gpu=GPU(model="H100-80GB"),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"),
+        ),
+        _policy(
+            "mps-no-memory",
+            ("mps-plain",),
+            sharing=Sharing(mode=Mode.MPS, replicas=7),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "generic"),
+        ),
+        _policy(
+            "auto",
+            ("auto",),
+            sharing=Sharing(mode=Mode.TIME_SLICING),
+            fractional=Fractional.SHARED,
+            framework_env=("jax", "pytorch"),
+        ),
+        *POLICIES.policies,
+    )
+)
+FRACTION_NATIVE = compile_native(FRACTION_POLICIES, EXCLUDED)
+FRACTION_BESIDE = compile_native(FRACTION_POLICIES, EXCLUDED, beside_webhook=True)
+
+
+@st.composite
+def fractions(draw: st.DrawFn) -> str:
+    """A quantity below 1, as nanos, as a plain decimal or as the API server writes it."""
+    nanos = draw(st.one_of(st.integers(1, 10**9 - 1), st.sampled_from((1, 10**5, 10**7 - 1, 10**7, 333333333))))
+    written = draw(st.sampled_from(("n", "decimal", "canonical")))
+    if written == "n":
+        return f"{nanos}n"
+    if written == "decimal":
+        return f"0.{nanos:09d}".rstrip("0")
+    for unit, scale in (("m", 10**6), ("u", 10**3)):
+        if nanos % scale == 0:
+            return f"{nanos // scale}{unit}"
+    return f"{nanos}n"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("every", "mps-every", "mps-plain", "auto", "frac", "a-team", "mps-frac")),
+    fraction=fractions(),
+    requested=st.booleans(),
+    env=ENV,
+    kind=st.sampled_from(KINDS),
+)
+def test_every_fraction_agrees_with_the_webhook(
+    namespace: str, fraction: str, requested: bool, env: list[dict[str, str]] | None, kind: str
+) -> None:
+    """The recorded fraction and every variable written from it, capped at one replica's share, and the line for
+    one over it: the same as the webhook's for any nano count, or the gap the compiler prints."""
+    resources = {"requests" if requested else "limits": {GPU_: fraction}}
+    obj = as_kind(kind, pod(container(**resources, env=env)))
+    compare(namespace, obj, FRACTION_POLICIES, FRACTION_NATIVE, FRACTION_BESIDE)
+
+
+def test_a_variable_whose_value_for_a_fraction_the_compiler_cannot_write_leaves_fractions_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A variable that depends on the fraction with no number the compiler writes (here: none at all): the
+    policy's fractions are a gap, printed, and the MAP leaves them as written for the API server to refuse."""
+    from webhook.admission.native import fractions as compiled_fractions
+
+    monkeypatch.setattr(compiled_fractions, "_numbers", lambda policy: {})
+    native = compile_native(POLICIES, EXCLUDED)
+    assert gaps.FRACTION_VARIABLES in native.gaps_of("fractions")
+    obj = decoded(pod(container(limits={GPU_: "250m"})))
+    assert outside(obj, POLICIES.for_namespace("frac")) == gaps.FRACTION_VARIABLES
+    assert admit(native, "frac", obj).verdict == "refused"
 
 
 # --- Workloads: what the engine leaves alone, and what the native set does not match -------------------------
@@ -671,8 +813,8 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (not under mig, whose own rules are not compiled).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 9
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 8
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 11
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 10
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -685,8 +827,12 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule} (docs/native-policies.md)",
         f"warning: policy mig (<built-in>): its native policies do not carry {MIG_GAP.rule} (docs/native-policies.md)",
-        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule}; {gaps.FRACTION_SHARED.rule} (docs/native-policies.md)",
+        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.FRACTION_BELOW_PERCENT.rule}; "
+        f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.FRACTION_MEMORY.rule}; "
+        f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
     ]
 
 

@@ -154,7 +154,10 @@ def _parse_text(text: str) -> int | Fraction | str:
 _TEXT_VALUES = BoundedMemo(_parse_text)
 
 
-def format_fraction(value: int | Fraction, places: int = 4) -> str:
+PLACES = 4  # the decimal places format_fraction writes by default (env values and messages)
+
+
+def format_fraction(value: int | Fraction, places: int = PLACES) -> str:
     """A decimal for env vars and messages, rounded down so a limit is never exceeded: 1/3 -> "0.3333"."""
     scaled = value.numerator * 10**places // value.denominator
     whole, frac = divmod(scaled, 10**places)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.family import Family, Gap
-from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
 Shape = Literal["whole", "shared"] | None
@@ -21,10 +21,21 @@ BUILT_IN_REFUSAL = Gap(
     "the API server's own validation refuses them before any ValidatingAdmissionPolicy runs (must be an integer, "
     "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
 )
-FRACTION_SHARED = Gap(
-    f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica)",
-    "the fraction's memory hints need the fraction's arithmetic in CEL; not compiled yet: the API server "
-    "refuses such a pod as not an integer",
+FRACTION_MEMORY = Gap(
+    f"fractional: shared under memoryFraction ({NVIDIA_GPU} below 1 as one shared replica)",
+    "the webhook judges the policy's memory variables against the fraction the container asked for: not "
+    "compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
+)
+FRACTION_VARIABLES = Gap(
+    f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "
+    "fraction the native set does not write",
+    "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
+)
+FRACTION_BELOW_PERCENT = Gap(
+    f"fractional: shared below 1% with the cupy hint ({NVIDIA_GPU} under 10m)",
+    "CuPy's limit is a whole percent, at least 1%, which the webhook finds over such a container's share and says "
+    "so: not compiled; the native set leaves the fraction as written, and the API server refuses it as not an "
+    "integer",
 )
 OTHER_RESOURCES = Gap(
     "other GPU resources (AMD, Intel, MIG profiles, memory slices, DeviceClass resources, another pool's replicas)",
@@ -106,7 +117,5 @@ class Unsupported(Family):
             found.append(mode_gap(policy))
         if shape(policy) == "shared":
             found += [USER_ENV, ENGINES]
-            if policy.fractional is Fractional.SHARED:
-                found.append(FRACTION_SHARED)
         found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
         return found

@@ -1,13 +1,21 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
-another pool's resource before its maximum)."""
+another pool's resource before its maximum, and a converted fraction over one replica's share after both)."""
 
 from __future__ import annotations
 
 from webhook.admission.native.family import Family
+from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
 
-FAMILIES: tuple[Family, ...] = (LimitsFromRequests(), SharedReplicas(), Pools(), Maxima(), Unsupported())
+FAMILIES: tuple[Family, ...] = (
+    LimitsFromRequests(),
+    SharedReplicas(),
+    Pools(),
+    Maxima(),
+    FractionalShares(),
+    Unsupported(),
+)

@@ -8,6 +8,7 @@ namespace without the webhook loses (docs/native-policies.md).
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from webhook.admission.base.podspec import (
@@ -21,6 +22,7 @@ from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native.family import SECTIONS, Gap
+from webhook.admission.native.fractions import fraction_gap
 from webhook.admission.native.gaps import (
     BOTH_NAMES,
     CUSTOM_RESOURCES,
@@ -28,7 +30,6 @@ from webhook.admission.native.gaps import (
     DRA,
     ENGINES,
     EPHEMERAL,
-    FRACTION_SHARED,
     OTHER_RESOURCES,
     RECORDED,
     STEERING,
@@ -39,7 +40,7 @@ from webhook.admission.native.gaps import (
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV
 from webhook.admission.phases.reapply import RECORD
-from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.policy.model import Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -90,13 +91,11 @@ def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | 
         return OTHER_RESOURCES
     if len(managed) > 1:
         return BOTH_NAMES
-    values = [quantity_or_none(v) for v in (*requests.values(), *limits.values())]
     if shape(policy) == "shared":
         if names & WATCHED_ENV:
             return USER_ENV
         if engines.detect(body) is not None:
             return ENGINES
-        fraction = any(v is not None and 0 < v < 1 for v in values)
-        if fraction and policy.fractional is Fractional.SHARED:
-            return FRACTION_SHARED
+        values = [quantity_or_none(v) for v in (requests.get(NVIDIA_GPU), limits.get(NVIDIA_GPU))]
+        return fraction_gap(policy, [Fraction(v) for v in values if v is not None and 0 < v < 1])
     return None

@@ -689,6 +689,15 @@ def _over_mapped_maximum(ref: ContainerRef, value: int | Fraction, rules: Rules,
     return True
 
 
+def over_share_line(asked: str, mode: str, replicas: int | None, policy: str, limit: str) -> str:
+    """A fraction converted to a shared replica that is more than one replica's share (template: the native
+    policies fill it too)."""
+    return (
+        f"{NVIDIA_GPU} {asked} is more than one share here ({mode} gives 1/{replicas} of a GPU per replica, "
+        f'policy "{policy}"); ask for {limit} or less, or for whole GPUs in a namespace that has them'
+    )
+
+
 def _within_share(ref: ContainerRef, rules: Rules, problems: Problems) -> None:
     """A fraction converted to a shared replica (mutation records it in the container) may not be more than one
     replica's share: the scheduler packs `replicas` of them onto one GPU, and each would be told it may use more
@@ -707,9 +716,7 @@ def _within_share(ref: ContainerRef, rules: Rules, problems: Problems) -> None:
                 _add(
                     ref,
                     problems,
-                    f"{NVIDIA_GPU} {format_fraction(asked)} is more than one share here ({mode} gives "
-                    f'1/{policy.sharing.replicas} of a GPU per replica, policy "{policy.name}"); ask for {limit} '
-                    "or less, or for whole GPUs in a namespace that has them",
+                    over_share_line(format_fraction(asked), mode, policy.sharing.replicas, policy.name, limit),
                     f"{NVIDIA_GPU} {_brief(format_fraction(asked), 8)} exceeds one share "
                     f"(1/{policy.sharing.replicas}); ask for {_brief(limit, 8)} or less, or whole GPUs",
                 )

@@ -1,0 +1,286 @@
+"""`fractional: shared` under time-slicing and MPS: `nvidia.com/gpu` below 1 (`250m`, `0.5`) becomes one shared
+replica (mutate.py step 2, `_fractional`), renamed to `nvidia.com/gpu.shared: "1"` in requests and limits by JSON
+Patch (an apply configuration cannot remove a key). Mutating policies run before the API server's own
+validation, so the rename comes before its "must be an integer". The fraction is recorded in the container
+(mutate.RECORDED_FRACTION) and the memory variables of its share, at most one replica's, are appended (step 4,
+`_env`); validation's line for a fraction over one replica's share (`_within_share`) is read back from the record.
+
+A quantity below 1 is a whole number `k` of nanos (the API server rounds a finer one up to 1n: quantity.py), so
+CEL gets the fraction exactly as an integer: `quantity(...).asApproximateFloat()` times 10^9, rounded (its error
+is far below half a nano). The variables' names and order, and the values that do not depend on the fraction,
+are the engine's (`hints_for`); above one replica's share its values for that share, whole. Those that depend on
+the fraction are the text the engine writes around a number (read from its values at a probe fraction, and
+checked at others), the number being the engine's over `k` in integers (`_numbers`, one per variable name:
+format_fraction rounding down, whole_percent, MPS's MiB, JAX's headroom). A policy with a variable none of them
+writes, or with `memoryFraction` (whose variables validation judges against the converted fraction), is a gap,
+as is a fraction below 1% where the CuPy hint is set (its whole percent, at least 1%, is then over the share and
+validation says so): the native set leaves those fractions as written, and the API server refuses them as not an
+integer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from webhook.admission.base.envnames import (
+    CUPY_LIMIT,
+    GENERIC_FRACTION,
+    JAX_FRACTION_VARS,
+    MPS_MEMORY_LIMIT,
+    MPS_THREAD_PERCENTAGE,
+    PYTORCH_CUDA_ALLOC_CONF,
+    TGI_FRACTION,
+    whole_percent,
+)
+from webhook.admission.base.quantity import NANO, PLACES, format_fraction
+from webhook.admission.base.resources import NVIDIA_GPU
+from webhook.admission.native.cel import all_of, fill, jsonpatch, lit, slot
+from webhook.admission.native.containers import any_managed, each, holds, path, value
+from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
+from webhook.admission.native.gaps import FRACTION_BELOW_PERCENT, FRACTION_MEMORY, FRACTION_VARIABLES, shape
+from webhook.admission.phases import validate
+from webhook.admission.phases.envhints import hints_for, jax_fraction
+from webhook.admission.phases.mutate import RECORDED_FRACTION
+from webhook.admission.phases.validate import Rules
+from webhook.admission.policy.model import Fractional, Policy
+
+PERCENT = Fraction(1, 100)  # envnames.whole_percent writes at least 1%: a fraction below it is told more
+Formula = Callable[[str], str]  # CEL for a variable's value, of the CEL int of nanos
+
+
+def _bind(expression: str, name: str, body: str) -> str:
+    """`body` with `name` bound to `expression` (evaluated once): a one-element list mapped."""
+    return f"[{expression}].map({name}, {body})[0]"
+
+
+def _padded(number: str, width: int) -> str:
+    """The non-negative CEL int `number` (below 10^width) as `width` digits, zeros in front."""
+    zeros = " + ".join(f"({number} < {10**i} ? '0' : '')" for i in range(1, width))
+    return f"{zeros} + string({number})" if zeros else f"string({number})"
+
+
+def decimal(numerator: str, denominator: int) -> str:
+    """format_fraction(numerator / denominator) for a value in [0, 1) (a CEL string): rounded down to PLACES
+    decimal places, its trailing zeros dropped, "0" for nothing."""
+    unit = 10**PLACES
+    assert denominator % unit == 0, "a denominator that PLACES decimal places divide"
+    choices = "'0'"
+    for width in range(PLACES, 0, -1):  # the fewest digits that say it, tried first
+        step = 10 ** (PLACES - width)
+        digits = _padded(f"(d / {step})", width)
+        choices = digits if width == PLACES else f"d % {step} == 0 ? {digits} : ({choices})"
+    return _bind(f"({numerator}) / {denominator // unit}", "d", f"d == 0 ? '0' : '0.' + ({choices})")
+
+
+def _percent(k: str) -> str:
+    """envnames.whole_percent of k nanos: the whole percent, rounded down, at least 1."""
+    return _bind(f"{k} / {int(NANO * PERCENT)}", "p", "p < 1 ? 1 : p")
+
+
+def _jax(memory: int | None) -> Formula:
+    """envhints.jax_fraction of k nanos, written: the fraction less the headroom, else half of it. The headroom
+    is the engine's (what jax_fraction takes from a whole GPU)."""
+    headroom = Fraction(1) - jax_fraction(Fraction(1), memory)
+    a, b = headroom.numerator, headroom.denominator
+
+    def formula(k: str) -> str:
+        lowered = f"{k} * {b} - {a * NANO}"
+        return f"({lowered} > 0) ? ({decimal(lowered, NANO * b)}) : ({decimal(k, 2 * NANO)})"
+
+    return formula
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """The number in a variable's value that depends on the fraction: as CEL of k nanos (a string), and as the
+    engine writes it for a fraction (its own functions)."""
+
+    cel: Formula
+    engine: Callable[[Fraction], str]
+
+
+def _numbers(policy: Policy) -> dict[str, Number]:
+    """The number in each variable whose value depends on the fraction (the text around it is the engine's)."""
+    memory = policy.gpu_memory_mib
+    written = Number(lambda k: decimal(k, NANO), format_fraction)
+    percent = Number(lambda k: f"string({_percent(k)})", lambda f: str(whole_percent(f)))
+    found = {
+        GENERIC_FRACTION: written,
+        TGI_FRACTION: written,
+        PYTORCH_CUDA_ALLOC_CONF: written,
+        CUPY_LIMIT: percent,
+        MPS_THREAD_PERCENTAGE: percent,
+        JAX_FRACTION_VARS[0]: Number(_jax(memory), lambda f: format_fraction(jax_fraction(f, memory))),
+    }
+    if memory:  # MPS's pinned memory: the MiB of the GPU's memory, rounded down
+        found[MPS_MEMORY_LIMIT] = Number(lambda k: f"string({k} * {memory} / {NANO})", lambda f: str(int(f * memory)))
+    return found
+
+
+# Fractions at which the engine's variables are read: the text around a variable's number is its value at the
+# first, and every probe must give the same text around its own number; a value with no number is the same at
+# each (a constant).
+PROBES = (Fraction(1, 2), Fraction(1, NANO), Fraction(1, 7), Fraction(NANO - 1, NANO))
+NUMBER = slot("number")
+
+
+def _entries(policy: Policy) -> list[tuple[str, Formula | str]] | None:
+    """The engine's variables for a converted fraction, in its order: (name, formula or constant value); None
+    where one depends on the fraction in a way `_numbers` does not write."""
+    numbers = _numbers(policy)
+    share = Rules.of(policy).share
+    fractions = (*PROBES, *([share] if share is not None else []))
+    probed = [hints_for(policy, probe) for probe in fractions]
+    if len({tuple(hint.name for hint in hints) for hints in probed}) != 1:
+        return None
+    entries: list[tuple[str, Formula | str]] = []
+    for at, hint in enumerate(probed[0]):
+        number = numbers.get(hint.name)
+        if number is None:
+            if len({hints[at].value for hints in probed}) != 1:
+                return None
+            entries.append((hint.name, hint.value))
+            continue
+        text = number.engine(fractions[0])
+        if hint.value.count(text) != 1:
+            return None
+        template = hint.value.replace(text, NUMBER)
+        if any(
+            hints[at].value != template.replace(NUMBER, number.engine(f))
+            for f, hints in zip(fractions, probed, strict=True)
+        ):
+            return None
+        entries.append((hint.name, _around(template, number)))
+    return entries
+
+
+def _around(template: str, number: Number) -> Formula:
+    """The CEL of a value: the engine's text around its number, the number of k nanos."""
+    return lambda k: fill(template, {"number": number.cel(k)})
+
+
+def unsupported(policy: Policy) -> Gap | None:
+    """Why fractions are not compiled for this `fractional: shared` policy at all, or None."""
+    if policy.memory_fraction is not None:
+        return FRACTION_MEMORY
+    return FRACTION_VARIABLES if _entries(policy) is None else None
+
+
+def _below_percent(policy: Policy) -> bool:
+    """The CuPy hint is among the policy's variables: a fraction below 1% is told 1%, more than its share."""
+    return any(hint.name == CUPY_LIMIT for hint in hints_for(policy, PROBES[0]))
+
+
+def compiled(policy: Policy) -> bool:
+    """Fractions of `nvidia.com/gpu` become shared replicas in this policy's native set."""
+    return shape(policy) == "shared" and policy.fractional is Fractional.SHARED and unsupported(policy) is None
+
+
+def fraction_gap(policy: Policy, fractions: list[Fraction]) -> Gap | None:
+    """The gap that keeps a container asking `fractions` of `nvidia.com/gpu` out of the native set (scope.py)."""
+    if not fractions or policy.fractional is not Fractional.SHARED:
+        return None
+    gap = unsupported(policy)
+    if gap is None and _below_percent(policy) and any(f < PERCENT for f in fractions):
+        gap = FRACTION_BELOW_PERCENT
+    return gap
+
+
+def _entry(name: str, written: str) -> str:
+    """An env entry (a CEL map) whose value is the CEL string `written`."""
+    return f"{{{lit('name')}: {lit(name)}, {lit('value')}: {written}}}"
+
+
+class FractionalShares(Family):
+    name = "fractional shares"
+
+    def gaps(self, policy: Policy) -> list[Gap]:
+        if shape(policy) != "shared" or policy.fractional is not Fractional.SHARED:
+            return []
+        gap = unsupported(policy)
+        if gap is not None:
+            return [gap]
+        return [FRACTION_BELOW_PERCENT] if _below_percent(policy) else []
+
+    def mutations(self, policy: Policy) -> list[Mutation]:
+        if not compiled(policy):
+            return []
+        rules = Rules.of(policy)
+        target = rules.shared_resource
+        entries = _entries(policy)
+        assert target is not None and entries is not None
+        limit, k = value("limits", NVIDIA_GPU), "k"
+        terms = [
+            holds("limits", NVIDIA_GPU),
+            f"!({holds('requests', target)})",
+            f"!({holds('limits', target)})",
+            f"quantity({limit}).compareTo(quantity('0')) > 0",
+            f"quantity({limit}).compareTo(quantity('1')) < 0",
+            f"!({holds('requests', NVIDIA_GPU)}) || quantity({value('requests', NVIDIA_GPU)}).compareTo("
+            f"quantity({limit})) == 0",
+        ]
+        if _below_percent(policy):  # left as written (FRACTION_BELOW_PERCENT)
+            terms.append(f"quantity({limit}).compareTo(quantity({lit(str(int(NANO * PERCENT)) + 'n')})) >= 0")
+        converted = all_of(terms)
+        # The recorded fraction, then each variable of the fraction, or of one replica's share where the fraction
+        # is more (mutate._env caps it: the share's values are the engine's, written here as they are).
+        share = rules.share
+        written = [(RECORDED_FRACTION, decimal(k, NANO), True)]
+        capped = hints_for(policy, share) if share is not None else ()
+        for place, (name, formula) in enumerate(entries):
+            reads = not isinstance(formula, str)  # whether its text reads k
+            text = formula(k) if not isinstance(formula, str) else lit(formula)
+            if share is not None and capped[place].value != formula:
+                under = f"{k} * {share.denominator} <= {share.numerator * NANO}"
+                text, reads = f"({under}) ? ({text}) : {lit(capped[place].value)}", True
+            written.append((name, text, reads))
+        nanos = f"int(quantity({limit}).asApproximateFloat() * {float(NANO)} + 0.5)"
+        listed = _bind(nanos, k, "[" + ", ".join(_entry(name, text) for name, text, _ in written) + "]")
+        # Two mutations, run in order on the object as patched so far: the variables while the fraction is there
+        # to read, then the rename. Each passes over a section once per operation, as the replicas' own do.
+        env = []
+        for section in SECTIONS:  # the env list whole where there is none, else each entry appended
+            env.append(each(section, f"({converted}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
+            for name, text, of_k in written:
+                entry = _bind(nanos, k, _entry(name, text)) if of_k else _entry(name, text)
+                added = jsonpatch("add", path(section, "/env/-"), entry)
+                env.append(each(section, f"({converted}) && has(c.env)", added))
+        gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
+        renamed = []
+        for section in SECTIONS:
+            for which in ("requests", "limits"):  # "1" in each map that held the fraction, as _rename does
+                keep = converted if which == "limits" else f"({converted}) && {holds('requests', NVIDIA_GPU)}"
+                at = path(section, f"/resources/{which}/")
+                renamed.append(each(section, keep, jsonpatch("remove", f"{at} + {gpu}")))
+                renamed.append(each(section, keep, jsonpatch("add", f"{at} + {replica}", "'1'")))
+        return [
+            Mutation(f"the memory variables of {NVIDIA_GPU} below 1", " + ".join(env)),
+            Mutation(f"{NVIDIA_GPU} below 1 to {target}", " + ".join(renamed)),
+        ]
+
+    def container_rules(self, policy: Policy) -> list[ContainerRule]:
+        """validate._within_share: the container's first recorded fraction, as mutation writes it, over one
+        replica's share."""
+        rules = Rules.of(policy)
+        share = rules.share
+        if not compiled(policy) or share is None:
+            return []
+        named = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"
+        first = f"c.env.filter(e, {named})[0]"
+        written = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")  # format_fraction's text for a value in (0, 1)
+        asked = f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
+        condition = all_of(
+            [
+                any_managed(),
+                f"has(c.env) && c.env.exists(e, {named})",
+                f"has({first}.value) && {first}.value.matches({written})",
+                f"{asked} * {share.denominator} > {share.numerator * 10**PLACES}",
+            ]
+        )
+        policy_ = rules.policy
+        sentence = validate.over_share_line(
+            slot("asked"), policy_.sharing.mode, policy_.sharing.replicas, policy_.name, format_fraction(share)
+        )
+        return [ContainerRule(condition, fill(sentence, {"asked": f"{first}.value"}))]
