@@ -705,7 +705,7 @@ def hold_histories() -> st.SearchStrategy[list[tuple]]:
         st.tuples(st.just("sweep")),
         st.tuples(st.just("relist")),
     )
-    return st.lists(operation, min_size=20, max_size=60)
+    return st.lists(operation, min_size=20, max_size=45)
 
 
 @EXAMPLES

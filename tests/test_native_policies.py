@@ -592,7 +592,7 @@ def fractions(draw: st.DrawFn) -> str:
     return f"{nanos}n"
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     namespace=st.sampled_from(("every", "mps-every", "mps-plain", "auto", "frac", "a-team", "mps-frac")),
     fraction=fractions(),
