@@ -604,6 +604,7 @@ def test_creates_in_a_roomy_namespace_take_room_from_a_workers_hold_not_a_write_
     api, namespace = cluster.api, "team-roomy"
     api.put(quota(namespace, gpus="16"))
     eventually(lambda: all(budgets_current(server) for server in servers))
+    eventually(lambda: recounting(servers), timeout=20.0)  # a worker killed earlier may have held the Lease
     before = record_writes(api, namespace)
     for index in range(40):
         assert create(servers[0], api, gpu_pod(namespace, f"roomy-{index}"))["allowed"] is True
@@ -621,6 +622,7 @@ def test_room_held_by_other_workers_is_asked_back_before_a_pod_that_fits_is_refu
     api, namespace = cluster.api, "team-recall"
     api.put(quota(namespace, gpus="4"))
     eventually(lambda: all(budgets_current(server) for server in servers))
+    eventually(lambda: recounting(servers), timeout=20.0)
     pods = [gpu_pod(namespace, f"recall-{index}") for index in range(24)]
     with ThreadPoolExecutor(8) as pool:
         responses = list(pool.map(lambda item: create(servers[item[0] % 2], api, item[1]), enumerate(pods)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from fractions import Fraction
 from typing import Any
 
@@ -304,9 +305,32 @@ def test_a_hold_whose_worker_is_gone_is_dropped_only_once_the_pod_watch_has_read
     assert marked is not None and marked.holds[held.key()].ended == "pending"
     marked = Record.of(dataclasses.replace(marked, version="25").configmap("gpu-admission"))  # as written
     assert marked is not None
-    fenced = marked.recount(live, set(), 201.0, young=young, holds_end=150.0, watched="25")
-    assert fenced is not None and fenced.holds[held.key()].ended == "25"  # the watch has not read past it
-    dropped = fenced.recount(live, set(), 202.0, young=young, holds_end=150.0, watched="26")
+    fenced = marked.recount(live, set(), 201.0, young=young, holds_end=150.0, watched="24")
+    assert fenced is not None and fenced.holds[held.key()].ended == "25"  # the watch has not read that far
+    dropped = fenced.recount(live, set(), 202.0, young=young, holds_end=150.0, watched="25")
     assert dropped is not None and dropped.holds == {}
     assert dropped.deferred == frozenset()  # every young pod counted: none is left to a hold that is gone
     assert dropped.used(quota()) == Fraction(1, 4)
+
+
+def test_the_pod_watchs_version_is_read_with_the_pods_it_holds_never_ahead_of_them():
+    """A recount reads the pods, their sums and their version as one moment: were the version of an event set
+    before the event is held, a new recount leader could claim a version whose pod it does not hold yet, and
+    write its recount over a deposed leader's that counted that pod."""
+    read_during: list[str] = []
+    watch: PodWatch
+
+    def seen(namespace: str) -> None:  # called while the ADDED event is being held
+        reader = threading.Thread(target=lambda: read_during.append(watch.version()))
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive(), "the version was readable before its event was held"
+        threads.append(reader)
+
+    threads: list[threading.Thread] = []
+    watch = PodWatch(None, lambda pod: (Fraction(1, 4), ()), lambda namespace, uid: None, seen)  # type: ignore[arg-type]
+    added = {**pod(), "metadata": {"name": "p", "namespace": "team-a", "uid": "u1", "resourceVersion": "42"}}
+    watch._apply({"type": "ADDED", "object": added})
+    threads[0].join(1.0)
+    assert read_during == ["42"] and watch.version() == "42"
+    assert "u1" in watch.held["team-a"]

@@ -183,7 +183,10 @@ class PodWatch(KeyedWatch):
         self.held: dict[str, dict[str, HeldPod]] = {}
         # namespace -> scope -> the sum of its held pods, kept as they change: a recount reads it, never the pods
         self.sums: dict[str, dict[tuple[tuple[str, Any], ...], Sum]] = {}
-        self.lock = threading.Lock()  # `held` and `sums` change together under it; a recount reads them under it
+        # `held`, `sums` and the version they are at change together under it, each event whole (`_apply`); a
+        # recount reads them under it. Reentrant: `_hold` takes it too.
+        self.lock = threading.RLock()
+        self._held_version = ""
         self._shared: dict[Any, Any] = {}  # each distinct fraction, scope and HeldPod once
         self._listing: dict[str, dict[str, HeldPod]] = {}
         # namespace -> UID -> (when this watch saw it ADDED, the resourceVersion it was created at), for the pods
@@ -219,9 +222,16 @@ class PodWatch(KeyedWatch):
             return {uid: version for uid, (_, version) in recent.items()}
 
     def version(self) -> str:
-        """The resourceVersion the watch has read up to. Set before the change it comes with is held, so read
-        after `held` and `sums` it never names an older moment than theirs."""
-        return self._version
+        """The resourceVersion of `held` and `sums`: every event up to it is held, and none after it. Read under
+        the lock with them, it names exactly their moment (a version set before its event was held would let a
+        recount claim a pod it does not hold yet, and write over a record that counts it)."""
+        with self.lock:
+            return self._held_version
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        with self.lock:
+            super()._apply(event)
+            self._held_version = self._version
 
     def _read(self, obj: Any) -> tuple[str, str, HeldPod | None] | None:
         """(namespace, uid, the pod as held, or None when it holds no GPU or has ended), or None to ignore."""
@@ -245,6 +255,7 @@ class PodWatch(KeyedWatch):
             before, self.held, self._listing = self.held, self._listing, {}
             self.sums = sums
             self.recent = {}  # a listed pod is not known to be young: the recount counts it at once
+            self._held_version = self._listed_version
         for namespace, pods in before.items():  # gone while the watch was down: deleted, or ended
             now = self.held.get(namespace, {})
             for uid in pods.keys() - now.keys():

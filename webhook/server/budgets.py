@@ -38,6 +38,7 @@ and admitted with a warning under `warn`: never a traceback, never a wait past t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -65,6 +66,7 @@ from webhook.server.budget_watch import YOUNG_S, PodWatch, QuotaWatch
 from webhook.server.holds import HoldPlan, Holds
 from webhook.server.lease import Lease
 from webhook.server.ledger import (
+    CAS_DEADLINE_S,
     ConfigMaps,
     Entry,
     Ledger,
@@ -342,16 +344,18 @@ class Budgets:
             self._warn_if_behind(record)
             return record.reserved(str(uid), Entry(name, ask.total, scope_of(pod), time.time()))
 
+        deadline = time.monotonic() + CAS_DEADLINE_S  # the whole of it, a recall included: within the timeout
         try:
             if writes:
-                self.ledger.change(namespace, edit)
+                self.ledger.change(namespace, edit, deadline)
                 if outcome[0].allowed:
                     metrics.count_budget_admitted("write")
                 if self.holds is not None:
                     if fits[0]:
                         self.holds.want(namespace, scope, ask.total)
-                    elif self._recall(namespace, quotas, ask.total):  # room held by workers: asked back
-                        self.ledger.change(namespace, edit)
+                    elif self._recall(namespace, quotas, ask.total, deadline):  # room held by workers: asked back
+                        with contextlib.suppress(LedgerUnavailable):  # no time left: the refusal stands
+                            self.ledger.change(namespace, edit, deadline)
             else:
                 edit(self.ledger.latest(namespace))
                 if not outcome[0].allowed:  # decided on the view's copy, which may lag: again on the record as it is
@@ -360,12 +364,21 @@ class Budgets:
             return self._unchecked(decision, policy, check, namespace, name, ask.total, str(exc))
         return outcome[0]
 
-    def _recall(self, namespace: str, quotas: Sequence[GpuQuota], gpus: Fraction) -> bool:
+    def _recall(self, namespace: str, quotas: Sequence[GpuQuota], gpus: Fraction, deadline: float) -> bool:
         """A pod that does not fit beside the holds, but would without them: ask their workers to give them back,
         and wait (at most RECALL_WAIT_S) until they have. Whether it is worth judging the pod again. Holds asked
         back longer ago than that are not waited for again: their workers are gone, and the recount drops them
         once every pod they gave is counted."""
-        record = self.ledger.read(namespace)
+        if deadline - time.monotonic() < RECALL_WAIT_S:  # no time to wait for them: the refusal stands
+            return False
+        try:
+            return self._ask_back(namespace, quotas, gpus, deadline)
+        except LedgerUnavailable:
+            return False
+
+    def _ask_back(self, namespace: str, quotas: Sequence[GpuQuota], gpus: Fraction, deadline: float) -> bool:
+        """`_recall`'s calls: the record as it is, the holds marked asked back, the wait for them to go."""
+        record = self.ledger.read(namespace, deadline=deadline)
         if not record.holds or any(record.used(q) - record.held(q) + gpus > q.hard for q in quotas):
             return False
         now = time.time()
@@ -383,11 +396,11 @@ class Budgets:
             asked = {k: h for k, h in asked.items() if not current.holds[k].recalled}
             return dataclasses.replace(current, holds={**current.holds, **asked}) if asked else None
 
-        self.ledger.change(namespace, ask_back)
+        self.ledger.change(namespace, ask_back, deadline)
         log(_log, logging.INFO, f"budget of {namespace}: asked {len(keys)} worker hold(s) back for a pod that fits "
             f"without them", event="budget-hold-recalled", namespace=namespace)  # fmt: skip
-        deadline = time.monotonic() + RECALL_WAIT_S
-        while time.monotonic() < deadline:
+        waited = min(time.monotonic() + RECALL_WAIT_S, deadline - 0.2)
+        while time.monotonic() < waited:
             current = self.view.records.get(namespace)
             if current is None or not keys & current.holds.keys():
                 break
@@ -578,14 +591,12 @@ class Budgets:
         outcome: list[Record] = []
 
         def edit(record: Record) -> Record | None:
-            young = pods.young(namespace, time.monotonic())
             now = time.time()
             holds_end = now - self.grace - YOUNG_S  # a hold that ran out before: all its pods exist by now
-            watched = pods.version()  # read before them: every event before this one is held in them
-            with pods.lock:  # the sums and the pods they sum, as one moment of the watch
+            with pods.lock:  # the sums, the pods they sum and their version, as one moment of the watch
                 live, sums = pods.held.get(namespace) or {}, pods.sums.get(namespace) or {}
-                recounted = record.recount(live, released, now, epoch, sums, young, holds_end, watched)
-            seen = pods.version()  # read after them: it may name events they lack (later writes wait), never less
+                seen, young = pods.version(), pods.young(namespace, time.monotonic())
+                recounted = record.recount(live, released, now, epoch, sums, young, holds_end, seen)
             if record.later_than(epoch, seen):  # a later holder's, or a later watch's: this one may be behind
                 if record.epoch > epoch:
                     self.lease.advance(record.epoch)  # unless the Lease was made anew: then this is the later

@@ -304,8 +304,8 @@ class Record:
         may still complete, plus the time a pod stays young) goes in three steps, so that every pod it gave is
         counted in the sums first: marked ended; then fenced at the version of the record that mark was written
         in (every pod it gave was created before it); then dropped by a recount whose pod watch holds every event
-        up to it (`watched`: a version read before the pods, later than the fence), and which counts every young
-        pod rather than guess which hold gave it."""
+        up to it (`watched`: the version of `live`), and which counts every young pod rather than guess which hold
+        gave it."""
         entries = {uid: e for uid, e in self.entries.items() if uid not in live and uid not in released}
         holds: dict[str, Hold] = {}
         dropping = False
@@ -316,7 +316,7 @@ class Record:
                 holds[key] = dataclasses.replace(hold, ended="pending")
             else:
                 fence = self.version if hold.ended == "pending" else hold.ended
-                if fence.isdigit() and watched.isdigit() and int(watched) > int(fence):
+                if fence.isdigit() and watched.isdigit() and int(watched) >= int(fence):
                     dropping = True
                 else:
                     holds[key] = dataclasses.replace(hold, ended=fence)
@@ -622,16 +622,17 @@ class Ledger:
             return self.view.records.get(namespace)
         return None
 
-    def change(self, namespace: str, edit: Edit) -> Record:
+    def change(self, namespace: str, edit: Edit, deadline: float | None = None) -> Record:
         """Apply `edit` to the record by compare-and-swap until a write succeeds or `edit` writes nothing;
-        returns the record the decision was made on (as written). LedgerUnavailable once out of attempts or time.
+        returns the record the decision was made on (as written). LedgerUnavailable once out of attempts or time
+        (`deadline`, where given, a monotonic time, bounds the time further).
 
         Group commit: the edits that this process's threads bring for one namespace while a write is under way
         wait, and the next write applies them all, in the order they came, each deciding on the record as the
         ones before it left it: one compare-and-swap for a burst of creates instead of one each. The thread whose
         edit is first writes that batch, then hands the next batch to the first of the threads waiting, so no
         thread writes for others for longer than its own write."""
-        me = _Waiting(edit, time.monotonic() + self.deadline_s)
+        me = _Waiting(edit, min(time.monotonic() + self.deadline_s, deadline or float("inf")))
         with self._queue_lock:
             self._queues.setdefault(namespace, []).append(me)
             if namespace not in self._writing:
