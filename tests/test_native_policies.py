@@ -573,10 +573,12 @@ RESOURCES = st.one_of(
     st.fixed_dictionaries(
         {},
         optional={
-            "requests": st.dictionaries(st.sampled_from((GPU_, SHARED, "cpu")), st.sampled_from(QUANTITIES), max_size=2)
+            "requests": st.dictionaries(
+                st.sampled_from((GPU_, SHARED, MIG_1G, "cpu")), st.sampled_from(QUANTITIES), max_size=2
+            )
         },
     ),
-    st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED)), st.sampled_from(QUANTITIES)),
+    st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED, MIG_1G)), st.sampled_from(QUANTITIES)),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
