@@ -67,8 +67,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return EPHEMERAL
     if "nodeSelector" in spec or "affinity" in spec:
         return STEERING
-    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py); MIG: the slices the
-    # native set writes (migslices.py).
+    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py); MIG: the pool's
+    # slices by name (migslices.py).
     if carried == "whole":
         served = {NVIDIA_GPU, NVIDIA_GPU_SHARED}
     elif carried == "mig":

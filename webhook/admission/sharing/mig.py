@@ -306,7 +306,7 @@ class Mig(SharingBackend):
 
     def native_shape(self, policy: Policy) -> str | None:
         """Compiled where `nvidia.com/gpu` is a MIG slice or becomes one (native/migslices.py): migStrategy single,
-        or a `migProfile` it is renamed to."""
+        or a `migProfile` it is renamed to (the loader requires one: only a policy built in code has none)."""
         return "mig" if is_single(policy.sharing) or policy.sharing.mig_profile else None
 
     def native_gap(self) -> tuple[str, str]:
