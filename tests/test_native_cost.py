@@ -58,8 +58,11 @@ def expressions(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return found
 
 
-# The corpus's set, the shipped one, and the fractions' (every variable a fraction is written into, with MPS's).
-EXPRESSIONS = expressions(NATIVE.objects) + expressions(SHIPPED) + expressions(FRACTION_NATIVE.objects)
+# The corpus's set, the shipped one, and the fractions' (every variable a fraction is written into, with MPS's),
+# each expression once (the fractions' set holds the corpus's policies: the same expressions at the same places).
+EXPRESSIONS = list(
+    dict.fromkeys(expressions(NATIVE.objects) + expressions(SHIPPED) + expressions(FRACTION_NATIVE.objects))
+)
 LONGEST = 100_000  # cel-go's default parser limit on an expression's size, in code points
 
 

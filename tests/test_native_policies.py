@@ -39,7 +39,7 @@ from webhook.admission.engine import evaluate
 from webhook.admission.native import gaps
 from webhook.admission.native.compile import PODS, NativeSet, compile_native
 from webhook.admission.native.scope import outside
-from webhook.admission.policy.model import Policy, PolicySet
+from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
 
 EXCLUDED = ("kube-system", "gpu-operator")
 
@@ -73,6 +73,30 @@ POLICIES = PolicySet(
         _policy("audited", ("audit",), enforcement=Enforcement.AUDIT),
         _policy("mig", ("mig",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB")),
         _policy(
+            "mig-fractions",
+            ("mig-frac",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"),
+            gpu=GPU(model="A100-80GB"),
+            fractional=Fractional.MIG,
+            limits=Limits(max_per_pod=2),
+        ),
+        _policy(
+            "mig-listed",
+            ("mig-listed",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="3g.40gb", mig_profiles=("1g.10gb", "3g.40gb")),
+            gpu=GPU(model="A100-80GB"),
+            fractional=Fractional.MIG,
+            limits=Limits(max_per_container=2, max_per_pod=3),
+        ),
+        _policy(
+            "mig-single",
+            ("mig-single",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="3g.40gb", mig_strategy=MigStrategy.SINGLE),
+            gpu=GPU(model="A100-80GB"),
+            fractional=Fractional.MIG,
+            enforcement=Enforcement.WARN,
+        ),
+        _policy(
             "fractions", ("frac",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), fractional=Fractional.SHARED
         ),
         _policy(
@@ -95,7 +119,7 @@ POLICIES = PolicySet(
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
-    "audit", "mig", "frac", "mps-frac", "capped", "default", "kube-system",
+    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "frac", "mps-frac", "capped", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -312,6 +336,7 @@ def compare(
 
 GPU_ = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
+MIG_1G = "nvidia.com/mig-1g.10gb"
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # requests into limits, every mode
     "whole: requests only": ("research", pod(container(requests={GPU_: 1, "cpu": "2"}))),
@@ -382,10 +407,45 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mps-fractions: 5m, below 1%, no CuPy": ("mps-frac", pod(container(requests={GPU_: "5m"}))),
     "mps-fractions: warn, 900m over the share": ("mps-frac", pod(container(limits={GPU_: "900m"}))),
     "mps-fractions: 1n, the least": ("mps-frac", pod(container(limits={GPU_: "1n"}))),
+    # MIG slices: nvidia.com/gpu: N renamed to the policy's profile, a fraction to the smallest slice holding it
+    "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
+    "mig: two GPUs, one slice per container": ("mig", pod(container(limits={GPU_: 2}))),
+    "mig: two slices as written": ("mig", pod(container(limits={MIG_1G: 2}))),
+    "mig: 500m under fractional reject": ("mig", pod(container(limits={GPU_: "500m"}))),
+    "mig-fractions: 125m, the bound of 1g.10gb": ("mig-frac", pod(container(requests={GPU_: "125m"}))),
+    "mig-fractions: 125000001n becomes 1g.20gb": ("mig-frac", pod(container(limits={GPU_: "125000001n"}))),
+    "mig-fractions: 0.5 becomes 3g.40gb, a GPU beside it": (
+        "mig-frac", pod(container("a", limits={GPU_: "0.5"}), container("b", limits={GPU_: 1})),
+    ),
+    "mig-fractions: 999m becomes 7g.80gb, in an init container": (
+        "mig-frac", pod(container(), init=(container("setup", limits={GPU_: "999m"}),)),
+    ),
+    "mig-fractions: three 1g.10gb, the pod maximum": (
+        "mig-frac", pod(*(container(f"c{i}", limits={GPU_: "0.1"}) for i in range(3))),
+    ),
+    "mig-listed: 200m becomes 3g.40gb, 1g.20gb not offered": ("mig-listed", pod(container(limits={GPU_: "200m"}))),
+    "mig-listed: three GPUs over it": ("mig-listed", pod(container(limits={GPU_: 3}))),
+    "mig-listed: three slices of 1g.10gb": ("mig-listed", pod(container(limits={MIG_1G: 3}))),
+    "mig-listed: two GPUs within the maximum of 2, and fractions: 3g.40gb over the pod's": (
+        "mig-listed",
+        pod(container("a", limits={GPU_: 2}), container("b", limits={GPU_: "0.4"}), container("c", requests={
+            GPU_: "0.3"
+        })),
+    ),
+    "mig-single: one GPU is one slice": ("mig-single", pod(container(requests={GPU_: 1}))),
+    "mig-single: warn, two slices": ("mig-single", pod(container(limits={GPU_: 2}))),
+    "mig: another profile of the model, two of them": ("mig", pod(container(limits={"nvidia.com/mig-3g.40gb": 2}))),
+    "mig: a media-extension profile, requests only": ("mig", pod(container(requests={"nvidia.com/mig-1g.10gb.me": 1}))),
+    "mig-single: 300m in place": ("mig-single", pod(container(limits={GPU_: "300m"}))),
+    "mig-single: 0.6 more than the slice": ("mig-single", pod(container(limits={GPU_: "0.6"}))),
     # not covered
+    "mig: a profile the model does not have": ("mig", pod(container(limits={"nvidia.com/mig-2g.10gb": 1}))),
+    "mig-listed: a profile the nodes do not offer": (
+        "mig-listed", pod(container(limits={"nvidia.com/mig-1g.20gb": 1})),
+    ),
+    "mig: both names": ("mig", pod(container(limits={GPU_: 1, MIG_1G: "0"}))),
     "fractions: 5m below CuPy's 1%": ("frac", pod(container(limits={GPU_: "5m"}))),
     "capped: 100m under memoryFraction": ("capped", pod(container(limits={GPU_: "100m"}))),
-    "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "shared: user's memory variable": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
     ),
@@ -433,7 +493,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
-MIG_GAP = gaps.mode_gap(POLICIES.select("mig").policy)  # the MIG backend's words
 NOT_COVERED = {
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
@@ -443,8 +502,11 @@ NOT_COVERED = {
     "whole: negative": gaps.BUILT_IN_REFUSAL,
     "fractions: 5m below CuPy's 1%": gaps.FRACTION_BELOW_PERCENT,
     "capped: 100m under memoryFraction": gaps.FRACTION_MEMORY,
-    "mig: requests only": MIG_GAP,
-    "mig: one GPU": MIG_GAP,
+    "mig: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
+    "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
+    "mig: a profile the model does not have": gaps.OTHER_RESOURCES,
+    "mig-listed: a profile the nodes do not offer": gaps.OTHER_RESOURCES,
+    "mig: both names": gaps.BOTH_NAMES,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
     "shared: user's memory variable": gaps.USER_ENV,
     "shared: vLLM": gaps.ENGINES,
@@ -469,7 +531,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (45, 18, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (63, 21, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -511,10 +573,12 @@ RESOURCES = st.one_of(
     st.fixed_dictionaries(
         {},
         optional={
-            "requests": st.dictionaries(st.sampled_from((GPU_, SHARED, "cpu")), st.sampled_from(QUANTITIES), max_size=2)
+            "requests": st.dictionaries(
+                st.sampled_from((GPU_, SHARED, MIG_1G, "cpu")), st.sampled_from(QUANTITIES), max_size=2
+            )
         },
     ),
-    st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED)), st.sampled_from(QUANTITIES)),
+    st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED, MIG_1G)), st.sampled_from(QUANTITIES)),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
@@ -608,6 +672,48 @@ def test_every_fraction_agrees_with_the_webhook(
     resources = {"requests" if requested else "limits": {GPU_: fraction}}
     obj = as_kind(kind, pod(container(**resources, env=env)))
     compare(namespace, obj, FRACTION_POLICIES, FRACTION_NATIVE, FRACTION_BESIDE)
+
+
+# fractional: mig on another model (the A30 cuts its memory in quarters), single and mixed, and the corpus's.
+MIG_POLICIES = PolicySet(
+    (
+        _policy(
+            "a30",
+            ("a30",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="1g.6gb"),
+            gpu=GPU(model="A30-24GB"),
+            fractional=Fractional.MIG,
+        ),
+        _policy(
+            "a30-single",
+            ("a30-single",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="2g.12gb", mig_strategy=MigStrategy.SINGLE),
+            gpu=GPU(model="A30-24GB"),
+            fractional=Fractional.MIG,
+        ),
+        *POLICIES.policies,
+    )
+)
+MIG_NATIVE = compile_native(MIG_POLICIES, EXCLUDED)
+MIG_BESIDE = compile_native(MIG_POLICIES, EXCLUDED, beside_webhook=True)
+BOUNDS = tuple(n + d for n in (125_000_000, 250_000_000, 500_000_000) for d in (-1, 0, 1))  # the slices' bounds
+
+
+@settings(max_examples=50, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("a30", "a30-single", "mig-frac", "mig-listed", "mig-single", "mig")),
+    fraction=st.one_of(fractions(), st.sampled_from(BOUNDS).map(lambda n: f"{n}n")),
+    requested=st.booleans(),
+    kind=st.sampled_from(KINDS),
+)
+def test_every_fraction_becomes_the_webhooks_mig_slice(
+    namespace: str, fraction: str, requested: bool, kind: str
+) -> None:
+    """The smallest slice that holds the fraction (the engine's table, compared in nanos), in place under the
+    single strategy, or left for the API server to refuse where none does: the same as the webhook's."""
+    resources = {"requests" if requested else "limits": {GPU_: fraction}}
+    gap = compare(namespace, as_kind(kind, pod(container(**resources))), MIG_POLICIES, MIG_NATIVE, MIG_BESIDE)
+    assert gap in (None, gaps.BUILT_IN_REFUSAL)
 
 
 def test_a_variable_whose_value_for_a_fraction_the_compiler_cannot_write_leaves_fractions_alone(
@@ -812,9 +918,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert render_native(POLICIES, out, err) == 0
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
-    # judges (not under mig, whose own rules are not compiled).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 11
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 10
+    # judges (every one here).
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 14
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 14
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -826,7 +932,6 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         "(docs/native-policies.md)",
         f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy mig (<built-in>): its native policies do not carry {MIG_GAP.rule} (docs/native-policies.md)",
         f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.FRACTION_BELOW_PERCENT.rule}; "
         f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
         f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "

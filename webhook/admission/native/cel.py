@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from webhook.admission.base.quantity import NANO
+
 _SLOT = re.compile(r"@@([a-z]+)@@")
 
 
@@ -57,3 +59,14 @@ def any_of(terms: Iterable[str]) -> str:
 def all_of(terms: Iterable[str]) -> str:
     joined = " && ".join(f"({term})" for term in terms)
     return joined or "true"
+
+
+def bind(expression: str, name: str, body: str) -> str:
+    """`body` with `name` bound to `expression` (evaluated once): a one-element list mapped."""
+    return f"[{expression}].map({name}, {body})[0]"
+
+
+def nanos(quantity: str) -> str:
+    """The CEL int of nanos in the quantity string `quantity`, a value in (0, 1) (the API server rounds a finer one
+    up to 1n): its approximate float times 10^9, rounded, whose error is far below half a nano."""
+    return f"int(quantity({quantity}).asApproximateFloat() * {float(NANO)} + 0.5)"

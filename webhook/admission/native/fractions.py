@@ -36,7 +36,7 @@ from webhook.admission.base.envnames import (
 )
 from webhook.admission.base.quantity import NANO, PLACES, format_fraction
 from webhook.admission.base.resources import NVIDIA_GPU
-from webhook.admission.native.cel import all_of, fill, jsonpatch, lit, slot
+from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nanos, slot
 from webhook.admission.native.containers import any_managed, each, holds, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_BELOW_PERCENT, FRACTION_MEMORY, FRACTION_VARIABLES, shape
@@ -48,11 +48,6 @@ from webhook.admission.policy.model import Fractional, Policy
 
 PERCENT = Fraction(1, 100)  # envnames.whole_percent writes at least 1%: a fraction below it is told more
 Formula = Callable[[str], str]  # CEL for a variable's value, of the CEL int of nanos
-
-
-def _bind(expression: str, name: str, body: str) -> str:
-    """`body` with `name` bound to `expression` (evaluated once): a one-element list mapped."""
-    return f"[{expression}].map({name}, {body})[0]"
 
 
 def _padded(number: str, width: int) -> str:
@@ -71,12 +66,12 @@ def decimal(numerator: str, denominator: int) -> str:
         step = 10 ** (PLACES - width)
         digits = _padded(f"(d / {step})", width)
         choices = digits if width == PLACES else f"d % {step} == 0 ? {digits} : ({choices})"
-    return _bind(f"({numerator}) / {denominator // unit}", "d", f"d == 0 ? '0' : '0.' + ({choices})")
+    return bind(f"({numerator}) / {denominator // unit}", "d", f"d == 0 ? '0' : '0.' + ({choices})")
 
 
 def _percent(k: str) -> str:
     """envnames.whole_percent of k nanos: the whole percent, rounded down, at least 1."""
-    return _bind(f"{k} / {int(NANO * PERCENT)}", "p", "p < 1 ? 1 : p")
+    return bind(f"{k} / {int(NANO * PERCENT)}", "p", "p < 1 ? 1 : p")
 
 
 def _jax(memory: int | None) -> Formula:
@@ -236,15 +231,14 @@ class FractionalShares(Family):
                 under = f"{k} * {share.denominator} <= {share.numerator * NANO}"
                 text, reads = f"({under}) ? ({text}) : {lit(capped[place].value)}", True
             written.append((name, text, reads))
-        nanos = f"int(quantity({limit}).asApproximateFloat() * {float(NANO)} + 0.5)"
-        listed = _bind(nanos, k, "[" + ", ".join(_entry(name, text) for name, text, _ in written) + "]")
+        listed = bind(nanos(limit), k, "[" + ", ".join(_entry(name, text) for name, text, _ in written) + "]")
         # Two mutations, run in order on the object as patched so far: the variables while the fraction is there
         # to read, then the rename. Each passes over a section once per operation, as the replicas' own do.
         env = []
         for section in SECTIONS:  # the env list whole where there is none, else each entry appended
             env.append(each(section, f"({converted}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
             for name, text, of_k in written:
-                entry = _bind(nanos, k, _entry(name, text)) if of_k else _entry(name, text)
+                entry = bind(nanos(limit), k, _entry(name, text)) if of_k else _entry(name, text)
                 added = jsonpatch("add", path(section, "/env/-"), entry)
                 env.append(each(section, f"({converted}) && has(c.env)", added))
         gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"

@@ -2,7 +2,8 @@
 stderr, the docs and the tests' list of cases not compared read the same reasons.
 
 `shape` says which of the policy's rules are compiled at all: whole GPUs (`exclusive`), replicas shared as
-`nvidia.com/gpu.shared` (`time-slicing`, `mps`), or none but the limits copied from requests (every other mode).
+`nvidia.com/gpu.shared` (`time-slicing`, `mps`), MIG slices (`mig`, its backend says where), or none but the
+limits copied from requests (every other mode).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from webhook.admission.native.family import Family, Gap
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
-Shape = Literal["whole", "shared"] | None
+Shape = Literal["whole", "shared", "mig"] | None
 
 BUILT_IN_REFUSAL = Gap(
     "fractional, negative or request != limit GPU quantities (e.g. nvidia.com/gpu: 500m)",
@@ -38,11 +39,12 @@ FRACTION_BELOW_PERCENT = Gap(
     "integer",
 )
 OTHER_RESOURCES = Gap(
-    "other GPU resources (AMD, Intel, MIG profiles, memory slices, DeviceClass resources, another pool's replicas)",
+    "other GPU resources (AMD, Intel, MIG profiles outside a MIG pool's, memory slices, DeviceClass resources, "
+    "another pool's replicas)",
     "their pools, amounts and classes are not compiled yet",
 )
 PREFIXED_LIMITS = Gap(
-    "limits copied from requests for MIG profile, Intel and DeviceClass resources",
+    "limits copied from requests for Intel, DeviceClass and MIG profile resources (but a MIG pool's own)",
     "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys",
 )
 BOTH_NAMES = Gap(
@@ -98,7 +100,7 @@ def shape(policy: Policy) -> Shape:
     """Which of the policy's GPU rules the native set carries (None: the limits copied from requests only): its
     sharing backend's answer."""
     found = backend_of(policy).native_shape(policy)
-    return "whole" if found == "whole" else "shared" if found == "shared" else None
+    return "whole" if found == "whole" else "shared" if found == "shared" else "mig" if found == "mig" else None
 
 
 def mode_gap(policy: Policy) -> Gap:

@@ -5,11 +5,12 @@ per resource whose pod total is over the per-pod maximum."""
 from __future__ import annotations
 
 from webhook.admission.base.quantity import quantity_text
-from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.base.resources import MIG_PREFIX, NVIDIA_GPU, NVIDIA_GPU_SHARED
 from webhook.admission.native.cel import all_of, fill, lit, slot
 from webhook.admission.native.containers import SPEC, count, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
+from webhook.admission.native.migslices import slice_names
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -34,6 +35,8 @@ def _names(policy: Policy) -> list[str]:
     kind = shape(policy)
     if kind is None:
         return []
+    if kind == "mig":
+        return sorted({NVIDIA_GPU, *slice_names(policy)})
     return sorted({NVIDIA_GPU, backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU_SHARED})
 
 
@@ -50,12 +53,16 @@ def _container_rule(name: str, rules: Rules) -> ContainerRule:
         what = validate.mapped_what(COUNT, target, mode)
         if rules.one_shared_replica and rules.is_replica(target):
             sentence = validate.one_share_mapped_line(what, policy.name, many)
+        elif rules.one_mig_slice and target.startswith(MIG_PREFIX):
+            sentence = validate.one_slice_line(what, policy.name)
         else:
             sentence = validate.over_container_maximum_line(what, maximum, policy.name)
     else:
         maximum = rules.container_maximum(name)
         if rules.one_shared_replica and rules.is_replica(name):
             sentence = validate.one_share_line(name, shown, mode, policy.name, many)
+        elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
+            sentence = validate.one_slice_line(f"{name} {shown}", policy.name)
         else:
             sentence = validate.over_container_maximum_line(f"{name} {shown}", maximum, policy.name)
     return ContainerRule(all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs))

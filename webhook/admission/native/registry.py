@@ -8,12 +8,14 @@ from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
+from webhook.admission.native.migslices import MigSlices
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
 
 FAMILIES: tuple[Family, ...] = (
     LimitsFromRequests(),
     SharedReplicas(),
+    MigSlices(),
     Pools(),
     Maxima(),
     FractionalShares(),

@@ -1,7 +1,7 @@
 """Time-slicing and MPS replicas as `nvidia.com/gpu.shared`: `nvidia.com/gpu: N` renamed (mutate.py step 3,
-requests and limits, by JSON Patch: an apply configuration cannot remove a key), then the memory variables of
-one replica's share added to a container that holds a replica and sets none of them (step 4; the names and
-values are the engine's own entries, validate.Rules.own_env_tail)."""
+requests and limits, by JSON Patch: an apply configuration cannot remove a key; `mapping`, which MIG's rename
+shares), then the memory variables of one replica's share added to a container that holds a replica and sets
+none of them (step 4; the names and values are the engine's own entries, validate.Rules.own_env_tail)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,40 @@ from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
 
-def _key(name: str) -> str:
+def key(name: str) -> str:
+    """A resource name as a JSON Pointer token."""
     return f"jsonpatch.escapeKey({lit(name)})"
+
+
+def mapping(policy: Policy) -> Mutation:
+    """`nvidia.com/gpu: N` (whole, 1 <= N <= the container maximum, request = limit) to the policy's target (a
+    shared replica, a MIG profile), as mutate._mapping does; left alone where the container already names the
+    target."""
+    rules = Rules.of(policy)
+    target = rules.mapping_target
+    assert target is not None
+    maximum = backend_of(policy).max_per_container(policy)
+    limit = f"quantity({value('limits', NVIDIA_GPU)})"
+    renamed = all_of(
+        [
+            holds("limits", NVIDIA_GPU),
+            f"!({holds('requests', target)})",
+            f"!({holds('limits', target)})",
+            f"{limit}.isInteger()",
+            f"{limit}.asInteger() >= 1",
+            f"{limit}.asInteger() <= {maximum}",
+            f"!({holds('requests', NVIDIA_GPU)}) || quantity({value('requests', NVIDIA_GPU)}).compareTo({limit}) == 0",
+        ]
+    )
+    parts = []
+    for section in SECTIONS:
+        written = value("limits", NVIDIA_GPU)  # the limit's text goes to both maps, as _rename does
+        for which in ("requests", "limits"):
+            keep = renamed if which == "limits" else f"({renamed}) && {holds('requests', NVIDIA_GPU)}"
+            at = path(section, f"/resources/{which}/")
+            parts.append(each(section, keep, jsonpatch("remove", f"{at} + {key(NVIDIA_GPU)}")))
+            parts.append(each(section, keep, jsonpatch("add", f"{at} + {key(target)}", written)))
+    return Mutation(f"{NVIDIA_GPU} to {target}", " + ".join(parts))
 
 
 class SharedReplicas(Family):
@@ -26,38 +58,7 @@ class SharedReplicas(Family):
     def mutations(self, policy: Policy) -> list[Mutation]:
         if shape(policy) != "shared":
             return []
-        return [self._rename(policy), *self._env(policy)]
-
-    @staticmethod
-    def _rename(policy: Policy) -> Mutation:
-        """`nvidia.com/gpu: N` (whole, 1 <= N <= the container maximum, request = limit) to the target, as
-        mutate._mapping does; left alone where the container already names the target."""
-        rules = Rules.of(policy)
-        target = rules.mapping_target
-        assert target is not None
-        maximum = backend_of(policy).max_per_container(policy)
-        limit = f"quantity({value('limits', NVIDIA_GPU)})"
-        renamed = all_of(
-            [
-                holds("limits", NVIDIA_GPU),
-                f"!({holds('requests', target)})",
-                f"!({holds('limits', target)})",
-                f"{limit}.isInteger()",
-                f"{limit}.asInteger() >= 1",
-                f"{limit}.asInteger() <= {maximum}",
-                f"!({holds('requests', NVIDIA_GPU)}) || "
-                f"quantity({value('requests', NVIDIA_GPU)}).compareTo({limit}) == 0",
-            ]
-        )
-        parts = []
-        for section in SECTIONS:
-            written = value("limits", NVIDIA_GPU)  # the limit's text goes to both maps, as _rename does
-            for which in ("requests", "limits"):
-                keep = renamed if which == "limits" else f"({renamed}) && {holds('requests', NVIDIA_GPU)}"
-                at = path(section, f"/resources/{which}/")
-                parts.append(each(section, keep, jsonpatch("remove", f"{at} + {_key(NVIDIA_GPU)}")))
-                parts.append(each(section, keep, jsonpatch("add", f"{at} + {_key(target)}", written)))
-        return Mutation(f"{NVIDIA_GPU} to {target}", " + ".join(parts))
+        return [mapping(policy), *self._env(policy)]
 
     @staticmethod
     def _env(policy: Policy) -> list[Mutation]:

@@ -37,6 +37,7 @@ from webhook.admission.native.gaps import (
     mode_gap,
     shape,
 )
+from webhook.admission.native.migslices import slice_names
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV
 from webhook.admission.phases.reapply import RECORD
@@ -66,8 +67,14 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return EPHEMERAL
     if "nodeSelector" in spec or "affinity" in spec:
         return STEERING
-    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py).
-    served = {NVIDIA_GPU, NVIDIA_GPU_SHARED} if carried == "whole" else {NVIDIA_GPU, policy.sharing.resource_name}
+    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py); MIG: the pool's
+    # slices by name (migslices.py).
+    if carried == "whole":
+        served = {NVIDIA_GPU, NVIDIA_GPU_SHARED}
+    elif carried == "mig":
+        served = {NVIDIA_GPU, *slice_names(policy)}
+    else:
+        served = {NVIDIA_GPU, policy.sharing.resource_name}
     for section in SECTIONS:
         for body in spec.get(section) or ():
             found = _container(body, policy, served)

@@ -636,9 +636,14 @@ def _one_slice_line(what: str, rules: Rules) -> str:
     to the container, and GPU-to-GPU P2P (PCIe or NVLink) is not supported between MIG devices, so NCCL has no
     fast path between slices. A second slice is memory and compute that the program cannot use.
     """
-    policy = rules.policy
+    return one_slice_line(what, rules.policy.name)
+
+
+def one_slice_line(what: str, policy: str) -> str:
+    """More than one MIG slice in a container, where the maximum of 1 is MIG's (`_one_slice_line`; template: the
+    native policies fill it too)."""
     return (
-        f'{what} is more than one MIG slice per container (policy "{policy.name}"): CUDA sees one MIG device '
+        f'{what} is more than one MIG slice per container (policy "{policy}"): CUDA sees one MIG device '
         "per process, and slices have no NVLink or P2P between them; request one bigger profile, or whole GPUs "
         "in a namespace that has them"
     )

@@ -304,10 +304,15 @@ class Mig(SharingBackend):
             return f"mig (single): nvidia.com/gpu is one {sharing.mig_profile} slice"
         return f"mig: one GPU becomes nvidia.com/mig-{sharing.mig_profile}"
 
+    def native_shape(self, policy: Policy) -> str | None:
+        """Compiled where `nvidia.com/gpu` is a MIG slice or becomes one (native/migslices.py): migStrategy single,
+        or a `migProfile` it is renamed to (the loader requires one: only a policy built in code has none)."""
+        return "mig" if is_single(policy.sharing) or policy.sharing.mig_profile else None
+
     def native_gap(self) -> tuple[str, str]:
         return (
-            "mode mig (MIG slices, fractional: mig)",
-            "the profile tables and the smallest fitting slice are not compiled yet",
+            f"mode mig without migProfile ({NVIDIA_GPU} a whole GPU beside the nodes' MIG profiles)",
+            "not compiled yet",
         )
 
     def explain_share(self, policy: Policy) -> str:
