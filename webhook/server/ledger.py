@@ -295,10 +295,10 @@ class Record:
 
         `young`: the live pods the watch saw created lately, each with the resourceVersion it was created at. One
         that no reservation announced and that the last recount did not count (it is in `deferred`, or was
-        created after the watch version that recount was made from) is left out of the sums (`deferred`): a
-        worker admitted it from its hold, which counts it until the worker writes it as a reservation, folded in
-        here then. A pod older than that is counted whoever admitted it (one created while the webhook was off,
-        too).
+        created after the watch version that recount was made from, or there was none) is left out of the sums
+        (`deferred`), where a hold of its scope is in the record: a worker admitted it from its hold, which
+        counts it until the worker writes it as a reservation, folded in here then. A pod older than that, or of
+        a scope no hold holds, is counted whoever admitted it (one created while the webhook was off, too).
 
         A hold whose worker is gone (it ran out before `holds_end`: its until, plus the grace in which a create
         may still complete, plus the time a pod stays young) goes in three steps, so that every pod it gave is
@@ -320,13 +320,15 @@ class Record:
                     dropping = True
                 else:
                     holds[key] = dataclasses.replace(hold, ended=fence)
+        held = {hold.scope for hold in holds.values()}  # a pod of another scope was given room by no hold
         deferred = frozenset(
             uid
             for uid, created in (young or {}).items()
             if not dropping
             and uid in live
+            and live[uid].scope in held
             and uid not in self.entries
-            and (uid in self.deferred or _after(created, self.seen))
+            and (uid in self.deferred or not self.seen or _after(created, self.seen))
         )
         counted = dict(sums) if sums is not None else sums_of(live.values())
         for uid in deferred:
