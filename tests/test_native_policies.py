@@ -407,6 +407,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mps-fractions: 5m, below 1%, no CuPy": ("mps-frac", pod(container(requests={GPU_: "5m"}))),
     "mps-fractions: warn, 900m over the share": ("mps-frac", pod(container(limits={GPU_: "900m"}))),
     "mps-fractions: 1n, the least": ("mps-frac", pod(container(limits={GPU_: "1n"}))),
+    # memoryFraction: the policy's own variables whatever the fraction, each over a smaller one said
+    "capped: 220m, within the share, more than memoryFraction": ("capped", pod(container(limits={GPU_: "220m"}))),
+    "capped: 5m, below 1%, an init container": (
+        "capped", pod(container(), init=(container("setup", requests={GPU_: "5m"}, env=[]),)),
+    ),
+    "capped: 400m over the share, beside a fraction under it": (
+        "capped", pod(container("a", limits={GPU_: "400m"}), container("b", limits={GPU_: "0.15"})),
+    ),
+    "capped: 50u, recorded as 0, nothing judged": ("capped", pod(container(limits={GPU_: "50u"}))),
+    "fractions: 100u, the least recorded, CuPy's 1% over it": ("frac", pod(container(limits={GPU_: "100u"}))),
     # MIG slices: nvidia.com/gpu: N renamed to the policy's profile, a fraction to the smallest slice holding it
     "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "mig: two GPUs, one slice per container": ("mig", pod(container(limits={GPU_: 2}))),
@@ -500,8 +510,6 @@ NOT_COVERED = {
     "fractions: a fractional shared replica": gaps.BUILT_IN_REFUSAL,
     "whole: request differs from limit": gaps.BUILT_IN_REFUSAL,
     "whole: negative": gaps.BUILT_IN_REFUSAL,
-    "fractions: 5m below CuPy's 1%": gaps.FRACTION_BELOW_PERCENT,
-    "capped: 100m under memoryFraction": gaps.FRACTION_MEMORY,
     "mig: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
     "mig: a profile the model does not have": gaps.OTHER_RESOURCES,
@@ -531,7 +539,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (63, 21, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (70, 19, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -628,6 +636,23 @@ FRACTION_POLICIES = PolicySet(
             framework_env=("jax", "generic"),
         ),
         _policy(
+            "capped-every-variable",
+            ("capped-every",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=3),
+            fractional=Fractional.SHARED,
+            memory_fraction=Fraction(1, 4),
+            framework_env=("jax", "tensorflow", "cupy", "tgi", "generic", "pytorch"),
+        ),
+        _policy(
+            "mps-capped",
+            ("mps-capped",),
+            sharing=Sharing(mode=Mode.MPS, replicas=3),
+            gpu=GPU(model="H100-80GB"),
+            fractional=Fractional.SHARED,
+            memory_fraction=Fraction(3, 10),
+            framework_env=("jax", "cupy", "tgi", "generic", "pytorch"),
+        ),
+        _policy(
             "auto",
             ("auto",),
             sharing=Sharing(mode=Mode.TIME_SLICING),
@@ -658,7 +683,9 @@ def fractions(draw: st.DrawFn) -> str:
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    namespace=st.sampled_from(("every", "mps-every", "mps-plain", "auto", "frac", "a-team", "mps-frac")),
+    namespace=st.sampled_from(
+        ("every", "mps-every", "mps-plain", "capped-every", "mps-capped", "auto", "frac", "a-team", "mps-frac")
+    ),
     fraction=fractions(),
     requested=st.booleans(),
     env=ENV,
@@ -932,12 +959,12 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         "(docs/native-policies.md)",
         f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.FRACTION_BELOW_PERCENT.rule}; "
-        f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
         f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.FRACTION_MEMORY.rule}; "
-        f"{gaps.USER_ENV.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
     ]
 
 

@@ -22,21 +22,10 @@ BUILT_IN_REFUSAL = Gap(
     "the API server's own validation refuses them before any ValidatingAdmissionPolicy runs (must be an integer, "
     "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
 )
-FRACTION_MEMORY = Gap(
-    f"fractional: shared under memoryFraction ({NVIDIA_GPU} below 1 as one shared replica)",
-    "the webhook judges the policy's memory variables against the fraction the container asked for: not "
-    "compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
-)
 FRACTION_VARIABLES = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "
     "fraction the native set does not write",
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
-)
-FRACTION_BELOW_PERCENT = Gap(
-    f"fractional: shared below 1% with the cupy hint ({NVIDIA_GPU} under 10m)",
-    "CuPy's limit is a whole percent, at least 1%, which the webhook finds over such a container's share and says "
-    "so: not compiled; the native set leaves the fraction as written, and the API server refuses it as not an "
-    "integer",
 )
 OTHER_RESOURCES = Gap(
     "other GPU resources (AMD, Intel, MIG profiles outside a MIG pool's, memory slices, DeviceClass resources, "
