@@ -337,6 +337,8 @@ def compare(
 GPU_ = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.10gb"
+FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
+FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # requests into limits, every mode
     "whole: requests only": ("research", pod(container(requests={GPU_: 1, "cpu": "2"}))),
@@ -417,6 +419,31 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "capped: 50u, recorded as 0, nothing judged": ("capped", pod(container(limits={GPU_: "50u"}))),
     "fractions: 100u, the least recorded, CuPy's 1% over it": ("frac", pod(container(limits={GPU_: "100u"}))),
+    # a container's own variables: kept, the policy's others added; one from a ConfigMap or Secret is not judged
+    "shared: the user's TF_FORCE_GPU_ALLOW_GROWTH kept, the rest added": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": "false"}])),
+    ),
+    "shared: GPU_MEMORY_FRACTION from a ConfigMap": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "valueFrom": FROM_MAP}])),
+    ),
+    "mps: the user's MPS thread percentage": (
+        "mps-1", pod(container(limits={GPU_: 1}, env=[{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "50"}])),
+    ),
+    "capped: 100m, the user's XLA_PYTHON_CLIENT_PREALLOCATE, JAX's fraction judged": (
+        "capped", pod(container(limits={GPU_: "100m"}, env=[{"name": "XLA_PYTHON_CLIENT_PREALLOCATE", "value": "1"}])),
+    ),
+    "capped: 100m, CUPY_GPU_MEMORY_LIMIT from a Secret, not judged": (
+        "capped",
+        pod(container(limits={GPU_: "100m"}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "valueFrom": FROM_SECRET}])),
+    ),
+    "fractions: 5m, XLA_CLIENT_MEM_FRACTION from a Secret, JAX's pair skipped": (
+        "frac",
+        pod(container(limits={GPU_: "5m"}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "valueFrom": FROM_SECRET}])),
+    ),
+    "mps-fractions: 100m, the user's MPS memory limit": (
+        "mps-frac",
+        pod(container(limits={GPU_: "100m"}, env=[{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=1G"}])),
+    ),
     # MIG slices: nvidia.com/gpu: N renamed to the policy's profile, a fraction to the smallest slice holding it
     "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "mig: two GPUs, one slice per container": ("mig", pod(container(limits={GPU_: 2}))),
@@ -458,6 +485,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "capped: 100m under memoryFraction": ("capped", pod(container(limits={GPU_: "100m"}))),
     "shared: user's memory variable": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
+    ),
+    "capped: the user's GPU_MEMORY_FRACTION over the share": (
+        "capped", pod(container(limits={GPU_: "100m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "2e-1"}])),
+    ),
+    "shared-tie: the user's PYTORCH_ALLOC_CONF": (
+        "a-team",
+        pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"}])),
     ),
     "shared: vLLM": ("shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m"]))),
     "shared: both names": ("shared", pod(container(limits={GPU_: 1, SHARED: "0"}))),
@@ -517,6 +551,8 @@ NOT_COVERED = {
     "mig: both names": gaps.BOTH_NAMES,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
     "shared: user's memory variable": gaps.USER_ENV,
+    "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_ENV,
+    "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_ENV,
     "shared: vLLM": gaps.ENGINES,
     "shared: both names": gaps.BOTH_NAMES,
     "whole: NVIDIA_VISIBLE_DEVICES": gaps.DEVICE_RULES,
@@ -539,7 +575,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (70, 19, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (77, 21, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -589,7 +625,20 @@ RESOURCES = st.one_of(
     st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED, MIG_1G)), st.sampled_from(QUANTITIES)),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
-ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
+ENV = st.sampled_from(
+    (
+        None,
+        [],
+        [{"name": "A", "value": "x"}],
+        [{"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": "false"}, {"name": "A", "value": "x"}],
+        [{"name": "XLA_CLIENT_MEM_FRACTION", "valueFrom": FROM_SECRET}],
+        [
+            {"name": "CUPY_GPU_MEMORY_LIMIT", "valueFrom": FROM_MAP},
+            {"name": "XLA_PYTHON_CLIENT_PREALLOCATE", "value": "1"},
+        ],
+        [{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}],  # the webhook's (USER_ENV)
+    )
+)
 
 
 @st.composite

@@ -44,6 +44,7 @@ from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nan
 from webhook.admission.native.containers import any_managed, each, holds, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
+from webhook.admission.native.userenv import appends, holds_value, sets
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_claim, memory_value
 from webhook.admission.phases.mutate import RECORDED_FRACTION
@@ -186,6 +187,7 @@ class Judged:
     (validate._memory_variables): what it lets its framework take, where the recorded fraction is less."""
 
     name: str
+    written: str  # its value, as mutation writes it
     claim: Fraction
     suggested: Formula
 
@@ -194,24 +196,21 @@ def _judged(policy: Policy) -> list[Judged] | None:
     """The policy's variables that may be over a converted fraction's share, in the engine's order; None where
     the line for one cannot be written. Under `memoryFraction` the variables are the policy's own, each judged
     at what it claims; else each is written for the fraction, rounded down, and only CuPy's whole percent, at
-    least 1%, is more than a fraction below 1% (its claim is then 1%)."""
+    least 1%, is more than a fraction below 1% (its value is then the same for every such fraction)."""
     found: list[Judged] = []
     memory = policy.gpu_memory_mib
     backend = backend_of(policy)
     fraction = policy.memory_fraction
-    for hint in hints_for(policy, fraction if fraction is not None else PROBES[0]):
+    for hint in hints_for(policy, fraction if fraction is not None else PERCENT / 2):
         if hint.name not in MEMORY_VARIABLES or not backend.judges_variable(hint.name):
             continue
-        if fraction is not None:
-            claim = memory_claim(hint.name, hint.value, memory)
-        else:
-            claim = PERCENT if hint.name == CUPY_LIMIT else None
-        if claim is None:
+        claim = memory_claim(hint.name, hint.value, memory)
+        if claim is None or (fraction is None and hint.name != CUPY_LIMIT):
             continue
         suggested = _suggested(policy, hint.name)
         if suggested is None:
             return None
-        found.append(Judged(hint.name, claim, suggested))
+        found.append(Judged(hint.name, hint.value, claim, suggested))
     return found
 
 
@@ -286,7 +285,8 @@ class FractionalShares(Family):
             for name, text, of_k in written:
                 entry = bind(nanos(limit), k, _entry(name, text)) if of_k else _entry(name, text)
                 added = jsonpatch("add", path(section, "/env/-"), entry)
-                env.append(each(section, f"({converted}) && has(c.env)", added))
+                unset = f"!({sets([name])})" if name == RECORDED_FRACTION else appends(name)
+                env.append(each(section, f"({converted}) && has(c.env) && {unset}", added))
         gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
         renamed = []
         for section in SECTIONS:
@@ -325,9 +325,10 @@ class FractionalShares(Family):
                 variable.name, reader, format_fraction(claim), slot("portion"), mode, name, setting
             )
             instead = bind(f"{asked} * {NANO // 10**PLACES}", "k", variable.suggested("k"))
-            found.append(
-                ContainerRule(all_of([condition, below, more]), fill(line, {"portion": recorded, "instead": instead}))
-            )
+            # a value of the container's own (from a ConfigMap or Secret) is not judged: userenv.py
+            written = holds_value(variable.name, variable.written)
+            said = fill(line, {"portion": recorded, "instead": instead})
+            found.append(ContainerRule(all_of([condition, below, more, written]), said))
         return found
 
 

@@ -42,9 +42,11 @@ BOTH_NAMES = Gap(
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_ENV = Gap(
-    "a container's own memory variables",
-    "merged, kept or judged against the share by the webhook: not compiled yet (the native set adds its "
-    "variables only where the container sets none of them)",
+    "a container's own memory variable with a value, PyTorch allocator config or recorded fraction",
+    "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
+    "a/b, underscores, spaces, any script's digits; CuPy's percent or bytes; the allocator config's keys), "
+    "judges it against the share and merges its key into the config: not compiled (the native set keeps the "
+    "container's own value and adds each of its variables the container does not set)",
 )
 ENGINES = Gap(
     "inference engines' memory flags (vLLM, SGLang, TensorRT-LLM)",
