@@ -309,17 +309,25 @@ class FractionalShares(Family):
         judged = _judged(policy)
         if not compiled(policy) or share is None or judged is None:
             return []
-        condition, recorded, asked = _recorded()
+        condition, recorded, asked = _recorded(any_managed())
         policy_ = rules.policy
         mode, replicas, name = policy_.sharing.mode, policy_.sharing.replicas, policy_.name
         sentence = validate.over_share_line(slot("asked"), mode, replicas, name, format_fraction(share))
         over = all_of([condition, f"{asked} * {share.denominator} > {share.numerator * 10**PLACES}"])
         found = [ContainerRule(over, fill(sentence, {"asked": recorded}))]
-        below = f"{asked} * {share.denominator} < {share.numerator * 10**PLACES}"
+        # The variables' lines: the container holds the replica its fraction became (validation's "holds a
+        # shared replica"; a recorded fraction is written only there, userenv.py).
+        assert rules.shared_resource is not None
+        held, recorded, asked = _recorded(holds("limits", rules.shared_resource))
         for variable in judged:
             reader = MEMORY_VARIABLES[variable.name]
             claim = variable.claim
-            more = f"{claim.numerator * 10**PLACES} > {asked} * {claim.denominator}"
+            below_and_more = bind(
+                asked,
+                "a",
+                f"a * {share.denominator} < {share.numerator * 10**PLACES} && "
+                f"{claim.numerator * 10**PLACES} > a * {claim.denominator}",
+            )
             setting = validate.setting_words(variable.name, reader, slot("instead"))
             line = validate.memory_line(
                 variable.name, reader, format_fraction(claim), slot("portion"), mode, name, setting
@@ -328,20 +336,21 @@ class FractionalShares(Family):
             # a value of the container's own (from a ConfigMap or Secret) is not judged: userenv.py
             written = holds_value(variable.name, variable.written)
             said = fill(line, {"portion": recorded, "instead": instead})
-            found.append(ContainerRule(all_of([condition, below, more, written]), said))
+            found.append(ContainerRule(all_of([held, written, below_and_more]), said))
         return found
 
 
-def _recorded() -> tuple[str, str, str]:
-    """CEL of a container `c` whose first recorded fraction is as mutation writes it (format_fraction's text for
-    a value in (0, 1)): the condition, its text and its value in units of 10^-PLACES (an int)."""
+def _recorded(holder: str) -> tuple[str, str, str]:
+    """CEL of a container `c` (a `holder`) whose first recorded fraction is as mutation writes it
+    (format_fraction's text for a value in (0, 1)): the condition, its text and its value in units of
+    10^-PLACES (an int)."""
     named = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"
     first = f"c.env.filter(e, {named})[0]"
     written = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")
     asked = f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
     condition = all_of(
         [
-            any_managed(),
+            holder,
             f"has(c.env) && c.env.exists(e, {named})",
             f"has({first}.value) && {first}.value.matches({written})",
         ]
