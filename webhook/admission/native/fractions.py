@@ -303,7 +303,8 @@ class FractionalShares(Family):
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         """validate._within_share: the container's first recorded fraction, as mutation writes it, over one
         replica's share; then validate._memory_variables: each of the policy's variables that claims more than
-        a recorded fraction below one replica's share (the container sets none of them itself: scope.py)."""
+        a recorded fraction below one replica's share, where the container holds it as mutation wrote it (a value of
+        its own is the webhook's to judge: userenv.py)."""
         rules = Rules.of(policy)
         share = rules.share
         judged = _judged(policy)

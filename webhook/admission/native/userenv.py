@@ -4,9 +4,11 @@ either of JAX's fraction variables; PyTorch's hint is merged into the container'
 native set does not do (its free-form text is parsed: scope.py leaves such a container to the webhook), nor does
 it read a recorded fraction the container sets itself.
 
-`outside` says which of the container's variables the native set judges as validation does: none with a value, so
-every one it compiles reads from a ConfigMap or Secret (`valueFrom`), which validation does not judge, or sets a
-variable no validation line reads (XLA_PYTHON_CLIENT_PREALLOCATE, TF_FORCE_GPU_ALLOW_GROWTH, MPS's limits).
+`outside` says where the native set stops: a container whose own memory variable has a value (validation
+parses it as free-form text, as Python's Fraction reads a decimal, and judges it against the share), sets a
+PyTorch allocator config (merged by parsing its keys) or a recorded fraction. What it covers are the variables
+no validation line reads (XLA_PYTHON_CLIENT_PREALLOCATE, TF_FORCE_GPU_ALLOW_GROWTH, MPS's limits) and memory
+variables read from a ConfigMap or Secret (`valueFrom`), which validation does not judge either.
 """
 
 from __future__ import annotations
