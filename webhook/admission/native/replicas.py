@@ -11,7 +11,7 @@ from webhook.admission.native.cel import all_of, jsonpatch, lit
 from webhook.admission.native.containers import any_managed, each, has_map, holds, path, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.userenv import appends, sets
+from webhook.admission.native.userenv import appends
 from webhook.admission.phases.mutate import RECORDED_FRACTION
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -77,13 +77,13 @@ class SharedReplicas(Family):
             f"n.endsWith({lit(SHARED_SUFFIX)})) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
         )
         holder = all_of([any_managed(), replica])
-        own = f"!({sets([RECORDED_FRACTION])})"  # a recorded fraction of its own: not compiled (userenv.py)
         parts = []
         for section in SECTIONS:
             listed = "[" + ", ".join(_entry(entry) for entry in entries) + "]"
             parts.append(each(section, f"({holder}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
             for entry in entries:
-                keep = f"({holder}) && has(c.env) && {own} && {appends(entry['name'])}"
+                # nothing where it records a fraction of its own (not compiled: userenv.py)
+                keep = f"({holder}) && has(c.env) && {appends(entry['name'], RECORDED_FRACTION)}"
                 parts.append(each(section, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
         return [Mutation("memory variables", " + ".join(parts))]
 

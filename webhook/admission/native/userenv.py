@@ -36,10 +36,10 @@ def sets(names: Iterable[str]) -> str:
     return f"has(c.env) && c.env.exists(e, has(e.name) && {named})"
 
 
-def appends(name: str) -> str:
+def appends(name: str, *also: str) -> str:
     """Mutation appends the policy's variable `name` to `c` (whose env is there): the container sets none of the
-    names that keep it out (_merge_hints)."""
-    names = {name}
+    names that keep it out (_merge_hints), nor any of `also`."""
+    names = {name, *also}
     if name in (*JAX_FRACTION_VARS, JAX_PREALLOCATE):
         names |= set(JAX_FRACTION_VARS)  # JAX refuses both fraction variables: its hints are skipped whole
     if name in PYTORCH_CONFS:
