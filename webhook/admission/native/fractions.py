@@ -11,11 +11,15 @@ is far below half a nano). The variables' names and order, and the values that d
 are the engine's (`hints_for`); above one replica's share its values for that share, whole. Those that depend on
 the fraction are the text the engine writes around a number (read from its values at a probe fraction, and
 checked at others), the number being the engine's over `k` in integers (`_numbers`, one per variable name:
-format_fraction rounding down, whole_percent, MPS's MiB, JAX's headroom). A policy with a variable none of them
-writes, or with `memoryFraction` (whose variables validation judges against the converted fraction), is a gap,
-as is a fraction below 1% where the CuPy hint is set (its whole percent, at least 1%, is then over the share and
-validation says so): the native set leaves those fractions as written, and the API server refuses them as not an
-integer.
+format_fraction rounding down, whole_percent, MPS's MiB, JAX's headroom). Under `memoryFraction` the variables
+are the policy's own whatever the fraction (mutate._env), uncapped. A policy with a variable none of them writes
+is a gap: the native set leaves those fractions as written, and the API server refuses them as not an integer.
+
+Validation reads the recorded fraction back: its line for one over one replica's share (`_within_share`), then
+one line per variable of the policy's that claims more than a recorded fraction below that share
+(`_memory_variables`, envhints.memory_claim): under `memoryFraction` each variable's claim, a constant; else only
+CuPy's whole percent, at least 1%, is more than the fraction it is written for (below 1%). The value the line
+tells the user to write is the engine's (envhints.memory_value) at the recorded fraction, in the same integers.
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nanos, slot
 from webhook.admission.native.containers import any_managed, each, holds, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
-from webhook.admission.native.gaps import FRACTION_BELOW_PERCENT, FRACTION_MEMORY, FRACTION_VARIABLES, shape
+from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
+from webhook.admission.native.userenv import appends, holds_value, sets
 from webhook.admission.phases import validate
-from webhook.admission.phases.envhints import hints_for, jax_fraction
+from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_claim, memory_value
 from webhook.admission.phases.mutate import RECORDED_FRACTION
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.sharing.registry import backend_of
 
 PERCENT = Fraction(1, 100)  # envnames.whole_percent writes at least 1%: a fraction below it is told more
 Formula = Callable[[str], str]  # CEL for a variable's value, of the CEL int of nanos
@@ -123,7 +129,10 @@ NUMBER = slot("number")
 
 def _entries(policy: Policy) -> list[tuple[str, Formula | str]] | None:
     """The engine's variables for a converted fraction, in its order: (name, formula or constant value); None
-    where one depends on the fraction in a way `_numbers` does not write."""
+    where one depends on the fraction in a way `_numbers` does not write. Under `memoryFraction` each is the
+    policy's own, the same whatever the fraction (mutate._env)."""
+    if policy.memory_fraction is not None:
+        return [(hint.name, hint.value) for hint in hints_for(policy, policy.memory_fraction)]
     numbers = _numbers(policy)
     share = Rules.of(policy).share
     fractions = (*PROBES, *([share] if share is not None else []))
@@ -156,16 +165,58 @@ def _around(template: str, number: Number) -> Formula:
     return lambda k: fill(template, {"number": number.cel(k)})
 
 
+def _suggested(policy: Policy, name: str) -> Formula | None:
+    """envhints.memory_value of `name` for a share of k nanos (what validation's line tells the user to write),
+    read from the engine's values at the probes as `_entries` reads the variables; None where `_numbers` does
+    not write it."""
+    number = _numbers(policy).get(name)
+    memory = policy.gpu_memory_mib
+    if number is None:
+        return None
+    template = memory_value(name, PROBES[0], memory).replace(number.engine(PROBES[0]), NUMBER, 1)
+    if NUMBER not in template or any(
+        memory_value(name, f, memory) != template.replace(NUMBER, number.engine(f)) for f in PROBES
+    ):
+        return None
+    return _around(template, number)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A variable of the policy's that validation judges against the container's recorded fraction
+    (validate._memory_variables): what it lets its framework take, where the recorded fraction is less."""
+
+    name: str
+    written: str  # its value, as mutation writes it
+    claim: Fraction
+    suggested: Formula
+
+
+def _judged(policy: Policy) -> list[Judged] | None:
+    """The policy's variables that may be over a converted fraction's share, in the engine's order; None where
+    the line for one cannot be written. Under `memoryFraction` the variables are the policy's own, each judged
+    at what it claims; else each is written for the fraction, rounded down, and only CuPy's whole percent, at
+    least 1%, is more than a fraction below 1% (its value is then the same for every such fraction)."""
+    found: list[Judged] = []
+    memory = policy.gpu_memory_mib
+    backend = backend_of(policy)
+    fraction = policy.memory_fraction
+    for hint in hints_for(policy, fraction if fraction is not None else PERCENT / 2):
+        if hint.name not in MEMORY_VARIABLES or not backend.judges_variable(hint.name):
+            continue
+        claim = memory_claim(hint.name, hint.value, memory)
+        if claim is None or (fraction is None and hint.name != CUPY_LIMIT):
+            continue
+        suggested = _suggested(policy, hint.name)
+        if suggested is None:
+            return None
+        found.append(Judged(hint.name, hint.value, claim, suggested))
+    return found
+
+
 def unsupported(policy: Policy) -> Gap | None:
     """Why fractions are not compiled for this `fractional: shared` policy at all, or None."""
-    if policy.memory_fraction is not None:
-        return FRACTION_MEMORY
-    return FRACTION_VARIABLES if _entries(policy) is None else None
-
-
-def _below_percent(policy: Policy) -> bool:
-    """The CuPy hint is among the policy's variables: a fraction below 1% is told 1%, more than its share."""
-    return any(hint.name == CUPY_LIMIT for hint in hints_for(policy, PROBES[0]))
+    return FRACTION_VARIABLES if _entries(policy) is None or _judged(policy) is None else None
 
 
 def compiled(policy: Policy) -> bool:
@@ -177,10 +228,7 @@ def fraction_gap(policy: Policy, fractions: list[Fraction]) -> Gap | None:
     """The gap that keeps a container asking `fractions` of `nvidia.com/gpu` out of the native set (scope.py)."""
     if not fractions or policy.fractional is not Fractional.SHARED:
         return None
-    gap = unsupported(policy)
-    if gap is None and _below_percent(policy) and any(f < PERCENT for f in fractions):
-        gap = FRACTION_BELOW_PERCENT
-    return gap
+    return unsupported(policy)
 
 
 def _entry(name: str, written: str) -> str:
@@ -195,9 +243,7 @@ class FractionalShares(Family):
         if shape(policy) != "shared" or policy.fractional is not Fractional.SHARED:
             return []
         gap = unsupported(policy)
-        if gap is not None:
-            return [gap]
-        return [FRACTION_BELOW_PERCENT] if _below_percent(policy) else []
+        return [gap] if gap is not None else []
 
     def mutations(self, policy: Policy) -> list[Mutation]:
         if not compiled(policy):
@@ -216,12 +262,11 @@ class FractionalShares(Family):
             f"!({holds('requests', NVIDIA_GPU)}) || quantity({value('requests', NVIDIA_GPU)}).compareTo("
             f"quantity({limit})) == 0",
         ]
-        if _below_percent(policy):  # left as written (FRACTION_BELOW_PERCENT)
-            terms.append(f"quantity({limit}).compareTo(quantity({lit(str(int(NANO * PERCENT)) + 'n')})) >= 0")
         converted = all_of(terms)
         # The recorded fraction, then each variable of the fraction, or of one replica's share where the fraction
-        # is more (mutate._env caps it: the share's values are the engine's, written here as they are).
-        share = rules.share
+        # is more (mutate._env caps it: the share's values are the engine's, written here as they are); under
+        # memoryFraction the policy's own, whatever the fraction.
+        share = rules.share if policy.memory_fraction is None else None
         written = [(RECORDED_FRACTION, decimal(k, NANO), True)]
         capped = hints_for(policy, share) if share is not None else ()
         for place, (name, formula) in enumerate(entries):
@@ -240,7 +285,8 @@ class FractionalShares(Family):
             for name, text, of_k in written:
                 entry = bind(nanos(limit), k, _entry(name, text)) if of_k else _entry(name, text)
                 added = jsonpatch("add", path(section, "/env/-"), entry)
-                env.append(each(section, f"({converted}) && has(c.env)", added))
+                unset = f"!({sets([name])})" if name == RECORDED_FRACTION else appends(name)
+                env.append(each(section, f"({converted}) && has(c.env) && {unset}", added))
         gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
         renamed = []
         for section in SECTIONS:
@@ -256,25 +302,58 @@ class FractionalShares(Family):
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         """validate._within_share: the container's first recorded fraction, as mutation writes it, over one
-        replica's share."""
+        replica's share; then validate._memory_variables: each of the policy's variables that claims more than
+        a recorded fraction below one replica's share, where the container holds it as mutation wrote it (a value of
+        its own is the webhook's to judge: userenv.py)."""
         rules = Rules.of(policy)
         share = rules.share
-        if not compiled(policy) or share is None:
+        judged = _judged(policy)
+        if not compiled(policy) or share is None or judged is None:
             return []
-        named = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"
-        first = f"c.env.filter(e, {named})[0]"
-        written = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")  # format_fraction's text for a value in (0, 1)
-        asked = f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
-        condition = all_of(
-            [
-                any_managed(),
-                f"has(c.env) && c.env.exists(e, {named})",
-                f"has({first}.value) && {first}.value.matches({written})",
-                f"{asked} * {share.denominator} > {share.numerator * 10**PLACES}",
-            ]
-        )
+        condition, recorded, asked = _recorded(any_managed())
         policy_ = rules.policy
-        sentence = validate.over_share_line(
-            slot("asked"), policy_.sharing.mode, policy_.sharing.replicas, policy_.name, format_fraction(share)
-        )
-        return [ContainerRule(condition, fill(sentence, {"asked": f"{first}.value"}))]
+        mode, replicas, name = policy_.sharing.mode, policy_.sharing.replicas, policy_.name
+        sentence = validate.over_share_line(slot("asked"), mode, replicas, name, format_fraction(share))
+        over = all_of([condition, f"{asked} * {share.denominator} > {share.numerator * 10**PLACES}"])
+        found = [ContainerRule(over, fill(sentence, {"asked": recorded}))]
+        # The variables' lines: the container holds the replica its fraction became (validation's "holds a
+        # shared replica"; a recorded fraction is written only there, userenv.py).
+        assert rules.shared_resource is not None
+        held, recorded, asked = _recorded(holds("limits", rules.shared_resource))
+        for variable in judged:
+            reader = MEMORY_VARIABLES[variable.name]
+            claim = variable.claim
+            below_and_more = bind(
+                asked,
+                "a",
+                f"a * {share.denominator} < {share.numerator * 10**PLACES} && "
+                f"{claim.numerator * 10**PLACES} > a * {claim.denominator}",
+            )
+            setting = validate.setting_words(variable.name, reader, slot("instead"))
+            line = validate.memory_line(
+                variable.name, reader, format_fraction(claim), slot("portion"), mode, name, setting
+            )
+            instead = bind(f"{asked} * {NANO // 10**PLACES}", "k", variable.suggested("k"))
+            # a value of the container's own (from a ConfigMap or Secret) is not judged: userenv.py
+            written = holds_value(variable.name, variable.written)
+            said = fill(line, {"portion": recorded, "instead": instead})
+            found.append(ContainerRule(all_of([held, written, below_and_more]), said))
+        return found
+
+
+def _recorded(holder: str) -> tuple[str, str, str]:
+    """CEL of a container `c` (a `holder`) whose first recorded fraction is as mutation writes it
+    (format_fraction's text for a value in (0, 1)): the condition, its text and its value in units of
+    10^-PLACES (an int)."""
+    named = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"
+    first = f"c.env.filter(e, {named})[0]"
+    written = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")
+    asked = f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
+    condition = all_of(
+        [
+            holder,
+            f"has(c.env) && c.env.exists(e, {named})",
+            f"has({first}.value) && {first}.value.matches({written})",
+        ]
+    )
+    return condition, f"{first}.value", asked

@@ -22,21 +22,10 @@ BUILT_IN_REFUSAL = Gap(
     "the API server's own validation refuses them before any ValidatingAdmissionPolicy runs (must be an integer, "
     "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
 )
-FRACTION_MEMORY = Gap(
-    f"fractional: shared under memoryFraction ({NVIDIA_GPU} below 1 as one shared replica)",
-    "the webhook judges the policy's memory variables against the fraction the container asked for: not "
-    "compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
-)
 FRACTION_VARIABLES = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "
     "fraction the native set does not write",
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
-)
-FRACTION_BELOW_PERCENT = Gap(
-    f"fractional: shared below 1% with the cupy hint ({NVIDIA_GPU} under 10m)",
-    "CuPy's limit is a whole percent, at least 1%, which the webhook finds over such a container's share and says "
-    "so: not compiled; the native set leaves the fraction as written, and the API server refuses it as not an "
-    "integer",
 )
 OTHER_RESOURCES = Gap(
     "other GPU resources (AMD, Intel, MIG profiles outside a MIG pool's, memory slices, DeviceClass resources, "
@@ -53,9 +42,11 @@ BOTH_NAMES = Gap(
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_ENV = Gap(
-    "a container's own memory variables",
-    "merged, kept or judged against the share by the webhook: not compiled yet (the native set adds its "
-    "variables only where the container sets none of them)",
+    "a container's own memory variable with a value, PyTorch allocator config or recorded fraction",
+    "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
+    "a/b, underscores, spaces, any script's digits; CuPy's percent or bytes; the allocator config's keys), "
+    "judges it against the share and merges its key into the config: not compiled (the native set keeps the "
+    "container's own value and adds each of its variables the container does not set)",
 )
 ENGINES = Gap(
     "inference engines' memory flags (vLLM, SGLang, TensorRT-LLM)",

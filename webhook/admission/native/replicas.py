@@ -1,16 +1,18 @@
 """Time-slicing and MPS replicas as `nvidia.com/gpu.shared`: `nvidia.com/gpu: N` renamed (mutate.py step 3,
 requests and limits, by JSON Patch: an apply configuration cannot remove a key; `mapping`, which MIG's rename
-shares), then the memory variables of one replica's share added to a container that holds a replica and sets
-none of them (step 4; the names and values are the engine's own entries, validate.Rules.own_env_tail)."""
+shares), then the memory variables of one replica's share added to a container that holds a replica, each that it
+does not set itself (step 4, userenv.py; the names and values are the engine's own entries,
+validate.Rules.own_env_tail)."""
 
 from __future__ import annotations
 
 from webhook.admission.base.resources import NVIDIA_GPU, SHARED_SUFFIX
-from webhook.admission.native.cel import all_of, jsonpatch, lit, strings
+from webhook.admission.native.cel import all_of, jsonpatch, lit
 from webhook.admission.native.containers import any_managed, each, has_map, holds, path, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.native.gaps import shape
-from webhook.admission.phases.mutate import WATCHED_ENV
+from webhook.admission.native.userenv import appends
+from webhook.admission.phases.mutate import RECORDED_FRACTION
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
@@ -63,7 +65,7 @@ class SharedReplicas(Family):
     @staticmethod
     def _env(policy: Policy) -> list[Mutation]:
         """The policy's memory variables for one replica's share, where the container holds a replica (the
-        target, or any managed `*.shared`, above 0) and sets none of the variables the env step reads."""
+        target, or any managed `*.shared`, above 0): each it does not set itself (userenv.appends)."""
         rules = Rules.of(policy)
         entries = rules.own_env_tail
         if not entries:
@@ -75,13 +77,13 @@ class SharedReplicas(Family):
             f"n.endsWith({lit(SHARED_SUFFIX)})) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
         )
         holder = all_of([any_managed(), replica])
-        untouched = f"!c.env.exists(e, has(e.name) && e.name in {strings(sorted(WATCHED_ENV))})"
         parts = []
         for section in SECTIONS:
             listed = "[" + ", ".join(_entry(entry) for entry in entries) + "]"
             parts.append(each(section, f"({holder}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
             for entry in entries:
-                keep = f"({holder}) && has(c.env) && {untouched}"
+                # nothing where it records a fraction of its own (not compiled: userenv.py)
+                keep = f"({holder}) && has(c.env) && {appends(entry['name'], RECORDED_FRACTION)}"
                 parts.append(each(section, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
         return [Mutation("memory variables", " + ".join(parts))]
 

@@ -21,6 +21,7 @@ from webhook.admission.base.podspec import (
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
+from webhook.admission.native import userenv
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
 from webhook.admission.native.gaps import (
@@ -99,7 +100,7 @@ def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | 
     if len(managed) > 1:
         return BOTH_NAMES
     if shape(policy) == "shared":
-        if names & WATCHED_ENV:
+        if names & WATCHED_ENV and userenv.outside(body.get("env") or []):
             return USER_ENV
         if engines.detect(body) is not None:
             return ENGINES

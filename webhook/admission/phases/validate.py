@@ -769,18 +769,30 @@ def _memory_variables(ref: ContainerRef, counts: dict[str, int | Fraction], rule
             continue
         reader = MEMORY_VARIABLES[name]
         instead = memory_value(name, share, rules.gpu_memory_mib)
-        setting = f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
+        setting = setting_words(name, reader, instead)
         portion = f"1/{policy.sharing.replicas}" if share == rules.share else format_fraction(share)
         # The value as written is not quoted (the log keeps every line): what it lets the framework take is.
         _add(
             ref,
             problems,
-            f"{name} lets {reader} take {format_fraction(claim)} of the GPU's memory, but this container's share "
-            f'is {portion} ({policy.sharing.mode}, policy "{policy.name}"): set {setting}, or remove it and the '
-            "webhook sets it",
+            memory_line(name, reader, format_fraction(claim), portion, policy.sharing.mode, policy.name, setting),
             f"{_brief(name, 30)}: {format_fraction(claim)} of the GPU is over the {portion} share; set "
             + (f"its fraction to {format_fraction(share)}" if reader == "PyTorch" else _brief(instead, 24)),
         )
+
+
+def memory_line(name: str, reader: str, claim: str, portion: str, mode: str, policy: str, setting: str) -> str:
+    """A memory variable that lets its framework take more than the container's share (template: the native
+    policies fill it too)."""
+    return (
+        f"{name} lets {reader} take {claim} of the GPU's memory, but this container's share is {portion} ({mode}, "
+        f'policy "{policy}"): set {setting}, or remove it and the webhook sets it'
+    )
+
+
+def setting_words(name: str, reader: str, instead: str) -> str:
+    """How a memory line tells the value to write (template: the native policies fill it too)."""
+    return f"{instead} in {name}" if reader == "PyTorch" else f"{name}={instead}"
 
 
 def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Rules, problems: Problems) -> None:
