@@ -292,6 +292,14 @@ def test_a_young_pod_no_reservation_announced_is_left_to_its_hold_and_the_flush_
     # A young pod the last recount counted (created before the version it was made from) stays counted.
     counted = record.recount(live, set(), now=2.0, young={"uid-new": "7"}, holds_end=0.0, watched="10")
     assert counted is not None and counted.deferred == frozenset() and counted.used(quota()) == Fraction(5, 4)
+    # So does one of a scope no hold holds (created while the webhook was off): no hold counts it.
+    high = {"uid-new": HeldPod("p", Fraction(1, 4), (("priorityClassName", "high"),))}
+    other = record.recount(high, set(), now=2.0, young={"uid-new": "9"}, holds_end=0.0, watched="10")
+    assert other is not None and other.deferred == frozenset() and other.used(quota()) == Fraction(5, 4)
+    # The first recount of a record counted nothing before it: a young pod is left to the hold there too.
+    first = dataclasses.replace(record, seen="", recounted=0.0)
+    fresh = first.recount(live, set(), now=2.0, young={"uid-new": "3"}, holds_end=0.0, watched="10")
+    assert fresh is not None and fresh.deferred == {"uid-new"}
 
 
 def test_a_hold_whose_worker_is_gone_is_dropped_only_once_the_pod_watch_has_read_past_its_fence():

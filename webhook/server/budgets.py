@@ -91,7 +91,8 @@ RESERVATIONS_MAX = 8_000  # ... and at this many (about 880 KB of the 1 MiB a Co
 LIVE_RECHECK_S = 60.0  # a pod a GET found alive is not asked about again for this long
 GETS_PER_SWEEP = 50  # at most this many pod GETs a sweep: a large backlog is worked through over several
 FLUSH_S = 0.2  # how often a worker writes the pods it admitted from its holds (the recount's pace)
-RECALL_WAIT_S = 1.0  # a worker short of room waits this long for the holds it asked back
+RECALL_WAIT_S = 2.0  # a worker short of room waits at most this long for the holds it asked back (0.2 s, usually)
+RECALL_LEAST_S = 0.5  # ... and asks them back only with this much of its deadline left
 DEFAULT_NAMESPACE = "gpu-admission"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -369,7 +370,7 @@ class Budgets:
         and wait (at most RECALL_WAIT_S) until they have. Whether it is worth judging the pod again. Holds asked
         back longer ago than that are not waited for again: their workers are gone, and the recount drops them
         once every pod they gave is counted."""
-        if deadline - time.monotonic() < RECALL_WAIT_S:  # no time to wait for them: the refusal stands
+        if deadline - time.monotonic() < RECALL_LEAST_S:  # no time to wait for them: the refusal stands
             return False
         try:
             return self._ask_back(namespace, quotas, gpus, deadline)
@@ -399,7 +400,7 @@ class Budgets:
         self.ledger.change(namespace, ask_back, deadline)
         log(_log, logging.INFO, f"budget of {namespace}: asked {len(keys)} worker hold(s) back for a pod that fits "
             f"without them", event="budget-hold-recalled", namespace=namespace)  # fmt: skip
-        waited = min(time.monotonic() + RECALL_WAIT_S, deadline - 0.2)
+        waited = min(time.monotonic() + RECALL_WAIT_S, deadline - RECALL_LEAST_S / 2)
         while time.monotonic() < waited:
             current = self.view.records.get(namespace)
             if current is None or not keys & current.holds.keys():
