@@ -111,10 +111,16 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
     found = []
     for section in SECTIONS:
         prefix = fill(labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
-        said = " + ".join(f"(({rule.condition}) ? [{prefix} + {rule.sentence}] : [])" for rule in rules)
+        said = " + ".join(
+            f"(({rule.condition}) ? "
+            + (f"({rule.sentence}).map(s, {prefix} + s)" if rule.many else f"[{prefix} + {rule.sentence}]")
+            + " : [])"
+            for rule in rules
+        )
         broken = " || ".join(f"({rule.condition})" for rule in rules)
         found.append(Lines(each(section, broken, f"({said}).join({lit(chr(10))})")))
-    return found
+    variables = tuple(dict.fromkeys(variable for rule in rules for variable in rule.variables))
+    return [Lines(found[0].lines, variables), *found[1:]]
 
 
 def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:

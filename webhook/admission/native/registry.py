@@ -3,6 +3,7 @@ another pool's resource before its maximum, and a converted fraction over one re
 
 from __future__ import annotations
 
+from webhook.admission.native.devices import DeviceRules
 from webhook.admission.native.family import Family
 from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
@@ -19,5 +20,6 @@ FAMILIES: tuple[Family, ...] = (
     Pools(),
     Maxima(),
     FractionalShares(),
+    DeviceRules(),
     Unsupported(),
 )
