@@ -3,7 +3,7 @@ policy blocks it (`blockVisibleDevicesOverride`, validate._visible_devices and _
 own NVIDIA_VISIBLE_DEVICES (but one read from a ConfigMap key under a scheduler the policy trusts), an envFrom
 prefix that makes it of a key, and a mount of the container toolkit's device list or of a hostPath of the node's
 GPU device nodes. The sentences are validation's templates, their varying parts its tables (VISIBLE_STATES,
-VISIBLE_FIXES); the prefixes are every one of NVIDIA_VISIBLE_DEVICES's, each with the key it reads.
+VISIBLE_FIXES); the key an envFrom prefix reads is looked up among every prefix of NVIDIA_VISIBLE_DEVICES's.
 
 A path is compared as written: CEL cannot resolve `..`, `.` and repeated slashes as the node does, so a path
 whose resolved form reads otherwise is left to the webhook (scope.py, gaps.DEVICE_PATHS).
@@ -30,17 +30,17 @@ WRITTEN = f"has(c.env) && c.env.exists(e, {NAMED})"
 FIRST = f"c.env.filter(e, {NAMED})[0]"
 # Every prefix that makes NVIDIA_VISIBLE_DEVICES of a key (podspec.visible_devices_prefix), and the key.
 PREFIXES = {VISIBLE_DEVICES[:n]: VISIBLE_DEVICES[n:] for n in range(1, len(VISIBLE_DEVICES) + 1)}
-PREFIX_MAP = ("visiblePrefixes", "{" + ", ".join(f"{lit(p)}: {lit(k)}" for p, k in PREFIXES.items()) + "}")
-PREFIXED = "has(s.prefix) && s.prefix in variables.visiblePrefixes"
+PREFIX_MAP = "{" + ", ".join(f"{lit(p)}: {lit(k)}" for p, k in PREFIXES.items()) + "}"
+PREFIXED = f"has(s.prefix) && s.prefix != '' && {lit(VISIBLE_DEVICES)}.startsWith(s.prefix)"
 LISTED = f"{strings(DEVICE_LIST_ROOTS)}.exists(r, m.mountPath.startsWith(r))"
 # The pod's hostPath volumes of the node's GPU device nodes, their names and paths in one order, read by a
 # container's mounts (a volume's name is unique in the pod): variables, so that no expression iterates over the
 # volumes inside the containers' mounts.
 NODES_PATH = "(v.hostPath.path == '/dev' || v.hostPath.path.startsWith('/dev/nvidia'))"
 NODES = f"(has({SPEC}.volumes) ? {SPEC}.volumes.filter(v, has(v.hostPath) && {NODES_PATH}) : [])"
-NODE_VOLUMES = (("deviceVolumes", f"{NODES}.map(v, v.name)"), ("devicePaths", f"{NODES}.map(v, v.hostPath.path)"))
-VOLUME = "m.name in variables.deviceVolumes"
-HOST_PATH = "variables.devicePaths[variables.deviceVolumes.indexOf(m.name)]"
+NODE_VOLUMES = ("deviceNodes", f"{{'names': {NODES}.map(v, v.name), 'paths': {NODES}.map(v, v.hostPath.path)}}")
+VOLUME = "m.name in variables.deviceNodes.names"
+HOST_PATH = "variables.deviceNodes.paths[variables.deviceNodes.names.indexOf(m.name)]"
 
 
 def device_nodes_path(path: str) -> bool:
@@ -103,14 +103,13 @@ class DeviceRules(Family):
                     ),
                     {
                         "prefix": prefix,
-                        "key": f"variables.visiblePrefixes[{prefix}]",
+                        "key": f"{PREFIX_MAP}[{prefix}]",
                         "state": _by_gpu(states),
                         "why": _by_gpu(whys),
                         "fix": _by_gpu(prefix_fixes),
                     },
                 )
             ),
-            variables=(PREFIX_MAP,),
         )
         listed = fill(
             validate.device_list_line(slot("volume"), slot("path"), policy.name),
@@ -125,6 +124,6 @@ class DeviceRules(Family):
             all_of([f"has(c.volumeMounts) && c.volumeMounts.exists(m, {mounted})", UNPRIVILEGED]),
             f"c.volumeMounts.filter(m, {mounted}).map(m, ({LISTED}) ? {listed} : {nodes})",
             many=True,
-            variables=NODE_VOLUMES,
+            variables=(NODE_VOLUMES,),
         )
         return [written, prefixed, mounts]
