@@ -11,7 +11,7 @@ whose resolved form reads otherwise is left to the webhook (scope.py, gaps.DEVIC
 
 from __future__ import annotations
 
-from webhook.admission.base.podspec import DEVICE_LIST_ROOTS, VISIBLE_DEVICES
+from webhook.admission.base.podspec import DEVICE_LIST_ROOTS, DEVICE_NODES_DIR, DEVICE_NODES_PREFIX, VISIBLE_DEVICES
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
 from webhook.admission.native.containers import SPEC, managed
 from webhook.admission.native.family import ContainerRule, Family
@@ -36,7 +36,7 @@ LISTED = f"{strings(DEVICE_LIST_ROOTS)}.exists(r, m.mountPath.startsWith(r))"
 # The pod's hostPath volumes of the node's GPU device nodes, their names and paths in one order, read by a
 # container's mounts (a volume's name is unique in the pod): variables, so that no expression iterates over the
 # volumes inside the containers' mounts.
-NODES_PATH = "(v.hostPath.path == '/dev' || v.hostPath.path.startsWith('/dev/nvidia'))"
+NODES_PATH = f"(v.hostPath.path == {lit(DEVICE_NODES_DIR)} || v.hostPath.path.startsWith({lit(DEVICE_NODES_PREFIX)}))"
 NODES = f"(has({SPEC}.volumes) ? {SPEC}.volumes.filter(v, has(v.hostPath) && {NODES_PATH}) : [])"
 NODE_VOLUMES = ("deviceNodes", f"{{'names': {NODES}.map(v, v.name), 'paths': {NODES}.map(v, v.hostPath.path)}}")
 VOLUME = "m.name in variables.deviceNodes.names"
@@ -45,7 +45,7 @@ HOST_PATH = "variables.deviceNodes.paths[variables.deviceNodes.names.indexOf(m.n
 
 def device_nodes_path(path: str) -> bool:
     """What the compiled policies read as the node's GPU device nodes: the hostPath as written (NODES_PATH)."""
-    return path == "/dev" or path.startswith("/dev/nvidia")
+    return path == DEVICE_NODES_DIR or path.startswith(DEVICE_NODES_PREFIX)
 
 
 def device_list_path(path: str) -> bool:

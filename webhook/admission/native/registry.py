@@ -1,5 +1,6 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
-another pool's resource before its maximum, and a converted fraction over one replica's share after both)."""
+another pool's resource before its maximum, a converted fraction over one replica's share after both, and a
+container's device rules last)."""
 
 from __future__ import annotations
 
