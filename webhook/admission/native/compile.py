@@ -119,8 +119,7 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
         )
         broken = " || ".join(f"({rule.condition})" for rule in rules)
         found.append(Lines(each(section, broken, f"({said}).join({lit(chr(10))})")))
-    variables = tuple(dict.fromkeys(variable for rule in rules for variable in rule.variables))
-    return [Lines(found[0].lines, variables), *found[1:]]
+    return found
 
 
 def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:

@@ -33,14 +33,18 @@ PREFIXES = {VISIBLE_DEVICES[:n]: VISIBLE_DEVICES[n:] for n in range(1, len(VISIB
 PREFIX_MAP = "{" + ", ".join(f"{lit(p)}: {lit(k)}" for p, k in PREFIXES.items()) + "}"
 PREFIXED = f"has(s.prefix) && s.prefix != '' && {lit(VISIBLE_DEVICES)}.startsWith(s.prefix)"
 LISTED = f"{strings(DEVICE_LIST_ROOTS)}.exists(r, m.mountPath.startsWith(r))"
-# The pod's hostPath volumes of the node's GPU device nodes, their names and paths in one order, read by a
-# container's mounts (a volume's name is unique in the pod): variables, so that no expression iterates over the
-# volumes inside the containers' mounts.
+# The pod's hostPath volumes of the node's GPU device nodes, their names and paths in one order, bound (`names`,
+# `paths`) for a container that mounts volumes (a volume's name is unique in the pod): no expression iterates over
+# the volumes inside the containers' mounts.
 NODES_PATH = f"(v.hostPath.path == {lit(DEVICE_NODES_DIR)} || v.hostPath.path.startsWith({lit(DEVICE_NODES_PREFIX)}))"
 NODES = f"(has({SPEC}.volumes) ? {SPEC}.volumes.filter(v, has(v.hostPath) && {NODES_PATH}) : [])"
-NODE_VOLUMES = ("deviceNodes", f"{{'names': {NODES}.map(v, v.name), 'paths': {NODES}.map(v, v.hostPath.path)}}")
-VOLUME = "m.name in variables.deviceNodes.names"
-HOST_PATH = "variables.deviceNodes.paths[variables.deviceNodes.names.indexOf(m.name)]"
+VOLUME = "m.name in names"
+HOST_PATH = "paths[names.indexOf(m.name)]"
+
+
+def _with_nodes(expression: str) -> str:
+    """`expression` with `names` and `paths` bound to the pod's device-node volumes."""
+    return bind(f"{NODES}.map(v, v.name)", "names", bind(f"{NODES}.map(v, v.hostPath.path)", "paths", expression))
 
 
 def device_nodes_path(path: str) -> bool:
@@ -120,10 +124,10 @@ class DeviceRules(Family):
             {"volume": "m.name", "path": HOST_PATH},
         )
         mounted = any_of([LISTED, VOLUME])
+        mounts_one = bind(f"{NODES}.map(v, v.name)", "names", f"c.volumeMounts.exists(m, {mounted})")
         mounts = ContainerRule(
-            all_of([f"has(c.volumeMounts) && c.volumeMounts.exists(m, {mounted})", UNPRIVILEGED]),
-            f"c.volumeMounts.filter(m, {mounted}).map(m, ({LISTED}) ? {listed} : {nodes})",
+            all_of([f"has(c.volumeMounts) && {mounts_one}", UNPRIVILEGED]),
+            _with_nodes(f"c.volumeMounts.filter(m, {mounted}).map(m, ({LISTED}) ? {listed} : {nodes})"),
             many=True,
-            variables=(NODE_VOLUMES,),
         )
         return [written, prefixed, mounts]

@@ -54,7 +54,6 @@ class ContainerRule:
     condition: str
     sentence: str
     many: bool = False  # `sentence` is a CEL list of sentences, each a line (one per mount, say)
-    variables: tuple[tuple[str, str], ...] = field(default=())  # (name, expression) about the pod, read as Lines'
 
 
 class Family:
