@@ -15,6 +15,7 @@ from webhook.admission.base.podspec import DEVICE_LIST_ROOTS, DEVICE_NODES_DIR, 
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
 from webhook.admission.native.containers import SPEC, managed
 from webhook.admission.native.family import ContainerRule, Family
+from webhook.admission.native.gaps import shape
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -72,8 +73,8 @@ class DeviceRules(Family):
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         rules = Rules.of(policy)
-        if not rules.block_visible_devices:
-            return []
+        if not rules.block_visible_devices or shape(policy) is None:
+            return []  # a mode the native set does not carry: whether a container holds a GPU is its backend's
         states = {held: validate.VISIBLE_STATES[held][0] for held in (True, False)}
         whys = {held: validate.VISIBLE_STATES[held][1] for held in (True, False)}
         fixes = {held: validate.VISIBLE_FIXES[held][0] for held in (True, False)}
