@@ -52,7 +52,12 @@ def _policy(name: str, namespaces: tuple[str, ...], **fields: Any) -> Policy:
 # picks "whole-tie"), warn and audit, modes the native set does not carry, and the built-in defaults elsewhere.
 POLICIES = PolicySet(
     (
-        _policy("whole", ("research", "ml-*"), limits=Limits(max_per_container=2, max_per_pod=3)),
+        _policy(
+            "whole",
+            ("research", "ml-*"),
+            limits=Limits(max_per_container=2, max_per_pod=3),
+            trusted_schedulers=("kai-scheduler",),
+        ),
         _policy("shared", ("shared", "ml-exact", "ml-shared-*"), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4)),
         _policy(
             "mps",
@@ -70,7 +75,7 @@ POLICIES = PolicySet(
             framework_env=("pytorch", "generic"),
             fractional=Fractional.SHARED,
         ),
-        _policy("audited", ("audit",), enforcement=Enforcement.AUDIT),
+        _policy("audited", ("audit",), enforcement=Enforcement.AUDIT, block_visible_devices_override=False),
         _policy("mig", ("mig",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb"), gpu=GPU(model="A100-80GB")),
         _policy(
             "mig-fractions",
@@ -548,8 +553,78 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             container("side", requests={GPU_: 1}, restartPolicy="Always"),
         )),
     ),
+    # device selection past the device plugin: the variable, an envFrom prefix, device mounts
     "whole: NVIDIA_VISIBLE_DEVICES": (
         "research", pod(container(limits={GPU_: 1}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])),
+    ),
+    "mps: warn, NVIDIA_VISIBLE_DEVICES without a GPU, from a ConfigMap, no scheduler": (
+        "mps-1", pod(container(env=[{"name": "A", "value": "1"}, {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+            "configMapKeyRef": {"name": "gpus", "key": "devices"}
+        }}])),
+    ),
+    "whole: NVIDIA_VISIBLE_DEVICES from a ConfigMap, a trusted scheduler, another not": (
+        "research",
+        pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+                "configMapKeyRef": {"name": "gpus", "key": "devices"}
+            }}]),
+            container("b", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": FROM_SECRET}]),
+            schedulerName="kai-scheduler",
+        ),
+    ),
+    "shared: envFrom prefixes, over the container maximum first; a ConfigMap's under another scheduler; a "
+    "privileged container left alone": (
+        "shared",
+        pod(
+            container("a", limits={SHARED: 2}, envFrom=[
+                {"configMapRef": {"name": "x"}}, {"prefix": "APP_", "configMapRef": {"name": "y"}},
+                {"prefix": "NVIDIA_", "secretRef": {"name": "z"}}, {"prefix": "NVIDIA_VISIBLE", "secretRef": {
+                    "name": "w"
+                }},
+            ]),
+            container("b", envFrom=[{"prefix": "NVIDIA_VISIBLE_DEVICES", "configMapRef": {"name": "v"}}]),
+            container("c", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], securityContext={
+                "privileged": True
+            }),
+            container("d", limits={GPU_: 1}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+                "configMapKeyRef": {"name": "gpus", "key": "devices"}
+            }}]),
+            schedulerName="volcano",
+        ),
+    ),
+    "whole: device mounts, an init container's and the app's; /dev/shm and /devices are no device nodes": (
+        "research",
+        pod(
+            container(limits={GPU_: 1}, volumeMounts=[
+                {"name": "data", "mountPath": "/data"}, {"name": "shm", "mountPath": "/dev/shm"},
+                {"name": "devices", "mountPath": "/devices"},
+                {"name": "list", "mountPath": "/var/run/nvidia-container-devices/all"},
+                {"name": "nodes", "mountPath": "/host/dev"},
+                {"name": "nvidia0", "mountPath": "/dev/nvidia0"},
+            ], env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]),
+            init=(container("setup", volumeMounts=[{"name": "data", "mountPath": "/run/nvidia-container-devices"}]),),
+            volumes=[
+                {"name": "data", "emptyDir": {}},
+                {"name": "list", "emptyDir": {}},
+                {"name": "nodes", "hostPath": {"path": "/dev"}},
+                {"name": "nvidia0", "hostPath": {"path": "/dev/nvidia0", "type": "CharDevice"}},
+                {"name": "devices", "hostPath": {"path": "/devices"}},
+                {"name": "shm", "hostPath": {"path": "/dev/shm"}},
+            ],
+        ),
+    ),
+    "audit: NVIDIA_VISIBLE_DEVICES where the policy allows it": (
+        "audit", pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], volumeMounts=[
+            {"name": "n", "mountPath": "/n"}
+        ]), volumes=[{"name": "n", "hostPath": {"path": "/dev//nvidia0"}}]),
+    ),
+    "whole: a hostPath the node resolves to its device nodes": (
+        "research", pod(container(limits={GPU_: 1}, volumeMounts=[{"name": "n", "mountPath": "/n"}]), volumes=[
+            {"name": "n", "hostPath": {"path": "/dev/../dev/nvidia0"}}
+        ]),
+    ),
+    "default: a mount path the node resolves to the device list": (
+        "default", pod(container(volumeMounts=[{"name": "n", "mountPath": "/run//nvidia-container-devices/0"}])),
     ),
     "whole: node selector": ("research", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"})),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
@@ -575,7 +650,8 @@ NOT_COVERED = {
     "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_ENV,
     "shared: vLLM": gaps.ENGINES,
     "shared: both names": gaps.BOTH_NAMES,
-    "whole: NVIDIA_VISIBLE_DEVICES": gaps.DEVICE_RULES,
+    "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
+    "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole: node selector": gaps.STEERING,
     "whole: MIG profile": gaps.OTHER_RESOURCES,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
@@ -595,7 +671,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (73, 21, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (79, 22, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:

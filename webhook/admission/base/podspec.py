@@ -52,6 +52,7 @@ DEVICE_LIST_ROOTS = ("/var/run/nvidia-container-devices", "/run/nvidia-container
 # What the matchConditions and `mentions_gpu` look for, loosely (a superset of what validation denies).
 DEVICE_LIST_MARK = "nvidia-container-devices"
 DEVICE_PATH_MARK = "dev"
+DEVICE_NODES_DIR, DEVICE_NODES_PREFIX = "/dev", "/dev/nvidia"  # the node's GPU device nodes (is_gpu_device_path)
 MUTATED_SECTIONS = ("containers", "initContainers")  # ephemeral containers cannot hold resources
 ALL_SECTIONS = ("initContainers", "containers", "ephemeralContainers")
 SECTION_NOUNS = {
@@ -195,7 +196,7 @@ def is_gpu_device_path(host_path: str) -> bool:
     """A hostPath that holds the node's NVIDIA device nodes: /dev itself, or /dev/nvidia* (nvidia0, nvidiactl,
     nvidia-uvm, nvidia-caps, ...)."""
     path = normal_path(host_path)
-    return path == "/dev" or path.startswith("/dev/nvidia")
+    return path == DEVICE_NODES_DIR or path.startswith(DEVICE_NODES_PREFIX)
 
 
 def host_paths(spec: dict[str, Any]) -> dict[str, str]:

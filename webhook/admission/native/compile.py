@@ -111,7 +111,12 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
     found = []
     for section in SECTIONS:
         prefix = fill(labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
-        said = " + ".join(f"(({rule.condition}) ? [{prefix} + {rule.sentence}] : [])" for rule in rules)
+        said = " + ".join(
+            f"(({rule.condition}) ? "
+            + (f"({rule.sentence}).map(s, {prefix} + s)" if rule.many else f"[{prefix} + {rule.sentence}]")
+            + " : [])"
+            for rule in rules
+        )
         broken = " || ".join(f"({rule.condition})" for rule in rules)
         found.append(Lines(each(section, broken, f"({said}).join({lit(chr(10))})")))
     return found

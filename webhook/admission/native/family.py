@@ -53,6 +53,7 @@ class ContainerRule:
 
     condition: str
     sentence: str
+    many: bool = False  # `sentence` is a CEL list of sentences, each a line (one per mount, say)
 
 
 class Family:

@@ -52,9 +52,10 @@ ENGINES = Gap(
     "inference engines' memory flags (vLLM, SGLang, TensorRT-LLM)",
     "the engine is told from its command line: not compiled",
 )
-DEVICE_RULES = Gap(
-    "NVIDIA_VISIBLE_DEVICES, envFrom prefixes and device mounts",
-    "not compiled yet",
+DEVICE_PATHS = Gap(
+    "a device-list mount or a hostPath of the node's device nodes whose path the node resolves to another "
+    "(`..`, `.`, repeated or trailing slashes, no leading slash)",
+    "CEL cannot resolve a path: the native set reads each path as written, the webhook as the node resolves it",
 )
 STEERING = Gap(
     "node affinity steering, and node constraints that contradict the policy's pool",
@@ -105,7 +106,7 @@ class Unsupported(Family):
     name = "not compiled"
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_RULES]
+        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
         if shape(policy) == "shared":

@@ -1,8 +1,10 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
-another pool's resource before its maximum, and a converted fraction over one replica's share after both)."""
+another pool's resource before its maximum, a converted fraction over one replica's share after both, and a
+container's device rules last)."""
 
 from __future__ import annotations
 
+from webhook.admission.native.devices import DeviceRules
 from webhook.admission.native.family import Family
 from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
@@ -19,5 +21,6 @@ FAMILIES: tuple[Family, ...] = (
     Pools(),
     Maxima(),
     FractionalShares(),
+    DeviceRules(),
     Unsupported(),
 )

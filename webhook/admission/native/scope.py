@@ -12,22 +12,28 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.admission.base.podspec import (
+    DEVICE_LIST_MARK,
+    DEVICE_PATH_MARK,
     POD_SPEC_PATHS,
-    VISIBLE_DEVICES,
     controller_reference,
     get_path,
+    host_paths,
+    is_device_list_mount,
+    is_gpu_device_path,
     mentions_gpu,
+    volume_mounts,
 )
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import userenv
+from webhook.admission.native.devices import device_list_path, device_nodes_path
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
 from webhook.admission.native.gaps import (
     BOTH_NAMES,
     CUSTOM_RESOURCES,
-    DEVICE_RULES,
+    DEVICE_PATHS,
     DRA,
     ENGINES,
     EPHEMERAL,
@@ -68,6 +74,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return EPHEMERAL
     if "nodeSelector" in spec or "affinity" in spec:
         return STEERING
+    if policy.block_visible_devices_override and _resolved_otherwise(spec):
+        return DEVICE_PATHS
     # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py); MIG: the pool's
     # slices by name (migslices.py).
     if carried == "whole":
@@ -84,12 +92,22 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     return None
 
 
+def _resolved_otherwise(spec: dict[str, Any]) -> bool:
+    """A path that validation, resolving it as the node does, reads otherwise than the compiled policies, which
+    read it as written (devices.py): a hostPath volume's, or a container's mount path."""
+    for path in host_paths(spec).values():
+        if (DEVICE_PATH_MARK in path and is_gpu_device_path(path)) != device_nodes_path(path):
+            return True
+    for section in SECTIONS:
+        for body in spec.get(section) or ():
+            for _, path in volume_mounts(body):
+                if (DEVICE_LIST_MARK in path and is_device_list_mount(path)) != device_list_path(path):
+                    return True
+    return False
+
+
 def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
-    if "envFrom" in body or "volumeMounts" in body:
-        return DEVICE_RULES
     names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
-    if VISIBLE_DEVICES in names:
-        return DEVICE_RULES
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     managed = {name for name in (*requests, *limits) if is_managed(name)}

@@ -995,6 +995,63 @@ def _privileged(ref: ContainerRef) -> bool:
 
 
 TRUST_HINT = "policy's trustedSchedulers"
+# Where the container holds a GPU (True) or not: what NVIDIA_VISIBLE_DEVICES does there, why that is wrong, and
+# what to do (the variable written, a prefix of envFrom). The native policies read this table too.
+VISIBLE_STATES: Final = {
+    True: (
+        "beside its GPU request",
+        "the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, so the "
+        "container would see GPUs not allocated to it",
+    ),
+    False: ("but requests no GPU", "the NVIDIA container toolkit would expose GPUs without allocating them"),
+}
+VISIBLE_FIXES: Final = {
+    True: ("remove the variable (the device plugin sets it)", "use another prefix"),
+    False: (f"remove the variable or request {NVIDIA_GPU}", f"use another prefix or request {NVIDIA_GPU}"),
+}
+
+
+def visible_devices_line(state: str, why: str, policy: str, fix: str) -> str:
+    """NVIDIA_VISIBLE_DEVICES written in the container (VISIBLE_STATES, VISIBLE_FIXES)."""
+    return f'sets {VISIBLE_DEVICES} {state}; {why} (policy "{policy}"): {fix}'
+
+
+def trust_fix(named: str) -> str:
+    """What a fix adds where the variable comes from a ConfigMap key: `named`, the pod's scheduler
+    (scheduler_named)."""
+    return (
+        f"; if a scheduler sets it (KAI Scheduler's GPU sharing), list that scheduler in the {TRUST_HINT} "
+        f"({named} is not listed)"
+    )
+
+
+def scheduler_named(scheduler: str | None) -> str:
+    return f'spec.schedulerName "{scheduler}"' if scheduler is not None else "no spec.schedulerName"
+
+
+def visible_prefix_line(prefix: str, key: str, state: str, why: str, policy: str, fix: str) -> str:
+    """An envFrom prefix that makes NVIDIA_VISIBLE_DEVICES of the key `key`."""
+    return (
+        f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key "{key}") {state}; {why} '
+        f'(policy "{policy}"): {fix}'
+    )
+
+
+def device_list_line(volume: str, path: str, policy: str) -> str:
+    """A mount under the container toolkit's device-list root."""
+    return (
+        f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give the '
+        f'container the GPUs named there without allocating them (policy "{policy}"); remove the mount and request '
+        f"{NVIDIA_GPU}"
+    )
+
+
+def device_nodes_line(host_path: str, volume: str, policy: str) -> str:
+    """A hostPath of the node's GPU device nodes, mounted."""
+    return (
+        f'mounts hostPath {host_path} (volume "{volume}"): the node\'s GPU device nodes, outside the device '
+        f'plugin\'s allocation (policy "{policy}"); remove the volume and request {NVIDIA_GPU}'
+    )
 
 
 def _visible_devices(ref: ContainerRef, rules: Rules, problems: Problems, holds_gpu: bool, scheduler: Any) -> None:
@@ -1014,47 +1071,29 @@ def _visible_devices(ref: ContainerRef, rules: Rules, problems: Problems, holds_
     if entry is None and "envFrom" not in ref.body:
         return  # the usual case
     policy = rules.policy
-    if holds_gpu:
-        state = "beside its GPU request"
-        why = (
-            "the kubelet puts it after the device plugin's value and the NVIDIA container toolkit keeps the last, "
-            "so the container would see GPUs not allocated to it"
-        )
-    else:
-        state = "but requests no GPU"
-        why = "the NVIDIA container toolkit would expose GPUs without allocating them"
-    where = f'policy "{policy.name}"'
+    state, why = VISIBLE_STATES[holds_gpu]
+    written_fix, prefix_fix = VISIBLE_FIXES[holds_gpu]
     if entry is not None:
         source = entry.get("valueFrom")
         from_config_map = type(source) is dict and type(source.get("configMapKeyRef")) is dict
         if from_config_map and type(scheduler) is str and scheduler in rules.trusted_schedulers:
             return
-        fix = (
-            "remove the variable (the device plugin sets it)"
-            if holds_gpu
-            else f"remove the variable or request {NVIDIA_GPU}"
-        )
+        fix = written_fix
         short = "remove it" if holds_gpu else f"remove it or request {NVIDIA_GPU}"
         if from_config_map:  # the shape a scheduler writes: say how to trust one
-            named = f'spec.schedulerName "{scheduler}"' if type(scheduler) is str else "no spec.schedulerName"
-            fix += (
-                f"; if a scheduler sets it (KAI Scheduler's GPU sharing), list that scheduler in the "
-                f"{TRUST_HINT} ({named} is not listed)"
-            )
+            fix += trust_fix(scheduler_named(scheduler if type(scheduler) is str else None))
             short = f"{short}, or list its scheduler in {TRUST_HINT}"
         _add(
             ref,
             problems,
-            f"sets {VISIBLE_DEVICES} {state}; {why} ({where}): {fix}",
+            visible_devices_line(state, why, policy.name, fix),
             f"sets {VISIBLE_DEVICES} {state}; {short}",
         )
     elif "envFrom" in ref.body and (prefix := visible_devices_prefix(ref.body)) is not None:
-        fix = "use another prefix" if holds_gpu else f"use another prefix or request {NVIDIA_GPU}"
         _add(
             ref,
             problems,
-            f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES} (from a key '
-            f'"{VISIBLE_DEVICES.removeprefix(prefix)}") {state}; {why} ({where}): {fix}',
+            visible_prefix_line(prefix, VISIBLE_DEVICES.removeprefix(prefix), state, why, policy.name, prefix_fix),
             f'envFrom prefix "{prefix}" can set {VISIBLE_DEVICES}; use another prefix',
         )
 
@@ -1070,23 +1109,19 @@ def _device_mounts(ref: ContainerRef, devices: dict[str, str], rules: Rules, pro
     """Device selection past the device plugin through volumes, in an unprivileged container: a mount under the
     container toolkit's device-list root (its `volume-mounts` strategy reads the mount paths there as the
     devices to give, whatever the volume is), or a hostPath of the node's /dev or /dev/nvidia*."""
-    where = f'policy "{rules.policy.name}"'
     for volume, path in volume_mounts(ref.body):
         if DEVICE_LIST_MARK in path and is_device_list_mount(path):
             _add(
                 ref,
                 problems,
-                f'mounts volume "{volume}" at {path}, the NVIDIA container toolkit\'s device list: it would give '
-                f"the container the GPUs named there without allocating them ({where}); remove the mount and "
-                f"request {NVIDIA_GPU}",
+                device_list_line(volume, path, rules.policy.name),
                 f"mounts {_brief(path, 40)}, the toolkit's device list; remove it, request {NVIDIA_GPU}",
             )
         elif volume in devices:
             _add(
                 ref,
                 problems,
-                f'mounts hostPath {devices[volume]} (volume "{volume}"): the node\'s GPU device nodes, outside '
-                f"the device plugin's allocation ({where}); remove the volume and request {NVIDIA_GPU}",
+                device_nodes_line(devices[volume], volume, rules.policy.name),
                 f"mounts hostPath {_brief(devices[volume], 30)}; remove it and request {NVIDIA_GPU}",
             )
 
