@@ -564,7 +564,7 @@ def histories(reads_on: st.SearchStrategy[int]) -> st.SearchStrategy[list[tuple]
         st.tuples(st.just("tick")),
         *pod_lives(),
     )
-    return st.lists(operation, min_size=15, max_size=40)
+    return st.lists(operation, min_size=15, max_size=30)
 
 
 def pod_lives() -> list[st.SearchStrategy[tuple]]:
@@ -712,7 +712,7 @@ def hold_histories() -> st.SearchStrategy[list[tuple]]:
         st.tuples(st.just("race"), writes, writes),
         *pod_lives(),
     )
-    return st.lists(operation, min_size=20, max_size=45)
+    return st.lists(operation, min_size=20, max_size=36)
 
 
 # A create reserved by its own write asks for a hold; the flush takes it; the next create is given room from it;
