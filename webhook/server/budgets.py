@@ -343,7 +343,7 @@ class Budgets:
                     f"recount has not run (see /readyz)"
                 )
             self._warn_if_behind(record)
-            return record.reserved(str(uid), Entry(name, ask.total, scope_of(pod), time.time()))
+            return record.reserved(str(uid), Entry(name, ask.total, scope, time.time()))
 
         deadline = time.monotonic() + CAS_DEADLINE_S  # the whole of it, a recall included: within the timeout
         try:
