@@ -243,14 +243,10 @@ class Cluster:
         moved: set[str] = set()
 
         def edit(record: Record) -> Record | None:
-            holds.abandon(plans)
-            plans[:] = holds.plan(record, NS, float(self.clock), give_back, self.quotas)
-            updated = record
-            for plan in plans:
-                updated = updated.holding(plan.key, plan.hold, plan.given)
+            updated = holds.edit(record, NS, float(self.clock), give_back, self.quotas, plans)
             moved.clear()
             moved.update(uid for plan in plans for uid in plan.given if uid in record.deferred)
-            return updated if plans else None
+            return updated
 
         if self.change(edit):
             holds.settle(plans, self.record)

@@ -319,9 +319,9 @@ class Budgets:
         uid = metadata.get("uid")
         writes = not review.dry_run and isinstance(uid, str) and bool(uid)
         scope = scope_of(pod)
+        entry = Entry(name, ask.total, scope, time.time())  # the pod's reservation, or its room in a hold
         if writes and self.holds is not None and self.view.state() == "current":
             record = self.view.records.get(namespace)
-            entry = Entry(name, ask.total, scope, time.time())
             if record is not None and self.holds.admit(record, quotas, str(uid), entry):
                 metrics.count_budget_admitted("hold")
                 return decision  # from this worker's hold: counted there, written with the next flush
@@ -343,7 +343,7 @@ class Budgets:
                     f"recount has not run (see /readyz)"
                 )
             self._warn_if_behind(record)
-            return record.reserved(str(uid), Entry(name, ask.total, scope, time.time()))
+            return record.reserved(str(uid), entry)
 
         deadline = time.monotonic() + CAS_DEADLINE_S  # the whole of it, a recall included: within the timeout
         try:
@@ -393,9 +393,9 @@ class Budgets:
             return False
 
         def ask_back(current: Record) -> Record | None:
-            asked = {k: dataclasses.replace(h, recalled=now) for k, h in current.holds.items() if k in keys}
-            asked = {k: h for k, h in asked.items() if not current.holds[k].recalled}
-            return dataclasses.replace(current, holds={**current.holds, **asked}) if asked else None
+            asked = {key: hold for key, hold in current.holds.items() if key in keys and not hold.recalled}
+            marked = {key: dataclasses.replace(hold, recalled=now) for key, hold in asked.items()}
+            return dataclasses.replace(current, holds={**current.holds, **marked}) if marked else None
 
         self.ledger.change(namespace, ask_back, deadline)
         log(_log, logging.INFO, f"budget of {namespace}: asked {len(keys)} worker hold(s) back for a pod that fits "
@@ -433,15 +433,10 @@ class Budgets:
         if holds is None:
             return
         plans: list[HoldPlan] = []
+        quotas = self.quotas.quotas(namespace)
 
         def edit(record: Record) -> Record | None:
-            holds.abandon(plans)
-            now = time.time()
-            plans[:] = holds.plan(record, namespace, now, give_back, self.quotas.quotas(namespace))
-            updated = record
-            for plan in plans:
-                updated = updated.holding(plan.key, plan.hold, plan.given)
-            return updated if plans else None
+            return holds.edit(record, namespace, time.time(), give_back, quotas, plans)
 
         try:
             written = self.ledger.change(namespace, edit)

@@ -211,6 +211,25 @@ class Holds:
                 plans.append(HoldPlan(key, hold, {}, None, False, gpus))
         return plans
 
+    def edit(
+        self,
+        record: Record,
+        namespace: str,
+        now: float,
+        give_back: bool,
+        quotas: Iterable[GpuQuota],
+        plans: list[HoldPlan],
+    ) -> Record | None:
+        """A flush's compare-and-swap edit: `record` with this worker's holds of `namespace` as `plan` says (None
+        where there is nothing to write). `plans` keeps what was planned, for `settle` or `abandon`; an earlier
+        attempt's plans (a lost race) are abandoned first."""
+        self.abandon(plans)
+        plans[:] = self.plan(record, namespace, now, give_back, quotas)
+        updated = record
+        for plan in plans:
+            updated = updated.holding(plan.key, plan.hold, plan.given)
+        return updated if plans else None
+
     def abandon(self, plans: list[HoldPlan]) -> None:
         """The write of `plans` did not happen (lost a race, or failed): the holds it closed open again (the
         record still holds them as before)."""

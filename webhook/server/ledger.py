@@ -246,11 +246,10 @@ class Record:
         reserved = sum((entry.gpus for entry in self.entries.values() if selected(entry.scope)), Fraction(0))
         return summed + held + reserved
 
-    def held(self, quota: GpuQuota, but: str = "") -> Fraction:
-        """The GPU-equivalents of the holds that `quota` counts (all but the one of data key `but`)."""
+    def held(self, quota: GpuQuota) -> Fraction:
+        """The GPU-equivalents of the holds that `quota` counts."""
         return sum(
-            (h.gpus for k, h in self.holds.items() if k != but and quota.counts(pod_of(self.namespace, "", h.scope))),
-            Fraction(0),
+            (h.gpus for h in self.holds.values() if quota.counts(pod_of(self.namespace, "", h.scope))), Fraction(0)
         )
 
     def pods(self) -> int:
