@@ -77,10 +77,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# Long runs: 10,000 fuzz examples each, a 5-minute soak, faults under load; then the engine's properties at length.
+# Long runs: 10,000 fuzz examples each, a 5-minute soak, faults under load; then the engine's and the budget
+# recount's properties at length.
 soak: $(STAMP)
 	GPU_ADMISSION_EXAMPLES=10000 $(BIN)/python -m pytest -q -m soak tests
-	GPU_ADMISSION_EXAMPLES=2000 $(BIN)/python -m pytest -q -n 2 tests/test_engine_properties.py
+	GPU_ADMISSION_EXAMPLES=2000 $(BIN)/python -m pytest -q -n 2 tests/test_engine_properties.py tests/test_budget_recount_properties.py
 
 # kustomize reads only files under manifests/: copy the shipped default policy into the ConfigMap generator and
 # the policy-source-cluster component; then write the webhook configurations' entries and matchConditions, the

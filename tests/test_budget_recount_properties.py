@@ -52,6 +52,7 @@ it (`Record.later_than`): the new leader waits until its watch has read as far.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -75,7 +76,13 @@ GRACE = 3  # ticks of the clock from a reservation until it may be released for 
 YOUNG = 2  # ticks a pod stays young for the recount (budget_watch.YOUNG_S): it may be left to the hold that gave it
 SETTLE = 100  # ticks that settle everything: every grace past
 
-EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 400 examples each in `make test` (the pinned `@example`s always run); `make soak` sets GPU_ADMISSION_EXAMPLES
+# for a long run.
+EXAMPLES = settings(
+    max_examples=int(os.environ.get("GPU_ADMISSION_EXAMPLES", "400")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 Weighed = tuple[str, dict, PodAsk]  # the policy's mode, the pod as the engine mutated it, what it holds
