@@ -519,8 +519,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mig-listed: a media-extension profile the model does not have, three, in an init container": (
         "mig-listed", pod(container(), init=(container("setup", limits={"nvidia.com/mig-2g.20gb.me": 3}),)),
     ),
-    "mig: a MIG slice's replica, two, and the shared replica in another container": (
-        "mig", pod(container("a", limits={MIG_1G + ".shared": 2}), container("b", limits={SHARED: 1})),
+    "mig: a MIG slice's replica, two, and the shared replica in two containers, over the pod maximum": (
+        "mig",
+        pod(
+            container("a", limits={MIG_1G + ".shared": 2}),
+            container("b", limits={SHARED: 5}),
+            container("c", limits={SHARED: 4}),
+        ),
     ),
     "mig: a name that is no profile": ("mig", pod(container(limits={"nvidia.com/mig-big": 1}))),
     "mig-single: warn, a MIG profile and the shared replica": (
@@ -541,7 +546,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: three MIG slices, over the maximum, a zero of another": (
         "research", pod(container("a", limits={MIG_1G: 3}), container("b", limits={MIG_2G: "0"})),
     ),
-    "whole: a MIG slice's replica": ("research", pod(container(limits={MIG_1G + ".shared": 1}))),
+    "whole: three of a MIG slice's replica, over the maximum, a name that is no profile": (
+        "research", pod(container("a", limits={MIG_1G + ".shared": 3}), container("b", limits={"nvidia.com/mig-x": 1})),
+    ),
     "shared: a MIG slice, two, and a slice's replica, two": (
         "shared", pod(container("a", limits={MIG_2G: 2}), container("b", limits={MIG_1G + ".shared": 2})),
     ),
