@@ -83,16 +83,16 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return DEVICE_PATHS
     # The resources judged by name (the pool's own, the shared replica where it is another pool's: pools.py),
     # and any other `nvidia.com/mig-*` by prefix.
-    served = set(named(policy))
+    by_name = set(named(policy))
     for section in SECTIONS:
         for body in spec.get(section) or ():
-            found = _container(body, policy, served)
+            found = _container(body, policy, by_name)
             if found is not None:
                 return found
-    return _prefixed_total(spec, policy, served)
+    return _prefixed_total(spec, policy, by_name)
 
 
-def _prefixed_total(spec: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
+def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
     """PREFIXED_TOTALS where a resource judged by prefix has a pod total validation says (`_pod_total`: its
     effective total over the per-pod maximum, unless one container over its own maximum holds it all)."""
     rules = Rules.of(policy)
@@ -102,7 +102,7 @@ def _prefixed_total(spec: dict[str, Any], policy: Policy, served: set[str]) -> G
             limits = (body.get("resources") or {}).get("limits") or {}
             counts: dict[str, int | Fraction] = {}
             for name, raw in limits.items():
-                amount = quantity_or_none(raw) if is_managed(name) and name not in served else None
+                amount = quantity_or_none(raw) if is_managed(name) and name not in by_name else None
                 if amount is not None and amount > 0 and Fraction(amount).denominator == 1:
                     counts[name] = amount
             if counts:
@@ -128,20 +128,20 @@ def _resolved_otherwise(spec: dict[str, Any]) -> bool:
     return False
 
 
-def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
+def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
     names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     managed = {name for name in (*requests, *limits) if is_managed(name)}
     if not managed:
         return None
-    for name in sorted(managed - served):
+    for name in sorted(managed - by_name):
         # By prefix (pools.py): a MIG resource, read by CEL's pattern as by resources.mig_profile_of
         if not name.startswith(MIG_PREFIX) or (re.fullmatch(MIG_RESOURCE_RE2, name) is None) != (
             mig_profile_of(name) is None
         ):
             return OTHER_RESOURCES
-    if any(name not in limits for name in managed - served):
+    if any(name not in limits for name in managed - by_name):
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
     if len(managed) > 1:
         return BOTH_NAMES
