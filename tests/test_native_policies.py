@@ -101,6 +101,13 @@ POLICIES = PolicySet(
             fractional=Fractional.MIG,
             enforcement=Enforcement.WARN,
         ),
+        # an unknown model: any profile is the pool's where none is listed; a listed one is the nodes' layout
+        _policy("mig-any", ("mig-any",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb")),
+        _policy(
+            "mig-any-listed",
+            ("mig-any-listed",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="2g.20gb", mig_profiles=("2g.20gb",)),
+        ),
         _policy(
             "fractions", ("frac",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), fractional=Fractional.SHARED
         ),
@@ -124,7 +131,8 @@ POLICIES = PolicySet(
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
-    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "frac", "mps-frac", "capped", "default", "kube-system",
+    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "mig-any", "mig-any-listed", "frac", "mps-frac",
+    "capped", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -342,6 +350,7 @@ def compare(
 GPU_ = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.10gb"
+MIG_2G = "nvidia.com/mig-2g.20gb"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -502,11 +511,56 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mig: a media-extension profile, requests only": ("mig", pod(container(requests={"nvidia.com/mig-1g.10gb.me": 1}))),
     "mig-single: 300m in place": ("mig-single", pod(container(limits={GPU_: "300m"}))),
     "mig-single: 0.6 more than the slice": ("mig-single", pod(container(limits={GPU_: "0.6"}))),
-    # not covered
+    # another pool's resource: a MIG resource outside the pool's names (by prefix), the shared replica (by name)
     "mig: a profile the model does not have": ("mig", pod(container(limits={"nvidia.com/mig-2g.10gb": 1}))),
     "mig-listed: a profile the nodes do not offer": (
         "mig-listed", pod(container(limits={"nvidia.com/mig-1g.20gb": 1})),
     ),
+    "mig-listed: a media-extension profile the model does not have, three, in an init container": (
+        "mig-listed", pod(container(), init=(container("setup", limits={"nvidia.com/mig-2g.20gb.me": 3}),)),
+    ),
+    "mig: a MIG slice's replica, two, and the shared replica in two containers, over the pod maximum": (
+        "mig",
+        pod(
+            container("a", limits={MIG_1G + ".shared": 2}),
+            container("b", limits={SHARED: 5}),
+            container("c", limits={SHARED: 4}),
+        ),
+    ),
+    "mig: a name that is no profile": ("mig", pod(container(limits={"nvidia.com/mig-big": 1}))),
+    "mig-single: warn, a MIG profile and the shared replica": (
+        "mig-single", pod(container("a", limits={MIG_1G: 2}), container("b", limits={SHARED: 2})),
+    ),
+    "mig-any: any profile is the pool's, two in one container": (
+        "mig-any", pod(container("a", limits={"nvidia.com/mig-2g.20gb": 1}), container("b", limits={MIG_2G: 2})),
+    ),
+    "mig-any: a slice's replica and a name that is no profile": (
+        "mig-any",
+        pod(container("a", limits={MIG_1G + ".shared": 1}), container("b", limits={"nvidia.com/mig-1g": "2"})),
+    ),
+    "mig-any-listed: a profile the nodes do not offer, and the one they do": (
+        "mig-any-listed", pod(container("a", limits={"nvidia.com/mig-1g.10gb.me": 1}), container("b", limits={
+            MIG_2G: 1
+        })),
+    ),
+    "whole: three MIG slices, over the maximum, a zero of another": (
+        "research", pod(container("a", limits={MIG_1G: 3}), container("b", limits={MIG_2G: "0"})),
+    ),
+    "whole: three of a MIG slice's replica, over the maximum, a name that is no profile": (
+        "research", pod(container("a", limits={MIG_1G + ".shared": 3}), container("b", limits={"nvidia.com/mig-x": 1})),
+    ),
+    "shared: a MIG slice, two, and a slice's replica, two": (
+        "shared", pod(container("a", limits={MIG_2G: 2}), container("b", limits={MIG_1G + ".shared": 2})),
+    ),
+    "default: a MIG slice in a sidecar and the app": (
+        "default",
+        pod(container(limits={MIG_2G: 1}), init=(container("log", limits={MIG_2G: 1}, restartPolicy="Always"),)),
+    ),
+    # not covered
+    "mig-listed: an unoffered profile over the pod maximum": (
+        "mig-listed", pod(container("a", limits={MIG_2G: 2}), container("b", limits={MIG_2G: 2})),
+    ),
+    "mig: a profile outside the pool's names, requests only": ("mig", pod(container(requests={MIG_2G + ".me": 1}))),
     "mig: both names": ("mig", pod(container(limits={GPU_: 1, MIG_1G: "0"}))),
     "shared: user's memory variable": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
@@ -641,8 +695,8 @@ NOT_COVERED = {
     "whole: negative": gaps.BUILT_IN_REFUSAL,
     "mig: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
-    "mig: a profile the model does not have": gaps.OTHER_RESOURCES,
-    "mig-listed: a profile the nodes do not offer": gaps.OTHER_RESOURCES,
+    "mig-listed: an unoffered profile over the pod maximum": gaps.PREFIXED_TOTALS,
+    "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "mig: both names": gaps.BOTH_NAMES,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
     "shared: user's memory variable": gaps.USER_ENV,
@@ -653,7 +707,6 @@ NOT_COVERED = {
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole: node selector": gaps.STEERING,
-    "whole: MIG profile": gaps.OTHER_RESOURCES,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
 }
 
@@ -671,7 +724,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (79, 22, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (93, 21, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -718,7 +771,11 @@ RESOURCES = st.one_of(
             )
         },
     ),
-    st.builds(lambda n, q: {"limits": {n: q}}, st.sampled_from((GPU_, SHARED, MIG_1G)), st.sampled_from(QUANTITIES)),
+    st.builds(
+        lambda n, q: {"limits": {n: q}},
+        st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, MIG_1G + ".shared")),
+        st.sampled_from(QUANTITIES),
+    ),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
@@ -1092,8 +1149,8 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 14
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 14
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 16
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 16
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()

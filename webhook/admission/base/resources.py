@@ -30,6 +30,9 @@ MIG_PREFIX = "nvidia.com/mig-"
 SHARED_SUFFIX = ".shared"
 
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)(\.shared)?$")
+# The same names in RE2's syntax, for CEL's `matches` (the native policies): ASCII digits, no trailing newline
+# (a resource name is a qualified name: ASCII, one line, so both read it alike).
+MIG_RESOURCE_RE2 = r"^nvidia\.com/mig-[0-9]+g\.[0-9]+gb(\.me)?(\.shared)?$"
 MIG_PROFILE_PATTERN = r"^[1-9]\d*g\.[1-9]\d*gb(?:\+me)?$"  # also the policy schema's (policyfields.py)
 _MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
 

@@ -28,13 +28,20 @@ FRACTION_VARIABLES = Gap(
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
 )
 OTHER_RESOURCES = Gap(
-    "other GPU resources (AMD, Intel, MIG profiles outside a MIG pool's, memory slices, DeviceClass resources, "
-    "another pool's replicas)",
+    "other GPU resources (AMD, Intel, memory slices, DeviceClass resources)",
     "their pools, amounts and classes are not compiled yet",
 )
 PREFIXED_LIMITS = Gap(
-    "limits copied from requests for Intel, DeviceClass and MIG profile resources (but a MIG pool's own)",
-    "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys",
+    "limits copied from requests for Intel, DeviceClass and MIG profile resources (but a MIG pool's own): a MIG "
+    "profile outside the pool's names asked in requests only",
+    "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys (the "
+    "API server then refuses the request without a limit, where the webhook copies it and says its own lines)",
+)
+PREFIXED_TOTALS = Gap(
+    "the per-pod maximum of a MIG resource outside the pool's names (another pool's profile or replica, any "
+    "profile where the model is unknown) whose pod total is over it",
+    "the pod totals are compiled per resource name, and these names are not known in advance (each container's "
+    "lines for them, its pool's and its maximum's, are compiled)",
 )
 BOTH_NAMES = Gap(
     f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
@@ -109,6 +116,8 @@ class Unsupported(Family):
         found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
+        else:
+            found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
             found += [USER_ENV, ENGINES]
         found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints

@@ -5,12 +5,12 @@ per resource whose pod total is over the per-pod maximum."""
 from __future__ import annotations
 
 from webhook.admission.base.quantity import quantity_text
-from webhook.admission.base.resources import MIG_PREFIX, NVIDIA_GPU, NVIDIA_GPU_SHARED
+from webhook.admission.base.resources import MIG_PREFIX, NVIDIA_GPU, SHARED_SUFFIX
 from webhook.admission.native.cel import all_of, fill, lit, slot
 from webhook.admission.native.containers import SPEC, count, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.migslices import slice_names
+from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -23,21 +23,15 @@ class Maxima(Family):
     name = "maxima"
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
-        return [_container_rule(name, Rules.of(policy)) for name in _names(policy)]
+        rules = Rules.of(policy)
+        found = [_container_rule(name, rules) for name in named(policy)]
+        if shape(policy) is not None:
+            found += [_prefixed_rule(replica, rules) for replica in (False, True)]
+        return found
 
     def lines(self, policy: Policy) -> list[Lines]:
         rules = Rules.of(policy)
-        return [_pod_rule(index, name, rules) for index, name in enumerate(_names(policy))]
-
-
-def _names(policy: Policy) -> list[str]:
-    """The resources whose maxima are compiled: those the covered pods hold (scope.py)."""
-    kind = shape(policy)
-    if kind is None:
-        return []
-    if kind == "mig":
-        return sorted({NVIDIA_GPU, *slice_names(policy)})
-    return sorted({NVIDIA_GPU, backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU_SHARED})
+        return [_pod_rule(index, name, rules) for index, name in enumerate(named(policy))]
 
 
 def _container_rule(name: str, rules: Rules) -> ContainerRule:
@@ -45,7 +39,6 @@ def _container_rule(name: str, rules: Rules) -> ContainerRule:
     policy = rules.policy
     mode = policy.sharing.mode
     exprs = {"shown": value("limits", name), "count": f"string({count(name)})"}
-    shown = quantity_text(SHOWN)  # a quantity as the API server serializes it: a short string, quoted
     many = backend_of(policy).many_replicas(policy, COUNT)
     if name == NVIDIA_GPU and rules.mapping_target is not None:  # left as written: over the target's maximum
         target = rules.mapping_target
@@ -58,14 +51,36 @@ def _container_rule(name: str, rules: Rules) -> ContainerRule:
         else:
             sentence = validate.over_container_maximum_line(what, maximum, policy.name)
     else:
-        maximum = rules.container_maximum(name)
-        if rules.one_shared_replica and rules.is_replica(name):
-            sentence = validate.one_share_line(name, shown, mode, policy.name, many)
-        elif rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
-            sentence = validate.one_slice_line(f"{name} {shown}", policy.name)
-        else:
-            sentence = validate.over_container_maximum_line(f"{name} {shown}", maximum, policy.name)
+        maximum, sentence = _over_maximum(name, name, rules)
     return ContainerRule(all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs))
+
+
+def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:
+    """The per-container maximum of `name` and validation's sentence for a container over it (`_resource`),
+    naming the resource `written` (`name` itself, or a slot where the name is the container's)."""
+    policy = rules.policy
+    maximum = rules.container_maximum(name)
+    shown = quantity_text(SHOWN)  # a quantity as the API server serializes it: a short string, quoted
+    if rules.one_shared_replica and rules.is_replica(name):
+        many = backend_of(policy).many_replicas(policy, COUNT)
+        return maximum, validate.one_share_line(written, shown, policy.sharing.mode, policy.name, many)
+    if rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
+        return maximum, validate.one_slice_line(f"{written} {shown}", policy.name)
+    return maximum, validate.over_container_maximum_line(f"{written} {shown}", maximum, policy.name)
+
+
+def _prefixed_rule(replica: bool, rules: Rules) -> ContainerRule:
+    """Each `nvidia.com/mig-*` limit outside the resources judged by name (pools.prefixed) over its maximum: a
+    MIG slice's replica (`*.shared`, `replica`) is held to the replicas' maximum, any other to the slices'. The
+    rule and sentence are those of such a name (`example`), with the container's name and quantity in it."""
+    example = MIG_PREFIX + "example" + (SHARED_SUFFIX if replica else "")
+    assert rules.is_replica(example) == replica and not rules.is_replica(MIG_PREFIX + "example")
+    maximum, sentence = _over_maximum(example, NAME, rules)
+    suffix = f"{KEY}.endsWith({lit(SHARED_SUFFIX)})"
+    keep = f"{held(rules.policy, maximum)} && {'' if replica else '!'}{suffix}"
+    exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
+    condition, sentences = each_key(keep, fill(sentence, exprs))
+    return ContainerRule(condition, sentences, many=True)
 
 
 def _pod_rule(index: int, name: str, rules: Rules) -> Lines:

@@ -8,6 +8,7 @@ namespace without the webhook loses (docs/native-policies.md).
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -15,6 +16,7 @@ from webhook.admission.base.podspec import (
     DEVICE_LIST_MARK,
     DEVICE_PATH_MARK,
     POD_SPEC_PATHS,
+    ContainerRef,
     controller_reference,
     get_path,
     host_paths,
@@ -24,7 +26,7 @@ from webhook.admission.base.podspec import (
     volume_mounts,
 )
 from webhook.admission.base.quantity import quantity_or_none
-from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
+from webhook.admission.base.resources import MIG_PREFIX, MIG_RESOURCE_RE2, NVIDIA_GPU, is_managed, mig_profile_of
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import userenv
 from webhook.admission.native.devices import device_list_path, device_nodes_path
@@ -38,16 +40,19 @@ from webhook.admission.native.gaps import (
     ENGINES,
     EPHEMERAL,
     OTHER_RESOURCES,
+    PREFIXED_LIMITS,
+    PREFIXED_TOTALS,
     RECORDED,
     STEERING,
     USER_ENV,
     mode_gap,
     shape,
 )
-from webhook.admission.native.migslices import slice_names
+from webhook.admission.native.pools import named
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV
 from webhook.admission.phases.reapply import RECORD
+from webhook.admission.phases.validate import Holders, Rules, effective_total
 from webhook.admission.policy.model import Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -76,19 +81,36 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return STEERING
     if policy.block_visible_devices_override and _resolved_otherwise(spec):
         return DEVICE_PATHS
-    # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py); MIG: the pool's
-    # slices by name (migslices.py).
-    if carried == "whole":
-        served = {NVIDIA_GPU, NVIDIA_GPU_SHARED}
-    elif carried == "mig":
-        served = {NVIDIA_GPU, *slice_names(policy)}
-    else:
-        served = {NVIDIA_GPU, policy.sharing.resource_name}
+    # The resources judged by name (the pool's own, the shared replica where it is another pool's: pools.py),
+    # and any other `nvidia.com/mig-*` by prefix.
+    by_name = set(named(policy))
     for section in SECTIONS:
         for body in spec.get(section) or ():
-            found = _container(body, policy, served)
+            found = _container(body, policy, by_name)
             if found is not None:
                 return found
+    return _prefixed_total(spec, policy, by_name)
+
+
+def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
+    """PREFIXED_TOTALS where a resource judged by prefix has a pod total validation says (`_pod_total`: its
+    effective total over the per-pod maximum, unless one container over its own maximum holds it all)."""
+    rules = Rules.of(policy)
+    holders: Holders = []
+    for section in SECTIONS:
+        for index, body in enumerate(spec.get(section) or ()):
+            limits = (body.get("resources") or {}).get("limits") or {}
+            counts: dict[str, int | Fraction] = {}
+            for name, raw in limits.items():
+                amount = quantity_or_none(raw) if is_managed(name) and name not in by_name else None
+                if amount is not None and amount > 0 and Fraction(amount).denominator == 1:
+                    counts[name] = amount
+            if counts:
+                holders.append((ContainerRef(section, index, body), counts))
+    for name in sorted({name for _, counts in holders for name in counts}):
+        total, running = effective_total(holders, name)
+        if total > rules.max_per_pod and not (len(running) == 1 and total > rules.container_maximum(name)):
+            return PREFIXED_TOTALS
     return None
 
 
@@ -106,15 +128,21 @@ def _resolved_otherwise(spec: dict[str, Any]) -> bool:
     return False
 
 
-def _container(body: dict[str, Any], policy: Policy, served: set[str]) -> Gap | None:
+def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
     names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     managed = {name for name in (*requests, *limits) if is_managed(name)}
     if not managed:
         return None
-    if not managed <= served:
-        return OTHER_RESOURCES
+    for name in sorted(managed - by_name):
+        # By prefix (pools.py): a MIG resource, read by CEL's pattern as by resources.mig_profile_of
+        if not name.startswith(MIG_PREFIX) or (re.fullmatch(MIG_RESOURCE_RE2, name) is None) != (
+            mig_profile_of(name) is None
+        ):
+            return OTHER_RESOURCES
+    if any(name not in limits for name in managed - by_name):
+        return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
     if len(managed) > 1:
         return BOTH_NAMES
     if shape(policy) == "shared":

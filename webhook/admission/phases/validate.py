@@ -875,15 +875,25 @@ def _served(ref: ContainerRef, name: str, raw: Any, rules: Rules, problems: Prob
     )
 
 
+# What another pool's resource is, in a few words, by what `served_what` finds first (the native policies say
+# the same words, tested in the same order).
+SERVED_WHAT: Final = {
+    "shared": "a shared GPU",
+    "memory": "a memory-sliced GPU resource",
+    "mig": "a MIG slice",
+    "other": "an NVIDIA resource",
+}
+
+
 def served_what(name: str) -> str:
     """What another pool's resource is, in a few words."""
     if is_shared(name):
-        return "a shared GPU"
+        return SERVED_WHAT["shared"]
     if name in MEMORY_SLICE_RESOURCES:
-        return "a memory-sliced GPU resource"
+        return SERVED_WHAT["memory"]
     if mig_profile_of(name) is not None:
-        return "a MIG slice"
-    return "an NVIDIA resource"
+        return SERVED_WHAT["mig"]
+    return SERVED_WHAT["other"]
 
 
 def not_served_line(name: str, shown: str, what: str, policy: str, gives: str, instead: str) -> str:

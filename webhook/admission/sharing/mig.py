@@ -80,6 +80,28 @@ def slice_words(profile: str, count: str, amount: Fraction) -> str:
     return f"{'one' if amount == 1 else count} {profile} MIG slice{'s' if amount != 1 else ''}"
 
 
+def missing_profile_line(
+    name: str, shown: str, profile: str, model: GPUModel, policy: str, offered: tuple[str, ...] | None
+) -> str:
+    """A MIG profile the policy's model does not have (`served_profile`; template: the native policies fill it
+    too). The advice is what the nodes offer: another profile of the model that they do not offer would be the
+    next denial."""
+    choices = [p.name for p in offered_profiles(model, offered)] or model.profile_names()
+    return (
+        f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
+        f'(policy "{policy}"); use one of {", ".join(choices)}'
+    )
+
+
+def unoffered_profile_line(name: str, shown: str, profile: str, policy: str, offered: tuple[str, ...]) -> str:
+    """A MIG profile the nodes' layout (`migProfiles`) does not offer (`served_profile`; template: the native
+    policies fill it too)."""
+    return (
+        f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
+        f'(policy "{policy}" offers {", ".join(offered)}): the pod would stay Pending; use one of those'
+    )
+
+
 class Mig(SharingBackend):
     name = "mig"
     hands_out = "mig-slice"
@@ -163,19 +185,13 @@ class Mig(SharingBackend):
         if rules.any_mig_profile or is_single(policy.sharing):
             return True if rules.any_mig_profile else None
         if model is not None and model.profile(profile) is None:
-            # The advice is what the nodes offer: another profile of the model that they do not offer would be
-            # the next denial.
-            choices = [p.name for p in offered_profiles(model, rules.offered)] or model.profile_names()
             return (
-                f"{name} {shown} asks for MIG profile {profile}, which {model.name} does not have "
-                f'(policy "{policy.name}"); use one of {", ".join(choices)}',
+                missing_profile_line(name, shown, profile, model, policy.name, rules.offered),
                 f"no such MIG profile on {model.name}; ask for one it has",
             )
         if rules.offered is not None:
             return (
-                f"{name} {shown} asks for MIG profile {profile}, which the nodes' MIG layout does not offer "
-                f'(policy "{policy.name}" offers {", ".join(rules.offered)}): the pod would stay Pending; '
-                "use one of those",
+                unoffered_profile_line(name, shown, profile, policy.name, rules.offered),
                 "not offered here; ask for a MIG slice the policy lists",
             )
         return None
