@@ -1001,6 +1001,20 @@ def test_a_claim_is_written_as_format_fraction_writes_it() -> None:
         assert kube_cel.evaluate(formatted("u0"), {"u0": u}) == format_fraction(Fraction(u, 10**4))
 
 
+def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_webhook() -> None:
+    """Ten million replicas: a 12-digit number times the share's denominator is past int64, so no value is read
+    (and fractions, whose appended values would go unjudged, are not compiled): both are gaps."""
+    from webhook.admission.native import fractions, userenv
+
+    many = _policy(
+        "many", ("many",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=10**7), fractional=Fractional.SHARED
+    )
+    assert userenv.readings(many) == {}
+    assert fractions.unsupported(many) == gaps.FRACTION_VARIABLES
+    obj = decoded(pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])))
+    assert outside(obj, many) == gaps.USER_VALUES
+
+
 # fractional: mig on another model (the A30 cuts its memory in quarters), single and mixed, and the corpus's.
 MIG_POLICIES = PolicySet(
     (

@@ -197,9 +197,12 @@ def _suggested(policy: Policy, name: str) -> Formula | None:
 def suggestions(policy: Policy) -> dict[str, Formula] | None:
     """The value validation's line tells the user to write at a converted fraction of k nanos (`_suggested`), for
     each variable the native set judges there (memvars.py): those `userenv.readings` reads, and the policy's own;
-    None where one cannot be written."""
+    None where one cannot be written, or where `readings` reads none (a share past its integers)."""
     backend = backend_of(policy)
-    names = [*readings(policy), *(name for name, _ in Rules.of(policy).own_memory_values)]
+    read = readings(policy)
+    if not read and Rules.of(policy).share is not None:
+        return None  # the values mutation writes (CuPy's 1% over a fraction below it) would go unjudged
+    names = [*read, *(name for name, _ in Rules.of(policy).own_memory_values)]
     found: dict[str, Formula] = {}
     for name in dict.fromkeys(names):
         if name not in MEMORY_VARIABLES or not backend.judges_variable(name):
@@ -312,19 +315,25 @@ class FractionalShares(Family):
         return [ContainerRule(over, fill(sentence, {"asked": recorded}))]
 
 
+RECORDED = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"  # an env entry `e` is a recorded fraction
+WRITTEN = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")  # format_fraction's text for a value in (0, 1)
+
+
+def recorded_units(first: str) -> str:
+    """The recorded fraction in the env entry `first` (as mutation writes it) in units of 10^-PLACES (a CEL int)."""
+    return f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
+
+
 def recorded_fraction(holder: str) -> tuple[str, str, str]:
     """CEL of a container `c` (a `holder`) whose first recorded fraction is as mutation writes it
     (format_fraction's text for a value in (0, 1)): the condition, its text and its value in units of
     10^-PLACES (an int)."""
-    named = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"
-    first = f"c.env.filter(e, {named})[0]"
-    written = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")
-    asked = f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
+    first = f"c.env.filter(e, {RECORDED})[0]"
     condition = all_of(
         [
             holder,
-            f"has(c.env) && c.env.exists(e, {named})",
-            f"has({first}.value) && {first}.value.matches({written})",
+            f"has(c.env) && c.env.exists(e, {RECORDED})",
+            f"has({first}.value) && {first}.value.matches({WRITTEN})",
         ]
     )
-    return condition, f"{first}.value", asked
+    return condition, f"{first}.value", recorded_units(first)

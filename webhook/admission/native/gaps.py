@@ -46,7 +46,8 @@ USER_VALUES = Gap(
     "percent of one, or a whole byte count where the GPU's memory is known)",
     "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
     "a/b, underscores, spaces, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal only "
-    "(ASCII digits and one point, as integers: a longer one could overflow them); the native set keeps the "
+    "(ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
+    "int64's reach, could overflow them); the native set keeps the "
     "container's value and adds each of its variables the container does not set",
 )
 USER_CONFIG = Gap(

@@ -78,9 +78,9 @@ def _owns(own: dict[str, tuple[int, int]]) -> str:
 def _policy_values(own: dict[str, tuple[int, int]], index: str) -> str:
     """CEL of `c`'s variables that hold the policy's own values, in env order, as `_plain` gives them."""
     owns = _owns(own)
-    return (
-        f"c.env.filter(e, has(e.name) && has(e.value) && ({KEY}) in {owns}).map(e, [{index}[e.name]] + {owns}[{KEY}])"
-    )
+    names = strings(dict.fromkeys(key.split("=", 1)[0] for key in own))
+    kept = f"has(e.name) && e.name in {names} && has(e.value) && ({KEY}) in {owns}"
+    return f"c.env.filter(e, {kept}).map(e, [{index}[e.name]] + {owns}[{KEY}])"
 
 
 class MemoryVariables(Family):
@@ -134,9 +134,12 @@ class MemoryVariables(Family):
             said = fill(line, {**filled, "portion": portion, "setting": setting})
             over = f"m ? x[1] * {unit} > a * x[2] : x[1] * {q} > {p} * x[2]"
             values = f"{plain} + (m ? {_policy_values(own, index)} : [])" if own else plain
-            held, text, asked = fractions.recorded_fraction(holds("limits", replica))
+            # the container's recorded fractions, found once (`c.env` is there: the rule's condition)
+            written = f"size(r) > 0 && has(r[0].value) && r[0].value.matches({fractions.WRITTEN})"
             judged = bind(f"a >= 0 && a * {q} < {p * unit}", "m", f"({values}).filter(x, {over}).map(x, {said})")
-            listed = bind(f"({held}) ? {asked} : -1", "a", bind(f"({held}) ? {text} : ''", "t", judged))
+            units = bind(f"({written}) ? {fractions.recorded_units('r[0]')} : -1", "a", judged)
+            text = bind(f"({written}) ? r[0].value : ''", "t", units)
+            listed = bind(f"c.env.filter(e, {fractions.RECORDED})", "r", text)
         named = f"has(e.name) && e.name in {strings(names)} && has(e.value)"
         condition = f"{holds('limits', replica)} && has(c.env) && c.env.exists(e, {named})"
         return [ContainerRule(condition, listed, many=True, maybe_empty=True)]
