@@ -480,6 +480,91 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             )
         ),
     ),
+    # a container's own memory variable with a plain decimal value, judged against its share as the webhook does:
+    # at it, just below and just above (a claim rounded down to 4 places, the same text as the share's), in
+    # every form (leading and trailing zeros, no digit before or after the point, CuPy's percent and bytes)
+    "shared: the user's memory variables at one replica's share, just below it, and neither judged (CuPy's bytes "
+    "with the GPU's memory unknown, no number)": (
+        "shared",
+        pod(
+            container("at", limits={GPU_: 1}, env=[
+                {"name": "GPU_MEMORY_FRACTION", "value": "0.250"},
+                {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": ".25"},
+                {"name": "XLA_CLIENT_MEM_FRACTION", "value": "00.2500"},
+                {"name": "CUDA_MEMORY_FRACTION", "value": "0.25"},
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "25.%"},
+            ]),
+            container("below", limits={GPU_: 1}, env=[
+                {"name": "GPU_MEMORY_FRACTION", "value": "0.2499"},
+                {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0"},
+                {"name": "CUDA_MEMORY_FRACTION", "value": ".24999999999"},
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "24.99%"},
+            ]),
+            container("neither", limits={GPU_: 1}, env=[
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "90000000000"},
+                {"name": "GPU_MEMORY_FRACTION", "value": "most"},
+                {"name": "CUDA_MEMORY_FRACTION", "value": "."},
+            ]),
+        ),
+    ),
+    "shared: the user's memory variables just above one replica's share, in env order": (
+        "shared",
+        pod(container(limits={GPU_: 1}, env=[
+            {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "25.01%"},
+            {"name": "GPU_MEMORY_FRACTION", "value": "0.2501"},
+            {"name": "A", "value": "x"},
+            {"name": "XLA_CLIENT_MEM_FRACTION", "value": "0.250000001"},
+            {"name": "CUDA_MEMORY_FRACTION", "value": "1."},
+            {"name": "TF_FORCE_GPU_ALLOW_GROWTH", "value": "false"},
+        ]), init=(container("setup", limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.90"}]),)),
+    ),
+    "mps: warn, CuPy's bytes at a quarter of 80 GiB and one over, TGI's not judged under MPS": (
+        "mps-1",
+        pod(
+            container("at", limits={GPU_: 1}, env=[
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "21474836480"},
+                {"name": "CUDA_MEMORY_FRACTION", "value": "0.9"},
+            ]),
+            container("above", limits={GPU_: 1}, env=[
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "21474836481"},
+                {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0.3"},
+            ]),
+        ),
+    ),
+    "fractions: 100m, the user's variables at the converted fraction, below and above it; 400m over the share, "
+    "a variable over one replica's share after it": (
+        "frac",
+        pod(
+            container("at", limits={GPU_: "100m"}, env=[
+                {"name": "GPU_MEMORY_FRACTION", "value": "0.1"},
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "10%"},
+            ]),
+            container("below", limits={GPU_: "100m"}, env=[
+                {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0.0999"},
+                {"name": "CUDA_MEMORY_FRACTION", "value": "0.09"},
+            ]),
+            container("above", limits={GPU_: "100m"}, env=[
+                {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "0.1000000001"},
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "10.5%"},
+                {"name": "GPU_MEMORY_FRACTION", "value": "0.25"},
+            ]),
+            container("over", limits={GPU_: "400m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.3"}]),
+        ),
+    ),
+    "mps-fractions: 5m, the user's JAX fraction above it, the policy's own others": (
+        "mps-frac",
+        pod(container(limits={GPU_: "5m"}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": "0.006"}])),
+    ),
+    "shared-tie: 300m, the user's fraction at one replica's share, above the converted one": (
+        "a-team", pod(container(limits={GPU_: "300m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.5"}])),
+    ),
+    "capped: 100m, the policy's own value set by the user said after the user's other": (
+        "capped",
+        pod(container(limits={GPU_: "100m"}, env=[
+            {"name": "GPU_MEMORY_FRACTION", "value": "0.2"},
+            {"name": "CUDA_MEMORY_FRACTION", "value": "0.15"},
+        ])),
+    ),
     # MIG slices: nvidia.com/gpu: N renamed to the policy's profile, a fraction to the smallest slice holding it
     "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "mig: two GPUs, one slice per container": ("mig", pod(container(limits={GPU_: 2}))),
@@ -567,6 +652,18 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "capped: the user's GPU_MEMORY_FRACTION over the share": (
         "capped", pod(container(limits={GPU_: "100m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "2e-1"}])),
+    ),
+    "shared: the user's memory variable with an exponent": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "9e-1"}])),
+    ),
+    "shared: the user's memory variable with a sign": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": "+0.9"}])),
+    ),
+    "shared: the user's memory variable with spaces": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90%"}])),
+    ),
+    "fractions: 100m, the user's memory variable longer than 12 characters": (
+        "frac", pod(container(limits={GPU_: "100m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.10000000001"}])),
     ),
     "shared-tie: the user's PYTORCH_ALLOC_CONF": (
         "a-team",
@@ -699,9 +796,12 @@ NOT_COVERED = {
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "mig: both names": gaps.BOTH_NAMES,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
-    "shared: user's memory variable": gaps.USER_ENV,
-    "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_ENV,
-    "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_ENV,
+    "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
+    "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_CONFIG,
+    "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
+    "shared: the user's memory variable with a sign": gaps.USER_VALUES,
+    "shared: the user's memory variable with spaces": gaps.USER_VALUES,
+    "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
     "shared: vLLM": gaps.ENGINES,
     "shared: both names": gaps.BOTH_NAMES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
@@ -724,7 +824,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (93, 21, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (101, 24, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -855,8 +955,9 @@ FRACTION_NATIVE = compile_native(FRACTION_POLICIES, EXCLUDED)
 FRACTION_BESIDE = compile_native(FRACTION_POLICIES, EXCLUDED, beside_webhook=True)
 
 
-# ENV's, and a container's own variables: one no line reads, and memory variables from a Secret and a ConfigMap
-# (kept, JAX's pair skipped, none judged).
+# ENV's, and a container's own variables: one no line reads, memory variables from a Secret and a ConfigMap
+# (kept, JAX's pair skipped, none judged), and plain values judged against the fraction (CuPy's 1% as the policy
+# writes it below 1%).
 FRACTION_ENV = st.sampled_from(
     (
         *ENV.elements,
@@ -865,6 +966,7 @@ FRACTION_ENV = st.sampled_from(
             {"name": "XLA_CLIENT_MEM_FRACTION", "valueFrom": FROM_SECRET},
             {"name": "CUPY_GPU_MEMORY_LIMIT", "valueFrom": FROM_MAP},
         ],
+        [{"name": "CUPY_GPU_MEMORY_LIMIT", "value": "1%"}, {"name": "GPU_MEMORY_FRACTION", "value": "0.3"}],
     )
 )
 
@@ -902,6 +1004,72 @@ def test_every_fraction_agrees_with_the_webhook(
     resources = {"requests" if requested else "limits": {GPU_: fraction}}
     obj = as_kind(kind, pod(container(**resources, env=env)))
     compare(namespace, obj, FRACTION_POLICIES, FRACTION_NATIVE, FRACTION_BESIDE)
+
+
+# A container's own memory variable: plain decimals of every shape up to 12 characters, and the shares' neighbours
+# (1/4, 1/2 and the converted fractions' 0.1, 0.3, 0.005), where a claim just over is written as the share.
+NEIGHBOURS = ("0.25", "0.2500", "0.2499", "0.2501", "0.250000001", ".1", "0.0999", "0.1000001", "0.00501", "0.3001")
+OWN_VARIABLES = (
+    "GPU_MEMORY_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION", "CUDA_MEMORY_FRACTION",
+    "CUPY_GPU_MEMORY_LIMIT",
+)  # fmt: skip
+
+
+@st.composite
+def plain_decimals(draw: st.DrawFn) -> str:
+    """ASCII digits with at most one point, a digit on one side of it at least; at most 12 characters."""
+    whole = draw(st.text("0123456789", max_size=3))
+    point = draw(st.booleans()) or not whole
+    fraction = draw(st.text("0123456789", min_size=0 if whole else 1, max_size=11 - len(whole))) if point else ""
+    return whole + ("." if point else "") + fraction
+
+
+@st.composite
+def own_variables(draw: st.DrawFn) -> dict[str, str]:
+    name = draw(st.sampled_from(OWN_VARIABLES))
+    number = draw(st.one_of(plain_decimals(), st.sampled_from(NEIGHBOURS)))
+    if name == "CUPY_GPU_MEMORY_LIMIT":  # a percent, or bytes about a quarter of 80 GiB
+        bytes_ = draw(st.integers(21474836480 - 2, 21474836480 + 2).map(str))
+        number = draw(st.sampled_from((f"{number[:11]}%", bytes_)))
+    return {"name": name, "value": number}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("shared", "mps-1", "frac", "mps-frac", "a-team", "capped")),
+    gpu=st.sampled_from((1, "100m", "300m", "5m")),
+    env=st.lists(own_variables(), min_size=1, max_size=3),
+)
+def test_a_plain_decimal_of_the_containers_own_is_judged_as_the_webhook_does(
+    namespace: str, gpu: int | str, env: list[dict[str, str]]
+) -> None:
+    """Its claim over the share, exact in integers, and written rounded down as the engine writes it: the same
+    verdict and lines, never a gap of its own (a fraction where the policy does not convert it: the API server's)."""
+    assert compare(namespace, pod(container(limits={GPU_: gpu}, env=env))) in (None, gaps.BUILT_IN_REFUSAL)
+
+
+def test_a_claim_is_written_as_format_fraction_writes_it() -> None:
+    """The CEL of format_fraction for a value in units of 10^-4: whole part, point, the digits but trailing zeros."""
+    from webhook.admission.base.quantity import format_fraction
+    from webhook.admission.native.fractions import formatted
+
+    units = (0, 1, 9, 10, 99, 100, 1000, 1001, 1010, 1100, 9999, 10000, 10001, 12345, 120000, 10**12 + 7)
+    for u in units:
+        assert kube_cel.evaluate(formatted("u0"), {"u0": u}) == format_fraction(Fraction(u, 10**4))
+
+
+def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_webhook() -> None:
+    """Ten million replicas: a 12-digit number times the share's denominator is past int64, so no value is read
+    (and fractions, whose appended values would go unjudged, are not compiled): both are gaps."""
+    from webhook.admission.native import fractions, userenv
+
+    many = _policy(
+        "many", ("many",), sharing=Sharing(mode=Mode.TIME_SLICING, replicas=10**7), fractional=Fractional.SHARED
+    )
+    assert userenv.readings(many) == {}
+    assert fractions.unsupported(many) == gaps.FRACTION_VARIABLES
+    obj = decoded(pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])))
+    assert outside(obj, many) == gaps.USER_VALUES
 
 
 # fractional: mig on another model (the A30 cuts its memory in quarters), single and mixed, and the corpus's.
@@ -1155,19 +1323,10 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
     lint_native(POLICIES, warned)
+    carried = f"{gaps.USER_VALUES.rule}; {gaps.USER_CONFIG.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)"
     assert warned.getvalue().splitlines() == [
-        f"warning: policy shared (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy mps (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; {gaps.ENGINES.rule} "
-        "(docs/native-policies.md)",
-        f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"warning: policy {name} (<built-in>): its native policies do not carry {carried}"
+        for name in ("shared", "mps", "shared-tie", "fractions", "mps-fractions", "capped")
     ]
 
 

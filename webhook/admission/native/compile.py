@@ -118,7 +118,8 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
             for rule in rules
         )
         broken = " || ".join(f"({rule.condition})" for rule in rules)
-        found.append(Lines(each(section, broken, f"({said}).join({lit(chr(10))})")))
+        lines = each(section, broken, f"({said}).join({lit(chr(10))})")
+        found.append(Lines(f"{lines}.filter(s, s != '')" if any(rule.maybe_empty for rule in rules) else lines))
     return found
 
 

@@ -16,10 +16,9 @@ are the policy's own whatever the fraction (mutate._env), uncapped. A policy wit
 is a gap: the native set leaves those fractions as written, and the API server refuses them as not an integer.
 
 Validation reads the recorded fraction back: its line for one over one replica's share (`_within_share`), then
-one line per variable of the policy's that claims more than a recorded fraction below that share
-(`_memory_variables`, envhints.memory_claim): under `memoryFraction` each variable's claim, a constant; else only
-CuPy's whole percent, at least 1%, is more than the fraction it is written for (below 1%). The value the line
-tells the user to write is the engine's (envhints.memory_value) at the recorded fraction, in the same integers.
+its lines for the memory variables judged against a recorded fraction below that share (`_memory_variables`:
+memvars.py, which reads the recorded fraction with `recorded_fraction` and the value each line tells the user to
+write with `suggestions`: envhints.memory_value at the recorded fraction, in the same integers).
 """
 
 from __future__ import annotations
@@ -44,9 +43,9 @@ from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nan
 from webhook.admission.native.containers import any_managed, each, holds, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
-from webhook.admission.native.userenv import appends, holds_value, sets
+from webhook.admission.native.userenv import appends, readings, sets
 from webhook.admission.phases import validate
-from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_claim, memory_value
+from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_value
 from webhook.admission.phases.mutate import RECORDED_FRACTION
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Fractional, Policy
@@ -62,17 +61,30 @@ def _padded(number: str, width: int) -> str:
     return f"{zeros} + string({number})" if zeros else f"string({number})"
 
 
+def places(d: str) -> str:
+    """The digits after format_fraction's point for `d` (a CEL int in (0, 10^PLACES), in units of 10^-PLACES):
+    PLACES of them, its trailing zeros dropped."""
+    choices = "'0'"
+    for width in range(PLACES, 0, -1):  # the fewest digits that say it, tried first
+        step = 10 ** (PLACES - width)
+        digits = _padded(f"({d} / {step})", width)
+        choices = digits if width == PLACES else f"{d} % {step} == 0 ? {digits} : ({choices})"
+    return choices
+
+
 def decimal(numerator: str, denominator: int) -> str:
     """format_fraction(numerator / denominator) for a value in [0, 1) (a CEL string): rounded down to PLACES
     decimal places, its trailing zeros dropped, "0" for nothing."""
     unit = 10**PLACES
     assert denominator % unit == 0, "a denominator that PLACES decimal places divide"
-    choices = "'0'"
-    for width in range(PLACES, 0, -1):  # the fewest digits that say it, tried first
-        step = 10 ** (PLACES - width)
-        digits = _padded(f"(d / {step})", width)
-        choices = digits if width == PLACES else f"d % {step} == 0 ? {digits} : ({choices})"
-    return bind(f"({numerator}) / {denominator // unit}", "d", f"d == 0 ? '0' : '0.' + ({choices})")
+    return bind(f"({numerator}) / {denominator // unit}", "d", f"d == 0 ? '0' : '0.' + ({places('d')})")
+
+
+def formatted(units: str) -> str:
+    """format_fraction of a non-negative value `units` (a CEL int) in units of 10^-PLACES, whole part and all."""
+    unit = 10**PLACES
+    fraction = bind(f"u % {unit}", "d", f"d == 0 ? '' : '.' + ({places('d')})")
+    return bind(units, "u", f"string(u / {unit}) + {fraction}")
 
 
 def _percent(k: str) -> str:
@@ -113,8 +125,9 @@ def _numbers(policy: Policy) -> dict[str, Number]:
         PYTORCH_CUDA_ALLOC_CONF: written,
         CUPY_LIMIT: percent,
         MPS_THREAD_PERCENTAGE: percent,
-        JAX_FRACTION_VARS[0]: Number(_jax(memory), lambda f: format_fraction(jax_fraction(f, memory))),
     }
+    for name in JAX_FRACTION_VARS:  # both are read alike (envhints.memory_value); the policy writes the first
+        found[name] = Number(_jax(memory), lambda f: format_fraction(jax_fraction(f, memory)))
     if memory:  # MPS's pinned memory: the MiB of the GPU's memory, rounded down
         found[MPS_MEMORY_LIMIT] = Number(lambda k: f"string({k} * {memory} / {NANO})", lambda f: str(int(f * memory)))
     return found
@@ -181,42 +194,29 @@ def _suggested(policy: Policy, name: str) -> Formula | None:
     return _around(template, number)
 
 
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """A variable of the policy's that validation judges against the container's recorded fraction
-    (validate._memory_variables): what it lets its framework take, where the recorded fraction is less."""
-
-    name: str
-    written: str  # its value, as mutation writes it
-    claim: Fraction
-    suggested: Formula
-
-
-def _judged(policy: Policy) -> list[Judged] | None:
-    """The policy's variables that may be over a converted fraction's share, in the engine's order; None where
-    the line for one cannot be written. Under `memoryFraction` the variables are the policy's own, each judged
-    at what it claims; else each is written for the fraction, rounded down, and only CuPy's whole percent, at
-    least 1%, is more than a fraction below 1% (its value is then the same for every such fraction)."""
-    found: list[Judged] = []
-    memory = policy.gpu_memory_mib
+def suggestions(policy: Policy) -> dict[str, Formula] | None:
+    """The value validation's line tells the user to write at a converted fraction of k nanos (`_suggested`), for
+    each variable the native set judges there (memvars.py): those `userenv.readings` reads, and the policy's own;
+    None where one cannot be written, or where `readings` reads none (a share past its integers)."""
     backend = backend_of(policy)
-    fraction = policy.memory_fraction
-    for hint in hints_for(policy, fraction if fraction is not None else PERCENT / 2):
-        if hint.name not in MEMORY_VARIABLES or not backend.judges_variable(hint.name):
+    read = readings(policy)
+    if not read and Rules.of(policy).share is not None:
+        return None  # the values mutation writes (CuPy's 1% over a fraction below it) would go unjudged
+    names = [*read, *(name for name, _ in Rules.of(policy).own_memory_values)]
+    found: dict[str, Formula] = {}
+    for name in dict.fromkeys(names):
+        if name not in MEMORY_VARIABLES or not backend.judges_variable(name):
             continue
-        claim = memory_claim(hint.name, hint.value, memory)
-        if claim is None or (fraction is None and hint.name != CUPY_LIMIT):
-            continue
-        suggested = _suggested(policy, hint.name)
+        suggested = _suggested(policy, name)
         if suggested is None:
             return None
-        found.append(Judged(hint.name, hint.value, claim, suggested))
+        found[name] = suggested
     return found
 
 
 def unsupported(policy: Policy) -> Gap | None:
     """Why fractions are not compiled for this `fractional: shared` policy at all, or None."""
-    return FRACTION_VARIABLES if _entries(policy) is None or _judged(policy) is None else None
+    return FRACTION_VARIABLES if _entries(policy) is None or suggestions(policy) is None else None
 
 
 def compiled(policy: Policy) -> bool:
@@ -302,58 +302,38 @@ class FractionalShares(Family):
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         """validate._within_share: the container's first recorded fraction, as mutation writes it, over one
-        replica's share; then validate._memory_variables: each of the policy's variables that claims more than
-        a recorded fraction below one replica's share, where the container holds it as mutation wrote it (a value of
-        its own is the webhook's to judge: userenv.py)."""
+        replica's share (the memory variables' lines after it: memvars.py)."""
         rules = Rules.of(policy)
         share = rules.share
-        judged = _judged(policy)
-        if not compiled(policy) or share is None or judged is None:
+        if not compiled(policy) or share is None:
             return []
-        condition, recorded, asked = _recorded(any_managed())
+        condition, recorded, asked = recorded_fraction(any_managed())
         policy_ = rules.policy
         mode, replicas, name = policy_.sharing.mode, policy_.sharing.replicas, policy_.name
         sentence = validate.over_share_line(slot("asked"), mode, replicas, name, format_fraction(share))
         over = all_of([condition, f"{asked} * {share.denominator} > {share.numerator * 10**PLACES}"])
-        found = [ContainerRule(over, fill(sentence, {"asked": recorded}))]
-        # The variables' lines: the container holds the replica its fraction became (validation's "holds a
-        # shared replica"; a recorded fraction is written only there, userenv.py).
-        assert rules.shared_resource is not None
-        held, recorded, asked = _recorded(holds("limits", rules.shared_resource))
-        for variable in judged:
-            reader = MEMORY_VARIABLES[variable.name]
-            claim = variable.claim
-            below_and_more = bind(
-                asked,
-                "a",
-                f"a * {share.denominator} < {share.numerator * 10**PLACES} && "
-                f"{claim.numerator * 10**PLACES} > a * {claim.denominator}",
-            )
-            setting = validate.setting_words(variable.name, reader, slot("instead"))
-            line = validate.memory_line(
-                variable.name, reader, format_fraction(claim), slot("portion"), mode, name, setting
-            )
-            instead = bind(f"{asked} * {NANO // 10**PLACES}", "k", variable.suggested("k"))
-            # a value of the container's own (from a ConfigMap or Secret) is not judged: userenv.py
-            written = holds_value(variable.name, variable.written)
-            said = fill(line, {"portion": recorded, "instead": instead})
-            found.append(ContainerRule(all_of([held, written, below_and_more]), said))
-        return found
+        return [ContainerRule(over, fill(sentence, {"asked": recorded}))]
 
 
-def _recorded(holder: str) -> tuple[str, str, str]:
+RECORDED = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"  # an env entry `e` is a recorded fraction
+WRITTEN = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")  # format_fraction's text for a value in (0, 1)
+
+
+def recorded_units(first: str) -> str:
+    """The recorded fraction in the env entry `first` (as mutation writes it) in units of 10^-PLACES (a CEL int)."""
+    return f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
+
+
+def recorded_fraction(holder: str) -> tuple[str, str, str]:
     """CEL of a container `c` (a `holder`) whose first recorded fraction is as mutation writes it
     (format_fraction's text for a value in (0, 1)): the condition, its text and its value in units of
     10^-PLACES (an int)."""
-    named = f"has(e.name) && e.name == {lit(RECORDED_FRACTION)}"
-    first = f"c.env.filter(e, {named})[0]"
-    written = lit(rf"^0\.[0-9]{{0,{PLACES - 1}}}[1-9]$")
-    asked = f"int(quantity({first}.value).asApproximateFloat() * {float(10**PLACES)} + 0.5)"
+    first = f"c.env.filter(e, {RECORDED})[0]"
     condition = all_of(
         [
             holder,
-            f"has(c.env) && c.env.exists(e, {named})",
-            f"has({first}.value) && {first}.value.matches({written})",
+            f"has(c.env) && c.env.exists(e, {RECORDED})",
+            f"has({first}.value) && {first}.value.matches({WRITTEN})",
         ]
     )
-    return condition, f"{first}.value", asked
+    return condition, f"{first}.value", recorded_units(first)

@@ -48,12 +48,19 @@ BOTH_NAMES = Gap(
     "not compiled yet (the webhook leaves such a request unmapped and says why)",
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
-USER_ENV = Gap(
-    "a container's own memory variable with a value, PyTorch allocator config or recorded fraction",
+USER_VALUES = Gap(
+    "a container's own memory variable whose value is not a plain decimal of at most 12 characters (CuPy's: a "
+    "percent of one, or a whole byte count where the GPU's memory is known)",
     "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
-    "a/b, underscores, spaces, any script's digits; CuPy's percent or bytes; the allocator config's keys), "
-    "judges it against the share and merges its key into the config: not compiled (the native set keeps the "
-    "container's own value and adds each of its variables the container does not set)",
+    "a/b, underscores, spaces, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal only "
+    "(ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
+    "int64's reach, could overflow them); the native set keeps the "
+    "container's value and adds each of its variables the container does not set",
+)
+USER_CONFIG = Gap(
+    "a container's own PyTorch allocator config or recorded fraction",
+    "the webhook parses the config's keys, merges its own key into it and judges the fraction there, and reads "
+    "a recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
     "inference engines' memory flags (vLLM, SGLang, TensorRT-LLM)",
@@ -119,6 +126,6 @@ class Unsupported(Family):
         else:
             found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
-            found += [USER_ENV, ENGINES]
+            found += [USER_VALUES, USER_CONFIG, ENGINES]
         found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
         return found

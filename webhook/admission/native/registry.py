@@ -1,6 +1,6 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
-another pool's resource before its maximum, a converted fraction over one replica's share after both, and a
-container's device rules last)."""
+another pool's resource before its maximum, a converted fraction over one replica's share after both, then its
+memory variables, and a container's device rules last)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
+from webhook.admission.native.memvars import MemoryVariables
 from webhook.admission.native.migslices import MigSlices
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
@@ -21,6 +22,7 @@ FAMILIES: tuple[Family, ...] = (
     Pools(),
     Maxima(),
     FractionalShares(),
+    MemoryVariables(),
     DeviceRules(),
     Unsupported(),
 )

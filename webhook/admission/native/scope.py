@@ -44,7 +44,6 @@ from webhook.admission.native.gaps import (
     PREFIXED_TOTALS,
     RECORDED,
     STEERING,
-    USER_ENV,
     mode_gap,
     shape,
 )
@@ -146,8 +145,9 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
     if len(managed) > 1:
         return BOTH_NAMES
     if shape(policy) == "shared":
-        if names & WATCHED_ENV and userenv.outside(body.get("env") or []):
-            return USER_ENV
+        user = userenv.outside(body.get("env") or [], policy) if names & WATCHED_ENV else None
+        if user is not None:
+            return user
         if engines.detect(body) is not None:
             return ENGINES
         values = [quantity_or_none(v) for v in (requests.get(NVIDIA_GPU), limits.get(NVIDIA_GPU))]

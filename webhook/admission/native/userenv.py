@@ -4,29 +4,88 @@ either of JAX's fraction variables; PyTorch's hint is merged into the container'
 native set does not do (its free-form text is parsed: scope.py leaves such a container to the webhook), nor does
 it read a recorded fraction the container sets itself.
 
-`outside` says where the native set stops: a container whose own memory variable has a value (validation
-parses it as free-form text, as Python's Fraction reads a decimal, and judges it against the share), sets a
-PyTorch allocator config (merged by parsing its keys) or a recorded fraction. What it covers are the variables
-no validation line reads (XLA_PYTHON_CLIENT_PREALLOCATE, TF_FORCE_GPU_ALLOW_GROWTH, MPS's limits) and memory
-variables read from a ConfigMap or Secret (`valueFrom`), which validation does not judge either.
+Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges
+it against the container's share (validate._memory_variables). The native set reads the common case, a plain
+decimal (`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point; CuPy's a percent of one, `90%`, or a
+whole byte count where the GPU's memory is known), exactly in CEL integers (memvars.py); `readings` says which
+form each variable takes. `outside` says where the native set stops: a value the engine reads that is in no
+such form, a PyTorch allocator config, or a recorded fraction. A value the engine reads as nothing (not a
+number), a variable the mode does not judge, one of the policy's own values and one from a ConfigMap or Secret
+(`valueFrom`) are covered: the engine says no line of them, or one the compiled set says too.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.base.envnames import (
+    CUPY_LIMIT,
     JAX_FRACTION_VARS,
     JAX_PREALLOCATE,
     PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
 )
+from webhook.admission.base.quantity import PLACES
 from webhook.admission.native.cel import lit, strings
-from webhook.admission.phases.envhints import MEMORY_VARIABLES
+from webhook.admission.native.family import Gap
+from webhook.admission.native.gaps import USER_CONFIG, USER_VALUES
+from webhook.admission.phases.envhints import MEBIBYTE, MEMORY_VARIABLES, memory_claim
 from webhook.admission.phases.mutate import RECORDED_FRACTION
+from webhook.admission.phases.validate import Rules
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
 
 PYTORCH_CONFS = (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF)
+
+# A plain decimal: ASCII digits with at most one point, a digit on either side of it (what Python's Fraction reads
+# of such text is its digits over a power of ten). RE2 (CEL's `matches`) and Python read these patterns alike.
+PLAIN = r"[0-9]+[.]?[0-9]*|[.][0-9]+"
+LONGEST = 12  # the most characters of a compiled number: its integers, times a share's, stay within CEL's int64
+SHORT = rf"^[0-9.]{{1,{LONGEST}}}%?$"
+INT64 = 2**63
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How a variable's compiled value is read: `pattern` (anchored) says which values; the claim is the number's
+    digits over 10^(digits after the point), over 100 where it ends with `%`, else over `scale`."""
+
+    pattern: str
+    scale: int
+
+    def reads(self, value: str) -> bool:
+        return re.fullmatch(SHORT, value) is not None and re.fullmatch(self.pattern, value) is not None
+
+
+def readings(policy: Policy) -> dict[str, Reading]:
+    """The memory variables whose plain values the native set judges as validation does, in MEMORY_VARIABLES'
+    order: those the mode judges (the backend's `judges_variable`), where there is a share, but PyTorch's
+    allocator configs; none where the integers could overflow (a share or a GPU's memory past any real one)."""
+    return policy.derived("native-readings", _readings)
+
+
+def _readings(policy: Policy) -> dict[str, Reading]:
+    share, memory = Rules.of(policy).share, policy.gpu_memory_mib
+    if share is None:
+        return {}
+    bytes_scale = memory * MEBIBYTE if memory else 0
+    largest_number, largest_scale = 10**LONGEST, max(100 * 10 ** (LONGEST - 1), bytes_scale)
+    unit = 10**PLACES
+    if largest_number * max(share.denominator, unit) >= INT64 or max(share.numerator, unit) * largest_scale >= INT64:
+        return {}
+    backend = backend_of(policy)
+    found: dict[str, Reading] = {}
+    for name in MEMORY_VARIABLES:
+        if name in PYTORCH_CONFS or not backend.judges_variable(name):
+            continue
+        if name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
+            found[name] = Reading(rf"^({PLAIN})%$" + (r"|^[0-9]+$" if memory else ""), bytes_scale or 1)
+        else:
+            found[name] = Reading(rf"^({PLAIN})$", 1)
+    return found
 
 
 def sets(names: Iterable[str]) -> str:
@@ -47,24 +106,31 @@ def appends(name: str, *also: str) -> str:
     return f"!({sets(names)})"
 
 
-def holds_value(name: str, value: str) -> str:
-    """`c` has the entry `name` with the value `value` (the policy's own, as mutation wrote it)."""
-    return (
-        f"has(c.env) && c.env.exists(e, has(e.name) && e.name == {lit(name)} && has(e.value) && "
-        f"e.value == {lit(value)})"
-    )
-
-
-def outside(env: list[Any]) -> bool:
-    """The container's own variables are more than the native set judges as the webhook does: a recorded fraction
-    of its own, a PyTorch allocator config (merged, parsed), or a memory variable with a value (parsed and judged
-    against the share by validation)."""
+def outside(env: list[Any], policy: Policy) -> Gap | None:
+    """The gap where the container's own variables are more than the native set judges as the webhook does: a
+    recorded fraction of its own or a PyTorch allocator config (USER_CONFIG), a memory variable's value that the
+    engine reads in a form `readings` does not (USER_VALUES)."""
     for entry in env:
         if type(entry) is not dict:
             continue
         name = entry.get("name")
         if name == RECORDED_FRACTION or name in PYTORCH_CONFS:
-            return True
-        if name in MEMORY_VARIABLES and "value" in entry:
-            return True
-    return False
+            return USER_CONFIG
+        if name in MEMORY_VARIABLES and "value" in entry and not _compiled(name, entry["value"], policy):
+            return USER_VALUES
+    return None
+
+
+def _compiled(name: str, value: Any, policy: Policy) -> bool:
+    """The native set says of `name=value` what validation says: nothing where the mode does not judge the
+    variable, where it is the policy's own value (judged as a constant, memvars.py) or where the engine reads no
+    claim from it; else the line, where `readings` reads the value."""
+    if type(value) is not str:
+        return False
+    rules = Rules.of(policy)
+    if rules.share is None or not backend_of(policy).judges_variable(name) or (name, value) in rules.own_memory_values:
+        return True
+    if memory_claim(name, value, policy.gpu_memory_mib) is None:
+        return True
+    reading = readings(policy).get(name)
+    return reading is not None and reading.reads(value)
