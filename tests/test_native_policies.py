@@ -304,7 +304,7 @@ def decoded(obj: dict[str, Any]) -> dict[str, Any]:
 def _containers(obj: dict[str, Any]) -> list[tuple[Any, Any]]:
     spec = spec_of(obj)
     return [
-        (body.get("resources"), body.get("env"))
+        (body.get("resources"), body.get("env"), body.get("command"), body.get("args"))
         for section in ("initContainers", "containers")
         for body in spec.get(section, [])
     ]
@@ -565,6 +565,72 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             {"name": "CUDA_MEMORY_FRACTION", "value": "0.15"},
         ])),
     ),
+    # inference engines (phases/engines.py): the memory flag appended where the command line has none; an
+    # engine's container gets the MPS variables alone
+    "shared: vllm serve, a path-qualified lead, the model in args": (
+        "shared", pod(container(limits={GPU_: 1}, command=["/usr/local/bin/vllm"], args=["serve", "m"])),
+    ),
+    "shared: SGLang as python3 -u -m, the user's variable kept, empty args": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "A", "value": "1"}], args=[], command=[
+            "python3", "-u", "-m", "sglang.launch_server"
+        ])),
+    ),
+    "shared: python3.11 -m vLLM's OpenAI server in args alone, an init container": (
+        "shared", pod(container(), init=(container("serve", requests={GPU_: 1}, args=[
+            "/opt/py/bin/python3.11", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"
+        ]),)),
+    ),
+    "shared: trtllm-serve, and trtllm-serve grpc (no engine: its variables)": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["trtllm-serve", "m"]),
+            container("b", limits={GPU_: 1}, command=["trtllm-serve"], args=["grpc", "--config", "c.yaml"]),
+        ),
+    ),
+    "shared: the vllm-openai image with args alone": (
+        "shared", pod(container(limits={SHARED: 1}, image="docker.io/vllm/vllm-openai:v0.9.1", args=["--model", "m"])),
+    ),
+    "shared: a script, python -m after it, and a shell line: no engine": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["python", "serve.py", "-m", "sglang.launch_server"]),
+            container("b", limits={GPU_: 1}, command=["sh", "-c", "vllm serve m"]),
+            container("c", limits={GPU_: 1}, command=["vllm", "bench"]),
+        ),
+    ),
+    "mps: vLLM gets the MPS limits and its flag; SGLang the MPS limits alone": (
+        "mps-1", pod(
+            container("a", requests={GPU_: 1}, command=["vllm", "serve", "m"]),
+            container("b", limits={GPU_: 1}, command=["python", "-m", "sglang.launch_server", "--mem-fraction-static",
+                                                    "0.9"]),
+        ),
+    ),
+    "fractions: 300m vLLM, its flag for the fraction; 500m TensorRT-LLM, one replica's": (
+        "frac", pod(
+            container("a", limits={GPU_: "300m"}, command=["vllm", "serve", "m"], args=["--port", "1"]),
+            container("b", limits={GPU_: "500m"}, command=["trtllm-serve", "m"], env=[]),
+        ),
+    ),
+    "mps-fractions: 100m vLLM, the MPS limits of the fraction and its flag; 1n SGLang": (
+        "mps-frac", pod(
+            container("a", limits={GPU_: "100m"}, command=["vllm", "serve", "m"]),
+            container("b", requests={GPU_: "1n"}, command=["python3", "-m", "sglang.launch_server"]),
+        ),
+    ),
+    "capped: a vLLM replica under memoryFraction": (
+        "capped", pod(container(limits={GPU_: 1}, command=["vllm", "serve"], env=[{"name": "A", "value": "1"}])),
+    ),
+    "capped: 100m SGLang, judged against its fraction": (
+        "capped", pod(
+            container("a", limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"]),
+        ),
+    ),
+    "shared: vLLM beside the user's memory variables, one over the share": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m"], env=[
+            {"name": "GPU_MEMORY_FRACTION", "value": "0.2"}, {"name": "CUDA_MEMORY_FRACTION", "value": "0.5"}
+        ])),
+    ),
+    "shared-tie: 15m vLLM, below the headroom: half the fraction": (
+        "a-team", pod(container(limits={GPU_: "15m"}, command=["vllm", "serve", "m"])),
+    ),
     # MIG slices: nvidia.com/gpu: N renamed to the policy's profile, a fraction to the smallest slice holding it
     "mig: one GPU": ("mig", pod(container(limits={GPU_: 1}))),
     "mig: two GPUs, one slice per container": ("mig", pod(container(limits={GPU_: 2}))),
@@ -671,6 +737,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "shared: vLLM": ("shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m"]))),
     "shared: both names": ("shared", pod(container(limits={GPU_: 1, SHARED: "0"}))),
+    "shared: the user's --gpu-memory-utilization": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m", "--gpu-memory-utilization", "0.9"])),
+    ),
+    "fractions: the user's --free_gpu_memory_fraction=": (
+        "frac", pod(container(limits={GPU_: "250m"}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=.1"])),
+    ),
     # init containers and sidecars: the pod's effective total as the scheduler counts it
     "whole: init container GPU": ("research", pod(container(), init=(container("setup", limits={GPU_: 1}),))),
     "whole: an init container's peak": (
@@ -802,8 +874,10 @@ NOT_COVERED = {
     "shared: the user's memory variable with a sign": gaps.USER_VALUES,
     "shared: the user's memory variable with spaces": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
-    "shared: vLLM": gaps.ENGINES,
     "shared: both names": gaps.BOTH_NAMES,
+    "shared: the user's --gpu-memory-utilization": gaps.ENGINE_FLAGS,
+    "fractions: the user's --free_gpu_memory_fraction=": gaps.ENGINE_FLAGS,
+    "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole: node selector": gaps.STEERING,
@@ -824,7 +898,19 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (101, 24, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (114, 26, 5)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"command": "vllm serve"}, {"args": None}, {"args": ["serve", 1]}, {"command": ["vllm"], "image": 5}],
+    ids=["a string", "null", "a number", "an image"],
+)
+def test_a_command_line_that_is_no_list_of_strings_is_the_webhooks(body: dict[str, Any]) -> None:
+    """The API server decodes none of these; an object given as such is left to the webhook, which reads it as no
+    engine (the CEL would stop on it)."""
+    obj = decoded(pod(container(limits={GPU_: 1}, **body)))
+    assert outside(obj, POLICIES.for_namespace("shared")) == gaps.COMMAND_LINES
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -1323,10 +1409,14 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
     lint_native(POLICIES, warned)
-    carried = f"{gaps.USER_VALUES.rule}; {gaps.USER_CONFIG.rule}; {gaps.ENGINES.rule} (docs/native-policies.md)"
+    shared = "; ".join(gap.rule for gap in (gaps.USER_VALUES, gaps.USER_CONFIG, gaps.ENGINE_FLAGS, gaps.COMMAND_LINES))
     assert warned.getvalue().splitlines() == [
-        f"warning: policy {name} (<built-in>): its native policies do not carry {carried}"
-        for name in ("shared", "mps", "shared-tie", "fractions", "mps-fractions", "capped")
+        *(
+            f"warning: policy {name} (<built-in>): its native policies do not carry {shared} (docs/native-policies.md)"
+            for name in ("shared", "mps", "shared-tie", "fractions", "mps-fractions")
+        ),
+        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.ENGINES.rule}; {shared} "
+        "(docs/native-policies.md)",
     ]
 
 

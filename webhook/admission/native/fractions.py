@@ -40,13 +40,14 @@ from webhook.admission.base.envnames import (
 from webhook.admission.base.quantity import NANO, PLACES, format_fraction
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nanos, slot
+from webhook.admission.native.commandline import runs_engine
 from webhook.admission.native.containers import any_managed, each, holds, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
 from webhook.admission.native.userenv import appends, readings, sets
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_value
-from webhook.admission.phases.mutate import RECORDED_FRACTION
+from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing.registry import backend_of
@@ -236,6 +237,30 @@ def _entry(name: str, written: str) -> str:
     return f"{{{lit('name')}: {lit(name)}, {lit('value')}: {written}}}"
 
 
+def converts(policy: Policy) -> str:
+    """CEL of `c`: its `nvidia.com/gpu` is a fraction that mutation converts to a shared replica (step 2): in
+    (0, 1), the request equal to the limit, and no replica held already."""
+    target = Rules.of(policy).shared_resource
+    assert target is not None
+    limit = value("limits", NVIDIA_GPU)
+    terms = [
+        holds("limits", NVIDIA_GPU),
+        f"!({holds('requests', target)})",
+        f"!({holds('limits', target)})",
+        f"quantity({limit}).compareTo(quantity('0')) > 0",
+        f"quantity({limit}).compareTo(quantity('1')) < 0",
+        f"!({holds('requests', NVIDIA_GPU)}) || quantity({value('requests', NVIDIA_GPU)}).compareTo("
+        f"quantity({limit})) == 0",
+    ]
+    return all_of(terms)
+
+
+def headroom(policy: Policy) -> Number:
+    """JAX's fraction of a share (envhints.jax_fraction: the share less the CUDA context's headroom), which an
+    inference engine's memory flag is written with too (engineflags.py)."""
+    return _numbers(policy)[JAX_FRACTION_VARS[0]]
+
+
 class FractionalShares(Family):
     name = "fractional shares"
 
@@ -253,16 +278,7 @@ class FractionalShares(Family):
         entries = _entries(policy)
         assert target is not None and entries is not None
         limit, k = value("limits", NVIDIA_GPU), "k"
-        terms = [
-            holds("limits", NVIDIA_GPU),
-            f"!({holds('requests', target)})",
-            f"!({holds('limits', target)})",
-            f"quantity({limit}).compareTo(quantity('0')) > 0",
-            f"quantity({limit}).compareTo(quantity('1')) < 0",
-            f"!({holds('requests', NVIDIA_GPU)}) || quantity({value('requests', NVIDIA_GPU)}).compareTo("
-            f"quantity({limit})) == 0",
-        ]
-        converted = all_of(terms)
+        converted = converts(policy)
         # The recorded fraction, then each variable of the fraction, or of one replica's share where the fraction
         # is more (mutate._env caps it: the share's values are the engine's, written here as they are); under
         # memoryFraction the policy's own, whatever the fraction.
@@ -279,6 +295,13 @@ class FractionalShares(Family):
         listed = bind(nanos(limit), k, "[" + ", ".join(_entry(name, text) for name, text, _ in written) + "]")
         # Two mutations, run in order on the object as patched so far: the variables while the fraction is there
         # to read, then the rename. Each passes over a section once per operation, as the replicas' own do.
+        # A container that runs an inference engine gets the recorded fraction and the MPS variables alone.
+        engine = runs_engine()
+        probed = hints_for(policy, policy.memory_fraction or PROBES[0])
+        kept = {RECORDED_FRACTION, *(hint.name for hint in mps_only(probed))}
+        if any(name not in kept for name, _, _ in written):
+            alone = [_entry(name, text) for name, text, _ in written if name in kept]
+            listed = f"({engine}) ? ({bind(nanos(limit), k, '[' + ', '.join(alone) + ']')}) : ({listed})"
         env = []
         for section in SECTIONS:  # the env list whole where there is none, else each entry appended
             env.append(each(section, f"({converted}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
@@ -286,6 +309,7 @@ class FractionalShares(Family):
                 entry = bind(nanos(limit), k, _entry(name, text)) if of_k else _entry(name, text)
                 added = jsonpatch("add", path(section, "/env/-"), entry)
                 unset = f"!({sets([name])})" if name == RECORDED_FRACTION else appends(name)
+                unset += "" if name in kept else f" && !({engine})"
                 env.append(each(section, f"({converted}) && has(c.env) && {unset}", added))
         gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
         renamed = []

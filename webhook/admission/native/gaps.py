@@ -63,8 +63,19 @@ USER_CONFIG = Gap(
     "a recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
-    "inference engines' memory flags (vLLM, SGLang, TensorRT-LLM)",
-    "the engine is told from its command line: not compiled",
+    "an inference engine's memory flag for a converted fraction under memoryFraction (or not the share's headroom "
+    "value)",
+    "validation judges the flag mutation writes, memoryFraction's value, against the recorded fraction: that line "
+    "is not compiled (the flag is added as the webhook adds it)",
+)
+ENGINE_FLAGS = Gap(
+    "an inference engine's memory flag in the container's own command line",
+    "the webhook parses its value as Python's Fraction reads a decimal and judges it against the share: not "
+    "compiled (the native set appends the flag, as mutation does, where the command line has it in no spelling)",
+)
+COMMAND_LINES = Gap(
+    "a GPU container's command or args that is no list of strings, or an image that is no string",
+    "the API server decodes none; the webhook reads such a container as no inference engine, the CEL cannot read it",
 )
 DEVICE_PATHS = Gap(
     "a device-list mount or a hostPath of the node's device nodes whose path the node resolves to another "
@@ -126,6 +137,6 @@ class Unsupported(Family):
         else:
             found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
-            found += [USER_VALUES, USER_CONFIG, ENGINES]
+            found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES]
         found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
         return found

@@ -5,6 +5,7 @@ memory variables, and a container's device rules last)."""
 from __future__ import annotations
 
 from webhook.admission.native.devices import DeviceRules
+from webhook.admission.native.engineflags import EngineFlags
 from webhook.admission.native.family import Family
 from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
@@ -21,6 +22,7 @@ FAMILIES: tuple[Family, ...] = (
     MigSlices(),
     Pools(),
     Maxima(),
+    EngineFlags(),  # before the fractions' rename: a converted fraction's flag reads the fraction
     FractionalShares(),
     MemoryVariables(),
     DeviceRules(),

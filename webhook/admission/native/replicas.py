@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from webhook.admission.base.resources import NVIDIA_GPU, SHARED_SUFFIX
 from webhook.admission.native.cel import all_of, jsonpatch, lit
+from webhook.admission.native.commandline import runs_engine
 from webhook.admission.native.containers import any_managed, each, has_map, holds, path, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.userenv import appends
-from webhook.admission.phases.mutate import RECORDED_FRACTION
+from webhook.admission.phases.envhints import hints_for
+from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
@@ -70,22 +72,41 @@ class SharedReplicas(Family):
         entries = rules.own_env_tail
         if not entries:
             return []
-        target = rules.shared_resource
-        assert target is not None
-        replica = (
-            f"{has_map('limits')} && c.resources.limits.exists(n, (n == {lit(target)} || "
-            f"n.endsWith({lit(SHARED_SUFFIX)})) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
-        )
-        holder = all_of([any_managed(), replica])
+        holder = holds_replica(policy)
+        fraction = backend_of(policy).shared_fraction(policy)
+        assert fraction is not None
+        # A container that runs an inference engine gets the MPS variables alone (mutate._env).
+        engine = runs_engine()
+        kept = {hint.name for hint in mps_only(hints_for(policy, fraction))}
+        alone = [entry for entry in entries if entry["name"] in kept]
+        listed = "[" + ", ".join(_entry(entry) for entry in entries) + "]"
+        whole = f"({holder}) && !has(c.env)"
+        if len(alone) < len(entries):
+            if alone:
+                listed = f"({engine}) ? [{', '.join(_entry(entry) for entry in alone)}] : {listed}"
+            else:
+                whole += f" && !({engine})"
         parts = []
         for section in SECTIONS:
-            listed = "[" + ", ".join(_entry(entry) for entry in entries) + "]"
-            parts.append(each(section, f"({holder}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
+            parts.append(each(section, whole, jsonpatch("add", path(section, "/env"), listed)))
             for entry in entries:
                 # nothing where it records a fraction of its own (not compiled: userenv.py)
                 keep = f"({holder}) && has(c.env) && {appends(entry['name'], RECORDED_FRACTION)}"
+                keep += "" if entry["name"] in kept else f" && !({engine})"
                 parts.append(each(section, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
         return [Mutation("memory variables", " + ".join(parts))]
+
+
+def holds_replica(policy: Policy) -> str:
+    """CEL of `c`: it holds a shared replica (the policy's, or any managed `*.shared`, above 0), as mutation's
+    env step reads it once the mapping is done (mutate._holds_shared_gpu)."""
+    target = Rules.of(policy).shared_resource
+    assert target is not None
+    replica = (
+        f"{has_map('limits')} && c.resources.limits.exists(n, (n == {lit(target)} || "
+        f"n.endsWith({lit(SHARED_SUFFIX)})) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
+    )
+    return all_of([any_managed(), replica])
 
 
 def _entry(entry: dict[str, str]) -> str:

@@ -28,7 +28,7 @@ from webhook.admission.base.podspec import (
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import MIG_PREFIX, MIG_RESOURCE_RE2, NVIDIA_GPU, is_managed, mig_profile_of
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
-from webhook.admission.native import userenv
+from webhook.admission.native import engineflags, userenv
 from webhook.admission.native.devices import device_list_path, device_nodes_path
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
@@ -37,7 +37,6 @@ from webhook.admission.native.gaps import (
     CUSTOM_RESOURCES,
     DEVICE_PATHS,
     DRA,
-    ENGINES,
     EPHEMERAL,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
@@ -48,7 +47,6 @@ from webhook.admission.native.gaps import (
     shape,
 )
 from webhook.admission.native.pools import named
-from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV
 from webhook.admission.phases.reapply import RECORD
 from webhook.admission.phases.validate import Holders, Rules, effective_total
@@ -148,8 +146,9 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
         user = userenv.outside(body.get("env") or [], policy) if names & WATCHED_ENV else None
         if user is not None:
             return user
-        if engines.detect(body) is not None:
-            return ENGINES
+        engine_gap = engineflags.outside(body, policy)
+        if engine_gap is not None:
+            return engine_gap
         values = [quantity_or_none(v) for v in (requests.get(NVIDIA_GPU), limits.get(NVIDIA_GPU))]
         return fraction_gap(policy, [Fraction(v) for v in values if v is not None and 0 < v < 1])
     return None

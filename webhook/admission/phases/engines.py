@@ -65,6 +65,9 @@ ENGINES = (VLLM, SGLANG, TRTLLM)
 
 # `python -m <module>` entry points of the servers.
 MODULES = {"vllm.entrypoints.openai.api_server": VLLM, "sglang.launch_server": SGLANG}
+# The servers' own commands: `vllm serve` (vllm's other subcommands are no server), and trtllm-serve.
+VLLM_COMMAND, VLLM_SUBCOMMAND = "vllm", "serve"
+TRTLLM_COMMAND = "trtllm-serve"
 # trtllm-serve runs `serve` unless its first argument names another of its commands (tensorrt_llm/commands/
 # serve.py, DefaultGroup); those others take their settings from a config file, not this flag.
 TRTLLM_OTHER_COMMANDS = frozenset({"grpc", "disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve"})
@@ -72,6 +75,7 @@ TRTLLM_OTHER_COMMANDS = frozenset({"grpc", "disaggregated", "disaggregated_mpi_w
 # image runs `vllm serve` (earlier `python3 -m vllm.entrypoints.openai.api_server`; vllm docker/Dockerfile).
 IMAGE_ENTRYPOINTS = {"vllm-openai": VLLM}
 PYTHONS = ("python", "python3")
+PYTHON_VERSIONED = "python3."  # python3.11 and the like
 
 
 def _strings(value: Any) -> list[str] | None:
@@ -96,7 +100,7 @@ def _image_repository(image: Any) -> str:
 
 
 # What a server's command line can start with (a basename): anything else is no engine, decided without parsing.
-LEADS = frozenset({"vllm", "trtllm-serve", *PYTHONS})
+LEADS = frozenset({VLLM_COMMAND, TRTLLM_COMMAND, *PYTHONS})
 
 
 def detect(body: dict[str, Any]) -> Engine | None:
@@ -110,20 +114,20 @@ def detect(body: dict[str, Any]) -> Engine | None:
         first = command[0] if type(command) is list else None
     else:
         image = body.get("image")
-        if type(image) is str and "vllm-openai" in image:
+        if type(image) is str and any(name in image for name in IMAGE_ENTRYPOINTS):
             return _detect(body)
         args = body.get("args")
         first = args[0] if type(args) is list and args else None
     if type(first) is not str:
         return None
-    if first in LEADS or (("/" in first or first.startswith("python3.")) and _lead(first)):
+    if first in LEADS or (("/" in first or first.startswith(PYTHON_VERSIONED)) and _lead(first)):
         return _detect(body)
     return None
 
 
 def _lead(first: str) -> bool:
     lead = first.rsplit("/", 1)[-1]
-    return lead in LEADS or lead.startswith("python3.")
+    return lead in LEADS or lead.startswith(PYTHON_VERSIONED)
 
 
 def _detect(body: dict[str, Any]) -> Engine | None:
@@ -138,11 +142,11 @@ def _detect(body: dict[str, Any]) -> Engine | None:
     if not argv:
         return None
     first = _basename(argv[0])
-    if first == "vllm" and len(argv) > 1 and argv[1] == "serve":
+    if first == VLLM_COMMAND and len(argv) > 1 and argv[1] == VLLM_SUBCOMMAND:
         return VLLM
-    if first == "trtllm-serve":
+    if first == TRTLLM_COMMAND:
         return TRTLLM if len(argv) == 1 or argv[1] not in TRTLLM_OTHER_COMMANDS else None
-    if first in PYTHONS or first.startswith("python3."):
+    if first in PYTHONS or first.startswith(PYTHON_VERSIONED):
         for i, token in enumerate(argv[1:-1], start=1):
             if token == "-m":
                 return MODULES.get(argv[i + 1])

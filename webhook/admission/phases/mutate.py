@@ -123,7 +123,7 @@ class _Plan:
         backend = backend_of(policy)
         default_fraction = backend.shared_fraction(policy)
         default_hints = hints_for(policy, default_fraction) if default_fraction else ()
-        engine_hints = _mps_only(default_hints)
+        engine_hints = mps_only(default_hints)
         return _Plan(
             policy=policy,
             backend=backend,
@@ -624,7 +624,7 @@ def _env(
     if policy.memory_fraction is None and share is not None:
         fraction, hints = share, hints_for(policy, share)
         if engine:
-            hints = _mps_only(hints)
+            hints = mps_only(hints)
     else:
         fraction, hints = plan.default_fraction, default_hints
     if fraction is None:
@@ -645,7 +645,8 @@ def _env(
     return env, fraction
 
 
-def _mps_only(hints: tuple[EnvHint, ...]) -> tuple[EnvHint, ...]:
+def mps_only(hints: tuple[EnvHint, ...]) -> tuple[EnvHint, ...]:
+    """The hints a container that runs an inference engine gets (the native policies read it too)."""
     return tuple(hint for hint in hints if hint.framework == "mps")
 
 

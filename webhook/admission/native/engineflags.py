@@ -1,0 +1,153 @@
+"""Inference engines' memory flags (phases/engines.py) under time-slicing and MPS: mutation's `_engine_args`.
+
+A container that holds a shared replica (after the mapping), or a fraction that becomes one, and runs an engine
+whose flag its sharing mode applies (the backend's engine_flags), gets the engine's argument appended to `args`
+(a new `args` list where it has none), as mutation appends it, where its command line has the flag in no
+spelling and form: reinvoked, the policy finds it and adds nothing. The argument is the engine's own text
+(engines.argument): for one replica's share (or `memoryFraction`) a constant; for a converted fraction the
+engine's text around its number, which is JAX's headroom value of the fraction (fractions.headroom), capped at
+one replica's share as mutate._env caps it.
+
+What stays the webhook's (scope.py, `outside`): a flag the container writes itself (validation parses and judges
+its value), and a command line that is not a list of strings (read as no engine). A command run through a shell
+is no engine for the webhook either (engines.py), so both give it the frameworks' variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.admission.base.quantity import NANO, quantity_or_none
+from webhook.admission.base.resources import NVIDIA_GPU
+from webhook.admission.native.cel import bind, jsonpatch, lit, nanos, strings
+from webhook.admission.native.commandline import ARGV, engine_of, well_formed
+from webhook.admission.native.containers import each, path, value
+from webhook.admission.native.family import SECTIONS, Family, Gap, Mutation
+from webhook.admission.native.fractions import PROBES, compiled, converts, headroom
+from webhook.admission.native.gaps import COMMAND_LINES, ENGINE_FLAGS, ENGINES, shape
+from webhook.admission.native.replicas import holds_replica
+from webhook.admission.phases import engines
+from webhook.admission.phases.validate import Rules
+from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.sharing.registry import backend_of
+
+
+def _applying(policy: Policy) -> list[engines.Engine]:
+    return [engine for engine in engines.ENGINES if engines.applies(engine, policy)]
+
+
+def _around(policy: Policy) -> dict[str, tuple[str, str]] | None:
+    """Each applying engine's argument for a converted fraction as the text before and after its number (the
+    headroom value), read at the fractions' probes and checked at each; None where one is not so written."""
+    number, memory = headroom(policy), policy.gpu_memory_mib
+    found = {}
+    for engine in _applying(policy):
+        written = number.engine(PROBES[0])
+        text = engines.argument(engine, PROBES[0], memory)
+        if text.count(written) != 1:
+            return None
+        before, after = text.split(written)
+        if any(engines.argument(engine, f, memory) != before + number.engine(f) + after for f in PROBES):
+            return None
+        found[engine.name] = (before, after)
+    return found
+
+
+def _fractions(policy: Policy) -> bool:
+    """A converted fraction's container gets the flag here (its variables are compiled: fractions.py)."""
+    return compiled(policy) and _applying(policy) != []
+
+
+def unsupported(policy: Policy) -> Gap | None:
+    """Why an engine's flag is not compiled for this policy, or None: a converted fraction's flag that is not the
+    headroom value of the fraction, or a replica's flag (memoryFraction's) that validation would judge over the
+    share (a policy the loader refuses)."""
+    if _fractions(policy) and policy.memory_fraction is None and _around(policy) is None:
+        return ENGINES
+    fraction, share = backend_of(policy).shared_fraction(policy), Rules.of(policy).share
+    memory = policy.gpu_memory_mib
+    if fraction is None or share is None:
+        return None
+    return ENGINES if any(engines.value_for(e, fraction, memory) > share for e in _applying(policy)) else None
+
+
+def outside(body: dict[str, Any], policy: Policy) -> Gap | None:
+    """The gap that keeps a container holding a GPU under a `shared` policy out of the native set, for its
+    command line (scope.py)."""
+    if not well_formed(body):
+        return COMMAND_LINES
+    engine = engines.detect(body)
+    if engine is None or not engines.applies(engine, policy):
+        return None
+    if engines.find(body, engine) is not None:
+        return ENGINE_FLAGS
+    if policy.memory_fraction is not None and policy.fractional is Fractional.SHARED and _fraction(body):
+        return ENGINES  # validation judges memoryFraction's flag against the recorded fraction: not compiled
+    return unsupported(policy)
+
+
+def _fraction(body: dict[str, Any]) -> bool:
+    """The container asks for `nvidia.com/gpu` below 1 (a fraction mutation may convert)."""
+    resources = body.get("resources") or {}
+    for which in ("requests", "limits"):
+        amount = quantity_or_none((resources.get(which) or {}).get(NVIDIA_GPU))
+        if amount is not None and 0 < amount < 1:
+            return True
+    return False
+
+
+def _table(items: dict[str, str]) -> str:
+    """A CEL map of string literals."""
+    return "{" + ", ".join(f"{lit(key)}: {lit(text)}" for key, text in items.items()) + "}"
+
+
+class EngineFlags(Family):
+    name = "inference engines' memory flags"
+
+    def gaps(self, policy: Policy) -> list[Gap]:
+        if shape(policy) != "shared" or not _applying(policy):
+            return []
+        capped = policy.memory_fraction is not None and policy.fractional is Fractional.SHARED
+        return [ENGINES] if capped or unsupported(policy) is not None else []
+
+    def mutations(self, policy: Policy) -> list[Mutation]:
+        applying = _applying(policy)
+        if shape(policy) != "shared" or not applying:
+            return []
+        memory = policy.gpu_memory_mib
+        # One replica's share, or memoryFraction (mutate._env's default fraction): for a replica, and for a converted
+        # fraction under memoryFraction; none where the policy sets no replicas (then a replica gets no flag).
+        fraction = backend_of(policy).shared_fraction(policy)
+        holders, argument = [], "''"
+        if fraction is not None:
+            holders.append(holds_replica(policy))
+            argument = f"{_table({e.name: engines.argument(e, fraction, memory) for e in applying})}[g]"
+        if _fractions(policy) and unsupported(policy) is None:
+            converted = converts(policy)
+            share = Rules.of(policy).share
+            around = _around(policy)
+            if policy.memory_fraction is None and around is not None:
+                # the fraction's value, capped at one replica's share where it is more (mutate._env caps it)
+                before = _table({name: text for name, (text, _) in around.items()})
+                after = _table({name: text for name, (_, text) in around.items()})
+                of_k = f"{before}[g] + ({headroom(policy).cel('k')}) + {after}[g]"
+                if share is not None:
+                    capped = _table({e.name: engines.argument(e, share, memory) for e in applying})
+                    of_k = f"k * {share.denominator} <= {share.numerator * NANO} ? {of_k} : {capped}[g]"
+                argument = f"({converted}) ? {bind(nanos(value('limits', NVIDIA_GPU)), 'k', of_k)} : {argument}"
+                holders.append(converted)
+            elif fraction is not None:  # memoryFraction's, as for a replica
+                holders.append(converted)
+        if not holders:
+            return []
+        holder = " || ".join(f"({term})" for term in holders)
+        spellings = "{" + ", ".join(f"{lit(e.name)}: {strings(e.spellings)}" for e in applying) + "}"
+        absent = f"!({ARGV}).exists(t, {spellings}[g].exists(s, t == s || t.startsWith(s + '=')))"
+        runs = f"g in {strings([e.name for e in applying])} && {absent}"
+        keep = f"({holder}) && {bind(engine_of(), 'g', runs)}"
+        parts = []
+        for section in SECTIONS:  # appended to args, or args made, as mutate._engine_args does
+            at = f"has(c.args) ? {path(section, '/args/-')} : {path(section, '/args')}"
+            added = jsonpatch("add", f"({at})", "has(c.args) ? dyn(a) : dyn([a])")
+            parts.append(each(section, keep, bind(engine_of(), "g", bind(argument, "a", added))))
+        return [Mutation("inference engines' memory flags", " + ".join(parts))]
