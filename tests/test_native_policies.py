@@ -36,9 +36,10 @@ from tests import apiserver_rules, evanphx, kube_cel
 from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
-from webhook.admission.native import gaps
+from webhook.admission.native import commandline, gaps
 from webhook.admission.native.compile import PODS, NativeSet, compile_native
 from webhook.admission.native.scope import outside
+from webhook.admission.phases import engines
 from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
 
 EXCLUDED = ("kube-system", "gpu-operator")
@@ -945,6 +946,32 @@ def test_the_ignore_label_leaves_a_namespace_alone() -> None:
     assert admit(NATIVE, "research", obj, {"gpu-admission.io/ignore": "true"}).obj == obj
 
 
+TOKENS = (
+    *sorted(engines.LEADS), "/usr/bin/vllm", "python3.11", "/opt/python3.12", "python2", "pythonx", "python/",
+    "a\n/python3", "serve", *sorted(engines.TRTLLM_OTHER_COMMANDS), *engines.MODULES, "-m", "-u", "-X", "dev",
+    "serve.py", "--gpu-memory-utilization=0.5", "-", "sh", "-c",
+)  # fmt: skip
+IMAGES = (
+    "vllm/vllm-openai:v0.9.1", "vllm-openai", "r.io:5000/vllm/vllm-openai@sha256:ab", "vllm-openai-x",
+    "x/vllm-openai/y:1", "vllm-openai:1@x/y", "a@b/vllm-openai", "nginx",
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    command=st.one_of(st.none(), st.lists(st.sampled_from(TOKENS), max_size=4)),
+    args=st.one_of(st.none(), st.lists(st.sampled_from(TOKENS), max_size=4)),
+    image=st.one_of(st.none(), st.sampled_from(IMAGES)),
+)
+def test_the_engine_is_told_as_the_webhook_tells_it(
+    command: list[str] | None, args: list[str] | None, image: str | None
+) -> None:
+    """commandline.engine_of, on any command line of the leads, modules and options engines.py reads."""
+    body = {key: value for key, value in (("command", command), ("args", args), ("image", image)) if value is not None}
+    found = engines.detect(body)
+    assert kube_cel.evaluate(commandline.engine_of(), {"c": body}) == (found.name if found else "")
+
+
 # --- Generated pods ---------------------------------------------------------------------------------------------
 
 QUANTITIES = ("0", "1", "2", "3", "9", "500m", "250m", "0.1", "5m")
@@ -965,12 +992,25 @@ RESOURCES = st.one_of(
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
+# A container's command line: none (mostly), each engine (its flag appended, where its mode applies it), no engine.
+COMMAND_LINE = st.one_of(
+    st.just({}),
+    st.sampled_from(
+        (
+            {"command": ["vllm", "serve", "m"]},
+            {"command": ["python3", "-m", "sglang.launch_server"], "args": []},
+            {"args": ["/usr/bin/trtllm-serve", "m"]},
+            {"image": "vllm/vllm-openai:v0.9.1", "args": ["--model", "m"]},
+            {"command": ["sh", "-c", "vllm serve m"]},
+        )
+    ),
+)
 
 
 @st.composite
 def pods(draw: st.DrawFn) -> dict[str, Any]:
     count, inits = draw(st.integers(1, 4)), draw(st.integers(0, 3))
-    bodies = [container(f"c{i}", **draw(RESOURCES), env=draw(ENV)) for i in range(count)]
+    bodies = [container(f"c{i}", **draw(RESOURCES), env=draw(ENV), **draw(COMMAND_LINE)) for i in range(count)]
     restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
     init = [container(f"i{i}", **draw(RESOURCES), env=draw(ENV), **draw(restart)) for i in range(inits)]
     return pod(*bodies, init=tuple(init))
@@ -1081,14 +1121,21 @@ def fractions(draw: st.DrawFn) -> str:
     requested=st.booleans(),
     env=FRACTION_ENV,
     kind=st.sampled_from(KINDS),
+    command_line=COMMAND_LINE,
 )
 def test_every_fraction_agrees_with_the_webhook(
-    namespace: str, fraction: str, requested: bool, env: list[dict[str, str]] | None, kind: str
+    namespace: str,
+    fraction: str,
+    requested: bool,
+    env: list[dict[str, str]] | None,
+    kind: str,
+    command_line: dict[str, Any],
 ) -> None:
     """The recorded fraction and every variable written from it, capped at one replica's share, and the line for
-    one over it: the same as the webhook's for any nano count, or the gap the compiler prints."""
+    one over it, and an inference engine's flag for it: the same as the webhook's for any nano count, or the gap
+    the compiler prints."""
     resources = {"requests" if requested else "limits": {GPU_: fraction}}
-    obj = as_kind(kind, pod(container(**resources, env=env)))
+    obj = as_kind(kind, pod(container(**resources, env=env, **command_line)))
     compare(namespace, obj, FRACTION_POLICIES, FRACTION_NATIVE, FRACTION_BESIDE)
 
 
