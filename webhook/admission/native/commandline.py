@@ -31,9 +31,13 @@ def _pattern(text: str) -> str:
 
 
 def _last_part(names: Iterable[str], prefixes: Iterable[str] = ()) -> str:
-    """A CEL regex literal: a command word whose last path part is one of `names`, or starts with a prefix."""
-    choices = [_pattern(name) for name in sorted(names)] + [_pattern(p) + "[^/]*" for p in prefixes]
-    return lit(f"^([^/]*/)*({'|'.join(choices)})$")
+    """CEL of a command word `v[0]`: its last path part is one of `names`, or starts with one of `prefixes` (read
+    with a regular expression only where the word holds the prefix: a regular expression costs more)."""
+    terms = [f"v[0] == {lit(name)} || v[0].endsWith({lit('/' + name)})" for name in sorted(names)]
+    for prefix in prefixes:
+        pattern = lit(f"^([^/]*/)*{_pattern(prefix)}[^/]*$")
+        terms.append(f"v[0].contains({lit(prefix)}) && v[0].matches({pattern})")
+    return " || ".join(f"({term})" for term in terms)
 
 
 def _repository(name: str) -> str:
@@ -64,15 +68,17 @@ def engine_of() -> str:
         ARGV,
         "v",
         f"v.size() == 0 ? {NONE} : "
-        f"v[0].matches({_last_part([engines.VLLM_COMMAND])}) ? "
+        f"({_last_part([engines.VLLM_COMMAND])}) ? "
         f"(v.size() > 1 && v[1] == {lit(engines.VLLM_SUBCOMMAND)} ? {lit(engines.VLLM.name)} : {NONE}) : "
-        f"v[0].matches({_last_part([engines.TRTLLM_COMMAND])}) ? "
+        f"({_last_part([engines.TRTLLM_COMMAND])}) ? "
         f"(v.size() == 1 || !(v[1] in {strings(sorted(engines.TRTLLM_OTHER_COMMANDS))}) ? "
         f"{lit(engines.TRTLLM.name)} : {NONE}) : "
-        f"v[0].matches({_last_part(engines.PYTHONS, [engines.PYTHON_VERSIONED])}) ? ({_python_module()}) : {NONE}",
+        f"({_last_part(engines.PYTHONS, [engines.PYTHON_VERSIONED])}) ? ({_python_module()}) : {NONE}",
     )
     for image, engine in reversed(engines.IMAGE_ENTRYPOINTS.items()):
-        entrypoint = f"{no_command} && has(c.image) && c.image.matches({_repository(image)})"
+        entrypoint = (
+            f"{no_command} && has(c.image) && c.image.contains({lit(image)}) && c.image.matches({_repository(image)})"
+        )
         chosen = f"{entrypoint} ? {lit(engine.name)} : ({chosen})"
     return chosen
 
