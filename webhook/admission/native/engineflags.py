@@ -147,7 +147,7 @@ class EngineFlags(Family):
         keep = f"({holder}) && {bind(engine_of(), 'g', runs)}"
         parts = []
         for section in SECTIONS:  # appended to args, or args made, as mutate._engine_args does
-            at = f"has(c.args) ? {path(section, '/args/-')} : {path(section, '/args')}"
-            added = jsonpatch("add", f"({at})", "has(c.args) ? dyn(a) : dyn([a])")
+            at = f"{path(section, '/args')} + (has(c.args) ? '/-' : '')"
+            added = jsonpatch("add", at, "has(c.args) ? dyn(a) : dyn([a])")
             parts.append(each(section, keep, bind(engine_of(), "g", bind(argument, "a", added))))
         return [Mutation("inference engines' memory flags", " + ".join(parts))]
