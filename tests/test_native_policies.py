@@ -741,6 +741,14 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's --gpu-memory-utilization": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m", "--gpu-memory-utilization", "0.9"])),
     ),
+    "shared: the user's --mem-fraction-static= in args, --kv_cache_free_gpu_memory_fraction in command": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["python", "-m", "sglang.launch_server"], args=[
+                "--mem-fraction-static=0.5"
+            ]),
+            container("b", limits={GPU_: 1}, command=["trtllm-serve", "--kv_cache_free_gpu_memory_fraction", "0.1"]),
+        ),
+    ),
     "fractions: the user's --free_gpu_memory_fraction=": (
         "frac", pod(container(limits={GPU_: "250m"}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=.1"])),
     ),
@@ -878,6 +886,9 @@ NOT_COVERED = {
     "shared: both names": gaps.BOTH_NAMES,
     "shared: the user's --gpu-memory-utilization": gaps.ENGINE_FLAGS,
     "fractions: the user's --free_gpu_memory_fraction=": gaps.ENGINE_FLAGS,
+    "shared: the user's --mem-fraction-static= in args, --kv_cache_free_gpu_memory_fraction in command": (
+        gaps.ENGINE_FLAGS
+    ),
     "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
@@ -899,7 +910,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (114, 26, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (114, 27, 5)
 
 
 @pytest.mark.parametrize(
