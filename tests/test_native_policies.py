@@ -37,7 +37,7 @@ from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sha
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
 from webhook.admission.native import commandline, gaps
-from webhook.admission.native.compile import PODS, NativeSet, compile_native
+from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
 from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
@@ -247,10 +247,27 @@ def admit(
     (validation,) = policy["spec"]["validations"]
     if scope.evaluate(validation["expression"]) is True:
         return Outcome(True, "allow", mutated)
-    message = scope.evaluate(validation["messageExpression"])
+    message = _shown(scope.evaluate(validation["messageExpression"]), validation)
     binding = _by_name(native, "ValidatingAdmissionPolicyBinding")[name]
     (action,) = binding["spec"]["validationActions"]
     return Outcome(action != "Deny", action.lower(), mutated, message)
+
+
+def _shown(result: Any, validation: dict[str, Any]) -> str:
+    """What the API server says of a failed validation (k8s.io/apiserver validating/validator.go): the
+    messageExpression's string, trimmed, unless it has a line break or is over 5 KiB; then the static message;
+    then the expression."""
+    message = result.strip() if isinstance(result, str) else ""
+    if "\n" in message or len(message.encode()) > MESSAGE_LIMIT:
+        message = ""
+    return message or validation.get("message", "").strip() or f"failed expression: {validation['expression']}"
+
+
+def said(violations: list[str], policy: Policy) -> str:
+    """The webhook's denial as the native set says it: its lines on one line, or past the API server's limit the
+    validation's static message."""
+    joined = SEPARATOR.join(violations)
+    return joined if len(joined.encode()) <= MESSAGE_LIMIT else too_long(policy)
 
 
 # --- Objects as the API server decodes them -----------------------------------------------------------------
@@ -338,7 +355,7 @@ def compare(
         assert gaps.BUILT_IN_REFUSAL in printed
         return gaps.BUILT_IN_REFUSAL
     assert native.verdict == decision.verdict, (decision.violations, native.message)
-    assert native.message == "\n".join(decision.violations)
+    assert native.message == said(decision.violations, policy)
     assert _containers(native.obj) == _containers(decision.mutated)
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
@@ -929,17 +946,27 @@ def test_a_denial_reads_as_the_webhooks() -> None:
     native = admit(NATIVE, "research", decoded(pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: 1}))))
     assert native.verdict == "deny"
     assert native.message == (
-        'container "a": nvidia.com/gpu "3" exceeds the per-container maximum of 2 (policy "whole"); request at most 2\n'
-        'pod: nvidia.com/gpu effective total 4 (containers running together: "a"=3, "b"=1) exceeds the per-pod '
+        'container "a": nvidia.com/gpu "3" exceeds the per-container maximum of 2 (policy "whole"); request at most 2'
+        ' | pod: nvidia.com/gpu effective total 4 (containers running together: "a"=3, "b"=1) exceeds the per-pod '
         'maximum of 3 (policy "whole"); request fewer or split the pod'
     )
+
+
+def test_a_denial_past_what_the_api_server_shows_says_how_to_read_it() -> None:
+    """The API server shows a message of at most 5 KiB: past it, the validation's static message."""
+    many = decoded(pod(*(container(f"container-{i}", limits={SHARED: 9}) for i in range(16))))
+    decision = evaluate(many, "default", POLICIES)
+    assert len(SEPARATOR.join(decision.violations).encode()) > MESSAGE_LIMIT
+    native = admit(NATIVE, "default", many)
+    assert (native.verdict, native.message) == ("deny", too_long(POLICIES.for_namespace("default")))
+    assert native.message.startswith('denied by GPU policy "built-in-default"')
 
 
 def test_lines_of_one_container_are_said_together() -> None:
     native = admit(NATIVE, "default", decoded(pod(container("a", limits={SHARED: 9}))))
     assert native.message == (
         'container "a": nvidia.com/gpu.shared "9" is a shared GPU, but policy "built-in-default" gives this namespace '
-        "whole GPUs (mode exclusive); request nvidia.com/gpu instead\n"
+        "whole GPUs (mode exclusive); request nvidia.com/gpu instead | "
         'container "a": nvidia.com/gpu.shared "9" exceeds the per-container maximum of 8 (policy "built-in-default"); '
         "request at most 8"
     )  # and no pod line: one container over its own maximum says it
@@ -1380,7 +1407,8 @@ def test_beside_the_webhook_a_template_is_the_webhooks_and_a_reapply_passes() ->
     assert admit(BESIDE, "shared", user).verdict == "refused"
     decision = evaluate(user, "shared", POLICIES)
     native = admit(BESIDE, "shared", decision.mutated)
-    assert (native.verdict, native.message, native.obj) == ("deny", "\n".join(decision.violations), decision.mutated)
+    expected = said(decision.violations, POLICIES.for_namespace("shared"))
+    assert (native.verdict, native.message, native.obj) == ("deny", expected, decision.mutated)
     user = decoded(as_kind("Deployment", pod(container(requests={GPU_: 1}))))
     live = evaluate(admit(BESIDE, "shared", user).obj, "shared", POLICIES).mutated
     assert admit(BESIDE, "shared", live) == Outcome(True, "allow", live)

@@ -5,7 +5,8 @@ them, for namespaces no policy selects), each with its binding: the policy's val
 expressions (no parameter resources), its namespaces as a matchCondition (selection.py), and the bindings'
 namespaceSelector leaving out the namespaces the webhook configurations leave out. The MAP's mutations run in
 order in one policy (separate MAPs have no order), each idempotent, under `reinvocationPolicy: IfNeeded`. The
-VAP has one validation whose message is every line of the webhook's denial, as the webhook joins them.
+VAP has one validation whose message is every line of the webhook's denial, in its order, on one line: the API
+server drops a message with a line break, and one over 5 KiB, for the validation's static `message` (MESSAGE_LIMIT).
 
 Both match every kind whose pod spec the webhook judges (Pods, workloads' templates, PodTemplates) on CREATE
 (beside the webhook, the MAP Pods only), and find the spec by the request's kind (containers.spec_variables):
@@ -60,6 +61,12 @@ OWN_TEMPLATE = (
 )
 ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
 LINES = "lines"
+# The API server shows a messageExpression's result only when it is one line of at most 5 KiB, trimmed
+# (k8s.io/apiserver validating/validator.go: celconfig.MaxEvaluatedMessageExpressionSizeBytes); past that it
+# shows the validation's `message`. The webhook's lines are joined with SEPARATOR where the webhook joins them
+# with a line break.
+SEPARATOR = " | "
+MESSAGE_LIMIT = 5 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,7 @@ def compile_native(policies: PolicySet, excluded: Sequence[str], beside_webhook:
 
 def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
     """Each section's containers that break a rule, one element each: its lines, each with the container's
-    label in front, joined as the webhook joins a denial's lines (so the message reads the same)."""
+    label in front, joined with SEPARATOR as the denial's lines are (so the message reads the webhook's)."""
     if not rules:
         return []
     found = []
@@ -118,9 +125,17 @@ def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
             for rule in rules
         )
         broken = " || ".join(f"({rule.condition})" for rule in rules)
-        lines = each(section, broken, f"({said}).join({lit(chr(10))})")
+        lines = each(section, broken, f"({said}).join({lit(SEPARATOR)})")
         found.append(Lines(f"{lines}.filter(s, s != '')" if any(rule.maybe_empty for rule in rules) else lines))
     return found
+
+
+def too_long(policy: Policy) -> str:
+    """The validation's static message: what the API server shows where the lines are over MESSAGE_LIMIT."""
+    return (
+        f'denied by GPU policy "{policy.name}": its reasons are longer than the API server shows (5 KiB); '
+        "`gpu-webhook check -n NAMESPACE FILE` prints them"
+    )
 
 
 def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:
@@ -175,7 +190,8 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict
                     "validations": [
                         {
                             "expression": f"size(variables.{LINES}) == 0",
-                            "messageExpression": f"variables.{LINES}.join({lit(chr(10))})",
+                            "messageExpression": f"variables.{LINES}.join({lit(SEPARATOR)})",
+                            "message": too_long(policy),
                             "reason": "Forbidden",
                         }
                     ],
