@@ -4,7 +4,17 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.admission.base.quantity import QuantityError, format_fraction, parse_quantity, quantity_text
+from tests import apiserver_rules
+from tests.engine_support import Enforcement, container, pod
+from webhook.admission.base.quantity import (
+    QuantityError,
+    format_fraction,
+    parse_quantity,
+    quantity_text,
+    whole_to_the_api_server,
+)
+from webhook.admission.engine import evaluate
+from webhook.admission.policy.model import Policy, PolicySet
 
 
 @pytest.mark.parametrize(
@@ -125,3 +135,24 @@ def test_quantity_text_quotes_strings_and_escapes_control_characters():
 )
 def test_format_fraction_rounds_down(fraction, text):
     assert format_fraction(fraction) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [("1", True), ("0.9999999", True), ("1999999999n", True), ("999m", False), ("0.9991", True), ("0.998", False), ("1001m", False)],
+)
+def test_the_api_server_takes_a_value_within_a_thousandth_below_a_whole_number_as_whole(text: str, whole: bool) -> None:
+    """Its check of an extended resource reads milli-units rounded up, as tests/apiserver_rules.py models it."""
+    value = parse_quantity(text)
+    assert whole_to_the_api_server(value) is whole
+    assert (not apiserver_rules.container_errors("c", {"limits": {"nvidia.com/gpu": text}})) is whole
+
+
+def test_a_value_the_api_server_takes_as_whole_is_refused_as_fractional_without_saying_it_refuses_it_too() -> None:
+    """Under warn the webhook warns of it (the API server admits it), where a fraction it refuses is denied."""
+    policies = PolicySet((Policy(name="warned", namespaces=("team",), enforcement=Enforcement.WARN),))
+    near = evaluate(pod(container("a", limits={"nvidia.com/gpu": "0.9999999"})), "team", policies)
+    assert near.verdict == "warn" and "is fractional, but GPUs are whole devices;" in near.violations[0]
+    assert "refuses it anyway" not in near.violations[0]
+    half = evaluate(pod(container("a", limits={"nvidia.com/gpu": "500m"})), "team", policies)
+    assert half.verdict == "deny" and "(the API server refuses it anyway)" in half.violations[0]

@@ -16,6 +16,7 @@ hostile exponents (`1e999999999`) cheap.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -155,6 +156,13 @@ _TEXT_VALUES = BoundedMemo(_parse_text)
 
 
 PLACES = 4  # the decimal places format_fraction writes by default (env values and messages)
+
+
+def whole_to_the_api_server(value: int | Fraction) -> bool:
+    """Whether the API server's own validation takes `value` as a whole number of devices. It checks an extended
+    resource's milli-units, rounded up (validation's `MilliValue() % 1000`; MilliValue is ScaledValue(-3), a
+    ceiling), so a value within a thousandth below a whole number (`0.9999999`, `1999999999n`) passes it."""
+    return math.ceil(value * 1000) % 1000 == 0
 
 
 def format_fraction(value: int | Fraction, places: int = PLACES) -> str:

@@ -22,6 +22,13 @@ BUILT_IN_REFUSAL = Gap(
     "the API server's own validation refuses them before any ValidatingAdmissionPolicy runs (must be an integer, "
     "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
 )
+NEAR_WHOLE = Gap(
+    "a GPU quantity within a thousandth below a whole number (nvidia.com/gpu: 0.9999999, 1999999999n) that mutation "
+    "does not convert",
+    "the API server's own validation reads milli-units rounded up and takes it as whole, so no refusal of its own "
+    "comes first; the webhook refuses it as fractional with its advice: not compiled (the native set lets it "
+    "through, as the API server does)",
+)
 FRACTION_VARIABLES = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "
     "fraction the native set does not write",
@@ -131,7 +138,7 @@ class Unsupported(Family):
     name = "not compiled"
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        found = [BUILT_IN_REFUSAL, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
+        found = [BUILT_IN_REFUSAL, NEAR_WHOLE, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
         else:

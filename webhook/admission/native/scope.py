@@ -25,7 +25,7 @@ from webhook.admission.base.podspec import (
     mentions_gpu,
     volume_mounts,
 )
-from webhook.admission.base.quantity import quantity_or_none
+from webhook.admission.base.quantity import quantity_or_none, whole_to_the_api_server
 from webhook.admission.base.resources import MIG_PREFIX, MIG_RESOURCE_RE2, NVIDIA_GPU, is_managed, mig_profile_of
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import engineflags, userenv
@@ -38,6 +38,7 @@ from webhook.admission.native.gaps import (
     DEVICE_PATHS,
     DRA,
     EPHEMERAL,
+    NEAR_WHOLE,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
     PREFIXED_TOTALS,
@@ -50,7 +51,7 @@ from webhook.admission.native.pools import named
 from webhook.admission.phases.mutate import WATCHED_ENV
 from webhook.admission.phases.reapply import RECORD
 from webhook.admission.phases.validate import Holders, Rules, effective_total
-from webhook.admission.policy.model import Policy
+from webhook.admission.policy.model import Fractional, Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -142,6 +143,8 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
     if len(managed) > 1:
         return BOTH_NAMES
+    if _near_whole(policy, {**requests, **limits}):
+        return NEAR_WHOLE
     if shape(policy) == "shared":
         user = userenv.outside(body.get("env") or [], policy) if names & WATCHED_ENV else None
         if user is not None:
@@ -152,3 +155,16 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
         values = [quantity_or_none(v) for v in (requests.get(NVIDIA_GPU), limits.get(NVIDIA_GPU))]
         return fraction_gap(policy, [Fraction(v) for v in values if v is not None and 0 < v < 1])
     return None
+
+
+def _near_whole(policy: Policy, amounts: dict[str, Any]) -> bool:
+    """A value the API server takes as whole and the webhook refuses as fractional: within a thousandth below a
+    whole number, and not a fraction below 1 of `nvidia.com/gpu` that the policy converts to a shared replica
+    (both convert it; a MIG slice may hold none of it)."""
+    for name, raw in amounts.items():
+        value = quantity_or_none(raw)
+        if value is None or Fraction(value).denominator == 1 or not whole_to_the_api_server(value):
+            continue
+        if not (name == NVIDIA_GPU and value < 1 and policy.fractional is Fractional.SHARED):
+            return True
+    return False

@@ -41,6 +41,7 @@ from webhook.admission.base.quantity import (
     parse_quantity,
     quantity_shown,
     quantity_text,
+    whole_to_the_api_server,
 )
 from webhook.admission.base.resources import (
     AMD_GPU,
@@ -513,15 +514,17 @@ def _resource(
     value = limit
     if value.denominator != 1:
         shown = quantity_text(limit_raw)
+        # Within a thousandth below a whole number the API server takes it as whole: refused here alone.
+        refused = not whole_to_the_api_server(value)
         if name == NVIDIA_GPU:
-            line, short = _fraction_advice(_amount(name, limit_raw, value), value, rules, shown)
+            line, short = _fraction_advice(_amount(name, limit_raw, value), value, rules, shown, refused)
         else:
             line = (
-                f"{name} {_amount(name, limit_raw, value)} is fractional, but GPUs are whole devices "
-                f"({APISERVER_TOO}); request a whole number"
+                f"{name} {_amount(name, limit_raw, value)} is fractional, but GPUs are whole devices"
+                f"{f' ({APISERVER_TOO})' if refused else ''}; request a whole number"
             )
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
-        _add(ref, problems, line, short, Refusal)
+        _add(ref, problems, line, short, Refusal if refused else Violation)
         return None
     foreign = value and name not in rules.served and (name.startswith("nvidia.com/") or name in MEMORY_SLICE_RESOURCES)
     if name in DEVICE_AMOUNTS:
@@ -595,10 +598,12 @@ def _amount(name: str, raw: Any, value: int | Fraction) -> str:
     return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
 
 
-def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: str) -> tuple[str, str]:
+def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: str, refused: bool) -> tuple[str, str]:
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
-    line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form."""
+    line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form; `refused`: the API server refuses
+    it too (it does not within a thousandth below a whole number)."""
     policy = rules.policy
+    too = f"; {APISERVER_TOO}" if refused else ""
     backend = backend_of(policy)
     own = backend.fraction_advice(shown, value, policy, written)
     if own is not None:
@@ -612,18 +617,19 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: s
         if single is not None:  # the nodes offer one profile, as nvidia.com/gpu
             return (
                 f"{NVIDIA_GPU} {shown} is fractional, and the one MIG slice offered here ({names}) does not hold "
-                f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"; {APISERVER_TOO}); request '
+                f'{format_fraction(value)} of one {model.name} (policy "{policy.name}"{too}); request '
                 f"{NVIDIA_GPU}: 1 (one {names} slice), or whole GPUs in a namespace that has them",
                 f"{NVIDIA_GPU} {_brief(written, 10)}: more than the one MIG slice offered; ask for {NVIDIA_GPU}: 1",
             )
         return (
             f"{NVIDIA_GPU} {shown} is fractional, and no MIG slice offered here holds {format_fraction(value)} of "
-            f'one {model.name} (policy "{policy.name}" offers {names}; {APISERVER_TOO}); request {NVIDIA_GPU}: 1, '
+            f'one {model.name} (policy "{policy.name}" offers {names}{too}); request {NVIDIA_GPU}: 1, '
             "or a MIG profile it offers",
             f"{NVIDIA_GPU} {_brief(written, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
         )
     return (
-        f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices ({APISERVER_TOO}); {backend.offer(policy)}",
+        f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices{f' ({APISERVER_TOO})' if refused else ''}; "
+        f"{backend.offer(policy)}",
         f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {backend.short_offer(policy)}",
     )
 
