@@ -12,10 +12,10 @@ MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects, as the API server
 4. the VAP's variables and validation, its message and the binding's validationAction.
 
 For every case the compiled set claims to cover (`native.scope.outside` says which it does not, with a reason the
-compiler prints), the verdict, every container's `resources` and `env`, and the denial's message must be the
-webhook's. Where the API server's own validation refuses the object first, both refuse (its message is its own).
-A template is also judged as rendered `--beside-webhook` (the MAPs change Pods only): the webhook's output, run
-through the VAP alone, gets the webhook's verdict and message, unchanged.
+compiler prints), the verdict, the pod spec (every container's `resources` and `env`, the node constraints), and
+the denial's message must be the webhook's. Where the API server's own validation refuses the object first, both
+refuse (its message is its own). A template is also judged as rendered `--beside-webhook` (the MAPs change Pods
+only): the webhook's output, run through the VAP alone, gets the webhook's verdict and message, unchanged.
 Objects come as the API server decodes them: quantities as canonical strings, requests defaulted from limits.
 """
 
@@ -113,6 +113,7 @@ POLICIES = PolicySet(
             framework_env=("jax", "tgi", "pytorch", "generic"),
             enforcement=Enforcement.WARN,
         ),
+        _policy("steered", ("steered",), steering=True),  # whole GPUs kept off shared and MIG-single nodes
         _policy(
             "capped",
             ("capped",),
@@ -124,7 +125,8 @@ POLICIES = PolicySet(
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
-    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "frac", "mps-frac", "capped", "default", "kube-system",
+    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "frac", "mps-frac", "capped", "steered", "default",
+    "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -331,6 +333,7 @@ def compare(
     assert native.verdict == decision.verdict, (decision.violations, native.message)
     assert native.message == "\n".join(decision.violations)
     assert _containers(native.obj) == _containers(decision.mutated)
+    assert spec_of(native.obj) == spec_of(decision.mutated)  # the node constraints among the rest
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
@@ -344,6 +347,11 @@ SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.10gb"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
+PRODUCT = "nvidia.com/gpu.product"
+REQUIRED, PREFERRED = (
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "preferredDuringSchedulingIgnoredDuringExecution",
+)
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # requests into limits, every mode
     "whole: requests only": ("research", pod(container(requests={GPU_: 1, "cpu": "2"}))),
@@ -626,7 +634,66 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "default: a mount path the node resolves to the device list": (
         "default", pod(container(volumeMounts=[{"name": "n", "mountPath": "/run//nvidia-container-devices/0"}])),
     ),
+    # node constraints: judged as any other pod where the policy does not steer it; a pin to a kept name said
     "whole: node selector": ("research", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"})),
+    "whole: nodeName, required and preferred node affinity, over the maximum": (
+        "research", pod(container(limits={GPU_: 3}), nodeName="gpu-1", affinity={"nodeAffinity": {REQUIRED: {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB-SHARED"]}]}
+            ]
+        }, PREFERRED: [{"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]}}),
+    ),
+    "shared: a node selector on another product": (
+        "shared", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ),
+    "shared-tie: pinned to a kept name by the node selector, over the pod's maximum": (
+        "a-team", pod(*(container(f"c{i}", limits={SHARED: 2}) for i in range(3)), nodeSelector={
+            PRODUCT: "Tesla-T4-SHARED", "pool": "a"
+        }),
+    ),
+    "shared: pinned by every term of the required affinity, a replica as written": (
+        "shared", pod(container(limits={SHARED: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": PRODUCT, "operator": "In", "values": ["Tesla-T4"]},
+                {"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED", "NVIDIA-L4-SHARED"]},
+            ]},
+            {"matchExpressions": [
+                {"key": "zone", "operator": "Exists"}, {"key": PRODUCT, "operator": "In", "values": ["A10-SHARED"]}
+            ]},
+        ]}}}),
+    ),
+    "shared: one term of the required affinity not pinned, one empty": (
+        "shared", pod(container(requests={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED"]}]},
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED", "Tesla-T4"]}]},
+            {},
+        ]}}}),
+    ),
+    "shared: pinned to a kept name, a zero GPU": (
+        "shared", pod(container(limits={GPU_: 0}), nodeSelector={PRODUCT: "Tesla-T4-SHARED"}),
+    ),
+    "mps: warn, pinned by the required affinity": (
+        "mps-1", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["A100-SHARED"]}]}
+        ]}}}),
+    ),
+    "shared: a product with a space": (
+        "shared", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["T4-SHARED x-SHARED"]}]}
+        ]}}}),
+    ),
+    "mig: node selector and preferred affinity": (
+        "mig", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"}, affinity={"nodeAffinity": {PREFERRED: [
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}
+        ]}}),
+    ),
+    "mig-single: required affinity on the slices, not steered": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.slices.gi", "operator": "In", "values": ["2"]}]}
+        ]}}}),
+    ),
+    "steered: nodeName, never steered": ("steered", pod(container(limits={GPU_: 1}), nodeName="gpu-1")),
+    "steered: one GPU": ("steered", pod(container(limits={GPU_: 1}))),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
@@ -652,7 +719,8 @@ NOT_COVERED = {
     "shared: both names": gaps.BOTH_NAMES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "whole: node selector": gaps.STEERING,
+    "steered: one GPU": gaps.STEERING,
+    "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: MIG profile": gaps.OTHER_RESOURCES,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
 }
@@ -671,7 +739,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (79, 22, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (90, 23, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -722,6 +790,15 @@ RESOURCES = st.one_of(
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
+PINNED = {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED"]}]}
+NODES = st.sampled_from(
+    (
+        {},
+        {"nodeSelector": {PRODUCT: "Tesla-T4-SHARED"}},
+        {"nodeName": "gpu-1"},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [PINNED]}}}},
+    )
+)
 
 
 @st.composite
@@ -730,7 +807,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     bodies = [container(f"c{i}", **draw(RESOURCES), env=draw(ENV)) for i in range(count)]
     restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
     init = [container(f"i{i}", **draw(RESOURCES), env=draw(ENV), **draw(restart)) for i in range(inits)]
-    return pod(*bodies, init=tuple(init))
+    return pod(*bodies, init=tuple(init), **draw(NODES))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -1092,25 +1169,27 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 14
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 14
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 15
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 15
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
     lint_native(POLICIES, warned)
     assert warned.getvalue().splitlines() == [
         f"warning: policy shared (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
-        f"warning: policy mps (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; {gaps.ENGINES.rule} "
-        "(docs/native-policies.md)",
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
+        f"warning: policy mps (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy shared-tie (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
+        f"warning: policy steered (<built-in>): its native policies do not carry {gaps.STEERING.rule} "
+        "(docs/native-policies.md)",
         f"warning: policy capped (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule} (docs/native-policies.md)",
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
     ]
 
 

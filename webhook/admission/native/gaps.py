@@ -61,6 +61,10 @@ STEERING = Gap(
     "node affinity steering, and node constraints that contradict the policy's pool",
     "not compiled yet",
 )
+SPACED_PRODUCT = Gap(
+    "a required node affinity value on the GPU product label that holds a space (no label value does)",
+    "the compiled pin to a kept name reads a term's values joined by spaces",
+)
 BUDGETS = Gap("GPU budgets (cluster.quota)", "a count across the namespace's pods; a policy sees one object")
 CLUSTER_CHECKS = Gap("cluster checks (fits, offered, drift) and auto values", "they need the node inventory")
 DRA = Gap("DRA ResourceClaims", "the claims are other objects, which a policy on pods cannot read")
@@ -110,6 +114,7 @@ class Unsupported(Family):
         if shape(policy) is None:
             found.append(mode_gap(policy))
         if shape(policy) == "shared":
-            found += [USER_ENV, ENGINES]
-        found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
+            found += [USER_ENV, ENGINES, SPACED_PRODUCT]
+        if policy.steering:
+            found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
         return found

@@ -1,6 +1,7 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
-another pool's resource before its maximum, a converted fraction over one replica's share after both, and a
-container's device rules last)."""
+another pool's resource before its maximum, a converted fraction over one replica's share after both, a
+container's device rules last, and a pin to a kept name after every container's lines, before the pod's
+total)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
 from webhook.admission.native.migslices import MigSlices
+from webhook.admission.native.nodes import KeptNamePin
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
 
@@ -19,6 +21,7 @@ FAMILIES: tuple[Family, ...] = (
     SharedReplicas(),
     MigSlices(),
     Pools(),
+    KeptNamePin(),
     Maxima(),
     FractionalShares(),
     DeviceRules(),

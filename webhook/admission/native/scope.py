@@ -25,6 +25,7 @@ from webhook.admission.base.podspec import (
 )
 from webhook.admission.base.quantity import quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, is_managed
+from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import userenv
 from webhook.admission.native.devices import device_list_path, device_nodes_path
@@ -39,6 +40,7 @@ from webhook.admission.native.gaps import (
     EPHEMERAL,
     OTHER_RESOURCES,
     RECORDED,
+    SPACED_PRODUCT,
     STEERING,
     USER_ENV,
     mode_gap,
@@ -46,8 +48,9 @@ from webhook.admission.native.gaps import (
 )
 from webhook.admission.native.migslices import slice_names
 from webhook.admission.phases import engines
-from webhook.admission.phases.mutate import WATCHED_ENV
+from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
+from webhook.admission.phases.steering import REQUIRED
 from webhook.admission.policy.model import Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -72,8 +75,10 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return mode_gap(policy)
     if "ephemeralContainers" in spec:
         return EPHEMERAL
-    if "nodeSelector" in spec or "affinity" in spec:
+    if policy.steering and _steered(obj, spec_path, policy):
         return STEERING
+    if carried == "shared" and _spaced_product(spec):
+        return SPACED_PRODUCT
     if policy.block_visible_devices_override and _resolved_otherwise(spec):
         return DEVICE_PATHS
     # Whole GPUs: the shared replica is another pool's, said as validation says it (pools.py); MIG: the pool's
@@ -90,6 +95,27 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
             if found is not None:
                 return found
     return None
+
+
+def _steered(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> bool:
+    """Whether the webhook's steering does anything to the object: adds or removes node affinity, or finds the
+    pod's own constraints in conflict with the policy's pool (steering.steer, on the spec as mutation leaves it).
+    Nowhere else: a pod that names its node, or holds none of the resource the policy steers, keeps its node
+    constraints as written in both (the one validation line that reads them is compiled: nodes.py)."""
+    result = mutate(obj, policy, spec_path)
+    return "steering" in result.kinds or bool(result.conflicts)
+
+
+def _spaced_product(spec: dict[str, Any]) -> bool:
+    """A required node affinity value on the product label with a space, which the compiled pin to a kept name
+    (nodes.py) would read as two values."""
+    affinity = spec.get("affinity") or {}
+    required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for expression in term.get("matchExpressions") or ():
+            if expression.get("key") == PRODUCT and any(" " in value for value in expression.get("values") or ()):
+                return True
+    return False
 
 
 def _resolved_otherwise(spec: dict[str, Any]) -> bool:

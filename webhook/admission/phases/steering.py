@@ -329,7 +329,7 @@ def kept_name_pin(spec: dict[str, Any]) -> str | None:
     selector = spec.get("nodeSelector")
     product = selector.get(PRODUCT) if type(selector) is dict else None
     if type(product) is str and product.endswith("-SHARED"):
-        return f"nodeSelector {PRODUCT}={product}"
+        return selector_pin_words(product)
     affinity = spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if type(affinity) is dict else None
     required = node_affinity.get(REQUIRED) if type(node_affinity) is dict else None
@@ -348,7 +348,19 @@ def kept_name_pin(spec: dict[str, Any]) -> str | None:
         if not shared:
             return None  # this term can select other nodes
         pinned += shared[0]
-    return f"required node affinity {PRODUCT} in ({','.join(map(str, pinned))})"
+    return affinity_pin_words(",".join(map(str, pinned)))
+
+
+def selector_pin_words(product: str) -> str:
+    """A nodeSelector pin on the product label, as `kept_name_pin` names it (template: the native policies fill
+    it too)."""
+    return f"nodeSelector {PRODUCT}={product}"
+
+
+def affinity_pin_words(products: str) -> str:
+    """A required node affinity pin on the product label (`products` joined by commas), as `kept_name_pin` names
+    it (template: the native policies fill it too)."""
+    return f"required node affinity {PRODUCT} in ({products})"
 
 
 def bound_node(spec: dict[str, Any]) -> str | None:
