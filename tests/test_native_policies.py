@@ -113,7 +113,22 @@ POLICIES = PolicySet(
             framework_env=("jax", "tgi", "pytorch", "generic"),
             enforcement=Enforcement.WARN,
         ),
-        _policy("steered", ("steered",), steering=True),  # whole GPUs kept off shared and MIG-single nodes
+        # steering on: whole GPUs kept off shared and MIG-single nodes, replicas and slices on their own
+        _policy("steered", ("steered",), steering=True),
+        _policy(
+            "shared-steered",
+            ("shared-steered",),
+            sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4),
+            steering=True,
+            enforcement=Enforcement.WARN,
+        ),
+        _policy(
+            "mig-steered",
+            ("mig-steered",),
+            sharing=Sharing(mode=Mode.MIG, mig_profile="3g.40gb", mig_strategy=MigStrategy.SINGLE),
+            gpu=GPU(model="A100-80GB"),
+            steering=True,
+        ),
         _policy(
             "capped",
             ("capped",),
@@ -125,8 +140,8 @@ POLICIES = PolicySet(
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
-    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "frac", "mps-frac", "capped", "steered", "default",
-    "kube-system",
+    "audit", "mig", "mig-frac", "mig-listed", "mig-single", "frac", "mps-frac", "capped", "steered",
+    "shared-steered", "mig-steered", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -347,7 +362,8 @@ SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.10gb"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
-PRODUCT = "nvidia.com/gpu.product"
+PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
 REQUIRED, PREFERRED = (
     "requiredDuringSchedulingIgnoredDuringExecution",
     "preferredDuringSchedulingIgnoredDuringExecution",
@@ -693,7 +709,67 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         ]}}}),
     ),
     "steered: nodeName, never steered": ("steered", pod(container(limits={GPU_: 1}), nodeName="gpu-1")),
-    "steered: one GPU": ("steered", pod(container(limits={GPU_: 1}))),
+    # steering: the policy's requirements merged into the pod's required node affinity, or its conflicts said
+    "steered: one GPU, a node selector of another label": (
+        "steered", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"}),
+    ),
+    "steered: an init container's GPU, pod anti-affinity only": (
+        "steered", pod(container(), init=(container("setup", requests={GPU_: 1}),), affinity={"podAntiAffinity": {
+            PREFERRED: [{"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}]
+        }}),
+    ),
+    "steered: preferred node affinity only, a node selector the pool admits": (
+        "steered", pod(container(limits={GPU_: 1}), nodeSelector={STRATEGY: "none"}, affinity={"nodeAffinity": {
+            PREFERRED: [{"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]
+        }}),
+    ),
+    "steered: every kind of term: another label's, fields only, empty, 0.1.0's, already steered": (
+        "steered", pod(container(limits={GPU_: 2}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]},
+            {},
+            {"matchExpressions": [
+                {"key": MIG_STRATEGY, "operator": "NotIn", "values": ["single"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["time-slicing", "mps"]},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "NotIn", "values": ["mps", "time-slicing"]},
+                {"key": SLICES, "operator": "DoesNotExist"},
+            ]},
+        ]}}}),
+    ),
+    "steered: already steered": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "DoesNotExist"},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["time-slicing", "mps"]},
+            ]},
+        ]}}}),
+    ),
+    "steered: a node selector on a shared pool and on MIG slices, over the maximum": (
+        "steered", pod(container(limits={GPU_: 9}), nodeSelector={STRATEGY: "mps", SLICES: "2"}),
+    ),
+    "steered: a node selector on the product": (
+        "steered", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "Tesla-T4"}),
+    ),
+    "steered: a term of its own on the sharing strategy": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["none"]}]}
+        ]}}}),
+    ),
+    "shared-steered: one GPU becomes a replica and is steered into a term": (
+        "shared-steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+        }}}),
+    ),
+    "shared-steered: warn, a node selector on another replica count": (
+        "shared-steered", pod(container(limits={SHARED: 1}), nodeSelector={"nvidia.com/gpu.replicas": "2"}),
+    ),
+    "shared-steered: no replica, not steered": ("shared-steered", pod(container(limits={GPU_: 0}))),
+    "mig-steered: one slice": ("mig-steered", pod(container(limits={GPU_: 1}))),
+    "mig-steered: a node selector on the MIG strategy": (
+        "mig-steered", pod(container(limits={GPU_: 1}), nodeSelector={MIG_STRATEGY: "mixed"}),
+    ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
@@ -719,7 +795,8 @@ NOT_COVERED = {
     "shared: both names": gaps.BOTH_NAMES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "steered: one GPU": gaps.STEERING,
+    "steered: a node selector on the product": gaps.STEERED_PRODUCT,
+    "steered: a term of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: MIG profile": gaps.OTHER_RESOURCES,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
@@ -739,7 +816,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (90, 23, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (101, 24, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -790,6 +867,7 @@ RESOURCES = st.one_of(
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
+ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 PINNED = {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED"]}]}
 NODES = st.sampled_from(
     (
@@ -797,6 +875,8 @@ NODES = st.sampled_from(
         {"nodeSelector": {PRODUCT: "Tesla-T4-SHARED"}},
         {"nodeName": "gpu-1"},
         {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [PINNED]}}}},
+        {"nodeSelector": {STRATEGY: "time-slicing"}},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{}, {"matchExpressions": [ZONE]}]}}}},
     )
 )
 
@@ -1169,8 +1249,8 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 15
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 15
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 17
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 17
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -1186,8 +1266,13 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
-        f"warning: policy steered (<built-in>): its native policies do not carry {gaps.STEERING.rule} "
+        f"warning: policy steered (<built-in>): its native policies do not carry {gaps.STEERED_PRODUCT.rule}; "
+        f"{gaps.STEERED_LABELS.rule} (docs/native-policies.md)",
+        f"warning: policy shared-steered (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule}; {gaps.STEERED_PRODUCT.rule}; {gaps.STEERED_LABELS.rule} "
         "(docs/native-policies.md)",
+        f"warning: policy mig-steered (<built-in>): its native policies do not carry {gaps.STEERED_PRODUCT.rule}; "
+        f"{gaps.STEERED_LABELS.rule} (docs/native-policies.md)",
         f"warning: policy capped (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
     ]

@@ -57,9 +57,15 @@ DEVICE_PATHS = Gap(
     "(`..`, `.`, repeated or trailing slashes, no leading slash)",
     "CEL cannot resolve a path: the native set reads each path as written, the webhook as the node resolves it",
 )
-STEERING = Gap(
-    "node affinity steering, and node constraints that contradict the policy's pool",
-    "not compiled yet",
+STEERED_PRODUCT = Gap(
+    "a steered pod's own constraint on nvidia.com/gpu.product (a nodeSelector, or a required node affinity `In`)",
+    "whether the product fits the policy's pool is each sharing backend's rule on the label's text (its -SHARED "
+    "or -MIG- part): not compiled",
+)
+STEERED_LABELS = Gap(
+    "a steered pod's required node affinity term with an expression of its own on a label the policy's steering "
+    "requires (other than the requirement itself)",
+    "whether no node satisfies both is a satisfiability check over the term's expressions on that label: not compiled",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",
@@ -116,5 +122,5 @@ class Unsupported(Family):
         if shape(policy) == "shared":
             found += [USER_ENV, ENGINES, SPACED_PRODUCT]
         if policy.steering:
-            found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
+            found += [STEERED_PRODUCT, STEERED_LABELS]  # the rest of steering: native/nodes.py
         return found

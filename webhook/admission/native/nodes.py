@@ -2,21 +2,23 @@
 the renamed shared replica and pins itself to nodes whose replicas keep the name `nvidia.com/gpu`
 (validate.py `_pinned_to_kept_name`, steering.kept_name_pin), said with validation's own sentence.
 
-The webhook's steering (the node affinity it adds, and the constraints that contradict the policy's pool) is
-not here: scope.py keeps the pods it steers outside the compiled set (gaps.STEERING).
+Where the policy steers, its node affinity and a nodeSelector that contradicts it (`Steering`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
-from webhook.admission.native.cel import all_of, any_of, fill, lit, slot
-from webhook.admission.native.containers import SPEC, count, whole_limit
-from webhook.admission.native.family import SECTIONS, Family, Lines
+from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, slot, strings
+from webhook.admission.native.containers import AT, SPEC, count, holds, value, whole_limit
+from webhook.admission.native.family import SECTIONS, Family, Lines, Mutation
 from webhook.admission.native.gaps import shape
 from webhook.admission.phases import steering, validate
-from webhook.admission.phases.steering import REQUIRED
+from webhook.admission.phases.steering import OBSOLETE, REQUIRED
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
 
 SHARED_PRODUCT = "-SHARED"  # GPU feature discovery's suffix on a product shared without renaming
 
@@ -58,3 +60,121 @@ class KeptNamePin(Family):
         pinned = f"({by_selector}) ? {by_selector_words} : {by_affinity_words}"
         line = fill(validate.labelled("pod", sentence), {"pinned": pinned})
         return [Lines(f"(({held}) && (({by_selector}) || ({by_affinity}))) ? [{line}] : []")]
+
+
+class Steering(Family):
+    """Node-pool steering (steering.steer) where the policy steers: the policy's requirements merged into the
+    pod's required node affinity by one JSON Patch operation, and a nodeSelector that contradicts them said
+    with the engine's sentence (and nothing added then). Its mutation runs last: steering reads the containers
+    as the other steps leave them.
+
+    The requirements are the policy's own (steering.requirements) wherever a container holds the resource it
+    steers; memory namespaces, whose requirements depend on the pod, are not compiled at all. scope.py keeps
+    outside what is not compiled here: a constraint of the pod's own on the product label, and a required
+    term's own expression on a label the policy requires (whether no node satisfies both is a satisfiability
+    check over the term's expressions on that label)."""
+
+    name = "steering"
+
+    def mutations(self, policy: Policy) -> list[Mutation]:
+        wanted = _wanted(policy)
+        if not wanted:
+            return []
+        at = f"{AT} + {lit('/affinity')}"
+        affinity = f"{SPEC}.affinity"
+        node = f"{affinity}.nodeAffinity"
+        required = f"{node}.{REQUIRED}"
+        terms = f"{required}.nodeSelectorTerms"
+        # a term's expressions (`k`) without 0.1.0's where steering takes it out, and the requirements they lack (`m`)
+        drops = backend_of(policy).drops_single_strategy()
+        kept = "(has(t.matchExpressions) ? t.matchExpressions : [])"
+        if drops:
+            kept = f"(has(t.matchExpressions) ? t.matchExpressions.filter(e, !({_restates(OBSOLETE)})) : [])"
+        missing = " + ".join(f"(k.exists(e, {_restates(r)}) ? [] : [{_literal(r.expression)}])" for r in wanted)
+        stale = f"has(t.matchExpressions) && t.matchExpressions.exists(e, {_restates(OBSOLETE)})" if drops else ""
+        live = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressions", "matchFields"))
+        merged = (
+            "has(t.matchFields) ? {'matchExpressions': k + m, 'matchFields': t.matchFields} "
+            ": {'matchExpressions': k + m}"
+        )
+        changed = any_of(filter(None, ["size(m) > 0", stale]))
+        # each term as steering leaves it, with whether it changed: an empty term stays empty
+        each_term = bind(kept, "k", bind(missing, "m", f"({live}) && ({changed}) ? [{merged}] : []"))
+        new_terms = f"{terms}.map(t, [{each_term}].map(n, size(n) > 0 ? n[0] : t)[0])"
+        changes = f"{terms}.exists(t, size({each_term}) > 0)"
+        added = steering.required_affinity(wanted)
+        to = {part: f"{at} + {lit(part)}" for part in ("/nodeAffinity", f"/nodeAffinity/{REQUIRED}")}
+        to["terms"] = f"{at} + {lit(f'/nodeAffinity/{REQUIRED}/nodeSelectorTerms')}"
+        ops = (
+            f"!has({affinity}) ? [{jsonpatch('add', at, _literal({'nodeAffinity': added}))}] : "
+            f"!has({node}) ? [{jsonpatch('add', to['/nodeAffinity'], _literal(added))}] : "
+            f"!has({required}) || !has({terms}) || size({terms}) == 0 ? "
+            f"[{jsonpatch('add', to[f'/nodeAffinity/{REQUIRED}'], _literal(added[REQUIRED]))}] : "
+            f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
+        )
+        conflict = any_of(_clash(r) for r in wanted)
+        return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
+
+    def lines(self, policy: Policy) -> list[Lines]:
+        wanted = _wanted(policy)
+        if not wanted:
+            return []
+        words, advice = steering.policy_words(policy), steering.advice(policy)
+        said = []
+        for r in wanted:
+            shown = f"{lit(r.key + '=')} + {SELECTOR}[{lit(r.key)}]"
+            line = fill(steering.selector_conflict_line(slot("shown"), words, str(r), advice), {"shown": shown})
+            said.append(f"(({_clash(r)}) ? [{line}] : [])")
+        return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
+
+
+SELECTOR = f"{SPEC}.nodeSelector"
+
+
+def _wanted(policy: Policy) -> tuple[steering.Requirement, ...]:
+    """The requirements compiled: the policy's, under the modes whose GPU rules are compiled."""
+    return steering.requirements(policy) if shape(policy) is not None else ()
+
+
+def _steered(policy: Policy) -> str:
+    """The pod is steered: it names no node and a container or init container holds the resource the policy
+    steers (steering.pod_requirements)."""
+    name = steering.steered_resource(policy)
+    held = any_of(
+        f"{holds(which, name)} && quantity({value(which, name)}).compareTo(quantity('0')) > 0"
+        for which in ("limits", "requests")
+    )
+    sections = any_of(f"has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {held})" for section in SECTIONS)
+    return f"!(has({SPEC}.nodeName) && {SPEC}.nodeName != '') && ({sections})"
+
+
+def _clash(r: steering.Requirement) -> str:
+    """The nodeSelector names `r`'s label with a value `r` does not admit (steering._selector_conflicts)."""
+    found = f"{SELECTOR}[{lit(r.key)}]"
+    admits = {
+        "In": f"{found} in {strings(r.values)}",
+        "NotIn": f"!({found} in {strings(r.values)})",
+        "Exists": "true",
+        "DoesNotExist": "false",
+    }[r.operator]
+    return f"has({SELECTOR}) && {lit(r.key)} in {SELECTOR} && !({admits})"
+
+
+def _restates(r: steering.Requirement) -> str:
+    """The expression `e` is `r` itself, its values in any order (steering.restates)."""
+    same = f"e.key == {lit(r.key)} && e.operator == {lit(r.operator)}"
+    if not r.values:
+        return f"{same} && !(has(e.values) && size(e.values) > 0)"
+    if list(r.values) != sorted(set(r.values)):
+        return "false"  # steering never finds such a requirement among a term's: it sorts the term's values
+    return f"{same} && has(e.values) && size(e.values) == {len(r.values)} && {strings(r.values)}.all(v, v in e.values)"
+
+
+def _literal(data: Any) -> str:
+    """JSON data (maps, lists, strings) as a CEL literal."""
+    if isinstance(data, dict):
+        return "{" + ", ".join(f"{lit(key)}: {_literal(item)}" for key, item in data.items()) + "}"
+    if isinstance(data, list | tuple):
+        return "[" + ", ".join(_literal(item) for item in data) + "]"
+    assert isinstance(data, str)
+    return lit(data)

@@ -12,7 +12,7 @@ from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
 from webhook.admission.native.migslices import MigSlices
-from webhook.admission.native.nodes import KeptNamePin
+from webhook.admission.native.nodes import KeptNamePin, Steering
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
 
@@ -25,5 +25,6 @@ FAMILIES: tuple[Family, ...] = (
     Maxima(),
     FractionalShares(),
     DeviceRules(),
+    Steering(),
     Unsupported(),
 )

@@ -41,7 +41,8 @@ from webhook.admission.native.gaps import (
     OTHER_RESOURCES,
     RECORDED,
     SPACED_PRODUCT,
-    STEERING,
+    STEERED_LABELS,
+    STEERED_PRODUCT,
     USER_ENV,
     mode_gap,
     shape,
@@ -50,7 +51,7 @@ from webhook.admission.native.migslices import slice_names
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
-from webhook.admission.phases.steering import REQUIRED
+from webhook.admission.phases.steering import REQUIRED, bound_node, pod_requirements, requirements, restates
 from webhook.admission.policy.model import Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -75,8 +76,10 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return mode_gap(policy)
     if "ephemeralContainers" in spec:
         return EPHEMERAL
-    if policy.steering and _steered(obj, spec_path, policy):
-        return STEERING
+    if policy.steering:
+        found = _steering(obj, spec, spec_path, policy)
+        if found is not None:
+            return found
     if carried == "shared" and _spaced_product(spec):
         return SPACED_PRODUCT
     if policy.block_visible_devices_override and _resolved_otherwise(spec):
@@ -97,13 +100,29 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     return None
 
 
-def _steered(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> bool:
-    """Whether the webhook's steering does anything to the object: adds or removes node affinity, or finds the
-    pod's own constraints in conflict with the policy's pool (steering.steer, on the spec as mutation leaves it).
-    Nowhere else: a pod that names its node, or holds none of the resource the policy steers, keeps its node
-    constraints as written in both (the one validation line that reads them is compiled: nodes.py)."""
-    result = mutate(obj, policy, spec_path)
-    return "steering" in result.kinds or bool(result.conflicts)
+def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
+    """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
+    node and holds the resource steered, as mutation leaves its containers): the pod's own constraints on the
+    product label, and a required term's own expression on a label the policy requires (nodes.Steering)."""
+    wanted = requirements(policy)
+    if not wanted or bound_node(spec):
+        return None
+    if not pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy):
+        return None
+    selector = spec.get("nodeSelector") or {}
+    if PRODUCT in selector:
+        return STEERED_PRODUCT
+    affinity = spec.get("affinity") or {}
+    required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for expression in term.get("matchExpressions") or ():
+            key = expression.get("key")
+            if key == PRODUCT and expression.get("operator") == "In":
+                return STEERED_PRODUCT
+            ours = [r for r in wanted if r.key == key]
+            if ours and not any(restates(expression, r) for r in ours):
+                return STEERED_LABELS
+    return None
 
 
 def _spaced_product(spec: dict[str, Any]) -> bool:

@@ -266,13 +266,13 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy, gpus: int = 1) -> 
     affinity = spec.get("affinity")
     at = f"{spec_at}/affinity"
     if affinity is None:
-        value: dict[str, Any] = {"nodeAffinity": _node_affinity(wanted)}
+        value: dict[str, Any] = {"nodeAffinity": required_affinity(wanted)}
         return _done(conflicts, value, [_add(at, value)], wanted)
     if type(affinity) is not dict:
         return _done(conflicts, None, None, wanted)
     node_affinity = affinity.get("nodeAffinity")
     if node_affinity is None:
-        value = _node_affinity(wanted)
+        value = required_affinity(wanted)
         return _done(conflicts, {**affinity, "nodeAffinity": value}, [_add(f"{at}/nodeAffinity", value)], wanted)
     if type(node_affinity) is not dict:
         return _done(conflicts, None, None, wanted)
@@ -387,8 +387,8 @@ def _add(path: str, value: Any) -> dict[str, Any]:
     return {"op": "add", "path": path, "value": value}
 
 
-def _node_affinity(wanted: tuple[Requirement, ...]) -> dict[str, Any]:
-    """A node affinity of one required term: the policy's requirements."""
+def required_affinity(wanted: tuple[Requirement, ...]) -> dict[str, Any]:
+    """A node affinity of one required term: the policy's requirements (the native policies add it too)."""
     return {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [r.expression for r in wanted]}]}}
 
 
@@ -401,6 +401,11 @@ def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
         elif type(e) is dict and e.get("key") == key and e.get("operator") in ("Exists", "DoesNotExist"):
             found.append({"key": key, "operator": e["operator"]})
     return found
+
+
+def restates(expression: Any, requirement: Requirement) -> bool:
+    """Whether a term's expression is `requirement` itself, as steering finds its own (values in any order)."""
+    return _normalised([expression], requirement.key) == [requirement.expression]
 
 
 def _places(expressions: list[Any], expression: dict[str, Any]) -> list[int]:
@@ -438,12 +443,15 @@ def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: 
     conflicts = []
     for key, needed in clashes:
         shown = f"{key}={selector[key]}"
-        line = (
-            f"pod: nodeSelector {shown} conflicts with {policy_words(policy)}, whose GPU pods run only on "
-            f"nodes with {needed}; {advice(policy)}"
-        )
+        line = selector_conflict_line(shown, policy_words(policy), needed, advice(policy))
         conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
     return conflicts
+
+
+def selector_conflict_line(shown: str, words: str, needed: str, advice: str) -> str:
+    """A nodeSelector entry (`shown`: key=value) that no node of the policy's pool (`words`) carries (template:
+    the native policies fill it too)."""
+    return f"pod: nodeSelector {shown} conflicts with {words}, whose GPU pods run only on nodes with {needed}; {advice}"
 
 
 def _affinity_conflict(
