@@ -749,8 +749,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "steered: a node selector on a shared pool and on MIG slices, over the maximum": (
         "steered", pod(container(limits={GPU_: 9}), nodeSelector={STRATEGY: "mps", SLICES: "2"}),
     ),
-    "steered: a node selector on the product": (
-        "steered", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "Tesla-T4"}),
+    "steered: a node selector on a product of whole GPUs": (
+        "steered", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "NVIDIA-A100-SXM4-80GB"}),
+    ),
+    "steered: a node selector on a shared product": (
+        "steered", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "Tesla-T4-SHARED", STRATEGY: "mps"}),
+    ),
+    "steered: a required affinity on the product": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4"]}]}
+        ]}}}),
     ),
     "steered: a term of its own on the sharing strategy": (
         "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
@@ -767,8 +775,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "shared-steered: no replica, not steered": ("shared-steered", pod(container(limits={GPU_: 0}))),
     "mig-steered: one slice": ("mig-steered", pod(container(limits={GPU_: 1}))),
-    "mig-steered: a node selector on the MIG strategy": (
-        "mig-steered", pod(container(limits={GPU_: 1}), nodeSelector={MIG_STRATEGY: "mixed"}),
+    "mig-steered: a node selector on the MIG strategy and on another slice's product": (
+        "mig-steered", pod(container(limits={GPU_: 1}), nodeSelector={
+            MIG_STRATEGY: "mixed", PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+        }),
+    ),
+    "mig-steered: a node selector on its slice's product": (
+        "mig-steered", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"}),
     ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
@@ -795,7 +808,7 @@ NOT_COVERED = {
     "shared: both names": gaps.BOTH_NAMES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "steered: a node selector on the product": gaps.STEERED_PRODUCT,
+    "steered: a required affinity on the product": gaps.STEERED_PRODUCT,
     "steered: a term of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: MIG profile": gaps.OTHER_RESOURCES,
@@ -816,7 +829,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (101, 24, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (104, 24, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -876,6 +889,7 @@ NODES = st.sampled_from(
         {"nodeName": "gpu-1"},
         {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [PINNED]}}}},
         {"nodeSelector": {STRATEGY: "time-slicing"}},
+        {"nodeSelector": {PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"}},
         {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{}, {"matchExpressions": [ZONE]}]}}}},
     )
 )

@@ -58,9 +58,9 @@ DEVICE_PATHS = Gap(
     "CEL cannot resolve a path: the native set reads each path as written, the webhook as the node resolves it",
 )
 STEERED_PRODUCT = Gap(
-    "a steered pod's own constraint on nvidia.com/gpu.product (a nodeSelector, or a required node affinity `In`)",
-    "whether the product fits the policy's pool is each sharing backend's rule on the label's text (its -SHARED "
-    "or -MIG- part): not compiled",
+    "a steered pod's required node affinity `In` on nvidia.com/gpu.product",
+    "whether any of a term's products fits the policy's pool is a test on each value, one iteration deeper than "
+    "the compiled policies go: not compiled",
 )
 STEERED_LABELS = Gap(
     "a steered pod's required node affinity term with an expression of its own on a label the policy's steering "

@@ -70,9 +70,9 @@ class Steering(Family):
 
     The requirements are the policy's own (steering.requirements) wherever a container holds the resource it
     steers; memory namespaces, whose requirements depend on the pod, are not compiled at all. scope.py keeps
-    outside what is not compiled here: a constraint of the pod's own on the product label, and a required
-    term's own expression on a label the policy requires (whether no node satisfies both is a satisfiability
-    check over the term's expressions on that label)."""
+    outside what is not compiled here: a required term's own `In` on the product label, and its own expression
+    on a label the policy requires (whether no node satisfies both is a satisfiability check over the term's
+    expressions on that label)."""
 
     name = "steering"
 
@@ -112,7 +112,7 @@ class Steering(Family):
             f"[{jsonpatch('add', to[f'/nodeAffinity/{REQUIRED}'], _literal(added[REQUIRED]))}] : "
             f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
         )
-        conflict = any_of(_clash(r) for r in wanted)
+        conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy)])
         return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
 
     def lines(self, policy: Policy) -> list[Lines]:
@@ -125,6 +125,10 @@ class Steering(Family):
             shown = f"{lit(r.key + '=')} + {SELECTOR}[{lit(r.key)}]"
             line = fill(steering.selector_conflict_line(slot("shown"), words, str(r), advice), {"shown": shown})
             said.append(f"(({_clash(r)}) ? [{line}] : [])")
+        shown = f"{lit(PRODUCT + '=')} + {SELECTOR}[{lit(PRODUCT)}]"
+        needed = steering.product_rule(policy) or ""
+        line = fill(steering.selector_conflict_line(slot("shown"), words, needed, advice), {"shown": shown})
+        said.append(f"(({_product_clash(policy)}) ? [{line}] : [])")
         return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
 
 
@@ -158,6 +162,20 @@ def _clash(r: steering.Requirement) -> str:
         "DoesNotExist": "false",
     }[r.operator]
     return f"has({SELECTOR}) && {lit(r.key)} in {SELECTOR} && !({admits})"
+
+
+def _product_clash(policy: Policy) -> str:
+    """The nodeSelector names a product the policy's nodes do not carry (the backend's ProductFit)."""
+    fit = backend_of(policy).product_fit(policy)
+    product = f"{SELECTOR}[{lit(PRODUCT)}]"
+    fits = all_of(
+        [
+            *([f"{product}.endsWith({lit(fit.ends)})"] if fit.ends else []),
+            *(f"!{product}.endsWith({lit(tail)})" for tail in fit.not_ends),
+            *(f"!{product}.contains({lit(part)})" for part in fit.not_holds),
+        ]
+    )
+    return f"has({SELECTOR}) && {lit(PRODUCT)} in {SELECTOR} && !({fits})"
 
 
 def _restates(r: steering.Requirement) -> str:

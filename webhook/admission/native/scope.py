@@ -102,16 +102,13 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
 
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
-    node and holds the resource steered, as mutation leaves its containers): the pod's own constraints on the
-    product label, and a required term's own expression on a label the policy requires (nodes.Steering)."""
+    node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
+    product label, and its own expression on a label the policy requires (nodes.Steering)."""
     wanted = requirements(policy)
     if not wanted or bound_node(spec):
         return None
     if not pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy):
         return None
-    selector = spec.get("nodeSelector") or {}
-    if PRODUCT in selector:
-        return STEERED_PRODUCT
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
     for term in required.get("nodeSelectorTerms") or ():
