@@ -364,6 +364,8 @@ FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
+ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
+SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
 REQUIRED, PREFERRED = (
     "requiredDuringSchedulingIgnoredDuringExecution",
     "preferredDuringSchedulingIgnoredDuringExecution",
@@ -765,6 +767,31 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["none"]}]}
         ]}}}),
     ),
+    "steered: its only live term on MIG slices, an empty one beside": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {}, {"matchExpressions": [ZONE, {"key": SLICES, "operator": "In", "values": ["2"]}]}
+        ]}}}),
+    ),
+    "steered: two terms on MIG slices, one admits whole GPUs": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": SLICES, "operator": "Exists"}]},
+            {"matchExpressions": [{"key": SLICES, "operator": "NotIn", "values": ["2"]}]},
+        ]}}}),
+    ),
+    "mig-steered: each of its two terms on another slice or strategy": (
+        "mig-steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": SLICES, "operator": "In", "values": ["2", "7"]}]},
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "NotIn", "values": ["3"]},
+                {"key": MIG_STRATEGY, "operator": "DoesNotExist"},
+            ]},
+        ]}}}),
+    ),
+    "shared-steered: a replica count of its own that admits the policy's": (
+        "shared-steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.replicas", "operator": "In", "values": ["2", "4"]}]}
+        ]}}}),
+    ),
     "shared-steered: one GPU becomes a replica and is steered into a term": (
         "shared-steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {
             "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
@@ -829,7 +856,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (104, 24, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (108, 24, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -880,7 +907,6 @@ RESOURCES = st.one_of(
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
-ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 PINNED = {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED"]}]}
 NODES = st.sampled_from(
     (
@@ -890,6 +916,7 @@ NODES = st.sampled_from(
         {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [PINNED]}}}},
         {"nodeSelector": {STRATEGY: "time-slicing"}},
         {"nodeSelector": {PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"}},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [SLICES_2]}]}}}},
         {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{}, {"matchExpressions": [ZONE]}]}}}},
     )
 )

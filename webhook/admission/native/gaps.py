@@ -63,9 +63,10 @@ STEERED_PRODUCT = Gap(
     "the compiled policies go: not compiled",
 )
 STEERED_LABELS = Gap(
-    "a steered pod's required node affinity term with an expression of its own on a label the policy's steering "
-    "requires (other than the requirement itself)",
-    "whether no node satisfies both is a satisfiability check over the term's expressions on that label: not compiled",
+    "a steered pod's required node affinity term with an expression of its own on a label the policy requires "
+    "with NotIn, Exists or several values (whole GPUs' sharing strategy), or a Gt or Lt of its own there",
+    "whether no node satisfies both is a satisfiability check over the term's expressions and their values: not "
+    "compiled (it is where the policy admits no label, or one value)",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",

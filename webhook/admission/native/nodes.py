@@ -92,7 +92,7 @@ class Steering(Family):
             kept = f"(has(t.matchExpressions) ? t.matchExpressions.filter(e, !({_restates(OBSOLETE)})) : [])"
         missing = " + ".join(f"(k.exists(e, {_restates(r)}) ? [] : [{_literal(r.expression)}])" for r in wanted)
         stale = f"has(t.matchExpressions) && t.matchExpressions.exists(e, {_restates(OBSOLETE)})" if drops else ""
-        live = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressions", "matchFields"))
+        live = LIVE
         merged = (
             "has(t.matchFields) ? {'matchExpressions': k + m, 'matchFields': t.matchFields} "
             ": {'matchExpressions': k + m}"
@@ -112,7 +112,7 @@ class Steering(Family):
             f"[{jsonpatch('add', to[f'/nodeAffinity/{REQUIRED}'], _literal(added[REQUIRED]))}] : "
             f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
         )
-        conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy)])
+        conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy), _affinity_clash(wanted)])
         return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
 
     def lines(self, policy: Policy) -> list[Lines]:
@@ -129,6 +129,7 @@ class Steering(Family):
         needed = steering.product_rule(policy) or ""
         line = fill(steering.selector_conflict_line(slot("shown"), words, needed, advice), {"shown": shown})
         said.append(f"(({_product_clash(policy)}) ? [{line}] : [])")
+        said.append(_affinity_line(wanted, words, advice))
         return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
 
 
@@ -162,6 +163,53 @@ def _clash(r: steering.Requirement) -> str:
         "DoesNotExist": "false",
     }[r.operator]
     return f"has({SELECTOR}) && {lit(r.key)} in {SELECTOR} && !({admits})"
+
+
+TERMS = f"{SPEC}.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
+LIVE = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressions", "matchFields"))
+
+
+def judged(r: steering.Requirement) -> bool:
+    """Whether the compiled policies tell when a term's own expressions on `r`'s label leave no node that `r`
+    admits: for `DoesNotExist` (only a node without the label) and `In` one value (only that value); scope.py
+    keeps the others outside (gaps.STEERED_LABELS)."""
+    return r.operator == "DoesNotExist" or (r.operator == "In" and len(r.values) == 1)
+
+
+def _term_clash(r: steering.Requirement) -> str:
+    """The term `t` has an expression of its own on `r`'s label that the one label value (or its absence) `r`
+    admits does not satisfy (steering._term_conflicts, _satisfiable)."""
+    if r.operator == "DoesNotExist":
+        fails = "!(e.operator in ['NotIn', 'DoesNotExist'])"  # a node without the label
+    else:
+        named = f"(has(e.values) && {lit(r.values[0])} in e.values)"
+        fails = f"e.operator == 'In' ? !{named} : e.operator == 'NotIn' ? {named} : e.operator == 'DoesNotExist'"
+    own = f"e.key == {lit(r.key)} && e != {_literal(r.expression)}"
+    return f"has(t.matchExpressions) && t.matchExpressions.exists(e, {own} && ({fails}))"
+
+
+def _affinity_clash(wanted: tuple[steering.Requirement, ...]) -> str:
+    """Every live term of the required node affinity excludes the policy's pool (steering._affinity_conflict)."""
+    clash = any_of(_term_clash(r) for r in wanted if judged(r))
+    return (
+        f"has({SPEC}.affinity) && has({SPEC}.affinity.nodeAffinity) && has({SPEC}.affinity.nodeAffinity.{REQUIRED})"
+        f" && has({TERMS}) && {TERMS}.exists(t, {LIVE}) && {TERMS}.all(t, !({LIVE}) || ({clash}))"
+    )
+
+
+def _affinity_line(wanted: tuple[steering.Requirement, ...], words: str, advice: str) -> str:
+    """The affinity conflict's line: the labels on which the live terms clash, sorted, and what the policy needs
+    on them, in its order."""
+    judged_ones = [r for r in wanted if judged(r)]
+    clashes = {r.key: f"{TERMS}.exists(t, ({LIVE}) && ({_term_clash(r)}))" for r in judged_ones}
+    labels = " + ".join(f"({clashes[key]} ? [{lit(key)}] : [])" for key in sorted(clashes))
+    needed = " + ".join(f"({clashes[r.key]} ? [{lit(str(r))}] : [])" for r in judged_ones)
+    count = f"size({TERMS}.filter(t, {LIVE}))"
+    many = fill(steering.terms_words(slot("count")), {"count": f"string({count})"})
+    which = f"{count} == 1 ? {lit(steering.terms_words(1))} : {many}"
+    sentence = steering.affinity_conflict_line(slot("labels"), words, slot("which"), slot("needed"), advice)
+    line = fill(sentence, {"labels": f"({labels}).join(', ')", "which": which, "needed": f"({needed}).join('; ')"})
+    return f"(({_affinity_clash(wanted)}) ? [{line}] : [])"
 
 
 def _product_clash(policy: Policy) -> str:

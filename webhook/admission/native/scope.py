@@ -48,6 +48,7 @@ from webhook.admission.native.gaps import (
     shape,
 )
 from webhook.admission.native.migslices import slice_names
+from webhook.admission.native.nodes import judged
 from webhook.admission.phases import engines
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
@@ -103,7 +104,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
-    product label, and its own expression on a label the policy requires (nodes.Steering)."""
+    product label, and its own expression on a label the policy requires where nodes.judged says the compiled
+    policies cannot tell whether it leaves a node of the pool."""
     wanted = requirements(policy)
     if not wanted or bound_node(spec):
         return None
@@ -117,8 +119,10 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
             if key == PRODUCT and expression.get("operator") == "In":
                 return STEERED_PRODUCT
             ours = [r for r in wanted if r.key == key]
-            if ours and not any(restates(expression, r) for r in ours):
-                return STEERED_LABELS
+            if not ours or any(restates(expression, r) for r in ours):
+                continue
+            if not all(judged(r) for r in ours) or expression.get("operator") in ("Gt", "Lt"):
+                return STEERED_LABELS  # a satisfiability check nodes.py does not write
     return None
 
 

@@ -461,12 +461,23 @@ def _affinity_conflict(
     needed = "; ".join(str(r) for r in wanted if r.key in labels)
     if PRODUCT in labels:
         needed = "; ".join(filter(None, (needed, product_rule(policy))))
-    which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
-    line = (
-        f"pod: required node affinity on {', '.join(labels)} conflicts with {policy_words(policy)}: "
-        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {advice(policy)}"
-    )
+    which = terms_words(len(contradicted))
+    line = affinity_conflict_line(", ".join(labels), policy_words(policy), which, needed, advice(policy))
     return Violation(line, _short(f"pod: node affinity on {', '.join(labels)}", policy))
+
+
+def terms_words(count: int | str) -> str:
+    """The contradicted terms of a required node affinity, by their count (a CEL slot in the native policies)."""
+    return "its only term" if count == 1 else f"each of its {count} terms"
+
+
+def affinity_conflict_line(labels: str, words: str, which: str, needed: str, advice: str) -> str:
+    """A required node affinity every live term of which excludes the policy's pool (template: the native
+    policies fill it too)."""
+    return (
+        f"pod: required node affinity on {labels} conflicts with {words}: {which} excludes the nodes with "
+        f"{needed}, where its GPU pods must run; {advice}"
+    )
 
 
 def _short(what: str, policy: Policy) -> str:
