@@ -767,6 +767,19 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["none"]}]}
         ]}}}),
     ),
+    "steered: each of its two terms on shared pools": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["time-slicing", "mps", "mps"]}]},
+            {"matchExpressions": [ZONE, {"key": STRATEGY, "operator": "In", "values": ["mps"]}]},
+        ]}}}),
+    ),
+    "steered: two expressions of its own on the sharing strategy": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Exists"}, {"key": STRATEGY, "operator": "NotIn", "values": ["mps"]}
+            ]}
+        ]}}}),
+    ),
     "steered: its only live term on MIG slices, an empty one beside": (
         "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {}, {"matchExpressions": [ZONE, {"key": SLICES, "operator": "In", "values": ["2"]}]}
@@ -836,7 +849,7 @@ NOT_COVERED = {
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "steered: a required affinity on the product": gaps.STEERED_PRODUCT,
-    "steered: a term of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "steered: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: MIG profile": gaps.OTHER_RESOURCES,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
@@ -856,7 +869,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (108, 24, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (110, 24, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:

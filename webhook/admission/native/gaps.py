@@ -63,10 +63,11 @@ STEERED_PRODUCT = Gap(
     "the compiled policies go: not compiled",
 )
 STEERED_LABELS = Gap(
-    "a steered pod's required node affinity term with an expression of its own on a label the policy requires "
-    "with NotIn, Exists or several values (whole GPUs' sharing strategy), or a Gt or Lt of its own there",
-    "whether no node satisfies both is a satisfiability check over the term's expressions and their values: not "
-    "compiled (it is where the policy admits no label, or one value)",
+    "a steered pod's required node affinity term with expressions of its own on a label the policy requires that "
+    "the compiled policies do not weigh: Exists or several values required, several of the term's own where NotIn "
+    "is required (whole GPUs' sharing strategy), a Gt or Lt, a value with a space",
+    "whether no node satisfies them all is a satisfiability check over the term's expressions and their values, "
+    "one iteration deeper than the compiled policies go: not compiled",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",

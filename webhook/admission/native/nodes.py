@@ -7,6 +7,7 @@ Where the policy steers, its node affinity and a nodeSelector that contradicts i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
@@ -171,9 +172,10 @@ LIVE = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressi
 
 def judged(r: steering.Requirement) -> bool:
     """Whether the compiled policies tell when a term's own expressions on `r`'s label leave no node that `r`
-    admits: for `DoesNotExist` (only a node without the label) and `In` one value (only that value); scope.py
-    keeps the others outside (gaps.STEERED_LABELS)."""
-    return r.operator == "DoesNotExist" or (r.operator == "In" and len(r.values) == 1)
+    admits: for `DoesNotExist` (only a node without the label), `In` one value (only that value), and `NotIn`
+    (a node without the label, or one with a value `r` does not name) where a term has one expression of its
+    own there (scope.py keeps the rest outside: gaps.STEERED_LABELS)."""
+    return r.operator in ("DoesNotExist", "NotIn") or (r.operator == "In" and len(r.values) == 1)
 
 
 def _term_clash(r: steering.Requirement) -> str:
@@ -181,6 +183,12 @@ def _term_clash(r: steering.Requirement) -> str:
     admits does not satisfy (steering._term_conflicts, _satisfiable)."""
     if r.operator == "DoesNotExist":
         fails = "!(e.operator in ['NotIn', 'DoesNotExist'])"  # a node without the label
+    elif r.operator == "NotIn":
+        # only an `In` leaves no node: every value it names is one `r` excludes (read from the values joined by
+        # spaces: scope.py keeps a value with a space outside)
+        named = "|".join(re.escape(v) for v in r.values)
+        excluded = f"(' ' + e.values.join(' ') + ' ').matches({lit(f'^( ({named}))+ $')})"
+        fails = f"e.operator == 'In' && (!has(e.values) || size(e.values) == 0 || {excluded})"
     else:
         named = f"(has(e.values) && {lit(r.values[0])} in e.values)"
         fails = f"e.operator == 'In' ? !{named} : e.operator == 'NotIn' ? {named} : e.operator == 'DoesNotExist'"

@@ -114,6 +114,7 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
     for term in required.get("nodeSelectorTerms") or ():
+        own: dict[str, int] = {}  # a required label's expressions of the term's own
         for expression in term.get("matchExpressions") or ():
             key = expression.get("key")
             if key == PRODUCT and expression.get("operator") == "In":
@@ -121,7 +122,10 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
             ours = [r for r in wanted if r.key == key]
             if not ours or any(restates(expression, r) for r in ours):
                 continue
-            if not all(judged(r) for r in ours) or expression.get("operator") in ("Gt", "Lt"):
+            own[key] = own.get(key, 0) + 1
+            several = own[key] > 1 and any(r.operator == "NotIn" for r in ours)
+            spaced = any(" " in value for value in expression.get("values") or ())
+            if several or spaced or not all(judged(r) for r in ours) or expression.get("operator") in ("Gt", "Lt"):
                 return STEERED_LABELS  # a satisfiability check nodes.py does not write
     return None
 
