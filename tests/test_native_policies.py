@@ -757,9 +757,20 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "steered: a node selector on a shared product": (
         "steered", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "Tesla-T4-SHARED", STRATEGY: "mps"}),
     ),
-    "steered: a required affinity on the product": (
+    "steered: a required affinity on a product of whole GPUs": (
         "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4"]}]}
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED", "Tesla-T4"]}]}
+        ]}}}),
+    ),
+    "steered: each term on shared or MIG products, or on MIG slices": (
+        "steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["T4-SHARED", "A100-MIG-1g.10gb"]}]},
+            {"matchExpressions": [SLICES_2, {"key": PRODUCT, "operator": "In", "values": ["L4-SHARED"]}]},
+        ]}}}),
+    ),
+    "mig-steered: its only term on another slice's product": (
+        "mig-steered", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["A100-MIG-1g.10gb", "A100"]}]}
         ]}}}),
     ),
     "steered: a term of its own on the sharing strategy": (
@@ -848,7 +859,6 @@ NOT_COVERED = {
     "shared: both names": gaps.BOTH_NAMES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "steered: a required affinity on the product": gaps.STEERED_PRODUCT,
     "steered: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: MIG profile": gaps.OTHER_RESOURCES,
@@ -869,7 +879,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (110, 24, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (113, 23, 5)
 
 
 def test_a_denial_reads_as_the_webhooks() -> None:
@@ -1320,13 +1330,12 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
         f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy mps-fractions (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
-        f"warning: policy steered (<built-in>): its native policies do not carry {gaps.STEERED_PRODUCT.rule}; "
-        f"{gaps.STEERED_LABELS.rule} (docs/native-policies.md)",
+        f"warning: policy steered (<built-in>): its native policies do not carry {gaps.STEERED_LABELS.rule}; "
+        f"{gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy shared-steered (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
-        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule}; {gaps.STEERED_PRODUCT.rule}; {gaps.STEERED_LABELS.rule} "
-        "(docs/native-policies.md)",
-        f"warning: policy mig-steered (<built-in>): its native policies do not carry {gaps.STEERED_PRODUCT.rule}; "
-        f"{gaps.STEERED_LABELS.rule} (docs/native-policies.md)",
+        f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule}; {gaps.STEERED_LABELS.rule} (docs/native-policies.md)",
+        f"warning: policy mig-steered (<built-in>): its native policies do not carry {gaps.STEERED_LABELS.rule}; "
+        f"{gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
         f"warning: policy capped (<built-in>): its native policies do not carry {gaps.USER_ENV.rule}; "
         f"{gaps.ENGINES.rule}; {gaps.SPACED_PRODUCT.rule} (docs/native-policies.md)",
     ]

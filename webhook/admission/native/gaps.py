@@ -58,9 +58,9 @@ DEVICE_PATHS = Gap(
     "CEL cannot resolve a path: the native set reads each path as written, the webhook as the node resolves it",
 )
 STEERED_PRODUCT = Gap(
-    "a steered pod's required node affinity `In` on nvidia.com/gpu.product",
-    "whether any of a term's products fits the policy's pool is a test on each value, one iteration deeper than "
-    "the compiled policies go: not compiled",
+    "a steered pod's required node affinity In on nvidia.com/gpu.product where the pool's products both end with "
+    "a tail and lack another (no sharing mode's today)",
+    "not compiled: the compiled test reads the values joined, with one of the two",
 )
 STEERED_LABELS = Gap(
     "a steered pod's required node affinity term with expressions of its own on a label the policy requires that "
@@ -71,7 +71,7 @@ STEERED_LABELS = Gap(
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",
-    "the compiled pin to a kept name reads a term's values joined by spaces",
+    "the compiled pin to a kept name, and steering's test of a term's products, read a term's values joined by spaces",
 )
 BUDGETS = Gap("GPU budgets (cluster.quota)", "a count across the namespace's pods; a policy sees one object")
 CLUSTER_CHECKS = Gap("cluster checks (fits, offered, drift) and auto values", "they need the node inventory")
@@ -107,6 +107,14 @@ def shape(policy: Policy) -> Shape:
     return "whole" if found == "whole" else "shared" if found == "shared" else "mig" if found == "mig" else None
 
 
+def product_judged(policy: Policy) -> bool:
+    """Whether the compiled policies tell a term's `In` on the product label that names no product of the pool
+    (native/nodes.py: the backend's ProductFit as a test on the values joined, a tail they must end with, or tails
+    and parts they must not have, not both)."""
+    fit = backend_of(policy).product_fit(policy)
+    return not (fit.ends and (fit.not_ends or fit.not_holds))
+
+
 def mode_gap(policy: Policy) -> Gap:
     """Where `shape` is None: what the policy's mode keeps out of the native set, and why (its backend's words)."""
     return Gap(*backend_of(policy).native_gap())
@@ -124,5 +132,9 @@ class Unsupported(Family):
         if shape(policy) == "shared":
             found += [USER_ENV, ENGINES, SPACED_PRODUCT]
         if policy.steering:
-            found += [STEERED_PRODUCT, STEERED_LABELS]  # the rest of steering: native/nodes.py
+            found.append(STEERED_LABELS)  # the rest of steering: native/nodes.py
+            if not product_judged(policy):
+                found.append(STEERED_PRODUCT)
+            if shape(policy) != "shared":
+                found.append(SPACED_PRODUCT)  # read joined, as the pin to a kept name reads them
         return found

@@ -113,7 +113,7 @@ class Steering(Family):
             f"[{jsonpatch('add', to[f'/nodeAffinity/{REQUIRED}'], _literal(added[REQUIRED]))}] : "
             f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
         )
-        conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy), _affinity_clash(wanted)])
+        conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy), _affinity_clash(policy, wanted)])
         return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
 
     def lines(self, policy: Policy) -> list[Lines]:
@@ -130,7 +130,7 @@ class Steering(Family):
         needed = steering.product_rule(policy) or ""
         line = fill(steering.selector_conflict_line(slot("shown"), words, needed, advice), {"shown": shown})
         said.append(f"(({_product_clash(policy)}) ? [{line}] : [])")
-        said.append(_affinity_line(wanted, words, advice))
+        said.append(_affinity_line(policy, wanted, words, advice))
         return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
 
 
@@ -196,28 +196,51 @@ def _term_clash(r: steering.Requirement) -> str:
     return f"has(t.matchExpressions) && t.matchExpressions.exists(e, {own} && ({fails}))"
 
 
-def _affinity_clash(wanted: tuple[steering.Requirement, ...]) -> str:
+def _term_product_clash(policy: Policy) -> str:
+    """The term `t` has an `In` on the product label none of whose values the pool's nodes carry
+    (steering._term_conflicts), read from the values joined by spaces (scope.py keeps a value with a space
+    outside)."""
+    fit = backend_of(policy).product_fit(policy)
+    joined = "(' ' + e.values.join(' ') + ' ')"
+    if fit.ends and not (fit.not_ends or fit.not_holds):
+        none_fits = f"!{joined}.matches({lit(f' [^ ]*{re.escape(fit.ends)} ')})"
+    elif not fit.ends and (fit.not_ends or fit.not_holds):
+        tokens = [f"[^ ]*{re.escape(tail)}" for tail in fit.not_ends]
+        tokens += [f"[^ ]*{re.escape(part)}[^ ]*" for part in fit.not_holds]
+        pattern = "^( (" + "|".join(tokens) + "))+ $"
+        none_fits = f"{joined}.matches({lit(pattern)})"
+    else:
+        return "false"  # every product fits; or not judged (scope.py)
+    product_in = f"e.key == {lit(PRODUCT)} && e.operator == 'In' && has(e.values)"
+    return (
+        f"has(t.matchExpressions) && t.matchExpressions.exists(e, {product_in} && (size(e.values) == 0 || {none_fits}))"
+    )
+
+
+def _affinity_clash(policy: Policy, wanted: tuple[steering.Requirement, ...]) -> str:
     """Every live term of the required node affinity excludes the policy's pool (steering._affinity_conflict)."""
-    clash = any_of(_term_clash(r) for r in wanted if judged(r))
+    clash = any_of([*(_term_clash(r) for r in wanted if judged(r)), _term_product_clash(policy)])
     return (
         f"has({SPEC}.affinity) && has({SPEC}.affinity.nodeAffinity) && has({SPEC}.affinity.nodeAffinity.{REQUIRED})"
         f" && has({TERMS}) && {TERMS}.exists(t, {LIVE}) && {TERMS}.all(t, !({LIVE}) || ({clash}))"
     )
 
 
-def _affinity_line(wanted: tuple[steering.Requirement, ...], words: str, advice: str) -> str:
+def _affinity_line(policy: Policy, wanted: tuple[steering.Requirement, ...], words: str, advice: str) -> str:
     """The affinity conflict's line: the labels on which the live terms clash, sorted, and what the policy needs
-    on them, in its order."""
+    on them, in its order, the product's rule last."""
     judged_ones = [r for r in wanted if judged(r)]
     clashes = {r.key: f"{TERMS}.exists(t, ({LIVE}) && ({_term_clash(r)}))" for r in judged_ones}
+    clashes[PRODUCT] = f"{TERMS}.exists(t, ({LIVE}) && ({_term_product_clash(policy)}))"
     labels = " + ".join(f"({clashes[key]} ? [{lit(key)}] : [])" for key in sorted(clashes))
     needed = " + ".join(f"({clashes[r.key]} ? [{lit(str(r))}] : [])" for r in judged_ones)
+    needed += f" + ({clashes[PRODUCT]} ? [{lit(steering.product_rule(policy) or '')}] : [])"
     count = f"size({TERMS}.filter(t, {LIVE}))"
     many = fill(steering.terms_words(slot("count")), {"count": f"string({count})"})
     which = f"{count} == 1 ? {lit(steering.terms_words(1))} : {many}"
     sentence = steering.affinity_conflict_line(slot("labels"), words, slot("which"), slot("needed"), advice)
     line = fill(sentence, {"labels": f"({labels}).join(', ')", "which": which, "needed": f"({needed}).join('; ')"})
-    return f"(({_affinity_clash(wanted)}) ? [{line}] : [])"
+    return f"(({_affinity_clash(policy, wanted)}) ? [{line}] : [])"
 
 
 def _product_clash(policy: Policy) -> str:

@@ -45,6 +45,7 @@ from webhook.admission.native.gaps import (
     STEERED_PRODUCT,
     USER_ENV,
     mode_gap,
+    product_judged,
     shape,
 )
 from webhook.admission.native.migslices import slice_names
@@ -81,7 +82,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         found = _steering(obj, spec, spec_path, policy)
         if found is not None:
             return found
-    if carried == "shared" and _spaced_product(spec):
+    if (carried == "shared" or policy.steering) and _spaced_product(spec):
         return SPACED_PRODUCT
     if policy.block_visible_devices_override and _resolved_otherwise(spec):
         return DEVICE_PATHS
@@ -104,8 +105,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
-    product label, and its own expression on a label the policy requires where nodes.judged says the compiled
-    policies cannot tell whether it leaves a node of the pool."""
+    product label, and its own expression on a label the policy requires, where nodes.product_judged and
+    nodes.judged say the compiled policies cannot tell whether it leaves a node of the pool."""
     wanted = requirements(policy)
     if not wanted or bound_node(spec):
         return None
@@ -117,7 +118,7 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
         own: dict[str, int] = {}  # a required label's expressions of the term's own
         for expression in term.get("matchExpressions") or ():
             key = expression.get("key")
-            if key == PRODUCT and expression.get("operator") == "In":
+            if key == PRODUCT and expression.get("operator") == "In" and not product_judged(policy):
                 return STEERED_PRODUCT
             ours = [r for r in wanted if r.key == key]
             if not ours or any(restates(expression, r) for r in ours):
