@@ -60,7 +60,8 @@ class KeptNamePin(Family):
         sentence = validate.kept_name_pin_line(slot("pinned"), policy.sharing.mode, policy.name, renamed)
         pinned = f"({by_selector}) ? {by_selector_words} : {by_affinity_words}"
         line = fill(validate.labelled("pod", sentence), {"pinned": pinned})
-        return [Lines(f"(({held}) && (({by_selector}) || ({by_affinity}))) ? [{line}] : []")]
+        # the pod's node constraints first: most pods have none, and need no pass over their containers
+        return [Lines(f"((({by_selector}) || ({by_affinity})) && ({held})) ? [{line}] : []")]
 
 
 class Steering(Family):
