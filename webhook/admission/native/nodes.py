@@ -72,9 +72,8 @@ class Steering(Family):
 
     The requirements are the policy's own (steering.requirements) wherever a container holds the resource it
     steers; memory namespaces, whose requirements depend on the pod, are not compiled at all. scope.py keeps
-    outside what is not compiled here: a required term's own `In` on the product label, and its own expression
-    on a label the policy requires (whether no node satisfies both is a satisfiability check over the term's
-    expressions on that label)."""
+    outside what is not weighed here (`judged`, gaps.product_judged): a term's own expressions on a required
+    label whose satisfiability check would iterate one level deeper."""
 
     name = "steering"
 
