@@ -12,10 +12,10 @@ MutatingAdmissionPolicy and ValidatingAdmissionPolicy objects, as the API server
 4. the VAP's variables and validation, its message and the binding's validationAction.
 
 For every case the compiled set claims to cover (`native.scope.outside` says which it does not, with a reason the
-compiler prints), the verdict, every container's `resources` and `env`, and the denial's message must be the
-webhook's. Where the API server's own validation refuses the object first, both refuse (its message is its own).
-A template is also judged as rendered `--beside-webhook` (the MAPs change Pods only): the webhook's output, run
-through the VAP alone, gets the webhook's verdict and message, unchanged.
+compiler prints), the verdict, the pod spec (every container's `resources` and `env`, the node constraints), and
+the denial's message must be the webhook's. Where the API server's own validation refuses the object first, both
+refuse (its message is its own). A template is also judged as rendered `--beside-webhook` (the MAPs change Pods
+only): the webhook's output, run through the VAP alone, gets the webhook's verdict and message, unchanged.
 Objects come as the API server decodes them: quantities as canonical strings, requests defaulted from limits.
 """
 
@@ -66,8 +66,9 @@ POLICIES = PolicySet(
             sharing=Sharing(mode=Mode.MPS, replicas=4),
             gpu=GPU(model="A100-80GB"),
             enforcement=Enforcement.WARN,
+            steering=True,  # on nodes with 4 MPS replicas
         ),
-        _policy("whole-tie", ("team-*",)),
+        _policy("whole-tie", ("team-*",), steering=True),  # whole GPUs kept off shared and MIG-single nodes
         _policy(
             "shared-tie",
             ("*-team",),
@@ -101,6 +102,7 @@ POLICIES = PolicySet(
             gpu=GPU(model="A100-80GB"),
             fractional=Fractional.MIG,
             enforcement=Enforcement.WARN,
+            steering=True,  # on nodes with 3g.40gb slices under migStrategy single
         ),
         # an unknown model: any profile is the pool's where none is listed; a listed one is the nodes' layout
         _policy("mig-any", ("mig-any",), sharing=Sharing(mode=Mode.MIG, mig_profile="1g.10gb")),
@@ -357,6 +359,7 @@ def compare(
     assert native.verdict == decision.verdict, (decision.violations, native.message)
     assert native.message == said(decision.violations, policy)
     assert _containers(native.obj) == _containers(decision.mutated)
+    assert spec_of(native.obj) == spec_of(decision.mutated)  # the node constraints among the rest
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
@@ -371,6 +374,14 @@ MIG_1G = "nvidia.com/mig-1g.10gb"
 MIG_2G = "nvidia.com/mig-2g.20gb"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
+PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
+SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
+REQUIRED, PREFERRED = (
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "preferredDuringSchedulingIgnoredDuringExecution",
+)
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # requests into limits, every mode
     "whole: requests only": ("research", pod(container(requests={GPU_: 1, "cpu": "2"}))),
@@ -880,7 +891,160 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "default: a mount path the node resolves to the device list": (
         "default", pod(container(volumeMounts=[{"name": "n", "mountPath": "/run//nvidia-container-devices/0"}])),
     ),
+    # node constraints: judged as any other pod where the policy does not steer it; a pin to a kept name said
     "whole: node selector": ("research", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"})),
+    "whole: nodeName, required and preferred node affinity, over the maximum": (
+        "research", pod(container(limits={GPU_: 3}), nodeName="gpu-1", affinity={"nodeAffinity": {REQUIRED: {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB-SHARED"]}]}
+            ]
+        }, PREFERRED: [{"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]}}),
+    ),
+    "shared-tie: pinned to a kept name by the node selector, over the pod's maximum": (
+        "a-team", pod(*(container(f"c{i}", limits={SHARED: 2}) for i in range(3)), nodeSelector={
+            PRODUCT: "Tesla-T4-SHARED", "pool": "a"
+        }),
+    ),
+    "shared: pinned by every term of the required affinity, a replica as written": (
+        "shared", pod(container(limits={SHARED: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": PRODUCT, "operator": "In", "values": ["Tesla-T4"]},
+                {"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED", "NVIDIA-L4-SHARED"]},
+            ]},
+            {"matchExpressions": [
+                {"key": "zone", "operator": "Exists"}, {"key": PRODUCT, "operator": "In", "values": ["A10-SHARED"]}
+            ]},
+        ]}}}),
+    ),
+    "shared: one term of the required affinity not pinned, one empty": (
+        "shared", pod(container(requests={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED"]}]},
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED", "Tesla-T4"]}]},
+            {},
+        ]}}}),
+    ),
+    "shared: pinned to a kept name, a zero GPU": (
+        "shared", pod(container(limits={GPU_: 0}), nodeSelector={PRODUCT: "Tesla-T4-SHARED"}),
+    ),
+    "mps: warn, pinned by the required affinity": (
+        "mps-1", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["A100-SHARED"]}]}
+        ]}}}),
+    ),
+    "shared: a product with a space": (
+        "shared", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["T4-SHARED x-SHARED"]}]}
+        ]}}}),
+    ),
+    "mig: a node selector, required and preferred affinity on the slices": (
+        "mig", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"}, affinity={"nodeAffinity": {
+            REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [SLICES_2]}]},
+            PREFERRED: [{"weight": 5, "preference": {"matchExpressions": [ZONE]}}],
+        }}),
+    ),
+    "whole-tie: nodeName, never steered": ("team-a", pod(container(limits={GPU_: 1}), nodeName="gpu-1")),
+    # steering: the policy's requirements merged into the pod's required node affinity, or its conflicts said
+    "whole-tie: one GPU, a node selector of another label": (
+        "team-a", pod(container(limits={GPU_: 1}), nodeSelector={"pool": "a"}),
+    ),
+    "whole-tie: an init container's GPU, pod anti-affinity only": (
+        "team-a", pod(container(), init=(container("setup", requests={GPU_: 1}),), affinity={"podAntiAffinity": {
+            PREFERRED: [{"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}]
+        }}),
+    ),
+    "whole-tie: preferred node affinity only, a node selector the pool admits": (
+        "team-a", pod(container(limits={GPU_: 1}), nodeSelector={
+            STRATEGY: "none", PRODUCT: "NVIDIA-A100-SXM4-80GB"
+        }, affinity={"nodeAffinity": {
+            PREFERRED: [{"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]
+        }}),
+    ),
+    "whole-tie: every kind of term: another label's, fields only, empty, 0.1.0's, already steered": (
+        "team-a", pod(container(limits={GPU_: 2}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]},
+            {},
+            {"matchExpressions": [
+                {"key": MIG_STRATEGY, "operator": "NotIn", "values": ["single"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["time-slicing", "mps"]},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "NotIn", "values": ["mps", "time-slicing"]},
+                {"key": SLICES, "operator": "DoesNotExist"},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: a node selector on a shared pool, MIG slices and a shared product, over the maximum": (
+        "team-a", pod(container(limits={GPU_: 9}), nodeSelector={
+            STRATEGY: "mps", SLICES: "2", PRODUCT: "Tesla-T4-SHARED"
+        }),
+    ),
+    "whole-tie: each term on shared or MIG products, or on MIG slices": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["T4-SHARED", "A100-MIG-1g.10gb"]}]},
+            {"matchExpressions": [SLICES_2, {"key": PRODUCT, "operator": "In", "values": ["L4-SHARED"]}]},
+        ]}}}),
+    ),
+    "mig-single: its only term on another slice's product": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["A100-MIG-1g.10gb", "A100"]}]}
+        ]}}}),
+    ),
+    "whole-tie: each of its two terms on shared pools": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["time-slicing", "mps", "mps"]}]},
+            {"matchExpressions": [ZONE, {"key": STRATEGY, "operator": "In", "values": ["mps"]}]},
+        ]}}}),
+    ),
+    "whole-tie: two expressions of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Exists"}, {"key": STRATEGY, "operator": "NotIn", "values": ["mps"]}
+            ]}
+        ]}}}),
+    ),
+    "whole-tie: its only live term on MIG slices, an empty one beside": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {}, {"matchExpressions": [ZONE, {"key": SLICES, "operator": "In", "values": ["2"]}]}
+        ]}}}),
+    ),
+    "whole-tie: two terms on MIG slices, one admits whole GPUs on its strategy and product": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": SLICES, "operator": "Exists"}]},
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "NotIn", "values": ["2"]},
+                {"key": STRATEGY, "operator": "In", "values": ["none"]},
+                {"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED", "Tesla-T4"]},
+            ]},
+        ]}}}),
+    ),
+    "mig-single: each of its two terms on another slice or strategy": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": SLICES, "operator": "In", "values": ["2", "7"]}]},
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "NotIn", "values": ["3"]},
+                {"key": MIG_STRATEGY, "operator": "DoesNotExist"},
+            ]},
+        ]}}}),
+    ),
+    "mps: one GPU becomes a replica and is steered into a term, its replica count admitted": (
+        "mps-1", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                ZONE, {"key": "nvidia.com/gpu.replicas", "operator": "In", "values": ["2", "4"]}
+            ]}]
+        }}}),
+    ),
+    "mps: warn, a node selector on another replica count": (
+        "mps-1", pod(container(limits={SHARED: 1}), nodeSelector={"nvidia.com/gpu.replicas": "2"}),
+    ),
+    "mig-single: one slice, a node selector on its product": (
+        "mig-single", pod(container(limits={GPU_: 1}), nodeSelector={PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"}),
+    ),
+    "mig-single: a node selector on the MIG strategy and on another slice's product": (
+        "mig-single", pod(container(limits={GPU_: 1}), nodeSelector={
+            MIG_STRATEGY: "mixed", PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+        }),
+    ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
@@ -916,7 +1080,8 @@ NOT_COVERED = {
     "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "whole: node selector": gaps.STEERING,
+    "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
 }
 
@@ -934,7 +1099,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (115, 29, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (139, 30, 5)
 
 
 @pytest.mark.parametrize(
@@ -1050,6 +1215,19 @@ COMMAND_LINE = st.one_of(
         )
     ),
 )
+PINNED = {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": ["Tesla-T4-SHARED"]}]}
+NODES = st.sampled_from(
+    (
+        {},
+        {"nodeSelector": {PRODUCT: "Tesla-T4-SHARED"}},
+        {"nodeName": "gpu-1"},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [PINNED]}}}},
+        {"nodeSelector": {STRATEGY: "time-slicing"}},
+        {"nodeSelector": {PRODUCT: "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"}},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [SLICES_2]}]}}}},
+        {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{}, {"matchExpressions": [ZONE]}]}}}},
+    )
+)
 
 
 @st.composite
@@ -1058,7 +1236,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     bodies = [container(f"c{i}", **draw(RESOURCES), env=draw(ENV), **draw(COMMAND_LINE)) for i in range(count)]
     restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
     init = [container(f"i{i}", **draw(RESOURCES), env=draw(ENV), **draw(restart)) for i in range(inits)]
-    return pod(*bodies, init=tuple(init))
+    return pod(*bodies, init=tuple(init), **draw(NODES))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -1502,14 +1680,23 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
     lint_native(POLICIES, warned)
-    shared = "; ".join(gap.rule for gap in (gaps.USER_VALUES, gaps.USER_CONFIG, gaps.ENGINE_FLAGS, gaps.COMMAND_LINES))
+    spaced, labels = gaps.SPACED_PRODUCT.rule, gaps.STEERED_LABELS.rule
+    shared = "; ".join(
+        gap.rule
+        for gap in (gaps.USER_VALUES, gaps.USER_CONFIG, gaps.ENGINE_FLAGS, gaps.COMMAND_LINES, gaps.SPACED_PRODUCT)
+    )
     assert warned.getvalue().splitlines() == [
-        *(
-            f"warning: policy {name} (<built-in>): its native policies do not carry {shared} (docs/native-policies.md)"
-            for name in ("shared", "mps", "shared-tie", "fractions", "mps-fractions")
-        ),
-        f"warning: policy capped (<built-in>): its native policies do not carry {gaps.ENGINES.rule}; {shared} "
-        "(docs/native-policies.md)",
+        f"warning: policy {name} (<built-in>): its native policies do not carry {carried} (docs/native-policies.md)"
+        for name, carried in (
+            ("shared", shared),
+            ("mps", f"{shared}; {labels}"),
+            ("whole-tie", f"{labels}; {spaced}"),
+            ("shared-tie", shared),
+            ("mig-single", f"{labels}; {spaced}"),
+            ("fractions", shared),
+            ("mps-fractions", shared),
+            ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+        )
     ]
 
 

@@ -139,7 +139,15 @@ def test_format_fraction_rounds_down(fraction, text):
 
 @pytest.mark.parametrize(
     ("text", "whole"),
-    [("1", True), ("0.9999999", True), ("1999999999n", True), ("999m", False), ("0.9991", True), ("0.998", False), ("1001m", False)],
+    [
+        ("1", True),
+        ("0.9999999", True),
+        ("1999999999n", True),
+        ("999m", False),
+        ("0.9991", True),
+        ("0.998", False),
+        ("1001m", False),
+    ],
 )
 def test_the_api_server_takes_a_value_within_a_thousandth_below_a_whole_number_as_whole(text: str, whole: bool) -> None:
     """Its check of an extended resource reads milli-units rounded up, as tests/apiserver_rules.py models it."""

@@ -89,9 +89,21 @@ DEVICE_PATHS = Gap(
     "(`..`, `.`, repeated or trailing slashes, no leading slash)",
     "CEL cannot resolve a path: the native set reads each path as written, the webhook as the node resolves it",
 )
-STEERING = Gap(
-    "node affinity steering, and node constraints that contradict the policy's pool",
-    "not compiled yet",
+STEERED_PRODUCT = Gap(
+    "a steered pod's required node affinity In on nvidia.com/gpu.product where the pool's products both end with "
+    "a tail and lack another (no sharing mode's today)",
+    "not compiled: the compiled test reads the values joined, with one of the two",
+)
+STEERED_LABELS = Gap(
+    "a steered pod's required node affinity term with expressions of its own on a label the policy requires that "
+    "the compiled policies do not weigh: Exists or several values required, several of the term's own where NotIn "
+    "is required (whole GPUs' sharing strategy), a Gt or Lt, a value with a space",
+    "whether no node satisfies them all is a satisfiability check over the term's expressions and their values, "
+    "one iteration deeper than the compiled policies go: not compiled",
+)
+SPACED_PRODUCT = Gap(
+    "a required node affinity value on the GPU product label that holds a space (no label value does)",
+    "the compiled pin to a kept name, and steering's test of a term's products, read a term's values joined by spaces",
 )
 BUDGETS = Gap("GPU budgets (cluster.quota)", "a count across the namespace's pods; a policy sees one object")
 CLUSTER_CHECKS = Gap("cluster checks (fits, offered, drift) and auto values", "they need the node inventory")
@@ -127,6 +139,14 @@ def shape(policy: Policy) -> Shape:
     return "whole" if found == "whole" else "shared" if found == "shared" else "mig" if found == "mig" else None
 
 
+def product_judged(policy: Policy) -> bool:
+    """Whether the compiled policies tell a term's `In` on the product label that names no product of the pool
+    (native/nodes.py: the backend's ProductFit as a test on the values joined, a tail they must end with, or tails
+    and parts they must not have, not both)."""
+    fit = backend_of(policy).product_fit(policy)
+    return not (fit.ends and (fit.not_ends or fit.not_holds))
+
+
 def mode_gap(policy: Policy) -> Gap:
     """Where `shape` is None: what the policy's mode keeps out of the native set, and why (its backend's words)."""
     return Gap(*backend_of(policy).native_gap())
@@ -144,6 +164,11 @@ class Unsupported(Family):
         else:
             found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
-            found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES]
-        found.append(STEERING)  # the webhook's node affinity, and its lines on the pod's own node constraints
+            found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES, SPACED_PRODUCT]
+        if policy.steering:
+            found.append(STEERED_LABELS)  # the rest of steering: native/nodes.py
+            if not product_judged(policy):
+                found.append(STEERED_PRODUCT)
+            if shape(policy) != "shared":
+                found.append(SPACED_PRODUCT)  # read joined, as the pin to a kept name reads them
         return found

@@ -1,6 +1,7 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
 another pool's resource before its maximum, a converted fraction over one replica's share after both, then its
-memory variables, and a container's device rules last)."""
+memory variables, a container's device rules last, and a pin to a kept name after every container's lines,
+before the pod's total)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
 from webhook.admission.native.memvars import MemoryVariables
 from webhook.admission.native.migslices import MigSlices
+from webhook.admission.native.nodes import KeptNamePin, Steering
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
 
@@ -21,10 +23,12 @@ FAMILIES: tuple[Family, ...] = (
     SharedReplicas(),
     MigSlices(),
     Pools(),
+    KeptNamePin(),
     Maxima(),
     EngineFlags(),  # before the fractions' rename: a converted fraction's flag reads the fraction
     FractionalShares(),
     MemoryVariables(),
     DeviceRules(),
+    Steering(),
     Unsupported(),
 )

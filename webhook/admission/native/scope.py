@@ -26,7 +26,14 @@ from webhook.admission.base.podspec import (
     volume_mounts,
 )
 from webhook.admission.base.quantity import quantity_or_none, whole_to_the_api_server
-from webhook.admission.base.resources import MIG_PREFIX, MIG_RESOURCE_RE2, NVIDIA_GPU, is_managed, mig_profile_of
+from webhook.admission.base.resources import (
+    MIG_PREFIX,
+    MIG_RESOURCE_RE2,
+    NVIDIA_GPU,
+    is_managed,
+    mig_profile_of,
+)
+from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import engineflags, userenv
 from webhook.admission.native.devices import device_list_path, device_nodes_path
@@ -43,13 +50,18 @@ from webhook.admission.native.gaps import (
     PREFIXED_LIMITS,
     PREFIXED_TOTALS,
     RECORDED,
-    STEERING,
+    SPACED_PRODUCT,
+    STEERED_LABELS,
+    STEERED_PRODUCT,
     mode_gap,
+    product_judged,
     shape,
 )
+from webhook.admission.native.nodes import judged
 from webhook.admission.native.pools import named
-from webhook.admission.phases.mutate import WATCHED_ENV
+from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
+from webhook.admission.phases.steering import REQUIRED, bound_node, pod_requirements, requirements, restates
 from webhook.admission.phases.validate import Holders, Rules, effective_total
 from webhook.admission.policy.model import Fractional, Policy
 
@@ -75,8 +87,12 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return mode_gap(policy)
     if "ephemeralContainers" in spec:
         return EPHEMERAL
-    if "nodeSelector" in spec or "affinity" in spec:
-        return STEERING
+    if policy.steering:
+        found = _steering(obj, spec, spec_path, policy)
+        if found is not None:
+            return found
+    if (carried == "shared" or policy.steering) and _spaced_product(spec):
+        return SPACED_PRODUCT
     if policy.block_visible_devices_override and _resolved_otherwise(spec):
         return DEVICE_PATHS
     # The resources judged by name (the pool's own, the shared replica where it is another pool's: pools.py),
@@ -110,6 +126,47 @@ def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> 
         if total > rules.max_per_pod and not (len(running) == 1 and total > rules.container_maximum(name)):
             return PREFIXED_TOTALS
     return None
+
+
+def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
+    """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
+    node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
+    product label, and its own expression on a label the policy requires, where nodes.product_judged and
+    nodes.judged say the compiled policies cannot tell whether it leaves a node of the pool."""
+    wanted = requirements(policy)
+    if not wanted or bound_node(spec):
+        return None
+    if not pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy):
+        return None
+    affinity = spec.get("affinity") or {}
+    required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        own: dict[str, int] = {}  # a required label's expressions of the term's own
+        for expression in term.get("matchExpressions") or ():
+            key = expression.get("key")
+            if key == PRODUCT and expression.get("operator") == "In" and not product_judged(policy):
+                return STEERED_PRODUCT
+            ours = [r for r in wanted if r.key == key]
+            if not ours or any(restates(expression, r) for r in ours):
+                continue
+            own[key] = own.get(key, 0) + 1
+            several = own[key] > 1 and any(r.operator == "NotIn" for r in ours)
+            spaced = any(" " in value for value in expression.get("values") or ())
+            if several or spaced or not all(judged(r) for r in ours) or expression.get("operator") in ("Gt", "Lt"):
+                return STEERED_LABELS  # a satisfiability check nodes.py does not write
+    return None
+
+
+def _spaced_product(spec: dict[str, Any]) -> bool:
+    """A required node affinity value on the product label with a space, which the compiled pin to a kept name
+    (nodes.py) would read as two values."""
+    affinity = spec.get("affinity") or {}
+    required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        for expression in term.get("matchExpressions") or ():
+            if expression.get("key") == PRODUCT and any(" " in value for value in expression.get("values") or ()):
+                return True
+    return False
 
 
 def _resolved_otherwise(spec: dict[str, Any]) -> bool:

@@ -266,13 +266,13 @@ def steer(spec: dict[str, Any], spec_at: str, policy: Policy, gpus: int = 1) -> 
     affinity = spec.get("affinity")
     at = f"{spec_at}/affinity"
     if affinity is None:
-        value: dict[str, Any] = {"nodeAffinity": _node_affinity(wanted)}
+        value: dict[str, Any] = {"nodeAffinity": required_affinity(wanted)}
         return _done(conflicts, value, [_add(at, value)], wanted)
     if type(affinity) is not dict:
         return _done(conflicts, None, None, wanted)
     node_affinity = affinity.get("nodeAffinity")
     if node_affinity is None:
-        value = _node_affinity(wanted)
+        value = required_affinity(wanted)
         return _done(conflicts, {**affinity, "nodeAffinity": value}, [_add(f"{at}/nodeAffinity", value)], wanted)
     if type(node_affinity) is not dict:
         return _done(conflicts, None, None, wanted)
@@ -329,7 +329,7 @@ def kept_name_pin(spec: dict[str, Any]) -> str | None:
     selector = spec.get("nodeSelector")
     product = selector.get(PRODUCT) if type(selector) is dict else None
     if type(product) is str and product.endswith("-SHARED"):
-        return f"nodeSelector {PRODUCT}={product}"
+        return selector_pin_words(product)
     affinity = spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if type(affinity) is dict else None
     required = node_affinity.get(REQUIRED) if type(node_affinity) is dict else None
@@ -348,7 +348,19 @@ def kept_name_pin(spec: dict[str, Any]) -> str | None:
         if not shared:
             return None  # this term can select other nodes
         pinned += shared[0]
-    return f"required node affinity {PRODUCT} in ({','.join(map(str, pinned))})"
+    return affinity_pin_words(",".join(map(str, pinned)))
+
+
+def selector_pin_words(product: str) -> str:
+    """A nodeSelector pin on the product label, as `kept_name_pin` names it (template: the native policies fill
+    it too)."""
+    return f"nodeSelector {PRODUCT}={product}"
+
+
+def affinity_pin_words(products: str) -> str:
+    """A required node affinity pin on the product label (`products` joined by commas), as `kept_name_pin` names
+    it (template: the native policies fill it too)."""
+    return f"required node affinity {PRODUCT} in ({products})"
 
 
 def bound_node(spec: dict[str, Any]) -> str | None:
@@ -375,8 +387,8 @@ def _add(path: str, value: Any) -> dict[str, Any]:
     return {"op": "add", "path": path, "value": value}
 
 
-def _node_affinity(wanted: tuple[Requirement, ...]) -> dict[str, Any]:
-    """A node affinity of one required term: the policy's requirements."""
+def required_affinity(wanted: tuple[Requirement, ...]) -> dict[str, Any]:
+    """A node affinity of one required term: the policy's requirements (the native policies add it too)."""
     return {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [r.expression for r in wanted]}]}}
 
 
@@ -389,6 +401,11 @@ def _normalised(expressions: list[Any], key: str) -> list[dict[str, Any]]:
         elif type(e) is dict and e.get("key") == key and e.get("operator") in ("Exists", "DoesNotExist"):
             found.append({"key": key, "operator": e["operator"]})
     return found
+
+
+def restates(expression: Any, requirement: Requirement) -> bool:
+    """Whether a term's expression is `requirement` itself, as steering finds its own (values in any order)."""
+    return _normalised([expression], requirement.key) == [requirement.expression]
 
 
 def _places(expressions: list[Any], expression: dict[str, Any]) -> list[int]:
@@ -426,12 +443,15 @@ def _selector_conflicts(selector: Any, wanted: tuple[Requirement, ...], policy: 
     conflicts = []
     for key, needed in clashes:
         shown = f"{key}={selector[key]}"
-        line = (
-            f"pod: nodeSelector {shown} conflicts with {policy_words(policy)}, whose GPU pods run only on "
-            f"nodes with {needed}; {advice(policy)}"
-        )
+        line = selector_conflict_line(shown, policy_words(policy), needed, advice(policy))
         conflicts.append(Violation(line, _short(f"pod: nodeSelector {shown}", policy)))
     return conflicts
+
+
+def selector_conflict_line(shown: str, words: str, needed: str, advice: str) -> str:
+    """A nodeSelector entry (`shown`: key=value) that no node of the policy's pool (`words`) carries (template:
+    the native policies fill it too)."""
+    return f"pod: nodeSelector {shown} conflicts with {words}, whose GPU pods run only on nodes with {needed}; {advice}"
 
 
 def _affinity_conflict(
@@ -441,12 +461,23 @@ def _affinity_conflict(
     needed = "; ".join(str(r) for r in wanted if r.key in labels)
     if PRODUCT in labels:
         needed = "; ".join(filter(None, (needed, product_rule(policy))))
-    which = "its only term" if len(contradicted) == 1 else f"each of its {len(contradicted)} terms"
-    line = (
-        f"pod: required node affinity on {', '.join(labels)} conflicts with {policy_words(policy)}: "
-        f"{which} excludes the nodes with {needed}, where its GPU pods must run; {advice(policy)}"
-    )
+    which = terms_words(len(contradicted))
+    line = affinity_conflict_line(", ".join(labels), policy_words(policy), which, needed, advice(policy))
     return Violation(line, _short(f"pod: node affinity on {', '.join(labels)}", policy))
+
+
+def terms_words(count: int | str) -> str:
+    """The contradicted terms of a required node affinity, by their count (a CEL slot in the native policies)."""
+    return "its only term" if count == 1 else f"each of its {count} terms"
+
+
+def affinity_conflict_line(labels: str, words: str, which: str, needed: str, advice: str) -> str:
+    """A required node affinity every live term of which excludes the policy's pool (template: the native
+    policies fill it too)."""
+    return (
+        f"pod: required node affinity on {labels} conflicts with {words}: {which} excludes the nodes with "
+        f"{needed}, where its GPU pods must run; {advice}"
+    )
 
 
 def _short(what: str, policy: Policy) -> str:

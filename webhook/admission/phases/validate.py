@@ -850,12 +850,20 @@ def _pinned_to_kept_name(spec: dict[str, Any], holders: Holders, rules: Rules, p
     policy = rules.policy
     problems.append(
         pod_violation(
-            f"{pinned} pins it to nodes whose {policy.sharing.mode} replicas keep the name {NVIDIA_GPU} (GPU feature "
-            f'discovery\'s -SHARED suffix), but policy "{policy.name}" gives this namespace {renamed} (what '
-            f"{NVIDIA_GPU} becomes here), which those nodes do not advertise: the pod would stay Pending; remove "
-            f"it, or use a namespace whose policy keeps the name {NVIDIA_GPU}",
+            kept_name_pin_line(pinned, policy.sharing.mode, policy.name, renamed),
             f"{_brief(pinned, 48)} selects nodes without {_brief(renamed, 24)}; remove it",
         )
+    )
+
+
+def kept_name_pin_line(pinned: str, mode: str, policy: str, renamed: str) -> str:
+    """A pod pinned (`pinned`: steering.kept_name_pin's words) to nodes whose replicas keep the name
+    `nvidia.com/gpu`, holding the renamed replica (template: the native policies fill it too)."""
+    return (
+        f"{pinned} pins it to nodes whose {mode} replicas keep the name {NVIDIA_GPU} (GPU feature discovery's "
+        f'-SHARED suffix), but policy "{policy}" gives this namespace {renamed} (what {NVIDIA_GPU} becomes here), '
+        f"which those nodes do not advertise: the pod would stay Pending; remove it, or use a namespace whose "
+        f"policy keeps the name {NVIDIA_GPU}"
     )
 
 

@@ -15,7 +15,7 @@ build their own objects from it. Each group of methods is one question a phase a
   `pod_gpus`;
 - its container and pod rules (validate): `rules`, `many_replicas`, `fraction_advice`, `served_profile`;
 - its node requirements (steering): `node_requirements`, `whole_requirements`, `multi_requirements`,
-  `product_rule`, `product_fits`, `steering_advice`, `drops_single_strategy`;
+  `product_rule`, `product_fit`, `steering_advice`, `drops_single_strategy`;
 - its drift against a node and its nodes' pool: `node_pool`, `node_drift`, `layout_drift`, `pool_drift`,
   `gpu_config_strategy`, `config_mismatch`;
 - its fit on a node: `not_offered`;
@@ -49,6 +49,26 @@ if TYPE_CHECKING:
 DeviceKind = Literal["replica", "mig-slice", "whole"]
 # A node label requirement: (key, operator, values), as a nodeSelectorTerm's matchExpressions write it.
 LabelRequirement = tuple[str, str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProductFit:
+    """Which values of GPU feature discovery's product label a policy's nodes carry, as tests on its text (the
+    native policies write the same tests in CEL): it ends with `ends`, with none of `not_ends`, and holds none
+    of `not_holds`."""
+
+    ends: str = ""
+    not_ends: tuple[str, ...] = ()
+    not_holds: tuple[str, ...] = ()
+
+    def fits(self, product: str) -> bool:
+        return (
+            product.endswith(self.ends)
+            and not any(product.endswith(tail) for tail in self.not_ends)
+            and not any(part in product for part in self.not_holds)
+        )
+
+
 # (field, nodes_say, policy_says, effect, fix): one disagreement between a policy and one node.
 NodeDrift = tuple[str, str, str, str, str]
 ONE_GPU: tuple[int, tuple[tuple[str, str], ...]] = (1, ())
@@ -235,8 +255,12 @@ class SharingBackend(ABC):
         """What GPU feature discovery's product label says on the policy's nodes; None: nothing."""
         return None
 
+    def product_fit(self, policy: Policy) -> ProductFit:
+        """The product label's values on the policy's nodes (any, unless the backend says)."""
+        return ProductFit()
+
     def product_fits(self, policy: Policy, product: str) -> bool:
-        return True
+        return self.product_fit(policy).fits(product)
 
     def steering_advice(self) -> str:
         """What to do with a user's node constraint that contradicts the policy's pool."""

@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING
 
 from webhook.admission.base.resources import NVIDIA_GPU, GPUModel
 from webhook.admission.cluster.nodes import GI_SLICES_LABEL, SHARED_STRATEGIES, STRATEGY_LABEL
-from webhook.admission.sharing.backend import LabelRequirement, ModeRules, NodeDrift, SharingBackend, strategy_drift
+from webhook.admission.sharing.backend import (
+    LabelRequirement,
+    ModeRules,
+    NodeDrift,
+    ProductFit,
+    SharingBackend,
+    strategy_drift,
+)
 
 if TYPE_CHECKING:
     from webhook.admission.cluster.nodes import NodeInfo
@@ -33,8 +40,8 @@ class Exclusive(SharingBackend):
     def product_rule(self, policy: Policy, product_label: str) -> str | None:
         return f"{product_label} neither ending in -SHARED nor holding -MIG-"
 
-    def product_fits(self, policy: Policy, product: str) -> bool:
-        return not product.endswith("-SHARED") and "-MIG-" not in product
+    def product_fit(self, policy: Policy) -> ProductFit:
+        return ProductFit(not_ends=("-SHARED",), not_holds=("-MIG-",))
 
     def steering_advice(self) -> str:
         return "remove it, or use a namespace whose policy shares GPUs"

@@ -29,6 +29,7 @@ from webhook.admission.sharing.backend import (
     LabelRequirement,
     ModeRules,
     NodeDrift,
+    ProductFit,
     QuotaEntry,
     SharingBackend,
 )
@@ -212,11 +213,11 @@ class Mig(SharingBackend):
             return f"{product_label} ending in -MIG-{sharing.mig_profile.replace('+', '')}"
         return None
 
-    def product_fits(self, policy: Policy, product: str) -> bool:
+    def product_fit(self, policy: Policy) -> ProductFit:
         sharing = policy.sharing
         if is_single(sharing) and sharing.mig_profile:
-            return product.endswith("-MIG-" + sharing.mig_profile.replace("+", ""))
-        return True
+            return ProductFit(ends="-MIG-" + sharing.mig_profile.replace("+", ""))
+        return ProductFit()
 
     def node_pool(self, policy: Policy, nodes: Sequence[NodeInfo]) -> tuple[NodeInfo, ...]:
         return tuple(n for n in nodes if n.labels.get(MIG_STRATEGY_LABEL) in ("single", "mixed") or mig_counts(n))

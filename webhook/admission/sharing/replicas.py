@@ -23,6 +23,7 @@ from webhook.admission.sharing.backend import (
     LabelRequirement,
     ModeRules,
     NodeDrift,
+    ProductFit,
     QuotaEntry,
     SharingBackend,
     strategy_drift,
@@ -145,8 +146,8 @@ class Replicas(SharingBackend):
     def product_rule(self, policy: Policy, product_label: str) -> str | None:
         return f"{product_label} ending in -SHARED" if policy.sharing.resource_name == NVIDIA_GPU else None
 
-    def product_fits(self, policy: Policy, product: str) -> bool:
-        return product.endswith("-SHARED") if policy.sharing.resource_name == NVIDIA_GPU else True
+    def product_fit(self, policy: Policy) -> ProductFit:
+        return ProductFit(ends="-SHARED") if policy.sharing.resource_name == NVIDIA_GPU else ProductFit()
 
     def node_pool(self, policy: Policy, nodes: Sequence[NodeInfo]) -> tuple[NodeInfo, ...]:
         return tuple(n for n in nodes if NVIDIA_GPU in n.allocatable and node_replicas(n) > 1)

@@ -1,0 +1,277 @@
+"""The pod's own node constraints (nodeSelector, node affinity), where validation reads them: a pod that holds
+the renamed shared replica and pins itself to nodes whose replicas keep the name `nvidia.com/gpu`
+(validate.py `_pinned_to_kept_name`, steering.kept_name_pin), said with validation's own sentence.
+
+Where the policy steers, its node affinity and a nodeSelector that contradicts it (`Steering`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
+from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, slot, strings
+from webhook.admission.native.containers import AT, SPEC, count, holds, value, whole_limit
+from webhook.admission.native.family import SECTIONS, Family, Lines, Mutation
+from webhook.admission.native.gaps import shape
+from webhook.admission.phases import steering, validate
+from webhook.admission.phases.steering import OBSOLETE, REQUIRED
+from webhook.admission.phases.validate import Rules
+from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.registry import backend_of
+
+SHARED_PRODUCT = "-SHARED"  # GPU feature discovery's suffix on a product shared without renaming
+
+
+class KeptNamePin(Family):
+    name = "pinned to a kept name"
+
+    def lines(self, policy: Policy) -> list[Lines]:
+        renamed = Rules.of(policy).renamed_replica
+        if shape(policy) != "shared" or renamed is None:
+            return []
+        holder = all_of([whole_limit(renamed), f"{count(renamed)} > 0"])
+        held = any_of(f"has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {holder})" for section in SECTIONS)
+        product = f"{SPEC}.nodeSelector[{lit(PRODUCT)}]"
+        by_selector = (
+            f"has({SPEC}.nodeSelector) && {lit(PRODUCT)} in {SPEC}.nodeSelector && "
+            f"{product}.endsWith({lit(SHARED_PRODUCT)})"
+        )
+        affinity = f"{SPEC}.affinity"
+        terms = f"{affinity}.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
+        # a term's `In` on the product whose every value ends in -SHARED, read from its values joined by spaces
+        # (no deeper nesting: scope.py keeps a value with a space, which no label value holds, outside)
+        pins = (
+            f"e.key == {lit(PRODUCT)} && e.operator == 'In' && has(e.values) && size(e.values) > 0 && "
+            f"(e.values.join(' ') + ' ').matches({lit(f'^([^ ]*{SHARED_PRODUCT} )+$')})"
+        )
+        by_affinity = all_of(
+            [
+                f"has({affinity}) && has({affinity}.nodeAffinity) && has({affinity}.nodeAffinity.{REQUIRED})",
+                f"has({terms}) && size({terms}) > 0",
+                f"{terms}.all(t, has(t.matchExpressions) && t.matchExpressions.exists(e, {pins}))",
+            ]
+        )
+        # each term's first such `In`, as kept_name_pin names them
+        products = f"{terms}.map(t, t.matchExpressions.filter(e, {pins})[0].values.join(',')).join(',')"
+        by_selector_words = fill(steering.selector_pin_words(slot("product")), {"product": product})
+        by_affinity_words = fill(steering.affinity_pin_words(slot("products")), {"products": products})
+        sentence = validate.kept_name_pin_line(slot("pinned"), policy.sharing.mode, policy.name, renamed)
+        pinned = f"({by_selector}) ? {by_selector_words} : {by_affinity_words}"
+        line = fill(validate.labelled("pod", sentence), {"pinned": pinned})
+        # the pod's node constraints first: most pods have none, and need no pass over their containers
+        return [Lines(f"((({by_selector}) || ({by_affinity})) && ({held})) ? [{line}] : []")]
+
+
+class Steering(Family):
+    """Node-pool steering (steering.steer) where the policy steers: the policy's requirements merged into the
+    pod's required node affinity by one JSON Patch operation, and a nodeSelector that contradicts them said
+    with the engine's sentence (and nothing added then). Its mutation runs last: steering reads the containers
+    as the other steps leave them.
+
+    The requirements are the policy's own (steering.requirements) wherever a container holds the resource it
+    steers; memory namespaces, whose requirements depend on the pod, are not compiled at all. scope.py keeps
+    outside what is not weighed here (`judged`, gaps.product_judged): a term's own expressions on a required
+    label whose satisfiability check would iterate one level deeper."""
+
+    name = "steering"
+
+    def mutations(self, policy: Policy) -> list[Mutation]:
+        wanted = _wanted(policy)
+        if not wanted:
+            return []
+        at = f"{AT} + {lit('/affinity')}"
+        affinity = f"{SPEC}.affinity"
+        node = f"{affinity}.nodeAffinity"
+        required = f"{node}.{REQUIRED}"
+        terms = f"{required}.nodeSelectorTerms"
+        # a term's expressions (`k`) without 0.1.0's where steering takes it out, and the requirements they lack (`m`)
+        drops = backend_of(policy).drops_single_strategy()
+        kept = "(has(t.matchExpressions) ? t.matchExpressions : [])"
+        if drops:
+            kept = f"(has(t.matchExpressions) ? t.matchExpressions.filter(e, !({_restates(OBSOLETE)})) : [])"
+        missing = " + ".join(f"(k.exists(e, {_restates(r)}) ? [] : [{_literal(r.expression)}])" for r in wanted)
+        stale = f"has(t.matchExpressions) && t.matchExpressions.exists(e, {_restates(OBSOLETE)})" if drops else ""
+        live = LIVE
+        merged = (
+            "has(t.matchFields) ? {'matchExpressions': k + m, 'matchFields': t.matchFields} "
+            ": {'matchExpressions': k + m}"
+        )
+        changed = any_of(filter(None, ["size(m) > 0", stale]))
+        # each term as steering leaves it, with whether it changed: an empty term stays empty
+        each_term = bind(kept, "k", bind(missing, "m", f"({live}) && ({changed}) ? [{merged}] : []"))
+        new_terms = f"{terms}.map(t, [{each_term}].map(n, size(n) > 0 ? n[0] : t)[0])"
+        changes = f"{terms}.exists(t, size({each_term}) > 0)"
+        added = steering.required_affinity(wanted)
+        to = {part: f"{at} + {lit(part)}" for part in ("/nodeAffinity", f"/nodeAffinity/{REQUIRED}")}
+        to["terms"] = f"{at} + {lit(f'/nodeAffinity/{REQUIRED}/nodeSelectorTerms')}"
+        ops = (
+            f"!has({affinity}) ? [{jsonpatch('add', at, _literal({'nodeAffinity': added}))}] : "
+            f"!has({node}) ? [{jsonpatch('add', to['/nodeAffinity'], _literal(added))}] : "
+            f"!has({required}) || !has({terms}) || size({terms}) == 0 ? "
+            f"[{jsonpatch('add', to[f'/nodeAffinity/{REQUIRED}'], _literal(added[REQUIRED]))}] : "
+            f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
+        )
+        conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy), _affinity_clash(policy, wanted)])
+        return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
+
+    def lines(self, policy: Policy) -> list[Lines]:
+        wanted = _wanted(policy)
+        if not wanted:
+            return []
+        words, advice = steering.policy_words(policy), steering.advice(policy)
+        said = []
+        for r in wanted:
+            shown = f"{lit(r.key + '=')} + {SELECTOR}[{lit(r.key)}]"
+            line = fill(steering.selector_conflict_line(slot("shown"), words, str(r), advice), {"shown": shown})
+            said.append(f"(({_clash(r)}) ? [{line}] : [])")
+        shown = f"{lit(PRODUCT + '=')} + {SELECTOR}[{lit(PRODUCT)}]"
+        needed = steering.product_rule(policy) or ""
+        line = fill(steering.selector_conflict_line(slot("shown"), words, needed, advice), {"shown": shown})
+        said.append(f"(({_product_clash(policy)}) ? [{line}] : [])")
+        said.append(_affinity_line(policy, wanted, words, advice))
+        return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
+
+
+SELECTOR = f"{SPEC}.nodeSelector"
+
+
+def _wanted(policy: Policy) -> tuple[steering.Requirement, ...]:
+    """The requirements compiled: the policy's, under the modes whose GPU rules are compiled."""
+    return steering.requirements(policy) if shape(policy) is not None else ()
+
+
+def _steered(policy: Policy) -> str:
+    """The pod is steered: it names no node and a container or init container holds the resource the policy
+    steers (steering.pod_requirements)."""
+    name = steering.steered_resource(policy)
+    held = any_of(
+        f"{holds(which, name)} && quantity({value(which, name)}).compareTo(quantity('0')) > 0"
+        for which in ("limits", "requests")
+    )
+    sections = any_of(f"has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {held})" for section in SECTIONS)
+    return f"!(has({SPEC}.nodeName) && {SPEC}.nodeName != '') && ({sections})"
+
+
+def _clash(r: steering.Requirement) -> str:
+    """The nodeSelector names `r`'s label with a value `r` does not admit (steering._selector_conflicts)."""
+    found = f"{SELECTOR}[{lit(r.key)}]"
+    admits = {
+        "In": f"{found} in {strings(r.values)}",
+        "NotIn": f"!({found} in {strings(r.values)})",
+        "Exists": "true",
+        "DoesNotExist": "false",
+    }[r.operator]
+    return f"has({SELECTOR}) && {lit(r.key)} in {SELECTOR} && !({admits})"
+
+
+TERMS = f"{SPEC}.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
+LIVE = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressions", "matchFields"))
+
+
+def judged(r: steering.Requirement) -> bool:
+    """Whether the compiled policies tell when a term's own expressions on `r`'s label leave no node that `r`
+    admits: for `DoesNotExist` (only a node without the label), `In` one value (only that value), and `NotIn`
+    (a node without the label, or one with a value `r` does not name) where a term has one expression of its
+    own there (scope.py keeps the rest outside: gaps.STEERED_LABELS)."""
+    return r.operator in ("DoesNotExist", "NotIn") or (r.operator == "In" and len(r.values) == 1)
+
+
+def _term_clash(r: steering.Requirement) -> str:
+    """The term `t` has an expression of its own on `r`'s label that the one label value (or its absence) `r`
+    admits does not satisfy (steering._term_conflicts, _satisfiable)."""
+    if r.operator == "DoesNotExist":
+        fails = "!(e.operator in ['NotIn', 'DoesNotExist'])"  # a node without the label
+    elif r.operator == "NotIn":
+        # only an `In` leaves no node: every value it names is one `r` excludes (read from the values joined by
+        # spaces: scope.py keeps a value with a space outside)
+        named = "|".join(re.escape(v) for v in r.values)
+        excluded = f"(' ' + e.values.join(' ') + ' ').matches({lit(f'^( ({named}))+ $')})"
+        fails = f"e.operator == 'In' && (!has(e.values) || size(e.values) == 0 || {excluded})"
+    else:
+        named = f"(has(e.values) && {lit(r.values[0])} in e.values)"
+        fails = f"e.operator == 'In' ? !{named} : e.operator == 'NotIn' ? {named} : e.operator == 'DoesNotExist'"
+    own = f"e.key == {lit(r.key)} && e != {_literal(r.expression)}"
+    return f"has(t.matchExpressions) && t.matchExpressions.exists(e, {own} && ({fails}))"
+
+
+def _term_product_clash(policy: Policy) -> str:
+    """The term `t` has an `In` on the product label none of whose values the pool's nodes carry
+    (steering._term_conflicts), read from the values joined by spaces (scope.py keeps a value with a space
+    outside)."""
+    fit = backend_of(policy).product_fit(policy)
+    joined = "(' ' + e.values.join(' ') + ' ')"
+    if fit.ends and not (fit.not_ends or fit.not_holds):
+        none_fits = f"!{joined}.matches({lit(f' [^ ]*{re.escape(fit.ends)} ')})"
+    elif not fit.ends and (fit.not_ends or fit.not_holds):
+        tokens = [f"[^ ]*{re.escape(tail)}" for tail in fit.not_ends]
+        tokens += [f"[^ ]*{re.escape(part)}[^ ]*" for part in fit.not_holds]
+        pattern = "^( (" + "|".join(tokens) + "))+ $"
+        none_fits = f"{joined}.matches({lit(pattern)})"
+    else:
+        return "false"  # every product fits; or not judged (scope.py)
+    product_in = f"e.key == {lit(PRODUCT)} && e.operator == 'In' && has(e.values)"
+    return (
+        f"has(t.matchExpressions) && t.matchExpressions.exists(e, {product_in} && (size(e.values) == 0 || {none_fits}))"
+    )
+
+
+def _affinity_clash(policy: Policy, wanted: tuple[steering.Requirement, ...]) -> str:
+    """Every live term of the required node affinity excludes the policy's pool (steering._affinity_conflict)."""
+    clash = any_of([*(_term_clash(r) for r in wanted if judged(r)), _term_product_clash(policy)])
+    return (
+        f"has({SPEC}.affinity) && has({SPEC}.affinity.nodeAffinity) && has({SPEC}.affinity.nodeAffinity.{REQUIRED})"
+        f" && has({TERMS}) && {TERMS}.exists(t, {LIVE}) && {TERMS}.all(t, !({LIVE}) || ({clash}))"
+    )
+
+
+def _affinity_line(policy: Policy, wanted: tuple[steering.Requirement, ...], words: str, advice: str) -> str:
+    """The affinity conflict's line: the labels on which the live terms clash, sorted, and what the policy needs
+    on them, in its order, the product's rule last."""
+    judged_ones = [r for r in wanted if judged(r)]
+    clashes = {r.key: f"{TERMS}.exists(t, ({LIVE}) && ({_term_clash(r)}))" for r in judged_ones}
+    clashes[PRODUCT] = f"{TERMS}.exists(t, ({LIVE}) && ({_term_product_clash(policy)}))"
+    labels = " + ".join(f"({clashes[key]} ? [{lit(key)}] : [])" for key in sorted(clashes))
+    needed = " + ".join(f"({clashes[r.key]} ? [{lit(str(r))}] : [])" for r in judged_ones)
+    needed += f" + ({clashes[PRODUCT]} ? [{lit(steering.product_rule(policy) or '')}] : [])"
+    count = f"size({TERMS}.filter(t, {LIVE}))"
+    many = fill(steering.terms_words(slot("count")), {"count": f"string({count})"})
+    which = f"{count} == 1 ? {lit(steering.terms_words(1))} : {many}"
+    sentence = steering.affinity_conflict_line(slot("labels"), words, slot("which"), slot("needed"), advice)
+    line = fill(sentence, {"labels": f"({labels}).join(', ')", "which": which, "needed": f"({needed}).join('; ')"})
+    return f"(({_affinity_clash(policy, wanted)}) ? [{line}] : [])"
+
+
+def _product_clash(policy: Policy) -> str:
+    """The nodeSelector names a product the policy's nodes do not carry (the backend's ProductFit)."""
+    fit = backend_of(policy).product_fit(policy)
+    product = f"{SELECTOR}[{lit(PRODUCT)}]"
+    fits = all_of(
+        [
+            *([f"{product}.endsWith({lit(fit.ends)})"] if fit.ends else []),
+            *(f"!{product}.endsWith({lit(tail)})" for tail in fit.not_ends),
+            *(f"!{product}.contains({lit(part)})" for part in fit.not_holds),
+        ]
+    )
+    return f"has({SELECTOR}) && {lit(PRODUCT)} in {SELECTOR} && !({fits})"
+
+
+def _restates(r: steering.Requirement) -> str:
+    """The expression `e` is `r` itself, its values in any order (steering.restates)."""
+    same = f"e.key == {lit(r.key)} && e.operator == {lit(r.operator)}"
+    if not r.values:
+        return f"{same} && !(has(e.values) && size(e.values) > 0)"
+    if list(r.values) != sorted(set(r.values)):
+        return "false"  # steering never finds such a requirement among a term's: it sorts the term's values
+    return f"{same} && has(e.values) && size(e.values) == {len(r.values)} && {strings(r.values)}.all(v, v in e.values)"
+
+
+def _literal(data: Any) -> str:
+    """JSON data (maps, lists, strings) as a CEL literal."""
+    if isinstance(data, dict):
+        return "{" + ", ".join(f"{lit(key)}: {_literal(item)}" for key, item in data.items()) + "}"
+    if isinstance(data, list | tuple):
+        return "[" + ", ".join(_literal(item) for item in data) + "]"
+    assert isinstance(data, str)
+    return lit(data)
