@@ -1,17 +1,19 @@
 """What the native policies cost, bounded without an API server.
 
-The API server refuses an admission policy whose CEL it estimates too costly, and stops an evaluation that
-runs past its runtime budget; its estimate needs a v1.36 API server (docs/native-policies.md, Cost). Here the
-compiled expressions are bounded by their shape, and the largest pod is run through them:
+The API server stops an evaluation that runs past its runtime cost budget (each expression's, and the policy's
+for one request); it does not refuse an admission policy for its estimated cost, which for an untyped object is
+unbounded (docs/native-policies.md, Cost). Here the compiled expressions are bounded by their shape, and the
+largest pod is run through them:
 
 - no expression nests iterations over the pod more than two deep (containers, then a container's env or
   resource names); an iteration over a list written in the expression is a constant and does not count;
 - no expression passes over a section's containers more often than the limits step does, the largest: a
   filter (then a map over what it keeps) and an `indexOf` for each managed resource name and for the empty
   limits map, in both sections;
-- `indexOf` (a pass over a section, to find a container's place) counted as one more pass: a mutation is at most
-  quadratic in a section's containers (its JSON Patch paths), a validation at most cubic in the init
-  containers (the pod's effective total compares each sidecar's place with each regular init container's);
+- `indexOf` (a pass over a section, to find a container's place by its name) counted as one more pass: a
+  mutation is at most quadratic in a section's containers (its JSON Patch paths), a validation at most cubic in
+  the init containers (the pod's effective total compares each sidecar's place with each regular init
+  container's);
 - a pod of 30 containers with 100 env vars each (whole GPUs, and fractions that become replicas) goes through
   the compiled set, with the webhook's verdict and containers, and its wall time in the test evaluator is
   printed (`pytest -s`);
