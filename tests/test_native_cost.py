@@ -139,6 +139,67 @@ def test_the_limits_step_is_the_bound() -> None:
     assert max(len(SECTION_PASS.findall(source)) for _, source in EXPRESSIONS) == MOST_PASSES
 
 
+def _map_literals(source: str) -> list[list[str]]:
+    """The values of each map literal written in `source` (`{'key': value, ...}`, not a `JSONPatch{...}`), as text."""
+    found, stack, i = [], [], 0
+    while i < len(source):
+        char = source[i]
+        if char == "'":  # a string literal: skip it, escapes and all
+            i += 1
+            while source[i] != "'":
+                i += 2 if source[i] == "\\" else 1
+        elif char in "([{":
+            literal = char == "{" and not source[:i].rstrip().endswith("JSONPatch")
+            stack.append((char, literal, [i + 1]))
+        elif char in ")]}":
+            _, literal, cuts = stack.pop()
+            if literal:
+                parts = [source[a:b].rstrip(",") for a, b in zip(cuts, [*cuts[1:], i], strict=True)]
+                found.append([part.split(":", 1)[1].strip() for part in parts if ":" in part])
+        elif char == "," and stack and stack[-1][0] == "{":
+            stack[-1][2].append(i + 1)
+        i += 1
+    return found
+
+
+def _kind(value: str) -> str:
+    if value.startswith("dyn("):
+        return "dyn"
+    if re.fullmatch(r"'(?:[^'\\]|\\.)*'", value):
+        return "string"
+    kind = {"[": "list", "{": "map"}.get(value[:1], "expression")
+    return kind if kind == "expression" or _closes_at_end(value) else "expression"
+
+
+def _closes_at_end(value: str) -> bool:
+    """The bracket `value` opens with is closed by its last character (a literal, not `[...].map(...)`)."""
+    depth, i = 0, 0
+    while i < len(value):
+        if value[i] == "'":
+            i += 1
+            while value[i] != "'":
+                i += 2 if value[i] == "\\" else 1
+        elif value[i] in "([{":
+            depth += 1
+        elif value[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i == len(value) - 1
+        i += 1
+    return False
+
+
+def test_the_map_literals_hold_one_type_of_value_or_dyn() -> None:
+    """The API server's CEL checks aggregate literals as homogeneous (cel.HomogeneousAggregateLiterals): a map
+    written with a string beside a list fails to compile there, though the tests' evaluator runs it. Each map
+    literal's values written as literals are of one kind, or wrapped in dyn()."""
+    assert [_kind(v) for v in _map_literals("{'a': 'x', 'b': ['y'], 'c': dyn(['z'])}")[0]] == ["string", "list", "dyn"]
+    for where, source in EXPRESSIONS:
+        for values in _map_literals(source):
+            kinds = {_kind(value) for value in values} - {"dyn", "expression"}
+            assert len(kinds) <= 1, (where, values)
+
+
 def test_no_expression_is_longer_than_the_parser_takes() -> None:
     """The longest expression (printed with `pytest -s`) is well under cel-go's default parser limit."""
     size, where = max((len(source), where) for where, source in EXPRESSIONS)

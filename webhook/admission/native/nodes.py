@@ -95,8 +95,8 @@ class Steering(Family):
         stale = f"has(t.matchExpressions) && t.matchExpressions.exists(e, {_restates(OBSOLETE)})" if drops else ""
         live = LIVE
         merged = (
-            "has(t.matchFields) ? {'matchExpressions': k + m, 'matchFields': t.matchFields} "
-            ": {'matchExpressions': k + m}"
+            "has(t.matchFields) ? {'matchExpressions': dyn(k + m), 'matchFields': t.matchFields} "
+            ": {'matchExpressions': dyn(k + m)}"
         )
         changed = any_of(filter(None, ["size(m) > 0", stale]))
         # each term as steering leaves it, with whether it changed: an empty term stays empty
@@ -268,10 +268,16 @@ def _restates(r: steering.Requirement) -> str:
 
 
 def _literal(data: Any) -> str:
-    """JSON data (maps, lists, strings) as a CEL literal."""
+    """JSON data (maps, lists, strings) as a CEL literal. The API server's CEL checks aggregate literals as
+    homogeneous: a map whose values are of several types (a string beside a list) has them as `dyn`."""
     if isinstance(data, dict):
-        return "{" + ", ".join(f"{lit(key)}: {_literal(item)}" for key, item in data.items()) + "}"
+        mixed = len({type(item) for item in data.values()}) > 1
+        return "{" + ", ".join(f"{lit(key)}: {_dyn(_literal(item), mixed)}" for key, item in data.items()) + "}"
     if isinstance(data, list | tuple):
         return "[" + ", ".join(_literal(item) for item in data) + "]"
     assert isinstance(data, str)
     return lit(data)
+
+
+def _dyn(expression: str, wrapped: bool) -> str:
+    return f"dyn({expression})" if wrapped else expression
