@@ -141,7 +141,12 @@ def test_the_limits_step_is_the_bound() -> None:
 
 def _map_literals(source: str) -> list[list[str]]:
     """The values of each map literal written in `source` (`{'key': value, ...}`, not a `JSONPatch{...}`), as text."""
-    found, stack, i = [], [], 0
+    return _literals(source)[0]
+
+
+def _literals(source: str) -> tuple[list[list[str]], list[list[str]]]:
+    """The values of each map literal, and the elements of each list literal, written in `source`, as text."""
+    found, lists, stack, i = [], [], [], 0
     while i < len(source):
         char = source[i]
         if char == "'":  # a string literal: skip it, escapes and all
@@ -152,14 +157,16 @@ def _map_literals(source: str) -> list[list[str]]:
             literal = char == "{" and not source[:i].rstrip().endswith("JSONPatch")
             stack.append((char, literal, [i + 1]))
         elif char in ")]}":
-            _, literal, cuts = stack.pop()
+            opener, literal, cuts = stack.pop()
+            parts = [source[a:b].rstrip(",").strip() for a, b in zip(cuts, [*cuts[1:], i], strict=True)]
             if literal:
-                parts = [source[a:b].rstrip(",") for a, b in zip(cuts, [*cuts[1:], i], strict=True)]
                 found.append([part.split(":", 1)[1].strip() for part in parts if ":" in part])
-        elif char == "," and stack and stack[-1][0] == "{":
+            elif opener == "[":
+                lists.append(parts)
+        elif char == "," and stack and stack[-1][0] in "{[":
             stack[-1][2].append(i + 1)
         i += 1
-    return found
+    return found, lists
 
 
 def _kind(value: str) -> str:
@@ -191,13 +198,19 @@ def _closes_at_end(value: str) -> bool:
 
 def test_the_map_literals_hold_one_type_of_value_or_dyn() -> None:
     """The API server's CEL checks aggregate literals as homogeneous (cel.HomogeneousAggregateLiterals): a map
-    written with a string beside a list fails to compile there, though the tests' evaluator runs it. Each map
-    literal's values written as literals are of one kind, or wrapped in dyn()."""
+    written with a string beside a list, or a list of a map(string, dyn) beside a map(string, string), fails to
+    compile there, though the tests' evaluator runs it. Each map literal's values written as literals are of one
+    kind, or wrapped in dyn(), and a list's map literals are all dyn-valued or none."""
     assert [_kind(v) for v in _map_literals("{'a': 'x', 'b': ['y'], 'c': dyn(['z'])}")[0]] == ["string", "list", "dyn"]
+    assert _literals("[{'a': dyn('x')}, {'a': 'y'}]")[1] == [["{'a': dyn('x')}", "{'a': 'y'}"]]
     for where, source in EXPRESSIONS:
-        for values in _map_literals(source):
+        maps, lists = _literals(source)
+        for values in maps:
             kinds = {_kind(value) for value in values} - {"dyn", "expression"}
             assert len(kinds) <= 1, (where, values)
+        for elements in lists:  # a list of map literals: maps of one value type (each all dyn, or none dyn)
+            written = [_map_literals(e)[-1] for e in elements if _kind(e) == "map"]
+            assert len({all(_kind(v) == "dyn" for v in values) for values in written}) <= 1, (where, elements)
 
 
 def test_no_expression_is_longer_than_the_parser_takes() -> None:

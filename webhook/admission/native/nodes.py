@@ -269,15 +269,11 @@ def _restates(r: steering.Requirement) -> str:
 
 def _literal(data: Any) -> str:
     """JSON data (maps, lists, strings) as a CEL literal. The API server's CEL checks aggregate literals as
-    homogeneous: a map whose values are of several types (a string beside a list) has them as `dyn`."""
+    homogeneous (a string beside a list in a map, or two maps of different value types in a list, do not
+    compile): every map's values are `dyn`, so every map is a map(string, dyn)."""
     if isinstance(data, dict):
-        mixed = len({type(item) for item in data.values()}) > 1
-        return "{" + ", ".join(f"{lit(key)}: {_dyn(_literal(item), mixed)}" for key, item in data.items()) + "}"
+        return "{" + ", ".join(f"{lit(key)}: dyn({_literal(item)})" for key, item in data.items()) + "}"
     if isinstance(data, list | tuple):
         return "[" + ", ".join(_literal(item) for item in data) + "]"
     assert isinstance(data, str)
     return lit(data)
-
-
-def _dyn(expression: str, wrapped: bool) -> str:
-    return f"dyn({expression})" if wrapped else expression
