@@ -88,20 +88,30 @@ class Steering(Family):
         terms = f"{required}.nodeSelectorTerms"
         # a term's expressions (`k`) without 0.1.0's where steering takes it out, and the requirements they lack (`m`)
         drops = backend_of(policy).drops_single_strategy()
-        kept = "(has(t.matchExpressions) ? t.matchExpressions : [])"
+        kept = f"(has(t.matchExpressions) ? {_copied('t.matchExpressions')} : [])"
         if drops:
-            kept = f"(has(t.matchExpressions) ? t.matchExpressions.filter(e, !({_restates(OBSOLETE)})) : [])"
+            kept_ones = f"t.matchExpressions.filter(e, !({_restates(OBSOLETE)}))"
+            kept = f"(has(t.matchExpressions) ? {_copied(kept_ones)} : [])"
         missing = " + ".join(f"(k.exists(e, {_restates(r)}) ? [] : [{_literal(r.expression)}])" for r in wanted)
         stale = f"has(t.matchExpressions) && t.matchExpressions.exists(e, {_restates(OBSOLETE)})" if drops else ""
         live = LIVE
+        fields = _copied("t.matchFields")
         merged = (
-            "has(t.matchFields) ? {'matchExpressions': dyn(k + m), 'matchFields': t.matchFields} "
+            f"has(t.matchFields) ? {{'matchExpressions': dyn(k + m), 'matchFields': dyn({fields})}} "
             ": {'matchExpressions': dyn(k + m)}"
+        )
+        expressions = _copied("t.matchExpressions")
+        # a term left as it is, written anew (see _copied)
+        same = (
+            f"has(t.matchExpressions) && has(t.matchFields) ? "
+            f"{{'matchExpressions': dyn({expressions}), 'matchFields': dyn({fields})}} : "
+            f"has(t.matchExpressions) ? {{'matchExpressions': dyn({expressions})}} : "
+            f"has(t.matchFields) ? {{'matchFields': dyn({fields})}} : {{}}"
         )
         changed = any_of(filter(None, ["size(m) > 0", stale]))
         # each term as steering leaves it, with whether it changed: an empty term stays empty
         each_term = bind(kept, "k", bind(missing, "m", f"({live}) && ({changed}) ? [{merged}] : []"))
-        new_terms = f"{terms}.map(t, [{each_term}].map(n, size(n) > 0 ? n[0] : t)[0])"
+        new_terms = f"{terms}.map(t, [{each_term}].map(n, size(n) > 0 ? n[0] : ({same}))[0])"
         changes = f"{terms}.exists(t, size({each_term}) > 0)"
         added = steering.required_affinity(wanted)
         to = {part: f"{at} + {lit(part)}" for part in ("/nodeAffinity", f"/nodeAffinity/{REQUIRED}")}
@@ -265,6 +275,14 @@ def _restates(r: steering.Requirement) -> str:
     if list(r.values) != sorted(set(r.values)):
         return "false"  # steering never finds such a requirement among a term's: it sorts the term's values
     return f"{same} && has(e.values) && size(e.values) == {len(r.values)} && {strings(r.values)}.all(v, v in e.values)"
+
+
+def _copied(requirements: str) -> str:
+    """A list of node selector requirements read from the object, written anew as CEL maps: the API server's CEL
+    holds the object's own values as its typed structs, which a JSON Patch value cannot carry ("could not marshal
+    to JSON"), while maps built in the expression, of its strings and lists of strings, it can."""
+    each = "{'key': dyn(e.key), 'operator': dyn(e.operator)"
+    return f"{requirements}.map(e, has(e.values) ? {each}, 'values': dyn(e.values)}} : {each}}})"
 
 
 def _literal(data: Any) -> str:
