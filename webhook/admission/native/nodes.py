@@ -280,9 +280,12 @@ def _restates(r: steering.Requirement) -> str:
 def _copied(requirements: str) -> str:
     """A list of node selector requirements read from the object, written anew as CEL maps: the API server's CEL
     holds the object's own values as its typed structs, which a JSON Patch value cannot carry ("could not marshal
-    to JSON"), while maps built in the expression, of its strings and lists of strings, it can."""
+    to JSON"), nor a list of strings read from it, while maps and lists built in the expression it can."""
     each = "{'key': dyn(e.key), 'operator': dyn(e.operator)"
-    return f"{requirements}.map(e, has(e.values) ? {each}, 'values': dyn(e.values)}} : {each}}})"
+    # the values as a new list of the same strings, without a third iteration: joined and split at NUL, which no
+    # label value holds
+    values = "(size(e.values) == 0 ? [] : e.values.join('\\x00').split('\\x00'))"
+    return f"{requirements}.map(e, has(e.values) ? {each}, 'values': dyn({values})}} : {each}}})"
 
 
 def _literal(data: Any) -> str:
