@@ -6,9 +6,9 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   `asApproximateFloat()` (a float64 near the value: Go multiplies the mantissa by a power of ten, here the
   nearest float, both far closer than the native policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
-- lists library (lists.go): `indexOf`, `sum`, `max`; strings extension (cel-go ext/strings.go): `join`,
-  `replace` (every occurrence) and `split` (Go's strings.Split: a separator that is not there gives the string
-  whole);
+- lists library (lists.go): `indexOf`, `sum`, `max`, `min` (of strings too); strings extension (cel-go
+  ext/strings.go): `join`, `replace` (every occurrence) and `split` (Go's strings.Split: a separator that is not
+  there gives the string whole);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
   by a scanner that skips string literals.
@@ -80,6 +80,7 @@ FUNCTIONS = {
     "indexOf": lambda items, item: items.index(item) if item in items else -1,
     "sum": lambda items: sum(items),
     "max": lambda items: max(items),
+    "min": lambda items: min(items),
     "join": lambda items, separator: separator.join(items),
     "replace": lambda text, old, new: text.replace(old, new),
     "split": lambda text, separator: text.split(separator),

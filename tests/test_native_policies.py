@@ -304,8 +304,8 @@ def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 def decoded(obj: dict[str, Any]) -> dict[str, Any]:
     """Quantities as strings (the API server serializes them so), and in a Pod a request defaulted from each limit
-    (SetDefaults_Pod: a template is stored as written); a JSON document, whose parts are never shared (a
-    generated pod's may be)."""
+    (SetDefaults_Pod: a template is stored as written), each resource map's keys sorted (as the webhook receives
+    them); a JSON document, whose parts are never shared (a generated pod's may be)."""
     obj = json.loads(json.dumps(obj))
     defaulted = obj["kind"] == "Pod"
     for section in ("initContainers", "containers"):
@@ -318,6 +318,9 @@ def decoded(obj: dict[str, Any]) -> dict[str, Any]:
                     resources[which] = {k: str(v) for k, v in resources[which].items()}
             for name, value in resources.get("limits", {}).items() if defaulted else ():
                 resources.setdefault("requests", {}).setdefault(name, value)
+            for which in ("requests", "limits"):  # the API server writes a map's keys sorted (encoding/json)
+                if which in resources:
+                    resources[which] = dict(sorted(resources[which].items()))
     return obj
 
 
@@ -1047,10 +1050,23 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
+    "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
+    "shared: both names, a replica held": ("shared", pod(container(limits={GPU_: 1, SHARED: 1}))),
+    "shared: both names, over the maximum": ("shared", pod(container(limits={GPU_: 2, SHARED: 0}))),
+    "mig: a zero beside two slices": ("mig", pod(container(limits={GPU_: 0, MIG_1G: 1, MIG_2G: 1}))),
+    "mig: another pool's replica beside nvidia.com/gpu left unmapped": (
+        "mig", pod(container(limits={GPU_: 1, MIG_1G: 0, SHARED: 1})),
+    ),
+    "mig-frac: a fraction beside its slice at 0": (
+        "mig-frac", pod(container(limits={GPU_: "500m", "nvidia.com/mig-3g.40gb": 0})),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
 NOT_COVERED = {
+    "whole: two zeros beside a GPU": gaps.BOTH_NAMES,
+    "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
+    "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
     "whole: a ten-millionth below one GPU": gaps.NEAR_WHOLE,
     "shared: a nano below two GPUs": gaps.NEAR_WHOLE,
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
@@ -1063,7 +1079,6 @@ NOT_COVERED = {
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
     "mig-listed: an unoffered profile over the pod maximum": gaps.PREFIXED_TOTALS,
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
-    "mig: both names": gaps.BOTH_NAMES,
     "default: requests only, amd": gaps.OTHER_RESOURCES,
     "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
     "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_CONFIG,
@@ -1071,7 +1086,6 @@ NOT_COVERED = {
     "shared: the user's memory variable with a sign": gaps.USER_VALUES,
     "shared: the user's memory variable with spaces": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
-    "shared: both names": gaps.BOTH_NAMES,
     "shared: the user's --gpu-memory-utilization": gaps.ENGINE_FLAGS,
     "fractions: the user's --free_gpu_memory_fraction=": gaps.ENGINE_FLAGS,
     "shared: the user's --mem-fraction-static= in args, --kv_cache_free_gpu_memory_fraction in command": (
@@ -1082,7 +1096,6 @@ NOT_COVERED = {
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
-    "whole: a zero beside a GPU": gaps.BOTH_NAMES,
 }
 
 
@@ -1099,7 +1112,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (139, 30, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (145, 30, 5)
 
 
 @pytest.mark.parametrize(
@@ -1200,6 +1213,10 @@ RESOURCES = st.one_of(
         st.sampled_from(QUANTITIES),
     ),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
+    st.builds(  # two GPU resources in one container, zeros among them
+        lambda limits: {"limits": limits},
+        st.dictionaries(st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G)), st.sampled_from(("0", "1", "2")), min_size=2),
+    ),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))
 # A container's command line: none (mostly), each engine (its flag appended, where its mode applies it), no engine.

@@ -51,8 +51,11 @@ PREFIXED_TOTALS = Gap(
     "lines for them, its pool's and its maximum's, are compiled)",
 )
 BOTH_NAMES = Gap(
-    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
-    "not compiled yet (the webhook leaves such a request unmapped and says why)",
+    "two GPU resources in one container that each say a line of their own (another pool's resource beside "
+    f"{NVIDIA_GPU} left unmapped, say), or several zeros beside a GPU",
+    "the webhook says a container's lines resource by resource in the order of its limits, the compiled policies "
+    "rule by rule; and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the "
+    "webhook's (sorting a list is Kubernetes 1.34's CEL)",
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(

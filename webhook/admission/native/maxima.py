@@ -5,9 +5,9 @@ per resource whose pod total is over the per-pod maximum."""
 from __future__ import annotations
 
 from webhook.admission.base.quantity import quantity_text
-from webhook.admission.base.resources import MIG_PREFIX, NVIDIA_GPU, SHARED_SUFFIX
-from webhook.admission.native.cel import all_of, fill, lit, slot
-from webhook.admission.native.containers import SPEC, count, value, whole_limit
+from webhook.admission.base.resources import DEVICE_AMOUNTS, DEVICE_CLASS_PREFIX, MIG_PREFIX, NVIDIA_GPU, SHARED_SUFFIX
+from webhook.admission.native.cel import all_of, bind, fill, lit, slot, strings
+from webhook.admission.native.containers import SPEC, count, managed, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named
@@ -16,7 +16,7 @@ from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
-NAME, SHOWN, COUNT = slot("name"), slot("shown"), slot("count")
+NAME, SHOWN, COUNT, HELD = slot("name"), slot("shown"), slot("count"), slot("held")
 
 
 class Maxima(Family):
@@ -24,9 +24,14 @@ class Maxima(Family):
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         rules = Rules.of(policy)
-        found = [_container_rule(name, rules) for name in named(policy)]
+        found = []
+        for name in named(policy):
+            found.append(_container_rule(name, rules))
+            if name == NVIDIA_GPU and rules.mapping_target is not None:
+                found.append(_unmapped_rule(rules))
         if shape(policy) is not None:
             found += [_prefixed_rule(replica, rules) for replica in (False, True)]
+            found.append(_zero_rule(rules))  # after every resource's own lines, as container_counts says it
         return found
 
     def lines(self, policy: Policy) -> list[Lines]:
@@ -53,6 +58,51 @@ def _container_rule(name: str, rules: Rules) -> ContainerRule:
     else:
         maximum, sentence = _over_maximum(name, name, rules)
     return ContainerRule(all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs))
+
+
+def _unmapped_rule(rules: Rules) -> ContainerRule:
+    """`nvidia.com/gpu: N` within the target's maximum that the mapping left (validate._left_unmapped): after the
+    MAP it is there only where the container already names the target (replicas.mapping skips it), a zero of it
+    say, as mutate._rename skips it."""
+    policy = rules.policy
+    target = rules.mapping_target
+    assert target is not None
+    maximum = rules.container_maximum(target)
+    sentence = validate.left_unmapped_line(quantity_text(SHOWN), target, policy.sharing.mode, policy.name)
+    condition = all_of([whole_limit(NVIDIA_GPU), f"{count(NVIDIA_GPU)} > 0", f"{count(NVIDIA_GPU)} <= {maximum}"])
+    return ContainerRule(condition, fill(sentence, {"shown": value("limits", NVIDIA_GPU)}))
+
+
+def counted(rules: Rules, key: str = KEY) -> str:
+    """CEL: the limit `key` is one of validation's counts (validate.container_counts: a managed resource, whole,
+    but an amount of one GPU (resources.DEVICE_AMOUNTS) or a DeviceClass whose devices are no GPU here)."""
+    other_class = f"{key}.startsWith({lit(DEVICE_CLASS_PREFIX)}) && !({key} in {strings(sorted(rules.class_names))})"
+    return all_of(
+        [
+            managed(key),
+            f"!({key} in {strings(sorted(DEVICE_AMOUNTS))})",
+            f"!({other_class})",
+            f"quantity({key_limit(key)}).isInteger()",
+        ]
+    )
+
+
+def _zero_rule(rules: Rules) -> ContainerRule:
+    """A managed resource at 0 beside one the container holds (validate._zero_companions): one line per zero,
+    naming the first it holds (the least name: the API server sends a map's keys sorted). Several zeros in one
+    container are outside the compiled set (scope.py): a CEL map's keys come in no order."""
+    held = "h"
+    nonzero = f"{counted(rules, 'j')} && {key_count('j')} > 0"
+    zero = f"{counted(rules)} && {key_count()} == 0"
+    sentence = validate.zero_companion_line(
+        NAME, quantity_text(SHOWN), HELD, quantity_text(slot("heldshown")), rules.policy.name
+    )
+    exprs = {"name": KEY, "shown": key_limit(), "held": held, "heldshown": key_limit(held)}
+    line = fill(sentence, exprs)
+    condition, sentences = each_key(zero, line)
+    first = "c.resources.limits.filter(j, " + nonzero + ").min()"
+    sentences = bind(first, held, sentences)
+    return ContainerRule(f"{condition} && c.resources.limits.exists(j, {nonzero})", sentences, many=True)
 
 
 def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:

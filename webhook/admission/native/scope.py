@@ -33,6 +33,7 @@ from webhook.admission.base.resources import (
     is_managed,
     mig_profile_of,
 )
+from webhook.admission.base.violation import Violation
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import engineflags, userenv
@@ -62,7 +63,7 @@ from webhook.admission.native.pools import named
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
 from webhook.admission.phases.steering import REQUIRED, bound_node, pod_requirements, requirements, restates
-from webhook.admission.phases.validate import Holders, Rules, effective_total
+from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
 from webhook.admission.policy.model import Fractional, Policy
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -98,12 +99,49 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     # The resources judged by name (the pool's own, the shared replica where it is another pool's: pools.py),
     # and any other `nvidia.com/mig-*` by prefix.
     by_name = set(named(policy))
+    mutated: dict[str, Any] | None = None  # the spec as mutation makes it, where a container holds several names
     for section in SECTIONS:
-        for body in spec.get(section) or ():
+        for index, body in enumerate(spec.get(section) or ()):
             found = _container(body, policy, by_name)
+            if found is None and _several(body):
+                if mutated is None:
+                    mutated = get_path(mutate(obj, policy, spec_path).obj, spec_path)
+                found = _both_names(mutated[section][index], policy)
             if found is not None:
                 return found
     return _prefixed_total(spec, policy, by_name)
+
+
+def _several(body: dict[str, Any]) -> bool:
+    """The container names more than one managed resource (in its requests or limits)."""
+    resources = body.get("resources") or {}
+    names = {name for which in ("requests", "limits") for name in resources.get(which) or () if is_managed(name)}
+    return len(names) > 1
+
+
+def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
+    """BOTH_NAMES for a container (as mutation leaves it) whose lines the compiled policies would say in another
+    order: validation says them resource by resource, in the order of its limits (the API server sends a map's
+    keys sorted), the compiled rules rule by rule, so two resources that each say a line of their own are
+    outside; and several zeros beside a GPU, whose lines a CEL map's keys (in no order) cannot order. The line
+    of one zero names the first resource held, which the compiled rule reads as the least name."""
+    rules = Rules.of(policy)
+    resources = body.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    saying = 0
+    for name, limit in limits.items():
+        if not is_managed(name):
+            continue
+        alone = {"limits": {name: limit}, **({"requests": {name: requests[name]}} if name in requests else {})}
+        problems: list[Violation] = []
+        container_counts(ContainerRef("containers", 0, {"name": "c", "resources": alone}), rules, problems)
+        saying += bool(problems)
+    counts = container_counts(ContainerRef("containers", 0, body), rules, [])
+    held = [name for name, count in counts.items() if count]
+    zeros = [name for name, count in counts.items() if not count]
+    if saying > 1 or (held and zeros and (len(zeros) > 1 or held[0] != min(held))):
+        return BOTH_NAMES
+    return None
 
 
 def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
@@ -198,8 +236,6 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
             return OTHER_RESOURCES
     if any(name not in limits for name in managed - by_name):
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
-    if len(managed) > 1:
-        return BOTH_NAMES
     if _near_whole(policy, {**requests, **limits}):
         return NEAR_WHOLE
     if shape(policy) == "shared":

@@ -431,17 +431,26 @@ def _zero_companions(
     keeps mutation from mapping the request (its target is already there): `nvidia.com/gpu: 1` with
     `nvidia.com/gpu.shared: "0"` would stay a whole GPU in a sharing namespace. A 0 alone asks for nothing and
     is left as written (charts write `nvidia.com/gpu: 0` for their CPU variant)."""
-    held = next(f"{name} {quantity_text(limits[name])}" for name, count in counts.items() if count)
+    held = next(name for name, count in counts.items() if count)
+    held_shown = quantity_text(limits[held])
     for name, count in counts.items():
         if not count:
             shown = quantity_text(limits[name])
             _add(
                 ref,
                 problems,
-                f"{name} {shown} beside {held} asks for no device, and a zero keeps the webhook from making the "
-                f'request what policy "{rules.policy.name}" gives; remove {name}',
+                zero_companion_line(name, shown, held, held_shown, rules.policy.name),
                 f"{_brief(name)} {_brief(shown, 8)} beside a GPU request; remove it",
             )
+
+
+def zero_companion_line(name: str, shown: str, held: str, held_shown: str, policy: str) -> str:
+    """A managed resource set to 0 beside a GPU request (`_zero_companions`; template: the native policies fill
+    it too). `held`: the first resource the container does hold, `held_shown` its quantity."""
+    return (
+        f"{name} {shown} beside {held} {held_shown} asks for no device, and a zero keeps the webhook from making "
+        f'the request what policy "{policy}" gives; remove {name}'
+    )
 
 
 def _parsed(ref: ContainerRef, name: str, which: str, raw: Any, problems: Problems) -> int | Fraction | None:
@@ -669,9 +678,17 @@ def _left_unmapped(ref: ContainerRef, raw: Any, rules: Rules, problems: Problems
     _add(
         ref,
         problems,
-        f'{NVIDIA_GPU} {shown} stays a whole GPU beside {target}, but under policy "{policy.name}" '
-        f"({policy.sharing.mode}) {NVIDIA_GPU} becomes {target}; request {target} or {NVIDIA_GPU}, not both",
+        left_unmapped_line(shown, str(target), policy.sharing.mode, policy.name),
         f"{NVIDIA_GPU} {_brief(shown, 8)} beside {_brief(str(target))}; request one of them, not both",
+    )
+
+
+def left_unmapped_line(shown: str, target: str, mode: str, policy: str) -> str:
+    """`nvidia.com/gpu` left unmapped beside the mapping's target (`_left_unmapped`; template: the native
+    policies fill it too)."""
+    return (
+        f'{NVIDIA_GPU} {shown} stays a whole GPU beside {target}, but under policy "{policy}" ({mode}) {NVIDIA_GPU} '
+        f"becomes {target}; request {target} or {NVIDIA_GPU}, not both"
     )
 
 
