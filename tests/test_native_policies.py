@@ -375,6 +375,8 @@ GPU_ = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.10gb"
 MIG_2G = "nvidia.com/mig-2g.20gb"
+AMD, INTEL_GPU, INTEL_MILLICORES = "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/millicores"
+DEVICE_CLASS = "deviceclass.resource.kubernetes.io/"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
@@ -1050,6 +1052,22 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
+    "whole: AMD over the container maximum": ("research", pod(container(limits={AMD: 3}))),
+    "whole: AMD over the pod maximum": (
+        "research", pod(container("a", limits={AMD: 2}), container("b", limits={AMD: 2})),
+    ),
+    "whole: a zero of AMD's beside a GPU": ("research", pod(container(limits={GPU_: 1, AMD: 0}))),
+    "shared: a memory-sliced resource": ("shared", pod(container(limits={"nvidia.com/gpumem": 1000}))),
+    "mig: Volcano's vGPU number, over the maximum": ("mig", pod(container(limits={"volcano.sh/vgpu-number": 9}))),
+    "whole: Intel's millicores": ("research", pod(container(limits={INTEL_MILLICORES: 100}))),
+    "whole: Intel's millicores, requests only": (
+        "research", pod(container(requests={INTEL_MILLICORES: 100}, limits={"cpu": 1})),
+    ),
+    "whole: an Intel GPU over the container maximum": ("research", pod(container(limits={INTEL_GPU: 3}))),
+    "whole: Intel GPUs over the pod maximum": (
+        "research", pod(container("a", limits={INTEL_GPU: 2}), container("b", limits={INTEL_GPU: 2})),
+    ),
+    "whole: a DeviceClass of no GPU": ("research", pod(container(limits={DEVICE_CLASS + "fpga.example.com": 1}))),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
     "shared: both names, a replica held": ("shared", pod(container(limits={GPU_: 1, SHARED: 1}))),
     "shared: both names, over the maximum": ("shared", pod(container(limits={GPU_: 2, SHARED: 0}))),
@@ -1064,6 +1082,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 NOT_COVERED = {
+    "whole: Intel's millicores, requests only": gaps.PREFIXED_LIMITS,
+    "whole: Intel GPUs over the pod maximum": gaps.PREFIXED_TOTALS,
     "whole: two zeros beside a GPU": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
@@ -1079,7 +1099,6 @@ NOT_COVERED = {
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
     "mig-listed: an unoffered profile over the pod maximum": gaps.PREFIXED_TOTALS,
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
-    "default: requests only, amd": gaps.OTHER_RESOURCES,
     "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
     "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_CONFIG,
     "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
@@ -1112,7 +1131,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (145, 30, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (154, 31, 5)
 
 
 @pytest.mark.parametrize(
@@ -1209,13 +1228,17 @@ RESOURCES = st.one_of(
     ),
     st.builds(
         lambda n, q: {"limits": {n: q}},
-        st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, MIG_1G + ".shared")),
+        st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, MIG_1G + ".shared", AMD, INTEL_GPU, "nvidia.com/gpumem")),
         st.sampled_from(QUANTITIES),
     ),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
     st.builds(  # two GPU resources in one container, zeros among them
         lambda limits: {"limits": limits},
-        st.dictionaries(st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G)), st.sampled_from(("0", "1", "2")), min_size=2),
+        st.dictionaries(
+            st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, AMD, "volcano.sh/vgpu-number")),
+            st.sampled_from(("0", "1", "2")),
+            min_size=2,
+        ),
     ),
 )
 ENV = st.sampled_from((None, [], [{"name": "A", "value": "x"}]))

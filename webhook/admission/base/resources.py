@@ -27,6 +27,7 @@ NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
 AMD_GPU = "amd.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+INTEL_PREFIX = "gpu.intel.com/"  # Intel's GPU device plugin: its devices (i915, xe) and amounts of one GPU
 SHARED_SUFFIX = ".shared"
 
 _MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb(?:\.me)?)(\.shared)?$")
@@ -81,7 +82,7 @@ MEMORY_SLICE_RESOURCES = frozenset(
 # (native/) write the same tables into CEL. Any DeviceClass's implicit resource is one: an extended resource
 # (whole, request = limit) whichever class; validation counts those of the policy's GPU classes as GPUs.
 MANAGED_NAMES = (NVIDIA_GPU, NVIDIA_GPU_SHARED, AMD_GPU, *sorted(MEMORY_SLICE_RESOURCES))
-MANAGED_PREFIXES = (MIG_PREFIX, "gpu.intel.com/", DEVICE_CLASS_PREFIX)
+MANAGED_PREFIXES = (MIG_PREFIX, INTEL_PREFIX, DEVICE_CLASS_PREFIX)
 
 
 def _managed(resource: object) -> bool:
@@ -99,7 +100,7 @@ is_managed: Callable[[object], bool] = BoundedMemo(_managed).__getitem__
 # The memory-sliced backends' memory and compute amounts are amounts of one GPU in the same way (memshare.py
 # counts them as GPUs' worth of memory).
 DEVICE_AMOUNTS = frozenset(
-    {"gpu.intel.com/millicores", "gpu.intel.com/memory.max", "gpu.intel.com/tiles",
+    {INTEL_PREFIX + "millicores", INTEL_PREFIX + "memory.max", INTEL_PREFIX + "tiles",
      *(MEMORY_SLICE_RESOURCES - {VOLCANO_NUMBER})}
 )  # fmt: skip
 

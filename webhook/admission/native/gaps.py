@@ -35,8 +35,11 @@ FRACTION_VARIABLES = Gap(
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
 )
 OTHER_RESOURCES = Gap(
-    "other GPU resources (AMD, Intel, memory slices, DeviceClass resources)",
-    "their pools, amounts and classes are not compiled yet",
+    "the policy's own DeviceClass resources (deviceClasses), an Intel resource named as a replica (*.shared), and a "
+    "nvidia.com/mig-* name the compiled pattern reads otherwise than the webhook",
+    "validation counts a DeviceClass's GPUs with nvidia.com/gpu across names and says them unshared under "
+    "time-slicing and MPS, and holds a *.shared name to the replicas' rules: not compiled (AMD's GPUs, the "
+    "memory-sliced backends' resources, Intel's devices and amounts, and a DeviceClass of no GPU are)",
 )
 PREFIXED_LIMITS = Gap(
     "limits copied from requests for Intel, DeviceClass and MIG profile resources (but a MIG pool's own): a MIG "
@@ -46,7 +49,8 @@ PREFIXED_LIMITS = Gap(
 )
 PREFIXED_TOTALS = Gap(
     "the per-pod maximum of a MIG resource outside the pool's names (another pool's profile or replica, any "
-    "profile where the model is unknown) whose pod total is over it",
+    "profile where the model is unknown), or of an Intel GPU device (gpu.intel.com/i915, xe), whose pod total is "
+    "over it",
     "the pod totals are compiled per resource name, and these names are not known in advance (each container's "
     "lines for them, its pool's and its maximum's, are compiled)",
 )

@@ -5,9 +5,18 @@ per resource whose pod total is over the per-pod maximum."""
 from __future__ import annotations
 
 from webhook.admission.base.quantity import quantity_text
-from webhook.admission.base.resources import DEVICE_AMOUNTS, DEVICE_CLASS_PREFIX, MIG_PREFIX, NVIDIA_GPU, SHARED_SUFFIX
-from webhook.admission.native.cel import all_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, count, managed, value, whole_limit
+from webhook.admission.base.resources import (
+    DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
+    INTEL_PREFIX,
+    MANAGED_NAMES,
+    MANAGED_PREFIXES,
+    MIG_PREFIX,
+    NVIDIA_GPU,
+    SHARED_SUFFIX,
+)
+from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
+from webhook.admission.native.containers import SPEC, count, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named
@@ -31,6 +40,7 @@ class Maxima(Family):
                 found.append(_unmapped_rule(rules))
         if shape(policy) is not None:
             found += [_prefixed_rule(replica, rules) for replica in (False, True)]
+            found.append(_intel_rule(rules))
             found.append(_zero_rule(rules))  # after every resource's own lines, as container_counts says it
         return found
 
@@ -76,33 +86,31 @@ def _unmapped_rule(rules: Rules) -> ContainerRule:
 def counted(rules: Rules, key: str = KEY) -> str:
     """CEL: the limit `key` is one of validation's counts (validate.container_counts: a managed resource, whole,
     but an amount of one GPU (resources.DEVICE_AMOUNTS) or a DeviceClass whose devices are no GPU here)."""
-    other_class = f"{key}.startsWith({lit(DEVICE_CLASS_PREFIX)}) && !({key} in {strings(sorted(rules.class_names))})"
-    return all_of(
-        [
-            managed(key),
-            f"!({key} in {strings(sorted(DEVICE_AMOUNTS))})",
-            f"!({other_class})",
-            f"quantity({key_limit(key)}).isInteger()",
-        ]
-    )
+    names = [name for name in MANAGED_NAMES if name not in DEVICE_AMOUNTS]
+    prefixes = [prefix for prefix in MANAGED_PREFIXES if prefix != DEVICE_CLASS_PREFIX]
+    amounts = sorted(name for name in DEVICE_AMOUNTS if name.startswith(tuple(prefixes)))
+    by_prefix = f"{strings(prefixes)}.exists(p, {key}.startsWith(p)) && !({key} in {strings(amounts)})"
+    terms = [f"{key} in {strings(names)}", by_prefix]
+    if rules.class_names:
+        terms.append(f"{key} in {strings(sorted(rules.class_names))}")
+    return f"({any_of(terms)}) && quantity({key_limit(key)}).isInteger()"
 
 
 def _zero_rule(rules: Rules) -> ContainerRule:
     """A managed resource at 0 beside one the container holds (validate._zero_companions): one line per zero,
     naming the first it holds (the least name: the API server sends a map's keys sorted). Several zeros in one
-    container are outside the compiled set (scope.py): a CEL map's keys come in no order."""
+    container are outside the compiled set (scope.py): a CEL map's keys come in no order. The condition is only
+    that there are two limits (the list may be empty), so that the counted test is written twice, not four times."""
     held = "h"
-    nonzero = f"{counted(rules, 'j')} && {key_count('j')} > 0"
-    zero = f"{counted(rules)} && {key_count()} == 0"
     sentence = validate.zero_companion_line(
         NAME, quantity_text(SHOWN), HELD, quantity_text(slot("heldshown")), rules.policy.name
     )
-    exprs = {"name": KEY, "shown": key_limit(), "held": held, "heldshown": key_limit(held)}
-    line = fill(sentence, exprs)
-    condition, sentences = each_key(zero, line)
-    first = "c.resources.limits.filter(j, " + nonzero + ").min()"
-    sentences = bind(first, held, sentences)
-    return ContainerRule(f"{condition} && c.resources.limits.exists(j, {nonzero})", sentences, many=True)
+    exprs = {"name": KEY, "shown": key_limit(), "held": f"{held}.min()", "heldshown": key_limit(f"{held}.min()")}
+    zeros = f"c.resources.limits.filter({KEY}, {counted(rules)} && {key_count()} == 0)"
+    said = f"size({held}) == 0 ? [] : {zeros}.map({KEY}, {fill(sentence, exprs)})"
+    nonzero = f"c.resources.limits.filter(j, {counted(rules, 'j')} && {key_count('j')} > 0)"
+    condition = "has(c.resources) && has(c.resources.limits) && size(c.resources.limits) > 1"
+    return ContainerRule(condition, bind(nonzero, held, said), many=True, maybe_empty=True)
 
 
 def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:
@@ -128,6 +136,27 @@ def _prefixed_rule(replica: bool, rules: Rules) -> ContainerRule:
     maximum, sentence = _over_maximum(example, NAME, rules)
     suffix = f"{KEY}.endsWith({lit(SHARED_SUFFIX)})"
     keep = f"{held(rules.policy, maximum)} && {'' if replica else '!'}{suffix}"
+    exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
+    condition, sentences = each_key(keep, fill(sentence, exprs))
+    return ContainerRule(condition, sentences, many=True)
+
+
+def _intel_rule(rules: Rules) -> ContainerRule:
+    """Each of Intel's GPU devices (`gpu.intel.com/i915`, `xe`: any `gpu.intel.com/*` limit but its amounts of one
+    GPU, which validation does not count) over the whole-GPU maximum, as validation judges any such name. Their
+    pod totals are per name, and the names are not known in advance (scope.py: gaps.PREFIXED_TOTALS)."""
+    example = INTEL_PREFIX + "example"
+    assert not rules.is_replica(example)
+    maximum, sentence = _over_maximum(example, NAME, rules)
+    keep = all_of(
+        [
+            f"{KEY}.startsWith({lit(INTEL_PREFIX)})",
+            f"!({KEY} in {strings(sorted(DEVICE_AMOUNTS))})",
+            f"!{KEY}.endsWith({lit(SHARED_SUFFIX)})",  # a replica's name: outside (scope.py)
+            f"quantity({key_limit()}).isInteger()",
+            f"{key_count()} > {maximum}",
+        ]
+    )
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
     condition, sentences = each_key(keep, fill(sentence, exprs))
     return ContainerRule(condition, sentences, many=True)

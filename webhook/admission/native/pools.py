@@ -1,6 +1,7 @@
 """Another pool's resource (validate.py `_served`, and the MIG backend's `served_profile`), said with validation's
 own sentences: by name, the shared replica `nvidia.com/gpu.shared` where the pool does not serve it (whole GPUs,
-MIG slices); by prefix, any `nvidia.com/mig-*` limit outside the pool's names (a profile the model does not have,
+MIG slices) and the memory-sliced backends' resources (HAMi's, Volcano's, ACK's: no compiled mode serves them);
+by prefix, any `nvidia.com/mig-*` limit outside the pool's names (a profile the model does not have,
 one the nodes' layout does not offer, any MIG slice in a whole-GPU or shared namespace, a MIG slice's replica
 `*.shared`). Its name and quantity are the container's, found in CEL; the rest of each line is fixed per policy.
 
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
+    AMD_GPU,
+    DEVICE_AMOUNTS,
+    MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
     MIG_RESOURCE_RE2,
     NVIDIA_GPU,
@@ -20,7 +24,6 @@ from webhook.admission.base.resources import (
     mig_resource,
 )
 from webhook.admission.native.cel import all_of, fill, lit, slot, strings
-from webhook.admission.native.containers import count, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.migslices import slice_names
@@ -35,20 +38,30 @@ NAME, SHOWN, WHAT, PROFILE = slot("name"), slot("shown"), slot("what"), slot("pr
 
 
 def other_pools(policy: Policy) -> list[str]:
-    """Another pool's resources judged by name: the shared replica, where the pool does not serve it."""
-    if shape(policy) is None or NVIDIA_GPU_SHARED in Rules.of(policy).served:
+    """Another pool's resources judged by name (validate._resource's `foreign`): the shared replica and the
+    memory-sliced backends' resources, where the pool does not serve them."""
+    if shape(policy) is None:
         return []
-    return [NVIDIA_GPU_SHARED]
+    served = Rules.of(policy).served
+    return sorted(name for name in (NVIDIA_GPU_SHARED, *MEMORY_SLICE_RESOURCES) if name not in served)
 
 
 def named(policy: Policy) -> list[str]:
-    """Every resource the native set judges by name (its maxima, pod totals among them): `nvidia.com/gpu`, the
-    pool's replica or slices, and `other_pools`; none where the policy's shape is not carried."""
+    """Every resource the native set counts by name (its maxima, pod totals among them): `nvidia.com/gpu`, the
+    pool's replica or slices, AMD's GPUs, and `other_pools` but the amounts of one GPU (resources.DEVICE_AMOUNTS,
+    which validation does not count); none where the policy's shape is not carried."""
     kind = shape(policy)
     if kind is None:
         return []
     own = slice_names(policy) if kind == "mig" else [backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU]
-    return sorted({NVIDIA_GPU, *own, *other_pools(policy)})
+    others = [name for name in other_pools(policy) if name not in DEVICE_AMOUNTS]
+    return sorted({NVIDIA_GPU, AMD_GPU, *own, *others})
+
+
+def judged_names(policy: Policy) -> set[str]:
+    """Every resource the native set judges by name: `named`, `other_pools`, and the amounts of one GPU, which
+    validation neither counts nor, where the pool is not another's, says a line of."""
+    return {*named(policy), *other_pools(policy), *DEVICE_AMOUNTS} if shape(policy) is not None else set()
 
 
 def prefixed(policy: Policy, key: str = KEY) -> str:
@@ -88,15 +101,21 @@ class Pools(Family):
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         if shape(policy) is None:
             return []
-        return [*(_named_rule(policy, name) for name in other_pools(policy)), _prefixed_rule(policy)]
+        kinds: dict[str, list[str]] = {}  # other_pools by what served_what calls them, in its order
+        for name in other_pools(policy):
+            kinds.setdefault(validate.served_what(name), []).append(name)
+        return [*(_named_rule(policy, what, names) for what, names in kinds.items()), _prefixed_rule(policy)]
 
 
-def _named_rule(policy: Policy, name: str) -> ContainerRule:
+def _named_rule(policy: Policy, what: str, names: list[str]) -> ContainerRule:
+    """Each limit above 0 of `names` (another pool's, all `what`): the pool's line for it. One rule for the names
+    of one kind (the memory-sliced backends' eight), the name the container's key."""
     gives, instead, _ = backend_of(policy).pool_words(policy, Rules.of(policy).served)
     shown = quantity_text(SHOWN)  # a quantity as the API server serializes it: a short string, quoted
-    sentence = validate.not_served_line(name, shown, validate.served_what(name), policy.name, gives, instead)
-    condition = all_of([whole_limit(name), f"{count(name)} > 0"])
-    return ContainerRule(condition, fill(sentence, {"shown": value("limits", name)}))
+    sentence = validate.not_served_line(NAME, shown, what, policy.name, gives, instead)
+    keep = all_of([f"{KEY} in {strings(names)}", f"quantity({key_limit()}).isInteger()", f"{key_count()} > 0"])
+    condition, sentences = each_key(keep, fill(sentence, {"name": KEY, "shown": key_limit()}))
+    return ContainerRule(condition, sentences, many=True)
 
 
 def _prefixed_rule(policy: Policy) -> ContainerRule:

@@ -27,9 +27,14 @@ from webhook.admission.base.podspec import (
 )
 from webhook.admission.base.quantity import quantity_or_none, whole_to_the_api_server
 from webhook.admission.base.resources import (
+    DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
+    INTEL_PREFIX,
+    MANAGED_NAMES,
     MIG_PREFIX,
     MIG_RESOURCE_RE2,
     NVIDIA_GPU,
+    SHARED_SUFFIX,
     is_managed,
     mig_profile_of,
 )
@@ -58,8 +63,9 @@ from webhook.admission.native.gaps import (
     product_judged,
     shape,
 )
+from webhook.admission.native.migslices import slice_names
 from webhook.admission.native.nodes import judged
-from webhook.admission.native.pools import named
+from webhook.admission.native.pools import judged_names
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
 from webhook.admission.phases.steering import REQUIRED, bound_node, pod_requirements, requirements, restates
@@ -96,9 +102,9 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
         return SPACED_PRODUCT
     if policy.block_visible_devices_override and _resolved_otherwise(spec):
         return DEVICE_PATHS
-    # The resources judged by name (the pool's own, the shared replica where it is another pool's: pools.py),
-    # and any other `nvidia.com/mig-*` by prefix.
-    by_name = set(named(policy))
+    # The resources judged by name (the pool's own, AMD's, another pool's replica and memory slices, the amounts
+    # of one GPU: pools.py), any other `nvidia.com/mig-*` and Intel's devices by prefix.
+    by_name = judged_names(policy)
     mutated: dict[str, Any] | None = None  # the spec as mutation makes it, where a container holds several names
     for section in SECTIONS:
         for index, body in enumerate(spec.get(section) or ()):
@@ -154,7 +160,7 @@ def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> 
             limits = (body.get("resources") or {}).get("limits") or {}
             counts: dict[str, int | Fraction] = {}
             for name, raw in limits.items():
-                amount = quantity_or_none(raw) if is_managed(name) and name not in by_name else None
+                amount = quantity_or_none(raw) if _by_prefix(name) and name not in by_name else None
                 if amount is not None and amount > 0 and Fraction(amount).denominator == 1:
                     counts[name] = amount
             if counts:
@@ -221,6 +227,12 @@ def _resolved_otherwise(spec: dict[str, Any]) -> bool:
     return False
 
 
+def _by_prefix(name: str) -> bool:
+    """A resource the compiled rules judge by prefix: a MIG resource (pools.py), one of Intel's devices
+    (maxima.py), counted by validation (not an amount of one GPU)."""
+    return name.startswith(MIG_PREFIX) or (name.startswith(INTEL_PREFIX) and name not in DEVICE_AMOUNTS)
+
+
 def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
     names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
     resources = body.get("resources") or {}
@@ -228,13 +240,19 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
     managed = {name for name in (*requests, *limits) if is_managed(name)}
     if not managed:
         return None
+    classes = Rules.of(policy).class_names
     for name in sorted(managed - by_name):
-        # By prefix (pools.py): a MIG resource, read by CEL's pattern as by resources.mig_profile_of
-        if not name.startswith(MIG_PREFIX) or (re.fullmatch(MIG_RESOURCE_RE2, name) is None) != (
-            mig_profile_of(name) is None
-        ):
-            return OTHER_RESOURCES
-    if any(name not in limits for name in managed - by_name):
+        if name.startswith(MIG_PREFIX):
+            # read by CEL's pattern as by resources.mig_profile_of
+            if (re.fullmatch(MIG_RESOURCE_RE2, name) is None) != (mig_profile_of(name) is None):
+                return OTHER_RESOURCES
+        elif name.startswith(INTEL_PREFIX):
+            if name.endswith(SHARED_SUFFIX):  # a replica to validation, held to the replicas' maximum
+                return OTHER_RESOURCES
+        elif not name.startswith(DEVICE_CLASS_PREFIX) or name in classes:
+            return OTHER_RESOURCES  # (a DeviceClass whose devices are no GPU here: validation says nothing)
+    copied = {*MANAGED_NAMES, *slice_names(policy)}  # the MAP's limits from requests (limits.py)
+    if any(name not in limits for name in managed - copied):
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
     if _near_whole(policy, {**requests, **limits}):
         return NEAR_WHOLE
