@@ -377,6 +377,7 @@ MIG_1G = "nvidia.com/mig-1g.10gb"
 MIG_2G = "nvidia.com/mig-2g.20gb"
 AMD, INTEL_GPU, INTEL_MILLICORES = "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/millicores"
 DEVICE_CLASS = "deviceclass.resource.kubernetes.io/"
+VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
@@ -1068,6 +1069,18 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "research", pod(container("a", limits={INTEL_GPU: 2}), container("b", limits={INTEL_GPU: 2})),
     ),
     "whole: a DeviceClass of no GPU": ("research", pod(container(limits={DEVICE_CLASS + "fpga.example.com": 1}))),
+    "whole: NVIDIA_VISIBLE_DEVICES beside a memory slice (no GPU to validation)": (
+        "research", pod(container(limits={"nvidia.com/gpumem": 1024}, env=[{"name": VISIBLE, "value": "all"}])),
+    ),
+    "whole: NVIDIA_VISIBLE_DEVICES beside an AMD GPU": (
+        "research", pod(container(limits={AMD: 1}, env=[{"name": VISIBLE, "value": "all"}])),
+    ),
+    "shared: the user's memory variable beside a MIG slice's replica": (
+        "shared", pod(container(limits={MIG_1G + ".shared": 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
+    ),
+    "shared: the user's memory variable beside both names": (
+        "shared", pod(container(limits={GPU_: 1, SHARED: 0}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
+    ),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
     "shared: both names, a replica held": ("shared", pod(container(limits={GPU_: 1, SHARED: 1}))),
     "shared: both names, over the maximum": ("shared", pod(container(limits={GPU_: 2, SHARED: 0}))),
@@ -1131,7 +1144,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (154, 31, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (158, 31, 5)
 
 
 @pytest.mark.parametrize(

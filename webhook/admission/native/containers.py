@@ -8,9 +8,11 @@ one policy reads and patches a Pod, a workload's template and a PodTemplate alik
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from webhook.admission.base.patch import pointer
 from webhook.admission.base.podspec import POD_SPEC_PATHS
-from webhook.admission.base.resources import MANAGED_NAMES, MANAGED_PREFIXES
+from webhook.admission.base.resources import DEVICE_AMOUNTS, DEVICE_CLASS_PREFIX, MANAGED_NAMES, MANAGED_PREFIXES
 from webhook.admission.native.cel import any_of, lit, strings
 
 SPEC, AT = "variables.spec", "variables.at"
@@ -90,3 +92,17 @@ def any_managed() -> str:
     return any_of(
         f"{has_map(which)} && c.resources.{which}.exists(n, {managed('n')})" for which in ("requests", "limits")
     )
+
+
+def counted(key: str, class_names: Collection[str]) -> str:
+    """CEL: the limit `key` of `c` is one of validation's counts (validate.container_counts: a managed resource,
+    whole, but an amount of one GPU (resources.DEVICE_AMOUNTS) or a DeviceClass resource outside `class_names`,
+    the policy's GPU classes)."""
+    names = [name for name in MANAGED_NAMES if name not in DEVICE_AMOUNTS]
+    prefixes = [prefix for prefix in MANAGED_PREFIXES if prefix != DEVICE_CLASS_PREFIX]
+    amounts = sorted(name for name in DEVICE_AMOUNTS if name.startswith(tuple(prefixes)))
+    by_prefix = f"{strings(prefixes)}.exists(p, {key}.startsWith(p)) && !({key} in {strings(amounts)})"
+    terms = [f"{key} in {strings(names)}", by_prefix]
+    if class_names:
+        terms.append(f"{key} in {strings(sorted(class_names))}")
+    return f"({any_of(terms)}) && quantity(c.resources.limits[{key}]).isInteger()"

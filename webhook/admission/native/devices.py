@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from webhook.admission.base.podspec import DEVICE_LIST_ROOTS, DEVICE_NODES_DIR, DEVICE_NODES_PREFIX, VISIBLE_DEVICES
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, managed
+from webhook.admission.native.containers import SPEC, counted
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.phases import validate
@@ -21,11 +21,6 @@ from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
 
 UNPRIVILEGED = "!(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
-# The container holds a GPU: a managed limit above 0 (validation's counts, which the covered pods hold as limits).
-HOLDS_GPU = (
-    "has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(n, "
-    f"({managed('n')}) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
-)
 NAMED = f"has(e.name) && e.name == {lit(VISIBLE_DEVICES)}"
 WRITTEN = f"has(c.env) && c.env.exists(e, {NAMED})"
 FIRST = f"c.env.filter(e, {NAMED})[0]"
@@ -63,9 +58,17 @@ def _by_gpu(table: dict[bool, str]) -> str:
     return f"(g ? {lit(table[True])} : {lit(table[False])})"
 
 
-def _held(sentence: str) -> str:
+def holds_gpu(rules: Rules) -> str:
+    """CEL: `c` holds a GPU, as validation reads it (a count above 0: containers.counted, which the covered pods
+    hold as limits; an amount of one GPU, or a DeviceClass of no GPU, is none)."""
+    above = "quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0"
+    limits = "has(c.resources) && has(c.resources.limits)"
+    return f"{limits} && c.resources.limits.exists(n, {counted('n', rules.class_names)} && {above})"
+
+
+def _held(sentence: str, rules: Rules) -> str:
     """`sentence` with `g` bound to whether the container holds a GPU (evaluated once)."""
-    return bind(HOLDS_GPU, "g", sentence)
+    return bind(holds_gpu(rules), "g", sentence)
 
 
 class DeviceRules(Family):
@@ -95,7 +98,8 @@ class DeviceRules(Family):
                 fill(
                     validate.visible_devices_line(slot("state"), slot("why"), policy.name, slot("fix")),
                     {"state": _by_gpu(states), "why": _by_gpu(whys), "fix": fix},
-                )
+                ),
+                rules,
             ),
         )
         prefix = f"c.envFrom.filter(s, {PREFIXED})[0].prefix"
@@ -113,7 +117,8 @@ class DeviceRules(Family):
                         "why": _by_gpu(whys),
                         "fix": _by_gpu(prefix_fixes),
                     },
-                )
+                ),
+                rules,
             ),
         )
         listed = fill(

@@ -7,16 +7,13 @@ from __future__ import annotations
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
-    DEVICE_CLASS_PREFIX,
     INTEL_PREFIX,
-    MANAGED_NAMES,
-    MANAGED_PREFIXES,
     MIG_PREFIX,
     NVIDIA_GPU,
     SHARED_SUFFIX,
 )
-from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, count, value, whole_limit
+from webhook.admission.native.cel import all_of, bind, fill, lit, slot, strings
+from webhook.admission.native.containers import SPEC, count, counted, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named
@@ -83,19 +80,6 @@ def _unmapped_rule(rules: Rules) -> ContainerRule:
     return ContainerRule(condition, fill(sentence, {"shown": value("limits", NVIDIA_GPU)}))
 
 
-def counted(rules: Rules, key: str = KEY) -> str:
-    """CEL: the limit `key` is one of validation's counts (validate.container_counts: a managed resource, whole,
-    but an amount of one GPU (resources.DEVICE_AMOUNTS) or a DeviceClass whose devices are no GPU here)."""
-    names = [name for name in MANAGED_NAMES if name not in DEVICE_AMOUNTS]
-    prefixes = [prefix for prefix in MANAGED_PREFIXES if prefix != DEVICE_CLASS_PREFIX]
-    amounts = sorted(name for name in DEVICE_AMOUNTS if name.startswith(tuple(prefixes)))
-    by_prefix = f"{strings(prefixes)}.exists(p, {key}.startsWith(p)) && !({key} in {strings(amounts)})"
-    terms = [f"{key} in {strings(names)}", by_prefix]
-    if rules.class_names:
-        terms.append(f"{key} in {strings(sorted(rules.class_names))}")
-    return f"({any_of(terms)}) && quantity({key_limit(key)}).isInteger()"
-
-
 def _zero_rule(rules: Rules) -> ContainerRule:
     """A managed resource at 0 beside one the container holds (validate._zero_companions): one line per zero,
     naming the first it holds (the least name: the API server sends a map's keys sorted). Several zeros in one
@@ -106,9 +90,9 @@ def _zero_rule(rules: Rules) -> ContainerRule:
         NAME, quantity_text(SHOWN), HELD, quantity_text(slot("heldshown")), rules.policy.name
     )
     exprs = {"name": KEY, "shown": key_limit(), "held": f"{held}.min()", "heldshown": key_limit(f"{held}.min()")}
-    zeros = f"c.resources.limits.filter({KEY}, {counted(rules)} && {key_count()} == 0)"
+    zeros = f"c.resources.limits.filter({KEY}, {counted(KEY, rules.class_names)} && {key_count()} == 0)"
     said = f"size({held}) == 0 ? [] : {zeros}.map({KEY}, {fill(sentence, exprs)})"
-    nonzero = f"c.resources.limits.filter(j, {counted(rules, 'j')} && {key_count('j')} > 0)"
+    nonzero = f"c.resources.limits.filter(j, {counted('j', rules.class_names)} && {key_count('j')} > 0)"
     condition = "has(c.resources) && has(c.resources.limits) && size(c.resources.limits) > 1"
     return ContainerRule(condition, bind(nonzero, held, said), many=True, maybe_empty=True)
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from webhook.admission.base.envnames import CUPY_LIMIT
 from webhook.admission.base.quantity import NANO, PLACES
+from webhook.admission.base.resources import SHARED_SUFFIX
 from webhook.admission.native import fractions
 from webhook.admission.native.cel import bind, fill, lit, slot, strings
-from webhook.admission.native.containers import holds
+from webhook.admission.native.containers import counted
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.userenv import LONGEST, SHORT, Reading, readings
@@ -141,5 +142,8 @@ class MemoryVariables(Family):
             text = bind(f"({written}) ? r[0].value : ''", "t", units)
             listed = bind(f"c.env.filter(e, {fractions.RECORDED})", "r", text)
         named = f"has(e.name) && e.name in {strings(names)} && has(e.value)"
-        condition = f"{holds('limits', replica)} && has(c.env) && c.env.exists(e, {named})"
+        # a replica among validation's counts: the policy's, or any `*.shared` (Rules.is_replica), zero or not
+        any_replica = f"(n == {lit(replica)} || n.endsWith({lit(SHARED_SUFFIX)})) && {counted('n', rules.class_names)}"
+        held = f"has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(n, {any_replica})"
+        condition = f"{held} && has(c.env) && c.env.exists(e, {named})"
         return [ContainerRule(condition, listed, many=True, maybe_empty=True)]
