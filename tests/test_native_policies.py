@@ -1081,6 +1081,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's memory variable beside both names": (
         "shared", pod(container(limits={GPU_: 1, SHARED: 0}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
     ),
+    "whole: a DeviceClass of no GPU, fractional": (
+        "research", pod(container(limits={DEVICE_CLASS + "fpga.example.com": "500m"})),
+    ),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
     "shared: both names, a replica held": ("shared", pod(container(limits={GPU_: 1, SHARED: 1}))),
     "shared: both names, over the maximum": ("shared", pod(container(limits={GPU_: 2, SHARED: 0}))),
@@ -1095,6 +1098,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 NOT_COVERED = {
+    "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: Intel's millicores, requests only": gaps.PREFIXED_LIMITS,
     "whole: Intel GPUs over the pod maximum": gaps.PREFIXED_TOTALS,
     "whole: two zeros beside a GPU": gaps.BOTH_NAMES,
@@ -1144,7 +1148,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (158, 31, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (158, 32, 5)
 
 
 @pytest.mark.parametrize(

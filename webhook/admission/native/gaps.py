@@ -35,11 +35,14 @@ FRACTION_VARIABLES = Gap(
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
 )
 OTHER_RESOURCES = Gap(
-    "the policy's own DeviceClass resources (deviceClasses), an Intel resource named as a replica (*.shared), and a "
-    "nvidia.com/mig-* name the compiled pattern reads otherwise than the webhook",
+    "the policy's own DeviceClass resources (deviceClasses), another DeviceClass resource that is fractional or "
+    "whose request differs from its limit, an Intel resource named as a replica (*.shared), and a nvidia.com/mig-* "
+    "name the compiled pattern reads otherwise than the webhook",
     "validation counts a DeviceClass's GPUs with nvidia.com/gpu across names and says them unshared under "
-    "time-slicing and MPS, and holds a *.shared name to the replicas' rules: not compiled (AMD's GPUs, the "
-    "memory-sliced backends' resources, Intel's devices and amounts, and a DeviceClass of no GPU are)",
+    "time-slicing and MPS, refuses any DeviceClass quantity but a whole request = limit (a name the API server "
+    "takes as written: it holds kubernetes.io/), and holds a *.shared name to the replicas' rules: not compiled "
+    "(AMD's GPUs, the memory-sliced backends' resources, Intel's devices and amounts, and a whole DeviceClass "
+    "resource of no GPU are)",
 )
 PREFIXED_LIMITS = Gap(
     "limits copied from requests for Intel, DeviceClass and MIG profile resources (but a MIG pool's own): a MIG "

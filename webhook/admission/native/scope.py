@@ -125,6 +125,15 @@ def _several(body: dict[str, Any]) -> bool:
     return len(names) > 1
 
 
+def _says_line(name: str, requests: dict[str, Any], limits: dict[str, Any], policy: Policy) -> bool:
+    """Whether validation says a line of the resource `name` of a container (its limit and request alone: what
+    `_resource` says of one name does not depend on the others)."""
+    alone = {"limits": {name: limits[name]}, **({"requests": {name: requests[name]}} if name in requests else {})}
+    problems: list[Violation] = []
+    container_counts(ContainerRef("containers", 0, {"name": "c", "resources": alone}), Rules.of(policy), problems)
+    return bool(problems)
+
+
 def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     """BOTH_NAMES for a container (as mutation leaves it) whose lines the compiled policies would say in another
     order: validation says them resource by resource, in the order of its limits (the API server sends a map's
@@ -134,14 +143,7 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     rules = Rules.of(policy)
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-    saying = 0
-    for name, limit in limits.items():
-        if not is_managed(name):
-            continue
-        alone = {"limits": {name: limit}, **({"requests": {name: requests[name]}} if name in requests else {})}
-        problems: list[Violation] = []
-        container_counts(ContainerRef("containers", 0, {"name": "c", "resources": alone}), rules, problems)
-        saying += bool(problems)
+    saying = sum(_says_line(name, requests, limits, policy) for name in limits if is_managed(name))
     counts = container_counts(ContainerRef("containers", 0, body), rules, [])
     held = [name for name, count in counts.items() if count]
     zeros = [name for name, count in counts.items() if not count]
@@ -250,7 +252,12 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
             if name.endswith(SHARED_SUFFIX):  # a replica to validation, held to the replicas' maximum
                 return OTHER_RESOURCES
         elif not name.startswith(DEVICE_CLASS_PREFIX) or name in classes:
-            return OTHER_RESOURCES  # (a DeviceClass whose devices are no GPU here: validation says nothing)
+            return OTHER_RESOURCES
+        elif name in limits and _says_line(name, requests, limits, policy):
+            # A DeviceClass whose devices are no GPU here: validation says nothing of a whole one, and refuses
+            # a fraction, or a request that differs, which the API server takes (a name of "kubernetes.io/" is
+            # no extended resource to it)
+            return OTHER_RESOURCES
     copied = {*MANAGED_NAMES, *slice_names(policy)}  # the MAP's limits from requests (limits.py)
     if any(name not in limits for name in managed - copied):
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
