@@ -61,10 +61,16 @@ def expressions(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 # The corpus's set, the shipped one, and the fractions' (every variable a fraction is written into, with MPS's),
-# each expression once (the fractions' set holds the corpus's policies: the same expressions at the same places).
+# each expression once, named by where it is first (the fractions' set holds the corpus's policies, and most of a
+# policy's expressions, a resource's pod total among them, are the same text in every policy).
 EXPRESSIONS = list(
-    dict.fromkeys(expressions(NATIVE.objects) + expressions(SHIPPED) + expressions(FRACTION_NATIVE.objects))
-)
+    {
+        source: (where, source)
+        for where, source in reversed(
+            expressions(NATIVE.objects) + expressions(SHIPPED) + expressions(FRACTION_NATIVE.objects)
+        )
+    }.values()
+)[::-1]
 LONGEST = 100_000  # cel-go's default parser limit on an expression's size, in code points
 
 

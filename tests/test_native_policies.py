@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
@@ -184,13 +185,23 @@ def _matches(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any
     return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
 
 
+@cache
+def _reads(expression: str) -> tuple[str, ...]:
+    """The variables `expression` reads (by name: no compiled expression reads one by a computed key)."""
+    return tuple(sorted(set(re.findall(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)", expression))))
+
+
 def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> kube_cel.Scope:
-    """The policy's variables, in order, each reading those before it."""
+    """The policy's variables, in order, each reading those before it (given those it reads alone: handing the
+    evaluator every variable so far for each one costs the square of their number), then all of them."""
     variables: dict[str, Any] = {}
     scope = kube_cel.Scope({"object": obj, "request": request, "variables": variables})
     for variable in policy["spec"].get("variables", []):
+        reads = _reads(variable["expression"])
+        if reads:
+            scope.set("variables", {name: variables[name] for name in reads if name in variables})
         variables[variable["name"]] = scope.evaluate(variable["expression"])
-        scope.set("variables", variables)
+    scope.set("variables", variables)
     return scope
 
 
