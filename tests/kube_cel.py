@@ -6,7 +6,7 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   `asApproximateFloat()` (a float64 near the value: Go multiplies the mantissa by a power of ten, here the
   nearest float, both far closer than the native policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
-- lists library (lists.go): `indexOf`, `sum`, `max`; strings extension (cel-go ext/strings.go): `join`,
+- lists library (lists.go): `indexOf`, `lastIndexOf`, `sum`, `max`; strings extension (cel-go ext/strings.go): `join`,
   `replace` (every occurrence) and `split` (Go's strings.Split: a separator that is not there gives the string
   whole);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
@@ -78,6 +78,7 @@ FUNCTIONS = {
     "compareTo": _compare,
     "asApproximateFloat": _approximate,
     "indexOf": lambda items, item: items.index(item) if item in items else -1,
+    "lastIndexOf": lambda items, item: len(items) - 1 - list(reversed(items)).index(item) if item in items else -1,
     "sum": lambda items: sum(items),
     "max": lambda items: max(items),
     "join": lambda items, separator: separator.join(items),

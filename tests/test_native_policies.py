@@ -36,7 +36,7 @@ from tests import apiserver_rules, evanphx, kube_cel
 from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
-from webhook.admission.native import commandline, gaps
+from webhook.admission.native import commandline, gaps, userenv
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
@@ -785,6 +785,61 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fractions: the user's --free_gpu_memory_fraction=": (
         "frac", pod(container(limits={GPU_: "250m"}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=.1"])),
     ),
+    # an engine's own flag, judged as validation judges it (the last in any spelling; a plain decimal)
+    "shared: the user's flag twice, the last within the share; one that ends the line; one with =": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["vllm", "serve", "m", "--gpu-memory-utilization", "0.9"], args=[
+                "--gpu-memory-utilization=.2"
+            ]),
+            container("b", limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=0.2"], args=[
+                "--gpu-memory-utilization"
+            ]),
+            container("c", limits={GPU_: 1}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=0.9=1"]),
+        ),
+    ),
+    "shared: the user's flag as a word, then over the share as the next": (
+        "shared", pod(container(limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction"], args=[
+            "--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction=0.2500001"
+        ])),
+    ),
+    "shared: the user's flag that is no number, and a negative one": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization", "most"]),
+            container("b", limits={SHARED: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization=-0.9"]),
+        ),
+    ),
+    "mps: vLLM's own flag 007.50 over the share; SGLang's not judged": (
+        "mps-1", pod(
+            container("a", limits={GPU_: 1}, image="vllm/vllm-openai", args=["--gpu-memory-utilization=007.50"]),
+            container("b", limits={GPU_: 1}, command=["python", "-m", "sglang.launch_server"], args=[
+                "--mem-fraction-static=0.9"
+            ]),
+        ),
+    ),
+    "shared-tie: the user's variable, then the flag, then NVIDIA_VISIBLE_DEVICES over": (
+        "a-team", pod(container(limits={GPU_: 1}, command=["trtllm-serve", "m", "--free_gpu_memory_fraction", "1."],
+                                env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.75"},
+                                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])),
+    ),
+    "fractions: 100m vLLM, its own flag over the fraction, within one replica's share": (
+        "frac", pod(container(limits={GPU_: "100m"}, command=["vllm", "serve", "m", "--gpu-memory-utilization=0.2"])),
+    ),
+    "fractions: 300m SGLang, its own flag over one replica's share": (
+        "frac", pod(container(limits={GPU_: "300m"}, command=["python3", "-m", "sglang.launch_server"], args=[
+            "--mem-fraction-static", "0.26"
+        ])),
+    ),
+    "capped: 100m SGLang with its own flag over its fraction": (
+        "capped", pod(container(limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"], args=[
+            "--mem-fraction-static=0.15"
+        ])),
+    ),
+    "shared: the user's flag with an exponent": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization", "9e-1"])),
+    ),
+    "shared: the user's flag with spaces": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"])),
+    ),
     # init containers and sidecars: the pod's effective total as the scheduler counts it
     "whole: init container GPU": ("research", pod(container(), init=(container("setup", limits={GPU_: 1}),))),
     "whole: an init container's peak": (
@@ -1072,12 +1127,9 @@ NOT_COVERED = {
     "shared: the user's memory variable with spaces": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
     "shared: both names": gaps.BOTH_NAMES,
-    "shared: the user's --gpu-memory-utilization": gaps.ENGINE_FLAGS,
-    "fractions: the user's --free_gpu_memory_fraction=": gaps.ENGINE_FLAGS,
-    "shared: the user's --mem-fraction-static= in args, --kv_cache_free_gpu_memory_fraction in command": (
-        gaps.ENGINE_FLAGS
-    ),
     "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
+    "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
+    "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
@@ -1099,7 +1151,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (139, 30, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (150, 29, 5)
 
 
 @pytest.mark.parametrize(
@@ -1180,6 +1232,80 @@ def test_the_engine_is_told_as_the_webhook_tells_it(
     body = {key: value for key, value in (("command", command), ("args", args), ("image", image)) if value is not None}
     found = engines.detect(body)
     assert kube_cel.evaluate(commandline.engine_of(), {"c": body}) == (found.name if found else "")
+
+
+FLAG_VALUES = (
+    "0.9", ".2", "1.", "0.25", "0.2500001", "007.50", "0.000000001", "0.0000000001", "9e-1", " 0.2", "1/8", "-0.5",
+    "+.1", "x", "", "0.9=1",
+)  # fmt: skip
+FLAG_TOKENS = (
+    *(spelling for engine in engines.ENGINES for spelling in engine.spellings),
+    *(f"{spelling}={value}" for spelling in ("--gpu-memory-utilization", "--free_gpu_memory_fraction")
+      for value in FLAG_VALUES),
+    *FLAG_VALUES, "m", "--port",
+)  # fmt: skip
+FLAG_LEADS = (
+    (["vllm", "serve"], engines.VLLM), (["trtllm-serve"], engines.TRTLLM),
+    (["python3", "-m", "sglang.launch_server"], engines.SGLANG), (["/bin/vllm", "bench"], engines.VLLM),
+)  # fmt: skip
+
+
+@st.composite
+def flag_lines(draw: st.DrawFn) -> list[str]:
+    """An engine's command line (one lead is no engine) with its flag in a spelling, its value the next word or
+    after `=`, among other tokens (another engine's flag, values alone)."""
+    lead, engine = draw(st.sampled_from(FLAG_LEADS))
+    words = list(lead)
+    for _ in range(draw(st.integers(1, 3))):
+        spelling, value = draw(st.sampled_from(engine.spellings)), draw(st.sampled_from(FLAG_VALUES))
+        form = draw(st.sampled_from(("next", "=", "other")))
+        other = draw(st.sampled_from(FLAG_TOKENS))
+        words += [spelling, value] if form == "next" else [f"{spelling}={value}"] if form == "=" else [other]
+    return words
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(
+    argv=flag_lines(),
+    split=st.integers(0, 6),
+    recorded=st.sampled_from((None, "0.1", "0.05", "0.25")),
+)
+def test_an_engines_own_flag_is_read_as_the_webhook_reads_it(argv: list[str], split: int, recorded: str | None) -> None:
+    """engineflags.UserFlags' CEL on a container holding a replica (under `fractions`, at a recorded fraction
+    as mutation writes it, or none): the webhook's line for its flag, or none; or, where the engine reads a number
+    the CEL does not (engines.find), the gap that leaves the container to the webhook."""
+    from webhook.admission.native import engineflags
+    from webhook.admission.phases.mutate import RECORDED_FRACTION
+    from webhook.admission.phases.validate import validate
+
+    policy = POLICIES.for_namespace("frac")
+    env = [{"name": RECORDED_FRACTION, "value": recorded}] if recorded else []
+    body = container(limits={SHARED: "1"}, command=argv[:split], args=argv[split:], env=env)
+    engine = engines.detect(body)
+    found = engines.find(body, engine) if engine else None
+    if found is not None and found.value is not None and not userenv.plain(found.text or ""):
+        assert engineflags.outside(body, policy) == gaps.ENGINE_FLAGS
+        return
+    (rule,) = engineflags.UserFlags().container_rules(policy)
+    said = kube_cel.evaluate(rule.sentence, {"c": body}) if kube_cel.evaluate(rule.condition, {"c": body}) else []
+    expected = [str(v) for v in validate(decoded(pod(body)), policy)]
+    assert [f'container "app": {line}' for line in said] == expected
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("shared", "mps-1", "frac", "a-team", "capped")),
+    gpu=st.sampled_from((1, "100m", "300m")),
+    argv=flag_lines(),
+    split=st.integers(0, 6),
+)
+def test_a_pod_with_an_engines_own_flag_agrees_with_the_webhook(
+    namespace: str, gpu: int | str, argv: list[str], split: int
+) -> None:
+    """The whole pod through both: the same verdict and lines, or the flag's gap (a fraction where the policy does
+    not convert it: the API server's refusal; memoryFraction's flag at a fraction: ENGINES)."""
+    found = compare(namespace, pod(container(limits={GPU_: gpu}, command=argv[:split], args=argv[split:])))
+    assert found in (None, gaps.BUILT_IN_REFUSAL, gaps.ENGINE_FLAGS, gaps.ENGINES)
 
 
 # --- Generated pods ---------------------------------------------------------------------------------------------
@@ -1415,8 +1541,9 @@ def test_a_claim_is_written_as_format_fraction_writes_it() -> None:
 
 
 def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_webhook() -> None:
-    """Ten million replicas: a 12-digit number times the share's denominator is past int64, so no value is read
-    (and fractions, whose appended values would go unjudged, are not compiled): both are gaps."""
+    """Ten million replicas: a 12-digit number times the share's denominator is past int64, so no value is read,
+    neither a variable's nor an engine's flag's (and fractions, whose appended values would go unjudged, are not
+    compiled): all are gaps."""
     from webhook.admission.native import fractions, userenv
 
     many = _policy(
@@ -1426,6 +1553,8 @@ def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_we
     assert fractions.unsupported(many) == gaps.FRACTION_VARIABLES
     obj = decoded(pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])))
     assert outside(obj, many) == gaps.USER_VALUES
+    flag = decoded(pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=0.9"])))
+    assert outside(flag, many) == gaps.ENGINE_FLAGS
 
 
 # fractional: mig on another model (the A30 cuts its memory in quarters), single and mixed, and the corpus's.

@@ -76,9 +76,11 @@ ENGINES = Gap(
     "is not compiled (the flag is added as the webhook adds it)",
 )
 ENGINE_FLAGS = Gap(
-    "an inference engine's memory flag in the container's own command line",
-    "the webhook parses its value as Python's Fraction reads a decimal and judges it against the share: not "
-    "compiled (the native set appends the flag, as mutation does, where the command line has it in no spelling)",
+    "an inference engine's memory flag in the container's own command line whose value is a number but not a plain "
+    "decimal of at most 12 characters (an exponent, a sign, a/b, spaces, more digits)",
+    "the webhook parses the value as Python's Fraction reads a decimal and judges it against the share; CEL parses "
+    "the plain decimal only, as a memory variable's (any, under a share whose integers are past int64's reach, or "
+    "at a converted fraction whose argument the native set does not write): not compiled",
 )
 COMMAND_LINES = Gap(
     "a GPU container's command or args that is no list of strings, or an image that is no string",

@@ -49,19 +49,25 @@ def owned(policy: Policy) -> dict[str, tuple[int, int]]:
     return found
 
 
+def parts(text: str, scale: str = "") -> str:
+    """CEL of [n, d] for the CEL string `text`, a plain decimal (userenv.plain; CuPy's percent with its `%`): its
+    digits as an int and the power of ten after its point, times `scale` (CEL text after the power, or none)."""
+    powers = [10**i for i in range(LONGEST)]  # a number of LONGEST characters has fewer digits after its point
+    return bind(
+        f"{text}.split('%')[0].split('.')",
+        "parts",
+        f"[int('0' + parts.join('')), {powers}[size(parts) > 1 ? size(parts[1]) : 0]{scale}]",
+    )
+
+
 def _plain(read: dict[str, Reading], own: dict[str, tuple[int, int]], index: str) -> str:
     """CEL of the container `c`'s variables that `read` reads, not the policy's own values, in env order: each as
     [its name's place in `index`, n, d] (module doc)."""
     if not read:
         return "[]"
-    powers = [10**i for i in range(LONGEST)]  # a number of LONGEST characters has fewer digits after its point
     scales = _map({name: str(reading.scale) for name, reading in read.items()})
     scale = f" * (e.value.endsWith('%') ? 100 : {scales}[e.name])" if CUPY_LIMIT in read else ""
-    parsed = bind(
-        "e.value.split('%')[0].split('.')",
-        "parts",
-        f"[int('0' + parts.join('')), {powers}[size(parts) > 1 ? size(parts[1]) : 0]{scale}]",
-    )
+    parsed = parts("e.value", scale)
     forms = _map({name: lit(reading.pattern) for name, reading in read.items()})
     not_owned = f" && !(({KEY}) in {_owns(own)})" if own else ""
     kept = (

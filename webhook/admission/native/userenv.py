@@ -60,6 +60,9 @@ class Reading:
         return re.fullmatch(SHORT, value) is not None and re.fullmatch(self.pattern, value) is not None
 
 
+DECIMAL = Reading(rf"^({PLAIN})$", 1)  # a plain decimal, as itself
+
+
 def readings(policy: Policy) -> dict[str, Reading]:
     """The memory variables whose plain values the native set judges as validation does, in MEMORY_VARIABLES'
     order: those the mode judges (the backend's `judges_variable`), where there is a share, but PyTorch's
@@ -67,15 +70,29 @@ def readings(policy: Policy) -> dict[str, Reading]:
     return policy.derived("native-readings", _readings)
 
 
-def _readings(policy: Policy) -> dict[str, Reading]:
+def fits(policy: Policy) -> bool:
+    """A compiled number's integers, times the share's (or a recorded fraction's), stay within CEL's int64: there
+    is a share, and neither it nor the GPU's memory is past any real one."""
     share, memory = Rules.of(policy).share, policy.gpu_memory_mib
     if share is None:
-        return {}
+        return False
     bytes_scale = memory * MEBIBYTE if memory else 0
     largest_number, largest_scale = 10**LONGEST, max(100 * 10 ** (LONGEST - 1), bytes_scale)
     unit = 10**PLACES
-    if largest_number * max(share.denominator, unit) >= INT64 or max(share.numerator, unit) * largest_scale >= INT64:
+    numbers = largest_number * max(share.denominator, unit)
+    return bool(numbers < INT64 and max(share.numerator, unit) * largest_scale < INT64)
+
+
+def plain(value: str) -> bool:
+    """`value` is a plain decimal of at most LONGEST characters, which the native set reads exactly."""
+    return DECIMAL.reads(value)
+
+
+def _readings(policy: Policy) -> dict[str, Reading]:
+    if not fits(policy):
         return {}
+    memory = policy.gpu_memory_mib
+    bytes_scale = memory * MEBIBYTE if memory else 0
     backend = backend_of(policy)
     found: dict[str, Reading] = {}
     for name in MEMORY_VARIABLES:
@@ -84,7 +101,7 @@ def _readings(policy: Policy) -> dict[str, Reading]:
         if name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
             found[name] = Reading(rf"^({PLAIN})%$" + (r"|^[0-9]+$" if memory else ""), bytes_scale or 1)
         else:
-            found[name] = Reading(rf"^({PLAIN})$", 1)
+            found[name] = DECIMAL
     return found
 
 

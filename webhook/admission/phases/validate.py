@@ -826,10 +826,21 @@ def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Ru
     _add(
         ref,
         problems,
-        f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
-        f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
-        "webhook adds it",
+        engine_flag_line(
+            found.spelling, claim, engine.title, engine.reads, portion, policy.sharing.mode, policy.name, instead
+        ),
         f"{claim} of the GPU is over the {portion} share; write {instead}",
+    )
+
+
+def engine_flag_line(
+    spelling: str, claim: str, title: str, reads: str, portion: str, mode: str, policy: str, instead: str
+) -> str:
+    """An engine's memory flag that lets it take more than the container's share (template: the native policies
+    fill it too)."""
+    return (
+        f"{spelling} {claim} lets {title} take {claim} {reads}, but this container's share is "
+        f'{portion} ({mode}, policy "{policy}"): write {instead} instead, or remove it and the webhook adds it'
     )
 
 
