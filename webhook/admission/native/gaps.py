@@ -65,9 +65,11 @@ USER_VALUES = Gap(
     "container's value and adds each of its variables the container does not set",
 )
 USER_CONFIG = Gap(
-    "a container's own PyTorch allocator config or recorded fraction",
-    "the webhook parses the config's keys, merges its own key into it and judges the fraction there, and reads "
-    "a recorded fraction as the container's share: not compiled",
+    "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits, `_` and "
+    "`.`, joined by single commas: no spaces, brackets, trailing comma) or whose name it sets twice, or a recorded "
+    "fraction of its own",
+    "the webhook parses the config's keys as free-form text, merges its own key into the last entry of the name "
+    "and judges the fraction there, and reads a recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
     "an inference engine's memory flag for a converted fraction under memoryFraction (or not the share's headroom "
