@@ -879,6 +879,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             )}]),
         ),
     ),
+    "shared: a MIG slice's replica, the user's variable and flag over the share": (
+        "shared", pod(container(limits={MIG_1G + ".shared": 1}, command=["vllm", "serve"], args=[
+            "--gpu-memory-utilization", "0.3"
+        ], env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
+    ),
     "shared-tie: vLLM beside a config of its own, not merged into": (
         "a-team", pod(container(limits={GPU_: 1}, command=["vllm", "serve"], env=[
             {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
@@ -1212,7 +1217,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (157, 31, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (158, 31, 5)
 
 
 @pytest.mark.parametrize(
@@ -1548,6 +1553,7 @@ FRACTION_ENV = st.sampled_from(
             {"name": "CUPY_GPU_MEMORY_LIMIT", "valueFrom": FROM_MAP},
         ],
         [{"name": "CUPY_GPU_MEMORY_LIMIT", "value": "1%"}, {"name": "GPU_MEMORY_FRACTION", "value": "0.3"}],
+        [{"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"}],  # PyTorch's hint merged into it
     )
 )
 

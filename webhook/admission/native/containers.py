@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from webhook.admission.base.patch import pointer
 from webhook.admission.base.podspec import POD_SPEC_PATHS
-from webhook.admission.base.resources import MANAGED_NAMES, MANAGED_PREFIXES
+from webhook.admission.base.resources import MANAGED_NAMES, MANAGED_PREFIXES, SHARED_SUFFIX
 from webhook.admission.native.cel import any_of, lit, strings
 
 SPEC, AT = "variables.spec", "variables.at"
@@ -90,3 +90,10 @@ def any_managed() -> str:
     return any_of(
         f"{has_map(which)} && c.resources.{which}.exists(n, {managed('n')})" for which in ("requests", "limits")
     )
+
+
+def counts_replica(target: str) -> str:
+    """`c` holds a shared replica as validation counts one (Rules.is_replica): the policy's `target`, or any
+    managed `*.shared` (a MIG slice's replica among them), in its limits, whatever the amount."""
+    shared = f"n.endsWith({lit(SHARED_SUFFIX)}) && ({managed('n')})"
+    return f"{has_map('limits')} && c.resources.limits.exists(n, n == {lit(target)} || ({shared}))"

@@ -30,7 +30,7 @@ from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native import fractions
 from webhook.admission.native.cel import bind, fill, jsonpatch, lit, nanos, slot, strings
 from webhook.admission.native.commandline import ARGV, engine_of, well_formed
-from webhook.admission.native.containers import each, holds, path, value
+from webhook.admission.native.containers import counts_replica, each, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.fractions import PROBES, compiled, converts, headroom
 from webhook.admission.native.gaps import COMMAND_LINES, ENGINE_FLAGS, ENGINES, shape
@@ -234,7 +234,7 @@ class UserFlags(Family):
         sentence = bind(engine_of(), "g", f"g in {strings([e.name for e in applying])} ? ({found}) : []")
         every = strings(sorted({s for e in applying for s in e.spellings}))
         written_flag = f"({ARGV}).exists(o, {every}.exists(s, o == s || o.startsWith(s + '=')))"
-        return [ContainerRule(f"{holds('limits', replica)} && {written_flag}", sentence, many=True, maybe_empty=True)]
+        return [ContainerRule(f"{counts_replica(replica)} && {written_flag}", sentence, many=True, maybe_empty=True)]
 
 
 def _claimed(said: str) -> str:

@@ -19,7 +19,7 @@ from webhook.admission.base.envnames import CUPY_LIMIT
 from webhook.admission.base.quantity import NANO, PLACES
 from webhook.admission.native import fractions
 from webhook.admission.native.cel import bind, fill, lit, slot, strings
-from webhook.admission.native.containers import holds
+from webhook.admission.native.containers import counts_replica
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.userenv import LONGEST, SHORT, Reading, conf_number_cel, readings
@@ -151,5 +151,5 @@ class MemoryVariables(Family):
             text = bind(f"({written}) ? r[0].value : ''", "t", units)
             listed = bind(f"c.env.filter(e, {fractions.RECORDED})", "r", text)
         named = f"has(e.name) && e.name in {strings(names)} && has(e.value)"
-        condition = f"{holds('limits', replica)} && has(c.env) && c.env.exists(e, {named})"
+        condition = f"{counts_replica(replica)} && has(c.env) && c.env.exists(e, {named})"
         return [ContainerRule(condition, listed, many=True, maybe_empty=True)]
