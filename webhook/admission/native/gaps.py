@@ -57,7 +57,8 @@ BOTH_NAMES = Gap(
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(
     "a container's own memory variable whose value is not a plain decimal of at most 12 characters (CuPy's: a "
-    "percent of one, or a whole byte count where the GPU's memory is known)",
+    "percent of one, or a whole byte count where the GPU's memory is known; PyTorch's: its allocator config's "
+    "fraction key's value)",
     "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
     "a/b, underscores, spaces, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal only "
     "(ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
