@@ -786,7 +786,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "frac", pod(container(limits={GPU_: "250m"}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=.1"])),
     ),
     # an engine's own flag, judged as validation judges it (the last in any spelling; a plain decimal)
-    "shared: the user's flag twice, the last within the share; one that ends the line; one with =": (
+    "shared: the user's flag twice, the last counts; at the line's end, with =, no number, negative, as a word": (
         "shared", pod(
             container("a", limits={GPU_: 1}, command=["vllm", "serve", "m", "--gpu-memory-utilization", "0.9"], args=[
                 "--gpu-memory-utilization=.2"
@@ -795,17 +795,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                 "--gpu-memory-utilization"
             ]),
             container("c", limits={GPU_: 1}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=0.9=1"]),
-        ),
-    ),
-    "shared: the user's flag as a word, then over the share as the next": (
-        "shared", pod(container(limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction"], args=[
-            "--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction=0.2500001"
-        ])),
-    ),
-    "shared: the user's flag that is no number, and a negative one": (
-        "shared", pod(
-            container("a", limits={GPU_: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization", "most"]),
-            container("b", limits={SHARED: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization=-0.9"]),
+            container("d", limits={GPU_: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization", "most"]),
+            container("e", limits={SHARED: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization=-0.9"]),
+            container("f", limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction"], args=[
+                "--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction=0.2500001"
+            ]),
         ),
     ),
     "mps: vLLM's own flag 007.50 over the share; SGLang's not judged": (
@@ -821,13 +815,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                 env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.75"},
                                      {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])),
     ),
-    "fractions: 100m vLLM, its own flag over the fraction, within one replica's share": (
-        "frac", pod(container(limits={GPU_: "100m"}, command=["vllm", "serve", "m", "--gpu-memory-utilization=0.2"])),
-    ),
-    "fractions: 300m SGLang, its own flag over one replica's share": (
-        "frac", pod(container(limits={GPU_: "300m"}, command=["python3", "-m", "sglang.launch_server"], args=[
-            "--mem-fraction-static", "0.26"
-        ])),
+    "fractions: 100m vLLM, its own flag over the fraction; 300m SGLang, over one replica's share": (
+        "frac", pod(
+            container("a", limits={GPU_: "100m"}, command=["vllm", "serve", "m", "--gpu-memory-utilization=0.2"]),
+            container("b", limits={GPU_: "300m"}, command=["python3", "-m", "sglang.launch_server"], args=[
+                "--mem-fraction-static", "0.26"
+            ]),
+        ),
     ),
     "capped: 100m SGLang with its own flag over its fraction": (
         "capped", pod(container(limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"], args=[
@@ -841,25 +835,24 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"])),
     ),
     # a container's own PyTorch allocator config: PyTorch's hint merged into a plain one, its fraction judged
-    "shared-tie: PYTORCH_CUDA_ALLOC_CONF merged into, an empty PYTORCH_ALLOC_CONF, one from a ConfigMap": (
+    "shared-tie: configs merged into (empty, both names), from a ConfigMap, a vLLM's; their fraction keys": (
         "a-team", pod(
             container("a", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:1"}]),
             container("b", limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": ""}]),
             container("c", limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "valueFrom": {
                 "configMapKeyRef": {"name": "m", "key": "k"}
             }}]),
+            container("d", limits={GPU_: 1}, env=[
+                {"name": "PYTORCH_ALLOC_CONF", "value": "per_process_memory_fraction:0.9,expandable_segments:True"},
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:False"},
+            ]),
+            container("e", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+                "backend:native,per_process_memory_fraction:0.75,per_process_memory_fraction:0.1"
+            )}]),
+            container("f", limits={GPU_: 1}, command=["vllm", "serve"], env=[
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
+            ]),
         ),
-    ),
-    "shared-tie: both configs, the CUDA one merged into, the other's fraction over the share": (
-        "a-team", pod(container(limits={GPU_: 1}, env=[
-            {"name": "PYTORCH_ALLOC_CONF", "value": "per_process_memory_fraction:0.9,expandable_segments:True"},
-            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:False"},
-        ])),
-    ),
-    "shared-tie: the user's fraction key over the share, then a second one within it": (
-        "a-team", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
-            "backend:native,per_process_memory_fraction:0.75,per_process_memory_fraction:0.1"
-        )}])),
     ),
     "shared: the user's PYTORCH_ALLOC_CONF judged, no hint to merge": (
         "shared", pod(
@@ -883,11 +876,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "shared", pod(container(limits={MIG_1G + ".shared": 1}, command=["vllm", "serve"], args=[
             "--gpu-memory-utilization", "0.3"
         ], env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
-    ),
-    "shared-tie: vLLM beside a config of its own, not merged into": (
-        "a-team", pod(container(limits={GPU_: 1}, command=["vllm", "serve"], env=[
-            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
-        ])),
     ),
     "shared-tie: an allocator config with spaces": (
         "a-team", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
@@ -1217,7 +1205,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (158, 31, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (152, 31, 5)
 
 
 @pytest.mark.parametrize(
@@ -1330,7 +1318,7 @@ def flag_lines(draw: st.DrawFn) -> list[str]:
     return words
 
 
-@settings(max_examples=80, deadline=None, derandomize=True)
+@settings(max_examples=50, deadline=None, derandomize=True)
 @given(
     argv=flag_lines(),
     split=st.integers(0, 6),
@@ -1358,7 +1346,7 @@ def test_an_engines_own_flag_is_read_as_the_webhook_reads_it(argv: list[str], sp
     assert [f'container "app": {line}' for line in said] == expected
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     namespace=st.sampled_from(("shared", "mps-1", "frac", "a-team", "capped")),
     gpu=st.sampled_from((1, "100m", "300m")),
@@ -1404,7 +1392,7 @@ def allocator_configs(draw: st.DrawFn) -> list[dict[str, Any]]:
     return env
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     namespace=st.sampled_from(("shared", "a-team", "frac", "mps-frac", "capped")),
     gpu=st.sampled_from((1, "100m", "50m")),
