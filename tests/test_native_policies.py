@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx, kube_cel
+from tests import apiserver_rules, evanphx, kube_cel, yamldocs
 from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
@@ -179,18 +179,16 @@ def _constrained(policy: dict[str, Any], request: dict[str, Any]) -> bool:
     )
 
 
-def _matches(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> bool:
-    scope = kube_cel.Scope({"object": obj, "request": request})
+def _matches(policy: dict[str, Any], scope: kube_cel.Scope) -> bool:
+    """The policy's matchConditions, on a scope of the object and the request (one for every policy)."""
     return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
 
 
 def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> kube_cel.Scope:
     """The policy's variables, in order, each reading those before it."""
-    variables: dict[str, Any] = {}
-    scope = kube_cel.Scope({"object": obj, "request": request, "variables": variables})
+    scope = kube_cel.Scope({"object": obj, "request": request})
     for variable in policy["spec"].get("variables", []):
-        variables[variable["name"]] = scope.evaluate(variable["expression"])
-        scope.set("variables", variables)
+        scope.set_variable(variable["name"], scope.evaluate(variable["expression"]))
     return scope
 
 
@@ -225,7 +223,8 @@ def admit(
     mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
     bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
     chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
-    chosen = [name for name in chosen if _matches(mutating[name], obj, request)]
+    matching = kube_cel.Scope({"object": obj, "request": request})
+    chosen = [name for name in chosen if _matches(mutating[name], matching)]
     if not chosen:
         return Outcome(True, "allow", obj)
     assert len(chosen) == 1, f"{namespace}: selected by {chosen}"
@@ -244,7 +243,7 @@ def admit(
         return Outcome(False, "refused", mutated, errors=errors)
     if policy is None or not validates:
         return Outcome(True, "allow", mutated)
-    assert _matches(policy, mutated, request)
+    assert _matches(policy, kube_cel.Scope({"object": mutated, "request": request}))
     scope = _variables(policy, mutated, request)
     (validation,) = policy["spec"]["validations"]
     if scope.evaluate(validation["expression"]) is True:
@@ -1574,13 +1573,12 @@ def test_beside_the_webhook_the_maps_change_pods_only_and_the_vaps_judge_every_k
 
 
 def test_render_native_beside_the_webhook() -> None:
-    import yaml
 
     from webhook.cli.policy_cmd import render_native
 
     out = io.StringIO()
     assert render_native(POLICIES, out, io.StringIO(), beside_webhook=True) == 0
-    rendered = [obj for obj in yaml.safe_load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
+    rendered = [obj for obj in yamldocs.load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
     assert rendered and all(obj["spec"]["matchConstraints"] == PODS for obj in rendered)
 
 
@@ -1665,13 +1663,12 @@ def test_every_reason_a_case_is_not_compared_is_printed_by_the_cli() -> None:
 
 
 def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> None:
-    import yaml
 
     from webhook.cli.policy_cmd import lint_native, render_native
 
     out, err = io.StringIO(), io.StringIO()
     assert render_native(POLICIES, out, err) == 0
-    kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
+    kinds = [doc["kind"] for doc in yamldocs.load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
     assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 16
@@ -1719,8 +1716,6 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
     import subprocess
     from pathlib import Path
 
-    import yaml
-
     from tests.conftest import gpu_webhook_command
 
     root = Path(__file__).resolve().parent.parent
@@ -1736,7 +1731,7 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
     ]
     run = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=60)
     assert run.returncode == 0, run.stderr
-    versions = {(doc["kind"], doc["apiVersion"]) for doc in yaml.safe_load_all(run.stdout)}
+    versions = {(doc["kind"], doc["apiVersion"]) for doc in yamldocs.load_all(run.stdout)}
     assert versions == {
         ("MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1beta1"),
         ("MutatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1beta1"),
