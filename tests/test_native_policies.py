@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
 from typing import Any
@@ -32,8 +31,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx, kube_cel, yamldocs
+from tests import apiserver_rules, kube_cel, yamldocs
 from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
+from tests.native_admission import Outcome, admit
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
 from webhook.admission.native import commandline, gaps
@@ -141,127 +141,7 @@ NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
 
 
-# --- The API server, simulated -----------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    allowed: bool
-    verdict: str  # allow, deny, warn, audit (the VAP's action), or "refused" (the API server's own validation)
-    obj: dict[str, Any]
-    message: str = ""
-    errors: list[str] = field(default_factory=list)
-
-
-def _by_name(native: NativeSet, kind: str) -> dict[str, dict[str, Any]]:
-    return {obj["metadata"]["name"]: obj for obj in native.objects if obj["kind"] == kind}
-
-
-def _bound(binding: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
-    """The binding's namespaceSelector: the namespace's labels (kubernetes.io/metadata.name is always one)."""
-    labels = {**labels, "kubernetes.io/metadata.name": namespace}
-    for expression in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]:
-        assert expression["operator"] == "NotIn"
-        if labels.get(expression["key"]) in expression["values"]:
-            return False
-    return True
-
-
-def _constrained(policy: dict[str, Any], request: dict[str, Any]) -> bool:
-    """The policy's matchConstraints: a rule naming the request's group, version, resource and operation."""
-    kind = request["kind"]
-    return any(
-        kind["group"] in rule["apiGroups"]
-        and kind["version"] in rule["apiVersions"]
-        and request["resource"]["resource"] in rule["resources"]
-        and request["operation"] in rule["operations"]
-        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
-    )
-
-
-def _matches(policy: dict[str, Any], scope: kube_cel.Scope) -> bool:
-    """The policy's matchConditions, on a scope of the object and the request (one for every policy)."""
-    return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
-
-
-def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> kube_cel.Scope:
-    """The policy's variables, in order, each reading those before it."""
-    scope = kube_cel.Scope({"object": obj, "request": request})
-    for variable in policy["spec"].get("variables", []):
-        scope.set_variable(variable["name"], scope.evaluate(variable["expression"]))
-    return scope
-
-
-def _mutate(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    for mutation in policy["spec"]["mutations"]:
-        assert mutation["patchType"] == "JSONPatch"
-        ops = _variables(policy, obj, request).evaluate(mutation["jsonPatch"]["expression"])
-        obj = evanphx.apply(obj, ops)
-    return obj
-
-
-def request_for(obj: dict[str, Any], namespace: str, operation: str = "CREATE") -> dict[str, Any]:
-    """The admission request's attributes the policies read, written from the object's apiVersion and kind (the
-    resource as Kubernetes names them: the kind in lower case, plural)."""
-    group, _, version = obj["apiVersion"].rpartition("/")
-    return {
-        "namespace": namespace,
-        "operation": operation,
-        "kind": {"group": group, "version": version, "kind": obj["kind"]},
-        "resource": {"group": group, "version": version, "resource": obj["kind"].lower() + "s"},
-    }
-
-
-def admit(
-    native: NativeSet,
-    namespace: str,
-    obj: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    operation: str = "CREATE",
-) -> Outcome:
-    request = request_for(obj, namespace, operation)
-    mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
-    bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
-    chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
-    matching = kube_cel.Scope({"object": obj, "request": request})
-    chosen = [name for name in chosen if _matches(mutating[name], matching)]
-    if not chosen:
-        return Outcome(True, "allow", obj)
-    assert len(chosen) == 1, f"{namespace}: selected by {chosen}"
-    name = chosen[0]
-    policy = validating.get(name)
-    mutates = _constrained(mutating[name], request)
-    validates = policy is not None and _constrained(policy, request)
-    if not (mutates or validates):
-        return Outcome(True, "allow", obj)
-    mutated = obj
-    if mutates:
-        mutated = _mutate(mutating[name], obj, request)
-        assert _mutate(mutating[name], mutated, request) == mutated, "the MAP is not idempotent on reinvocation"
-    errors = apiserver_rules.pod_spec_errors(get_path(mutated, POD_SPEC_PATHS[obj["kind"]]))
-    if errors:
-        return Outcome(False, "refused", mutated, errors=errors)
-    if policy is None or not validates:
-        return Outcome(True, "allow", mutated)
-    assert _matches(policy, kube_cel.Scope({"object": mutated, "request": request}))
-    scope = _variables(policy, mutated, request)
-    (validation,) = policy["spec"]["validations"]
-    if scope.evaluate(validation["expression"]) is True:
-        return Outcome(True, "allow", mutated)
-    message = _shown(scope.evaluate(validation["messageExpression"]), validation)
-    binding = _by_name(native, "ValidatingAdmissionPolicyBinding")[name]
-    (action,) = binding["spec"]["validationActions"]
-    return Outcome(action != "Deny", action.lower(), mutated, message)
-
-
-def _shown(result: Any, validation: dict[str, Any]) -> str:
-    """What the API server says of a failed validation (k8s.io/apiserver validating/validator.go): the
-    messageExpression's string, trimmed, unless it has a line break or is over 5 KiB; then the static message;
-    then the expression."""
-    message = result.strip() if isinstance(result, str) else ""
-    if "\n" in message or len(message.encode()) > MESSAGE_LIMIT:
-        message = ""
-    return message or validation.get("message", "").strip() or f"failed expression: {validation['expression']}"
+# --- The webhook's denial as the native set says it ------------------------------------------------
 
 
 def said(violations: list[str], policy: Policy) -> str:
@@ -1738,3 +1618,15 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
         ("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1"),
         ("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1"),
     }
+
+
+def test_the_native_benchmarks_pod_is_admitted_by_its_model_as_the_webhook_admits_it() -> None:
+    """bench/native.py admits its Pod through this module's model of the API server (without the second pass):
+    the native set covers the Pod, and creates what the webhook's patch makes of it."""
+    from bench.engine import NAMESPACE, TARGET_POLICY
+    from bench.native import Native, bench_pod
+    from webhook.admission.policy.loader import parse_policy_sources
+
+    admitted = Native().admit(bench_pod())
+    decision = evaluate(bench_pod(), NAMESPACE, parse_policy_sources({"inference.yaml": TARGET_POLICY}))
+    assert decision.allowed and _containers(admitted) == _containers(decoded(decision.mutated))
