@@ -40,7 +40,8 @@ from webhook.admission.native import commandline, gaps
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
-from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
+from webhook.admission.policy.model import Backend, MigStrategy, Placement, Policy, PolicySet
+from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 
 EXCLUDED = ("kube-system", "gpu-operator")
 
@@ -130,12 +131,34 @@ POLICIES = PolicySet(
             fractional=Fractional.SHARED,
             memory_fraction=Fraction(1, 5),
         ),
+        # memory slices: HAMi (its placement as pod annotations), Volcano's vGPU (units of 10 MiB), ACK (not
+        # compiled)
+        _policy(
+            "hami",
+            ("hami-*",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.HAMI, placement=Placement.BINPACK),
+            gpu=GPU(model="A100-80GB"),
+            limits=Limits(max_per_pod=4),
+        ),
+        _policy(
+            "volcano",
+            ("vgpu",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.VOLCANO, gpu_memory_factor=10),
+            gpu=GPU(model="H100-80GB"),
+            limits=Limits(max_per_container=2, max_per_pod=3),
+        ),
+        _policy(
+            "ack",
+            ("ack",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.ACK, placement=Placement.SPREAD),
+            gpu=GPU(memory_mib=24576),
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
     "audit", "mig", "mig-frac", "mig-listed", "mig-single", "mig-any", "mig-any-listed", "frac", "mps-frac",
-    "capped", "default", "kube-system",
+    "capped", "hami-a", "vgpu", "ack", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -302,6 +325,12 @@ def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
     return get_path(obj, POD_SPEC_PATHS[obj["kind"]])
 
 
+def placed(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod's annotations that a memory backend reads its placement from (memshare.place)."""
+    metadata = get_path(obj, (*POD_SPEC_PATHS[obj["kind"]][:-1], "metadata")) or {}
+    return {k: v for k, v in (metadata.get("annotations") or {}).items() if k in (HAMI_NODE_POLICY, HAMI_GPU_POLICY)}
+
+
 def decoded(obj: dict[str, Any]) -> dict[str, Any]:
     """Quantities as strings (the API server serializes them so), and in a Pod a request defaulted from each limit
     (SetDefaults_Pod: a template is stored as written); a JSON document, whose parts are never shared (a
@@ -360,6 +389,7 @@ def compare(
     assert native.message == said(decision.violations, policy)
     assert _containers(native.obj) == _containers(decision.mutated)
     assert spec_of(native.obj) == spec_of(decision.mutated)  # the node constraints among the rest
+    assert placed(native.obj) == placed(decision.mutated)  # HAMi's placement annotations
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
@@ -378,6 +408,19 @@ PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-st
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
+HAMI_MEM, HAMI_CORES = "nvidia.com/gpumem", "nvidia.com/gpucores"
+HAMI_NODE, HAMI_GPU = HAMI_NODE_POLICY, HAMI_GPU_POLICY
+VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+)
+
+
+def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
 REQUIRED, PREFERRED = (
     "requiredDuringSchedulingIgnoredDuringExecution",
     "preferredDuringSchedulingIgnoredDuringExecution",
@@ -1047,6 +1090,42 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
+    # memory slices (HAMi, Volcano's vGPU): nvidia.com/gpu converted, the backend's lines
+    "hami: 250m becomes a vGPU of its memory and cores, the pod annotated with its placement": (
+        "hami-a", pod(container(limits={GPU_: "250m"})),
+    ),
+    "hami: two whole GPUs, one annotation of the pod's own kept": (
+        "hami-a", with_annotations(pod(container(requests={GPU_: 2})), {HAMI_NODE: "binpack", HAMI_GPU: "spread"}),
+    ),
+    "hami: 5m, less than one percent of the compute": ("hami-a", pod(container(limits={GPU_: "5m"}))),
+    "hami: 0.9999999 beside its own memory, whole to the API server": (
+        "hami-a", pod(container(limits={GPU_: "0.9999999", HAMI_MEM: 100})),
+    ),
+    "hami: its own resources, over one GPU's memory and 100 percent of its compute": (
+        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: 90000, HAMI_CORES: 150})),
+    ),
+    "hami: nine GPUs, over the container maximum, left as written": ("hami-a", pod(container(limits={GPU_: 9}))),
+    "hami: over the pod maximum, a sidecar running beside": (
+        "hami-a", pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: "0.75"}), init=(
+            container("s", limits={GPU_: "0.3"}, restartPolicy="Always"), container("i", limits={GPU_: 3}),
+        )),
+    ),
+    "hami: a Volcano vGPU's memory is another pool's": ("hami-a", pod(container(limits={VOLCANO_MEM: 1000}))),
+    "hami: a Volcano vGPU beside its own": ("hami-a", pod(container(limits={GPU_: 1, VOLCANO_MEM: 1000}))),
+    "volcano: 0.25 becomes a vGPU in units of 10 MiB": ("vgpu", pod(container(requests={GPU_: "0.25"}))),
+    "volcano: two whole GPUs, three over the container maximum": (
+        "vgpu", pod(container("a", limits={GPU_: 2}), container("b", limits={GPU_: 3})),
+    ),
+    "volcano: its memory alone, more than one GPU's": ("vgpu", pod(container(limits={VOLCANO_MEM: 9000}))),
+    "volcano: its memory beside whole GPUs, over the container maximum": (
+        "vgpu", pod(container(limits={GPU_: 2, VOLCANO_MEM: 4000})),
+    ),
+    "volcano: a vGPU count beside nvidia.com/gpu": ("vgpu", pod(container(limits={GPU_: 1, VOLCANO_NUM: 1}))),
+    "volcano: HAMi's cores are another pool's, a percentage over 100": (
+        "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
+    ),
+    "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
+    "ack: 0.3 of an A10": ("ack", pod(container(limits={GPU_: "0.3"}))),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -1083,6 +1162,12 @@ NOT_COVERED = {
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
+    "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
+    "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
+    "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
+    "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
+    "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
+    "ack: 0.3 of an A10": gaps.mode_gap(POLICIES.for_namespace("ack")),
 }
 
 
@@ -1099,7 +1184,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (139, 30, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (150, 36, 5)
 
 
 @pytest.mark.parametrize(
@@ -1673,9 +1758,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert render_native(POLICIES, out, err) == 0
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
-    # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 16
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 16
+    # judges (every one here but ACK's, whose mode is not compiled).
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 19
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 18
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -1696,6 +1781,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("fractions", shared),
             ("mps-fractions", shared),
             ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+            ("hami", gaps.MEMORY_COUNTS.rule),
+            ("volcano", gaps.MEMORY_COUNTS.rule),
+            ("ack", gaps.mode_gap(POLICIES.for_namespace("ack")).rule),
         )
     ]
 

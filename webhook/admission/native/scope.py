@@ -27,6 +27,7 @@ from webhook.admission.base.podspec import (
 )
 from webhook.admission.base.quantity import quantity_or_none, whole_to_the_api_server
 from webhook.admission.base.resources import (
+    DEVICE_AMOUNTS,
     MIG_PREFIX,
     MIG_RESOURCE_RE2,
     NVIDIA_GPU,
@@ -35,7 +36,7 @@ from webhook.admission.base.resources import (
 )
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
-from webhook.admission.native import engineflags, userenv
+from webhook.admission.native import engineflags, memshares, userenv
 from webhook.admission.native.devices import device_list_path, device_nodes_path
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
@@ -45,6 +46,7 @@ from webhook.admission.native.gaps import (
     DEVICE_PATHS,
     DRA,
     EPHEMERAL,
+    MEMORY_COUNTS,
     NEAR_WHOLE,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
@@ -103,7 +105,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
             found = _container(body, policy, by_name)
             if found is not None:
                 return found
-    return _prefixed_total(spec, policy, by_name)
+    return None if carried == "memory" else _prefixed_total(spec, policy, by_name)
 
 
 def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
@@ -198,6 +200,8 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
             return OTHER_RESOURCES
     if any(name not in limits for name in managed - by_name):
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
+    if shape(policy) == "memory":
+        return _memory_container(requests, limits, managed, policy)
     if len(managed) > 1:
         return BOTH_NAMES
     if _near_whole(policy, {**requests, **limits}):
@@ -211,6 +215,27 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
             return engine_gap
         values = [quantity_or_none(v) for v in (requests.get(NVIDIA_GPU), limits.get(NVIDIA_GPU))]
         return fraction_gap(policy, [Fraction(v) for v in values if v is not None and 0 < v < 1])
+    return None
+
+
+def _memory_container(
+    requests: dict[str, Any], limits: dict[str, Any], managed: set[str], policy: Policy
+) -> Gap | None:
+    """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
+    the compiled set says them (another pool's resource beside any other, or two counts of devices: validation
+    says each resource's lines in the order of its limits); NEAR_WHOLE where the API server takes a value as
+    whole that mutation does not convert; MEMORY_COUNTS for a count past the compiled integers."""
+    served = Rules.of(policy).served
+    counts = [name for name in managed if name not in DEVICE_AMOUNTS]
+    if len(managed) > 1 and (not managed <= served or len(counts) > 1):
+        return BOTH_NAMES
+    amounts = {**requests, **limits}
+    if _near_whole(policy, amounts) and not memshares.converts(requests, limits, policy):
+        return NEAR_WHOLE
+    for name in counts:
+        value = quantity_or_none(amounts[name])
+        if value is not None and value >= memshares.MOST_COUNT:
+            return MEMORY_COUNTS
     return None
 
 

@@ -106,10 +106,16 @@ class MemorySliced(SharingBackend):
     def explain_mode(self, policy: Policy) -> str:
         return memshare.describe_mode(policy)
 
+    def native_shape(self, policy: Policy) -> str | None:
+        """HAMi and Volcano are compiled (native/memshares.py); ACK's pod spreads its memory over the GPUs of a
+        pod label, with rules and node steering per pod that are not compiled yet."""
+        return None if policy.sharing.backend is Backend.ACK else "memory"
+
     def native_gap(self) -> tuple[str, str]:
         return (
-            "mode memory (HAMi, Volcano vGPU, ACK GPU sharing)",
-            "a share counted in GPUs' worth of memory across resources: not compiled yet",
+            "mode memory under backend ack (ACK GPU sharing)",
+            "a pod's memory spread over the GPUs its label aliyun.com/gpu-count names, shares and whole GPUs on "
+            "other node pools, each steered by what the pod holds: not compiled yet",
         )
 
     def explain_share(self, policy: Policy) -> str:
