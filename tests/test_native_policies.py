@@ -1330,6 +1330,42 @@ def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, An
     compare(namespace, as_kind(kind, obj))
 
 
+# Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
+# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
+MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
+MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT)
+MEMORY_AMOUNTS = ("0", "1", "100", "101", "4000", "8156", "90000")
+MEMORY_RESOURCES = st.one_of(
+    st.builds(
+        lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)
+    ),
+    st.builds(lambda name, q: {"limits": {name: q}}, st.sampled_from(MEMORY_OWN), st.sampled_from(MEMORY_AMOUNTS)),
+    st.builds(
+        lambda q, name, amount: {"limits": {GPU_: q, name: amount}},
+        st.sampled_from(("1", "2", "3")),
+        st.sampled_from(MEMORY_OWN),
+        st.sampled_from(MEMORY_AMOUNTS),
+    ),
+)
+
+
+@st.composite
+def memory_pods(draw: st.DrawFn) -> dict[str, Any]:
+    count, inits = draw(st.integers(1, 3)), draw(st.integers(0, 2))
+    bodies = [container(f"c{i}", **draw(MEMORY_RESOURCES)) for i in range(count)]
+    restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
+    init = [container(f"i{i}", **draw(MEMORY_RESOURCES), **draw(restart)) for i in range(inits)]
+    obj = pod(*bodies, init=tuple(init))
+    own = draw(st.sampled_from(({}, {HAMI_GPU: "spread"}, {HAMI_NODE: "binpack"})))
+    return with_annotations(obj, own) if own else obj
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(("hami-a", "vgpu")), obj=memory_pods(), kind=st.sampled_from(KINDS))
+def test_generated_memory_slices_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
+    compare(namespace, as_kind(kind, obj))
+
+
 # --- Fractions: every nano of a GPU, under shares and variables of every kind --------------------------------
 
 # Each variable a fraction is written into (every framework's, MPS's with the GPU's memory and without it),

@@ -51,7 +51,8 @@ PREFIXED_TOTALS = Gap(
     "lines for them, its pool's and its maximum's, are compiled)",
 )
 BOTH_NAMES = Gap(
-    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
+    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU; under mode "
+    "memory another pool's resource beside any other, or two counts of devices)",
     "not compiled yet (the webhook leaves such a request unmapped and says why)",
 )
 MEMORY_COUNTS = Gap(

@@ -93,18 +93,19 @@ def worth(policy: Policy, var: str = "c") -> str:
     assert spec is not None and spec.count is not None and spec.percent is not None
     gpu_mib, unit_mib = units_of(spec, policy)
     d = denominator(policy)
-    memory, percent = amount(spec.memory, var), amount(spec.percent, var)
-    each_one = f"({percent} > 100 ? {d} : {percent} * {d // 100})"
-    each_one = f"({percent} > 0 ? {each_one} : {d})"
+    # each amount read once (bound), then weighed: `wm` memory, `wp` percent, `wn` count
+    each_one = f"(wp > 0 ? (wp > 100 ? {d} : wp * {d // 100}) : {d})"
     if gpu_mib:  # memory * unit_mib / gpu_mib of one GPU, at most one
         most, scale = gpu_mib // unit_mib, unit_mib * d // gpu_mib
         assert unit_mib * d % gpu_mib == 0
-        each_one = f"({memory} > 0 ? ({memory} > {most} ? {d} : {memory} * {scale}) : {each_one})"
-    count = amount(spec.count, var)
+        each_one = f"(wm > 0 ? (wm > {most} ? {d} : wm * {scale}) : {each_one})"
     if spec.backend is Backend.VOLCANO:
-        count = f"({count} > 0 ? {count} : (({memory} > 0 || {percent} > 0) ? 1 : 0))"
-        return f"({count} * {each_one} + {amount(NVIDIA_GPU, var)} * {d})"
-    return f"({count} * {each_one})"
+        weighed = f"(wn > 0 ? wn : ((wm > 0 || wp > 0) ? 1 : 0)) * {each_one} + {amount(NVIDIA_GPU, var)} * {d}"
+    else:
+        weighed = f"wn * {each_one}"
+    for name, bound in ((spec.count, "wn"), (spec.percent, "wp"), (spec.memory, "wm")):
+        weighed = bind(amount(name, var), bound, weighed)
+    return f"({weighed})"
 
 
 def worth_text(policy: Policy, units: str) -> str:
