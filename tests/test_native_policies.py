@@ -131,12 +131,17 @@ POLICIES = PolicySet(
             fractional=Fractional.SHARED,
             memory_fraction=Fraction(1, 5),
         ),
-        # memory slices: HAMi (its placement as pod annotations), Volcano's vGPU (units of 10 MiB), ACK (not
-        # compiled)
+        # memory slices: HAMi (its placement as pod annotations, 1.5 times the memory registered), Volcano's vGPU
+        # (units of 10 MiB), ACK (not compiled)
         _policy(
             "hami",
             ("hami-*",),
-            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.HAMI, placement=Placement.BINPACK),
+            sharing=Sharing(
+                mode=Mode.MEMORY,
+                backend=Backend.HAMI,
+                placement=Placement.BINPACK,
+                device_memory_scaling=Fraction(3, 2),  # 122,880 MiB registered per GPU
+            ),
             gpu=GPU(model="A100-80GB"),
             limits=Limits(max_per_pod=4),
         ),
@@ -1102,7 +1107,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "hami-a", pod(container(limits={GPU_: "0.9999999", HAMI_MEM: 100})),
     ),
     "hami: its own resources, over one GPU's memory and 100 percent of its compute": (
-        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: 90000, HAMI_CORES: 150})),
+        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: 130000, HAMI_CORES: 150})),
     ),
     "hami: nine GPUs, over the container maximum, left as written": ("hami-a", pod(container(limits={GPU_: 9}))),
     "hami: over the pod maximum, a sidecar running beside": (
@@ -1334,7 +1339,7 @@ def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, An
 # resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
 MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
 MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT)
-MEMORY_AMOUNTS = ("0", "1", "100", "101", "4000", "8156", "90000")
+MEMORY_AMOUNTS = ("0", "1", "100", "101", "4000", "8156", "90000", "122881")
 MEMORY_RESOURCES = st.one_of(
     st.builds(
         lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)
