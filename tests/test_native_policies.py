@@ -132,7 +132,7 @@ POLICIES = PolicySet(
             memory_fraction=Fraction(1, 5),
         ),
         # memory slices: HAMi (its placement as pod annotations, 1.5 times the memory registered), Volcano's vGPU
-        # (units of 10 MiB), ACK (not compiled)
+        # (units of 10 MiB), ACK (an A10's 24 GiB, steered)
         _policy(
             "hami",
             ("hami-*",),
@@ -157,6 +157,7 @@ POLICIES = PolicySet(
             ("ack",),
             sharing=Sharing(mode=Mode.MEMORY, backend=Backend.ACK, placement=Placement.SPREAD),
             gpu=GPU(memory_mib=24576),
+            steering=True,  # shares on the pools that cap memory, placed by spread
         ),
     )
 )
@@ -413,7 +414,7 @@ PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-st
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
-HAMI_MEM, HAMI_CORES = "nvidia.com/gpumem", "nvidia.com/gpucores"
+HAMI_MEM, HAMI_CORES, ACK_MEM = "nvidia.com/gpumem", "nvidia.com/gpucores", "aliyun.com/gpu-mem"
 HAMI_NODE, HAMI_GPU = HAMI_NODE_POLICY, HAMI_GPU_POLICY
 VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
     "volcano.sh/vgpu-number",
@@ -1130,7 +1131,25 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
     ),
     "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
-    "ack: 0.3 of an A10": ("ack", pod(container(limits={GPU_: "0.3"}))),
+    "ack: 0.3 of an A10 becomes 7 GiB, steered to the spread pools that cap memory": (
+        "ack", pod(container(limits={GPU_: "0.3"}), nodeSelector={"zone": "a"}),
+    ),
+    "ack: two containers' memory within one GPU's, an init container's too": (
+        "ack", pod(container("a", limits={GPU_: "0.3"}), container("b", limits={ACK_MEM: 10}), init=(
+            container("i", limits={ACK_MEM: 20}),
+        )),
+    ),
+    "ack: its memory over one GPU's": ("ack", pod(container(limits={ACK_MEM: 30}))),
+    "ack: a pool's label of another value in the node selector": (
+        "ack", pod(container(limits={GPU_: "0.5"}), nodeSelector={"ack.node.gpu.schedule": "share"}),
+    ),
+    "ack: two containers' memory over one GPU's": (
+        "ack", pod(container("a", limits={ACK_MEM: 16}), container("b", limits={ACK_MEM: 16})),
+    ),
+    "ack: whole GPUs, steered to the exclusive pool": ("ack", pod(container(limits={GPU_: 2}))),
+    "ack: aliyun.com/gpu-count in a container's resources": (
+        "ack", pod(container(limits={ACK_MEM: 4, "aliyun.com/gpu-count": 2})),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -1172,7 +1191,9 @@ NOT_COVERED = {
     "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
     "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
     "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
-    "ack: 0.3 of an A10": gaps.mode_gap(POLICIES.for_namespace("ack")),
+    "ack: two containers' memory over one GPU's": gaps.ACK_PODS,
+    "ack: whole GPUs, steered to the exclusive pool": gaps.ACK_PODS,
+    "ack: aliyun.com/gpu-count in a container's resources": gaps.ACK_PODS,
 }
 
 
@@ -1189,7 +1210,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (150, 36, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (154, 38, 5)
 
 
 @pytest.mark.parametrize(
@@ -1338,8 +1359,8 @@ def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, An
 # Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
 # resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
 MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
-MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT)
-MEMORY_AMOUNTS = ("0", "1", "100", "101", "4000", "8156", "90000", "122881")
+MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM)
+MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
 MEMORY_RESOURCES = st.one_of(
     st.builds(
         lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)
@@ -1366,7 +1387,7 @@ def memory_pods(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(namespace=st.sampled_from(("hami-a", "vgpu")), obj=memory_pods(), kind=st.sampled_from(KINDS))
+@given(namespace=st.sampled_from(("hami-a", "vgpu", "ack")), obj=memory_pods(), kind=st.sampled_from(KINDS))
 def test_generated_memory_slices_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
 
@@ -1799,9 +1820,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert render_native(POLICIES, out, err) == 0
     kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
-    # judges (every one here but ACK's, whose mode is not compiled).
+    # judges (every one here).
     assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 19
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 18
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 19
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -1824,7 +1845,7 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("capped", f"{gaps.ENGINES.rule}; {shared}"),
             ("hami", gaps.MEMORY_COUNTS.rule),
             ("volcano", gaps.MEMORY_COUNTS.rule),
-            ("ack", gaps.mode_gap(POLICIES.for_namespace("ack")).rule),
+            ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),
         )
     ]
 

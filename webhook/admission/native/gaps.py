@@ -3,7 +3,7 @@ stderr, the docs and the tests' list of cases not compared read the same reasons
 
 `shape` says which of the policy's rules are compiled at all: whole GPUs (`exclusive`), replicas shared as
 `nvidia.com/gpu.shared` (`time-slicing`, `mps`), MIG slices (`mig`, its backend says where), a memory backend's
-shares (`memory` under HAMi and Volcano), or none but the limits copied from requests (every other mode).
+shares (`memory`), or none but the limits copied from requests (every other mode).
 """
 
 from __future__ import annotations
@@ -56,9 +56,16 @@ BOTH_NAMES = Gap(
     "not compiled yet (the webhook leaves such a request unmapped and says why)",
 )
 MEMORY_COUNTS = Gap(
-    "a memory backend's count of vGPUs or GPUs of a million or more in one container",
+    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",
     "the compiled lines weigh GPUs' worth of memory in CEL integers, which such a count could overflow: judged by "
     "the webhook alone",
+)
+ACK_PODS = Gap(
+    "under ACK GPU sharing: a pod whose memory its label aliyun.com/gpu-count spreads over several GPUs (or a "
+    "label that is no number), aliyun.com/gpu-count in a container's resources, shares beside whole GPUs, "
+    "several containers' memory over one GPU's, whole GPUs steered to the exclusive pool",
+    "the extender's placement of a pod's memory, its pools per pod and the steering of whole GPUs are not "
+    "compiled: judged by the webhook alone",
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(

@@ -1,4 +1,4 @@
-"""Memory slices (`sharing.mode: memory`) under HAMi and Volcano's vGPU: `nvidia.com/gpu` converted to the
+"""Memory slices (`sharing.mode: memory`) under HAMi, Volcano's vGPU and ACK: `nvidia.com/gpu` converted to the
 backend's resources (memshare.convert, mutate step 2), HAMi's placement annotations (memshare.place), and
 validation's lines for a container's memory and percentages (memshare.held), its GPUs' worth of memory over the
 per-container maximum, and the pod's over the per-pod maximum (validate._memory_share, _memory_pod_total).
@@ -11,8 +11,10 @@ against memshare.share at compile time. A GPUs' worth of memory is a CEL int in 
 common multiple of the GPU's memory in units and 100), exact for every amount memshare.held weighs; its text is
 format_fraction's (fractions.formatted).
 
-ACK is not compiled (its backend's native_shape: a pod's memory spread over the GPUs of a pod label, shares and
-whole GPUs on other node pools).
+Under ACK the same: a fraction becomes `aliyun.com/gpu-mem` in whole GiB, whole GPUs stay as written; a pod
+whose memory ACK spreads over several GPUs (its label `aliyun.com/gpu-count`), or that holds shares beside whole
+GPUs, several containers' memory over one GPU's, or whole GPUs steered to the exclusive pool, is the webhook's
+(scope.py, gaps.ACK_PODS).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, 
 from webhook.admission.native.containers import SPEC, each, has_map, holds, path, pod_metadata, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
 from webhook.admission.native.fractions import formatted
-from webhook.admission.native.gaps import MEMORY_COUNTS, shape
+from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, shape
 from webhook.admission.native.maxima import effective_total
 from webhook.admission.phases import validate
 from webhook.admission.phases.mutate import mutate
@@ -62,9 +64,8 @@ def converts(requests: dict[str, Any], limits: dict[str, Any], policy: Policy) -
 
 
 def compiled_spec(policy: Policy) -> BackendSpec | None:
-    """The policy's memory backend where the native set carries it (HAMi, Volcano), else None."""
-    spec = spec_of(policy)
-    return spec if shape(policy) == "memory" and spec is not None and spec.backend is not Backend.ACK else None
+    """The policy's memory backend where the native set carries it, else None."""
+    return spec_of(policy) if shape(policy) == "memory" else None
 
 
 def denominator(policy: Policy) -> int:
@@ -90,9 +91,14 @@ def worth(policy: Policy, var: str = "c") -> str:
     times the (v)GPUs; Volcano's vGPU count is 1 where memory is asked alone, and its `nvidia.com/gpu` whole
     GPUs."""
     spec = compiled_spec(policy)
-    assert spec is not None and spec.count is not None and spec.percent is not None
+    assert spec is not None
     gpu_mib, unit_mib = units_of(spec, policy)
     d = denominator(policy)
+    if spec.backend is Backend.ACK:  # its GiB of one GPU's, plus whole GPUs; nothing where it holds both
+        memory = f"wm * {unit_mib * d // gpu_mib}" if gpu_mib else "0"
+        weighed = f"(wm > 0 && wg > 0) ? 0 : {memory} + wg * {d}"
+        return f"({bind(amount(spec.memory, var), 'wm', bind(amount(NVIDIA_GPU, var), 'wg', weighed))})"
+    assert spec.count is not None and spec.percent is not None
     # each amount read once (bound), then weighed: `wm` memory, `wp` percent, `wn` count
     each_one = f"(wp > 0 ? (wp > 100 ? {d} : wp * {d // 100}) : {d})"
     if gpu_mib:  # memory * unit_mib / gpu_mib of one GPU, at most one
@@ -120,7 +126,7 @@ def _least_nanos(spec: BackendSpec, policy: Policy) -> int | None:
     gpu_mib, unit_mib = units_of(spec, policy)
     if not gpu_mib:
         return None
-    least = max(ceil(Fraction(NANO * unit_mib, gpu_mib)), NANO // 100)
+    least = max(ceil(Fraction(NANO * unit_mib, gpu_mib)), NANO // 100 if spec.cores else 1)
     assert share(spec, Fraction(least, NANO), gpu_mib, unit_mib).resources
     assert not share(spec, Fraction(least - 1, NANO), gpu_mib, unit_mib).resources
     return least
@@ -160,7 +166,7 @@ def _fraction(spec: BackendSpec, policy: Policy) -> Mutation | None:
     if least is None:
         return None  # the fraction stays, and the API server refuses it (the webhook explains: validation)
     gpu_mib, unit_mib = units_of(spec, policy)
-    assert gpu_mib is not None and spec.count is not None and spec.cores is not None
+    assert gpu_mib is not None
     limit = value("limits", NVIDIA_GPU)
     k = nanos(limit)
     keep = all_of(
@@ -173,16 +179,19 @@ def _fraction(spec: BackendSpec, policy: Policy) -> Mutation | None:
             f"{k} >= {least}",
         ]
     )
-    numbers = {spec.memory: f"{k} * {gpu_mib} / {unit_mib * NANO}", spec.cores: f"{k} / {NANO // 100}"}
+    numbers = {spec.memory: f"{k} * {gpu_mib} / {unit_mib * NANO}"}
+    if spec.cores:
+        numbers[spec.cores] = f"{k} / {NANO // 100}"
     # memshare.share's resources, in its order, at a probe: each a number of the fraction, or a constant
     probe = share(spec, Fraction(1, 2), gpu_mib, unit_mib).resources
     written = [(name, f"string({numbers[name]})" if name in numbers else lit(text)) for name, text in probe]
-    assert [name for name, _ in written] == [spec.count, spec.memory, spec.cores]
+    assert [name for name, _ in written] == [n for n in (spec.count, spec.memory, spec.cores) if n is not None]
     return Mutation(f"{NVIDIA_GPU} below 1 to {spec.title}'s share", " + ".join(_replaced(keep, written)))
 
 
-def _whole(spec: BackendSpec, policy: Policy) -> Mutation:
-    """`nvidia.com/gpu: N` (1 <= N <= the container maximum) to N vGPUs of all their memory and compute."""
+def _whole(spec: BackendSpec, policy: Policy) -> Mutation | None:
+    """`nvidia.com/gpu: N` (1 <= N <= the container maximum) to N vGPUs of all their memory and compute (ACK's
+    stay as written, for its exclusive nodes)."""
     limit = value("limits", NVIDIA_GPU)
     maximum = backend_of(policy).max_per_container(policy)  # mutate._Plan.mapping_maximum
     keep = all_of(
@@ -196,7 +205,8 @@ def _whole(spec: BackendSpec, policy: Policy) -> Mutation:
         ]
     )
     resources = whole(spec, COUNT)
-    assert resources is not None
+    if resources is None:
+        return None
     written = [(name, limit if text == COUNT else lit(text)) for name, text in resources]
     return Mutation(f"{NVIDIA_GPU}: N to {spec.title}'s whole GPUs", " + ".join(_replaced(keep, written)))
 
@@ -235,7 +245,8 @@ def _over_memory(spec: BackendSpec, policy: Policy) -> list[ContainerRule]:
         memory = amount(spec.memory)
         found.append(ContainerRule(f"{memory} > {gpu_mib // unit_mib}", fill(line, {"amount": f"string({memory})"})))
     for name in (spec.percent, spec.cores):
-        assert name is not None
+        if name is None:
+            continue  # ACK: GiB alone
         line, _ = over_percent(name, AMOUNT, policy)
         found.append(ContainerRule(f"{amount(name)} > 100", fill(line, {"amount": f"string({amount(name)})"})))
     return found
@@ -302,4 +313,15 @@ class MemoryShares(Family):
         return [] if spec is None else [_pod_total(spec, policy)]
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        return [MEMORY_COUNTS] if compiled_spec(policy) is not None else []
+        spec = compiled_spec(policy)
+        if spec is None:
+            return []
+        return [MEMORY_COUNTS, ACK_PODS] if spec.backend is Backend.ACK else [MEMORY_COUNTS]
+
+
+def unbounded(policy: Policy) -> frozenset[str]:
+    """The amounts a GPUs' worth multiplies without a cap (kept below MOST_COUNT: scope.py): the counts of
+    devices, and ACK's GiB."""
+    spec = compiled_spec(policy)
+    assert spec is not None
+    return frozenset(name for name in (NVIDIA_GPU, spec.count, spec.memory if spec.count is None else None) if name)

@@ -107,16 +107,9 @@ class MemorySliced(SharingBackend):
         return memshare.describe_mode(policy)
 
     def native_shape(self, policy: Policy) -> str | None:
-        """HAMi and Volcano are compiled (native/memshares.py); ACK's pod spreads its memory over the GPUs of a
-        pod label, with rules and node steering per pod that are not compiled yet."""
-        return None if policy.sharing.backend is Backend.ACK else "memory"
-
-    def native_gap(self) -> tuple[str, str]:
-        return (
-            "mode memory under backend ack (ACK GPU sharing)",
-            "a pod's memory spread over the GPUs its label aliyun.com/gpu-count names, shares and whole GPUs on "
-            "other node pools, each steered by what the pod holds: not compiled yet",
-        )
+        """Compiled (native/memshares.py); under ACK a pod whose memory is spread, or that its pools tell apart
+        per pod, is left to the webhook (native/scope.py)."""
+        return "memory"
 
     def explain_share(self, policy: Policy) -> str:
         return memshare.describe_share(policy)
