@@ -208,8 +208,12 @@ def _constrained(policy: dict[str, Any], request: dict[str, Any]) -> bool:
     )
 
 
-def _matches(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> bool:
-    scope = kube_cel.Scope({"object": obj, "request": request})
+def _matches(
+    policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any], scope: kube_cel.Scope | None = None
+) -> bool:
+    """The policy's matchConditions; `scope`: the object and request already converted (one conversion serves
+    every policy's conditions)."""
+    scope = scope or kube_cel.Scope({"object": obj, "request": request})
     return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
 
 
@@ -254,7 +258,8 @@ def admit(
     mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
     bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
     chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
-    chosen = [name for name in chosen if _matches(mutating[name], obj, request)]
+    matching = kube_cel.Scope({"object": obj, "request": request})
+    chosen = [name for name in chosen if _matches(mutating[name], obj, request, matching)]
     if not chosen:
         return Outcome(True, "allow", obj)
     assert len(chosen) == 1, f"{namespace}: selected by {chosen}"

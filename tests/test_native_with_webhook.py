@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx
+from tests import apiserver_rules, evanphx, kube_cel
 from tests.test_native_policies import (
     CASES,
     EXCLUDED,
@@ -56,10 +56,11 @@ VAP_BINDINGS = _by_name(NATIVE, "ValidatingAdmissionPolicyBinding")
 def _policy_name(namespace: str, obj: dict[str, Any]) -> str | None:
     """The one compiled policy bound to and matching the namespace (None: an excluded namespace)."""
     request = request_for(obj, namespace)
+    scope = kube_cel.Scope({"object": obj, "request": request})
     chosen = [
         name
         for name, policy in MAPS.items()
-        if _bound(MAP_BINDINGS[name], namespace, {}) and _matches(policy, obj, request)
+        if _bound(MAP_BINDINGS[name], namespace, {}) and _matches(policy, obj, request, scope)
     ]
     assert len(chosen) <= 1, chosen
     return chosen[0] if chosen else None
