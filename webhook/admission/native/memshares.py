@@ -37,11 +37,10 @@ from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Backend, Policy
 from webhook.admission.sharing.memshare import (
     BACKEND_RESOURCES,
-    HAMI_GPU_POLICY,
-    HAMI_NODE_POLICY,
     BackendSpec,
     over_one_gpu,
     over_percent,
+    placement_annotations,
     share,
     spec_of,
     units_of,
@@ -50,8 +49,8 @@ from webhook.admission.sharing.memshare import (
 from webhook.admission.sharing.registry import backend_of
 
 COUNT, AMOUNT = slot("count"), slot("amount")
-# A count of (v)GPUs below this keeps every GPUs' worth of memory, in units of 1/D, within CEL's int64 (scope.py
-# leaves a larger one to the webhook: gaps.MEMORY_COUNTS).
+# A count of (v)GPUs (or ACK's GiB) below this keeps every GPUs' worth of memory, in units of 1/D, within CEL's
+# int64 (scope.py leaves a larger one to the webhook: gaps.MEMORY_COUNTS).
 MOST_COUNT = 10**6
 
 
@@ -214,14 +213,13 @@ def _whole(spec: BackendSpec, policy: Policy) -> Mutation | None:
 def _placement(policy: Policy) -> Mutation | None:
     """HAMi's binpack or spread as the pod's annotations (memshare.place), where a container holds a vGPU: each
     annotation the pod does not hold with that value."""
-    placement = policy.sharing.placement
-    if placement is None or policy.sharing.backend is not Backend.HAMI:
+    wanted = placement_annotations(policy)
+    if not wanted:
         return None
     present, metadata, at = (f"({part})" for part in pod_metadata())
     limit = value("limits", NVIDIA_GPU)
     held = f"{holds('limits', NVIDIA_GPU)} && quantity({limit}).compareTo(quantity('0')) > 0"
     vgpu = any_of(f"has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {held})" for section in SECTIONS)
-    wanted = {HAMI_NODE_POLICY: str(placement), HAMI_GPU_POLICY: str(placement)}
     both = "{" + ", ".join(f"{lit(key)}: {lit(text)}" for key, text in wanted.items()) + "}"
     annotations = f"{metadata}.annotations"
     per_key = " + ".join(

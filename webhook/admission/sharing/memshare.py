@@ -273,7 +273,7 @@ def place(
     annotations = (metadata or {}).get("annotations")
     if annotations is not None and type(annotations) is not dict:
         return obj, []
-    wanted = {HAMI_NODE_POLICY: str(placement), HAMI_GPU_POLICY: str(placement)}
+    wanted = placement_annotations(policy)
     missing = {key: value for key, value in wanted.items() if (annotations or {}).get(key) != value}
     if not missing:
         return obj, []
@@ -290,6 +290,15 @@ def place(
         ]  # fmt: skip
     node["metadata"] = {**(metadata or {}), "annotations": {**(annotations or {}), **missing}}
     return root, patch
+
+
+def placement_annotations(policy: Policy) -> dict[str, str]:
+    """The pod annotations HAMi's scheduler reads the policy's placement from (none without one, or under
+    another backend); the native policies write the same."""
+    placement = policy.sharing.placement
+    if placement is None or policy.sharing.backend is not Backend.HAMI:
+        return {}
+    return {HAMI_NODE_POLICY: str(placement), HAMI_GPU_POLICY: str(placement)}
 
 
 def _holds_vgpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
