@@ -40,7 +40,8 @@ from webhook.admission.native import commandline, gaps
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
-from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
+from webhook.admission.policy.model import Backend, MigStrategy, Placement, Policy, PolicySet
+from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 
 EXCLUDED = ("kube-system", "gpu-operator")
 
@@ -130,12 +131,40 @@ POLICIES = PolicySet(
             fractional=Fractional.SHARED,
             memory_fraction=Fraction(1, 5),
         ),
+        # memory slices: HAMi (its placement as pod annotations, 1.5 times the memory registered), Volcano's vGPU
+        # (units of 10 MiB), ACK (an A10's 24 GiB, steered)
+        _policy(
+            "hami",
+            ("hami-*",),
+            sharing=Sharing(
+                mode=Mode.MEMORY,
+                backend=Backend.HAMI,
+                placement=Placement.BINPACK,
+                device_memory_scaling=Fraction(3, 2),  # 122,880 MiB registered per GPU
+            ),
+            gpu=GPU(model="A100-80GB"),
+            limits=Limits(max_per_pod=4),
+        ),
+        _policy(
+            "volcano",
+            ("vgpu",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.VOLCANO, gpu_memory_factor=10),
+            gpu=GPU(model="H100-80GB"),
+            limits=Limits(max_per_container=2, max_per_pod=3),
+        ),
+        _policy(
+            "ack",
+            ("ack",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.ACK, placement=Placement.SPREAD),
+            gpu=GPU(memory_mib=24576),
+            steering=True,  # shares on the pools that cap memory, placed by spread
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
     "audit", "mig", "mig-frac", "mig-listed", "mig-single", "mig-any", "mig-any-listed", "frac", "mps-frac",
-    "capped", "default", "kube-system",
+    "capped", "hami-a", "vgpu", "ack", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -179,6 +208,12 @@ def as_kind(kind: str, obj: dict[str, Any], **metadata: Any) -> dict[str, Any]:
 
 def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
     return get_path(obj, POD_SPEC_PATHS[obj["kind"]])
+
+
+def placed(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod's annotations that a memory backend reads its placement from (memshare.place)."""
+    metadata = get_path(obj, (*POD_SPEC_PATHS[obj["kind"]][:-1], "metadata")) or {}
+    return {k: v for k, v in (metadata.get("annotations") or {}).items() if k in (HAMI_NODE_POLICY, HAMI_GPU_POLICY)}
 
 
 def decoded(obj: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +274,7 @@ def compare(
     assert native.message == said(decision.violations, policy)
     assert _containers(native.obj) == _containers(decision.mutated)
     assert spec_of(native.obj) == spec_of(decision.mutated)  # the node constraints among the rest
+    assert placed(native.obj) == placed(decision.mutated)  # HAMi's placement annotations
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
@@ -257,6 +293,19 @@ PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-st
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
+HAMI_MEM, HAMI_CORES, ACK_MEM = "nvidia.com/gpumem", "nvidia.com/gpucores", "aliyun.com/gpu-mem"
+HAMI_NODE, HAMI_GPU = HAMI_NODE_POLICY, HAMI_GPU_POLICY
+VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+)
+
+
+def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
 REQUIRED, PREFERRED = (
     "requiredDuringSchedulingIgnoredDuringExecution",
     "preferredDuringSchedulingIgnoredDuringExecution",
@@ -926,6 +975,60 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
+    # memory slices (HAMi, Volcano's vGPU): nvidia.com/gpu converted, the backend's lines
+    "hami: 250m becomes a vGPU of its memory and cores, the pod annotated with its placement": (
+        "hami-a", pod(container(limits={GPU_: "250m"})),
+    ),
+    "hami: two whole GPUs, one annotation of the pod's own kept": (
+        "hami-a", with_annotations(pod(container(requests={GPU_: 2})), {HAMI_NODE: "binpack", HAMI_GPU: "spread"}),
+    ),
+    "hami: 5m, less than one percent of the compute": ("hami-a", pod(container(limits={GPU_: "5m"}))),
+    "hami: 0.9999999 beside its own memory, whole to the API server": (
+        "hami-a", pod(container(limits={GPU_: "0.9999999", HAMI_MEM: 100})),
+    ),
+    "hami: its own resources, over one GPU's memory and 100 percent of its compute": (
+        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: 130000, HAMI_CORES: 150})),
+    ),
+    "hami: nine GPUs, over the container maximum, left as written": ("hami-a", pod(container(limits={GPU_: 9}))),
+    "hami: over the pod maximum, a sidecar running beside": (
+        "hami-a", pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: "0.75"}), init=(
+            container("s", limits={GPU_: "0.3"}, restartPolicy="Always"), container("i", limits={GPU_: 3}),
+        )),
+    ),
+    "hami: a Volcano vGPU's memory is another pool's": ("hami-a", pod(container(limits={VOLCANO_MEM: 1000}))),
+    "hami: a Volcano vGPU beside its own": ("hami-a", pod(container(limits={GPU_: 1, VOLCANO_MEM: 1000}))),
+    "volcano: 0.25 becomes a vGPU in units of 10 MiB": ("vgpu", pod(container(requests={GPU_: "0.25"}))),
+    "volcano: two whole GPUs, three over the container maximum": (
+        "vgpu", pod(container("a", limits={GPU_: 2}), container("b", limits={GPU_: 3})),
+    ),
+    "volcano: its memory alone, more than one GPU's": ("vgpu", pod(container(limits={VOLCANO_MEM: 9000}))),
+    "volcano: its memory beside whole GPUs, over the container maximum": (
+        "vgpu", pod(container(limits={GPU_: 2, VOLCANO_MEM: 4000})),
+    ),
+    "volcano: a vGPU count beside nvidia.com/gpu": ("vgpu", pod(container(limits={GPU_: 1, VOLCANO_NUM: 1}))),
+    "volcano: HAMi's cores are another pool's, a percentage over 100": (
+        "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
+    ),
+    "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
+    "ack: 0.3 of an A10 becomes 7 GiB, steered to the spread pools that cap memory": (
+        "ack", pod(container(limits={GPU_: "0.3"}), nodeSelector={"zone": "a"}),
+    ),
+    "ack: two containers' memory within one GPU's, an init container's too": (
+        "ack", pod(container("a", limits={GPU_: "0.3"}), container("b", limits={ACK_MEM: 10}), init=(
+            container("i", limits={ACK_MEM: 20}),
+        )),
+    ),
+    "ack: its memory over one GPU's": ("ack", pod(container(limits={ACK_MEM: 30}))),
+    "ack: a pool's label of another value in the node selector": (
+        "ack", pod(container(limits={GPU_: "0.5"}), nodeSelector={"ack.node.gpu.schedule": "share"}),
+    ),
+    "ack: two containers' memory over one GPU's": (
+        "ack", pod(container("a", limits={ACK_MEM: 16}), container("b", limits={ACK_MEM: 16})),
+    ),
+    "ack: whole GPUs, steered to the exclusive pool": ("ack", pod(container(limits={GPU_: 2}))),
+    "ack: aliyun.com/gpu-count in a container's resources": (
+        "ack", pod(container(limits={ACK_MEM: 4, "aliyun.com/gpu-count": 2})),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -962,6 +1065,14 @@ NOT_COVERED = {
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
+    "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
+    "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
+    "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
+    "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
+    "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
+    "ack: two containers' memory over one GPU's": gaps.ACK_PODS,
+    "ack: whole GPUs, steered to the exclusive pool": gaps.ACK_PODS,
+    "ack: aliyun.com/gpu-count in a container's resources": gaps.ACK_PODS,
 }
 
 
@@ -978,7 +1089,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (139, 30, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (154, 38, 5)
 
 
 @pytest.mark.parametrize(
@@ -1121,6 +1232,42 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(namespace=st.sampled_from(NAMESPACES), obj=pods(), kind=st.sampled_from(sorted(API_VERSIONS)))
 def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
+    compare(namespace, as_kind(kind, obj))
+
+
+# Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
+# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
+MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
+MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM)
+MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
+MEMORY_RESOURCES = st.one_of(
+    st.builds(
+        lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)
+    ),
+    st.builds(lambda name, q: {"limits": {name: q}}, st.sampled_from(MEMORY_OWN), st.sampled_from(MEMORY_AMOUNTS)),
+    st.builds(
+        lambda q, name, amount: {"limits": {GPU_: q, name: amount}},
+        st.sampled_from(("1", "2", "3")),
+        st.sampled_from(MEMORY_OWN),
+        st.sampled_from(MEMORY_AMOUNTS),
+    ),
+)
+
+
+@st.composite
+def memory_pods(draw: st.DrawFn) -> dict[str, Any]:
+    count, inits = draw(st.integers(1, 3)), draw(st.integers(0, 2))
+    bodies = [container(f"c{i}", **draw(MEMORY_RESOURCES)) for i in range(count)]
+    restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
+    init = [container(f"i{i}", **draw(MEMORY_RESOURCES), **draw(restart)) for i in range(inits)]
+    obj = pod(*bodies, init=tuple(init))
+    own = draw(st.sampled_from(({}, {HAMI_GPU: "spread"}, {HAMI_NODE: "binpack"})))
+    return with_annotations(obj, own) if own else obj
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(("hami-a", "vgpu", "ack")), obj=memory_pods(), kind=st.sampled_from(KINDS))
+def test_generated_memory_slices_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
 
 
@@ -1551,8 +1698,8 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yamldocs.load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 16
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 16
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 19
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 19
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -1573,6 +1720,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("fractions", shared),
             ("mps-fractions", shared),
             ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+            ("hami", gaps.MEMORY_COUNTS.rule),
+            ("volcano", gaps.MEMORY_COUNTS.rule),
+            ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),
         )
     ]
 
