@@ -11,7 +11,9 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   whole);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
-  by a scanner that skips string literals.
+  by a scanner that skips string literals;
+- `variables.NAME` read as the top-level `variables__NAME` (the same scanner), so that each variable is
+  converted to a CEL value once, when it is set, and not again with every variable after it.
 Expressions are compiled once and cached.
 """
 
@@ -104,7 +106,7 @@ def _quoted_fields(source: str, start: int) -> tuple[str, int]:
             continue
         if source.startswith("JSONPatch{", i):
             inner, i = _quoted_fields(source, i + len("JSONPatch{"))
-            out.append("{" + inner + "}")
+            out.append("{" + plain(inner) + "}")
             field_start = False
             continue
         if ch in "([{":
@@ -137,8 +139,16 @@ def string_end(source: str, i: int) -> int:
     return j + 1
 
 
+VARIABLES = "variables."
+VARIABLE_PREFIX = "variables__"
+
+
+def _in_name(ch: str) -> bool:
+    return ch.isalnum() or ch in "_."
+
+
 def plain(source: str) -> str:
-    """`source` with every `JSONPatch{...}` written as a map literal."""
+    """`source` with every `JSONPatch{...}` written as a map literal, and `variables.NAME` as `variables__NAME`."""
     out: list[str] = []
     i = 0
     while i < len(source):
@@ -149,7 +159,10 @@ def plain(source: str) -> str:
             i = end
         elif source.startswith("JSONPatch{", i):
             inner, i = _quoted_fields(source, i + len("JSONPatch{"))
-            out.append("{" + inner + "}")
+            out.append("{" + plain(inner) + "}")
+        elif source.startswith(VARIABLES, i) and (i == 0 or not _in_name(source[i - 1])):
+            out.append(VARIABLE_PREFIX)
+            i += len(VARIABLES)
         else:
             out.append(ch)
             i += 1
@@ -174,6 +187,10 @@ class Scope:
 
     def set(self, name: str, value: Any) -> None:
         self._context.add_variable(name, value)
+
+    def set_variable(self, name: str, value: Any) -> None:
+        """The policy's `variables.NAME`."""
+        self._context.add_variable(VARIABLE_PREFIX + name, value)
 
     def evaluate(self, source: str) -> Any:
         return program(source).execute(self._context)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
 from typing import Any
@@ -32,15 +31,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx, kube_cel
+from tests import apiserver_rules, kube_cel, yamldocs
 from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
+from tests.native_admission import Outcome, admit
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
 from webhook.admission.native import commandline, gaps, userenv
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
-from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
+from webhook.admission.policy.model import Backend, MigStrategy, Placement, Policy, PolicySet
+from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 
 EXCLUDED = ("kube-system", "gpu-operator")
 
@@ -130,139 +131,46 @@ POLICIES = PolicySet(
             fractional=Fractional.SHARED,
             memory_fraction=Fraction(1, 5),
         ),
+        # memory slices: HAMi (its placement as pod annotations, 1.5 times the memory registered), Volcano's vGPU
+        # (units of 10 MiB), ACK (an A10's 24 GiB, steered)
+        _policy(
+            "hami",
+            ("hami-*",),
+            sharing=Sharing(
+                mode=Mode.MEMORY,
+                backend=Backend.HAMI,
+                placement=Placement.BINPACK,
+                device_memory_scaling=Fraction(3, 2),  # 122,880 MiB registered per GPU
+            ),
+            gpu=GPU(model="A100-80GB"),
+            limits=Limits(max_per_pod=4),
+        ),
+        _policy(
+            "volcano",
+            ("vgpu",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.VOLCANO, gpu_memory_factor=10),
+            gpu=GPU(model="H100-80GB"),
+            limits=Limits(max_per_container=2, max_per_pod=3),
+        ),
+        _policy(
+            "ack",
+            ("ack",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.ACK, placement=Placement.SPREAD),
+            gpu=GPU(memory_mib=24576),
+            steering=True,  # shares on the pools that cap memory, placed by spread
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
     "audit", "mig", "mig-frac", "mig-listed", "mig-single", "mig-any", "mig-any-listed", "frac", "mps-frac",
-    "capped", "default", "kube-system",
+    "capped", "hami-a", "vgpu", "ack", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
 
 
-# --- The API server, simulated -----------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    allowed: bool
-    verdict: str  # allow, deny, warn, audit (the VAP's action), or "refused" (the API server's own validation)
-    obj: dict[str, Any]
-    message: str = ""
-    errors: list[str] = field(default_factory=list)
-
-
-def _by_name(native: NativeSet, kind: str) -> dict[str, dict[str, Any]]:
-    return {obj["metadata"]["name"]: obj for obj in native.objects if obj["kind"] == kind}
-
-
-def _bound(binding: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
-    """The binding's namespaceSelector: the namespace's labels (kubernetes.io/metadata.name is always one)."""
-    labels = {**labels, "kubernetes.io/metadata.name": namespace}
-    for expression in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]:
-        assert expression["operator"] == "NotIn"
-        if labels.get(expression["key"]) in expression["values"]:
-            return False
-    return True
-
-
-def _constrained(policy: dict[str, Any], request: dict[str, Any]) -> bool:
-    """The policy's matchConstraints: a rule naming the request's group, version, resource and operation."""
-    kind = request["kind"]
-    return any(
-        kind["group"] in rule["apiGroups"]
-        and kind["version"] in rule["apiVersions"]
-        and request["resource"]["resource"] in rule["resources"]
-        and request["operation"] in rule["operations"]
-        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
-    )
-
-
-def _matches(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> bool:
-    scope = kube_cel.Scope({"object": obj, "request": request})
-    return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
-
-
-def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> kube_cel.Scope:
-    """The policy's variables, in order, each reading those before it."""
-    variables: dict[str, Any] = {}
-    scope = kube_cel.Scope({"object": obj, "request": request, "variables": variables})
-    for variable in policy["spec"].get("variables", []):
-        variables[variable["name"]] = scope.evaluate(variable["expression"])
-        scope.set("variables", variables)
-    return scope
-
-
-def _mutate(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    for mutation in policy["spec"]["mutations"]:
-        assert mutation["patchType"] == "JSONPatch"
-        ops = _variables(policy, obj, request).evaluate(mutation["jsonPatch"]["expression"])
-        obj = evanphx.apply(obj, ops)
-    return obj
-
-
-def request_for(obj: dict[str, Any], namespace: str, operation: str = "CREATE") -> dict[str, Any]:
-    """The admission request's attributes the policies read, written from the object's apiVersion and kind (the
-    resource as Kubernetes names them: the kind in lower case, plural)."""
-    group, _, version = obj["apiVersion"].rpartition("/")
-    return {
-        "namespace": namespace,
-        "operation": operation,
-        "kind": {"group": group, "version": version, "kind": obj["kind"]},
-        "resource": {"group": group, "version": version, "resource": obj["kind"].lower() + "s"},
-    }
-
-
-def admit(
-    native: NativeSet,
-    namespace: str,
-    obj: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    operation: str = "CREATE",
-) -> Outcome:
-    request = request_for(obj, namespace, operation)
-    mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
-    bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
-    chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
-    chosen = [name for name in chosen if _matches(mutating[name], obj, request)]
-    if not chosen:
-        return Outcome(True, "allow", obj)
-    assert len(chosen) == 1, f"{namespace}: selected by {chosen}"
-    name = chosen[0]
-    policy = validating.get(name)
-    mutates = _constrained(mutating[name], request)
-    validates = policy is not None and _constrained(policy, request)
-    if not (mutates or validates):
-        return Outcome(True, "allow", obj)
-    mutated = obj
-    if mutates:
-        mutated = _mutate(mutating[name], obj, request)
-        assert _mutate(mutating[name], mutated, request) == mutated, "the MAP is not idempotent on reinvocation"
-    errors = apiserver_rules.pod_spec_errors(get_path(mutated, POD_SPEC_PATHS[obj["kind"]]))
-    if errors:
-        return Outcome(False, "refused", mutated, errors=errors)
-    if policy is None or not validates:
-        return Outcome(True, "allow", mutated)
-    assert _matches(policy, mutated, request)
-    scope = _variables(policy, mutated, request)
-    (validation,) = policy["spec"]["validations"]
-    if scope.evaluate(validation["expression"]) is True:
-        return Outcome(True, "allow", mutated)
-    message = _shown(scope.evaluate(validation["messageExpression"]), validation)
-    binding = _by_name(native, "ValidatingAdmissionPolicyBinding")[name]
-    (action,) = binding["spec"]["validationActions"]
-    return Outcome(action != "Deny", action.lower(), mutated, message)
-
-
-def _shown(result: Any, validation: dict[str, Any]) -> str:
-    """What the API server says of a failed validation (k8s.io/apiserver validating/validator.go): the
-    messageExpression's string, trimmed, unless it has a line break or is over 5 KiB; then the static message;
-    then the expression."""
-    message = result.strip() if isinstance(result, str) else ""
-    if "\n" in message or len(message.encode()) > MESSAGE_LIMIT:
-        message = ""
-    return message or validation.get("message", "").strip() or f"failed expression: {validation['expression']}"
+# --- The webhook's denial as the native set says it ------------------------------------------------
 
 
 def said(violations: list[str], policy: Policy) -> str:
@@ -300,6 +208,12 @@ def as_kind(kind: str, obj: dict[str, Any], **metadata: Any) -> dict[str, Any]:
 
 def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
     return get_path(obj, POD_SPEC_PATHS[obj["kind"]])
+
+
+def placed(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod's annotations that a memory backend reads its placement from (memshare.place)."""
+    metadata = get_path(obj, (*POD_SPEC_PATHS[obj["kind"]][:-1], "metadata")) or {}
+    return {k: v for k, v in (metadata.get("annotations") or {}).items() if k in (HAMI_NODE_POLICY, HAMI_GPU_POLICY)}
 
 
 def decoded(obj: dict[str, Any]) -> dict[str, Any]:
@@ -360,6 +274,7 @@ def compare(
     assert native.message == said(decision.violations, policy)
     assert _containers(native.obj) == _containers(decision.mutated)
     assert spec_of(native.obj) == spec_of(decision.mutated)  # the node constraints among the rest
+    assert placed(native.obj) == placed(decision.mutated)  # HAMi's placement annotations
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
@@ -378,6 +293,19 @@ PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-st
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
+HAMI_MEM, HAMI_CORES, ACK_MEM = "nvidia.com/gpumem", "nvidia.com/gpucores", "aliyun.com/gpu-mem"
+HAMI_NODE, HAMI_GPU = HAMI_NODE_POLICY, HAMI_GPU_POLICY
+VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+)
+
+
+def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
 REQUIRED, PREFERRED = (
     "requiredDuringSchedulingIgnoredDuringExecution",
     "preferredDuringSchedulingIgnoredDuringExecution",
@@ -1154,6 +1082,60 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "whole: MIG profile": ("research", pod(container(limits={"nvidia.com/mig-1g.10gb": 1}))),
     "whole: a zero beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0}))),
+    # memory slices (HAMi, Volcano's vGPU): nvidia.com/gpu converted, the backend's lines
+    "hami: 250m becomes a vGPU of its memory and cores, the pod annotated with its placement": (
+        "hami-a", pod(container(limits={GPU_: "250m"})),
+    ),
+    "hami: two whole GPUs, one annotation of the pod's own kept": (
+        "hami-a", with_annotations(pod(container(requests={GPU_: 2})), {HAMI_NODE: "binpack", HAMI_GPU: "spread"}),
+    ),
+    "hami: 5m, less than one percent of the compute": ("hami-a", pod(container(limits={GPU_: "5m"}))),
+    "hami: 0.9999999 beside its own memory, whole to the API server": (
+        "hami-a", pod(container(limits={GPU_: "0.9999999", HAMI_MEM: 100})),
+    ),
+    "hami: its own resources, over one GPU's memory and 100 percent of its compute": (
+        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: 130000, HAMI_CORES: 150})),
+    ),
+    "hami: nine GPUs, over the container maximum, left as written": ("hami-a", pod(container(limits={GPU_: 9}))),
+    "hami: over the pod maximum, a sidecar running beside": (
+        "hami-a", pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: "0.75"}), init=(
+            container("s", limits={GPU_: "0.3"}, restartPolicy="Always"), container("i", limits={GPU_: 3}),
+        )),
+    ),
+    "hami: a Volcano vGPU's memory is another pool's": ("hami-a", pod(container(limits={VOLCANO_MEM: 1000}))),
+    "hami: a Volcano vGPU beside its own": ("hami-a", pod(container(limits={GPU_: 1, VOLCANO_MEM: 1000}))),
+    "volcano: 0.25 becomes a vGPU in units of 10 MiB": ("vgpu", pod(container(requests={GPU_: "0.25"}))),
+    "volcano: two whole GPUs, three over the container maximum": (
+        "vgpu", pod(container("a", limits={GPU_: 2}), container("b", limits={GPU_: 3})),
+    ),
+    "volcano: its memory alone, more than one GPU's": ("vgpu", pod(container(limits={VOLCANO_MEM: 9000}))),
+    "volcano: its memory beside whole GPUs, over the container maximum": (
+        "vgpu", pod(container(limits={GPU_: 2, VOLCANO_MEM: 4000})),
+    ),
+    "volcano: a vGPU count beside nvidia.com/gpu": ("vgpu", pod(container(limits={GPU_: 1, VOLCANO_NUM: 1}))),
+    "volcano: HAMi's cores are another pool's, a percentage over 100": (
+        "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
+    ),
+    "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
+    "ack: 0.3 of an A10 becomes 7 GiB, steered to the spread pools that cap memory": (
+        "ack", pod(container(limits={GPU_: "0.3"}), nodeSelector={"zone": "a"}),
+    ),
+    "ack: two containers' memory within one GPU's, an init container's too": (
+        "ack", pod(container("a", limits={GPU_: "0.3"}), container("b", limits={ACK_MEM: 10}), init=(
+            container("i", limits={ACK_MEM: 20}),
+        )),
+    ),
+    "ack: its memory over one GPU's": ("ack", pod(container(limits={ACK_MEM: 30}))),
+    "ack: a pool's label of another value in the node selector": (
+        "ack", pod(container(limits={GPU_: "0.5"}), nodeSelector={"ack.node.gpu.schedule": "share"}),
+    ),
+    "ack: two containers' memory over one GPU's": (
+        "ack", pod(container("a", limits={ACK_MEM: 16}), container("b", limits={ACK_MEM: 16})),
+    ),
+    "ack: whole GPUs, steered to the exclusive pool": ("ack", pod(container(limits={GPU_: 2}))),
+    "ack: aliyun.com/gpu-count in a container's resources": (
+        "ack", pod(container(limits={ACK_MEM: 4, "aliyun.com/gpu-count": 2})),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -1189,6 +1171,14 @@ NOT_COVERED = {
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
+    "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
+    "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
+    "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
+    "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
+    "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
+    "ack: two containers' memory over one GPU's": gaps.ACK_PODS,
+    "ack: whole GPUs, steered to the exclusive pool": gaps.ACK_PODS,
+    "ack: aliyun.com/gpu-count in a container's resources": gaps.ACK_PODS,
 }
 
 
@@ -1205,7 +1195,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (152, 31, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (167, 39, 5)
 
 
 @pytest.mark.parametrize(
@@ -1467,6 +1457,42 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(namespace=st.sampled_from(NAMESPACES), obj=pods(), kind=st.sampled_from(sorted(API_VERSIONS)))
 def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
+    compare(namespace, as_kind(kind, obj))
+
+
+# Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
+# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
+MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
+MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM)
+MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
+MEMORY_RESOURCES = st.one_of(
+    st.builds(
+        lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)
+    ),
+    st.builds(lambda name, q: {"limits": {name: q}}, st.sampled_from(MEMORY_OWN), st.sampled_from(MEMORY_AMOUNTS)),
+    st.builds(
+        lambda q, name, amount: {"limits": {GPU_: q, name: amount}},
+        st.sampled_from(("1", "2", "3")),
+        st.sampled_from(MEMORY_OWN),
+        st.sampled_from(MEMORY_AMOUNTS),
+    ),
+)
+
+
+@st.composite
+def memory_pods(draw: st.DrawFn) -> dict[str, Any]:
+    count, inits = draw(st.integers(1, 3)), draw(st.integers(0, 2))
+    bodies = [container(f"c{i}", **draw(MEMORY_RESOURCES)) for i in range(count)]
+    restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
+    init = [container(f"i{i}", **draw(MEMORY_RESOURCES), **draw(restart)) for i in range(inits)]
+    obj = pod(*bodies, init=tuple(init))
+    own = draw(st.sampled_from(({}, {HAMI_GPU: "spread"}, {HAMI_NODE: "binpack"})))
+    return with_annotations(obj, own) if own else obj
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(("hami-a", "vgpu", "ack")), obj=memory_pods(), kind=st.sampled_from(KINDS))
+def test_generated_memory_slices_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
 
 
@@ -1803,13 +1829,12 @@ def test_beside_the_webhook_the_maps_change_pods_only_and_the_vaps_judge_every_k
 
 
 def test_render_native_beside_the_webhook() -> None:
-    import yaml
 
     from webhook.cli.policy_cmd import render_native
 
     out = io.StringIO()
     assert render_native(POLICIES, out, io.StringIO(), beside_webhook=True) == 0
-    rendered = [obj for obj in yaml.safe_load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
+    rendered = [obj for obj in yamldocs.load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
     assert rendered and all(obj["spec"]["matchConstraints"] == PODS for obj in rendered)
 
 
@@ -1894,17 +1919,16 @@ def test_every_reason_a_case_is_not_compared_is_printed_by_the_cli() -> None:
 
 
 def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> None:
-    import yaml
 
     from webhook.cli.policy_cmd import lint_native, render_native
 
     out, err = io.StringIO(), io.StringIO()
     assert render_native(POLICIES, out, err) == 0
-    kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
+    kinds = [doc["kind"] for doc in yamldocs.load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 16
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 16
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 19
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 19
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -1925,6 +1949,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("fractions", shared),
             ("mps-fractions", shared),
             ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+            ("hami", gaps.MEMORY_COUNTS.rule),
+            ("volcano", gaps.MEMORY_COUNTS.rule),
+            ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),
         )
     ]
 
@@ -1948,8 +1975,6 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
     import subprocess
     from pathlib import Path
 
-    import yaml
-
     from tests.conftest import gpu_webhook_command
 
     root = Path(__file__).resolve().parent.parent
@@ -1965,10 +1990,22 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
     ]
     run = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=60)
     assert run.returncode == 0, run.stderr
-    versions = {(doc["kind"], doc["apiVersion"]) for doc in yaml.safe_load_all(run.stdout)}
+    versions = {(doc["kind"], doc["apiVersion"]) for doc in yamldocs.load_all(run.stdout)}
     assert versions == {
         ("MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1beta1"),
         ("MutatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1beta1"),
         ("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1"),
         ("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1"),
     }
+
+
+def test_the_native_benchmarks_pod_is_admitted_by_its_model_as_the_webhook_admits_it() -> None:
+    """bench/native.py admits its Pod through this module's model of the API server (without the second pass):
+    the native set covers the Pod, and creates what the webhook's patch makes of it."""
+    from bench.engine import NAMESPACE, TARGET_POLICY
+    from bench.native import Native, bench_pod
+    from webhook.admission.policy.loader import parse_policy_sources
+
+    admitted = Native().admit(bench_pod())
+    decision = evaluate(bench_pod(), NAMESPACE, parse_policy_sources({"inference.yaml": TARGET_POLICY}))
+    assert decision.allowed and _containers(admitted) == _containers(decoded(decision.mutated))

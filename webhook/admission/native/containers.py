@@ -41,6 +41,20 @@ def spec_variables() -> tuple[tuple[str, str], ...]:
     )
 
 
+def pod_metadata() -> tuple[str, str, str]:
+    """CEL of the pod's metadata where the kind keeps it (a Pod's own, a template's, beside its spec): whether it
+    is there, it (an empty map where it is not), and its JSON Pointer."""
+    paths = {p: (*p[:-1], "metadata") for p in dict.fromkeys(POD_SPEC_PATHS.values())}
+    present = {
+        p: " && ".join(f"has({'.'.join(('object', *m[: n + 1]))})" for n in range(len(m))) for p, m in paths.items()
+    }
+    return (
+        _by_kind(present, "false"),
+        _by_kind({p: _guarded(m) for p, m in paths.items()}, "{}"),
+        _by_kind({p: lit(pointer(m)) for p, m in paths.items()}, "''"),
+    )
+
+
 def each(section: str, keep: str, make: str) -> str:
     """One element (`make`, of the container `c`) per container of `section` for which `keep` holds."""
     spec = f"{SPEC}.{section}"

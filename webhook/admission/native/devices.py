@@ -12,6 +12,7 @@ whose resolved form reads otherwise is left to the webhook (scope.py, gaps.DEVIC
 from __future__ import annotations
 
 from webhook.admission.base.podspec import DEVICE_LIST_ROOTS, DEVICE_NODES_DIR, DEVICE_NODES_PREFIX, VISIBLE_DEVICES
+from webhook.admission.base.resources import DEVICE_AMOUNTS
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
 from webhook.admission.native.containers import SPEC, managed
 from webhook.admission.native.family import ContainerRule, Family
@@ -21,10 +22,12 @@ from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
 
 UNPRIVILEGED = "!(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
-# The container holds a GPU: a managed limit above 0 (validation's counts, which the covered pods hold as limits).
+# The container holds a GPU: a managed limit above 0 that counts devices (validation's counts, which the covered
+# pods hold as limits; a memory backend's amounts of one GPU are none).
 HOLDS_GPU = (
     "has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(n, "
-    f"({managed('n')}) && quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
+    f"({managed('n')}) && !(n in {strings(sorted(DEVICE_AMOUNTS))}) && "
+    "quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0)"
 )
 NAMED = f"has(e.name) && e.name == {lit(VISIBLE_DEVICES)}"
 WRITTEN = f"has(c.env) && c.env.exists(e, {NAMED})"

@@ -2,8 +2,8 @@
 stderr, the docs and the tests' list of cases not compared read the same reasons.
 
 `shape` says which of the policy's rules are compiled at all: whole GPUs (`exclusive`), replicas shared as
-`nvidia.com/gpu.shared` (`time-slicing`, `mps`), MIG slices (`mig`, its backend says where), or none but the
-limits copied from requests (every other mode).
+`nvidia.com/gpu.shared` (`time-slicing`, `mps`), MIG slices (`mig`, its backend says where), a memory backend's
+shares (`memory`), or none but the limits copied from requests (every other mode).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from webhook.admission.native.family import Family, Gap
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
-Shape = Literal["whole", "shared", "mig"] | None
+Shape = Literal["whole", "shared", "mig", "memory"] | None
 
 BUILT_IN_REFUSAL = Gap(
     "fractional, negative or request != limit GPU quantities (e.g. nvidia.com/gpu: 500m)",
@@ -35,7 +35,7 @@ FRACTION_VARIABLES = Gap(
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
 )
 OTHER_RESOURCES = Gap(
-    "other GPU resources (AMD, Intel, memory slices, DeviceClass resources)",
+    "other GPU resources (AMD, Intel, memory slices outside mode memory, DeviceClass resources)",
     "their pools, amounts and classes are not compiled yet",
 )
 PREFIXED_LIMITS = Gap(
@@ -51,8 +51,21 @@ PREFIXED_TOTALS = Gap(
     "lines for them, its pool's and its maximum's, are compiled)",
 )
 BOTH_NAMES = Gap(
-    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU)",
+    f"two GPU resources in one container ({NVIDIA_GPU} beside the shared replica, a zero beside a GPU; under mode "
+    "memory another pool's resource beside any other, or two counts of devices)",
     "not compiled yet (the webhook leaves such a request unmapped and says why)",
+)
+MEMORY_COUNTS = Gap(
+    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",
+    "the compiled lines weigh GPUs' worth of memory in CEL integers, which such a count could overflow: judged by "
+    "the webhook alone",
+)
+ACK_PODS = Gap(
+    "under ACK GPU sharing: a pod whose memory its label aliyun.com/gpu-count spreads over several GPUs (or a "
+    "label that is no number), aliyun.com/gpu-count in a container's resources, shares beside whole GPUs, "
+    "several containers' memory over one GPU's, whole GPUs steered to the exclusive pool",
+    "the extender's placement of a pod's memory, its pools per pod and the steering of whole GPUs are not "
+    "compiled: judged by the webhook alone",
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(
@@ -141,7 +154,8 @@ def shape(policy: Policy) -> Shape:
     """Which of the policy's GPU rules the native set carries (None: the limits copied from requests only): its
     sharing backend's answer."""
     found = backend_of(policy).native_shape(policy)
-    return "whole" if found == "whole" else "shared" if found == "shared" else "mig" if found == "mig" else None
+    shapes: dict[str | None, Shape] = {"whole": "whole", "shared": "shared", "mig": "mig", "memory": "memory"}
+    return shapes.get(found)
 
 
 def product_judged(policy: Policy) -> bool:
@@ -166,7 +180,7 @@ class Unsupported(Family):
         found = [BUILT_IN_REFUSAL, NEAR_WHOLE, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
-        else:
+        elif shape(policy) != "memory":  # mode memory has no per-resource pod totals (validate._memory_pod_total)
             found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
             found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES, SPACED_PRODUCT]

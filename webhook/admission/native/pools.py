@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
+    MEMORY_SLICE_RESOURCES,
     MIG_PREFIX,
     MIG_RESOURCE_RE2,
     NVIDIA_GPU,
@@ -35,10 +36,14 @@ NAME, SHOWN, WHAT, PROFILE = slot("name"), slot("shown"), slot("what"), slot("pr
 
 
 def other_pools(policy: Policy) -> list[str]:
-    """Another pool's resources judged by name: the shared replica, where the pool does not serve it."""
-    if shape(policy) is None or NVIDIA_GPU_SHARED in Rules.of(policy).served:
+    """Another pool's resources judged by name: the shared replica, where the pool does not serve it, and under
+    mode memory every other backend's resources."""
+    kind = shape(policy)
+    if kind is None:
         return []
-    return [NVIDIA_GPU_SHARED]
+    served = Rules.of(policy).served
+    others = MEMORY_SLICE_RESOURCES if kind == "memory" else frozenset()
+    return sorted(name for name in {NVIDIA_GPU_SHARED, *others} if name not in served)
 
 
 def named(policy: Policy) -> list[str]:
@@ -47,7 +52,12 @@ def named(policy: Policy) -> list[str]:
     kind = shape(policy)
     if kind is None:
         return []
-    own = slice_names(policy) if kind == "mig" else [backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU]
+    if kind == "mig":
+        own = slice_names(policy)
+    elif kind == "memory":
+        own = sorted(Rules.of(policy).served)  # the backend's resources (memshare.served)
+    else:
+        own = [backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU]
     return sorted({NVIDIA_GPU, *own, *other_pools(policy)})
 
 

@@ -12,6 +12,7 @@ from webhook.admission.native.fractions import FractionalShares
 from webhook.admission.native.gaps import Unsupported
 from webhook.admission.native.limits import LimitsFromRequests
 from webhook.admission.native.maxima import Maxima
+from webhook.admission.native.memshares import MemoryShares
 from webhook.admission.native.memvars import MemoryVariables
 from webhook.admission.native.migslices import MigSlices
 from webhook.admission.native.nodes import KeptNamePin, Steering
@@ -25,6 +26,7 @@ FAMILIES: tuple[Family, ...] = (
     Pools(),
     KeptNamePin(),
     Maxima(),
+    MemoryShares(),  # after the maxima: validation says a memory share's lines after its counts'
     EngineFlags(),  # before the fractions' rename: a converted fraction's flag reads the fraction
     FractionalShares(),
     MemoryVariables(),
