@@ -1038,6 +1038,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]}
         ]}}}),
     ),
+    "whole-tie: a NUL in a value of its own": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a\x00b"]}]}
+        ]}}}),
+    ),
     "whole-tie: its only live term on MIG slices, an empty one beside": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {}, {"matchExpressions": [ZONE, {"key": SLICES, "operator": "In", "values": ["2"]}]}
@@ -1169,6 +1174,7 @@ NOT_COVERED = {
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "whole: a zero beside a GPU": gaps.BOTH_NAMES,
     "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
@@ -1195,7 +1201,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (167, 39, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (167, 40, 5)
 
 
 @pytest.mark.parametrize(
@@ -1933,7 +1939,7 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
     lint_native(POLICIES, warned)
-    spaced, labels = gaps.SPACED_PRODUCT.rule, gaps.STEERED_LABELS.rule
+    spaced, labels = gaps.SPACED_PRODUCT.rule, f"{gaps.STEERED_LABELS.rule}; {gaps.NUL_VALUES.rule}"
     shared = "; ".join(
         gap.rule
         for gap in (gaps.USER_VALUES, gaps.USER_CONFIG, gaps.ENGINE_FLAGS, gaps.COMMAND_LINES, gaps.SPACED_PRODUCT)

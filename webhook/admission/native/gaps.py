@@ -123,6 +123,11 @@ SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",
     "the compiled pin to a kept name, and steering's test of a term's products, read a term's values joined by spaces",
 )
+NUL_VALUES = Gap(
+    "a steered pod's required node affinity value that holds a NUL character (which the API server accepts there)",
+    "steering writes each term's values anew, joined and split at NUL (CEL cannot copy a list it read from the "
+    "object into a JSON Patch value): such a value would come back as two",
+)
 BUDGETS = Gap("GPU budgets (cluster.quota)", "a count across the namespace's pods; a policy sees one object")
 CLUSTER_CHECKS = Gap("cluster checks (fits, offered, drift) and auto values", "they need the node inventory")
 DRA = Gap("DRA ResourceClaims", "the claims are other objects, which a policy on pods cannot read")
@@ -185,7 +190,7 @@ class Unsupported(Family):
         if shape(policy) == "shared":
             found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES, SPACED_PRODUCT]
         if policy.steering:
-            found.append(STEERED_LABELS)  # the rest of steering: native/nodes.py
+            found += [STEERED_LABELS, NUL_VALUES]  # the rest of steering: native/nodes.py
             if not product_judged(policy):
                 found.append(STEERED_PRODUCT)
             if shape(policy) != "shared":

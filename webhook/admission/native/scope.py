@@ -50,6 +50,7 @@ from webhook.admission.native.gaps import (
     EPHEMERAL,
     MEMORY_COUNTS,
     NEAR_WHOLE,
+    NUL_VALUES,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
     PREFIXED_TOTALS,
@@ -182,6 +183,9 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
     for term in required.get("nodeSelectorTerms") or ():
+        copied = [*(term.get("matchExpressions") or ()), *(term.get("matchFields") or ())]
+        if any(isinstance(v, str) and "\x00" in v for e in copied for v in (e.get("values") or ())):
+            return NUL_VALUES  # steering copies the term's values joined and split at NUL (nodes._copied)
         own: dict[str, int] = {}  # a required label's expressions of the term's own
         for expression in term.get("matchExpressions") or ():
             key = expression.get("key")
