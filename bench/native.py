@@ -6,8 +6,9 @@ own), one after another from one client over a kept-alive connection, each admit
   (b) webhook        the API server's calls to the real `gpu-webhook serve` (2 workers, TLS, kept alive):
                      /mutate, its JSON Patch applied, then /validate on the mutated Pod;
   (c) native         the native policies (`policy render native` of the same policy) evaluated in this process
-                     by the tests' CEL evaluator (tests/kube_cel.py, the `common-expression-language` package):
-                     the binding and matchCondition, the MAP's JSON Patches, then the VAP.
+                     by the tests' model of admission (tests/native_admission.py, on tests/kube_cel.py and the
+                     `common-expression-language` package): the bindings and matchConditions, the MAP's JSON
+                     Patches, the API server's validation of the pod spec, then the VAP.
 The Pod: two containers asking `nvidia.com/gpu: 1` each in a time-slicing namespace (the engine benchmark's
 review (a) without its nodeSelector, so that the native set covers it), renamed to a replica and given the
 memory variables by both (b) and (c), which are checked to create the same Pod.
@@ -35,7 +36,8 @@ from bench.apiproc import ApiProcess
 from bench.common import check, percentile, table, write_results
 from bench.engine import NAMESPACE, SCENARIOS, TARGET_POLICY
 from bench.server import Server, setup, start_webhook
-from tests import evanphx, kube_cel
+from tests import evanphx
+from tests.native_admission import admit
 from webhook.admission.native.compile import compile_native
 from webhook.admission.native.scope import outside
 from webhook.admission.policy.loader import parse_policy_sources
@@ -55,39 +57,20 @@ def bench_pod() -> dict[str, Any]:
 
 
 class Native:
-    """The native set compiled from the benchmark's policy, run as the API server runs it (one policy selected by
-    its binding and matchCondition; the MAP's patches in order; the VAP's variables, then its validation)."""
+    """The native set compiled from the benchmark's policy, run as the API server runs it: the tests' model of
+    admission (tests/native_admission.py: bindings, matchConditions, the MAP's JSON Patches, the API server's
+    validation of the pod spec, the VAP), without the tests' second pass of the MAP."""
 
     def __init__(self) -> None:
         policies = parse_policy_sources({"inference.yaml": TARGET_POLICY})
-        native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
-        self.objects = {(obj["kind"], obj["metadata"]["name"]): obj for obj in native.objects}
-        self.request = {"namespace": NAMESPACE, "operation": "CREATE"}
-        (self.name,) = [
-            name
-            for kind, name in self.objects
-            if kind == "MutatingAdmissionPolicy" and self._matches(self.objects[(kind, name)])
-        ]
+        self.native = compile_native(policies, [name for name, _ in EXCLUDED_NAMESPACES])
         assert outside(bench_pod(), policies.for_namespace(NAMESPACE)) is None, "the native set must cover the pod"
 
-    def _matches(self, policy: dict[str, Any]) -> bool:
-        conditions = policy["spec"]["matchConditions"]
-        return all(kube_cel.evaluate(c["expression"], {"request": self.request}) is True for c in conditions)
-
     def admit(self, obj: dict[str, Any]) -> dict[str, Any]:
-        mutating = self.objects[("MutatingAdmissionPolicy", self.name)]
-        assert self._matches(mutating)
-        for mutation in mutating["spec"]["mutations"]:
-            ops = kube_cel.evaluate(mutation["jsonPatch"]["expression"], {"object": obj, "request": self.request})
-            obj = evanphx.apply(obj, ops)
-        validating = self.objects[("ValidatingAdmissionPolicy", self.name)]
-        context: dict[str, Any] = {"object": obj, "request": self.request, "variables": {}}
-        for variable in validating["spec"]["variables"]:
-            context["variables"][variable["name"]] = kube_cel.evaluate(variable["expression"], context)
-        for validation in validating["spec"]["validations"]:
-            if kube_cel.evaluate(validation["expression"], context) is not True:
-                raise RuntimeError("the native policy denied the benchmark's pod")
-        return obj
+        outcome = admit(self.native, NAMESPACE, obj, reinvoked=False)
+        if not outcome.allowed:
+            raise RuntimeError(f"the native policies refused the benchmark's pod: {outcome.message}")
+        return outcome.obj
 
 
 class Webhook:

@@ -61,6 +61,7 @@ COLLECTIONS: dict[str, tuple[str, str]] = {
     "ConfigMap": ("/api/v1", "configmaps"),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases"),
     "GPUPolicy": ("/apis/gpu-admission.io/v1", "gpupolicies"),  # cluster-scoped
+    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies"),  # too
 }
 
 TOKEN = "fake-token"

@@ -6,12 +6,14 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   `asApproximateFloat()` (a float64 near the value: Go multiplies the mantissa by a power of ten, here the
   nearest float, both far closer than the native policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
-- lists library (lists.go): `indexOf`, `sum`, `max`, `min` (of strings too); strings extension (cel-go
-  ext/strings.go): `join`, `replace` (every occurrence) and `split` (Go's strings.Split: a separator that is not
-  there gives the string whole);
+- lists library (lists.go): `indexOf`, `lastIndexOf`, `sum`, `max`, `min` (of strings too); strings extension
+  (cel-go ext/strings.go): `join`, `replace` (every occurrence) and `split` (Go's strings.Split: a separator
+  that is not there gives the string whole);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
-  by a scanner that skips string literals.
+  by a scanner that skips string literals;
+- `variables.NAME` read as the top-level `variables__NAME` (the same scanner), so that each variable is
+  converted to a CEL value once, when it is set, and not again with every variable after it.
 Expressions are compiled once and cached.
 """
 
@@ -78,6 +80,7 @@ FUNCTIONS = {
     "compareTo": _compare,
     "asApproximateFloat": _approximate,
     "indexOf": lambda items, item: items.index(item) if item in items else -1,
+    "lastIndexOf": lambda items, item: len(items) - 1 - list(reversed(items)).index(item) if item in items else -1,
     "sum": lambda items: sum(items),
     "max": lambda items: max(items),
     "min": lambda items: min(items),
@@ -104,7 +107,7 @@ def _quoted_fields(source: str, start: int) -> tuple[str, int]:
             continue
         if source.startswith("JSONPatch{", i):
             inner, i = _quoted_fields(source, i + len("JSONPatch{"))
-            out.append("{" + inner + "}")
+            out.append("{" + plain(inner) + "}")
             field_start = False
             continue
         if ch in "([{":
@@ -137,8 +140,16 @@ def string_end(source: str, i: int) -> int:
     return j + 1
 
 
+VARIABLES = "variables."
+VARIABLE_PREFIX = "variables__"
+
+
+def _in_name(ch: str) -> bool:
+    return ch.isalnum() or ch in "_."
+
+
 def plain(source: str) -> str:
-    """`source` with every `JSONPatch{...}` written as a map literal."""
+    """`source` with every `JSONPatch{...}` written as a map literal, and `variables.NAME` as `variables__NAME`."""
     out: list[str] = []
     i = 0
     while i < len(source):
@@ -149,7 +160,10 @@ def plain(source: str) -> str:
             i = end
         elif source.startswith("JSONPatch{", i):
             inner, i = _quoted_fields(source, i + len("JSONPatch{"))
-            out.append("{" + inner + "}")
+            out.append("{" + plain(inner) + "}")
+        elif source.startswith(VARIABLES, i) and (i == 0 or not _in_name(source[i - 1])):
+            out.append(VARIABLE_PREFIX)
+            i += len(VARIABLES)
         else:
             out.append(ch)
             i += 1
@@ -174,6 +188,10 @@ class Scope:
 
     def set(self, name: str, value: Any) -> None:
         self._context.add_variable(name, value)
+
+    def set_variable(self, name: str, value: Any) -> None:
+        """The policy's `variables.NAME`."""
+        self._context.add_variable(VARIABLE_PREFIX + name, value)
 
     def evaluate(self, source: str) -> Any:
         return program(source).execute(self._context)

@@ -19,7 +19,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests import k8s_tools
+from tests import k8s_tools, yamldocs
 from webhook.admission.policy.loader import parse_policy_sources
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,14 +51,14 @@ def render(*values: str, namespace: str = NAMESPACE, files: tuple[str, ...] = ()
     flags += [arg for value in files for arg in ("--set-file", value)]
     run = helm("template", "gpu-admission", str(CHART), "--namespace", namespace, "--include-crds", *flags)
     assert run.returncode == 0, run.stderr
-    return by_key(yaml.safe_load_all(run.stdout))
+    return by_key(yamldocs.load_all(run.stdout))
 
 
 def kustomize(directory: Path) -> dict[Key, dict[str, Any]]:
     assert KUBECTL is not None
     run = subprocess.run([KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    return by_key(yaml.safe_load_all(run.stdout))
+    return by_key(yamldocs.load_all(run.stdout))
 
 
 def by_key(documents: Any) -> dict[Key, dict[str, Any]]:
@@ -138,7 +138,7 @@ def test_the_configmap_source_renders_the_kustomize_base_without_the_cluster_sou
     base.pop(("Namespace", NAMESPACE))
     rendered = render("policySource=configmap")
     crd = rendered.pop(("CustomResourceDefinition", "gpupolicies.gpu-admission.io"))
-    assert crd == yaml.safe_load((MANIFESTS / "policy-source-cluster" / "gpupolicies.yaml").read_text())
+    assert crd == yamldocs.load((MANIFESTS / "policy-source-cluster" / "gpupolicies.yaml").read_text())
     assert rendered == base
 
 
@@ -178,8 +178,8 @@ def test_under_the_cluster_source_each_policy_document_becomes_a_gpupolicy_objec
     rendered = render(files=(f"policies.a\\.yaml={ROOT / 'policies' / 'default.yaml'}",
                              f"policies.b\\.yaml={examples / 'time-slicing.yaml'}"))  # fmt: skip
     objects = [obj for key, obj in rendered.items() if key[0] == "GPUPolicy"]
-    expected = [*yaml.safe_load_all((ROOT / "policies" / "default.yaml").read_text()),
-                *yaml.safe_load_all((examples / "time-slicing.yaml").read_text())]  # fmt: skip
+    expected = [*yamldocs.load_all((ROOT / "policies" / "default.yaml").read_text()),
+                *yamldocs.load_all((examples / "time-slicing.yaml").read_text())]  # fmt: skip
     assert sorted(objects, key=lambda o: o["metadata"]["name"]) == sorted(
         [doc for doc in expected if doc], key=lambda o: o["metadata"]["name"]
     )

@@ -398,3 +398,46 @@ def test_an_empty_cluster_lints_as_an_empty_directory_does(capsys, tmp_path) -> 
         empty.stop()
     assert code == 0
     assert out.splitlines()[0] == "cluster fake: no GPUPolicy objects: every namespace gets the built-in defaults"
+
+
+# --- the native policies ---------------------------------------------------------------------------------------
+
+
+def native_policy(name: str, component: str = "native-policies") -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/component": component}},
+        "spec": {"validations": [{"expression": "true"}]},
+    }
+
+
+def test_lint_from_a_cluster_holding_native_policies_warns_what_they_cannot_carry(capsys, api, kubeconfig) -> None:
+    """Where `policy render native`'s objects are installed, lint says unasked what `--native` says; elsewhere
+    (another tool's admission policies only) nothing."""
+    api.add(native_policy("another-tools", component="guard"))
+    code, plain, _ = run(capsys, "policy", "lint", "--from-cluster", "--kubeconfig", kubeconfig)
+    assert code == 0 and "native" not in plain
+    code, asked, _ = run(capsys, "policy", "lint", "--from-cluster", "--kubeconfig", kubeconfig, "--native")
+    assert code == 0
+    warnings = [line for line in asked.splitlines() if line.startswith("warning: ")]
+    assert warnings and all("its native policies do not carry" in line for line in warnings)
+    assert "warning: policy shared (gpupolicy/shared): its native policies do not carry" in asked
+
+    api.add(native_policy("gpu-admission-shared"), native_policy("gpu-admission-built-in-default"))
+    code, unasked, _ = run(capsys, "policy", "lint", "--from-cluster", "--kubeconfig", kubeconfig)
+    assert code == 0
+    note = (
+        "note: native admission policies are installed (app.kubernetes.io/component=native-policies: 2 "
+        "ValidatingAdmissionPolicy objects): a warning follows for each policy with rules they cannot carry"
+    )
+    assert unasked.splitlines() == [*asked.splitlines()[: -len(warnings)], note, *warnings]
+
+
+def test_lint_from_a_cluster_that_hides_its_admission_policies_says_so_and_lints(capsys, api, kubeconfig) -> None:
+    api.forbidden.add("validatingadmissionpolicies")
+    code, out, err = run(capsys, "policy", "lint", "--from-cluster", "--kubeconfig", kubeconfig)
+    assert code == 0 and err == ""
+    (note,) = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert note.startswith("note: whether native policies are installed is not known (forbidden (403) to list ")
+    assert note.endswith("; --native warns regardless")

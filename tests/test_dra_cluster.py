@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from tests import yamldocs
 from tests.engine_support import container, pod, policy
 from tests.fake_kube_api import loopback_cluster
 from tests.test_clustercheck import DENY, node, view
@@ -21,8 +22,8 @@ from webhook.admission.engine import evaluate
 from webhook.admission.policy.model import ClusterChecks, Limits, Mode, PolicySet, Sharing
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dra"
-CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
-SLICE = yaml.safe_load((FIXTURES / "resourceslice.yaml").read_text())
+CLASSES = [d for d in yamldocs.load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
+SLICE = yamldocs.load((FIXTURES / "resourceslice.yaml").read_text())
 WIDE = policy(limits=Limits(max_per_container=16, max_per_pod=16), cluster_checks=DENY)
 
 
@@ -441,7 +442,7 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
         run = gpu_webhook("policy", "lint", str(cluster.policies), "--cluster", "--kubeconfig", cluster.kubeconfig,
                           "-o", "json")  # fmt: skip
         assert run.returncode == 1, run.stderr
-        assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
+        assert [item["line"] for item in yamldocs.load(run.stdout)["drift"]] == [
             'policy "slices" sharing.migProfile is 1g.10gb, but 1 node (dra-mig-1) says no 1g.10gb slice: pods '
             "converted to nvidia.com/mig-1g.10gb cannot run there; set sharing.migProfile to a profile of "
             "migProfiles the nodes have, or change their MIG layout (mig-parted)",
@@ -449,7 +450,7 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
             "devices in ResourceSlices): pods converted to nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb cannot run "
             "there; list the profiles the nodes have in sharing.migProfiles, or change their MIG layout (mig-parted)",
         ]
-        assert "unreadSelectors" not in yaml.safe_load(run.stdout)
+        assert "unreadSelectors" not in yamldocs.load(run.stdout)
         guessed = ("device.driver == 'gpu.nvidia.com' && "
                    "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('a100')")  # fmt: skip
         cluster.api.put({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -465,7 +466,7 @@ def test_policy_lint_cluster_reads_the_mig_devices_in_the_slices(tmp_path):
         )
 
 
-SHARED_CLASSES = [d for d in yaml.safe_load_all((FIXTURES / "shared-deviceclasses.yaml").read_text()) if d]
+SHARED_CLASSES = [d for d in yamldocs.load_all((FIXTURES / "shared-deviceclasses.yaml").read_text()) if d]
 UNSHARED, TIMESLICED = SHARED_CLASSES
 TIME_SLICED = policy(
     sharing=Sharing(mode=Mode.TIME_SLICING, replicas=4), limits=Limits(max_per_container=16, max_per_pod=16),
@@ -648,7 +649,7 @@ def test_policy_lint_cluster_names_a_class_that_serves_the_replica_unshared(tmp_
         run = gpu_webhook("policy", "lint", str(cluster.policies), "--cluster", "--kubeconfig", cluster.kubeconfig,
                           "-o", "json")  # fmt: skip
         assert run.returncode == 1, run.stderr
-        assert [item["line"] for item in yaml.safe_load(run.stdout)["drift"]] == [
+        assert [item["line"] for item in yamldocs.load(run.stdout)["drift"]] == [
             UNSHARED_DRIFT.replace('policy "team"', 'policy "notebooks"')
         ]
         cluster.api.put({**UNSHARED, "spec": {**UNSHARED["spec"], "config": TIMESLICED["spec"]["config"]}})

@@ -34,7 +34,7 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
-from tests import k8s_tools
+from tests import k8s_tools, yamldocs
 from webhook import certs
 from webhook.admission.base.podspec import POD_SPEC_PATHS
 from webhook.admission.base.resources import is_managed
@@ -156,11 +156,11 @@ NAMESPACED_ENTRIES = ALL_ENTRIES - 1  # all but GPUPolicy's
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    return [doc for doc in yamldocs.load_all(path.read_text()) if doc is not None]
 
 
 def _kustomization(directory: Path) -> dict[str, Any]:
-    data = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    data = yamldocs.load((directory / "kustomization.yaml").read_text())
     supported = {"apiVersion", "kind", "resources", "components", "configMapGenerator", "patches", "replacements"}
     unknown = set(data) - supported
     assert not unknown, f"{directory}/kustomization.yaml uses {sorted(unknown)}: teach render() or avoid them"
@@ -191,7 +191,7 @@ def _selected(obj: dict[str, Any], selector: dict[str, Any]) -> bool:
 def _apply_patches(objects: list[dict[str, Any]], directory: Path, patches: list[dict[str, Any]]) -> None:
     for entry in patches:
         text = (directory / entry["path"]).read_text() if "path" in entry else entry["patch"]
-        operations = yaml.safe_load(text)
+        operations = yamldocs.load(text)
         matched = [i for i, obj in enumerate(objects) if _selected(obj, entry["target"])]
         assert matched, f"patch {entry} matches nothing"
         if isinstance(operations, dict) and operations.get("$patch") == "delete":  # the one strategic merge used
@@ -278,7 +278,7 @@ def render(directory: Path, *, drop_local: bool = True) -> list[dict[str, Any]]:
 def kubectl_kustomize(directory: Path) -> list[dict[str, Any]]:
     result = subprocess.run([KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+    return [doc for doc in yamldocs.load_all(result.stdout) if doc is not None]
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
@@ -701,7 +701,7 @@ def test_every_variant_sets_the_api_server_addresses_in_one_place(
     rendered: dict[str, list[dict[str, Any]]], variant: str
 ) -> None:
     """Each installable variant takes the addresses from manifests/api-server/api-server.yaml."""
-    data = yaml.safe_load((VARIANTS[variant] / "kustomization.yaml").read_text())
+    data = yamldocs.load((VARIANTS[variant] / "kustomization.yaml").read_text())
     assert any(Path(c).name == "api-server" for c in data.get("components", [])), variant
     assert one(rendered[variant], "NetworkPolicy") == one(rendered["default"], "NetworkPolicy")
 
@@ -1075,7 +1075,7 @@ def test_monitoring_objects_meet_the_prometheus_operator_crd_schemas(
 ) -> None:
     import jsonschema
 
-    schema = yaml.safe_load((PROMETHEUS_OPERATOR_SCHEMAS / schema_file).read_text())
+    schema = yamldocs.load((PROMETHEUS_OPERATOR_SCHEMAS / schema_file).read_text())
     obj = one(monitoring, kind)
     assert obj["apiVersion"] == "monitoring.coreos.com/v1"
     assert obj["metadata"]["namespace"] == NAMESPACE
@@ -1133,7 +1133,7 @@ def test_the_example_overlay_patches_the_default_policy_adds_one_and_sets_the_im
 
     objects = kubectl_kustomize(CUSTOM)
     policies = sorted((o for o in objects if o["kind"] == "GPUPolicy"), key=lambda o: o["metadata"]["name"])
-    written = {p.name: yaml.safe_load(p.read_text()) for p in sorted((CUSTOM / "policies").glob("*.yaml"))}
+    written = {p.name: yamldocs.load(p.read_text()) for p in sorted((CUSTOM / "policies").glob("*.yaml"))}
     shipped = next(o for o in default if o["kind"] == "GPUPolicy")
     assert shipped["spec"]["enforcement"] == "audit"
     assert policies == [

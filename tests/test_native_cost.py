@@ -29,16 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests import kube_cel
+from tests import kube_cel, yamldocs
 from tests.engine_support import container, pod
 from tests.test_native_policies import FRACTION_NATIVE, NATIVE, POLICIES, compare, decoded
 from webhook.admission.base.resources import MANAGED_NAMES
 from webhook.admission.engine import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = list(yaml.safe_load_all((ROOT / "manifests" / "native-policies" / "native-policies.yaml").read_text()))
+SHIPPED = list(yamldocs.load_all((ROOT / "manifests" / "native-policies" / "native-policies.yaml").read_text()))
 MACRO = re.compile(r"\.(exists_one|exists|all|map|filter)\(")
 SECTION_PASS = re.compile(
     r"(?:object|variables)\.spec\.(containers|initContainers)\.(exists_one|exists|all|map|filter|indexOf)\("

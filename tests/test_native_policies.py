@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
-from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cache
 from typing import Any
@@ -33,15 +31,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx, kube_cel
+from tests import apiserver_rules, kube_cel, yamldocs
 from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sharing, container, pod
+from tests.native_admission import Outcome, admit
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
-from webhook.admission.native import commandline, gaps
+from webhook.admission.native import commandline, gaps, userenv
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
-from webhook.admission.policy.model import MigStrategy, Policy, PolicySet
+from webhook.admission.policy.model import Backend, MigStrategy, Placement, Policy, PolicySet
+from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 
 EXCLUDED = ("kube-system", "gpu-operator")
 
@@ -131,149 +131,46 @@ POLICIES = PolicySet(
             fractional=Fractional.SHARED,
             memory_fraction=Fraction(1, 5),
         ),
+        # memory slices: HAMi (its placement as pod annotations, 1.5 times the memory registered), Volcano's vGPU
+        # (units of 10 MiB), ACK (an A10's 24 GiB, steered)
+        _policy(
+            "hami",
+            ("hami-*",),
+            sharing=Sharing(
+                mode=Mode.MEMORY,
+                backend=Backend.HAMI,
+                placement=Placement.BINPACK,
+                device_memory_scaling=Fraction(3, 2),  # 122,880 MiB registered per GPU
+            ),
+            gpu=GPU(model="A100-80GB"),
+            limits=Limits(max_per_pod=4),
+        ),
+        _policy(
+            "volcano",
+            ("vgpu",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.VOLCANO, gpu_memory_factor=10),
+            gpu=GPU(model="H100-80GB"),
+            limits=Limits(max_per_container=2, max_per_pod=3),
+        ),
+        _policy(
+            "ack",
+            ("ack",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.ACK, placement=Placement.SPREAD),
+            gpu=GPU(memory_mib=24576),
+            steering=True,  # shares on the pools that cap memory, placed by spread
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
     "audit", "mig", "mig-frac", "mig-listed", "mig-single", "mig-any", "mig-any-listed", "frac", "mps-frac",
-    "capped", "default", "kube-system",
+    "capped", "hami-a", "vgpu", "ack", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
 
 
-# --- The API server, simulated -----------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    allowed: bool
-    verdict: str  # allow, deny, warn, audit (the VAP's action), or "refused" (the API server's own validation)
-    obj: dict[str, Any]
-    message: str = ""
-    errors: list[str] = field(default_factory=list)
-
-
-def _by_name(native: NativeSet, kind: str) -> dict[str, dict[str, Any]]:
-    return {obj["metadata"]["name"]: obj for obj in native.objects if obj["kind"] == kind}
-
-
-def _bound(binding: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
-    """The binding's namespaceSelector: the namespace's labels (kubernetes.io/metadata.name is always one)."""
-    labels = {**labels, "kubernetes.io/metadata.name": namespace}
-    for expression in binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]:
-        assert expression["operator"] == "NotIn"
-        if labels.get(expression["key"]) in expression["values"]:
-            return False
-    return True
-
-
-def _constrained(policy: dict[str, Any], request: dict[str, Any]) -> bool:
-    """The policy's matchConstraints: a rule naming the request's group, version, resource and operation."""
-    kind = request["kind"]
-    return any(
-        kind["group"] in rule["apiGroups"]
-        and kind["version"] in rule["apiVersions"]
-        and request["resource"]["resource"] in rule["resources"]
-        and request["operation"] in rule["operations"]
-        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
-    )
-
-
-def _matches(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> bool:
-    scope = kube_cel.Scope({"object": obj, "request": request})
-    return all(scope.evaluate(c["expression"]) is True for c in policy["spec"]["matchConditions"])
-
-
-@cache
-def _reads(expression: str) -> tuple[str, ...]:
-    """The variables `expression` reads (by name: no compiled expression reads one by a computed key)."""
-    return tuple(sorted(set(re.findall(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)", expression))))
-
-
-def _variables(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> kube_cel.Scope:
-    """The policy's variables, in order, each reading those before it (given those it reads alone: handing the
-    evaluator every variable so far for each one costs the square of their number), then all of them."""
-    variables: dict[str, Any] = {}
-    scope = kube_cel.Scope({"object": obj, "request": request, "variables": variables})
-    for variable in policy["spec"].get("variables", []):
-        reads = _reads(variable["expression"])
-        if reads:
-            scope.set("variables", {name: variables[name] for name in reads if name in variables})
-        variables[variable["name"]] = scope.evaluate(variable["expression"])
-    scope.set("variables", variables)
-    return scope
-
-
-def _mutate(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    for mutation in policy["spec"]["mutations"]:
-        assert mutation["patchType"] == "JSONPatch"
-        ops = _variables(policy, obj, request).evaluate(mutation["jsonPatch"]["expression"])
-        obj = evanphx.apply(obj, ops)
-    return obj
-
-
-def request_for(obj: dict[str, Any], namespace: str, operation: str = "CREATE") -> dict[str, Any]:
-    """The admission request's attributes the policies read, written from the object's apiVersion and kind (the
-    resource as Kubernetes names them: the kind in lower case, plural)."""
-    group, _, version = obj["apiVersion"].rpartition("/")
-    return {
-        "namespace": namespace,
-        "operation": operation,
-        "kind": {"group": group, "version": version, "kind": obj["kind"]},
-        "resource": {"group": group, "version": version, "resource": obj["kind"].lower() + "s"},
-    }
-
-
-def admit(
-    native: NativeSet,
-    namespace: str,
-    obj: dict[str, Any],
-    labels: dict[str, str] | None = None,
-    operation: str = "CREATE",
-) -> Outcome:
-    request = request_for(obj, namespace, operation)
-    mutating, validating = _by_name(native, "MutatingAdmissionPolicy"), _by_name(native, "ValidatingAdmissionPolicy")
-    bindings = _by_name(native, "MutatingAdmissionPolicyBinding")
-    chosen = [name for name, policy in mutating.items() if _bound(bindings[name], namespace, labels or {})]
-    chosen = [name for name in chosen if _matches(mutating[name], obj, request)]
-    if not chosen:
-        return Outcome(True, "allow", obj)
-    assert len(chosen) == 1, f"{namespace}: selected by {chosen}"
-    name = chosen[0]
-    policy = validating.get(name)
-    mutates = _constrained(mutating[name], request)
-    validates = policy is not None and _constrained(policy, request)
-    if not (mutates or validates):
-        return Outcome(True, "allow", obj)
-    mutated = obj
-    if mutates:
-        mutated = _mutate(mutating[name], obj, request)
-        assert _mutate(mutating[name], mutated, request) == mutated, "the MAP is not idempotent on reinvocation"
-    errors = apiserver_rules.pod_spec_errors(get_path(mutated, POD_SPEC_PATHS[obj["kind"]]))
-    if errors:
-        return Outcome(False, "refused", mutated, errors=errors)
-    if policy is None or not validates:
-        return Outcome(True, "allow", mutated)
-    assert _matches(policy, mutated, request)
-    scope = _variables(policy, mutated, request)
-    (validation,) = policy["spec"]["validations"]
-    if scope.evaluate(validation["expression"]) is True:
-        return Outcome(True, "allow", mutated)
-    message = _shown(scope.evaluate(validation["messageExpression"]), validation)
-    binding = _by_name(native, "ValidatingAdmissionPolicyBinding")[name]
-    (action,) = binding["spec"]["validationActions"]
-    return Outcome(action != "Deny", action.lower(), mutated, message)
-
-
-def _shown(result: Any, validation: dict[str, Any]) -> str:
-    """What the API server says of a failed validation (k8s.io/apiserver validating/validator.go): the
-    messageExpression's string, trimmed, unless it has a line break or is over 5 KiB; then the static message;
-    then the expression."""
-    message = result.strip() if isinstance(result, str) else ""
-    if "\n" in message or len(message.encode()) > MESSAGE_LIMIT:
-        message = ""
-    return message or validation.get("message", "").strip() or f"failed expression: {validation['expression']}"
+# --- The webhook's denial as the native set says it ------------------------------------------------
 
 
 def said(violations: list[str], policy: Policy) -> str:
@@ -311,6 +208,12 @@ def as_kind(kind: str, obj: dict[str, Any], **metadata: Any) -> dict[str, Any]:
 
 def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
     return get_path(obj, POD_SPEC_PATHS[obj["kind"]])
+
+
+def placed(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod's annotations that a memory backend reads its placement from (memshare.place)."""
+    metadata = get_path(obj, (*POD_SPEC_PATHS[obj["kind"]][:-1], "metadata")) or {}
+    return {k: v for k, v in (metadata.get("annotations") or {}).items() if k in (HAMI_NODE_POLICY, HAMI_GPU_POLICY)}
 
 
 def decoded(obj: dict[str, Any]) -> dict[str, Any]:
@@ -374,6 +277,7 @@ def compare(
     assert native.message == said(decision.violations, policy)
     assert _containers(native.obj) == _containers(decision.mutated)
     assert spec_of(native.obj) == spec_of(decision.mutated)  # the node constraints among the rest
+    assert placed(native.obj) == placed(decision.mutated)  # HAMi's placement annotations
     if obj["kind"] != "Pod":  # beside the webhook: its output, judged by the VAP alone, as the webhook judged it
         beside = admit(beside_webhook, namespace, decision.mutated)
         assert (beside.verdict, beside.message, beside.obj) == (native.verdict, native.message, decision.mutated)
@@ -395,6 +299,19 @@ PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-st
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
+HAMI_MEM, HAMI_CORES, ACK_MEM = "nvidia.com/gpumem", "nvidia.com/gpucores", "aliyun.com/gpu-mem"
+HAMI_NODE, HAMI_GPU = HAMI_NODE_POLICY, HAMI_GPU_POLICY
+VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
+    "volcano.sh/vgpu-number",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+)
+
+
+def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
 REQUIRED, PREFERRED = (
     "requiredDuringSchedulingIgnoredDuringExecution",
     "preferredDuringSchedulingIgnoredDuringExecution",
@@ -802,6 +719,113 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "fractions: the user's --free_gpu_memory_fraction=": (
         "frac", pod(container(limits={GPU_: "250m"}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=.1"])),
     ),
+    # an engine's own flag, judged as validation judges it (the last in any spelling; a plain decimal)
+    "shared: the user's flag twice, the last counts; at the line's end, with =, no number, negative, as a word": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["vllm", "serve", "m", "--gpu-memory-utilization", "0.9"], args=[
+                "--gpu-memory-utilization=.2"
+            ]),
+            container("b", limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=0.2"], args=[
+                "--gpu-memory-utilization"
+            ]),
+            container("c", limits={GPU_: 1}, command=["trtllm-serve"], args=["--free_gpu_memory_fraction=0.9=1"]),
+            container("d", limits={GPU_: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization", "most"]),
+            container("e", limits={SHARED: 1}, command=["vllm", "serve"], args=["--gpu-memory-utilization=-0.9"]),
+            container("f", limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction"], args=[
+                "--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction=0.2500001"
+            ]),
+        ),
+    ),
+    "mps: vLLM's own flag 007.50 over the share; SGLang's not judged": (
+        "mps-1", pod(
+            container("a", limits={GPU_: 1}, image="vllm/vllm-openai", args=["--gpu-memory-utilization=007.50"]),
+            container("b", limits={GPU_: 1}, command=["python", "-m", "sglang.launch_server"], args=[
+                "--mem-fraction-static=0.9"
+            ]),
+        ),
+    ),
+    "shared-tie: the user's variable, then the flag, then NVIDIA_VISIBLE_DEVICES over": (
+        "a-team", pod(container(limits={GPU_: 1}, command=["trtllm-serve", "m", "--free_gpu_memory_fraction", "1."],
+                                env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.75"},
+                                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])),
+    ),
+    "fractions: 100m vLLM, its own flag over the fraction; 300m SGLang, over one replica's share": (
+        "frac", pod(
+            container("a", limits={GPU_: "100m"}, command=["vllm", "serve", "m", "--gpu-memory-utilization=0.2"]),
+            container("b", limits={GPU_: "300m"}, command=["python3", "-m", "sglang.launch_server"], args=[
+                "--mem-fraction-static", "0.26"
+            ]),
+        ),
+    ),
+    "capped: 100m SGLang with its own flag over its fraction": (
+        "capped", pod(container(limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"], args=[
+            "--mem-fraction-static=0.15"
+        ])),
+    ),
+    "shared: the user's flag with an exponent": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization", "9e-1"])),
+    ),
+    "shared: the user's flag with spaces": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"])),
+    ),
+    # a container's own PyTorch allocator config: PyTorch's hint merged into a plain one, its fraction judged
+    "shared-tie: configs merged into (empty, both names), from a ConfigMap, a vLLM's; their fraction keys": (
+        "a-team", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:1"}]),
+            container("b", limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": ""}]),
+            container("c", limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "valueFrom": {
+                "configMapKeyRef": {"name": "m", "key": "k"}
+            }}]),
+            container("d", limits={GPU_: 1}, env=[
+                {"name": "PYTORCH_ALLOC_CONF", "value": "per_process_memory_fraction:0.9,expandable_segments:True"},
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:False"},
+            ]),
+            container("e", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+                "backend:native,per_process_memory_fraction:0.75,per_process_memory_fraction:0.1"
+            )}]),
+            container("f", limits={GPU_: 1}, command=["vllm", "serve"], env=[
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}
+            ]),
+        ),
+    ),
+    "shared: the user's PYTORCH_ALLOC_CONF judged, no hint to merge": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
+                "per_process_memory_fraction:.3"
+            )}]),
+            container("b", limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
+                "per_process_memory_fraction:most"
+            )}]),
+        ),
+    ),
+    "mps-fractions: 100m, the fraction's key merged; 50m, the user's key over the fraction": (
+        "mps-frac", pod(
+            container("a", limits={GPU_: "100m"}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": "backend:native"}]),
+            container("b", limits={GPU_: "50m"}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+                "per_process_memory_fraction:0.2,expandable_segments:True"
+            )}]),
+        ),
+    ),
+    "shared: a MIG slice's replica, the user's variable and flag over the share": (
+        "shared", pod(container(limits={MIG_1G + ".shared": 1}, command=["vllm", "serve"], args=[
+            "--gpu-memory-utilization", "0.3"
+        ], env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
+    ),
+    "shared-tie: an allocator config with spaces": (
+        "a-team", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+            "expandable_segments: True"
+        )}])),
+    ),
+    "shared-tie: an allocator config set twice": (
+        "a-team", pod(container(limits={GPU_: 1}, env=[
+            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1"}, {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"}
+        ])),
+    ),
+    "shared: an allocator config's fraction with an exponent": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
+            "per_process_memory_fraction:9e1"
+        )}])),
+    ),
     # init containers and sidecars: the pod's effective total as the scheduler counts it
     "whole: init container GPU": ("research", pod(container(), init=(container("setup", limits={GPU_: 1}),))),
     "whole: an init container's peak": (
@@ -1020,6 +1044,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]}
         ]}}}),
     ),
+    "whole-tie: a NUL in a value of its own": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a\x00b"]}]}
+        ]}}}),
+    ),
     "whole-tie: its only live term on MIG slices, an empty one beside": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {}, {"matchExpressions": [ZONE, {"key": SLICES, "operator": "In", "values": ["2"]}]}
@@ -1105,6 +1134,60 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mig-frac: a fraction beside its slice at 0": (
         "mig-frac", pod(container(limits={GPU_: "500m", "nvidia.com/mig-3g.40gb": 0})),
     ),
+    # memory slices (HAMi, Volcano's vGPU): nvidia.com/gpu converted, the backend's lines
+    "hami: 250m becomes a vGPU of its memory and cores, the pod annotated with its placement": (
+        "hami-a", pod(container(limits={GPU_: "250m"})),
+    ),
+    "hami: two whole GPUs, one annotation of the pod's own kept": (
+        "hami-a", with_annotations(pod(container(requests={GPU_: 2})), {HAMI_NODE: "binpack", HAMI_GPU: "spread"}),
+    ),
+    "hami: 5m, less than one percent of the compute": ("hami-a", pod(container(limits={GPU_: "5m"}))),
+    "hami: 0.9999999 beside its own memory, whole to the API server": (
+        "hami-a", pod(container(limits={GPU_: "0.9999999", HAMI_MEM: 100})),
+    ),
+    "hami: its own resources, over one GPU's memory and 100 percent of its compute": (
+        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: 130000, HAMI_CORES: 150})),
+    ),
+    "hami: nine GPUs, over the container maximum, left as written": ("hami-a", pod(container(limits={GPU_: 9}))),
+    "hami: over the pod maximum, a sidecar running beside": (
+        "hami-a", pod(container("a", limits={GPU_: 3}), container("b", limits={GPU_: "0.75"}), init=(
+            container("s", limits={GPU_: "0.3"}, restartPolicy="Always"), container("i", limits={GPU_: 3}),
+        )),
+    ),
+    "hami: a Volcano vGPU's memory is another pool's": ("hami-a", pod(container(limits={VOLCANO_MEM: 1000}))),
+    "hami: a Volcano vGPU beside its own": ("hami-a", pod(container(limits={GPU_: 1, VOLCANO_MEM: 1000}))),
+    "volcano: 0.25 becomes a vGPU in units of 10 MiB": ("vgpu", pod(container(requests={GPU_: "0.25"}))),
+    "volcano: two whole GPUs, three over the container maximum": (
+        "vgpu", pod(container("a", limits={GPU_: 2}), container("b", limits={GPU_: 3})),
+    ),
+    "volcano: its memory alone, more than one GPU's": ("vgpu", pod(container(limits={VOLCANO_MEM: 9000}))),
+    "volcano: its memory beside whole GPUs, over the container maximum": (
+        "vgpu", pod(container(limits={GPU_: 2, VOLCANO_MEM: 4000})),
+    ),
+    "volcano: a vGPU count beside nvidia.com/gpu": ("vgpu", pod(container(limits={GPU_: 1, VOLCANO_NUM: 1}))),
+    "volcano: HAMi's cores are another pool's, a percentage over 100": (
+        "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
+    ),
+    "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
+    "ack: 0.3 of an A10 becomes 7 GiB, steered to the spread pools that cap memory": (
+        "ack", pod(container(limits={GPU_: "0.3"}), nodeSelector={"zone": "a"}),
+    ),
+    "ack: two containers' memory within one GPU's, an init container's too": (
+        "ack", pod(container("a", limits={GPU_: "0.3"}), container("b", limits={ACK_MEM: 10}), init=(
+            container("i", limits={ACK_MEM: 20}),
+        )),
+    ),
+    "ack: its memory over one GPU's": ("ack", pod(container(limits={ACK_MEM: 30}))),
+    "ack: a pool's label of another value in the node selector": (
+        "ack", pod(container(limits={GPU_: "0.5"}), nodeSelector={"ack.node.gpu.schedule": "share"}),
+    ),
+    "ack: two containers' memory over one GPU's": (
+        "ack", pod(container("a", limits={ACK_MEM: 16}), container("b", limits={ACK_MEM: 16})),
+    ),
+    "ack: whole GPUs, steered to the exclusive pool": ("ack", pod(container(limits={GPU_: 2}))),
+    "ack: aliyun.com/gpu-count in a container's resources": (
+        "ack", pod(container(limits={ACK_MEM: 4, "aliyun.com/gpu-count": 2})),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -1128,21 +1211,29 @@ NOT_COVERED = {
     "mig-listed: an unoffered profile over the pod maximum": gaps.PREFIXED_TOTALS,
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
-    "shared-tie: the user's PYTORCH_ALLOC_CONF": gaps.USER_CONFIG,
     "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
     "shared: the user's memory variable with a sign": gaps.USER_VALUES,
     "shared: the user's memory variable with spaces": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
-    "shared: the user's --gpu-memory-utilization": gaps.ENGINE_FLAGS,
-    "fractions: the user's --free_gpu_memory_fraction=": gaps.ENGINE_FLAGS,
-    "shared: the user's --mem-fraction-static= in args, --kv_cache_free_gpu_memory_fraction in command": (
-        gaps.ENGINE_FLAGS
-    ),
     "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
+    "shared-tie: an allocator config with spaces": gaps.USER_CONFIG,
+    "shared-tie: an allocator config set twice": gaps.USER_CONFIG,
+    "shared: an allocator config's fraction with an exponent": gaps.USER_VALUES,
+    "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
+    "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
+    "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
+    "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
+    "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
+    "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
+    "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
+    "ack: two containers' memory over one GPU's": gaps.ACK_PODS,
+    "ack: whole GPUs, steered to the exclusive pool": gaps.ACK_PODS,
+    "ack: aliyun.com/gpu-count in a container's resources": gaps.ACK_PODS,
 }
 
 
@@ -1159,7 +1250,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (158, 32, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (186, 42, 5)
 
 
 @pytest.mark.parametrize(
@@ -1242,6 +1333,125 @@ def test_the_engine_is_told_as_the_webhook_tells_it(
     assert kube_cel.evaluate(commandline.engine_of(), {"c": body}) == (found.name if found else "")
 
 
+FLAG_VALUES = (
+    "0.9", ".2", "1.", "0.25", "0.2500001", "007.50", "0.000000001", "0.0000000001", "9e-1", " 0.2", "1/8", "-0.5",
+    "+.1", "x", "", "0.9=1",
+)  # fmt: skip
+FLAG_TOKENS = (
+    *(spelling for engine in engines.ENGINES for spelling in engine.spellings),
+    *(f"{spelling}={value}" for spelling in ("--gpu-memory-utilization", "--free_gpu_memory_fraction")
+      for value in FLAG_VALUES),
+    *FLAG_VALUES, "m", "--port",
+)  # fmt: skip
+FLAG_LEADS = (
+    (["vllm", "serve"], engines.VLLM), (["trtllm-serve"], engines.TRTLLM),
+    (["python3", "-m", "sglang.launch_server"], engines.SGLANG), (["/bin/vllm", "bench"], engines.VLLM),
+)  # fmt: skip
+
+
+@st.composite
+def flag_lines(draw: st.DrawFn) -> list[str]:
+    """An engine's command line (one lead is no engine) with its flag in a spelling, its value the next word or
+    after `=`, among other tokens (another engine's flag, values alone)."""
+    lead, engine = draw(st.sampled_from(FLAG_LEADS))
+    words = list(lead)
+    for _ in range(draw(st.integers(1, 3))):
+        spelling, value = draw(st.sampled_from(engine.spellings)), draw(st.sampled_from(FLAG_VALUES))
+        form = draw(st.sampled_from(("next", "=", "other")))
+        other = draw(st.sampled_from(FLAG_TOKENS))
+        words += [spelling, value] if form == "next" else [f"{spelling}={value}"] if form == "=" else [other]
+    return words
+
+
+@settings(max_examples=50, deadline=None, derandomize=True)
+@given(
+    argv=flag_lines(),
+    split=st.integers(0, 6),
+    recorded=st.sampled_from((None, "0.1", "0.05", "0.25")),
+)
+def test_an_engines_own_flag_is_read_as_the_webhook_reads_it(argv: list[str], split: int, recorded: str | None) -> None:
+    """engineflags.UserFlags' CEL on a container holding a replica (under `fractions`, at a recorded fraction
+    as mutation writes it, or none): the webhook's line for its flag, or none; or, where the engine reads a number
+    the CEL does not (engines.find), the gap that leaves the container to the webhook."""
+    from webhook.admission.native import engineflags
+    from webhook.admission.phases.mutate import RECORDED_FRACTION
+    from webhook.admission.phases.validate import validate
+
+    policy = POLICIES.for_namespace("frac")
+    env = [{"name": RECORDED_FRACTION, "value": recorded}] if recorded else []
+    body = container(limits={SHARED: "1"}, command=argv[:split], args=argv[split:], env=env)
+    engine = engines.detect(body)
+    found = engines.find(body, engine) if engine else None
+    if found is not None and found.value is not None and not userenv.plain(found.text or ""):
+        assert engineflags.outside(body, policy) == gaps.ENGINE_FLAGS
+        return
+    (rule,) = engineflags.UserFlags().container_rules(policy)
+    said = kube_cel.evaluate(rule.sentence, {"c": body}) if kube_cel.evaluate(rule.condition, {"c": body}) else []
+    expected = [str(v) for v in validate(decoded(pod(body)), policy)]
+    assert [f'container "app": {line}' for line in said] == expected
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("shared", "mps-1", "frac", "a-team", "capped")),
+    gpu=st.sampled_from((1, "100m", "300m")),
+    argv=flag_lines(),
+    split=st.integers(0, 6),
+)
+def test_a_pod_with_an_engines_own_flag_agrees_with_the_webhook(
+    namespace: str, gpu: int | str, argv: list[str], split: int
+) -> None:
+    """The whole pod through both: the same verdict and lines, or the flag's gap (a fraction where the policy does
+    not convert it: the API server's refusal; memoryFraction's flag at a fraction: ENGINES)."""
+    found = compare(namespace, pod(container(limits={GPU_: gpu}, command=argv[:split], args=argv[split:])))
+    assert found in (None, gaps.BUILT_IN_REFUSAL, gaps.ENGINE_FLAGS, gaps.ENGINES)
+
+
+CONF_ITEMS = (
+    "expandable_segments:True", "max_split_size_mb:128", "backend:native", "k:", "per_process_memory_fraction:0.9",
+    "per_process_memory_fraction:.25", "per_process_memory_fraction:0.05", "per_process_memory_fraction:1.",
+    "per_process_memory_fraction:x", "per_process_memory_fraction_x:0.9",
+)  # fmt: skip
+# Not plain: the webhook's (a fraction key's number in another form, spaces, brackets, an empty item)
+OTHER_CONF_ITEMS = (
+    "per_process_memory_fraction:9e1", " backend:native", "per_process_memory_fraction: 0.9",
+    "roundup_power2_divisions:[256:1]", "",
+)  # fmt: skip
+
+
+@st.composite
+def allocator_configs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """PyTorch's config variables, one or both (now and then a name twice), each a config of items joined by
+    commas (mostly plain), or from a ConfigMap."""
+    names = ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"]
+    names = draw(st.sampled_from((names[:1], names[1:], names, names[::-1], names[:1] * 2)))
+    env: list[dict[str, Any]] = []
+    for name in names:
+        if draw(st.integers(0, 9)) == 0:
+            env.append({"name": name, "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}})
+            continue
+        items = draw(st.lists(st.sampled_from(CONF_ITEMS), max_size=3))
+        if draw(st.integers(0, 9)) == 0:
+            items.append(draw(st.sampled_from(OTHER_CONF_ITEMS)))
+        env.append({"name": name, "value": ",".join(items)})
+    return env
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=st.sampled_from(("shared", "a-team", "frac", "mps-frac", "capped")),
+    gpu=st.sampled_from((1, "100m", "50m")),
+    env=allocator_configs(),
+)
+def test_an_allocator_config_of_the_containers_own_agrees_with_the_webhook(
+    namespace: str, gpu: int | str, env: list[dict[str, Any]]
+) -> None:
+    """PyTorch's hint merged into a plain config as the webhook merges it, its fraction key judged as the webhook
+    judges it; any other config the webhook's."""
+    found = compare(namespace, pod(container(limits={GPU_: gpu if namespace != "shared" else 1}, env=env)))
+    assert found in (None, gaps.USER_CONFIG, gaps.USER_VALUES)
+
+
 # --- Generated pods ---------------------------------------------------------------------------------------------
 
 QUANTITIES = ("0", "1", "2", "3", "9", "500m", "250m", "0.1", "5m")
@@ -1310,6 +1520,42 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(namespace=st.sampled_from(NAMESPACES), obj=pods(), kind=st.sampled_from(sorted(API_VERSIONS)))
 def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
+    compare(namespace, as_kind(kind, obj))
+
+
+# Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
+# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
+MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
+MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM)
+MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
+MEMORY_RESOURCES = st.one_of(
+    st.builds(
+        lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)
+    ),
+    st.builds(lambda name, q: {"limits": {name: q}}, st.sampled_from(MEMORY_OWN), st.sampled_from(MEMORY_AMOUNTS)),
+    st.builds(
+        lambda q, name, amount: {"limits": {GPU_: q, name: amount}},
+        st.sampled_from(("1", "2", "3")),
+        st.sampled_from(MEMORY_OWN),
+        st.sampled_from(MEMORY_AMOUNTS),
+    ),
+)
+
+
+@st.composite
+def memory_pods(draw: st.DrawFn) -> dict[str, Any]:
+    count, inits = draw(st.integers(1, 3)), draw(st.integers(0, 2))
+    bodies = [container(f"c{i}", **draw(MEMORY_RESOURCES)) for i in range(count)]
+    restart = st.sampled_from(({}, {"restartPolicy": "Always"}))
+    init = [container(f"i{i}", **draw(MEMORY_RESOURCES), **draw(restart)) for i in range(inits)]
+    obj = pod(*bodies, init=tuple(init))
+    own = draw(st.sampled_from(({}, {HAMI_GPU: "spread"}, {HAMI_NODE: "binpack"})))
+    return with_annotations(obj, own) if own else obj
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(("hami-a", "vgpu", "ack")), obj=memory_pods(), kind=st.sampled_from(KINDS))
+def test_generated_memory_slices_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
 
 
@@ -1384,6 +1630,7 @@ FRACTION_ENV = st.sampled_from(
             {"name": "CUPY_GPU_MEMORY_LIMIT", "valueFrom": FROM_MAP},
         ],
         [{"name": "CUPY_GPU_MEMORY_LIMIT", "value": "1%"}, {"name": "GPU_MEMORY_FRACTION", "value": "0.3"}],
+        [{"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"}],  # PyTorch's hint merged into it
     )
 )
 
@@ -1483,8 +1730,9 @@ def test_a_claim_is_written_as_format_fraction_writes_it() -> None:
 
 
 def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_webhook() -> None:
-    """Ten million replicas: a 12-digit number times the share's denominator is past int64, so no value is read
-    (and fractions, whose appended values would go unjudged, are not compiled): both are gaps."""
+    """Ten million replicas: a 12-digit number times the share's denominator is past int64, so no value is read,
+    neither a variable's nor an engine's flag's (and fractions, whose appended values would go unjudged, are not
+    compiled): all are gaps."""
     from webhook.admission.native import fractions, userenv
 
     many = _policy(
@@ -1494,6 +1742,8 @@ def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_we
     assert fractions.unsupported(many) == gaps.FRACTION_VARIABLES
     obj = decoded(pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])))
     assert outside(obj, many) == gaps.USER_VALUES
+    flag = decoded(pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=0.9"])))
+    assert outside(flag, many) == gaps.ENGINE_FLAGS
 
 
 # fractional: mig on another model (the A30 cuts its memory in quarters), single and mixed, and the corpus's.
@@ -1642,13 +1892,12 @@ def test_beside_the_webhook_the_maps_change_pods_only_and_the_vaps_judge_every_k
 
 
 def test_render_native_beside_the_webhook() -> None:
-    import yaml
 
     from webhook.cli.policy_cmd import render_native
 
     out = io.StringIO()
     assert render_native(POLICIES, out, io.StringIO(), beside_webhook=True) == 0
-    rendered = [obj for obj in yaml.safe_load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
+    rendered = [obj for obj in yamldocs.load_all(out.getvalue()) if obj["kind"] == "MutatingAdmissionPolicy"]
     assert rendered and all(obj["spec"]["matchConstraints"] == PODS for obj in rendered)
 
 
@@ -1733,22 +1982,21 @@ def test_every_reason_a_case_is_not_compared_is_printed_by_the_cli() -> None:
 
 
 def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> None:
-    import yaml
 
     from webhook.cli.policy_cmd import lint_native, render_native
 
     out, err = io.StringIO(), io.StringIO()
     assert render_native(POLICIES, out, err) == 0
-    kinds = [doc["kind"] for doc in yaml.safe_load_all(out.getvalue())]
+    kinds = [doc["kind"] for doc in yamldocs.load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 16
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 16
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 19
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 19
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
     lint_native(POLICIES, warned)
-    spaced, labels = gaps.SPACED_PRODUCT.rule, gaps.STEERED_LABELS.rule
+    spaced, labels = gaps.SPACED_PRODUCT.rule, f"{gaps.STEERED_LABELS.rule}; {gaps.NUL_VALUES.rule}"
     shared = "; ".join(
         gap.rule
         for gap in (gaps.USER_VALUES, gaps.USER_CONFIG, gaps.ENGINE_FLAGS, gaps.COMMAND_LINES, gaps.SPACED_PRODUCT)
@@ -1764,6 +2012,9 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("fractions", shared),
             ("mps-fractions", shared),
             ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+            ("hami", gaps.MEMORY_COUNTS.rule),
+            ("volcano", gaps.MEMORY_COUNTS.rule),
+            ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),
         )
     ]
 
@@ -1787,8 +2038,6 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
     import subprocess
     from pathlib import Path
 
-    import yaml
-
     from tests.conftest import gpu_webhook_command
 
     root = Path(__file__).resolve().parent.parent
@@ -1804,10 +2053,22 @@ def test_render_native_writes_the_beta_api_for_kubernetes_1_34_and_1_35() -> Non
     ]
     run = subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=60)
     assert run.returncode == 0, run.stderr
-    versions = {(doc["kind"], doc["apiVersion"]) for doc in yaml.safe_load_all(run.stdout)}
+    versions = {(doc["kind"], doc["apiVersion"]) for doc in yamldocs.load_all(run.stdout)}
     assert versions == {
         ("MutatingAdmissionPolicy", "admissionregistration.k8s.io/v1beta1"),
         ("MutatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1beta1"),
         ("ValidatingAdmissionPolicy", "admissionregistration.k8s.io/v1"),
         ("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1"),
     }
+
+
+def test_the_native_benchmarks_pod_is_admitted_by_its_model_as_the_webhook_admits_it() -> None:
+    """bench/native.py admits its Pod through this module's model of the API server (without the second pass):
+    the native set covers the Pod, and creates what the webhook's patch makes of it."""
+    from bench.engine import NAMESPACE, TARGET_POLICY
+    from bench.native import Native, bench_pod
+    from webhook.admission.policy.loader import parse_policy_sources
+
+    admitted = Native().admit(bench_pod())
+    decision = evaluate(bench_pod(), NAMESPACE, parse_policy_sources({"inference.yaml": TARGET_POLICY}))
+    assert decision.allowed and _containers(admitted) == _containers(decoded(decision.mutated))

@@ -26,40 +26,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests import apiserver_rules, evanphx
-from tests.test_native_policies import (
-    CASES,
-    EXCLUDED,
-    NAMESPACES,
-    NATIVE,
-    NOT_COVERED,
-    POLICIES,
-    _bound,
-    _by_name,
-    _matches,
-    _mutate,
-    _variables,
-    decoded,
-    pods,
-    request_for,
-)
+from tests import apiserver_rules, evanphx, kube_cel
+from tests.native_admission import bound, by_name, matches, mutate_with, request_for, variables_of
+from tests.test_native_policies import CASES, EXCLUDED, NAMESPACES, NATIVE, NOT_COVERED, POLICIES, decoded, pods
 from webhook.admission.engine import evaluate
 from webhook.admission.native.scope import outside
 from webhook.admission.review import WebhookMode, build_response, make_review, parse_review
 
-MAPS = _by_name(NATIVE, "MutatingAdmissionPolicy")
-VAPS = _by_name(NATIVE, "ValidatingAdmissionPolicy")
-MAP_BINDINGS = _by_name(NATIVE, "MutatingAdmissionPolicyBinding")
-VAP_BINDINGS = _by_name(NATIVE, "ValidatingAdmissionPolicyBinding")
+MAPS = by_name(NATIVE, "MutatingAdmissionPolicy")
+VAPS = by_name(NATIVE, "ValidatingAdmissionPolicy")
+MAP_BINDINGS = by_name(NATIVE, "MutatingAdmissionPolicyBinding")
+VAP_BINDINGS = by_name(NATIVE, "ValidatingAdmissionPolicyBinding")
 
 
 def _policy_name(namespace: str, obj: dict[str, Any]) -> str | None:
     """The one compiled policy bound to and matching the namespace (None: an excluded namespace)."""
-    request = request_for(obj, namespace)
+    scope = kube_cel.Scope({"object": obj, "request": request_for(obj, namespace)})
     chosen = [
-        name
-        for name, policy in MAPS.items()
-        if _bound(MAP_BINDINGS[name], namespace, {}) and _matches(policy, obj, request)
+        name for name, policy in MAPS.items() if bound(MAP_BINDINGS[name], namespace, {}) and matches(policy, scope)
     ]
     assert len(chosen) <= 1, chosen
     return chosen[0] if chosen else None
@@ -68,7 +52,7 @@ def _policy_name(namespace: str, obj: dict[str, Any]) -> str | None:
 def the_map(namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
     """The MutatingAdmissionPolicy's pass over `obj`."""
     name = _policy_name(namespace, obj)
-    return obj if name is None else _mutate(MAPS[name], obj, request_for(obj, namespace))
+    return obj if name is None else mutate_with(MAPS[name], obj, request_for(obj, namespace))
 
 
 def _answer(namespace: str, obj: dict[str, Any], which: WebhookMode) -> dict[str, Any]:
@@ -96,7 +80,7 @@ def vap_denies(namespace: str, obj: dict[str, Any]) -> bool:
     name = _policy_name(namespace, obj)
     if name is None or name not in VAPS:
         return False
-    scope = _variables(VAPS[name], obj, request_for(obj, namespace))
+    scope = variables_of(VAPS[name], obj, request_for(obj, namespace))
     (validation,) = VAPS[name]["spec"]["validations"]
     failed = scope.evaluate(validation["expression"]) is not True
     return failed and VAP_BINDINGS[name]["spec"]["validationActions"] == ["Deny"]
@@ -171,7 +155,7 @@ def test_the_map_and_the_webhook_agree_in_either_order(case: str) -> None:
 
 
 def test_every_covered_case_is_checked() -> None:
-    assert len(COVERED) == 157  # the corpus's 158 covered cases but the excluded namespace
+    assert len(COVERED) == 185  # the corpus's 186 covered cases but the excluded namespace
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -9,12 +9,13 @@ import copy
 import shutil
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests import yamldocs
 from webhook.admission.customresources import BUILTIN, BUILTIN_KINDS, templates
 from webhook.cli import webhooks
 
@@ -39,7 +40,12 @@ def test_the_generator_writes_every_file_into_a_repository(tmp_path: Path) -> No
 
 
 def _validating() -> list[dict[str, Any]]:
-    (configuration,) = yaml.safe_load_all((ROOT / webhooks.VALIDATING).read_text())
+    return copy.deepcopy(_shipped_validating())
+
+
+@cache
+def _shipped_validating() -> list[dict[str, Any]]:
+    (configuration,) = yamldocs.load_all((ROOT / webhooks.VALIDATING).read_text())
     return configuration["webhooks"]
 
 
@@ -52,7 +58,7 @@ def test_each_custom_resource_kind_has_one_validating_entry_and_no_mutating_one(
             "apiGroups": [kind.group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
             "resources": [kind.resource], "scope": "Namespaced",
         }  # fmt: skip
-    (mutating,) = yaml.safe_load_all((ROOT / webhooks.MUTATING).read_text())
+    (mutating,) = yamldocs.load_all((ROOT / webhooks.MUTATING).read_text())
     assert not [hook for hook in mutating["webhooks"] if hook["name"] in custom]
 
 
@@ -70,19 +76,19 @@ def test_gpupolicy_objects_have_one_validating_entry_that_fails_closed_on_every_
     )  # fmt: skip
     assert "namespaceSelector" not in hook and "matchConditions" not in hook
     assert hook == _validating()[-1]  # last: the older clusters' patches keep their indexes
-    (mutating,) = yaml.safe_load_all((ROOT / webhooks.MUTATING).read_text())
+    (mutating,) = yamldocs.load_all((ROOT / webhooks.MUTATING).read_text())
     assert hook["name"] not in [h["name"] for h in mutating["webhooks"]]
-    patch = yaml.safe_load((ROOT / webhooks.REMOVE.format("validating")).read_text())
+    patch = yamldocs.load((ROOT / webhooks.REMOVE.format("validating")).read_text())
     assert [op["path"] for op in patch] == [f"/webhooks/{i}/matchConditions" for i in range(len(_validating()) - 1)]
-    (chart,) = [e for e in yaml.safe_load((ROOT / webhooks.CHART).read_text()) if e["name"] == hook["name"]]
+    (chart,) = [e for e in yamldocs.load((ROOT / webhooks.CHART).read_text()) if e["name"] == hook["name"]]
     assert (chart["validatingOnly"], chart["namespaced"], "expression" in chart) == (True, False, False)
 
 
 def test_the_excluded_namespaces_file_and_the_charts_values_hold_the_table() -> None:
     names = [name for name, _ in webhooks.EXCLUDED_NAMESPACES]
-    (listing,) = yaml.safe_load_all((ROOT / webhooks.EXCLUDED).read_text())
+    (listing,) = yamldocs.load_all((ROOT / webhooks.EXCLUDED).read_text())
     assert listing["namespaces"] == names
-    values = yaml.safe_load((ROOT / "charts" / "gpu-admission" / "values.yaml").read_text())
+    values = yamldocs.load((ROOT / "charts" / "gpu-admission" / "values.yaml").read_text())
     assert values["excludedNamespaces"] == names
 
 
@@ -119,7 +125,7 @@ def _condition(kind: str, group: str) -> str:
 def _fixtures() -> list[tuple[str, dict[str, Any]]]:
     found = []
     for path in sorted(FIXTURES.glob("*.yaml")):
-        for index, doc in enumerate(yaml.safe_load_all(path.read_text())):
+        for index, doc in enumerate(yamldocs.load_all(path.read_text())):
             if doc is not None:
                 found.append((f"{path.name}#{index}", doc))
     return found
@@ -227,8 +233,8 @@ def test_the_shipped_native_policies_are_the_first_day_default_compiled() -> Non
     policies = parse_policy_sources({"default.yaml": audit_copy})
     assert render_native(policies, rendered, io.StringIO(), beside_webhook=True) == 0
     for path in webhooks.NATIVE_COPIES:
-        shipped = list(yaml.safe_load_all((ROOT / path).read_text()))
-        assert shipped == list(yaml.safe_load_all(rendered.getvalue()))
+        shipped = list(yamldocs.load_all((ROOT / path).read_text()))
+        assert shipped == list(yamldocs.load_all(rendered.getvalue()))
         bindings = [obj for obj in shipped if obj["kind"] == "ValidatingAdmissionPolicyBinding"]
         assert [binding["spec"]["validationActions"] for binding in bindings] == [["Audit"], ["Deny"]]
         maps = [obj for obj in shipped if obj["kind"] == "MutatingAdmissionPolicy"]

@@ -95,6 +95,18 @@ GPU_POLICIES = Resource(
     ),
 )
 
+# The native admission policies (`policy render native`), for `policy lint --from-cluster`: where any is
+# installed, lint says what they cannot carry (listed raw; 404 before Kubernetes 1.30 lists none).
+VALIDATING_ADMISSION_POLICIES = Resource(
+    "ValidatingAdmissionPolicy",
+    "admissionregistration.k8s.io/v1",
+    "validatingadmissionpolicies.admissionregistration.k8s.io",
+    "",
+    "",
+    cluster_scoped=True,
+    optional=True,
+)
+
 # Workloads first (their templates are what a team fixes), then PodTemplates and bare Pods.
 RESOURCES: tuple[Resource, ...] = (
     Resource("Deployment", "apps/v1", "deployments.apps", "AppsV1Api", "deployment"),

@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--native",
         action="store_true",
         help="also warn, one line per policy, of what its native admission policies (policy render native) "
-        "cannot carry beyond what no native policy carries",
+        "cannot carry beyond what no native policy carries (with --from-cluster: done wherever the cluster holds "
+        "native policies)",
     )
     add_kubeconfig_arguments(lint, when="--cluster or --from-cluster")
     explain = commands.add_parser(
@@ -195,9 +196,10 @@ def run(args: argparse.Namespace) -> int:
             read = read_policies(PolicySource.of(args))
         except CommandError as exc:
             return fail("policy lint", str(exc))
-        code, policies = lint(read, sys.stdout if args.output == "table" else sys.stderr)
-        if args.native and policies is not None:
-            lint_native(policies, sys.stdout if args.output == "table" else sys.stderr)
+        said = sys.stdout if args.output == "table" else sys.stderr
+        code, policies = lint(read, said)
+        if policies is not None and (args.native or (args.from_cluster and native_installed(args, said))):
+            lint_native(policies, said)
         return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
     if args.policy_command == "schema":
         from webhook.admission.policy.schema import schema_text
@@ -640,12 +642,44 @@ def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> in
     return code
 
 
+def native_installed(args: argparse.Namespace, out: TextIO) -> bool:
+    """`policy lint --from-cluster`: whether the cluster holds native policies that `policy render native` wrote
+    (its component label), so that lint warns what they cannot carry without being asked (`--native`). A
+    cluster that cannot say is a note, never a failure: lint's verdict is the policies'."""
+    from webhook.cli import kube
+    from webhook.cli.webhooks import NATIVE_LABELS
+
+    component = "app.kubernetes.io/component"
+    try:
+        cluster = kube.KubeClient(kubeconfig=args.kubeconfig, context=args.context)
+        try:
+            listed = cluster.list_objects(kube.VALIDATING_ADMISSION_POLICIES, None)
+        finally:
+            cluster.close()
+    except CommandError as exc:
+        print(f"note: whether native policies are installed is not known ({exc}); --native warns regardless", file=out)
+        return False
+    installed = [
+        obj
+        for obj in listed
+        if ((obj.get("metadata") or {}).get("labels") or {}).get(component) == NATIVE_LABELS[component]
+    ]
+    if installed:
+        print(
+            f"note: native admission policies are installed ({component}={NATIVE_LABELS[component]}: "
+            f"{len(installed)} ValidatingAdmissionPolicy object{'' if len(installed) == 1 else 's'}): a warning "
+            "follows for each policy with rules they cannot carry",
+            file=out,
+        )
+    return bool(installed)
+
+
 def lint_native(policies: PolicySet, out: TextIO) -> None:
     """`policy lint --native`: per policy, the rules of its own that its native policies do not carry."""
     from webhook.admission.native.compile import compile_native
 
     native = compile_native(policies, [])
-    common = [gap for gap in native.compiled[-1].gaps if all(gap in one.gaps for one in native.compiled)]
+    common = native.compiled[-1].gaps  # the built-in defaults' (a mode not compiled has fewer of them)
     for one in native.compiled[:-1]:  # the last: the built-in defaults
         own = [gap.rule for gap in one.gaps if gap not in common]
         if own:

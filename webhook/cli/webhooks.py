@@ -550,7 +550,10 @@ def native_documents(policies: PolicySet, api_version: str = "v1", beside_webhoo
         version = api_version if obj["kind"] in MAP_KINDS else "v1"
         metadata = {**obj["metadata"], "labels": dict(NATIVE_LABELS)}
         documents.append({**obj, "apiVersion": f"{group}/{version}", "metadata": metadata})
-    return "---\n".join(yaml.safe_dump(obj, sort_keys=False, width=1000) for obj in documents)
+    # libyaml's emitter where PyYAML has it (its wheels do): the same text, twenty times faster on these long
+    # expressions
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return "---\n".join(yaml.dump(obj, Dumper=dumper, sort_keys=False, width=1000) for obj in documents)
 
 
 def native_text() -> str:

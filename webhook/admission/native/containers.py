@@ -12,7 +12,13 @@ from collections.abc import Collection
 
 from webhook.admission.base.patch import pointer
 from webhook.admission.base.podspec import POD_SPEC_PATHS
-from webhook.admission.base.resources import DEVICE_AMOUNTS, DEVICE_CLASS_PREFIX, MANAGED_NAMES, MANAGED_PREFIXES
+from webhook.admission.base.resources import (
+    DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
+    MANAGED_NAMES,
+    MANAGED_PREFIXES,
+    SHARED_SUFFIX,
+)
 from webhook.admission.native.cel import any_of, lit, strings
 
 SPEC, AT = "variables.spec", "variables.at"
@@ -40,6 +46,20 @@ def spec_variables() -> tuple[tuple[str, str], ...]:
     return (
         ("spec", _by_kind({p: _guarded(p) for p in paths}, "{}")),
         ("at", _by_kind({p: lit(pointer(p)) for p in paths}, "''")),
+    )
+
+
+def pod_metadata() -> tuple[str, str, str]:
+    """CEL of the pod's metadata where the kind keeps it (a Pod's own, a template's, beside its spec): whether it
+    is there, it (an empty map where it is not), and its JSON Pointer."""
+    paths = {p: (*p[:-1], "metadata") for p in dict.fromkeys(POD_SPEC_PATHS.values())}
+    present = {
+        p: " && ".join(f"has({'.'.join(('object', *m[: n + 1]))})" for n in range(len(m))) for p, m in paths.items()
+    }
+    return (
+        _by_kind(present, "false"),
+        _by_kind({p: _guarded(m) for p, m in paths.items()}, "{}"),
+        _by_kind({p: lit(pointer(m)) for p, m in paths.items()}, "''"),
     )
 
 
@@ -106,3 +126,10 @@ def counted(key: str, class_names: Collection[str]) -> str:
     if class_names:
         terms.append(f"{key} in {strings(sorted(class_names))}")
     return f"({any_of(terms)}) && quantity(c.resources.limits[{key}]).isInteger()"
+
+
+def counts_replica(target: str, class_names: Collection[str]) -> str:
+    """`c` holds a shared replica as validation counts one (Rules.is_replica): the policy's `target`, or any
+    `*.shared` (a MIG slice's replica among them), among validation's counts (`counted`), whatever the amount."""
+    replica = f"(n == {lit(target)} || n.endsWith({lit(SHARED_SUFFIX)})) && {counted('n', class_names)}"
+    return f"{has_map('limits')} && c.resources.limits.exists(n, {replica})"

@@ -8,25 +8,36 @@ spelling and form: reinvoked, the policy finds it and adds nothing. The argument
 engine's text around its number, which is JAX's headroom value of the fraction (fractions.headroom), capped at
 one replica's share as mutate._env caps it.
 
-What stays the webhook's (scope.py, `outside`): a flag the container writes itself (validation parses and judges
-its value), and a command line that is not a list of strings (read as no engine). A command run through a shell
-is no engine for the webhook either (engines.py), so both give it the frameworks' variables.
+A flag the container writes itself is judged as validation judges it (validate._engine_flag, `UserFlags`): its
+last occurrence in any spelling, `--flag=v` or `--flag v`, whose value is a plain decimal of at most 12 characters
+(userenv.plain: read in CEL integers as memvars.py reads a variable's), against the container's share (one
+replica's, or a converted fraction's below it, read back from the recorded fraction), in the engine's line
+(validate.engine_flag_line) with the argument to write instead (engines.argument, in integer CEL at a recorded
+fraction).
+
+What stays the webhook's (scope.py, `outside`): a flag of the container's own whose value the engine reads as a
+number in another form (an exponent, spaces, more digits), and a command line that is not a list of strings (read
+as no engine). A command run through a shell is no engine for the webhook either (engines.py), so both give it
+the frameworks' variables.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.base.quantity import NANO, quantity_or_none
+from webhook.admission.base.quantity import NANO, PLACES, quantity_or_none
 from webhook.admission.base.resources import NVIDIA_GPU
-from webhook.admission.native.cel import bind, jsonpatch, lit, nanos, strings
+from webhook.admission.native import fractions
+from webhook.admission.native.cel import bind, fill, jsonpatch, lit, nanos, slot, strings
 from webhook.admission.native.commandline import ARGV, engine_of, well_formed
-from webhook.admission.native.containers import each, path, value
-from webhook.admission.native.family import SECTIONS, Family, Gap, Mutation
+from webhook.admission.native.containers import counts_replica, each, path, value
+from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.fractions import PROBES, compiled, converts, headroom
 from webhook.admission.native.gaps import COMMAND_LINES, ENGINE_FLAGS, ENGINES, shape
+from webhook.admission.native.memvars import parts
 from webhook.admission.native.replicas import holds_replica
-from webhook.admission.phases import engines
+from webhook.admission.native.userenv import DECIMAL, SHORT, fits, plain
+from webhook.admission.phases import engines, validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing.registry import backend_of
@@ -79,8 +90,9 @@ def outside(body: dict[str, Any], policy: Policy) -> Gap | None:
     engine = engines.detect(body)
     if engine is None or not engines.applies(engine, policy):
         return None
-    if engines.find(body, engine) is not None:
-        return ENGINE_FLAGS
+    found = engines.find(body, engine)
+    if found is not None:  # mutation adds no flag: validation judges this one
+        return None if found.value is None or (judged(policy) and plain(found.text or "")) else ENGINE_FLAGS
     if policy.memory_fraction is not None and policy.fractional is Fractional.SHARED and _fraction(body):
         return ENGINES  # validation judges memoryFraction's flag against the recorded fraction: not compiled
     return unsupported(policy)
@@ -151,3 +163,84 @@ class EngineFlags(Family):
             added = jsonpatch("add", at, "has(c.args) ? dyn(a) : dyn([a])")
             parts.append(each(section, keep, bind(engine_of(), "g", bind(argument, "a", added))))
         return [Mutation("inference engines' memory flags", " + ".join(parts))]
+
+
+def judged(policy: Policy) -> bool:
+    """The container's own flags are judged in CEL under this policy (`UserFlags`): an engine's flag applies, the
+    integers fit (userenv.fits) and, where fractions are converted, the argument at a fraction is written."""
+    if shape(policy) != "shared" or not _applying(policy) or not fits(policy):
+        return False
+    return not compiled(policy) or _around(policy) is not None
+
+
+def _spelled(spellings: str) -> str:
+    """CEL of the flag's last token `o` in the command line `v` (one of `spellings`, or one with `=`): [its
+    spelling, its value as written], or [] where it has no value (the line's last token) or a value with `=`
+    (no number)."""
+    alone = bind("v.lastIndexOf(o)", "i", "i + 1 < size(v) ? [o, v[i + 1]] : []")
+    joined = bind("o.split('=')", "p", "size(p) == 2 ? p : []")
+    return f"{spellings}.exists(s, o == s) ? ({alone}) : ({joined})"
+
+
+class UserFlags(Family):
+    """validate._engine_flag: the container's own flag over its share, after the memory variables' lines
+    (registry.py), as validation says them."""
+
+    name = "inference engines' own memory flags"
+
+    def container_rules(self, policy: Policy) -> list[ContainerRule]:
+        if not judged(policy):
+            return []
+        rules, applying, memory = Rules.of(policy), _applying(policy), policy.gpu_memory_mib
+        share, replica, replicas = rules.share, rules.shared_resource, policy.sharing.replicas
+        assert share is not None and replica is not None  # fits: a share
+        unit, q, p = 10**PLACES, share.denominator, share.numerator
+        spellings = "{" + ", ".join(f"{lit(e.name)}: {strings(e.spellings)}" for e in applying) + "}"
+        constant = f"{_table({e.name: engines.argument(e, share, memory) for e in applying})}[g]"
+        line = validate.engine_flag_line(
+            slot("spelling"), slot("claim"), slot("title"), slot("reads"), slot("portion"), policy.sharing.mode,
+            policy.name, slot("instead"),
+        )  # fmt: skip
+        # g: the engine, w: [the spelling, the value as written], x: [n, d] of the value (memvars.parts), l: the
+        # claim as format_fraction writes it
+        filled = {
+            "spelling": "w[0]",
+            "claim": "l",
+            "title": f"{_table({e.name: e.title for e in applying})}[g]",
+            "reads": f"{_table({e.name: e.reads for e in applying})}[g]",
+        }
+        if not compiled(policy):  # one replica's share: no recorded fraction to read
+            said = fill(line, {**filled, "portion": lit(f"1/{replicas}"), "instead": constant})
+            judge = f"x[0] * {q} > {p} * x[1] ? [{_claimed(said)}] : []"
+        else:  # a: the recorded fraction in units of 10^-PLACES (-1: none), t: as written, m: below the share
+            around = _around(policy)
+            assert around is not None  # judged
+            before = _table({name: text for name, (text, _) in around.items()})
+            after = _table({name: text for name, (_, text) in around.items()})
+            at_fraction = bind(f"a * {NANO // unit}", "k", f"{before}[g] + ({headroom(policy).cel('k')}) + {after}[g]")
+            portion = f"m ? t : {lit(f'1/{replicas}')}"
+            said = fill(line, {**filled, "portion": portion, "instead": f"m ? ({at_fraction}) : {constant}"})
+            over = f"m ? x[0] * {unit} > a * x[1] : x[0] * {q} > {p} * x[1]"
+            below = bind(f"a >= 0 && a * {q} < {p * unit}", "m", f"({over}) ? [{_claimed(said)}] : []")
+            written = f"size(r) > 0 && has(r[0].value) && r[0].value.matches({fractions.WRITTEN})"
+            units = bind(f"({written}) ? {fractions.recorded_units('r[0]')} : -1", "a", below)
+            text = bind(f"({written}) ? r[0].value : ''", "t", units)
+            judge = bind(f"has(c.env) ? c.env.filter(e, {fractions.RECORDED}) : []", "r", text)
+        number = f"w[1].matches({lit(SHORT)}) && w[1].matches({lit(DECIMAL.pattern)})"
+        valued = f"size(w) == 2 && {number} ? {bind(parts('w[1]'), 'x', judge)} : []"
+        last = f"size(f) == 0 ? [] : {bind('f[size(f) - 1]', 'o', _spelled(f'{spellings}[g]'))}"
+        matching = f"v.filter(o, {spellings}[g].exists(s, o == s || o.startsWith(s + '=')))"
+        found = bind(ARGV, "v", bind(matching, "f", bind(last, "w", valued)))
+        sentence = bind(engine_of(), "g", f"g in {strings([e.name for e in applying])} ? ({found}) : []")
+        every = strings(sorted({s for e in applying for s in e.spellings}))
+        written_flag = f"({ARGV}).exists(o, {every}.exists(s, o == s || o.startsWith(s + '=')))"
+        return [
+            ContainerRule(
+                f"{counts_replica(replica, rules.class_names)} && {written_flag}", sentence, many=True, maybe_empty=True
+            )
+        ]
+
+
+def _claimed(said: str) -> str:
+    """`said` with `l` bound to the claim n/d of `x`, as format_fraction writes it (rounded down to PLACES)."""
+    return bind(fractions.formatted(f"x[0] * {10**PLACES} / x[1]"), "l", said)

@@ -33,6 +33,7 @@ from webhook.admission.base.envnames import (
     JAX_FRACTION_VARS,
     MPS_MEMORY_LIMIT,
     MPS_THREAD_PERCENTAGE,
+    PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
     TGI_FRACTION,
     whole_percent,
@@ -44,7 +45,7 @@ from webhook.admission.native.commandline import runs_engine
 from webhook.admission.native.containers import any_managed, each, holds, path, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
-from webhook.admission.native.userenv import appends, readings, sets
+from webhook.admission.native.userenv import appends, merges, readings, sets
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_value
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
@@ -124,6 +125,7 @@ def _numbers(policy: Policy) -> dict[str, Number]:
         GENERIC_FRACTION: written,
         TGI_FRACTION: written,
         PYTORCH_CUDA_ALLOC_CONF: written,
+        PYTORCH_ALLOC_CONF: written,  # read by validation alike (envhints.memory_value); never a hint of its own
         CUPY_LIMIT: percent,
         MPS_THREAD_PERCENTAGE: percent,
     }
@@ -311,6 +313,9 @@ class FractionalShares(Family):
                 unset = f"!({sets([name])})" if name == RECORDED_FRACTION else appends(name)
                 unset += "" if name in kept else f" && !({engine})"
                 env.append(each(section, f"({converted}) && has(c.env) && {unset}", added))
+                if name == PYTORCH_CUDA_ALLOC_CONF:  # or merged into the container's own config
+                    keep = f"({converted}) && has(c.env)" + ("" if name in kept else f" && !({engine})")
+                    env.append(merges(section, keep, bind(nanos(limit), k, text) if of_k else text))
         gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
         renamed = []
         for section in SECTIONS:

@@ -2,8 +2,8 @@
 stderr, the docs and the tests' list of cases not compared read the same reasons.
 
 `shape` says which of the policy's rules are compiled at all: whole GPUs (`exclusive`), replicas shared as
-`nvidia.com/gpu.shared` (`time-slicing`, `mps`), MIG slices (`mig`, its backend says where), or none but the
-limits copied from requests (every other mode).
+`nvidia.com/gpu.shared` (`time-slicing`, `mps`), MIG slices (`mig`, its backend says where), a memory backend's
+shares (`memory`), or none but the limits copied from requests (every other mode).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from webhook.admission.native.family import Family, Gap
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
-Shape = Literal["whole", "shared", "mig"] | None
+Shape = Literal["whole", "shared", "mig", "memory"] | None
 
 BUILT_IN_REFUSAL = Gap(
     "fractional, negative or request != limit GPU quantities (e.g. nvidia.com/gpu: 500m)",
@@ -59,15 +59,29 @@ PREFIXED_TOTALS = Gap(
 )
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own (another pool's resource beside "
-    f"{NVIDIA_GPU} left unmapped, say), or several zeros beside a GPU",
+    f"{NVIDIA_GPU} left unmapped, say), or several zeros beside a GPU; under mode memory, another pool's resource "
+    "beside any other, or two counts of devices",
     "the webhook says a container's lines resource by resource in the order of its limits, the compiled policies "
     "rule by rule; and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the "
     "webhook's (sorting a list is Kubernetes 1.34's CEL)",
 )
+MEMORY_COUNTS = Gap(
+    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",
+    "the compiled lines weigh GPUs' worth of memory in CEL integers, which such a count could overflow: judged by "
+    "the webhook alone",
+)
+ACK_PODS = Gap(
+    "under ACK GPU sharing: a pod whose memory its label aliyun.com/gpu-count spreads over several GPUs (or a "
+    "label that is no number), aliyun.com/gpu-count in a container's resources, shares beside whole GPUs, "
+    "several containers' memory over one GPU's, whole GPUs steered to the exclusive pool",
+    "the extender's placement of a pod's memory, its pools per pod and the steering of whole GPUs are not "
+    "compiled: judged by the webhook alone",
+)
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(
     "a container's own memory variable whose value is not a plain decimal of at most 12 characters (CuPy's: a "
-    "percent of one, or a whole byte count where the GPU's memory is known)",
+    "percent of one, or a whole byte count where the GPU's memory is known; PyTorch's: its allocator config's "
+    "fraction key's value)",
     "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
     "a/b, underscores, spaces, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal only "
     "(ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
@@ -75,9 +89,11 @@ USER_VALUES = Gap(
     "container's value and adds each of its variables the container does not set",
 )
 USER_CONFIG = Gap(
-    "a container's own PyTorch allocator config or recorded fraction",
-    "the webhook parses the config's keys, merges its own key into it and judges the fraction there, and reads "
-    "a recorded fraction as the container's share: not compiled",
+    "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits, `_` and "
+    "`.`, joined by single commas: no spaces, brackets, trailing comma) or whose name it sets twice, or a recorded "
+    "fraction of its own",
+    "the webhook parses the config's keys as free-form text, merges its own key into the last entry of the name "
+    "and judges the fraction there, and reads a recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
     "an inference engine's memory flag for a converted fraction under memoryFraction (or not the share's headroom "
@@ -86,9 +102,11 @@ ENGINES = Gap(
     "is not compiled (the flag is added as the webhook adds it)",
 )
 ENGINE_FLAGS = Gap(
-    "an inference engine's memory flag in the container's own command line",
-    "the webhook parses its value as Python's Fraction reads a decimal and judges it against the share: not "
-    "compiled (the native set appends the flag, as mutation does, where the command line has it in no spelling)",
+    "an inference engine's memory flag in the container's own command line whose value is a number but not a plain "
+    "decimal of at most 12 characters (an exponent, a sign, a/b, spaces, more digits)",
+    "the webhook parses the value as Python's Fraction reads a decimal and judges it against the share; CEL parses "
+    "the plain decimal only, as a memory variable's (any, under a share whose integers are past int64's reach, or "
+    "at a converted fraction whose argument the native set does not write): not compiled",
 )
 COMMAND_LINES = Gap(
     "a GPU container's command or args that is no list of strings, or an image that is no string",
@@ -114,6 +132,11 @@ STEERED_LABELS = Gap(
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",
     "the compiled pin to a kept name, and steering's test of a term's products, read a term's values joined by spaces",
+)
+NUL_VALUES = Gap(
+    "a steered pod's required node affinity value that holds a NUL character (which the API server accepts there)",
+    "steering writes each term's values anew, joined and split at NUL (CEL cannot copy a list it read from the "
+    "object into a JSON Patch value): such a value would come back as two",
 )
 BUDGETS = Gap("GPU budgets (cluster.quota)", "a count across the namespace's pods; a policy sees one object")
 CLUSTER_CHECKS = Gap("cluster checks (fits, offered, drift) and auto values", "they need the node inventory")
@@ -146,7 +169,8 @@ def shape(policy: Policy) -> Shape:
     """Which of the policy's GPU rules the native set carries (None: the limits copied from requests only): its
     sharing backend's answer."""
     found = backend_of(policy).native_shape(policy)
-    return "whole" if found == "whole" else "shared" if found == "shared" else "mig" if found == "mig" else None
+    shapes: dict[str | None, Shape] = {"whole": "whole", "shared": "shared", "mig": "mig", "memory": "memory"}
+    return shapes.get(found)
 
 
 def product_judged(policy: Policy) -> bool:
@@ -171,12 +195,12 @@ class Unsupported(Family):
         found = [BUILT_IN_REFUSAL, NEAR_WHOLE, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
-        else:
+        elif shape(policy) != "memory":  # mode memory has no per-resource pod totals (validate._memory_pod_total)
             found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
             found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES, SPACED_PRODUCT]
         if policy.steering:
-            found.append(STEERED_LABELS)  # the rest of steering: native/nodes.py
+            found += [STEERED_LABELS, NUL_VALUES]  # the rest of steering: native/nodes.py
             if not product_judged(policy):
                 found.append(STEERED_PRODUCT)
             if shape(policy) != "shared":

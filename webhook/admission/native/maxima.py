@@ -4,6 +4,8 @@ per resource whose pod total is over the per-pod maximum."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
@@ -31,7 +33,7 @@ class Maxima(Family):
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         rules = Rules.of(policy)
         found = []
-        for name in named(policy):
+        for name in device_counts(policy):
             found.append(_container_rule(name, rules))
             if name == NVIDIA_GPU and rules.mapping_target is not None:
                 found.append(_unmapped_rule(rules))
@@ -43,7 +45,15 @@ class Maxima(Family):
 
     def lines(self, policy: Policy) -> list[Lines]:
         rules = Rules.of(policy)
-        return [_pod_rule(index, name, rules) for index, name in enumerate(named(policy))]
+        if rules.counts_memory:
+            return []  # the pod's maximum counts GPUs' worth of memory there (memshares.py)
+        return [_pod_rule(index, name, rules) for index, name in enumerate(device_counts(policy))]
+
+
+def device_counts(policy: Policy) -> list[str]:
+    """The resources judged by name that count devices (a memory backend's amounts of one GPU have no maximum of
+    their own: validate._resource)."""
+    return [name for name in named(policy) if name not in DEVICE_AMOUNTS]
 
 
 def _container_rule(name: str, rules: Rules) -> ContainerRule:
@@ -146,25 +156,24 @@ def _intel_rule(rules: Rules) -> ContainerRule:
     return ContainerRule(condition, sentences, many=True)
 
 
-def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
-    """The pod's effective total of `name` over the per-pod maximum, as validate.effective_total counts it with
-    sidecars (KEP-753): the app containers and every sidecar run together, unless a regular init container with
-    the sidecars started before it holds more (the first such peak); the line names those that run together."""
-    policy = rules.policy
+def effective_total(k: str, held: str, amount: Callable[[str], str]) -> tuple[tuple[str, str], ...]:
+    """The variables (suffixed `k`) of a pod's effective total of an amount, as validate.effective_total counts
+    it with sidecars (KEP-753): `held` (of a container `c`) keeps those that hold some, `amount` (of the
+    container named by its argument) is its CEL int. `total{k}` is the total, `running{k}` the containers that
+    run together at that peak: the app containers and every sidecar, unless a regular init container with the
+    sidecars started before it holds more (the first such peak)."""
     init, app = f"{SPEC}.initContainers", f"{SPEC}.containers"
-    k = index
-    held = f"{whole_limit(name)} && {count(name)} > 0"
     sidecar = "has(c.restartPolicy) && c.restartPolicy == 'Always'"
     before = f"{init}.indexOf(s) < {init}.indexOf(c)"
-    summed = f".map(c, {count(name)}).sum()"
-    variables = (
+    summed = f".map(c, {amount('c')}).sum()"
+    return (
         (f"sidecars{k}", f"has({init}) ? {init}.filter(c, {held} && {sidecar}) : []"),
         (f"inits{k}", f"has({init}) ? {init}.filter(c, {held} && !({sidecar})) : []"),
         (f"apps{k}", f"has({app}) ? {app}.filter(c, {held}) : []"),
-        (  # each regular init container's count with the sidecars started before it
+        (  # each regular init container's amount with the sidecars started before it
             f"peaks{k}",
-            f"variables.inits{k}.map(c, {count(name)} + "
-            f"variables.sidecars{k}.filter(s, {before}).map(s, {count(name, 's')}).sum())",
+            f"variables.inits{k}.map(c, {amount('c')} + "
+            f"variables.sidecars{k}.filter(s, {before}).map(s, {amount('s')}).sum())",
         ),
         (f"together{k}", f"variables.sidecars{k}{summed} + variables.apps{k}{summed}"),
         (f"peak{k}", f"size(variables.peaks{k}) > 0 ? variables.peaks{k}.max() : 0"),
@@ -180,6 +189,15 @@ def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
         ),
         (f"total{k}", f"variables.first{k} >= 0 ? variables.peak{k} : variables.together{k}"),
     )
+
+
+def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
+    """The pod's effective total of `name` over the per-pod maximum, as validate.effective_total counts it with
+    sidecars (KEP-753): the app containers and every sidecar run together, unless a regular init container with
+    the sidecars started before it holds more (the first such peak); the line names those that run together."""
+    policy = rules.policy
+    k = str(index)
+    variables = effective_total(k, f"{whole_limit(name)} && {count(name)} > 0", lambda var: count(name, var))
     running, total = f"variables.running{k}", f"variables.total{k}"
     shown = validate.mapped_shown(name, policy.sharing.mode) if name == rules.mapping_target else name
     entry = fill(validate.running_entry(NAME, COUNT), {"name": "c.name", "count": f"string({count(name)})"})

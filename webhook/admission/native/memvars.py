@@ -3,27 +3,26 @@ framework take more than the container's share (one replica's, or a converted fr
 from the recorded fraction as fractions.py writes it), said in the engine's line (validate.memory_line).
 
 Validation judges the container's variables in env order, those not the policy's own values first (the
-container's, and those mutation appended: every one the native set judges is a plain decimal or CuPy's percent,
-userenv.readings), then, below one replica's share, the policy's own values (a constant claim each). A value is
-parsed in integers, exactly: its digits `n` and the power of ten after its point (times 100 for a percent, the
-GPU's bytes for a CuPy byte count) `d`; the claim n/d is over a share p/q where n*q > p*d, and over a recorded
-fraction of `a` units of 10^-PLACES where n*10^PLACES > a*d. The claim is written as format_fraction writes it
-(rounded down to PLACES places), the value to write instead is the engine's (envhints.memory_value) for one
-replica's share, or at the recorded fraction (fractions.suggestions). What the native set does not read is left
-to the webhook (userenv.outside).
+container's, and those mutation appended or merged into: every one the native set judges is a plain decimal,
+CuPy's percent or a plain allocator config's fraction key, userenv.readings), then, below one replica's share,
+the policy's own values (a constant claim each). A value is parsed in integers, exactly: its digits `n` and the
+power of ten after its point (times 100 for a percent, the GPU's bytes for a CuPy byte count) `d`; the claim n/d
+is over a share p/q where n*q > p*d, and over a recorded fraction of `a` units of 10^-PLACES where
+n*10^PLACES > a*d. The claim is written as format_fraction writes it (rounded down to PLACES places), the value
+to write instead is the engine's (envhints.memory_value) for one replica's share, or at the recorded fraction
+(fractions.suggestions). What the native set does not read is left to the webhook (userenv.outside).
 """
 
 from __future__ import annotations
 
 from webhook.admission.base.envnames import CUPY_LIMIT
 from webhook.admission.base.quantity import NANO, PLACES
-from webhook.admission.base.resources import SHARED_SUFFIX
 from webhook.admission.native import fractions
 from webhook.admission.native.cel import bind, fill, lit, slot, strings
-from webhook.admission.native.containers import counted
+from webhook.admission.native.containers import counts_replica
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.userenv import LONGEST, SHORT, Reading, readings
+from webhook.admission.native.userenv import LONGEST, SHORT, Reading, conf_number_cel, readings
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, memory_claim, memory_value
 from webhook.admission.phases.validate import Rules
@@ -50,26 +49,36 @@ def owned(policy: Policy) -> dict[str, tuple[int, int]]:
     return found
 
 
+def parts(text: str, scale: str = "") -> str:
+    """CEL of [n, d] for the CEL string `text`, a plain decimal (userenv.plain; CuPy's percent with its `%`): its
+    digits as an int and the power of ten after its point, times `scale` (CEL text after the power, or none)."""
+    powers = [10**i for i in range(LONGEST)]  # a number of LONGEST characters has fewer digits after its point
+    return bind(
+        f"{text}.split('%')[0].split('.')",
+        "parts",
+        f"[int('0' + parts.join('')), {powers}[size(parts) > 1 ? size(parts[1]) : 0]{scale}]",
+    )
+
+
 def _plain(read: dict[str, Reading], own: dict[str, tuple[int, int]], index: str) -> str:
     """CEL of the container `c`'s variables that `read` reads, not the policy's own values, in env order: each as
     [its name's place in `index`, n, d] (module doc)."""
     if not read:
         return "[]"
-    powers = [10**i for i in range(LONGEST)]  # a number of LONGEST characters has fewer digits after its point
     scales = _map({name: str(reading.scale) for name, reading in read.items()})
-    scale = f" * (e.value.endsWith('%') ? 100 : {scales}[e.name])" if CUPY_LIMIT in read else ""
-    parsed = bind(
-        "e.value.split('%')[0].split('.')",
-        "parts",
-        f"[int('0' + parts.join('')), {powers}[size(parts) > 1 ? size(parts[1]) : 0]{scale}]",
-    )
     forms = _map({name: lit(reading.pattern) for name, reading in read.items()})
     not_owned = f" && !(({KEY}) in {_owns(own)})" if own else ""
-    kept = (
-        f"has(e.name) && e.name in {strings(read)} && has(e.value){not_owned} && e.value.matches({lit(SHORT)}) && "
-        f"e.value.matches({forms}[e.name])"
-    )
-    return f"c.env.filter(e, {kept}).map(e, [{index}[e.name]] + {parsed})"
+    named = f"has(e.name) && e.name in {strings(read)} && has(e.value){not_owned}"
+    confs = [name for name, reading in read.items() if reading.conf]
+    if confs:  # each as [its name, the text of its number] first: an allocator config's fraction key's value
+        text = f"e.name in {strings(confs)} ? ({conf_number_cel('e.value')}) : e.value"
+        scale = f" * (y[1].endsWith('%') ? 100 : {scales}[y[0]])" if CUPY_LIMIT in read else ""
+        number = f"y[1].matches({lit(SHORT)}) && y[1].matches({forms}[y[0]])"
+        found = f"c.env.filter(e, {named}).map(e, [e.name, {text}])"
+        return f"{found}.filter(y, {number}).map(y, [{index}[y[0]]] + {parts('y[1]', scale)})"
+    scale = f" * (e.value.endsWith('%') ? 100 : {scales}[e.name])" if CUPY_LIMIT in read else ""
+    kept = f"{named} && e.value.matches({lit(SHORT)}) && e.value.matches({forms}[e.name])"
+    return f"c.env.filter(e, {kept}).map(e, [{index}[e.name]] + {parts('e.value', scale)})"
 
 
 def _owns(own: dict[str, tuple[int, int]]) -> str:
@@ -142,8 +151,5 @@ class MemoryVariables(Family):
             text = bind(f"({written}) ? r[0].value : ''", "t", units)
             listed = bind(f"c.env.filter(e, {fractions.RECORDED})", "r", text)
         named = f"has(e.name) && e.name in {strings(names)} && has(e.value)"
-        # a replica among validation's counts: the policy's, or any `*.shared` (Rules.is_replica), zero or not
-        any_replica = f"(n == {lit(replica)} || n.endsWith({lit(SHARED_SUFFIX)})) && {counted('n', rules.class_names)}"
-        held = f"has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(n, {any_replica})"
-        condition = f"{held} && has(c.env) && c.env.exists(e, {named})"
+        condition = f"{counts_replica(replica, rules.class_names)} && has(c.env) && c.env.exists(e, {named})"
         return [ContainerRule(condition, listed, many=True, maybe_empty=True)]

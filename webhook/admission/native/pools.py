@@ -1,6 +1,6 @@
 """Another pool's resource (validate.py `_served`, and the MIG backend's `served_profile`), said with validation's
 own sentences: by name, the shared replica `nvidia.com/gpu.shared` where the pool does not serve it (whole GPUs,
-MIG slices) and the memory-sliced backends' resources (HAMi's, Volcano's, ACK's: no compiled mode serves them);
+MIG slices) and the memory-sliced backends' resources (HAMi's, Volcano's, ACK's) where the pool is not theirs;
 by prefix, any `nvidia.com/mig-*` limit outside the pool's names (a profile the model does not have,
 one the nodes' layout does not offer, any MIG slice in a whole-GPU or shared namespace, a MIG slice's replica
 `*.shared`). Its name and quantity are the container's, found in CEL; the rest of each line is fixed per policy.
@@ -53,7 +53,12 @@ def named(policy: Policy) -> list[str]:
     kind = shape(policy)
     if kind is None:
         return []
-    own = slice_names(policy) if kind == "mig" else [backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU]
+    if kind == "mig":
+        own = slice_names(policy)
+    elif kind == "memory":
+        own = sorted(Rules.of(policy).served)  # the backend's resources (memshare.served)
+    else:
+        own = [backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU]
     others = [name for name in other_pools(policy) if name not in DEVICE_AMOUNTS]
     return sorted({NVIDIA_GPU, AMD_GPU, *own, *others})
 

@@ -6,13 +6,14 @@ validate.Rules.own_env_tail)."""
 
 from __future__ import annotations
 
+from webhook.admission.base.envnames import PYTORCH_CUDA_ALLOC_CONF
 from webhook.admission.base.resources import NVIDIA_GPU, SHARED_SUFFIX
 from webhook.admission.native.cel import all_of, jsonpatch, lit
 from webhook.admission.native.commandline import runs_engine
 from webhook.admission.native.containers import any_managed, each, has_map, holds, path, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.userenv import appends
+from webhook.admission.native.userenv import appends, merges, sets
 from webhook.admission.phases.envhints import hints_for
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
 from webhook.admission.phases.validate import Rules
@@ -67,7 +68,8 @@ class SharedReplicas(Family):
     @staticmethod
     def _env(policy: Policy) -> list[Mutation]:
         """The policy's memory variables for one replica's share, where the container holds a replica (the
-        target, or any managed `*.shared`, above 0): each it does not set itself (userenv.appends)."""
+        target, or any managed `*.shared`, above 0): each it does not set itself (userenv.appends), PyTorch's
+        merged into its own allocator config (userenv.merges)."""
         rules = Rules.of(policy)
         entries = rules.own_env_tail
         if not entries:
@@ -94,6 +96,10 @@ class SharedReplicas(Family):
                 keep = f"({holder}) && has(c.env) && {appends(entry['name'], RECORDED_FRACTION)}"
                 keep += "" if entry["name"] in kept else f" && !({engine})"
                 parts.append(each(section, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
+                if entry["name"] == PYTORCH_CUDA_ALLOC_CONF:  # or merged into the container's own config
+                    keep = f"({holder}) && has(c.env) && !({sets([RECORDED_FRACTION])})"
+                    keep += "" if entry["name"] in kept else f" && !({engine})"
+                    parts.append(merges(section, keep, lit(entry["value"])))
         return [Mutation("memory variables", " + ".join(parts))]
 
 

@@ -39,19 +39,23 @@ from webhook.admission.base.resources import (
     mig_profile_of,
 )
 from webhook.admission.base.violation import Violation
+from webhook.admission.cluster.nodes import ACK_COUNT
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
-from webhook.admission.native import engineflags, userenv
+from webhook.admission.native import engineflags, memshares, userenv
 from webhook.admission.native.devices import device_list_path, device_nodes_path
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
 from webhook.admission.native.gaps import (
+    ACK_PODS,
     BOTH_NAMES,
     CUSTOM_RESOURCES,
     DEVICE_PATHS,
     DRA,
     EPHEMERAL,
+    MEMORY_COUNTS,
     NEAR_WHOLE,
+    NUL_VALUES,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
     PREFIXED_TOTALS,
@@ -68,9 +72,18 @@ from webhook.admission.native.nodes import judged
 from webhook.admission.native.pools import judged_names
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
-from webhook.admission.phases.steering import REQUIRED, bound_node, pod_requirements, requirements, restates
+from webhook.admission.phases.steering import (
+    REQUIRED,
+    bound_node,
+    pod_requirements,
+    requirements,
+    restates,
+    whole_requirements,
+)
 from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
-from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.policy.model import Backend, Fractional, Policy
+from webhook.admission.sharing import memshare
+from webhook.admission.sharing.registry import backend_of
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
 
@@ -115,6 +128,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
                 found = _both_names(mutated[section][index], policy)
             if found is not None:
                 return found
+    if carried == "memory":
+        return _ack_pod(obj, spec_path, policy) if policy.sharing.backend is Backend.ACK else None
     return _prefixed_total(spec, policy, by_name)
 
 
@@ -152,6 +167,32 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     return None
 
 
+def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
+    """ACK_PODS where validation or steering reads the pod as a whole under ACK (memshare.pod_gpus, held,
+    ack_modes, ack_pod; steering.pod_requirements), asked of the engine on the pod as mutation leaves it: a
+    label that spreads the memory (or is no number), aliyun.com/gpu-count among a container's limits, any line
+    about the pod's shares and whole GPUs, whole GPUs steered to the exclusive pool."""
+    gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    if gpus != 1 or label_lines:
+        return ACK_PODS
+    spec = get_path(mutate(obj, policy, spec_path).obj, spec_path)
+    held: list[tuple[str, dict[str, Any]]] = []  # every container's limits, by name; the app containers' apart
+    apps: list[tuple[str, dict[str, Any]]] = []
+    for section in SECTIONS:
+        for body in spec.get(section) or ():
+            limits = (body.get("resources") or {}).get("limits") or {}
+            if ACK_COUNT in limits:
+                return ACK_PODS
+            if limits:
+                held.append((body.get("name"), limits))
+                if section == "containers":
+                    apps.append((body.get("name"), limits))
+    if memshare.ack_modes(held, policy) or memshare.ack_pod(1, apps, Rules.of(policy).max_per_pod, policy):
+        return ACK_PODS
+    whole = whole_requirements(policy)
+    return ACK_PODS if whole and pod_requirements(spec, policy) == whole else None
+
+
 def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
     """PREFIXED_TOTALS where a resource judged by prefix has a pod total validation says (`_pod_total`: its
     effective total over the per-pod maximum, unless one container over its own maximum holds it all)."""
@@ -187,6 +228,9 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
     for term in required.get("nodeSelectorTerms") or ():
+        copied = [*(term.get("matchExpressions") or ()), *(term.get("matchFields") or ())]
+        if any(isinstance(v, str) and "\x00" in v for e in copied for v in (e.get("values") or ())):
+            return NUL_VALUES  # steering copies the term's values joined and split at NUL (nodes._copied)
         own: dict[str, int] = {}  # a required label's expressions of the term's own
         for expression in term.get("matchExpressions") or ():
             key = expression.get("key")
@@ -261,6 +305,8 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
     copied = {*MANAGED_NAMES, *slice_names(policy)}  # the MAP's limits from requests (limits.py)
     if any(name not in limits for name in managed - copied):
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
+    if shape(policy) == "memory":
+        return _memory_container(requests, limits, managed, policy)
     if _near_whole(policy, {**requests, **limits}):
         return NEAR_WHOLE
     if shape(policy) == "shared":
@@ -272,6 +318,27 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
             return engine_gap
         values = [quantity_or_none(v) for v in (requests.get(NVIDIA_GPU), limits.get(NVIDIA_GPU))]
         return fraction_gap(policy, [Fraction(v) for v in values if v is not None and 0 < v < 1])
+    return None
+
+
+def _memory_container(
+    requests: dict[str, Any], limits: dict[str, Any], managed: set[str], policy: Policy
+) -> Gap | None:
+    """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
+    the compiled set says them (another pool's resource beside any other, or two counts of devices: validation
+    says each resource's lines in the order of its limits); NEAR_WHOLE where the API server takes a value as
+    whole that mutation does not convert; MEMORY_COUNTS for a count past the compiled integers."""
+    served = Rules.of(policy).served
+    counts = [name for name in managed if name not in DEVICE_AMOUNTS]
+    if len(managed) > 1 and (not managed <= served or len(counts) > 1):
+        return BOTH_NAMES
+    amounts = {**requests, **limits}
+    if _near_whole(policy, amounts) and not memshares.converts(requests, limits, policy):
+        return NEAR_WHOLE
+    for name in sorted({*counts, *(managed & memshares.unbounded(policy))}):
+        value = quantity_or_none(amounts[name])
+        if value is not None and value >= memshares.MOST_COUNT:
+            return MEMORY_COUNTS
     return None
 
 

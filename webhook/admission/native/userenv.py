@@ -1,17 +1,18 @@
 """A container's own memory variables, as mutation's env step treats them (mutate._env, _merge_hints): a name the
 container sets is never written again and its value is kept; JAX's pair is skipped whole where the container sets
-either of JAX's fraction variables; PyTorch's hint is merged into the container's own allocator config, which the
-native set does not do (its free-form text is parsed: scope.py leaves such a container to the webhook), nor does
-it read a recorded fraction the container sets itself.
+either of JAX's fraction variables; PyTorch's hint is merged into the container's own allocator config where that
+has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_` and
+`.`; scope.py leaves any other to the webhook, as it does a recorded fraction the container sets itself).
 
 Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges
 it against the container's share (validate._memory_variables). The native set reads the common case, a plain
 decimal (`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point; CuPy's a percent of one, `90%`, or a
-whole byte count where the GPU's memory is known), exactly in CEL integers (memvars.py); `readings` says which
-form each variable takes. `outside` says where the native set stops: a value the engine reads that is in no
-such form, a PyTorch allocator config, or a recorded fraction. A value the engine reads as nothing (not a
-number), a variable the mode does not judge, one of the policy's own values and one from a ConfigMap or Secret
-(`valueFrom`) are covered: the engine says no line of them, or one the compiled set says too.
+whole byte count where the GPU's memory is known; in a PyTorch allocator config the fraction key's first value),
+exactly in CEL integers (memvars.py); `readings` says which form each variable takes. `outside` says where the
+native set stops: a value the engine reads that is in no such form, an allocator config that is not plain, or a
+recorded fraction. A value the engine reads as nothing (not a number), a variable the mode does not judge, one
+of the policy's own values and one from a ConfigMap or Secret (`valueFrom`) are covered: the engine says no line
+of them, or one the compiled set says too.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from webhook.admission.base.envnames import (
     JAX_PREALLOCATE,
     PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
+    PYTORCH_FRACTION_KEY,
 )
 from webhook.admission.base.quantity import PLACES
-from webhook.admission.native.cel import lit, strings
+from webhook.admission.native.cel import bind, jsonpatch, lit, strings
+from webhook.admission.native.containers import each, path
 from webhook.admission.native.family import Gap
 from webhook.admission.native.gaps import USER_CONFIG, USER_VALUES
 from webhook.admission.phases.envhints import MEBIBYTE, MEMORY_VARIABLES, memory_claim
@@ -48,16 +51,51 @@ SHORT = rf"^[0-9.]{{1,{LONGEST}}}%?$"
 INT64 = 2**63
 
 
+# A plain PyTorch allocator config: `key:value` items joined by single commas, keys of letters, digits and `_`,
+# values of those and `.` (`expandable_segments:True,max_split_size_mb:128`), or nothing. In such a config the
+# fraction key's first item is found by splitting, and mutation's merge is a comma and its item appended.
+CONF_ITEM = r"[A-Za-z0-9_]+:[A-Za-z0-9_.]*"
+PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*)?$"
+FRACTION_ITEM = f",{PYTORCH_FRACTION_KEY}:"  # the fraction key's item, after the comma before it
+
+
 @dataclass(frozen=True, slots=True)
 class Reading:
     """How a variable's compiled value is read: `pattern` (anchored) says which values; the claim is the number's
-    digits over 10^(digits after the point), over 100 where it ends with `%`, else over `scale`."""
+    digits over 10^(digits after the point), over 100 where it ends with `%`, else over `scale`. In a PyTorch
+    allocator config (`conf`) the number is its fraction key's first value."""
 
     pattern: str
     scale: int
+    conf: bool = False
 
     def reads(self, value: str) -> bool:
-        return re.fullmatch(SHORT, value) is not None and re.fullmatch(self.pattern, value) is not None
+        text = conf_number(value) if self.conf else value
+        return re.fullmatch(SHORT, text) is not None and re.fullmatch(self.pattern, text) is not None
+
+
+def conf_number(value: str) -> str:
+    """The fraction key's first value in a plain allocator config (envhints._alloc_conf_fraction reads the same
+    there), '' where it has none: as `conf_number_cel` finds it."""
+    found = f",{value}".split(FRACTION_ITEM)
+    return found[1].split(",")[0] if len(found) > 1 else ""
+
+
+def conf_number_cel(value: str) -> str:
+    """CEL of `conf_number` of the CEL string `value`."""
+    return bind(f"(',' + {value}).split({lit(FRACTION_ITEM)})", "q", "size(q) > 1 ? q[1].split(',')[0] : ''")
+
+
+def plain_conf(entry: dict[str, Any]) -> bool:
+    """An allocator config's env entry that the native set merges into and judges as the webhook does: a plain
+    config, or none to read (from a ConfigMap or Secret: neither merges into it nor judges it)."""
+    if "value" not in entry:
+        return True
+    value = entry["value"]
+    return "valueFrom" not in entry and type(value) is str and re.fullmatch(PLAIN_CONF, value) is not None
+
+
+DECIMAL = Reading(rf"^({PLAIN})$", 1)  # a plain decimal, as itself
 
 
 def readings(policy: Policy) -> dict[str, Reading]:
@@ -67,24 +105,40 @@ def readings(policy: Policy) -> dict[str, Reading]:
     return policy.derived("native-readings", _readings)
 
 
-def _readings(policy: Policy) -> dict[str, Reading]:
+def fits(policy: Policy) -> bool:
+    """A compiled number's integers, times the share's (or a recorded fraction's), stay within CEL's int64: there
+    is a share, and neither it nor the GPU's memory is past any real one."""
     share, memory = Rules.of(policy).share, policy.gpu_memory_mib
     if share is None:
-        return {}
+        return False
     bytes_scale = memory * MEBIBYTE if memory else 0
     largest_number, largest_scale = 10**LONGEST, max(100 * 10 ** (LONGEST - 1), bytes_scale)
     unit = 10**PLACES
-    if largest_number * max(share.denominator, unit) >= INT64 or max(share.numerator, unit) * largest_scale >= INT64:
+    numbers = largest_number * max(share.denominator, unit)
+    return bool(numbers < INT64 and max(share.numerator, unit) * largest_scale < INT64)
+
+
+def plain(value: str) -> bool:
+    """`value` is a plain decimal of at most LONGEST characters, which the native set reads exactly."""
+    return DECIMAL.reads(value)
+
+
+def _readings(policy: Policy) -> dict[str, Reading]:
+    if not fits(policy):
         return {}
+    memory = policy.gpu_memory_mib
+    bytes_scale = memory * MEBIBYTE if memory else 0
     backend = backend_of(policy)
     found: dict[str, Reading] = {}
     for name in MEMORY_VARIABLES:
-        if name in PYTORCH_CONFS or not backend.judges_variable(name):
+        if not backend.judges_variable(name):
             continue
-        if name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
+        if name in PYTORCH_CONFS:  # the fraction key's value, a plain decimal
+            found[name] = Reading(DECIMAL.pattern, 1, conf=True)
+        elif name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
             found[name] = Reading(rf"^({PLAIN})%$" + (r"|^[0-9]+$" if memory else ""), bytes_scale or 1)
         else:
-            found[name] = Reading(rf"^({PLAIN})$", 1)
+            found[name] = DECIMAL
     return found
 
 
@@ -102,19 +156,38 @@ def appends(name: str, *also: str) -> str:
     if name in (*JAX_FRACTION_VARS, JAX_PREALLOCATE):
         names |= set(JAX_FRACTION_VARS)  # JAX refuses both fraction variables: its hints are skipped whole
     if name in PYTORCH_CONFS:
-        names |= set(PYTORCH_CONFS)  # merged into the container's own (not compiled: scope.py)
+        names |= set(PYTORCH_CONFS)  # merged into the container's own (`merges`)
     return f"!({sets(names)})"
+
+
+def merges(section: str, keep: str, hint: str) -> str:
+    """The JSON Patch operations of `section` that merge PyTorch's hint (`hint`, the CEL of its value) into the
+    container's own allocator config, as _merge_hints does, in each container `c` where `keep` holds (it gets the
+    hint, and its env is there): the config it sets in PYTORCH_CUDA_ALLOC_CONF, else in PYTORCH_ALLOC_CONF, where
+    that has a value and no fraction key (merge_alloc_conf), its value then the config, a comma and the hint (the
+    hint alone where it is empty). Exact for a plain config, each name set once (`outside`)."""
+    cuda, alloc = PYTORCH_CONFS
+    place = f"c.env.map(e, has(e.name) ? e.name : '').indexOf({sets([cuda])} ? {lit(cuda)} : {lit(alloc)})"
+    mergeable = f"has(x.value) && !has(x.valueFrom) && !((',' + x.value).contains({lit(FRACTION_ITEM)}))"
+    when = f"({keep}) && {sets(PYTORCH_CONFS)} && {bind(f'c.env[{place}]', 'x', mergeable)}"
+    value = bind(f"c.env[{place}].value", "x", f"x == '' ? ({hint}) : x + ',' + ({hint})")
+    at = f"{path(section, '/env/')} + string({place}) + '/value'"
+    return each(section, when, jsonpatch("replace", at, value))
 
 
 def outside(env: list[Any], policy: Policy) -> Gap | None:
     """The gap where the container's own variables are more than the native set judges as the webhook does: a
-    recorded fraction of its own or a PyTorch allocator config (USER_CONFIG), a memory variable's value that the
-    engine reads in a form `readings` does not (USER_VALUES)."""
+    recorded fraction of its own, a PyTorch allocator config that is not plain or whose name is set twice
+    (mutation merges into the last) (USER_CONFIG), a memory variable's value that the engine reads in a form
+    `readings` does not (USER_VALUES)."""
+    confs = [entry.get("name") for entry in env if type(entry) is dict and entry.get("name") in PYTORCH_CONFS]
+    if len(set(confs)) < len(confs):
+        return USER_CONFIG
     for entry in env:
         if type(entry) is not dict:
             continue
         name = entry.get("name")
-        if name == RECORDED_FRACTION or name in PYTORCH_CONFS:
+        if name == RECORDED_FRACTION or (name in PYTORCH_CONFS and not plain_conf(entry)):
             return USER_CONFIG
         if name in MEMORY_VARIABLES and "value" in entry and not _compiled(name, entry["value"], policy):
             return USER_VALUES

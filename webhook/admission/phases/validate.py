@@ -843,10 +843,21 @@ def _engine_flag(ref: ContainerRef, counts: dict[str, int | Fraction], rules: Ru
     _add(
         ref,
         problems,
-        f"{found.spelling} {claim} lets {engine.title} take {claim} {engine.reads}, but this container's share is "
-        f'{portion} ({policy.sharing.mode}, policy "{policy.name}"): write {instead} instead, or remove it and the '
-        "webhook adds it",
+        engine_flag_line(
+            found.spelling, claim, engine.title, engine.reads, portion, policy.sharing.mode, policy.name, instead
+        ),
         f"{claim} of the GPU is over the {portion} share; write {instead}",
+    )
+
+
+def engine_flag_line(
+    spelling: str, claim: str, title: str, reads: str, portion: str, mode: str, policy: str, instead: str
+) -> str:
+    """An engine's memory flag that lets it take more than the container's share (template: the native policies
+    fill it too)."""
+    return (
+        f"{spelling} {claim} lets {title} take {claim} {reads}, but this container's share is "
+        f'{portion} ({mode}, policy "{policy}"): write {instead} instead, or remove it and the webhook adds it'
     )
 
 
@@ -963,13 +974,31 @@ def _memory_share(
     maximum = rules.max_whole_per_container
     if got.worth > maximum and not any(count > rules.container_maximum(name) for name, count in counts.items()):
         policy = rules.policy
+        worth = format_fraction(got.worth)
         _add(
             ref,
             problems,
-            f"holds {memshare.worth_text(got.worth)} ({policy.sharing.backend}), more than the per-container "
-            f'maximum of {maximum} GPUs (policy "{policy.name}"); request less',
+            memory_container_line(worth, str(policy.sharing.backend), maximum, policy.name),
             f"{memshare.worth_text(got.worth)}: at most {maximum} GPUs per container; ask for less",
         )
+
+
+def memory_container_line(worth: str, backend: str, maximum: int, policy: str) -> str:
+    """Mode memory: a container's GPUs' worth of memory (`worth`, format_fraction's text: the native policies
+    fill it) over the per-container maximum."""
+    return (
+        f"holds {memshare.worth_text(worth)} ({backend}), more than the per-container maximum of {maximum} GPUs "
+        f'(policy "{policy}"); request less'
+    )
+
+
+def memory_pod_total_line(total: str, together: str, named: str, maximum: int, policy: str, backend: str) -> str:
+    """Mode memory: the pod's effective GPUs' worth of memory (`total`, format_fraction's text) over the per-pod
+    maximum, naming the containers that run together (`running_entry`s, joined)."""
+    return (
+        f"{memshare.worth_text(total)} in effect ({together}: {named}) exceeds the per-pod maximum of {maximum} GPUs "
+        f'(policy "{policy}", {backend}); request less or split the pod'
+    )
 
 
 @dataclass(slots=True)
@@ -1014,13 +1043,14 @@ def _memory_pod_total(worths: Holders, rules: Rules, problems: Problems) -> None
     total, running = effective_total(worths, MEMORY_WORTH)
     if total <= maximum or (len(running) == 1 and total > rules.max_whole_per_container):
         return  # within the maximum, or one container over its own: its line says it
-    named = ", ".join(f'"{ref.name}"={format_fraction(Fraction(value))}' for ref, value in running)
-    together = "containers running together" if len(running) > 1 else "container"
+    named = ", ".join(running_entry(ref.name, format_fraction(Fraction(value))) for ref, value in running)
     policy = rules.policy
+    shown = format_fraction(Fraction(total))
     problems.append(
         pod_violation(
-            f"{memshare.worth_text(Fraction(total))} in effect ({together}: {named}) exceeds the per-pod maximum "
-            f'of {maximum} GPUs (policy "{policy.name}", {policy.sharing.backend}); request less or split the pod',
+            memory_pod_total_line(
+                shown, together_words(len(running)), named, maximum, policy.name, str(policy.sharing.backend)
+            ),
             f"{memshare.worth_text(Fraction(total))}: at most {maximum} GPUs per pod; ask for less or split the pod",
         )
     )

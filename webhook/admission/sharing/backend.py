@@ -325,8 +325,8 @@ class SharingBackend(ABC):
 
     def native_shape(self, policy: Policy) -> str | None:
         """Which compiled rule set carries this mode's GPU rules in the native policies: "whole" (whole GPUs),
-        "shared" (replicas as nvidia.com/gpu.shared), "mig" (MIG slices: native/migslices.py), or None (only the
-        limits copied from requests)."""
+        "shared" (replicas as nvidia.com/gpu.shared), "mig" (MIG slices: native/migslices.py), "memory" (a memory
+        backend's shares: native/memshares.py), or None (only the limits copied from requests)."""
         return None
 
     def native_gap(self) -> tuple[str, str]:

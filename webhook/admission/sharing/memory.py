@@ -106,11 +106,10 @@ class MemorySliced(SharingBackend):
     def explain_mode(self, policy: Policy) -> str:
         return memshare.describe_mode(policy)
 
-    def native_gap(self) -> tuple[str, str]:
-        return (
-            "mode memory (HAMi, Volcano vGPU, ACK GPU sharing)",
-            "a share counted in GPUs' worth of memory across resources: not compiled yet",
-        )
+    def native_shape(self, policy: Policy) -> str | None:
+        """Compiled (native/memshares.py); under ACK a pod whose memory is spread, or that its pools tell apart
+        per pod, is left to the webhook (native/scope.py)."""
+        return "memory"
 
     def explain_share(self, policy: Policy) -> str:
         return memshare.describe_share(policy)

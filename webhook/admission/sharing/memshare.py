@@ -273,7 +273,7 @@ def place(
     annotations = (metadata or {}).get("annotations")
     if annotations is not None and type(annotations) is not dict:
         return obj, []
-    wanted = {HAMI_NODE_POLICY: str(placement), HAMI_GPU_POLICY: str(placement)}
+    wanted = placement_annotations(policy)
     missing = {key: value for key, value in wanted.items() if (annotations or {}).get(key) != value}
     if not missing:
         return obj, []
@@ -290,6 +290,15 @@ def place(
         ]  # fmt: skip
     node["metadata"] = {**(metadata or {}), "annotations": {**(annotations or {}), **missing}}
     return root, patch
+
+
+def placement_annotations(policy: Policy) -> dict[str, str]:
+    """The pod annotations HAMi's scheduler reads the policy's placement from (none without one, or under
+    another backend); the native policies write the same."""
+    placement = policy.sharing.placement
+    if placement is None or policy.sharing.backend is not Backend.HAMI:
+        return {}
+    return {HAMI_NODE_POLICY: str(placement), HAMI_GPU_POLICY: str(placement)}
 
 
 def _holds_vgpu(obj: dict[str, Any], spec_path: tuple[str, ...]) -> bool:
@@ -454,25 +463,10 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
                 f"{spec.memory} {memory}: more than {gpus} GPUs' memory; ask for at most {most}",
             ))  # fmt: skip
     elif gpu_mib is not None and memory * unit_mib > gpu_mib:
-        most, unit = gpu_mib // unit_mib, unit_text(spec, unit_mib)
-        scaling = policy.sharing.device_memory_scaling
-        registered = (
-            f" as HAMi registers it: {policy.gpu_memory_mib} MiB x deviceMemoryScaling {format_fraction(scaling)}"
-            if spec.backend is Backend.HAMI and scaling != 1
-            else ""
-        )
-        problems.append((
-            f"{spec.memory} {memory} ({unit}) is more than one {model}'s memory ({most} {unit}{registered}): "
-            f"{spec.title} gives each share the memory of one GPU ({where}); request at most {most}, or whole "
-            f"GPUs as {NVIDIA_GPU}: N",
-            f"{spec.memory} {memory}: more than one GPU's memory; ask for at most {most}",
-        ))  # fmt: skip
+        problems.append(over_one_gpu(spec, policy, memory))
     for name in (spec.percent, spec.cores):
         if name and _amount(limits, name) > 100:
-            problems.append((
-                f"{name} {_amount(limits, name)} is more than 100 percent of one GPU ({where}); request at most 100",
-                f"{name} {_amount(limits, name)}: more than 100 percent; ask for at most 100",
-            ))  # fmt: skip
+            problems.append(over_percent(name, _amount(limits, name), policy))
     if spec.backend is Backend.ACK:
         if memory and _amount(limits, NVIDIA_GPU):
             return Held(Fraction(0), problems)  # no node serves both (ack_modes): no GPUs' worth to weigh
@@ -493,6 +487,34 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     else:
         each = Fraction(1)  # no memory asked: the backend's default is all of it
     return Held(count * min(each, Fraction(1)) + count_whole, problems)
+
+
+def over_one_gpu(spec: BackendSpec, policy: Policy, memory: int | str) -> tuple[str, str]:
+    """(line, short) for a container's `spec.memory` of `memory` (the native policies fill it in CEL) that is
+    more than one GPU's memory; call where the policy knows that memory."""
+    gpu_mib, unit_mib = units_of(spec, policy)
+    assert gpu_mib is not None
+    most, unit = gpu_mib // unit_mib, unit_text(spec, unit_mib)
+    scaling = policy.sharing.device_memory_scaling
+    registered = (
+        f" as HAMi registers it: {policy.gpu_memory_mib} MiB x deviceMemoryScaling {format_fraction(scaling)}"
+        if spec.backend is Backend.HAMI and scaling != 1
+        else ""
+    )
+    return (
+        f"{spec.memory} {memory} ({unit}) is more than one {policy.gpu.model or 'GPU'}'s memory ({most} {unit}"
+        f'{registered}): {spec.title} gives each share the memory of one GPU (policy "{policy.name}"); request at '
+        f"most {most}, or whole GPUs as {NVIDIA_GPU}: N",
+        f"{spec.memory} {memory}: more than one GPU's memory; ask for at most {most}",
+    )
+
+
+def over_percent(name: str, amount: int | str, policy: Policy) -> tuple[str, str]:
+    """(line, short) for a percent of one GPU (its memory or compute) over 100 (the native policies fill it)."""
+    return (
+        f'{name} {amount} is more than 100 percent of one GPU (policy "{policy.name}"); request at most 100',
+        f"{name} {amount}: more than 100 percent; ask for at most 100",
+    )
 
 
 def node_amounts(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> dict[str, int | Fraction]:
@@ -659,8 +681,9 @@ def vgpus(limits: dict[str, Any], policy: Policy) -> tuple[int, int] | None:
     return (count, memory) if count else None
 
 
-def worth_text(worth: Fraction) -> str:
-    return f"{format_fraction(worth)} GPUs' worth of memory"
+def worth_text(worth: Fraction | str) -> str:
+    """GPUs' worth of memory for people: the worth, or format_fraction's text of it (the native policies fill it)."""
+    return f"{worth if isinstance(worth, str) else format_fraction(worth)} GPUs' worth of memory"
 
 
 # --- For people (`policy lint` and `policy explain`) --------------------------------------------------------
