@@ -34,7 +34,7 @@ from webhook.admission.native.maxima import effective_total
 from webhook.admission.phases import validate
 from webhook.admission.phases.mutate import mutate
 from webhook.admission.phases.validate import Rules
-from webhook.admission.policy.model import Backend, Policy
+from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.memshare import (
     BACKEND_RESOURCES,
     BackendSpec,
@@ -93,7 +93,7 @@ def worth(policy: Policy, var: str = "c") -> str:
     assert spec is not None
     gpu_mib, unit_mib = units_of(spec, policy)
     d = denominator(policy)
-    if spec.backend is Backend.ACK:  # its GiB of one GPU's, plus whole GPUs; nothing where it holds both
+    if spec.count is None:  # ACK: its GiB of one GPU's, plus whole GPUs; nothing where it holds both
         memory = f"wm * {unit_mib * d // gpu_mib}" if gpu_mib else "0"
         weighed = f"(wm > 0 && wg > 0) ? 0 : {memory} + wg * {d}"
         return f"({bind(amount(spec.memory, var), 'wm', bind(amount(NVIDIA_GPU, var), 'wg', weighed))})"
@@ -104,7 +104,7 @@ def worth(policy: Policy, var: str = "c") -> str:
         most, scale = gpu_mib // unit_mib, unit_mib * d // gpu_mib
         assert unit_mib * d % gpu_mib == 0
         each_one = f"(wm > 0 ? (wm > {most} ? {d} : wm * {scale}) : {each_one})"
-    if spec.backend is Backend.VOLCANO:
+    if spec.counts_one_by_default:
         weighed = f"(wn > 0 ? wn : ((wm > 0 || wp > 0) ? 1 : 0)) * {each_one} + {amount(NVIDIA_GPU, var)} * {d}"
     else:
         weighed = f"wn * {each_one}"
@@ -314,7 +314,7 @@ class MemoryShares(Family):
         spec = compiled_spec(policy)
         if spec is None:
             return []
-        return [MEMORY_COUNTS, ACK_PODS] if spec.backend is Backend.ACK else [MEMORY_COUNTS]
+        return [MEMORY_COUNTS, ACK_PODS] if spec.spreads_pods else [MEMORY_COUNTS]
 
 
 def unbounded(policy: Policy) -> frozenset[str]:

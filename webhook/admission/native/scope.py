@@ -81,7 +81,7 @@ from webhook.admission.phases.steering import (
     whole_requirements,
 )
 from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
-from webhook.admission.policy.model import Backend, Fractional, Policy
+from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing import memshare
 from webhook.admission.sharing.registry import backend_of
 
@@ -129,7 +129,8 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
             if found is not None:
                 return found
     if carried == "memory":
-        return _ack_pod(obj, spec_path, policy) if policy.sharing.backend is Backend.ACK else None
+        spec = memshare.spec_of(policy)
+        return _ack_pod(obj, spec_path, policy) if spec is not None and spec.spreads_pods else None
     return _prefixed_total(spec, policy, by_name)
 
 

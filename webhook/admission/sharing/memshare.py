@@ -99,6 +99,18 @@ class BackendSpec:
         return self.backend is Backend.VOLCANO
 
     @property
+    def spreads_pods(self) -> bool:
+        """Whether its scheduler reads a pod as a whole: ACK places a pod's memory, the sum over its containers,
+        on the GPUs its pod label `aliyun.com/gpu-count` names (ack_pod)."""
+        return self.backend is Backend.ACK
+
+    @property
+    def counts_one_by_default(self) -> bool:
+        """Whether a container asking memory or percent without a count holds one vGPU, and `nvidia.com/gpu`
+        beside counts as whole GPUs: Volcano's vGPU device plugin (its defaultGPUNum; held)."""
+        return self.backend is Backend.VOLCANO
+
+    @property
     def resources(self) -> frozenset[str]:
         """Every resource of this backend that a container may hold."""
         return frozenset(name for name in (self.count, self.memory, self.percent, self.cores) if name)
@@ -474,7 +486,7 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
         return Held(worth + _amount(limits, NVIDIA_GPU), problems)
     assert spec.count is not None and spec.percent is not None
     count = _amount(limits, spec.count)
-    if spec.backend is Backend.VOLCANO:
+    if spec.counts_one_by_default:
         if not count and (memory or _amount(limits, spec.percent)):
             count = 1  # the vGPU device plugin's defaultGPUNum
         count_whole = _amount(limits, NVIDIA_GPU)  # left as written (over the maximum): counted as whole GPUs
