@@ -16,6 +16,7 @@ layer.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -78,9 +79,22 @@ def _imports(path: Path) -> tuple[set[str], set[str]]:
 
 
 MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
-_READ = {name: _imports(path) for name, path in MODULES.items()}
-IMPORTS = {name: running for name, (running, _) in _READ.items()}  # what runs: TYPE_CHECKING ones left out
-ALL_IMPORTS = {name: every for name, (_, every) in _READ.items()}  # type-only imports included
+
+
+@cache
+def _read() -> dict[str, tuple[set[str], set[str]]]:
+    """Every module's imports, read once, when a test first asks (not at collection, in every worker)."""
+    return {name: _imports(path) for name, path in MODULES.items()}
+
+
+def imports_running() -> dict[str, set[str]]:
+    """What runs: TYPE_CHECKING ones left out."""
+    return {name: running for name, (running, _) in _read().items()}
+
+
+def imports_all() -> dict[str, set[str]]:
+    """Type-only imports included."""
+    return {name: every for name, (_, every) in _read().items()}
 
 
 def _within(name: str, prefix: str) -> bool:
@@ -90,7 +104,7 @@ def _within(name: str, prefix: str) -> bool:
 def _offending(importer_prefix: str, imported_prefixes: tuple[str, ...], allowed: set[str] = frozenset()) -> list[str]:
     return sorted(
         f"{importer} imports {imported}"
-        for importer, imported_names in IMPORTS.items()
+        for importer, imported_names in imports_running().items()
         if _within(importer, importer_prefix) and importer not in allowed
         for imported in imported_names
         if any(_within(imported, prefix) for prefix in imported_prefixes)
@@ -109,8 +123,9 @@ def test_the_cli_reaches_the_server_only_to_serve():
     assert _offending("webhook.cli", ("webhook.server",), allowed=CLI_MAY_IMPORT_SERVER) == []
 
 
-def _cycle(package: str, imports: dict[str, set[str]] = IMPORTS, deep: bool = False) -> list[str] | None:
+def _cycle(package: str, imports: dict[str, set[str]] | None = None, deep: bool = False) -> list[str] | None:
     """One import cycle among `package`'s own modules (with `deep`, those of its subpackages too), or None."""
+    imports = imports_running() if imports is None else imports
     members = {name for name in MODULES if (_within(name, package) if deep else name.rpartition(".")[0] == package)}
     graph = {name: sorted(members & imports[name] - {name}) for name in members}
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -144,7 +159,7 @@ def test_no_import_cycle_inside_a_package(package):
 
 
 def test_no_import_cycle_in_the_core_type_only_imports_included():
-    cycle = _cycle("webhook.admission", ALL_IMPORTS, deep=True)
+    cycle = _cycle("webhook.admission", imports_all(), deep=True)
     assert cycle is None, " -> ".join(cycle or [])
 
 
@@ -169,7 +184,7 @@ def test_every_core_folder_is_a_layer():
 def test_each_core_layer_imports_only_from_the_layers_below():
     upward = sorted(
         f"{importer} imports {imported}"
-        for importer, imported_names in ALL_IMPORTS.items()
+        for importer, imported_names in imports_all().items()
         if _within(importer, "webhook.admission")
         for imported in _core_modules(imported_names)
         if _layer(imported) > _layer(importer)
@@ -179,10 +194,11 @@ def test_each_core_layer_imports_only_from_the_layers_below():
 
 def test_the_checks_see_the_imports_they_judge():
     """The reader itself: a function-level import counts, a TYPE_CHECKING one does not, relative ones resolve."""
-    assert "webhook.server.app" in IMPORTS["webhook.cli.serve_cmd"]  # imported inside `run`
-    assert "webhook.cli.kube" in IMPORTS["webhook.cli.check_cmd"]  # inside `cluster_view`
-    assert "webhook.admission.cluster.nodes" not in IMPORTS["webhook.cli.check_cmd"]  # under TYPE_CHECKING only
-    assert "webhook.cli.common.CommandError" in IMPORTS["webhook.cli.kube"]
+    running = imports_running()
+    assert "webhook.server.app" in running["webhook.cli.serve_cmd"]  # imported inside `run`
+    assert "webhook.cli.kube" in running["webhook.cli.check_cmd"]  # inside `cluster_view`
+    assert "webhook.admission.cluster.nodes" not in running["webhook.cli.check_cmd"]  # under TYPE_CHECKING only
+    assert "webhook.cli.common.CommandError" in running["webhook.cli.kube"]
 
 
 def test_the_layer_check_sees_an_import_up():
