@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from webhook.admission.base.podspec import DEVICE_LIST_ROOTS, DEVICE_NODES_DIR, DEVICE_NODES_PREFIX, VISIBLE_DEVICES
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, counted
+from webhook.admission.native.containers import SPEC, counted, has_map
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.phases import validate
@@ -62,7 +62,7 @@ def holds_gpu(rules: Rules) -> str:
     """CEL: `c` holds a GPU, as validation reads it (a count above 0: containers.counted, which the covered pods
     hold as limits; an amount of one GPU, or a DeviceClass of no GPU, is none)."""
     above = "quantity(c.resources.limits[n]).compareTo(quantity('0')) > 0"
-    limits = "has(c.resources) && has(c.resources.limits)"
+    limits = has_map("limits")
     return f"{limits} && c.resources.limits.exists(n, {counted('n', rules.class_names)} && {above})"
 
 

@@ -15,7 +15,7 @@ from webhook.admission.base.resources import (
     SHARED_SUFFIX,
 )
 from webhook.admission.native.cel import all_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, count, counted, value, whole_limit
+from webhook.admission.native.containers import SPEC, count, counted, has_map, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named
@@ -103,7 +103,7 @@ def _zero_rule(rules: Rules) -> ContainerRule:
     zeros = f"c.resources.limits.filter({KEY}, {counted(KEY, rules.class_names)} && {key_count()} == 0)"
     said = f"size({held}) == 0 ? [] : {zeros}.map({KEY}, {fill(sentence, exprs)})"
     nonzero = f"c.resources.limits.filter(j, {counted('j', rules.class_names)} && {key_count('j')} > 0)"
-    condition = "has(c.resources) && has(c.resources.limits) && size(c.resources.limits) > 1"
+    condition = f"{has_map('limits')} && size(c.resources.limits) > 1"
     return ContainerRule(condition, bind(nonzero, held, said), many=True, maybe_empty=True)
 
 

@@ -24,6 +24,7 @@ from webhook.admission.base.resources import (
     mig_resource,
 )
 from webhook.admission.native.cel import all_of, fill, lit, slot, strings
+from webhook.admission.native.containers import has_map
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.migslices import slice_names
@@ -93,7 +94,7 @@ def held(policy: Policy, above: int, key: str = KEY) -> str:
 
 def each_key(keep: str, make: str) -> tuple[str, str]:
     """(whether any key of the container's limits keeps `keep`, a list of `make` for each that does)."""
-    limits = "has(c.resources) && has(c.resources.limits)"
+    limits = has_map("limits")
     return (
         f"{limits} && c.resources.limits.exists({KEY}, {keep})",
         f"c.resources.limits.filter({KEY}, {keep}).map({KEY}, {make})",
