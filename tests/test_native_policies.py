@@ -1188,6 +1188,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "ack: aliyun.com/gpu-count in a container's resources": (
         "ack", pod(container(limits={ACK_MEM: 4, "aliyun.com/gpu-count": 2})),
     ),
+    "ack: aliyun.com/gpu-count in a container of no GPU, another holding one": (
+        "ack", pod(container("a", limits={GPU_: "0.5"}), init=(container("i", limits={"aliyun.com/gpu-count": 1}),)),
+    ),
+    "ack: aliyun.com/gpu-count alone, no GPU in the pod": (
+        "ack", pod(container(limits={"aliyun.com/gpu-count": 1})),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -1233,7 +1239,6 @@ NOT_COVERED = {
     "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
     "ack: two containers' memory over one GPU's": gaps.ACK_PODS,
     "ack: whole GPUs, steered to the exclusive pool": gaps.ACK_PODS,
-    "ack: aliyun.com/gpu-count in a container's resources": gaps.ACK_PODS,
 }
 
 
@@ -1250,7 +1255,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (186, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (189, 41, 5)
 
 
 @pytest.mark.parametrize(
@@ -1526,7 +1531,10 @@ def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, An
 # Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
 # resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
 MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
-MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM)
+MEMORY_OWN = (
+    HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM,
+    "aliyun.com/gpu-count",
+)  # fmt: skip
 MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
 MEMORY_RESOURCES = st.one_of(
     st.builds(

@@ -72,8 +72,9 @@ MEMORY_COUNTS = Gap(
 )
 ACK_PODS = Gap(
     "under ACK GPU sharing: a pod whose memory its label aliyun.com/gpu-count spreads over several GPUs (or a "
-    "label that is no number), aliyun.com/gpu-count in a container's resources, shares beside whole GPUs, "
-    "several containers' memory over one GPU's, whole GPUs steered to the exclusive pool",
+    "label that is no number), shares beside whole GPUs, several containers' memory over one GPU's, whole GPUs "
+    "steered to the exclusive pool; aliyun.com/gpu-count among the limits of a pod that holds no GPU resource "
+    "(judged for a device path or variable alone)",
     "the extender's placement of a pod's memory, its pools per pod and the steering of whole GPUs are not "
     "compiled: judged by the webhook alone",
 )

@@ -26,7 +26,7 @@ from typing import Any
 from webhook.admission.base.quantity import NANO, PLACES
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, nanos, slot, strings
-from webhook.admission.native.containers import SPEC, each, has_map, holds, path, pod_metadata, value
+from webhook.admission.native.containers import SPEC, any_managed, each, has_map, holds, path, pod_metadata, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
 from webhook.admission.native.fractions import formatted
 from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, shape
@@ -38,6 +38,7 @@ from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.memshare import (
     BACKEND_RESOURCES,
     BackendSpec,
+    count_request_line,
     over_one_gpu,
     over_percent,
     placement_annotations,
@@ -234,6 +235,25 @@ def _placement(policy: Policy) -> Mutation | None:
     return Mutation("HAMi's placement annotations", f"({vgpu}) ? ({chosen}) : []")
 
 
+# The pod holds a resource the webhook manages (so the webhook judges it at all: podspec.mentions_gpu; scope.py
+# keeps outside a pod it judges for another reason)
+HOLDS_GPU = "variables.holdsgpu"
+
+
+def _holds_gpu() -> tuple[str, str]:
+    """The variable HOLDS_GPU."""
+    held = any_of(f"has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {any_managed()})" for section in SECTIONS)
+    return HOLDS_GPU.removeprefix("variables."), held
+
+
+def _count_request(spec: BackendSpec, policy: Policy) -> list[ContainerRule]:
+    """memshare.held's first line: the pod label that spreads a pod's memory, among a container's limits."""
+    label = spec.spread_label
+    if label is None:
+        return []
+    return [ContainerRule(f"({holds('limits', label)}) && {HOLDS_GPU}", lit(count_request_line(policy.name)))]
+
+
 def _over_memory(spec: BackendSpec, policy: Policy) -> list[ContainerRule]:
     """memshare.held's lines: the memory of one vGPU over one GPU's, a percent over 100 (in its order)."""
     gpu_mib, unit_mib = units_of(spec, policy)
@@ -304,11 +324,16 @@ class MemoryShares(Family):
         spec = compiled_spec(policy)
         if spec is None:
             return []
-        return [*_over_memory(spec, policy), _over_container(spec, policy)]
+        return [*_count_request(spec, policy), *_over_memory(spec, policy), _over_container(spec, policy)]
 
     def lines(self, policy: Policy) -> list[Lines]:
         spec = compiled_spec(policy)
-        return [] if spec is None else [_pod_total(spec, policy)]
+        if spec is None:
+            return []
+        total = _pod_total(spec, policy)
+        if spec.spread_label is None:
+            return [total]
+        return [Lines(total.lines, (_holds_gpu(), *total.variables))]
 
     def gaps(self, policy: Policy) -> list[Gap]:
         spec = compiled_spec(policy)

@@ -171,23 +171,28 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
 def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """ACK_PODS where validation or steering reads the pod as a whole under ACK (memshare.pod_gpus, held,
     ack_modes, ack_pod; steering.pod_requirements), asked of the engine on the pod as mutation leaves it: a
-    label that spreads the memory (or is no number), aliyun.com/gpu-count among a container's limits, any line
-    about the pod's shares and whole GPUs, whole GPUs steered to the exclusive pool."""
+    label that spreads the memory (or is no number), any line about the pod's shares and whole GPUs, whole GPUs
+    steered to the exclusive pool; aliyun.com/gpu-count among a container's limits where no container holds a
+    resource the webhook manages (the compiled line's condition: memshares.HOLDS_GPU)."""
     gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
     if gpus != 1 or label_lines:
         return ACK_PODS
     spec = get_path(mutate(obj, policy, spec_path).obj, spec_path)
     held: list[tuple[str, dict[str, Any]]] = []  # every container's limits, by name; the app containers' apart
     apps: list[tuple[str, dict[str, Any]]] = []
+    managed = counted_label = False  # a container holds a managed resource; the label among its limits
     for section in SECTIONS:
         for body in spec.get(section) or ():
-            limits = (body.get("resources") or {}).get("limits") or {}
-            if ACK_COUNT in limits:
-                return ACK_PODS
+            resources = body.get("resources") or {}
+            limits = resources.get("limits") or {}
+            counted_label |= ACK_COUNT in limits
+            managed |= any(is_managed(name) for which in ("requests", "limits") for name in resources.get(which) or ())
             if limits:
                 held.append((body.get("name"), limits))
                 if section == "containers":
                     apps.append((body.get("name"), limits))
+    if counted_label and not managed:
+        return ACK_PODS  # judged for a GPU device's path or variable: the compiled line reads the resources only
     if memshare.ack_modes(held, policy) or memshare.ack_pod(1, apps, Rules.of(policy).max_per_pod, policy):
         return ACK_PODS
     whole = whole_requirements(policy)

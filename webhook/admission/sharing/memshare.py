@@ -105,6 +105,12 @@ class BackendSpec:
         return self.backend is Backend.ACK
 
     @property
+    def spread_label(self) -> str | None:
+        """The pod label that names the GPUs a pod's memory spreads over (spreads_pods), which is no container's
+        resource: ACK's `aliyun.com/gpu-count`; None elsewhere."""
+        return ACK_COUNT if self.spreads_pods else None
+
+    @property
     def counts_one_by_default(self) -> bool:
         """Whether a container asking memory or percent without a count holds one vGPU, and `nvidia.com/gpu`
         beside counts as whole GPUs: Volcano's vGPU device plugin (its defaultGPUNum; held)."""
@@ -459,12 +465,7 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     model = policy.gpu.model or "GPU"
     memory = _amount(limits, spec.memory)
     if spec.backend is Backend.ACK and ACK_COUNT in limits:
-        problems.append((
-            f"{ACK_COUNT} is a node's number of GPUs, not a container's request: ACK reads the GPUs a pod's "
-            f"memory spreads over from the pod label {ACK_COUNT} ({where}); remove it from resources and set the "
-            f'label, such as {ACK_COUNT}: "2"',
-            f"{ACK_COUNT} is no request; set it as a pod label",
-        ))  # fmt: skip
+        problems.append((count_request_line(policy.name), f"{ACK_COUNT} is no request; set it as a pod label"))
     if spec.backend is Backend.ACK and gpus > 1 and gpu_mib is not None:
         most = gpus * (gpu_mib // unit_mib)
         if memory > most:
@@ -499,6 +500,15 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     else:
         each = Fraction(1)  # no memory asked: the backend's default is all of it
     return Held(count * min(each, Fraction(1)) + count_whole, problems)
+
+
+def count_request_line(policy: str) -> str:
+    """ACK: `aliyun.com/gpu-count` among a container's limits (template: the native policies say it too)."""
+    return (
+        f"{ACK_COUNT} is a node's number of GPUs, not a container's request: ACK reads the GPUs a pod's memory "
+        f'spreads over from the pod label {ACK_COUNT} (policy "{policy}"); remove it from resources and set the '
+        f'label, such as {ACK_COUNT}: "2"'
+    )
 
 
 def over_one_gpu(spec: BackendSpec, policy: Policy, memory: int | str) -> tuple[str, str]:
