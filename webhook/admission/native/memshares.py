@@ -14,8 +14,8 @@ format_fraction's (fractions.formatted).
 Under ACK the same: a fraction becomes `aliyun.com/gpu-mem` in whole GiB, whole GPUs stay as written; the pod
 label `aliyun.com/gpu-count` that spreads a pod's memory over several GPUs is read once (spreads.py), and held's
 lines read it (its memory over the label's GPUs', the label among a container's limits), as do the pod's own
-lines (spreads.py: ack_pod's, ack_modes'). The steering of a share over several GPUs and of whole GPUs to the
-exclusive pool is the webhook's (scope.py, gaps.ACK_PODS).
+lines (spreads.py: ack_pod's, ack_modes'); steering reads it where it spreads a share (native/nodes.py), and
+steers whole GPUs to the exclusive pool. What is left is the webhook's (scope.py, gaps.ACK_PODS).
 """
 
 from __future__ import annotations

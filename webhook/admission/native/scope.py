@@ -77,7 +77,6 @@ from webhook.admission.phases.steering import (
     pod_requirements,
     requirements,
     restates,
-    whole_requirements,
 )
 from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
 from webhook.admission.policy.model import Fractional, Policy
@@ -169,15 +168,14 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
 
 
 def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, spec: BackendSpec) -> Gap | None:
-    """ACK_PODS where validation or steering reads the pod as a whole under ACK otherwise than the compiled set
-    (spreads.py; memshare.pod_gpus, held, ack_pod; steering.pod_requirements), asked of the engine on the pod as
+    """ACK_PODS where validation reads the pod as a whole under ACK otherwise than the compiled set
+    (spreads.py; memshare.pod_gpus, held, ack_pod), asked of the engine on the pod as
     mutation leaves it: a pod judged for a device path or variable alone whose label or limits say a line (the
     compiled lines read the resources: spreads.HOLDS_GPU), a label value the API server refuses, a GPU of less
-    than one GiB under several containers' memory, a share spread over several GPUs where the policy steers,
-    whole GPUs steered to the exclusive pool."""
+    than one GiB under several containers' memory."""
     label = spec.spread_label
     assert label is not None
-    gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    _, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
     metadata = get_path(obj, (*spec_path[:-1], "metadata")) or {}
     raw = (metadata.get("labels") or {}).get(label)
     if isinstance(raw, str) and not _LABEL_VALUE.fullmatch(raw):
@@ -198,10 +196,6 @@ def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, sp
     gpu_mib, unit_mib = memshare.units_of(spec, policy)
     if gpu_mib is not None and gpu_mib < unit_mib and holding > 1:
         return ACK_PODS  # ack_pod divides by the GPU's whole GiB, none (spreads._over_gpus)
-    wanted = pod_requirements(mutated, policy)
-    whole = whole_requirements(policy)
-    if (whole and wanted == whole) or pod_requirements(mutated, policy, gpus) != wanted:
-        return ACK_PODS
     return None
 
 
@@ -235,10 +229,11 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
     product label, and its own expression on a label the policy requires, where nodes.product_judged and
     nodes.judged say the compiled policies cannot tell whether it leaves a node of the pool."""
-    wanted = requirements(policy)
-    if not wanted or bound_node(spec):
+    if not requirements(policy) or bound_node(spec):
         return None
-    if not pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy):
+    gpus, _ = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    wanted = pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy, gpus)
+    if not wanted:
         return None
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}

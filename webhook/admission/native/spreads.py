@@ -4,8 +4,8 @@ about it (memshare.ack_pod, ack_modes), each said with the engine's own template
 
 The label is a number of at most MOST_LABEL_DIGITS digits, as pod_gpus reads it; the rest is CEL integers on the
 containers' amounts (each below memshares.MOST_COUNT: scope.py), the backend's memory per GPU and the per-pod
-maximum written in as constants. The steering of a pod spread over several GPUs, and of whole GPUs to the
-exclusive pool, is not compiled here (scope.py, gaps.ACK_PODS).
+maximum written in as constants. Steering reads the label too (`several_gpus`: native/nodes.py), for a share
+spread over several GPUs (ACK's multi-GPU sharing, which not every pool serves).
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def variables(spec: BackendSpec, amount: Amount) -> tuple[tuple[str, str], ...]:
     assert label is not None
     _, metadata, _ = pod_metadata()
     labels = f"{METADATA}.labels"
-    number = f"^[0-9]{{1,{MOST_LABEL_DIGITS}}}$"
     held = any_of(f"has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {any_managed()})" for section in SECTIONS)
     every = " + ".join(f"(has({SPEC}.{section}) ? {SPEC}.{section} : [])" for section in SECTIONS)
     memory = amount(spec.memory, "c")
@@ -66,13 +65,29 @@ def variables(spec: BackendSpec, amount: Amount) -> tuple[tuple[str, str], ...]:
         (_name(METADATA), metadata),
         (_name(NAMED), f"has({labels}) && {lit(label)} in {labels}"),
         (_name(LABEL), f"{NAMED} ? {labels}[{lit(label)}] : ''"),
-        (_name(NUMBER), f"{NAMED} && {LABEL}.matches({lit(number)}) && int({LABEL}) >= 1"),
+        (_name(NUMBER), f"{NAMED} && {_number(LABEL)} && int({LABEL}) >= 1"),
         (_name(GPUS), f"{NUMBER} ? int({LABEL}) : 1"),
         (_name(HELD), f"has({SPEC}.containers) ? {SPEC}.containers.filter(c, {memory} > 0) : []"),
         (_name(TOTAL), f"{HELD}.map(c, {memory}).sum()"),
         (_name(ALL), every),
         (_name(SHARES), f"{ALL}.filter(c, {memory} > 0)"),
     )
+
+
+def _number(text: str) -> str:
+    """The label's value `text` is a number as pod_gpus reads one: at most MOST_LABEL_DIGITS ASCII digits (the
+    API server allows no other characters in a label value)."""
+    return f"{text}.matches({lit(f'^[0-9]{{1,{MOST_LABEL_DIGITS}}}$')})"
+
+
+def several_gpus(spec: BackendSpec) -> str:
+    """The pod's label spreads its memory over more than one GPU (pod_gpus), read from the object itself: for
+    steering's mutation, whose policy has none of the variables above."""
+    label = spec.spread_label
+    assert label is not None
+    labels = f"({pod_metadata()[1]}).labels"
+    value = f"{labels}[{lit(label)}]"
+    return f"has({labels}) && {lit(label)} in {labels} && {_number(value)} && int({value}) > 1"
 
 
 def _pod(sentence: str, exprs: dict[str, str]) -> str:
