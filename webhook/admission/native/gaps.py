@@ -71,11 +71,11 @@ MEMORY_COUNTS = Gap(
     "the webhook alone",
 )
 ACK_PODS = Gap(
-    "under ACK GPU sharing: a pod whose memory its label aliyun.com/gpu-count spreads over several GPUs (or a "
-    "label that is no number), aliyun.com/gpu-count in a container's resources, shares beside whole GPUs, "
-    "several containers' memory over one GPU's, whole GPUs steered to the exclusive pool",
-    "the extender's placement of a pod's memory, its pools per pod and the steering of whole GPUs are not "
-    "compiled: judged by the webhook alone",
+    "under ACK GPU sharing: the pod label aliyun.com/gpu-count, or aliyun.com/gpu-count among a container's "
+    "limits, on a pod that holds no GPU resource (judged for a device path or variable alone); a label value the "
+    "API server refuses; several containers' memory on a GPU of less than 1 GiB",
+    "the compiled lines read the pod's resources, not its device paths; the API server refuses such a label after "
+    "the webhook's line; the engine divides by the GPU's whole GiB: judged by the webhook alone",
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
+from webhook.admission.native import spreads
 from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, slot, strings
 from webhook.admission.native.containers import AT, SPEC, count, holds, value, whole_limit
 from webhook.admission.native.family import SECTIONS, Family, Lines, Mutation
@@ -19,6 +21,7 @@ from webhook.admission.phases import steering, validate
 from webhook.admission.phases.steering import OBSOLETE, REQUIRED
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.memshare import spec_of
 from webhook.admission.sharing.registry import backend_of
 
 SHARED_PRODUCT = "-SHARED"  # GPU feature discovery's suffix on a product shared without renaming
@@ -71,16 +74,22 @@ class Steering(Family):
     as the other steps leave them.
 
     The requirements are the policy's own (steering.requirements) wherever a container holds the resource it
-    steers; memory namespaces, whose requirements depend on the pod, are not compiled at all. scope.py keeps
+    steers; under a memory backend that reads a pod as a whole (ACK), its multi-GPU ones where the pod's label
+    spreads the share over several GPUs, and its whole-GPU ones where a container holds whole GPUs and none a
+    share: one mutation and one set of lines each (_variants), for pods that never meet. scope.py keeps
     outside what is not weighed here (`judged`, gaps.product_judged): a term's own expressions on a required
     label whose satisfiability check would iterate one level deeper."""
 
     name = "steering"
 
     def mutations(self, policy: Policy) -> list[Mutation]:
-        wanted = _wanted(policy)
-        if not wanted:
-            return []
+        return [self._mutation(policy, wanted, steered) for wanted, steered in _variants(policy)]
+
+    def lines(self, policy: Policy) -> list[Lines]:
+        return [self._lines(policy, wanted, steered) for wanted, steered in _variants(policy)]
+
+    def _mutation(self, policy: Policy, wanted: tuple[steering.Requirement, ...], steered: str) -> Mutation:
+        """The requirements `wanted` merged where `steered` holds (one of _variants)."""
         at = f"{AT} + {lit('/affinity')}"
         affinity = f"{SPEC}.affinity"
         node = f"{affinity}.nodeAffinity"
@@ -124,12 +133,9 @@ class Steering(Family):
             f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
         )
         conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy), _affinity_clash(policy, wanted)])
-        return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
+        return Mutation("steering", f"({steered}) && !({conflict}) ? ({ops}) : []")
 
-    def lines(self, policy: Policy) -> list[Lines]:
-        wanted = _wanted(policy)
-        if not wanted:
-            return []
+    def _lines(self, policy: Policy, wanted: tuple[steering.Requirement, ...], steered: str) -> Lines:
         words, advice = steering.policy_words(policy), steering.advice(policy)
         said = []
         for r in wanted:
@@ -141,7 +147,7 @@ class Steering(Family):
         line = fill(steering.selector_conflict_line(slot("shown"), words, needed, advice), {"shown": shown})
         said.append(f"(({_product_clash(policy)}) ? [{line}] : [])")
         said.append(_affinity_line(policy, wanted, words, advice))
-        return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
+        return Lines(f"({steered}) ? ({' + '.join(said)}) : []")
 
 
 SELECTOR = f"{SPEC}.nodeSelector"
@@ -152,10 +158,30 @@ def _wanted(policy: Policy) -> tuple[steering.Requirement, ...]:
     return steering.requirements(policy) if shape(policy) is not None else ()
 
 
-def _steered(policy: Policy) -> str:
+def _variants(policy: Policy) -> list[tuple[tuple[steering.Requirement, ...], str]]:
+    """The requirements a pod gets, each with when (steering.pod_requirements): the policy's where a container
+    holds the resource it steers, a memory backend's multi-GPU ones instead where the pod's label spreads that
+    over several GPUs (spreads.py), its whole-GPU ones where a container holds `nvidia.com/gpu` and none the
+    resource steered (ACK's exclusive pool)."""
+    wanted = _wanted(policy)
+    if not wanted:
+        return []
+    held = _steered(policy)
+    multi, whole = steering.multi_requirements(policy), steering.whole_requirements(policy)
+    spec = spec_of(policy)
+    found = [(wanted, held)]
+    if multi and multi != wanted and spec is not None and spec.spread_label:
+        several = spreads.several_gpus(spec)
+        found = [(wanted, f"({held}) && !({several})"), (multi, f"({held}) && ({several})")]
+    if whole:
+        found.append((whole, f"!({held}) && ({_steered(policy, NVIDIA_GPU)})"))
+    return found
+
+
+def _steered(policy: Policy, name: str | None = None) -> str:
     """The pod is steered: it names no node and a container or init container holds the resource the policy
-    steers (steering.pod_requirements)."""
-    name = steering.steered_resource(policy)
+    steers (steering.pod_requirements), or `name`."""
+    name = name or steering.steered_resource(policy)
     held = any_of(
         f"{holds(which, name)} && quantity({value(which, name)}).compareTo(quantity('0')) > 0"
         for which in ("limits", "requests")

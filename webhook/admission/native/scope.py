@@ -39,7 +39,6 @@ from webhook.admission.base.resources import (
     mig_profile_of,
 )
 from webhook.admission.base.violation import Violation
-from webhook.admission.cluster.nodes import ACK_COUNT
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import engineflags, memshares, userenv
@@ -78,11 +77,11 @@ from webhook.admission.phases.steering import (
     pod_requirements,
     requirements,
     restates,
-    whole_requirements,
 )
 from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.memshare import BackendSpec
 from webhook.admission.sharing.registry import backend_of
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -130,7 +129,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
                 return found
     if carried == "memory":
         spec = memshare.spec_of(policy)
-        return _ack_pod(obj, spec_path, policy) if spec is not None and spec.spreads_pods else None
+        return _ack_pod(obj, spec_path, policy, spec) if spec is not None and spec.spread_label else None
     return _prefixed_total(spec, policy, by_name)
 
 
@@ -168,30 +167,39 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     return None
 
 
-def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
-    """ACK_PODS where validation or steering reads the pod as a whole under ACK (memshare.pod_gpus, held,
-    ack_modes, ack_pod; steering.pod_requirements), asked of the engine on the pod as mutation leaves it: a
-    label that spreads the memory (or is no number), aliyun.com/gpu-count among a container's limits, any line
-    about the pod's shares and whole GPUs, whole GPUs steered to the exclusive pool."""
-    gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
-    if gpus != 1 or label_lines:
-        return ACK_PODS
-    spec = get_path(mutate(obj, policy, spec_path).obj, spec_path)
-    held: list[tuple[str, dict[str, Any]]] = []  # every container's limits, by name; the app containers' apart
-    apps: list[tuple[str, dict[str, Any]]] = []
+def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, spec: BackendSpec) -> Gap | None:
+    """ACK_PODS where validation reads the pod as a whole under ACK otherwise than the compiled set
+    (spreads.py; memshare.pod_gpus, held, ack_pod), asked of the engine on the pod as
+    mutation leaves it: a pod judged for a device path or variable alone whose label or limits say a line (the
+    compiled lines read the resources: spreads.HOLDS_GPU), a label value the API server refuses, a GPU of less
+    than one GiB under several containers' memory."""
+    label = spec.spread_label
+    assert label is not None
+    _, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    metadata = get_path(obj, (*spec_path[:-1], "metadata")) or {}
+    raw = (metadata.get("labels") or {}).get(label)
+    if isinstance(raw, str) and not _LABEL_VALUE.fullmatch(raw):
+        return ACK_PODS  # the API server refuses it after the webhook has said its line
+    mutated = get_path(mutate(obj, policy, spec_path).obj, spec_path)
+    managed = counted_label = False  # a container holds a managed resource; the label among its limits
+    holding = 0  # the app containers that hold memory
     for section in SECTIONS:
-        for body in spec.get(section) or ():
-            limits = (body.get("resources") or {}).get("limits") or {}
-            if ACK_COUNT in limits:
-                return ACK_PODS
-            if limits:
-                held.append((body.get("name"), limits))
-                if section == "containers":
-                    apps.append((body.get("name"), limits))
-    if memshare.ack_modes(held, policy) or memshare.ack_pod(1, apps, Rules.of(policy).max_per_pod, policy):
+        for body in mutated.get(section) or ():
+            resources = body.get("resources") or {}
+            limits = resources.get("limits") or {}
+            counted_label |= label in limits
+            managed |= any(is_managed(name) for which in ("requests", "limits") for name in resources.get(which) or ())
+            amount = quantity_or_none(limits[spec.memory]) if spec.memory in limits else None
+            holding += section == "containers" and amount is not None and amount > 0
+    if (counted_label or label_lines) and not managed:
         return ACK_PODS
-    whole = whole_requirements(policy)
-    return ACK_PODS if whole and pod_requirements(spec, policy) == whole else None
+    gpu_mib, unit_mib = memshare.units_of(spec, policy)
+    if gpu_mib is not None and gpu_mib < unit_mib and holding > 1:
+        return ACK_PODS  # ack_pod divides by the GPU's whole GiB, none (spreads._over_gpus)
+    return None
+
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")  # apimachinery IsValidLabelValue
 
 
 def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
@@ -221,10 +229,11 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
     product label, and its own expression on a label the policy requires, where nodes.product_judged and
     nodes.judged say the compiled policies cannot tell whether it leaves a node of the pool."""
-    wanted = requirements(policy)
-    if not wanted or bound_node(spec):
+    if not requirements(policy) or bound_node(spec):
         return None
-    if not pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy):
+    gpus, _ = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    wanted = pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy, gpus)
+    if not wanted:
         return None
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
