@@ -659,7 +659,10 @@ def two_modes_line(share: str, whole: str, policy: str) -> str:
 
 
 def _spread_over(total: int, gib: int) -> int | None:
-    """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few)."""
+    """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few,
+    or a GPU under 1 GiB, which holds no whole GiB)."""
+    if gib < 1:
+        return None
     least = -(-total // gib)
     return next((m for m in range(least, min(total, least + 64) + 1) if total % m == 0), None)
 
