@@ -1079,6 +1079,35 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]}
         ]}}}),
     ),
+    "whole-tie: a range of its own on the sharing strategy, an empty one in another term": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["2"]},
+                {"key": STRATEGY, "operator": "Lt", "values": ["3"]},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["-1"]},
+                {"key": STRATEGY, "operator": "Exists"},
+                {"key": STRATEGY, "operator": "Lt", "values": ["+1"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: an empty range of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Lt", "values": ["5"]},
+                {"key": STRATEGY, "operator": "Gt", "values": ["4"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["2"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["3"]},
+            ]},
+        ]}}}),
+    ),
     "whole-tie: a bound with an underscore": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": STRATEGY, "operator": "Gt", "values": ["1_0"]}]}
@@ -1297,6 +1326,7 @@ NOT_COVERED = {
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: an In and a NotIn of its own on the sharing strategy": gaps.STEERED_LABELS,
     "whole-tie: a bound with an underscore": gaps.STEERED_LABELS,
+    "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": gaps.STEERED_LABELS,
     "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
@@ -1323,7 +1353,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (195, 43, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (197, 44, 5)
 
 
 @pytest.mark.parametrize(
@@ -1610,9 +1640,15 @@ STEERED_POLICIES = PolicySet(
         ),
     )
 )
-STEERED_HOLDS = {"team-a": 1, "mig-single": 1, "mig-single-any": 1, "ack": "0.3"}
+# each namespace's GPU, and the labels its policy requires
+STEERED_PODS = {
+    "team-a": (1, (STRATEGY, SLICES)),
+    "mig-single": (1, (SLICES, MIG_STRATEGY)),
+    "mig-single-any": (1, (SLICES, MIG_STRATEGY)),
+    "ack": ("0.3", (ACK_SCHEDULE, ACK_PLACEMENT)),
+}
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-LABEL_VALUES = ("none", "mps", "time-slicing", "single", "cgpu", "share", "spread", "2", "3", "+3", "x")
+LABEL_VALUES = ("none", "mps", "time-slicing", "single", "cgpu", "share", "spread", "1", "3", "4", "+3", "-1", "x")
 
 
 @cache
@@ -1621,26 +1657,25 @@ def steered_native() -> tuple[NativeSet, NativeSet]:
 
 
 @st.composite
-def label_expressions(draw: st.DrawFn) -> dict[str, Any]:
-    key = draw(st.sampled_from((STRATEGY, SLICES, MIG_STRATEGY, ACK_SCHEDULE, ACK_PLACEMENT)))
-    operator = draw(st.sampled_from(OPERATORS))
+def label_expressions(draw: st.DrawFn, keys: tuple[str, ...]) -> dict[str, Any]:
+    key, operator = draw(st.sampled_from(keys)), draw(st.sampled_from(OPERATORS))
     if operator in ("Exists", "DoesNotExist"):
         return {"key": key, "operator": operator}
     values = draw(st.lists(st.sampled_from(LABEL_VALUES), min_size=1, max_size=1 if operator in ("Gt", "Lt") else 3))
     return {"key": key, "operator": operator, "values": values}
 
 
-@settings(max_examples=50, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    namespace=st.sampled_from(sorted(STEERED_HOLDS)),
-    terms=st.lists(st.lists(label_expressions(), min_size=1, max_size=3), min_size=1, max_size=2),
-)
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(sorted(STEERED_PODS)), data=st.data())
 def test_a_terms_own_expressions_on_a_required_label_agree_with_the_webhook(
-    namespace: str, terms: list[list[dict[str, Any]]]
+    namespace: str, data: st.DataObject
 ) -> None:
+    """Terms of up to four expressions on the labels the policy requires: the same verdict, line and node
+    affinity, or scope.outside's gap (several of the term's own that the compiled policies do not weigh)."""
+    gpu, keys = STEERED_PODS[namespace]
+    terms = data.draw(st.lists(st.lists(label_expressions(keys), min_size=1, max_size=4), min_size=1, max_size=2))
     affinity = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": term} for term in terms]}}}
-    obj = pod(container(limits={GPU_: STEERED_HOLDS[namespace]}), affinity=affinity)
-    compare(namespace, obj, STEERED_POLICIES, *steered_native())
+    compare(namespace, pod(container(limits={GPU_: gpu}), affinity=affinity), STEERED_POLICIES, *steered_native())
 
 
 # Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own

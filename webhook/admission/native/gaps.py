@@ -125,8 +125,8 @@ STEERED_PRODUCT = Gap(
 STEERED_LABELS = Gap(
     "a steered pod's required node affinity term with several expressions of its own on a label where the policy "
     "admits values it does not name (NotIn: whole GPUs' sharing strategy; Exists: MIG single's slices where no "
-    "profile is set), an In, Gt or Lt among them, or a Gt or Lt bound that is an integer to Python but not plain "
-    "ASCII digits of at most 18 (an underscore, a space, another script's digits)",
+    "profile is set), an In among them, or a NotIn beside a Gt or Lt; or a Gt or Lt bound that is an integer to "
+    "Python but not plain ASCII digits of at most 18 (an underscore, a space, another script's digits)",
     "whether some node satisfies them all then turns on a value of the term's own that every other expression "
     "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions); CEL "
     "reads a bound as Go's ParseInt does: not compiled",

@@ -186,19 +186,22 @@ LIVE = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressi
 # the same int64: ASCII digits after an optional sign (scope.py keeps any other that Python reads outside).
 PLAIN_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 NAMING = ("In", "Gt", "Lt")  # the operators that name the present values a node may have
+RANGE = ("Gt", "Lt", "Exists", "DoesNotExist")  # a term's own that leave a range of integers, or none
 NUL = "\\x00"  # a NUL character as an escape (written in a CEL string literal, or read by a regular expression)
 
 
 def judged(r: steering.Requirement, own: list[dict[str, Any]]) -> bool:
     """Whether the compiled policies tell when a term's own expressions `own` on `r`'s label (those that do not
     restate `r`) leave no node that `r` admits (`_term_fits`): always, but where `r` admits values no expression
-    names (`NotIn`, `Exists`) and several of its own, an `In`, `Gt` or `Lt` among them, narrow the values a node
-    may have (the witness would be among the term's own values, one iteration deeper), and where a `Gt` or `Lt`
-    bound reads otherwise in CEL (gaps.STEERED_LABELS)."""
+    names (`NotIn`, `Exists`) and several of its own, an `In`, or a `NotIn` beside a `Gt` or `Lt`, narrow the
+    values a node may have (the witness would be among the term's own values, one iteration deeper), and where a
+    `Gt` or `Lt` bound reads otherwise in CEL (gaps.STEERED_LABELS)."""
     if r.operator != "DoesNotExist" and any(_odd_bound(e) for e in own):
         return False
     unnamed = steering.matches(r.expression, {r.key: steering.UNNAMED})
-    return not unnamed or len(own) <= 1 or not any(e.get("operator") in NAMING for e in own)
+    if not unnamed or len(own) <= 1 or not any(e.get("operator") in NAMING for e in own):
+        return True
+    return all(e.get("operator") in RANGE for e in own)  # a range of integers (`_range_fits`)
 
 
 def _odd_bound(expression: dict[str, Any]) -> bool:
@@ -214,8 +217,8 @@ def _term_fits(r: steering.Requirement) -> str:
     """Some value of `r`'s label, or its absence, satisfies every expression of the term `t` on that label, `r`'s
     own among them (steering._satisfiable): each candidate the engine tries that `r` admits, tested in one pass
     over the term's expressions: the label's absence, a value none names, each value `r` names; and where `r`
-    admits values it does not name, one of the term's own (`In`), or an integer past the bound of its own `Gt`
-    or `Lt` (the engine tries more of them than `r` names), which `judged` limits to one own expression."""
+    admits values it does not name, a value of the term's one own `In` there, or an integer within its own `Gt`
+    and `Lt` bounds (`judged` keeps the rest outside)."""
     on = f"e.key == {lit(r.key)}"
     ways = []
     if steering.matches(r.expression, {}):
@@ -227,8 +230,27 @@ def _term_fits(r: steering.Requirement) -> str:
         if steering.matches(r.expression, {r.key: named}):
             ways.append(f"t.matchExpressions.all(e, !({on}) || ({_admits(named)}))")
     if unnamed:
-        ways.append(f"t.matchExpressions.exists(e, {on} && ({_own_witness(r)}))")
+        ways += [f"t.matchExpressions.exists(e, {on} && ({_own_witness(r)}))", _range_fits(r)]
     return f"!has(t.matchExpressions) || {any_of(ways)}"
+
+
+def _range_fits(r: steering.Requirement) -> str:
+    """The term `t`'s expressions on `r`'s label are `Gt`, `Lt`, `Exists` and restatements of `r` (which admits
+    values it does not name), every bound an integer, and some integer between the greatest `Gt` and the least
+    `Lt` is not one `r` excludes. The engine tries the integers just past each bound, more of them than `r`
+    names, so it finds one wherever there is one."""
+    on = f"e.key == {lit(r.key)}"
+    bounded = f"e.operator in ['Gt', 'Lt'] && {_integer_bound()}"
+    only = f"t.matchExpressions.all(e, !({on}) || ({bounded}) || e.operator == 'Exists' || ({_restates(r)}))"
+    each = {
+        op: f"t.matchExpressions.filter(e, {on} && e.operator == {lit(op)}).map(e, int(e.values[0]))"
+        for op in ("Gt", "Lt")
+    }
+    # the integers `r` names as a label value reads them (the engine's candidates are written by str())
+    excluded = [n for n in map(steering.label_integer, r.values) if n is not None and str(n) in r.values]
+    within = " + ".join(f"(g.max() < {n} && {n} < l.min() ? 1 : 0)" for n in excluded) or "0"
+    room = f"size(g) == 0 || size(l) == 0 ? true : l.min() - g.max() - 1 > {within}"
+    return f"({only}) ? {bind(each['Gt'], 'g', bind(each['Lt'], 'l', room))} : false"
 
 
 def _integer_bound(e: str = "e") -> str:
@@ -253,13 +275,13 @@ def _admits(value: str) -> str:
 def _own_witness(r: steering.Requirement) -> str:
     """The expression `e` (on `r`'s label, the term's one own there that names values) admits a value that `r`
     admits: an `In` naming one `r` does not exclude (read from the values joined at NUL, which scope.py keeps
-    out of every value), a `Gt` or `Lt` with an integer bound."""
+    out of every value). A `Gt` or `Lt`: `_range_fits`."""
     named = "has(e.values) && size(e.values) > 0"
     if r.values:  # NotIn: not every value one it excludes
         pattern = "^(" + NUL + "(" + "|".join(re.escape(v) for v in r.values) + "))+" + NUL + "$"
         joined = f"('{NUL}' + e.values.join('{NUL}') + '{NUL}')"
         named += f" && !{joined}.matches({lit(pattern)})"
-    return f"(e.operator == 'In' && {named}) || (e.operator in ['Gt', 'Lt'] && {_integer_bound()})"
+    return f"e.operator == 'In' && {named}"
 
 
 def _term_clash(r: steering.Requirement) -> str:
