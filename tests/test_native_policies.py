@@ -305,6 +305,7 @@ FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
+ACK_SCHEDULE, ACK_PLACEMENT = "ack.node.gpu.schedule", "ack.node.gpu.placement"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
 HAMI_MEM, HAMI_CORES, ACK_MEM = "nvidia.com/gpumem", "nvidia.com/gpucores", "aliyun.com/gpu-mem"
@@ -1058,6 +1059,106 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]}
         ]}}}),
     ),
+    # a term's own expressions on a label the policy requires: whether some value (or the label's absence)
+    # satisfies them all and the policy's requirement (steering._satisfiable)
+    "whole-tie: its own Exists and DoesNotExist on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Exists"}, ZONE, {"key": STRATEGY, "operator": "DoesNotExist"}
+            ]}
+        ]}}}),
+    ),
+    "whole-tie: an integer strategy of its own, MIG slices above 1 in another term": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "Gt", "values": ["2"]}]},
+            {"matchExpressions": [{"key": SLICES, "operator": "Gt", "values": ["1"]}]},
+        ]}}}),
+    ),
+    "whole-tie: a strategy below a bound that is no integer": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "Lt", "values": ["x"]}]},
+        ]}}}),
+    ),
+    "whole-tie: strategies of its own, one with a space": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["mps", "time slicing"]}]},
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["time-slicing", "mps"]}, ZONE]},
+        ]}}}),
+    ),
+    "whole-tie: an In and a NotIn of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": ["mps", "none"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["none"]},
+            ]}
+        ]}}}),
+    ),
+    "whole-tie: a range of its own on the sharing strategy, an empty one in another term": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["2"]},
+                {"key": STRATEGY, "operator": "Lt", "values": ["3"]},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["-1"]},
+                {"key": STRATEGY, "operator": "Exists"},
+                {"key": STRATEGY, "operator": "Lt", "values": ["+1"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: an empty range of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Lt", "values": ["5"]},
+                {"key": STRATEGY, "operator": "Gt", "values": ["4"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["2"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["3"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: a bound with an underscore": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "Gt", "values": ["1_0"]}]}
+        ]}}}),
+    ),
+    "mig-single: slices between 2 and +4 of its own, below 3 in another term": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "Gt", "values": ["2"]}, {"key": SLICES, "operator": "Lt", "values": ["+4"]}
+            ]},
+            {"matchExpressions": [{"key": SLICES, "operator": "Lt", "values": ["3"]}]},
+        ]}}}),
+    ),
+    "mig-single: each term's slices or strategy excluded: above 03, or not 3 and below 5": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": SLICES, "operator": "Gt", "values": ["03"]}]},
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "NotIn", "values": ["3", "4"]},
+                {"key": SLICES, "operator": "Exists"},
+                {"key": MIG_STRATEGY, "operator": "Lt", "values": ["5"]},
+            ]},
+        ]}}}),
+    ),
+    "ack: pools of its own, one that caps memory": (
+        "ack", pod(container(limits={GPU_: "0.3"}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": ACK_SCHEDULE, "operator": "In", "values": ["share", "mps"]},
+                {"key": ACK_SCHEDULE, "operator": "NotIn", "values": ["cgpu"]},
+                {"key": ACK_PLACEMENT, "operator": "Exists"},
+            ]}
+        ]}}}),
+    ),
+    "ack: pools of its own that cap nothing": (
+        "ack", pod(container(limits={GPU_: "0.3"}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": ACK_SCHEDULE, "operator": "NotIn", "values": ["cgpu", "mps", "core_mem"]}]}
+        ]}}}),
+    ),
     "whole-tie: a NUL in a value of its own": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a\x00b"]}]}
@@ -1299,7 +1400,9 @@ NOT_COVERED = {
     "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: an In and a NotIn of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: a bound with an underscore": gaps.STEERED_LABELS,
+    "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": gaps.STEERED_LABELS,
     "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
@@ -1324,7 +1427,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (209, 40, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (220, 42, 5)
 
 
 @pytest.mark.parametrize(
@@ -1595,6 +1698,58 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 @given(namespace=st.sampled_from(NAMESPACES), obj=pods(), kind=st.sampled_from(sorted(API_VERSIONS)))
 def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
+
+
+# Steering's satisfiability check: a term's own expressions of every operator on the labels steered policies
+# require (whole GPUs' NotIn and DoesNotExist, MIG single's In one value, or Exists where it names no profile,
+# ACK's In several values), over values they name, integers and others.
+STEERED_POLICIES = PolicySet(
+    (
+        *(policy for policy in POLICIES.policies if policy.name in ("whole-tie", "mig-single", "ack")),
+        _policy(
+            "mig-single-any",
+            ("mig-single-any",),
+            sharing=Sharing(mode=Mode.MIG, mig_strategy=MigStrategy.SINGLE),
+            steering=True,  # on nodes with MIG slices of any size under migStrategy single
+        ),
+    )
+)
+# each namespace's GPU, and the labels its policy requires
+STEERED_PODS = {
+    "team-a": (1, (STRATEGY, SLICES)),
+    "mig-single": (1, (SLICES, MIG_STRATEGY)),
+    "mig-single-any": (1, (SLICES, MIG_STRATEGY)),
+    "ack": ("0.3", (ACK_SCHEDULE, ACK_PLACEMENT)),
+}
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+LABEL_VALUES = ("none", "mps", "time-slicing", "single", "cgpu", "share", "spread", "1", "3", "4", "+3", "-1", "x")
+
+
+@cache
+def steered_native() -> tuple[NativeSet, NativeSet]:
+    return compile_native(STEERED_POLICIES, EXCLUDED), compile_native(STEERED_POLICIES, EXCLUDED, beside_webhook=True)
+
+
+@st.composite
+def label_expressions(draw: st.DrawFn, keys: tuple[str, ...]) -> dict[str, Any]:
+    key, operator = draw(st.sampled_from(keys)), draw(st.sampled_from(OPERATORS))
+    if operator in ("Exists", "DoesNotExist"):
+        return {"key": key, "operator": operator}
+    values = draw(st.lists(st.sampled_from(LABEL_VALUES), min_size=1, max_size=1 if operator in ("Gt", "Lt") else 3))
+    return {"key": key, "operator": operator, "values": values}
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(sorted(STEERED_PODS)), data=st.data())
+def test_a_terms_own_expressions_on_a_required_label_agree_with_the_webhook(
+    namespace: str, data: st.DataObject
+) -> None:
+    """Terms of up to four expressions on the labels the policy requires: the same verdict, line and node
+    affinity, or scope.outside's gap (several of the term's own that the compiled policies do not weigh)."""
+    gpu, keys = STEERED_PODS[namespace]
+    terms = data.draw(st.lists(st.lists(label_expressions(keys), min_size=1, max_size=4), min_size=1, max_size=2))
+    affinity = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": term} for term in terms]}}}
+    compare(namespace, pod(container(limits={GPU_: gpu}), affinity=affinity), STEERED_POLICIES, *steered_native())
 
 
 # Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own

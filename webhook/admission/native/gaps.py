@@ -123,11 +123,13 @@ STEERED_PRODUCT = Gap(
     "not compiled: the compiled test reads the values joined, with one of the two",
 )
 STEERED_LABELS = Gap(
-    "a steered pod's required node affinity term with expressions of its own on a label the policy requires that "
-    "the compiled policies do not weigh: Exists or several values required, several of the term's own where NotIn "
-    "is required (whole GPUs' sharing strategy), a Gt or Lt, a value with a space",
-    "whether no node satisfies them all is a satisfiability check over the term's expressions and their values, "
-    "one iteration deeper than the compiled policies go: not compiled",
+    "a steered pod's required node affinity term with several expressions of its own on a label where the policy "
+    "admits values it does not name (NotIn: whole GPUs' sharing strategy; Exists: MIG single's slices where no "
+    "profile is set), an In among them, or a NotIn beside a Gt or Lt; or a Gt or Lt bound that is an integer to "
+    "Python but not plain ASCII digits of at most 18 (an underscore, a space, another script's digits)",
+    "whether some node satisfies them all then turns on a value of the term's own that every other expression "
+    "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions); CEL "
+    "reads a bound as Go's ParseInt does: not compiled",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",

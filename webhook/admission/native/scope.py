@@ -227,8 +227,8 @@ def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> 
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
-    product label, and its own expression on a label the policy requires, where nodes.product_judged and
-    nodes.judged say the compiled policies cannot tell whether it leaves a node of the pool."""
+    product label, and its own expressions on a label the policy requires, where gaps.product_judged and
+    nodes.judged say the compiled policies cannot tell whether they leave a node of the pool."""
     if not requirements(policy) or bound_node(spec):
         return None
     gpus, _ = backend_of(policy).pod_gpus(obj, spec_path, policy)
@@ -241,18 +241,13 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
         copied = [*(term.get("matchExpressions") or ()), *(term.get("matchFields") or ())]
         if any(isinstance(v, str) and "\x00" in v for e in copied for v in (e.get("values") or ())):
             return NUL_VALUES  # steering copies the term's values joined and split at NUL (nodes._copied)
-        own: dict[str, int] = {}  # a required label's expressions of the term's own
-        for expression in term.get("matchExpressions") or ():
-            key = expression.get("key")
-            if key == PRODUCT and expression.get("operator") == "In" and not product_judged(policy):
-                return STEERED_PRODUCT
-            ours = [r for r in wanted if r.key == key]
-            if not ours or any(restates(expression, r) for r in ours):
-                continue
-            own[key] = own.get(key, 0) + 1
-            several = own[key] > 1 and any(r.operator == "NotIn" for r in ours)
-            spaced = any(" " in value for value in expression.get("values") or ())
-            if several or spaced or not all(judged(r) for r in ours) or expression.get("operator") in ("Gt", "Lt"):
+        expressions = term.get("matchExpressions") or ()
+        product_in = any(e.get("key") == PRODUCT and e.get("operator") == "In" for e in expressions)
+        if product_in and not product_judged(policy):
+            return STEERED_PRODUCT
+        for r in wanted:
+            own = [e for e in expressions if e.get("key") == r.key and not restates(e, r)]
+            if own and not judged(r, own):
                 return STEERED_LABELS  # a satisfiability check nodes.py does not write
     return None
 
