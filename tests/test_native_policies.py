@@ -591,6 +591,22 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             container("a", limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"]),
         ),
     ),
+    # memoryFraction's flag (0.18 of 1/5) at a converted fraction: judged against the recorded fraction below the
+    # share (at it no line; over the share, the share's line alone; recorded as 0: one replica's share)
+    "capped: memoryFraction's flag at 180m vLLM, 179m TensorRT-LLM, 300m SGLang, 50u vLLM": (
+        "capped", pod(
+            container("a", limits={GPU_: "180m"}, command=["vllm", "serve", "m"]),
+            container("b", requests={GPU_: "179m"}, args=["/usr/bin/trtllm-serve", "m"], env=[]),
+            container("c", limits={GPU_: "300m"}, command=["python3", "-m", "sglang.launch_server"]),
+            container("d", limits={GPU_: "50u"}, image="vllm/vllm-openai:v0.9.1", args=["--model", "m"]),
+        ),
+    ),
+    "capped: memoryFraction's flag at a sidecar's 5m, an init container's 0.17": (
+        "capped", pod(container("app", limits={GPU_: 1}), init=(
+            container("proxy", limits={GPU_: "5m"}, command=["vllm", "serve"], restartPolicy="Always"),
+            container("warm", limits={GPU_: "0.17"}, command=["trtllm-serve"]),
+        )),
+    ),
     "shared: vLLM beside the user's memory variables, one over the share": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m"], env=[
             {"name": "GPU_MEMORY_FRACTION", "value": "0.2"}, {"name": "CUDA_MEMORY_FRACTION", "value": "0.5"}
@@ -1215,7 +1231,6 @@ NOT_COVERED = {
     "shared: the user's memory variable with a sign": gaps.USER_VALUES,
     "shared: the user's memory variable with spaces": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
-    "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
     "shared-tie: an allocator config with spaces": gaps.USER_CONFIG,
     "shared-tie: an allocator config set twice": gaps.USER_CONFIG,
     "shared: an allocator config's fraction with an exponent": gaps.USER_VALUES,
@@ -1250,7 +1265,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (186, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (189, 41, 5)
 
 
 @pytest.mark.parametrize(
@@ -1402,9 +1417,9 @@ def test_a_pod_with_an_engines_own_flag_agrees_with_the_webhook(
     namespace: str, gpu: int | str, argv: list[str], split: int
 ) -> None:
     """The whole pod through both: the same verdict and lines, or the flag's gap (a fraction where the policy does
-    not convert it: the API server's refusal; memoryFraction's flag at a fraction: ENGINES)."""
+    not convert it: the API server's refusal)."""
     found = compare(namespace, pod(container(limits={GPU_: gpu}, command=argv[:split], args=argv[split:])))
-    assert found in (None, gaps.BUILT_IN_REFUSAL, gaps.ENGINE_FLAGS, gaps.ENGINES)
+    assert found in (None, gaps.BUILT_IN_REFUSAL, gaps.ENGINE_FLAGS)
 
 
 CONF_ITEMS = (
@@ -2011,7 +2026,7 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("mig-single", f"{labels}; {spaced}"),
             ("fractions", shared),
             ("mps-fractions", shared),
-            ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+            ("capped", shared),
             ("hami", gaps.MEMORY_COUNTS.rule),
             ("volcano", gaps.MEMORY_COUNTS.rule),
             ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),

@@ -96,10 +96,12 @@ USER_CONFIG = Gap(
     "and judges the fraction there, and reads a recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
-    "an inference engine's memory flag for a converted fraction under memoryFraction (or not the share's headroom "
-    "value)",
-    "validation judges the flag mutation writes, memoryFraction's value, against the recorded fraction: that line "
-    "is not compiled (the flag is added as the webhook adds it)",
+    "an inference engine's memory flag for a converted fraction whose argument is not the engine's text around "
+    "the fraction's headroom value, or under memoryFraction one the compiled policies do not read back as a plain "
+    "decimal (no engine's today)",
+    "mutation writes the argument, and validation judges the flag against the recorded fraction and says the "
+    "argument for it; the native set writes the headroom value in integer CEL and reads a plain decimal only: "
+    "not compiled",
 )
 ENGINE_FLAGS = Gap(
     "an inference engine's memory flag in the container's own command line whose value is a number but not a plain "
