@@ -7,8 +7,8 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   nearest float, both far closer than the native policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
 - lists library (lists.go): `indexOf`, `lastIndexOf`, `sum`, `max`, `min` (of strings too); strings extension
-  (cel-go ext/strings.go): `join`, `replace` (every occurrence) and `split` (Go's strings.Split: a separator
-  that is not there gives the string whole);
+  (cel-go ext/strings.go): `join`, `replace` (every occurrence), `substring` (of code points, here within the
+  string) and `split` (Go's strings.Split: a separator that is not there gives the string whole);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
   by a scanner that skips string literals;
@@ -86,6 +86,7 @@ FUNCTIONS = {
     "min": lambda items: min(items),
     "join": lambda items, separator: separator.join(items),
     "replace": lambda text, old, new: text.replace(old, new),
+    "substring": lambda text, start, end: text[start:end],
     "split": lambda text, separator: text.split(separator),
     "escapeKey": lambda _library, key: key.replace("~", "~0").replace("/", "~1"),
 }

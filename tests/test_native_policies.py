@@ -827,15 +827,42 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "--gpu-memory-utilization", "0.3"
         ], env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
     ),
-    "shared-tie: an allocator config with spaces": (
+    # spaces around keys, values and items, a comma at the end: the webhook strips the keys, reads the value
+    # stripped, and merges into the config less its last comma (its spaces kept)
+    "shared-tie: allocator configs with spaces, a comma at the end, spaces alone": (
+        "a-team", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+                " expandable_segments: True , max_split_size_mb :128,"
+            )}]),
+            container("b", limits={GPU_: "300m"}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
+                "backend:native , per_process_memory_fraction :  0.35 "
+            )}]),
+            container("c", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "   "}]),
+            container("d", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1, "}]),
+        ),
+    ),
+    "shared-tie: an allocator config with a tab": (
         "a-team", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
-            "expandable_segments: True"
+            "expandable_segments:\tTrue"
         )}])),
     ),
+    # a name set twice: the hint merged into the last entry of the name, each entry's fraction key judged
     "shared-tie: an allocator config set twice": (
-        "a-team", pod(container(limits={GPU_: 1}, env=[
-            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1"}, {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"}
-        ])),
+        "a-team", pod(
+            container("a", limits={GPU_: 1}, env=[
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1"},
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"},
+            ]),
+            container("b", limits={GPU_: "200m"}, env=[
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "per_process_memory_fraction:0.9"},
+                {"name": "PYTORCH_ALLOC_CONF", "value": "c:3"},
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"},
+            ]),
+            container("c", limits={GPU_: 1}, env=[
+                {"name": "PYTORCH_ALLOC_CONF", "value": "a:1"},
+                {"name": "PYTORCH_ALLOC_CONF", "value": "per_process_memory_fraction:0.6"},
+            ]),
+        ),
     ),
     "shared: an allocator config's fraction with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
@@ -1231,8 +1258,7 @@ NOT_COVERED = {
     "shared: the user's memory variable with a sign": gaps.USER_VALUES,
     "shared: the user's memory variable with spaces": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
-    "shared-tie: an allocator config with spaces": gaps.USER_CONFIG,
-    "shared-tie: an allocator config set twice": gaps.USER_CONFIG,
+    "shared-tie: an allocator config with a tab": gaps.USER_CONFIG,
     "shared: an allocator config's fraction with an exponent": gaps.USER_VALUES,
     "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
     "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
@@ -1265,7 +1291,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (189, 41, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (191, 40, 5)
 
 
 @pytest.mark.parametrize(
@@ -1427,9 +1453,10 @@ CONF_ITEMS = (
     "per_process_memory_fraction:.25", "per_process_memory_fraction:0.05", "per_process_memory_fraction:1.",
     "per_process_memory_fraction:x", "per_process_memory_fraction_x:0.9",
 )  # fmt: skip
-# Not plain: the webhook's (a fraction key's number in another form, spaces, brackets, an empty item)
+# Not read (a fraction key's number in another form: the webhook's) or not plain (a tab, more spaces than a plain
+# config holds, brackets, an empty item: the webhook's)
 OTHER_CONF_ITEMS = (
-    "per_process_memory_fraction:9e1", " backend:native", "per_process_memory_fraction: 0.9",
+    "per_process_memory_fraction:9e1", "\tbackend:native", "per_process_memory_fraction:          0.9",
     "roundup_power2_divisions:[256:1]", "",
 )  # fmt: skip
 
@@ -1448,8 +1475,50 @@ def allocator_configs(draw: st.DrawFn) -> list[dict[str, Any]]:
         items = draw(st.lists(st.sampled_from(CONF_ITEMS), max_size=3))
         if draw(st.integers(0, 9)) == 0:
             items.append(draw(st.sampled_from(OTHER_CONF_ITEMS)))
-        env.append({"name": name, "value": ",".join(items)})
+        separator, end = draw(st.sampled_from((",", ", ", " , "))), draw(st.sampled_from(("", "", ",", " ")))
+        env.append({"name": name, "value": separator.join(items) + end})
     return env
+
+
+@st.composite
+def spaced_configs(draw: st.DrawFn) -> str:
+    """An allocator config of CONF_ITEMS (now and then another) with spaces around its keys, values and items (up
+    to 11: the most a plain config holds is 9), a comma at its end or two, a tab; or spaces alone."""
+    spaces = st.integers(0, 11).map(lambda n: " " * n)
+    items = []
+    for item in draw(st.lists(st.sampled_from(CONF_ITEMS + OTHER_CONF_ITEMS[:1]), max_size=3)):
+        key, _, value = item.partition(":")
+        items.append(draw(spaces) + key + draw(spaces) + ":" + draw(spaces) + value + draw(spaces))
+    end = draw(st.sampled_from(("", "", ",", ", ", ",,", "\t")))
+    return ",".join(items) + end if items else draw(spaces) + draw(st.sampled_from(("", "", ",")))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(config=spaced_configs())
+def test_an_allocator_configs_key_is_read_and_merged_as_the_webhook_does(config: str) -> None:
+    """In a plain config (userenv.plain_conf: spaces and a comma at the end among them), the CEL reads the
+    fraction key's number that the webhook reads (memory_claim), or the gap says it does not; and merges the
+    hint as merge_alloc_conf does (no merge where the config has the key). Any other config is the webhook's."""
+    from webhook.admission.native import memvars
+    from webhook.admission.native.cel import lit
+    from webhook.admission.phases.envhints import memory_claim, merge_alloc_conf
+
+    name, policy, hint = "PYTORCH_CUDA_ALLOC_CONF", POLICIES.for_namespace("a-team"), "per_process_memory_fraction:.5"
+    entry = {"name": name, "value": config}
+    if not userenv.plain_conf(entry):
+        assert userenv.outside([entry], policy) == gaps.USER_CONFIG
+        return
+    mergeable = kube_cel.evaluate(userenv.without_key("v"), {"v": config})
+    merged = kube_cel.evaluate(userenv.merged("v", lit(hint)), {"v": config}) if mergeable else None
+    assert merged == merge_alloc_conf(config, hint)
+    number = kube_cel.evaluate(userenv.conf_number_cel("v"), {"v": config})
+    pattern = userenv.readings(policy)[name].pattern
+    claim = memory_claim(name, config, None)
+    if kube_cel.evaluate(f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(pattern)})", {"v": number}):
+        n, d = kube_cel.evaluate(memvars.parts("v"), {"v": number})
+        assert Fraction(n, d) == claim
+    else:
+        assert claim is None or userenv.outside([entry], policy) == gaps.USER_VALUES
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -90,10 +90,10 @@ USER_VALUES = Gap(
 )
 USER_CONFIG = Gap(
     "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits, `_` and "
-    "`.`, joined by single commas: no spaces, brackets, trailing comma) or whose name it sets twice, or a recorded "
-    "fraction of its own",
-    "the webhook parses the config's keys as free-form text, merges its own key into the last entry of the name "
-    "and judges the fraction there, and reads a recorded fraction as the container's share: not compiled",
+    "`.`, joined by commas, ASCII spaces around them, a comma at the end: no other whitespace, brackets, empty "
+    "items), or a recorded fraction of its own",
+    "the webhook parses the config's items as free-form text (each key stripped of any whitespace) and reads a "
+    "recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
     "an inference engine's memory flag for a converted fraction whose argument is not the engine's text around "
