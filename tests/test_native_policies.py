@@ -706,11 +706,24 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's memory variable with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "9e-1"}])),
     ),
-    "shared: the user's memory variable with a sign": (
-        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": "+0.9"}])),
+    # a `+` before a plain decimal and ASCII spaces around it: stripped by the webhook, dropped by the CEL
+    "shared: the user's memory variables with a sign and spaces": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": "+0.9"}]),
+            container("b", limits={GPU_: 1}, env=[
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90% "}, {"name": "GPU_MEMORY_FRACTION", "value": " +.2"},
+            ]),
+        ),
     ),
-    "shared: the user's memory variable with spaces": (
-        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90%"}])),
+    "mps-fractions: 100m, the user's memory variables with a sign and spaces": (
+        "mps-frac", pod(container(limits={GPU_: "100m"}, env=[
+            {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "+8589934593 "},
+            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "per_process_memory_fraction: +0.1 "},
+            {"name": "TGI_CUDA_MEMORY_FRACTION", "value": "  0.11"},
+        ])),
+    ),
+    "shared: the user's memory variable with a space before its percent sign": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90 %"}])),
     ),
     "fractions: 100m, the user's memory variable longer than 12 characters": (
         "frac", pod(container(limits={GPU_: "100m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.10000000001"}])),
@@ -781,8 +794,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's flag with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization", "9e-1"])),
     ),
-    "shared: the user's flag with spaces": (
-        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"])),
+    "shared: the user's flags with spaces and a sign": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"]),
+            container("b", limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction", "+.2 "]),
+            container("c", limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction=+0.3"]),
+        ),
+    ),
+    "shared: the user's flag with a tab": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=\t0.9"])),
     ),
     # a container's own PyTorch allocator config: PyTorch's hint merged into a plain one, its fraction judged
     "shared-tie: configs merged into (empty, both names), from a ConfigMap, a vLLM's; their fraction keys": (
@@ -1255,13 +1275,12 @@ NOT_COVERED = {
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
     "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
-    "shared: the user's memory variable with a sign": gaps.USER_VALUES,
-    "shared: the user's memory variable with spaces": gaps.USER_VALUES,
+    "shared: the user's memory variable with a space before its percent sign": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
     "shared-tie: an allocator config with a tab": gaps.USER_CONFIG,
     "shared: an allocator config's fraction with an exponent": gaps.USER_VALUES,
     "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
-    "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
+    "shared: the user's flag with a tab": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
@@ -1291,7 +1310,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (191, 40, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (194, 39, 5)
 
 
 @pytest.mark.parametrize(
@@ -1786,7 +1805,44 @@ def own_variables(draw: st.DrawFn) -> dict[str, str]:
     if name == "CUPY_GPU_MEMORY_LIMIT":  # a percent, or bytes about a quarter of 80 GiB
         bytes_ = draw(st.integers(21474836480 - 2, 21474836480 + 2).map(str))
         number = draw(st.sampled_from((f"{number[:11]}%", bytes_)))
-    return {"name": name, "value": number}
+    sign, before, after = draw(st.sampled_from(("", "", "+"))), draw(st.sampled_from(("", "", " "))), ""
+    if before:  # spaces around it now and then
+        after = draw(st.sampled_from(("", "  ")))
+    return {"name": name, "value": before + sign + number + after}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    text=st.one_of(
+        st.tuples(
+            st.text(" \t+", max_size=2), plain_decimals(), st.sampled_from(("", "  ", "\t", "%", "% ", " %"))
+        ).map("".join),
+        st.text(" \t+-0123456789._e%", max_size=15),
+    )
+)
+def test_a_number_as_written_is_read_as_the_webhook_reads_it(text: str) -> None:
+    """A value the CEL reads (userenv.SHORT and a Reading's pattern, in RE2) holds the number the webhook reads,
+    its spaces and `+` dropped (memvars.parts): a memory variable's (memory_claim), CuPy's percent, an engine's
+    flag's (engines.find); the Python mirror (`Reading.reads`) says the same of it."""
+    from webhook.admission.native import memvars
+    from webhook.admission.native.cel import lit
+    from webhook.admission.phases.envhints import memory_claim
+
+    cupy = userenv.readings(POLICIES.for_namespace("mps-frac"))["CUPY_GPU_MEMORY_LIMIT"]
+    for reading, claim in (
+        (userenv.DECIMAL, memory_claim("GPU_MEMORY_FRACTION", text, None)),
+        (cupy, memory_claim("CUPY_GPU_MEMORY_LIMIT", text, 81920)),
+    ):
+        read = kube_cel.evaluate(f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(reading.pattern)})", {"v": text})
+        assert read == reading.reads(text)
+        if read:
+            n, d = kube_cel.evaluate(
+                memvars.parts("v", f" * {reading.scale}" if "%" not in text else " * 100"), {"v": text}
+            )
+            assert Fraction(n, d) == claim
+    if userenv.plain(text):
+        found = engines.find({"args": [f"--gpu-memory-utilization={text}"]}, engines.VLLM)
+        assert found is not None and found.value == memory_claim("GPU_MEMORY_FRACTION", text, None)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

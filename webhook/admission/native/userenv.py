@@ -7,8 +7,9 @@ leaves any other to the webhook, as it does a recorded fraction the container se
 
 Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges
 it against the container's share (validate._memory_variables). The native set reads the common case, a plain
-decimal (`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point; CuPy's a percent of one, `90%`, or a
-whole byte count where the GPU's memory is known; in a PyTorch allocator config the fraction key's first value),
+decimal (`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point, ASCII spaces around it and a `+` before
+it; CuPy's a percent of one, `90%`, or a whole byte count where the GPU's memory is known; in a PyTorch allocator
+config the fraction key's first value),
 exactly in CEL integers (memvars.py); `readings` says which form each variable takes. `outside` says where the
 native set stops: a value the engine reads that is in no such form, an allocator config that is not plain, or a
 recorded fraction. A value the engine reads as nothing (not a number), a variable the mode does not judge, one
@@ -47,19 +48,25 @@ PYTORCH_CONFS = (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF)
 # A plain decimal: ASCII digits with at most one point, a digit on either side of it (what Python's Fraction reads
 # of such text is its digits over a power of ten). RE2 (CEL's `matches`) and Python read these patterns alike.
 PLAIN = r"[0-9]+[.]?[0-9]*|[.][0-9]+"
-LONGEST = 12  # the most characters of a compiled number: its integers, times a share's, stay within CEL's int64
-SHORT = rf"^[0-9.]{{1,{LONGEST}}}%?$"
+LONGEST = 12  # the most digits and points of a compiled number: its integers, times a share's, stay within int64
+SHORT = rf"^ *[+]?[0-9.]{{1,{LONGEST}}}%? *$"
 INT64 = 2**63
 
 
+def written(pattern: str) -> str:
+    """`pattern` (a number's) as a value may write it: ASCII spaces around it and a `+` before it, which the
+    webhook strips and Fraction reads as nothing (the CEL drops them: memvars.parts)."""
+    return rf"^ *[+]?({pattern}) *$"
+
+
 # A plain PyTorch allocator config: `key:value` items joined by commas, keys of letters, digits and `_`, values of
-# those and `.` (`expandable_segments:True, max_split_size_mb:128`), ASCII spaces around a key, a value or an item
+# those, `.` and `+` (`expandable_segments:True, max_split_size_mb:128`), ASCII spaces around a key, a value or an item
 # (at most SPACES on a side: a value the CEL reads, with its spaces, stays within the 32 characters the webhook
 # reads), a comma at the end; or spaces alone. Such a config without its spaces is its items as the webhook reads
 # them (each key stripped): there the fraction key's first item is found by splitting, and mutation's merge is the
 # config less its last comma, a comma and its item appended.
 SPACES = " {0,9}"
-CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.]*{SPACES}"
+CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.+]*{SPACES}"
 PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*(,{SPACES})?|{SPACES})$"
 FRACTION_ITEM = f",{PYTORCH_FRACTION_KEY}:"  # the fraction key's item, after the comma before it
 
@@ -101,7 +108,7 @@ def plain_conf(entry: dict[str, Any]) -> bool:
     return "valueFrom" not in entry and type(value) is str and re.fullmatch(PLAIN_CONF, value) is not None
 
 
-DECIMAL = Reading(rf"^({PLAIN})$", 1)  # a plain decimal, as itself
+DECIMAL = Reading(written(PLAIN), 1)  # a plain decimal, as itself
 
 
 def readings(policy: Policy) -> dict[str, Reading]:
@@ -125,7 +132,8 @@ def fits(policy: Policy) -> bool:
 
 
 def plain(value: str) -> bool:
-    """`value` is a plain decimal of at most LONGEST characters, which the native set reads exactly."""
+    """`value` is a plain decimal of at most LONGEST digits and points (spaces around it, a `+` before it), which
+    the native set reads exactly."""
     return DECIMAL.reads(value)
 
 
@@ -142,7 +150,8 @@ def _readings(policy: Policy) -> dict[str, Reading]:
         if name in PYTORCH_CONFS:  # the fraction key's value, a plain decimal
             found[name] = Reading(DECIMAL.pattern, 1, conf=True)
         elif name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
-            found[name] = Reading(rf"^({PLAIN})%$" + (r"|^[0-9]+$" if memory else ""), bytes_scale or 1)
+            counts = f"|{written('[0-9]+')}" if memory else ""
+            found[name] = Reading(written(f"({PLAIN})%") + counts, bytes_scale or 1)
         else:
             found[name] = DECIMAL
     return found
