@@ -1512,7 +1512,7 @@ def spaced_configs(draw: st.DrawFn) -> str:
     return ",".join(items) + end if items else draw(spaces) + draw(st.sampled_from(("", "", ",")))
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(config=spaced_configs())
 def test_an_allocator_configs_key_is_read_and_merged_as_the_webhook_does(config: str) -> None:
     """In a plain config (userenv.plain_conf: spaces and a comma at the end among them), the CEL reads the
@@ -1811,7 +1811,7 @@ def own_variables(draw: st.DrawFn) -> dict[str, str]:
     return {"name": name, "value": before + sign + number + after}
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(
     text=st.one_of(
         st.tuples(
