@@ -8,15 +8,14 @@ spelling and form: reinvoked, the policy finds it and adds nothing. The argument
 engine's text around its number, which is JAX's headroom value of the fraction (fractions.headroom), capped at
 one replica's share as mutate._env caps it.
 
-A flag the container writes itself is judged as validation judges it (validate._engine_flag, `UserFlags`): its
-last occurrence in any spelling, `--flag=v` or `--flag v`, whose value is a plain decimal of at most 12 digits and
+A flag the container writes itself is judged as validation judges it (validate._engine_flag, `UserFlags`): its last
+occurrence in any spelling, `--flag=v` or `--flag v`, whose value is a plain decimal of at most 12 digits and
 points, spaces around it and a `+` before it allowed (userenv.plain: read in CEL integers as memvars.py reads a
-variable's), against the container's share (one
-replica's, or a converted fraction's below it, read back from the recorded fraction), in the engine's line
-(validate.engine_flag_line) with the argument to write instead (engines.argument, in integer CEL at a recorded
-fraction). Under memoryFraction a converted fraction gets memoryFraction's argument, as a replica does, and
-validation judges it against the recorded fraction as it judges a flag of the container's own: `UserFlags` judges
-it so on the object as the mutating policy leaves it.
+variable's), against the container's share (one replica's, or a converted fraction's below it, read back from the
+recorded fraction), in the engine's line (validate.engine_flag_line) with the argument to write instead
+(engines.argument, in integer CEL at a recorded fraction). Under memoryFraction a converted fraction gets
+memoryFraction's argument, as a replica does, and validation judges it against the recorded fraction as it judges a
+flag of the container's own: `UserFlags` judges it so on the object as the mutating policy leaves it.
 
 What stays the webhook's (scope.py, `outside`): a flag of the container's own whose value the engine reads as a
 number in another form (an exponent, a tab, more digits), and a command line that is not a list of strings (read

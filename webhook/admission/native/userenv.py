@@ -1,20 +1,19 @@
 """A container's own memory variables, as mutation's env step treats them (mutate._env, _merge_hints): a name the
 container sets is never written again and its value is kept; JAX's pair is skipped whole where the container sets
 either of JAX's fraction variables; PyTorch's hint is merged into the container's own allocator config where that
-has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_` and
-`.`, spaces around them, a comma at the end; the last entry where the container sets the name twice; scope.py
+has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_`, `.`
+and `+`, spaces around them, a comma at the end; the last entry where the container sets the name twice; scope.py
 leaves any other to the webhook, as it does a recorded fraction the container sets itself).
 
-Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges
-it against the container's share (validate._memory_variables). The native set reads the common case, a plain
-decimal (`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point, ASCII spaces around it and a `+` before
-it; CuPy's a percent of one, `90%`, or a whole byte count where the GPU's memory is known; in a PyTorch allocator
-config the fraction key's first value),
-exactly in CEL integers (memvars.py); `readings` says which form each variable takes. `outside` says where the
-native set stops: a value the engine reads that is in no such form, an allocator config that is not plain, or a
-recorded fraction. A value the engine reads as nothing (not a number), a variable the mode does not judge, one
-of the policy's own values and one from a ConfigMap or Secret (`valueFrom`) are covered: the engine says no line
-of them, or one the compiled set says too.
+Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges it
+against the container's share (validate._memory_variables). The native set reads the common case, a plain decimal
+(`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point, ASCII spaces around it and a `+` before it; CuPy's
+a percent of one, `90%`, or a whole byte count where the GPU's memory is known; in a PyTorch allocator config the
+fraction key's first value), exactly in CEL integers (memvars.py); `readings` says which form each variable takes.
+`outside` says where the native set stops: a value the engine reads that is in no such form, an allocator config
+that is not plain, or a recorded fraction. A value the engine reads as nothing (not a number), a variable the mode
+does not judge, one of the policy's own values and one from a ConfigMap or Secret (`valueFrom`) are covered: the
+engine says no line of them, or one the compiled set says too.
 """
 
 from __future__ import annotations
