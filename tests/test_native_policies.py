@@ -606,6 +606,22 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             container("a", limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"]),
         ),
     ),
+    # memoryFraction's flag (0.18 of 1/5) at a converted fraction: judged against the recorded fraction below the
+    # share (at it no line; over the share, the share's line alone; recorded as 0: one replica's share)
+    "capped: memoryFraction's flag at 180m vLLM, 179m TensorRT-LLM, 300m SGLang, 50u vLLM": (
+        "capped", pod(
+            container("a", limits={GPU_: "180m"}, command=["vllm", "serve", "m"]),
+            container("b", requests={GPU_: "179m"}, args=["/usr/bin/trtllm-serve", "m"], env=[]),
+            container("c", limits={GPU_: "300m"}, command=["python3", "-m", "sglang.launch_server"]),
+            container("d", limits={GPU_: "50u"}, image="vllm/vllm-openai:v0.9.1", args=["--model", "m"]),
+        ),
+    ),
+    "capped: memoryFraction's flag at a sidecar's 5m, an init container's 0.17": (
+        "capped", pod(container("app", limits={GPU_: 1}), init=(
+            container("proxy", limits={GPU_: "5m"}, command=["vllm", "serve"], restartPolicy="Always"),
+            container("warm", limits={GPU_: "0.17"}, command=["trtllm-serve"]),
+        )),
+    ),
     "shared: vLLM beside the user's memory variables, one over the share": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "m"], env=[
             {"name": "GPU_MEMORY_FRACTION", "value": "0.2"}, {"name": "CUDA_MEMORY_FRACTION", "value": "0.5"}
@@ -705,11 +721,24 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's memory variable with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "9e-1"}])),
     ),
-    "shared: the user's memory variable with a sign": (
-        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": "+0.9"}])),
+    # a `+` before a plain decimal and ASCII spaces around it: stripped by the webhook, dropped by the CEL
+    "shared: the user's memory variables with a sign and spaces": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": "+0.9"}]),
+            container("b", limits={GPU_: 1}, env=[
+                {"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90% "}, {"name": "GPU_MEMORY_FRACTION", "value": " +.2"},
+            ]),
+        ),
     ),
-    "shared: the user's memory variable with spaces": (
-        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90%"}])),
+    "mps-fractions: 100m, the user's memory variables with a sign and spaces": (
+        "mps-frac", pod(container(limits={GPU_: "100m"}, env=[
+            {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "+8589934593 "},
+            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "per_process_memory_fraction: +0.1 "},
+            {"name": "TGI_CUDA_MEMORY_FRACTION", "value": "  0.11"},
+        ])),
+    ),
+    "shared: the user's memory variable with a space before its percent sign": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": " 90 %"}])),
     ),
     "fractions: 100m, the user's memory variable longer than 12 characters": (
         "frac", pod(container(limits={GPU_: "100m"}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.10000000001"}])),
@@ -780,8 +809,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's flag with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization", "9e-1"])),
     ),
-    "shared: the user's flag with spaces": (
-        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"])),
+    "shared: the user's flags with spaces and a sign": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"]),
+            container("b", limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction", "+.2 "]),
+            container("c", limits={GPU_: 1}, command=["trtllm-serve", "--free_gpu_memory_fraction=+0.3"]),
+        ),
+    ),
+    "shared: the user's flag with a tab": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=\t0.9"])),
     ),
     # a container's own PyTorch allocator config: PyTorch's hint merged into a plain one, its fraction judged
     "shared-tie: configs merged into (empty, both names), from a ConfigMap, a vLLM's; their fraction keys": (
@@ -826,15 +862,42 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "--gpu-memory-utilization", "0.3"
         ], env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9"}])),
     ),
-    "shared-tie: an allocator config with spaces": (
+    # spaces around keys, values and items, a comma at the end: the webhook strips the keys, reads the value
+    # stripped, and merges into the config less its last comma (its spaces kept)
+    "shared-tie: allocator configs with spaces, a comma at the end, spaces alone": (
+        "a-team", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+                " expandable_segments: True , max_split_size_mb :128,"
+            )}]),
+            container("b", limits={GPU_: "300m"}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
+                "backend:native , per_process_memory_fraction :  0.35 "
+            )}]),
+            container("c", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "   "}]),
+            container("d", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1, "}]),
+        ),
+    ),
+    "shared-tie: an allocator config with a tab": (
         "a-team", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
-            "expandable_segments: True"
+            "expandable_segments:\tTrue"
         )}])),
     ),
+    # a name set twice: the hint merged into the last entry of the name, each entry's fraction key judged
     "shared-tie: an allocator config set twice": (
-        "a-team", pod(container(limits={GPU_: 1}, env=[
-            {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1"}, {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"}
-        ])),
+        "a-team", pod(
+            container("a", limits={GPU_: 1}, env=[
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1"},
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"},
+            ]),
+            container("b", limits={GPU_: "200m"}, env=[
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "per_process_memory_fraction:0.9"},
+                {"name": "PYTORCH_ALLOC_CONF", "value": "c:3"},
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "b:2"},
+            ]),
+            container("c", limits={GPU_: 1}, env=[
+                {"name": "PYTORCH_ALLOC_CONF", "value": "a:1"},
+                {"name": "PYTORCH_ALLOC_CONF", "value": "per_process_memory_fraction:0.6"},
+            ]),
+        ),
     ),
     "shared: an allocator config's fraction with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
@@ -1389,15 +1452,12 @@ NOT_COVERED = {
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
     "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
-    "shared: the user's memory variable with a sign": gaps.USER_VALUES,
-    "shared: the user's memory variable with spaces": gaps.USER_VALUES,
+    "shared: the user's memory variable with a space before its percent sign": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
-    "capped: 100m SGLang, judged against its fraction": gaps.ENGINES,
-    "shared-tie: an allocator config with spaces": gaps.USER_CONFIG,
-    "shared-tie: an allocator config set twice": gaps.USER_CONFIG,
+    "shared-tie: an allocator config with a tab": gaps.USER_CONFIG,
     "shared: an allocator config's fraction with an exponent": gaps.USER_VALUES,
     "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
-    "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
+    "shared: the user's flag with a tab": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: an In and a NotIn of its own on the sharing strategy": gaps.STEERED_LABELS,
@@ -1427,7 +1487,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (220, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (228, 39, 5)
 
 
 @pytest.mark.parametrize(
@@ -1579,9 +1639,9 @@ def test_a_pod_with_an_engines_own_flag_agrees_with_the_webhook(
     namespace: str, gpu: int | str, argv: list[str], split: int
 ) -> None:
     """The whole pod through both: the same verdict and lines, or the flag's gap (a fraction where the policy does
-    not convert it: the API server's refusal; memoryFraction's flag at a fraction: ENGINES)."""
+    not convert it: the API server's refusal)."""
     found = compare(namespace, pod(container(limits={GPU_: gpu}, command=argv[:split], args=argv[split:])))
-    assert found in (None, gaps.BUILT_IN_REFUSAL, gaps.ENGINE_FLAGS, gaps.ENGINES)
+    assert found in (None, gaps.BUILT_IN_REFUSAL, gaps.ENGINE_FLAGS)
 
 
 CONF_ITEMS = (
@@ -1589,9 +1649,10 @@ CONF_ITEMS = (
     "per_process_memory_fraction:.25", "per_process_memory_fraction:0.05", "per_process_memory_fraction:1.",
     "per_process_memory_fraction:x", "per_process_memory_fraction_x:0.9",
 )  # fmt: skip
-# Not plain: the webhook's (a fraction key's number in another form, spaces, brackets, an empty item)
+# Not read (a fraction key's number in another form: the webhook's) or not plain (a tab, more spaces than a plain
+# config holds, brackets, an empty item: the webhook's)
 OTHER_CONF_ITEMS = (
-    "per_process_memory_fraction:9e1", " backend:native", "per_process_memory_fraction: 0.9",
+    "per_process_memory_fraction:9e1", "\tbackend:native", "per_process_memory_fraction:          0.9",
     "roundup_power2_divisions:[256:1]", "",
 )  # fmt: skip
 
@@ -1610,8 +1671,50 @@ def allocator_configs(draw: st.DrawFn) -> list[dict[str, Any]]:
         items = draw(st.lists(st.sampled_from(CONF_ITEMS), max_size=3))
         if draw(st.integers(0, 9)) == 0:
             items.append(draw(st.sampled_from(OTHER_CONF_ITEMS)))
-        env.append({"name": name, "value": ",".join(items)})
+        separator, end = draw(st.sampled_from((",", ", ", " , "))), draw(st.sampled_from(("", "", ",", " ")))
+        env.append({"name": name, "value": separator.join(items) + end})
     return env
+
+
+@st.composite
+def spaced_configs(draw: st.DrawFn) -> str:
+    """An allocator config of CONF_ITEMS (now and then another) with spaces around its keys, values and items (up
+    to 11: the most a plain config holds is 9), a comma at its end or two, a tab; or spaces alone."""
+    spaces = st.integers(0, 11).map(lambda n: " " * n)
+    items = []
+    for item in draw(st.lists(st.sampled_from(CONF_ITEMS + OTHER_CONF_ITEMS[:1]), max_size=3)):
+        key, _, value = item.partition(":")
+        items.append(draw(spaces) + key + draw(spaces) + ":" + draw(spaces) + value + draw(spaces))
+    end = draw(st.sampled_from(("", "", ",", ", ", ",,", "\t")))
+    return ",".join(items) + end if items else draw(spaces) + draw(st.sampled_from(("", "", ",")))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(config=spaced_configs())
+def test_an_allocator_configs_key_is_read_and_merged_as_the_webhook_does(config: str) -> None:
+    """In a plain config (userenv.plain_conf: spaces and a comma at the end among them), the CEL reads the
+    fraction key's number that the webhook reads (memory_claim), or the gap says it does not; and merges the
+    hint as merge_alloc_conf does (no merge where the config has the key). Any other config is the webhook's."""
+    from webhook.admission.native import memvars
+    from webhook.admission.native.cel import lit
+    from webhook.admission.phases.envhints import memory_claim, merge_alloc_conf
+
+    name, policy, hint = "PYTORCH_CUDA_ALLOC_CONF", POLICIES.for_namespace("a-team"), "per_process_memory_fraction:.5"
+    entry = {"name": name, "value": config}
+    if not userenv.plain_conf(entry):
+        assert userenv.outside([entry], policy) == gaps.USER_CONFIG
+        return
+    mergeable = kube_cel.evaluate(userenv.without_key("v"), {"v": config})
+    merged = kube_cel.evaluate(userenv.merged("v", lit(hint)), {"v": config}) if mergeable else None
+    assert merged == merge_alloc_conf(config, hint)
+    number = kube_cel.evaluate(userenv.conf_number_cel("v"), {"v": config})
+    pattern = userenv.readings(policy)[name].pattern
+    claim = memory_claim(name, config, None)
+    if kube_cel.evaluate(f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(pattern)})", {"v": number}):
+        n, d = kube_cel.evaluate(memvars.parts("v"), {"v": number})
+        assert Fraction(n, d) == claim
+    else:
+        assert claim is None or userenv.outside([entry], policy) == gaps.USER_VALUES
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -1938,7 +2041,44 @@ def own_variables(draw: st.DrawFn) -> dict[str, str]:
     if name == "CUPY_GPU_MEMORY_LIMIT":  # a percent, or bytes about a quarter of 80 GiB
         bytes_ = draw(st.integers(21474836480 - 2, 21474836480 + 2).map(str))
         number = draw(st.sampled_from((f"{number[:11]}%", bytes_)))
-    return {"name": name, "value": number}
+    sign, before, after = draw(st.sampled_from(("", "", "+"))), draw(st.sampled_from(("", "", " "))), ""
+    if before:  # spaces around it now and then
+        after = draw(st.sampled_from(("", "  ")))
+    return {"name": name, "value": before + sign + number + after}
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    text=st.one_of(
+        st.tuples(
+            st.text(" \t+", max_size=2), plain_decimals(), st.sampled_from(("", "  ", "\t", "%", "% ", " %"))
+        ).map("".join),
+        st.text(" \t+-0123456789._e%", max_size=15),
+    )
+)
+def test_a_number_as_written_is_read_as_the_webhook_reads_it(text: str) -> None:
+    """A value the CEL reads (userenv.SHORT and a Reading's pattern, in RE2) holds the number the webhook reads,
+    its spaces and `+` dropped (memvars.parts): a memory variable's (memory_claim), CuPy's percent, an engine's
+    flag's (engines.find); the Python mirror (`Reading.reads`) says the same of it."""
+    from webhook.admission.native import memvars
+    from webhook.admission.native.cel import lit
+    from webhook.admission.phases.envhints import memory_claim
+
+    cupy = userenv.readings(POLICIES.for_namespace("mps-frac"))["CUPY_GPU_MEMORY_LIMIT"]
+    for reading, claim in (
+        (userenv.DECIMAL, memory_claim("GPU_MEMORY_FRACTION", text, None)),
+        (cupy, memory_claim("CUPY_GPU_MEMORY_LIMIT", text, 81920)),
+    ):
+        read = kube_cel.evaluate(f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(reading.pattern)})", {"v": text})
+        assert read == reading.reads(text)
+        if read:
+            n, d = kube_cel.evaluate(
+                memvars.parts("v", f" * {reading.scale}" if "%" not in text else " * 100"), {"v": text}
+            )
+            assert Fraction(n, d) == claim
+    if userenv.plain(text):
+        found = engines.find({"args": [f"--gpu-memory-utilization={text}"]}, engines.VLLM)
+        assert found is not None and found.value == memory_claim("GPU_MEMORY_FRACTION", text, None)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -2247,7 +2387,7 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("mig-single", f"{labels}; {spaced}"),
             ("fractions", shared),
             ("mps-fractions", shared),
-            ("capped", f"{gaps.ENGINES.rule}; {shared}"),
+            ("capped", shared),
             ("hami", gaps.MEMORY_COUNTS.rule),
             ("volcano", gaps.MEMORY_COUNTS.rule),
             ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),

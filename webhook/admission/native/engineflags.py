@@ -8,15 +8,17 @@ spelling and form: reinvoked, the policy finds it and adds nothing. The argument
 engine's text around its number, which is JAX's headroom value of the fraction (fractions.headroom), capped at
 one replica's share as mutate._env caps it.
 
-A flag the container writes itself is judged as validation judges it (validate._engine_flag, `UserFlags`): its
-last occurrence in any spelling, `--flag=v` or `--flag v`, whose value is a plain decimal of at most 12 characters
-(userenv.plain: read in CEL integers as memvars.py reads a variable's), against the container's share (one
-replica's, or a converted fraction's below it, read back from the recorded fraction), in the engine's line
-(validate.engine_flag_line) with the argument to write instead (engines.argument, in integer CEL at a recorded
-fraction).
+A flag the container writes itself is judged as validation judges it (validate._engine_flag, `UserFlags`): its last
+occurrence in any spelling, `--flag=v` or `--flag v`, whose value is a plain decimal of at most 12 digits and
+points, spaces around it and a `+` before it allowed (userenv.plain: read in CEL integers as memvars.py reads a
+variable's), against the container's share (one replica's, or a converted fraction's below it, read back from the
+recorded fraction), in the engine's line (validate.engine_flag_line) with the argument to write instead
+(engines.argument, in integer CEL at a recorded fraction). Under memoryFraction a converted fraction gets
+memoryFraction's argument, as a replica does, and validation judges it against the recorded fraction as it judges a
+flag of the container's own: `UserFlags` judges it so on the object as the mutating policy leaves it.
 
 What stays the webhook's (scope.py, `outside`): a flag of the container's own whose value the engine reads as a
-number in another form (an exponent, spaces, more digits), and a command line that is not a list of strings (read
+number in another form (an exponent, a tab, more digits), and a command line that is not a list of strings (read
 as no engine). A command run through a shell is no engine for the webhook either (engines.py), so both give it
 the frameworks' variables.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.base.quantity import NANO, PLACES, quantity_or_none
+from webhook.admission.base.quantity import NANO, PLACES
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native import fractions
 from webhook.admission.native.cel import bind, fill, jsonpatch, lit, nanos, slot, strings
@@ -39,7 +41,7 @@ from webhook.admission.native.replicas import holds_replica
 from webhook.admission.native.userenv import DECIMAL, SHORT, fits, plain
 from webhook.admission.phases import engines, validate
 from webhook.admission.phases.validate import Rules
-from webhook.admission.policy.model import Fractional, Policy
+from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
 
 
@@ -71,15 +73,33 @@ def _fractions(policy: Policy) -> bool:
 
 def unsupported(policy: Policy) -> Gap | None:
     """Why an engine's flag is not compiled for this policy, or None: a converted fraction's flag that is not the
-    headroom value of the fraction, or a replica's flag (memoryFraction's) that validation would judge over the
-    share (a policy the loader refuses)."""
+    headroom value of the fraction; under memoryFraction, one whose value (memoryFraction's, which validation
+    judges against the recorded fraction) `UserFlags` does not read; or a replica's flag (memoryFraction's) that
+    validation would judge over the share (a policy the loader refuses)."""
     if _fractions(policy) and policy.memory_fraction is None and _around(policy) is None:
+        return ENGINES
+    if _fractions(policy) and policy.memory_fraction is not None and not _capped_judged(policy):
         return ENGINES
     fraction, share = backend_of(policy).shared_fraction(policy), Rules.of(policy).share
     memory = policy.gpu_memory_mib
     if fraction is None or share is None:
         return None
     return ENGINES if any(engines.value_for(e, fraction, memory) > share for e in _applying(policy)) else None
+
+
+def _capped_judged(policy: Policy) -> bool:
+    """Under memoryFraction a converted fraction gets memoryFraction's flag (mutate._engine_args), which
+    validation judges against the recorded fraction (`_engine_flag`) as a flag of the container's own: the
+    compiled policies judge it so where `UserFlags` is compiled and reads its value (a plain decimal)."""
+    assert policy.memory_fraction is not None
+    if not judged(policy):
+        return False
+    memory = policy.gpu_memory_mib
+    for engine in _applying(policy):  # the argument as validation reads it back from the command line
+        found = engines.find({"args": [engines.argument(engine, policy.memory_fraction, memory)]}, engine)
+        if found is None or not plain(found.text or ""):
+            return False
+    return True
 
 
 def outside(body: dict[str, Any], policy: Policy) -> Gap | None:
@@ -93,19 +113,7 @@ def outside(body: dict[str, Any], policy: Policy) -> Gap | None:
     found = engines.find(body, engine)
     if found is not None:  # mutation adds no flag: validation judges this one
         return None if found.value is None or (judged(policy) and plain(found.text or "")) else ENGINE_FLAGS
-    if policy.memory_fraction is not None and policy.fractional is Fractional.SHARED and _fraction(body):
-        return ENGINES  # validation judges memoryFraction's flag against the recorded fraction: not compiled
     return unsupported(policy)
-
-
-def _fraction(body: dict[str, Any]) -> bool:
-    """The container asks for `nvidia.com/gpu` below 1 (a fraction mutation may convert)."""
-    resources = body.get("resources") or {}
-    for which in ("requests", "limits"):
-        amount = quantity_or_none((resources.get(which) or {}).get(NVIDIA_GPU))
-        if amount is not None and 0 < amount < 1:
-            return True
-    return False
 
 
 def _table(items: dict[str, str]) -> str:
@@ -119,8 +127,7 @@ class EngineFlags(Family):
     def gaps(self, policy: Policy) -> list[Gap]:
         if shape(policy) != "shared" or not _applying(policy):
             return []
-        capped = policy.memory_fraction is not None and policy.fractional is Fractional.SHARED
-        return [ENGINES] if capped or unsupported(policy) is not None else []
+        return [ENGINES] if unsupported(policy) is not None else []
 
     def mutations(self, policy: Policy) -> list[Mutation]:
         applying = _applying(policy)

@@ -79,31 +79,34 @@ ACK_PODS = Gap(
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(
-    "a container's own memory variable whose value is not a plain decimal of at most 12 characters (CuPy's: a "
-    "percent of one, or a whole byte count where the GPU's memory is known; PyTorch's: its allocator config's "
-    "fraction key's value)",
-    "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, signs, "
-    "a/b, underscores, spaces, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal only "
-    "(ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
-    "int64's reach, could overflow them); the native set keeps the "
-    "container's value and adds each of its variables the container does not set",
+    "a container's own memory variable whose value is not a plain decimal of at most 12 digits and points, ASCII "
+    "spaces around it and a `+` before it allowed (CuPy's: a percent of one, or a whole byte count where the GPU's "
+    "memory is known; PyTorch's: its allocator config's fraction key's value)",
+    "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, a/b, "
+    "underscores, other whitespace, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal "
+    "only (ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
+    "int64's reach, could overflow them); the native set keeps the container's value and adds each of its "
+    "variables the container does not set",
 )
 USER_CONFIG = Gap(
-    "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits, `_` and "
-    "`.`, joined by single commas: no spaces, brackets, trailing comma) or whose name it sets twice, or a recorded "
-    "fraction of its own",
-    "the webhook parses the config's keys as free-form text, merges its own key into the last entry of the name "
-    "and judges the fraction there, and reads a recorded fraction as the container's share: not compiled",
+    "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits and `_`, "
+    "values `.` and `+` too, joined by commas, ASCII spaces around them, a comma at the end: no other whitespace, "
+    "brackets, empty items), or a recorded fraction of its own",
+    "the webhook parses the config's items as free-form text (each key stripped of any whitespace) and reads a "
+    "recorded fraction as the container's share: not compiled",
 )
 ENGINES = Gap(
-    "an inference engine's memory flag for a converted fraction under memoryFraction (or not the share's headroom "
-    "value)",
-    "validation judges the flag mutation writes, memoryFraction's value, against the recorded fraction: that line "
-    "is not compiled (the flag is added as the webhook adds it)",
+    "an inference engine's memory flag for a converted fraction whose argument is not the engine's text around "
+    "the fraction's headroom value, or under memoryFraction one the compiled policies do not read back as a plain "
+    "decimal (no engine's today)",
+    "mutation writes the argument, and validation judges the flag against the recorded fraction and says the "
+    "argument for it; the native set writes the headroom value in integer CEL and reads a plain decimal only: "
+    "not compiled",
 )
 ENGINE_FLAGS = Gap(
     "an inference engine's memory flag in the container's own command line whose value is a number but not a plain "
-    "decimal of at most 12 characters (an exponent, a sign, a/b, spaces, more digits)",
+    "decimal of at most 12 digits and points, ASCII spaces around it and a `+` before it allowed (an exponent, a/b, "
+    "a tab, more digits)",
     "the webhook parses the value as Python's Fraction reads a decimal and judges it against the share; CEL parses "
     "the plain decimal only, as a memory variable's (any, under a share whose integers are past int64's reach, or "
     "at a converted fraction whose argument the native set does not write): not compiled",

@@ -50,11 +50,12 @@ def owned(policy: Policy) -> dict[str, tuple[int, int]]:
 
 
 def parts(text: str, scale: str = "") -> str:
-    """CEL of [n, d] for the CEL string `text`, a plain decimal (userenv.plain; CuPy's percent with its `%`): its
-    digits as an int and the power of ten after its point, times `scale` (CEL text after the power, or none)."""
+    """CEL of [n, d] for the CEL string `text`, a plain decimal (userenv.plain, its spaces and `+` dropped; CuPy's
+    percent with its `%`): its digits as an int and the power of ten after its point, times `scale` (CEL text
+    after the power, or none)."""
     powers = [10**i for i in range(LONGEST)]  # a number of LONGEST characters has fewer digits after its point
     return bind(
-        f"{text}.split('%')[0].split('.')",
+        f"{text}.replace(' ', '').replace('+', '').split('%')[0].split('.')",
         "parts",
         f"[int('0' + parts.join('')), {powers}[size(parts) > 1 ? size(parts[1]) : 0]{scale}]",
     )
@@ -72,11 +73,11 @@ def _plain(read: dict[str, Reading], own: dict[str, tuple[int, int]], index: str
     confs = [name for name, reading in read.items() if reading.conf]
     if confs:  # each as [its name, the text of its number] first: an allocator config's fraction key's value
         text = f"e.name in {strings(confs)} ? ({conf_number_cel('e.value')}) : e.value"
-        scale = f" * (y[1].endsWith('%') ? 100 : {scales}[y[0]])" if CUPY_LIMIT in read else ""
+        scale = f" * (y[1].contains('%') ? 100 : {scales}[y[0]])" if CUPY_LIMIT in read else ""
         number = f"y[1].matches({lit(SHORT)}) && y[1].matches({forms}[y[0]])"
         found = f"c.env.filter(e, {named}).map(e, [e.name, {text}])"
         return f"{found}.filter(y, {number}).map(y, [{index}[y[0]]] + {parts('y[1]', scale)})"
-    scale = f" * (e.value.endsWith('%') ? 100 : {scales}[e.name])" if CUPY_LIMIT in read else ""
+    scale = f" * (e.value.contains('%') ? 100 : {scales}[e.name])" if CUPY_LIMIT in read else ""
     kept = f"{named} && e.value.matches({lit(SHORT)}) && e.value.matches({forms}[e.name])"
     return f"c.env.filter(e, {kept}).map(e, [{index}[e.name]] + {parts('e.value', scale)})"
 

@@ -1,18 +1,19 @@
 """A container's own memory variables, as mutation's env step treats them (mutate._env, _merge_hints): a name the
 container sets is never written again and its value is kept; JAX's pair is skipped whole where the container sets
 either of JAX's fraction variables; PyTorch's hint is merged into the container's own allocator config where that
-has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_` and
-`.`; scope.py leaves any other to the webhook, as it does a recorded fraction the container sets itself).
+has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_`, `.`
+and `+`, spaces around them, a comma at the end; the last entry where the container sets the name twice; scope.py
+leaves any other to the webhook, as it does a recorded fraction the container sets itself).
 
-Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges
-it against the container's share (validate._memory_variables). The native set reads the common case, a plain
-decimal (`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point; CuPy's a percent of one, `90%`, or a
-whole byte count where the GPU's memory is known; in a PyTorch allocator config the fraction key's first value),
-exactly in CEL integers (memvars.py); `readings` says which form each variable takes. `outside` says where the
-native set stops: a value the engine reads that is in no such form, an allocator config that is not plain, or a
-recorded fraction. A value the engine reads as nothing (not a number), a variable the mode does not judge, one
-of the policy's own values and one from a ConfigMap or Secret (`valueFrom`) are covered: the engine says no line
-of them, or one the compiled set says too.
+Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges it
+against the container's share (validate._memory_variables). The native set reads the common case, a plain decimal
+(`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point, ASCII spaces around it and a `+` before it; CuPy's
+a percent of one, `90%`, or a whole byte count where the GPU's memory is known; in a PyTorch allocator config the
+fraction key's first value), exactly in CEL integers (memvars.py); `readings` says which form each variable takes.
+`outside` says where the native set stops: a value the engine reads that is in no such form, an allocator config
+that is not plain, or a recorded fraction. A value the engine reads as nothing (not a number), a variable the mode
+does not judge, one of the policy's own values and one from a ConfigMap or Secret (`valueFrom`) are covered: the
+engine says no line of them, or one the compiled set says too.
 """
 
 from __future__ import annotations
@@ -46,16 +47,26 @@ PYTORCH_CONFS = (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF)
 # A plain decimal: ASCII digits with at most one point, a digit on either side of it (what Python's Fraction reads
 # of such text is its digits over a power of ten). RE2 (CEL's `matches`) and Python read these patterns alike.
 PLAIN = r"[0-9]+[.]?[0-9]*|[.][0-9]+"
-LONGEST = 12  # the most characters of a compiled number: its integers, times a share's, stay within CEL's int64
-SHORT = rf"^[0-9.]{{1,{LONGEST}}}%?$"
+LONGEST = 12  # the most digits and points of a compiled number: its integers, times a share's, stay within int64
+SHORT = rf"^ *[+]?[0-9.]{{1,{LONGEST}}}%? *$"
 INT64 = 2**63
 
 
-# A plain PyTorch allocator config: `key:value` items joined by single commas, keys of letters, digits and `_`,
-# values of those and `.` (`expandable_segments:True,max_split_size_mb:128`), or nothing. In such a config the
-# fraction key's first item is found by splitting, and mutation's merge is a comma and its item appended.
-CONF_ITEM = r"[A-Za-z0-9_]+:[A-Za-z0-9_.]*"
-PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*)?$"
+def written(pattern: str) -> str:
+    """`pattern` (a number's) as a value may write it: ASCII spaces around it and a `+` before it, which the
+    webhook strips and Fraction reads as nothing (the CEL drops them: memvars.parts)."""
+    return rf"^ *[+]?({pattern}) *$"
+
+
+# A plain PyTorch allocator config: `key:value` items joined by commas, keys of letters, digits and `_`, values of
+# those, `.` and `+` (`expandable_segments:True, max_split_size_mb:128`), ASCII spaces around a key, a value or an item
+# (at most SPACES on a side: a value the CEL reads, with its spaces, stays within the 32 characters the webhook
+# reads), a comma at the end; or spaces alone. Such a config without its spaces is its items as the webhook reads
+# them (each key stripped): there the fraction key's first item is found by splitting, and mutation's merge is the
+# config less its last comma, a comma and its item appended.
+SPACES = " {0,9}"
+CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.+]*{SPACES}"
+PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*(,{SPACES})?|{SPACES})$"
 FRACTION_ITEM = f",{PYTORCH_FRACTION_KEY}:"  # the fraction key's item, after the comma before it
 
 
@@ -75,15 +86,16 @@ class Reading:
 
 
 def conf_number(value: str) -> str:
-    """The fraction key's first value in a plain allocator config (envhints._alloc_conf_fraction reads the same
-    there), '' where it has none: as `conf_number_cel` finds it."""
-    found = f",{value}".split(FRACTION_ITEM)
+    """The fraction key's first value in a plain allocator config without its spaces (envhints._alloc_conf_fraction
+    reads the same there, stripped), '' where it has none: as `conf_number_cel` finds it."""
+    found = f",{value.replace(' ', '')}".split(FRACTION_ITEM)
     return found[1].split(",")[0] if len(found) > 1 else ""
 
 
 def conf_number_cel(value: str) -> str:
     """CEL of `conf_number` of the CEL string `value`."""
-    return bind(f"(',' + {value}).split({lit(FRACTION_ITEM)})", "q", "size(q) > 1 ? q[1].split(',')[0] : ''")
+    spaceless = f"(',' + {value}.replace(' ', ''))"
+    return bind(f"{spaceless}.split({lit(FRACTION_ITEM)})", "q", "size(q) > 1 ? q[1].split(',')[0] : ''")
 
 
 def plain_conf(entry: dict[str, Any]) -> bool:
@@ -95,7 +107,7 @@ def plain_conf(entry: dict[str, Any]) -> bool:
     return "valueFrom" not in entry and type(value) is str and re.fullmatch(PLAIN_CONF, value) is not None
 
 
-DECIMAL = Reading(rf"^({PLAIN})$", 1)  # a plain decimal, as itself
+DECIMAL = Reading(written(PLAIN), 1)  # a plain decimal, as itself
 
 
 def readings(policy: Policy) -> dict[str, Reading]:
@@ -119,7 +131,8 @@ def fits(policy: Policy) -> bool:
 
 
 def plain(value: str) -> bool:
-    """`value` is a plain decimal of at most LONGEST characters, which the native set reads exactly."""
+    """`value` is a plain decimal of at most LONGEST digits and points (spaces around it, a `+` before it), which
+    the native set reads exactly."""
     return DECIMAL.reads(value)
 
 
@@ -136,7 +149,8 @@ def _readings(policy: Policy) -> dict[str, Reading]:
         if name in PYTORCH_CONFS:  # the fraction key's value, a plain decimal
             found[name] = Reading(DECIMAL.pattern, 1, conf=True)
         elif name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
-            found[name] = Reading(rf"^({PLAIN})%$" + (r"|^[0-9]+$" if memory else ""), bytes_scale or 1)
+            counts = f"|{written('[0-9]+')}" if memory else ""
+            found[name] = Reading(written(f"({PLAIN})%") + counts, bytes_scale or 1)
         else:
             found[name] = DECIMAL
     return found
@@ -163,26 +177,36 @@ def appends(name: str, *also: str) -> str:
 def merges(section: str, keep: str, hint: str) -> str:
     """The JSON Patch operations of `section` that merge PyTorch's hint (`hint`, the CEL of its value) into the
     container's own allocator config, as _merge_hints does, in each container `c` where `keep` holds (it gets the
-    hint, and its env is there): the config it sets in PYTORCH_CUDA_ALLOC_CONF, else in PYTORCH_ALLOC_CONF, where
-    that has a value and no fraction key (merge_alloc_conf), its value then the config, a comma and the hint (the
-    hint alone where it is empty). Exact for a plain config, each name set once (`outside`)."""
+    hint, and its env is there): the last entry of PYTORCH_CUDA_ALLOC_CONF it sets, else of PYTORCH_ALLOC_CONF,
+    where that has a value and no fraction key (merge_alloc_conf), its value then the config less a comma at its
+    end, a comma and the hint (the hint alone where it is spaces or nothing). Exact for a plain config
+    (`outside`)."""
     cuda, alloc = PYTORCH_CONFS
-    place = f"c.env.map(e, has(e.name) ? e.name : '').indexOf({sets([cuda])} ? {lit(cuda)} : {lit(alloc)})"
-    mergeable = f"has(x.value) && !has(x.valueFrom) && !((',' + x.value).contains({lit(FRACTION_ITEM)}))"
+    place = f"c.env.map(e, has(e.name) ? e.name : '').lastIndexOf({sets([cuda])} ? {lit(cuda)} : {lit(alloc)})"
+    mergeable = f"has(x.value) && !has(x.valueFrom) && {without_key('x.value')}"
     when = f"({keep}) && {sets(PYTORCH_CONFS)} && {bind(f'c.env[{place}]', 'x', mergeable)}"
-    value = bind(f"c.env[{place}].value", "x", f"x == '' ? ({hint}) : x + ',' + ({hint})")
+    value = bind(f"c.env[{place}].value", "x", merged("x", hint))
     at = f"{path(section, '/env/')} + string({place}) + '/value'"
     return each(section, when, jsonpatch("replace", at, value))
 
 
+def without_key(config: str) -> str:
+    """CEL: the plain allocator config `config` (a CEL string) has no fraction key (merge_alloc_conf merges)."""
+    return f"!((',' + {config}.replace(' ', '')).contains({lit(FRACTION_ITEM)}))"
+
+
+def merged(config: str, hint: str) -> str:
+    """CEL of merge_alloc_conf's value for the plain allocator config `config` (a CEL string, or variable) that
+    has no fraction key, and the hint `hint` (CEL): the config less a comma at its end, a comma and the hint; the
+    hint alone where the config is spaces or nothing."""
+    kept = f"({config}.endsWith(',') ? {config}.substring(0, size({config}) - 1) : {config})"
+    return f"{config}.replace(' ', '') == '' ? ({hint}) : {kept} + ',' + ({hint})"
+
+
 def outside(env: list[Any], policy: Policy) -> Gap | None:
     """The gap where the container's own variables are more than the native set judges as the webhook does: a
-    recorded fraction of its own, a PyTorch allocator config that is not plain or whose name is set twice
-    (mutation merges into the last) (USER_CONFIG), a memory variable's value that the engine reads in a form
-    `readings` does not (USER_VALUES)."""
-    confs = [entry.get("name") for entry in env if type(entry) is dict and entry.get("name") in PYTORCH_CONFS]
-    if len(set(confs)) < len(confs):
-        return USER_CONFIG
+    recorded fraction of its own, a PyTorch allocator config that is not plain (USER_CONFIG), a memory
+    variable's value that the engine reads in a form `readings` does not (USER_VALUES)."""
     for entry in env:
         if type(entry) is not dict:
             continue
