@@ -50,13 +50,6 @@ PREFIXED_LIMITS = Gap(
     "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys (the "
     "API server then refuses the request without a limit, where the webhook copies it and says its own lines)",
 )
-PREFIXED_TOTALS = Gap(
-    "the per-pod maximum of a MIG resource outside the pool's names (another pool's profile or replica, any "
-    "profile where the model is unknown), or of an Intel GPU device (gpu.intel.com/i915, xe), whose pod total is "
-    "over it",
-    "the pod totals are compiled per resource name, and these names are not known in advance (each container's "
-    "lines for them, its pool's and its maximum's, are compiled)",
-)
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own (another pool's resource beside "
     f"{NVIDIA_GPU} left unmapped, say), or several zeros beside a GPU; under mode memory, another pool's resource "
@@ -195,8 +188,6 @@ class Unsupported(Family):
         found = [BUILT_IN_REFUSAL, NEAR_WHOLE, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
-        elif shape(policy) != "memory":  # mode memory has no per-resource pod totals (validate._memory_pod_total)
-            found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
             found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES, SPACED_PRODUCT]
         if policy.steering:

@@ -58,7 +58,6 @@ from webhook.admission.native.gaps import (
     NUL_VALUES,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
-    PREFIXED_TOTALS,
     RECORDED,
     SPACED_PRODUCT,
     STEERED_LABELS,
@@ -80,7 +79,7 @@ from webhook.admission.phases.steering import (
     restates,
     whole_requirements,
 )
-from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
+from webhook.admission.phases.validate import Rules, container_counts
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing import memshare
 from webhook.admission.sharing.registry import backend_of
@@ -131,7 +130,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     if carried == "memory":
         spec = memshare.spec_of(policy)
         return _ack_pod(obj, spec_path, policy) if spec is not None and spec.spreads_pods else None
-    return _prefixed_total(spec, policy, by_name)
+    return None
 
 
 def _several(body: dict[str, Any]) -> bool:
@@ -194,28 +193,6 @@ def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) ->
     return ACK_PODS if whole and pod_requirements(spec, policy) == whole else None
 
 
-def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
-    """PREFIXED_TOTALS where a resource judged by prefix has a pod total validation says (`_pod_total`: its
-    effective total over the per-pod maximum, unless one container over its own maximum holds it all)."""
-    rules = Rules.of(policy)
-    holders: Holders = []
-    for section in SECTIONS:
-        for index, body in enumerate(spec.get(section) or ()):
-            limits = (body.get("resources") or {}).get("limits") or {}
-            counts: dict[str, int | Fraction] = {}
-            for name, raw in limits.items():
-                amount = quantity_or_none(raw) if _by_prefix(name) and name not in by_name else None
-                if amount is not None and amount > 0 and Fraction(amount).denominator == 1:
-                    counts[name] = amount
-            if counts:
-                holders.append((ContainerRef(section, index, body), counts))
-    for name in sorted({name for _, counts in holders for name in counts}):
-        total, running = effective_total(holders, name)
-        if total > rules.max_per_pod and not (len(running) == 1 and total > rules.container_maximum(name)):
-            return PREFIXED_TOTALS
-    return None
-
-
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
@@ -272,12 +249,6 @@ def _resolved_otherwise(spec: dict[str, Any]) -> bool:
                 if (DEVICE_LIST_MARK in path and is_device_list_mount(path)) != device_list_path(path):
                     return True
     return False
-
-
-def _by_prefix(name: str) -> bool:
-    """A resource the compiled rules judge by prefix: a MIG resource (pools.py), one of Intel's devices
-    (maxima.py), counted by validation (not an amount of one GPU)."""
-    return name.startswith(MIG_PREFIX) or (name.startswith(INTEL_PREFIX) and name not in DEVICE_AMOUNTS)
 
 
 def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
