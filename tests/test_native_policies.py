@@ -1110,6 +1110,17 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "research", pod(container("a", limits={AMD: 2}), container("b", limits={AMD: 2})),
     ),
     "whole: a zero of AMD's beside a GPU": ("research", pod(container(limits={GPU_: 1, AMD: 0}))),
+    "whole: AMD and nvidia.com/gpu each over the container maximum, said by name": (
+        "research", pod(container(limits={GPU_: 3, AMD: 3})),
+    ),
+    "whole: another pool's memory slice, the least name, beside GPUs over the maximum": (
+        "research", pod(container(limits={GPU_: 3, AMD: 3, ACK_MEM: 5})),
+    ),
+    "whole: another pool's replica, not the least name, beside GPUs over the maximum": (
+        "research", pod(container(limits={GPU_: 3, AMD: 3, SHARED: 1})),
+    ),
+    "mig: nvidia.com/gpu over one slice beside AMD over its maximum": ("mig", pod(container(limits={GPU_: 2, AMD: 9}))),
+    "shared: two replicas beside AMD over its maximum": ("shared", pod(container(limits={SHARED: 2, AMD: 9}))),
     "shared: a memory-sliced resource": ("shared", pod(container(limits={"nvidia.com/gpumem": 1000}))),
     "mig: Volcano's vGPU number, over the maximum": ("mig", pod(container(limits={"volcano.sh/vgpu-number": 9}))),
     "whole: Intel's millicores": ("research", pod(container(limits={INTEL_MILLICORES: 100}))),
@@ -1224,6 +1235,7 @@ NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: Intel's millicores, requests only": gaps.PREFIXED_LIMITS,
     "whole: two zeros beside a GPU": gaps.BOTH_NAMES,
+    "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
     "whole: a ten-millionth below one GPU": gaps.NEAR_WHOLE,
@@ -1277,7 +1289,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (194, 40, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (198, 41, 5)
 
 
 @pytest.mark.parametrize(

@@ -51,12 +51,14 @@ PREFIXED_LIMITS = Gap(
     "API server then refuses the request without a limit, where the webhook copies it and says its own lines)",
 )
 BOTH_NAMES = Gap(
-    "two GPU resources in one container that each say a line of their own (another pool's resource beside "
-    f"{NVIDIA_GPU} left unmapped, say), or several zeros beside a GPU; under mode memory, another pool's resource "
+    "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "
+    f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, a name "
+    "judged by prefix beside another, say; or several zeros beside a GPU; under mode memory, another pool's resource "
     "beside any other, or two counts of devices",
-    "the webhook says a container's lines resource by resource in the order of its limits, the compiled policies "
-    "rule by rule; and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the "
-    "webhook's (sorting a list is Kubernetes 1.34's CEL)",
+    "the webhook says a container's lines resource by resource in the order of its limits (by name), the compiled "
+    "policies rule by rule (another pool's resources first, then the maxima by name, then those judged by prefix); "
+    "and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the webhook's (sorting "
+    "a list is Kubernetes 1.34's CEL)",
 )
 MEMORY_COUNTS = Gap(
     "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",

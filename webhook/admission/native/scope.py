@@ -66,9 +66,10 @@ from webhook.admission.native.gaps import (
     product_judged,
     shape,
 )
+from webhook.admission.native.maxima import device_counts
 from webhook.admission.native.migslices import slice_names
 from webhook.admission.native.nodes import judged
-from webhook.admission.native.pools import judged_names
+from webhook.admission.native.pools import judged_names, other_pools
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
 from webhook.admission.phases.steering import (
@@ -153,18 +154,37 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     """BOTH_NAMES for a container (as mutation leaves it) whose lines the compiled policies would say in another
     order: validation says them resource by resource, in the order of its limits (the API server sends a map's
     keys sorted), the compiled rules rule by rule, so two resources that each say a line of their own are
-    outside; and several zeros beside a GPU, whose lines a CEL map's keys (in no order) cannot order. The line
-    of one zero names the first resource held, which the compiled rule reads as the least name."""
+    outside unless the rules say them by name too (`_said_by_name`); and several zeros beside a GPU, whose
+    lines a CEL map's keys (in no order) cannot order. The line of one zero names the first resource held, which
+    the compiled rule reads as the least name."""
     rules = Rules.of(policy)
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-    saying = sum(_says_line(name, requests, limits, policy) for name in limits if is_managed(name))
+    saying = [name for name in limits if is_managed(name) and _says_line(name, requests, limits, policy)]
     counts = container_counts(ContainerRef("containers", 0, body), rules, [])
     held = [name for name, count in counts.items() if count]
     zeros = [name for name, count in counts.items() if not count]
-    if saying > 1 or (held and zeros and (len(zeros) > 1 or held[0] != min(held))):
+    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (
+        held and zeros and (len(zeros) > 1 or held[0] != min(held))
+    ):
         return BOTH_NAMES
     return None
+
+
+def _said_by_name(saying: list[str], policy: Policy) -> bool:
+    """Whether the compiled rules say the lines of the resources `saying` in the order of their names, as
+    validation does: each is a count judged by name (maxima.device_counts: one rule each, in the order of the
+    names, the lines of `nvidia.com/gpu` left unmapped right after its own) but for at most one of another pool's,
+    the least of them (pools.py says its line before every maximum, and its own maximum is then the first); none
+    judged by prefix; and the mode is not `memory` (whose counts of devices have rules of their own:
+    memshares.py)."""
+    if shape(policy) == "memory":
+        return False
+    others = set(other_pools(policy))
+    foreign = [name for name in saying if name in others]
+    own = [name for name in saying if name not in others]
+    counted = device_counts(policy)
+    return all(name in counted for name in own) and (not foreign or foreign == [min(saying)])
 
 
 def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
