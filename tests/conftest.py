@@ -2,9 +2,12 @@
 
 - `dev_certs` (session): a CA and serving certificate for localhost and 127.0.0.1 in a temporary directory.
 - `start_server(policies_dir=..., cert=..., **opts)` (session): starts a server and waits for /readyz;
-  every server it started is stopped at the end of the session (SIGTERM, then SIGKILL).
+  every server it started and a test did not stop is killed at the end of the session, with its workers.
 - `live_server` (module): one server per test module, on a copy of the shipped `policies/` (the default
   policy) and the example sharing policies of `examples/policies/`, which the module's tests may edit.
+
+A test that is about stopping stops its server itself (`stop()`, SIGTERM, as a kubelet does); the rest are
+killed (`discard()`), since waiting on a graceful stop that no test looks at only makes the suite slower.
 
 Tests talk HTTPS with `requests`, verifying the generated CA (`server.session()`).
 """
@@ -28,12 +31,18 @@ from typing import Any
 
 import pytest
 import requests
+from hypothesis import settings
 
 from webhook.admission.policy.loader import parse_policy_sources
 from webhook.admission.policy.model import PolicySet
 from webhook.certs import CertPaths, certificate_not_after, generate_dev_certs
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Hypothesis: no per-example deadline anywhere. The suite's two workers share two cores with whatever else the
+# machine runs, so a deadline there measures the machine, not the code; the benchmarks measure the code.
+settings.register_profile("gpu-admission", deadline=None)
+settings.load_profile("gpu-admission")
 SHIPPED_POLICIES = ROOT / "policies"  # what the project ships: the default policy, which the manifests carry
 EXAMPLE_POLICIES = ROOT / "examples" / "policies"  # one policy per sharing mode: time-slicing, MPS, MIG
 READY_TIMEOUT = 20.0  # seconds; a server is normally ready in well under 2
@@ -123,8 +132,22 @@ class LiveServer:
     def running(self) -> bool:
         return self.process.poll() is None
 
+    def close_sessions(self) -> None:
+        """Close the clients' kept-alive connections: a stopping server waits a little for one to send more."""
+        for session in list(self.sessions):
+            session.close()
+
+    def discard(self) -> None:
+        """Kill the server and its workers at once (their own process group): for servers no test stops."""
+        self.close_sessions()
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        self.close_sessions()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -207,7 +230,9 @@ def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory)
         env = {k: v for k, v in os.environ.items() if k not in ("PROMETHEUS_MULTIPROC_DIR", "GPU_ADMISSION_POLICIES")}
         log_file = work / "server.log"
         with log_file.open("wb") as sink:
-            process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd or work)
+            process = subprocess.Popen(
+                args, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd or work, process_group=0
+            )
         server = LiveServer(
             url=f"https://127.0.0.1:{port}",
             ca_file=cert.ca_cert,
@@ -224,13 +249,8 @@ def start_server(dev_certs: CertPaths, tmp_path_factory: pytest.TempPathFactory)
         return server
 
     yield start
-    for server in started:  # all at once, their clients' kept-alive connections closed first (no test is left
-        for session in server.sessions:  # to use them): a server waits ~2 s for a kept-alive one to send more
-            session.close()
-        if server.running:
-            server.process.send_signal(signal.SIGTERM)
     for server in started:
-        server.stop()
+        server.discard()
 
 
 def wait_until_ready(server: LiveServer, timeout: float = READY_TIMEOUT) -> None:
@@ -252,7 +272,7 @@ def wait_until_ready(server: LiveServer, timeout: float = READY_TIMEOUT) -> None
 def live_server(start_server: Callable[..., LiveServer]) -> Iterator[LiveServer]:
     server = start_server()
     yield server
-    server.stop()  # not idle for the rest of the session
+    server.discard()  # not idle for the rest of the session
 
 
 # pytest-timeout's default (pyproject.toml: 120 s) fails a hung test with its stack; these run long by design:

@@ -7,8 +7,8 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   nearest float, both far closer than the native policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
 - lists library (lists.go): `indexOf`, `lastIndexOf`, `sum`, `max`, `min` (of strings too); strings extension
-  (cel-go ext/strings.go): `join`, `replace` (every occurrence) and `split` (Go's strings.Split: a separator
-  that is not there gives the string whole);
+  (cel-go ext/strings.go): `join`, `replace` (every occurrence), `split` (Go's strings.Split: a separator
+  that is not there gives the string whole) and `substring(start, end)` (code points, within the string);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
   by a scanner that skips string literals;
@@ -19,6 +19,7 @@ Expressions are compiled once and cached.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from functools import cache
 from typing import Any
@@ -87,6 +88,7 @@ FUNCTIONS = {
     "join": lambda items, separator: separator.join(items),
     "replace": lambda text, old, new: text.replace(old, new),
     "split": lambda text, separator: text.split(separator),
+    "substring": lambda text, start, end: text[start:end],  # code points; an index out of range: no ACK label's
     "escapeKey": lambda _library, key: key.replace("~", "~0").replace("/", "~1"),
 }
 
@@ -148,25 +150,26 @@ def _in_name(ch: str) -> bool:
     return ch.isalnum() or ch in "_."
 
 
+# What `plain` rewrites, found by one regular expression instead of a character at a time (the compiled
+# expressions run to tens of thousands of characters): a string literal (copied whole), `JSONPatch{`, and
+# `variables.` where it starts a name.
+_PLAIN_TOKENS = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|JSONPatch\{|(?<![\w.])variables\.""", re.DOTALL)
+
+
 def plain(source: str) -> str:
     """`source` with every `JSONPatch{...}` written as a map literal, and `variables.NAME` as `variables__NAME`."""
     out: list[str] = []
     i = 0
-    while i < len(source):
-        ch = source[i]
-        if ch in "'\"":
-            end = string_end(source, i)
-            out.append(source[i:end])
-            i = end
-        elif source.startswith("JSONPatch{", i):
-            inner, i = _quoted_fields(source, i + len("JSONPatch{"))
+    while match := _PLAIN_TOKENS.search(source, i):
+        out.append(source[i : match.start()])
+        token = match.group()
+        if token == "JSONPatch{":
+            inner, i = _quoted_fields(source, match.end())
             out.append("{" + plain(inner) + "}")
-        elif source.startswith(VARIABLES, i) and (i == 0 or not _in_name(source[i - 1])):
-            out.append(VARIABLE_PREFIX)
-            i += len(VARIABLES)
-        else:
-            out.append(ch)
-            i += 1
+            continue
+        out.append(VARIABLE_PREFIX if token == VARIABLES else token)
+        i = match.end()
+    out.append(source[i:])
     return "".join(out)
 
 

@@ -411,6 +411,17 @@ def test_ack_multi_gpu_shares_are_judged_as_the_extender_places_them(obj, denial
     assert run(obj, ACK).denials == denials
 
 
+def test_ack_pod_memory_on_a_gpu_under_one_gib_is_refused_with_its_lines() -> None:
+    """A GPU under 1 GiB holds no whole GiB: every amount is over it, and no number of such GPUs is advised."""
+    small = memory(Backend.ACK, GPU(memory_mib=512))
+    denials = run(ack_pod(mem("app", "1"), mem("b", "1")), small).denials
+    assert denials[-1] == (
+        'pod: aliyun.com/gpu-mem 2 GiB in all (containers "app"=1, "b"=1) is more than one GPU\'s memory (0 GiB): '
+        'ACK places a pod\'s memory on one GPU (policy "team"); request at most 0 in all'
+    )
+    assert len(denials) == 3  # each container's own line first
+
+
 def test_ack_multi_gpu_memory_counts_against_the_pod_maximum_in_gpus_worth() -> None:
     """The label spreads memory over GPUs; the maximum still counts the memory: 240 GiB is 3 A100s' worth."""
     capped = memory(Backend.ACK, limits=Limits(max_per_container=2, max_per_pod=2))

@@ -159,12 +159,19 @@ POLICIES = PolicySet(
             gpu=GPU(memory_mib=24576),
             steering=True,  # shares on the pools that cap memory, placed by spread
         ),
+        _policy(  # not steered: a pod spread over several GPUs by its label is compiled
+            "ack-plain",
+            ("ack-plain",),
+            sharing=Sharing(mode=Mode.MEMORY, backend=Backend.ACK),
+            gpu=GPU(memory_mib=16384),
+            limits=Limits(max_per_pod=4),
+        ),
     )
 )
 NAMESPACES = (
     "research", "ml-train", "ml-exact", "ml-shared-a", "shared", "mps-1", "team-a", "a-team", "team-x-team",
     "audit", "mig", "mig-frac", "mig-listed", "mig-single", "mig-any", "mig-any-listed", "frac", "mps-frac",
-    "capped", "hami-a", "vgpu", "ack", "default", "kube-system",
+    "capped", "hami-a", "vgpu", "ack", "ack-plain", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
@@ -193,7 +200,8 @@ def as_kind(kind: str, obj: dict[str, Any], **metadata: Any) -> dict[str, Any]:
     """The Pod `obj`'s spec as the pod template of a `kind` (the Pod itself for "Pod")."""
     if kind == "Pod":
         return obj
-    template = {"metadata": {"labels": {"app": "a"}}, "spec": obj["spec"]}
+    labels = {**(obj["metadata"].get("labels") or {}), "app": "a"}  # the pod's own labels (ACK's gpu-count) kept
+    template = {"metadata": {"labels": labels}, "spec": obj["spec"]}
     selector = {"app": "a"} if kind == "ReplicationController" else {"matchLabels": {"app": "a"}}
     if kind == "CronJob":
         body: dict[str, Any] = {"spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template}}}}
@@ -298,9 +306,11 @@ FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
 PRODUCT, STRATEGY, SLICES = "nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy", "nvidia.com/gpu.slices.gi"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
+ACK_SCHEDULE, ACK_PLACEMENT = "ack.node.gpu.schedule", "ack.node.gpu.placement"
 ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
 SLICES_2 = {"key": SLICES, "operator": "In", "values": ["2"]}
 HAMI_MEM, HAMI_CORES, ACK_MEM = "nvidia.com/gpumem", "nvidia.com/gpucores", "aliyun.com/gpu-mem"
+ACK_COUNT = "aliyun.com/gpu-count"
 HAMI_NODE, HAMI_GPU = HAMI_NODE_POLICY, HAMI_GPU_POLICY
 VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
     "volcano.sh/vgpu-number",
@@ -311,6 +321,11 @@ VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT = (
 
 def with_annotations(obj: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
     return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
+def spread(obj: dict[str, Any], gpus: str) -> dict[str, Any]:
+    """The pod with ACK's label aliyun.com/gpu-count (the GPUs its memory spreads over)."""
+    return {**obj, "metadata": {**obj["metadata"], "labels": {ACK_COUNT: gpus}}}
 
 
 REQUIRED, PREFERRED = (
@@ -1056,6 +1071,106 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]}
         ]}}}),
     ),
+    # a term's own expressions on a label the policy requires: whether some value (or the label's absence)
+    # satisfies them all and the policy's requirement (steering._satisfiable)
+    "whole-tie: its own Exists and DoesNotExist on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Exists"}, ZONE, {"key": STRATEGY, "operator": "DoesNotExist"}
+            ]}
+        ]}}}),
+    ),
+    "whole-tie: an integer strategy of its own, MIG slices above 1 in another term": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "Gt", "values": ["2"]}]},
+            {"matchExpressions": [{"key": SLICES, "operator": "Gt", "values": ["1"]}]},
+        ]}}}),
+    ),
+    "whole-tie: a strategy below a bound that is no integer": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "Lt", "values": ["x"]}]},
+        ]}}}),
+    ),
+    "whole-tie: strategies of its own, one with a space": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["mps", "time slicing"]}]},
+            {"matchExpressions": [{"key": STRATEGY, "operator": "In", "values": ["time-slicing", "mps"]}, ZONE]},
+        ]}}}),
+    ),
+    "whole-tie: an In and a NotIn of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": ["mps", "none"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["none"]},
+            ]}
+        ]}}}),
+    ),
+    "whole-tie: a range of its own on the sharing strategy, an empty one in another term": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["2"]},
+                {"key": STRATEGY, "operator": "Lt", "values": ["3"]},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["-1"]},
+                {"key": STRATEGY, "operator": "Exists"},
+                {"key": STRATEGY, "operator": "Lt", "values": ["+1"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: an empty range of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Lt", "values": ["5"]},
+                {"key": STRATEGY, "operator": "Gt", "values": ["4"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "Gt", "values": ["2"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["3"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: a bound with an underscore": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": STRATEGY, "operator": "Gt", "values": ["1_0"]}]}
+        ]}}}),
+    ),
+    "mig-single: slices between 2 and +4 of its own, below 3 in another term": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "Gt", "values": ["2"]}, {"key": SLICES, "operator": "Lt", "values": ["+4"]}
+            ]},
+            {"matchExpressions": [{"key": SLICES, "operator": "Lt", "values": ["3"]}]},
+        ]}}}),
+    ),
+    "mig-single: each term's slices or strategy excluded: above 03, or not 3 and below 5": (
+        "mig-single", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": SLICES, "operator": "Gt", "values": ["03"]}]},
+            {"matchExpressions": [
+                {"key": SLICES, "operator": "NotIn", "values": ["3", "4"]},
+                {"key": SLICES, "operator": "Exists"},
+                {"key": MIG_STRATEGY, "operator": "Lt", "values": ["5"]},
+            ]},
+        ]}}}),
+    ),
+    "ack: pools of its own, one that caps memory": (
+        "ack", pod(container(limits={GPU_: "0.3"}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": ACK_SCHEDULE, "operator": "In", "values": ["share", "mps"]},
+                {"key": ACK_SCHEDULE, "operator": "NotIn", "values": ["cgpu"]},
+                {"key": ACK_PLACEMENT, "operator": "Exists"},
+            ]}
+        ]}}}),
+    ),
+    "ack: pools of its own that cap nothing": (
+        "ack", pod(container(limits={GPU_: "0.3"}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": ACK_SCHEDULE, "operator": "NotIn", "values": ["cgpu", "mps", "core_mem"]}]}
+        ]}}}),
+    ),
     "whole-tie: a NUL in a value of its own": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a\x00b"]}]}
@@ -1228,6 +1343,68 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "ack: aliyun.com/gpu-count in a container's resources": (
         "ack", pod(container(limits={ACK_MEM: 4, "aliyun.com/gpu-count": 2})),
     ),
+    "ack: aliyun.com/gpu-count in a container of no GPU, another holding one": (
+        "ack", pod(container("a", limits={GPU_: "0.5"}), init=(container("i", limits={"aliyun.com/gpu-count": 1}),)),
+    ),
+    "ack: aliyun.com/gpu-count alone, no GPU in the pod": (
+        "ack", pod(container(limits={"aliyun.com/gpu-count": 1})),
+    ),
+    "ack: the label aliyun.com/gpu-count no number": ("ack", spread(pod(container(limits={GPU_: "0.5"})), "two")),
+    "ack: the label 0": ("ack", spread(pod(container(limits={ACK_MEM: 2})), "0")),
+    "ack: a long label, its first 20 characters said": (
+        "ack", spread(pod(container(limits={ACK_MEM: 3})), "abcdefghijklmnopqrstuvwxyz-0123"),
+    ),
+    "ack: the label on a pod of no GPU but its device path's variable": (
+        "ack", spread(pod(container(env=[{"name": VISIBLE, "value": "all"}])), "x"),
+    ),
+    "ack: a share spread over two GPUs, steered": ("ack", spread(pod(container(limits={ACK_MEM: 30})), "2")),
+    "ack: a share spread over two GPUs, a term of the pod's own": (
+        "ack", spread(pod(container(limits={ACK_MEM: 30}), affinity={"nodeAffinity": {REQUIRED: {
+            "nodeSelectorTerms": [{"matchExpressions": [ZONE]}],
+        }}}), "2"),
+    ),
+    "ack: a share spread over two GPUs, the pool of allocated compute in the node selector": (
+        "ack", spread(pod(container(limits={ACK_MEM: 20}), nodeSelector={"ack.node.gpu.schedule": "core_mem"}), "2"),
+    ),
+    "ack: the pool of allocated compute selected, the label no number": (
+        "ack", spread(pod(container(limits={ACK_MEM: 20}), nodeSelector={"ack.node.gpu.schedule": "core_mem"}), "2x"),
+    ),
+    "ack: whole GPUs, the shares' pool in the node selector": (
+        "ack", pod(container(limits={GPU_: 1}), nodeSelector={"ack.node.gpu.schedule": "cgpu"}),
+    ),
+    "ack: whole GPUs, a term of the pod's own in the shares' pool": (
+        "ack", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["mps"]}]},
+        ]}}}),
+    ),
+    "ack: whole GPUs spread by the label, on a named node": (
+        "ack", spread(pod(container(limits={GPU_: 2}), nodeName="n1"), "2"),
+    ),
+    "ack: a share and whole GPUs in one container": ("ack", pod(container(limits={ACK_MEM: 4, GPU_: 1}))),
+    "ack: a share in an init container, whole GPUs in another container": (
+        "ack", pod(container("a", limits={GPU_: 1}), container("b", limits={GPU_: 2}), init=(
+            container("i", limits={ACK_MEM: 4}),
+        )),
+    ),
+    "ack: three containers' memory over one GPU's, no even spread within the maximum": (
+        "ack", pod(
+            container("a", limits={ACK_MEM: 13}), container("b", limits={ACK_MEM: 13}),
+            container("c", limits={ACK_MEM: 11}),
+        ),
+    ),
+    "ack-plain: 30 GiB over the label's two GPUs": ("ack-plain", spread(pod(container(limits={ACK_MEM: 30})), "2")),
+    "ack-plain: 40 GiB over two GPUs, more than their memory": (
+        "ack-plain", spread(pod(container(limits={ACK_MEM: 40})), "02"),
+    ),
+    "ack-plain: the label over the per-pod maximum, the memory no multiple of it": (
+        "ack-plain", spread(pod(container("a", limits={ACK_MEM: 7}), container("b", limits={GPU_: "0.4"})), "5"),
+    ),
+    "ack-plain: two containers' memory over their two GPUs'": (
+        "ack-plain", spread(pod(container("a", limits={ACK_MEM: 20}), container("b", limits={ACK_MEM: 20})), "2"),
+    ),
+    "ack-plain: whole GPUs beside the label, not steered": (
+        "ack-plain", spread(pod(container(limits={GPU_: 2})), "3"),
+    ),
     "excluded namespace": ("kube-system", pod(container(limits={GPU_: 99}))),
 }  # fmt: skip
 
@@ -1262,7 +1439,9 @@ NOT_COVERED = {
     "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "whole-tie: two expressions of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: an In and a NotIn of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: a bound with an underscore": gaps.STEERED_LABELS,
+    "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": gaps.STEERED_LABELS,
     "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
@@ -1270,9 +1449,7 @@ NOT_COVERED = {
     "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
     "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
     "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
-    "ack: two containers' memory over one GPU's": gaps.ACK_PODS,
-    "ack: whole GPUs, steered to the exclusive pool": gaps.ACK_PODS,
-    "ack: aliyun.com/gpu-count in a container's resources": gaps.ACK_PODS,
+    "ack: the label on a pod of no GPU but its device path's variable": gaps.ACK_PODS,
 }
 
 
@@ -1289,7 +1466,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (198, 41, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (232, 41, 5)
 
 
 @pytest.mark.parametrize(
@@ -1562,10 +1739,65 @@ def test_generated_pods_agree_with_the_webhook(namespace: str, obj: dict[str, An
     compare(namespace, as_kind(kind, obj))
 
 
+# Steering's satisfiability check: a term's own expressions of every operator on the labels steered policies
+# require (whole GPUs' NotIn and DoesNotExist, MIG single's In one value, or Exists where it names no profile,
+# ACK's In several values), over values they name, integers and others.
+STEERED_POLICIES = PolicySet(
+    (
+        *(policy for policy in POLICIES.policies if policy.name in ("whole-tie", "mig-single", "ack")),
+        _policy(
+            "mig-single-any",
+            ("mig-single-any",),
+            sharing=Sharing(mode=Mode.MIG, mig_strategy=MigStrategy.SINGLE),
+            steering=True,  # on nodes with MIG slices of any size under migStrategy single
+        ),
+    )
+)
+# each namespace's GPU, and the labels its policy requires
+STEERED_PODS = {
+    "team-a": (1, (STRATEGY, SLICES)),
+    "mig-single": (1, (SLICES, MIG_STRATEGY)),
+    "mig-single-any": (1, (SLICES, MIG_STRATEGY)),
+    "ack": ("0.3", (ACK_SCHEDULE, ACK_PLACEMENT)),
+}
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+LABEL_VALUES = ("none", "mps", "time-slicing", "single", "cgpu", "share", "spread", "1", "3", "4", "+3", "-1", "x")
+
+
+@cache
+def steered_native() -> tuple[NativeSet, NativeSet]:
+    return compile_native(STEERED_POLICIES, EXCLUDED), compile_native(STEERED_POLICIES, EXCLUDED, beside_webhook=True)
+
+
+@st.composite
+def label_expressions(draw: st.DrawFn, keys: tuple[str, ...]) -> dict[str, Any]:
+    key, operator = draw(st.sampled_from(keys)), draw(st.sampled_from(OPERATORS))
+    if operator in ("Exists", "DoesNotExist"):
+        return {"key": key, "operator": operator}
+    values = draw(st.lists(st.sampled_from(LABEL_VALUES), min_size=1, max_size=1 if operator in ("Gt", "Lt") else 3))
+    return {"key": key, "operator": operator, "values": values}
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(namespace=st.sampled_from(sorted(STEERED_PODS)), data=st.data())
+def test_a_terms_own_expressions_on_a_required_label_agree_with_the_webhook(
+    namespace: str, data: st.DataObject
+) -> None:
+    """Terms of up to four expressions on the labels the policy requires: the same verdict, line and node
+    affinity, or scope.outside's gap (several of the term's own that the compiled policies do not weigh)."""
+    gpu, keys = STEERED_PODS[namespace]
+    terms = data.draw(st.lists(st.lists(label_expressions(keys), min_size=1, max_size=4), min_size=1, max_size=2))
+    affinity = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": term} for term in terms]}}}
+    compare(namespace, pod(container(limits={GPU_: gpu}), affinity=affinity), STEERED_POLICIES, *steered_native())
+
+
 # Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
 # resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
 MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
-MEMORY_OWN = (HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM)
+MEMORY_OWN = (
+    HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM,
+    "aliyun.com/gpu-count",
+)  # fmt: skip
 MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
 MEMORY_RESOURCES = st.one_of(
     st.builds(
@@ -1589,11 +1821,15 @@ def memory_pods(draw: st.DrawFn) -> dict[str, Any]:
     init = [container(f"i{i}", **draw(MEMORY_RESOURCES), **draw(restart)) for i in range(inits)]
     obj = pod(*bodies, init=tuple(init))
     own = draw(st.sampled_from(({}, {HAMI_GPU: "spread"}, {HAMI_NODE: "binpack"})))
+    gpus = draw(st.sampled_from((None, "2", "3", "x")))  # ACK's label
+    obj = spread(obj, gpus) if gpus else obj
     return with_annotations(obj, own) if own else obj
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(namespace=st.sampled_from(("hami-a", "vgpu", "ack")), obj=memory_pods(), kind=st.sampled_from(KINDS))
+@given(
+    namespace=st.sampled_from(("hami-a", "vgpu", "ack", "ack-plain")), obj=memory_pods(), kind=st.sampled_from(KINDS)
+)
 def test_generated_memory_slices_agree_with_the_webhook(namespace: str, obj: dict[str, Any], kind: str) -> None:
     compare(namespace, as_kind(kind, obj))
 
@@ -2029,8 +2265,8 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
     kinds = [doc["kind"] for doc in yamldocs.load_all(out.getvalue())]
     # Every policy and the built-in defaults: a MAP and its binding; a VAP and its binding where any rule
     # judges (every one here).
-    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 19
-    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 19
+    assert kinds.count("MutatingAdmissionPolicy") == kinds.count("MutatingAdmissionPolicyBinding") == 20
+    assert kinds.count("ValidatingAdmissionPolicy") == kinds.count("ValidatingAdmissionPolicyBinding") == 20
     assert f"every policy: not compiled: {gaps.CUSTOM_RESOURCES}" in err.getvalue()
     assert "workload templates" not in err.getvalue()
     warned = io.StringIO()
@@ -2054,6 +2290,7 @@ def test_render_native_prints_the_objects_and_lint_native_warns_per_policy() -> 
             ("hami", gaps.MEMORY_COUNTS.rule),
             ("volcano", gaps.MEMORY_COUNTS.rule),
             ("ack", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}; {labels}; {spaced}"),
+            ("ack-plain", f"{gaps.MEMORY_COUNTS.rule}; {gaps.ACK_PODS.rule}"),
         )
     ]
 

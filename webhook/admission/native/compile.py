@@ -61,6 +61,7 @@ OWN_TEMPLATE = (
 )
 ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
 LINES = "lines"
+SAID = "said"
 # The API server shows a messageExpression's result only when it is one line of at most 5 KiB, trimmed
 # (k8s.io/apiserver validating/validator.go: celconfig.MaxEvaluatedMessageExpressionSizeBytes); past that it
 # shows the validation's `message`. The webhook's lines are joined with SEPARATOR where the webhook joins them
@@ -155,7 +156,9 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict
     name = PREFIX + policy.name
     mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
     groups = [family.container_rules(policy) for family in FAMILIES]
-    lines = [*_container_lines(groups), *(line for family in FAMILIES for line in family.lines(policy))]
+    containers = _container_lines(groups)
+    pod = [line for family in FAMILIES for line in family.lines(policy)]
+    lines = [*containers, *pod]
     gaps = [gap for family in FAMILIES for gap in family.gaps(policy)]
     match = [
         {"name": "namespace-policy", "expression": condition},
@@ -188,8 +191,13 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict
         },
     ]
     if lines:
-        variables = [*spec, *({"name": n, "expression": e} for line in lines for n, e in line.variables)]
-        variables.append({"name": LINES, "expression": " + ".join(f"({line.lines})" for line in lines)})
+        # the pod's variables first: a container's rule may read them (the pod's GPUs, say)
+        declared = [*(line.variables for line in pod), *(line.variables for line in containers)]
+        variables = [*spec, *({"name": n, "expression": e} for pairs in declared for n, e in pairs)]
+        # each list of lines a variable of its own (`said0`, ...), so that no expression holds every family's
+        variables += [{"name": f"{SAID}{index}", "expression": line.lines} for index, line in enumerate(lines)]
+        said = " + ".join(f"variables.{SAID}{index}" for index in range(len(lines)))
+        variables.append({"name": LINES, "expression": said})
         objects += [
             {
                 "apiVersion": API_VERSION,

@@ -66,11 +66,11 @@ MEMORY_COUNTS = Gap(
     "the webhook alone",
 )
 ACK_PODS = Gap(
-    "under ACK GPU sharing: a pod whose memory its label aliyun.com/gpu-count spreads over several GPUs (or a "
-    "label that is no number), aliyun.com/gpu-count in a container's resources, shares beside whole GPUs, "
-    "several containers' memory over one GPU's, whole GPUs steered to the exclusive pool",
-    "the extender's placement of a pod's memory, its pools per pod and the steering of whole GPUs are not "
-    "compiled: judged by the webhook alone",
+    "under ACK GPU sharing: the pod label aliyun.com/gpu-count, or aliyun.com/gpu-count among a container's "
+    "limits, on a pod that holds no GPU resource (judged for a device path or variable alone); a label value the "
+    "API server refuses; several containers' memory on a GPU of less than 1 GiB",
+    "the compiled lines read the pod's resources, not its device paths; the API server refuses such a label after "
+    "the webhook's line; the engine divides by the GPU's whole GiB: judged by the webhook alone",
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(
@@ -118,11 +118,13 @@ STEERED_PRODUCT = Gap(
     "not compiled: the compiled test reads the values joined, with one of the two",
 )
 STEERED_LABELS = Gap(
-    "a steered pod's required node affinity term with expressions of its own on a label the policy requires that "
-    "the compiled policies do not weigh: Exists or several values required, several of the term's own where NotIn "
-    "is required (whole GPUs' sharing strategy), a Gt or Lt, a value with a space",
-    "whether no node satisfies them all is a satisfiability check over the term's expressions and their values, "
-    "one iteration deeper than the compiled policies go: not compiled",
+    "a steered pod's required node affinity term with several expressions of its own on a label where the policy "
+    "admits values it does not name (NotIn: whole GPUs' sharing strategy; Exists: MIG single's slices where no "
+    "profile is set), an In among them, or a NotIn beside a Gt or Lt; or a Gt or Lt bound that is an integer to "
+    "Python but not plain ASCII digits of at most 18 (an underscore, a space, another script's digits)",
+    "whether some node satisfies them all then turns on a value of the term's own that every other expression "
+    "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions); CEL "
+    "reads a bound as Go's ParseInt does: not compiled",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",

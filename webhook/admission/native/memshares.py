@@ -11,10 +11,11 @@ against memshare.share at compile time. A GPUs' worth of memory is a CEL int in 
 common multiple of the GPU's memory in units and 100), exact for every amount memshare.held weighs; its text is
 format_fraction's (fractions.formatted).
 
-Under ACK the same: a fraction becomes `aliyun.com/gpu-mem` in whole GiB, whole GPUs stay as written; a pod
-whose memory ACK spreads over several GPUs (its label `aliyun.com/gpu-count`), or that holds shares beside whole
-GPUs, several containers' memory over one GPU's, or whole GPUs steered to the exclusive pool, is the webhook's
-(scope.py, gaps.ACK_PODS).
+Under ACK the same: a fraction becomes `aliyun.com/gpu-mem` in whole GiB, whole GPUs stay as written; the pod
+label `aliyun.com/gpu-count` that spreads a pod's memory over several GPUs is read once (spreads.py), and held's
+lines read it (its memory over the label's GPUs', the label among a container's limits), as do the pod's own
+lines (spreads.py: ack_pod's, ack_modes'); steering reads it where it spreads a share (native/nodes.py), and
+steers whole GPUs to the exclusive pool. What is left is the webhook's (scope.py, gaps.ACK_PODS).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from webhook.admission.base.quantity import NANO, PLACES
 from webhook.admission.base.resources import NVIDIA_GPU
+from webhook.admission.native import spreads
 from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, nanos, slot, strings
 from webhook.admission.native.containers import SPEC, each, has_map, holds, path, pod_metadata, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
@@ -38,8 +40,10 @@ from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.memshare import (
     BACKEND_RESOURCES,
     BackendSpec,
+    count_request_line,
     over_one_gpu,
     over_percent,
+    over_spread_line,
     placement_annotations,
     share,
     spec_of,
@@ -234,14 +238,31 @@ def _placement(policy: Policy) -> Mutation | None:
     return Mutation("HAMi's placement annotations", f"({vgpu}) ? ({chosen}) : []")
 
 
+def _count_request(spec: BackendSpec, policy: Policy) -> list[ContainerRule]:
+    """memshare.held's first line: the pod label that spreads a pod's memory, among a container's limits."""
+    label = spec.spread_label
+    if label is None:
+        return []
+    return [ContainerRule(f"({holds('limits', label)}) && {spreads.HOLDS_GPU}", lit(count_request_line(policy.name)))]
+
+
 def _over_memory(spec: BackendSpec, policy: Policy) -> list[ContainerRule]:
     """memshare.held's lines: the memory of one vGPU over one GPU's, a percent over 100 (in its order)."""
     gpu_mib, unit_mib = units_of(spec, policy)
     found = []
     if gpu_mib:
         line, _ = over_one_gpu(spec, policy, AMOUNT)
-        memory = amount(spec.memory)
-        found.append(ContainerRule(f"{memory} > {gpu_mib // unit_mib}", fill(line, {"amount": f"string({memory})"})))
+        memory, most = amount(spec.memory), gpu_mib // unit_mib
+        one = fill(line, {"amount": f"string({memory})"})
+        if spec.spread_label is None:
+            found.append(ContainerRule(f"{memory} > {most}", one))
+        else:  # one GPU's, or the label's GPUs' (held)
+            gpus = spreads.GPUS
+            found.append(ContainerRule(f"{gpus} == 1 && {memory} > {most}", one))
+            model = policy.gpu.model or "GPU"
+            spread = over_spread_line(slot("memory"), slot("gpus"), slot("most"), model, policy.name)
+            said = {"memory": f"string({memory})", "gpus": f"string({gpus})", "most": f"string({gpus} * {most})"}
+            found.append(ContainerRule(f"{gpus} > 1 && {memory} > {gpus} * {most}", fill(spread, said)))
     for name in (spec.percent, spec.cores):
         if name is None:
             continue  # ACK: GiB alone
@@ -304,11 +325,17 @@ class MemoryShares(Family):
         spec = compiled_spec(policy)
         if spec is None:
             return []
-        return [*_over_memory(spec, policy), _over_container(spec, policy)]
+        return [*_count_request(spec, policy), *_over_memory(spec, policy), _over_container(spec, policy)]
 
     def lines(self, policy: Policy) -> list[Lines]:
         spec = compiled_spec(policy)
-        return [] if spec is None else [_pod_total(spec, policy)]
+        if spec is None:
+            return []
+        total = _pod_total(spec, policy)
+        if spec.spread_label is None:
+            return [total]
+        read = spreads.variables(spec, amount)
+        return [Lines(total.lines, (*read, *total.variables)), *spreads.spread_lines(spec, policy, amount)]
 
     def gaps(self, policy: Policy) -> list[Gap]:
         spec = compiled_spec(policy)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
+from webhook.admission.native import spreads
 from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, slot, strings
 from webhook.admission.native.containers import AT, SPEC, count, holds, value, whole_limit
 from webhook.admission.native.family import SECTIONS, Family, Lines, Mutation
@@ -19,6 +21,7 @@ from webhook.admission.phases import steering, validate
 from webhook.admission.phases.steering import OBSOLETE, REQUIRED
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.memshare import spec_of
 from webhook.admission.sharing.registry import backend_of
 
 SHARED_PRODUCT = "-SHARED"  # GPU feature discovery's suffix on a product shared without renaming
@@ -71,16 +74,24 @@ class Steering(Family):
     as the other steps leave them.
 
     The requirements are the policy's own (steering.requirements) wherever a container holds the resource it
-    steers; memory namespaces, whose requirements depend on the pod, are not compiled at all. scope.py keeps
-    outside what is not weighed here (`judged`, gaps.product_judged): a term's own expressions on a required
-    label whose satisfiability check would iterate one level deeper."""
+    steers; under a memory backend that reads a pod as a whole (ACK), its multi-GPU ones where the pod's label
+    spreads the share over several GPUs, and its whole-GPU ones where a container holds whole GPUs and none a
+    share: one mutation and one set of lines each (_variants), for pods that never meet. A term's own
+    expressions on a required label are weighed as steering._satisfiable weighs them, each candidate value in one
+    pass over the term's expressions (`_term_fits`); scope.py keeps outside what is not (`judged`,
+    gaps.product_judged): where the witness would be among several of the term's own values, a test one
+    iteration deeper."""
 
     name = "steering"
 
     def mutations(self, policy: Policy) -> list[Mutation]:
-        wanted = _wanted(policy)
-        if not wanted:
-            return []
+        return [self._mutation(policy, wanted, steered) for wanted, steered in _variants(policy)]
+
+    def lines(self, policy: Policy) -> list[Lines]:
+        return [self._lines(policy, wanted, steered) for wanted, steered in _variants(policy)]
+
+    def _mutation(self, policy: Policy, wanted: tuple[steering.Requirement, ...], steered: str) -> Mutation:
+        """The requirements `wanted` merged where `steered` holds (one of _variants)."""
         at = f"{AT} + {lit('/affinity')}"
         affinity = f"{SPEC}.affinity"
         node = f"{affinity}.nodeAffinity"
@@ -124,12 +135,9 @@ class Steering(Family):
             f"({changes}) ? [{jsonpatch('add', to['terms'], new_terms)}] : []"
         )
         conflict = any_of([*(_clash(r) for r in wanted), _product_clash(policy), _affinity_clash(policy, wanted)])
-        return [Mutation("steering", f"({_steered(policy)}) && !({conflict}) ? ({ops}) : []")]
+        return Mutation("steering", f"({steered}) && !({conflict}) ? ({ops}) : []")
 
-    def lines(self, policy: Policy) -> list[Lines]:
-        wanted = _wanted(policy)
-        if not wanted:
-            return []
+    def _lines(self, policy: Policy, wanted: tuple[steering.Requirement, ...], steered: str) -> Lines:
         words, advice = steering.policy_words(policy), steering.advice(policy)
         said = []
         for r in wanted:
@@ -141,7 +149,7 @@ class Steering(Family):
         line = fill(steering.selector_conflict_line(slot("shown"), words, needed, advice), {"shown": shown})
         said.append(f"(({_product_clash(policy)}) ? [{line}] : [])")
         said.append(_affinity_line(policy, wanted, words, advice))
-        return [Lines(f"({_steered(policy)}) ? ({' + '.join(said)}) : []")]
+        return Lines(f"({steered}) ? ({' + '.join(said)}) : []")
 
 
 SELECTOR = f"{SPEC}.nodeSelector"
@@ -152,10 +160,30 @@ def _wanted(policy: Policy) -> tuple[steering.Requirement, ...]:
     return steering.requirements(policy) if shape(policy) is not None else ()
 
 
-def _steered(policy: Policy) -> str:
+def _variants(policy: Policy) -> list[tuple[tuple[steering.Requirement, ...], str]]:
+    """The requirements a pod gets, each with when (steering.pod_requirements): the policy's where a container
+    holds the resource it steers, a memory backend's multi-GPU ones instead where the pod's label spreads that
+    over several GPUs (spreads.py), its whole-GPU ones where a container holds `nvidia.com/gpu` and none the
+    resource steered (ACK's exclusive pool)."""
+    wanted = _wanted(policy)
+    if not wanted:
+        return []
+    held = _steered(policy)
+    multi, whole = steering.multi_requirements(policy), steering.whole_requirements(policy)
+    spec = spec_of(policy)
+    found = [(wanted, held)]
+    if multi and multi != wanted and spec is not None and spec.spread_label:
+        several = spreads.several_gpus(spec)
+        found = [(wanted, f"({held}) && !({several})"), (multi, f"({held}) && ({several})")]
+    if whole:
+        found.append((whole, f"!({held}) && ({_steered(policy, NVIDIA_GPU)})"))
+    return found
+
+
+def _steered(policy: Policy, name: str | None = None) -> str:
     """The pod is steered: it names no node and a container or init container holds the resource the policy
-    steers (steering.pod_requirements)."""
-    name = steering.steered_resource(policy)
+    steers (steering.pod_requirements), or `name`."""
+    name = name or steering.steered_resource(policy)
     held = any_of(
         f"{holds(which, name)} && quantity({value(which, name)}).compareTo(quantity('0')) > 0"
         for which in ("limits", "requests")
@@ -180,30 +208,111 @@ TERMS = f"{SPEC}.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
 LIVE = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressions", "matchFields"))
 
 
-def judged(r: steering.Requirement) -> bool:
-    """Whether the compiled policies tell when a term's own expressions on `r`'s label leave no node that `r`
-    admits: for `DoesNotExist` (only a node without the label), `In` one value (only that value), and `NotIn`
-    (a node without the label, or one with a value `r` does not name) where a term has one expression of its
-    own there (scope.py keeps the rest outside: gaps.STEERED_LABELS)."""
-    return r.operator in ("DoesNotExist", "NotIn") or (r.operator == "In" and len(r.values) == 1)
+# A `Gt` or `Lt` bound that Python's int() (steering.label_integer) and CEL's int() (Go's ParseInt) read alike, as
+# the same int64: ASCII digits after an optional sign (scope.py keeps any other that Python reads outside).
+PLAIN_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
+NAMING = ("In", "Gt", "Lt")  # the operators that name the present values a node may have
+RANGE = ("Gt", "Lt", "Exists", "DoesNotExist")  # a term's own that leave a range of integers, or none
+NUL = "\\x00"  # a NUL character as an escape (written in a CEL string literal, or read by a regular expression)
+
+
+def judged(r: steering.Requirement, own: list[dict[str, Any]]) -> bool:
+    """Whether the compiled policies tell when a term's own expressions `own` on `r`'s label (those that do not
+    restate `r`) leave no node that `r` admits (`_term_fits`): always, but where `r` admits values no expression
+    names (`NotIn`, `Exists`) and several of its own, an `In`, or a `NotIn` beside a `Gt` or `Lt`, narrow the
+    values a node may have (the witness would be among the term's own values, one iteration deeper), and where a
+    `Gt` or `Lt` bound reads otherwise in CEL (gaps.STEERED_LABELS)."""
+    if r.operator != "DoesNotExist" and any(_odd_bound(e) for e in own):
+        return False
+    unnamed = steering.matches(r.expression, {r.key: steering.UNNAMED})
+    if not unnamed or len(own) <= 1 or not any(e.get("operator") in NAMING for e in own):
+        return True
+    return all(e.get("operator") in RANGE for e in own)  # a range of integers (`_range_fits`)
+
+
+def _odd_bound(expression: dict[str, Any]) -> bool:
+    """A `Gt` or `Lt` whose one value Python's int() reads as an integer and CEL's otherwise."""
+    values = expression.get("values")
+    if expression.get("operator") not in ("Gt", "Lt") or type(values) is not list or len(values) != 1:
+        return False
+    bound = values[0]
+    return steering.label_integer(bound) is not None and not PLAIN_INTEGER.fullmatch(bound)
+
+
+def _term_fits(r: steering.Requirement) -> str:
+    """Some value of `r`'s label, or its absence, satisfies every expression of the term `t` on that label, `r`'s
+    own among them (steering._satisfiable): each candidate the engine tries that `r` admits, tested in one pass
+    over the term's expressions: the label's absence, a value none names, each value `r` names; and where `r`
+    admits values it does not name, a value of the term's one own `In` there, or an integer within its own `Gt`
+    and `Lt` bounds (`judged` keeps the rest outside)."""
+    on = f"e.key == {lit(r.key)}"
+    ways = []
+    if steering.matches(r.expression, {}):
+        ways.append(f"t.matchExpressions.all(e, !({on}) || e.operator in ['NotIn', 'DoesNotExist'])")
+    unnamed = steering.matches(r.expression, {r.key: steering.UNNAMED})
+    if unnamed:
+        ways.append(f"t.matchExpressions.all(e, !({on}) || e.operator in ['NotIn', 'Exists'])")
+    for named in r.values:
+        if steering.matches(r.expression, {r.key: named}):
+            ways.append(f"t.matchExpressions.all(e, !({on}) || ({_admits(named)}))")
+    if unnamed:
+        ways += [f"t.matchExpressions.exists(e, {on} && ({_own_witness(r)}))", _range_fits(r)]
+    return f"!has(t.matchExpressions) || {any_of(ways)}"
+
+
+def _range_fits(r: steering.Requirement) -> str:
+    """The term `t`'s expressions on `r`'s label are `Gt`, `Lt`, `Exists` and restatements of `r` (which admits
+    values it does not name), every bound an integer, and some integer between the greatest `Gt` and the least
+    `Lt` is not one `r` excludes. The engine tries the integers just past each bound, more of them than `r`
+    names, so it finds one wherever there is one."""
+    on = f"e.key == {lit(r.key)}"
+    bounded = f"e.operator in ['Gt', 'Lt'] && {_integer_bound()}"
+    only = f"t.matchExpressions.all(e, !({on}) || ({bounded}) || e.operator == 'Exists' || ({_restates(r)}))"
+    each = {
+        op: f"t.matchExpressions.filter(e, {on} && e.operator == {lit(op)}).map(e, int(e.values[0]))"
+        for op in ("Gt", "Lt")
+    }
+    # the integers `r` names as a label value reads them (the engine's candidates are written by str())
+    excluded = [n for n in map(steering.label_integer, r.values) if n is not None and str(n) in r.values]
+    within = " + ".join(f"(g.max() < {n} && {n} < l.min() ? 1 : 0)" for n in excluded) or "0"
+    room = f"size(g) == 0 || size(l) == 0 ? true : l.min() - g.max() - 1 > {within}"
+    return f"({only}) ? {bind(each['Gt'], 'g', bind(each['Lt'], 'l', room))} : false"
+
+
+def _integer_bound(e: str = "e") -> str:
+    """`e` is a `Gt` or `Lt` whose one value CEL reads as an integer (`PLAIN_INTEGER`)."""
+    return f"has({e}.values) && size({e}.values) == 1 && {e}.values[0].matches({lit(f'^{PLAIN_INTEGER.pattern}$')})"
+
+
+def _admits(value: str) -> str:
+    """The expression `e` admits a node whose label is `value`, a constant (steering.matches)."""
+    named = f"(has(e.values) && {lit(value)} in e.values)"
+    number = steering.label_integer(value)
+    compared = {
+        op: f"({_integer_bound()} && {number} {sign} int(e.values[0]))" if number is not None else "false"
+        for op, sign in (("Gt", ">"), ("Lt", "<"))
+    }
+    return (
+        f"e.operator == 'In' ? {named} : e.operator == 'NotIn' ? !{named} : e.operator == 'Exists' || "
+        f"(e.operator == 'Gt' && {compared['Gt']}) || (e.operator == 'Lt' && {compared['Lt']})"
+    )
+
+
+def _own_witness(r: steering.Requirement) -> str:
+    """The expression `e` (on `r`'s label, the term's one own there that names values) admits a value that `r`
+    admits: an `In` naming one `r` does not exclude (read from the values joined at NUL, which scope.py keeps
+    out of every value). A `Gt` or `Lt`: `_range_fits`."""
+    named = "has(e.values) && size(e.values) > 0"
+    if r.values:  # NotIn: not every value one it excludes
+        pattern = "^(" + NUL + "(" + "|".join(re.escape(v) for v in r.values) + "))+" + NUL + "$"
+        joined = f"('{NUL}' + e.values.join('{NUL}') + '{NUL}')"
+        named += f" && !{joined}.matches({lit(pattern)})"
+    return f"e.operator == 'In' && {named}"
 
 
 def _term_clash(r: steering.Requirement) -> str:
-    """The term `t` has an expression of its own on `r`'s label that the one label value (or its absence) `r`
-    admits does not satisfy (steering._term_conflicts, _satisfiable)."""
-    if r.operator == "DoesNotExist":
-        fails = "!(e.operator in ['NotIn', 'DoesNotExist'])"  # a node without the label
-    elif r.operator == "NotIn":
-        # only an `In` leaves no node: every value it names is one `r` excludes (read from the values joined by
-        # spaces: scope.py keeps a value with a space outside)
-        named = "|".join(re.escape(v) for v in r.values)
-        excluded = f"(' ' + e.values.join(' ') + ' ').matches({lit(f'^( ({named}))+ $')})"
-        fails = f"e.operator == 'In' && (!has(e.values) || size(e.values) == 0 || {excluded})"
-    else:
-        named = f"(has(e.values) && {lit(r.values[0])} in e.values)"
-        fails = f"e.operator == 'In' ? !{named} : e.operator == 'NotIn' ? {named} : e.operator == 'DoesNotExist'"
-    own = f"e.key == {lit(r.key)} && e != {_literal(r.expression)}"
-    return f"has(t.matchExpressions) && t.matchExpressions.exists(e, {own} && ({fails}))"
+    """The term `t`'s expressions on `r`'s label leave no node that `r` admits (steering._term_conflicts)."""
+    return f"!({_term_fits(r)})"
 
 
 def _term_product_clash(policy: Policy) -> str:
@@ -229,7 +338,7 @@ def _term_product_clash(policy: Policy) -> str:
 
 def _affinity_clash(policy: Policy, wanted: tuple[steering.Requirement, ...]) -> str:
     """Every live term of the required node affinity excludes the policy's pool (steering._affinity_conflict)."""
-    clash = any_of([*(_term_clash(r) for r in wanted if judged(r)), _term_product_clash(policy)])
+    clash = any_of([*(_term_clash(r) for r in wanted), _term_product_clash(policy)])
     return (
         f"has({SPEC}.affinity) && has({SPEC}.affinity.nodeAffinity) && has({SPEC}.affinity.nodeAffinity.{REQUIRED})"
         f" && has({TERMS}) && {TERMS}.exists(t, {LIVE}) && {TERMS}.all(t, !({LIVE}) || ({clash}))"
@@ -239,11 +348,10 @@ def _affinity_clash(policy: Policy, wanted: tuple[steering.Requirement, ...]) ->
 def _affinity_line(policy: Policy, wanted: tuple[steering.Requirement, ...], words: str, advice: str) -> str:
     """The affinity conflict's line: the labels on which the live terms clash, sorted, and what the policy needs
     on them, in its order, the product's rule last."""
-    judged_ones = [r for r in wanted if judged(r)]
-    clashes = {r.key: f"{TERMS}.exists(t, ({LIVE}) && ({_term_clash(r)}))" for r in judged_ones}
+    clashes = {r.key: f"{TERMS}.exists(t, ({LIVE}) && ({_term_clash(r)}))" for r in wanted}
     clashes[PRODUCT] = f"{TERMS}.exists(t, ({LIVE}) && ({_term_product_clash(policy)}))"
     labels = " + ".join(f"({clashes[key]} ? [{lit(key)}] : [])" for key in sorted(clashes))
-    needed = " + ".join(f"({clashes[r.key]} ? [{lit(str(r))}] : [])" for r in judged_ones)
+    needed = " + ".join(f"({clashes[r.key]} ? [{lit(str(r))}] : [])" for r in wanted)
     needed += f" + ({clashes[PRODUCT]} ? [{lit(steering.product_rule(policy) or '')}] : [])"
     count = f"size({TERMS}.filter(t, {LIVE}))"
     many = fill(steering.terms_words(slot("count")), {"count": f"string({count})"})

@@ -39,7 +39,6 @@ from webhook.admission.base.resources import (
     mig_profile_of,
 )
 from webhook.admission.base.violation import Violation
-from webhook.admission.cluster.nodes import ACK_COUNT
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import engineflags, memshares, userenv
@@ -78,11 +77,11 @@ from webhook.admission.phases.steering import (
     pod_requirements,
     requirements,
     restates,
-    whole_requirements,
 )
 from webhook.admission.phases.validate import Rules, container_counts
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing import memshare
+from webhook.admission.sharing.memshare import BackendSpec
 from webhook.admission.sharing.registry import backend_of
 
 POD_SPEC = POD_SPEC_PATHS["Pod"]
@@ -130,7 +129,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
                 return found
     if carried == "memory":
         spec = memshare.spec_of(policy)
-        return _ack_pod(obj, spec_path, policy) if spec is not None and spec.spreads_pods else None
+        return _ack_pod(obj, spec_path, policy, spec) if spec is not None and spec.spread_label else None
     return None
 
 
@@ -187,41 +186,51 @@ def _said_by_name(saying: list[str], policy: Policy) -> bool:
     return all(name in counted for name in own) and (not foreign or foreign == [min(saying)])
 
 
-def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
-    """ACK_PODS where validation or steering reads the pod as a whole under ACK (memshare.pod_gpus, held,
-    ack_modes, ack_pod; steering.pod_requirements), asked of the engine on the pod as mutation leaves it: a
-    label that spreads the memory (or is no number), aliyun.com/gpu-count among a container's limits, any line
-    about the pod's shares and whole GPUs, whole GPUs steered to the exclusive pool."""
-    gpus, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
-    if gpus != 1 or label_lines:
-        return ACK_PODS
-    spec = get_path(mutate(obj, policy, spec_path).obj, spec_path)
-    held: list[tuple[str, dict[str, Any]]] = []  # every container's limits, by name; the app containers' apart
-    apps: list[tuple[str, dict[str, Any]]] = []
+def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, spec: BackendSpec) -> Gap | None:
+    """ACK_PODS where validation reads the pod as a whole under ACK otherwise than the compiled set
+    (spreads.py; memshare.pod_gpus, held, ack_pod), asked of the engine on the pod as
+    mutation leaves it: a pod judged for a device path or variable alone whose label or limits say a line (the
+    compiled lines read the resources: spreads.HOLDS_GPU), a label value the API server refuses, a GPU of less
+    than one GiB under several containers' memory."""
+    label = spec.spread_label
+    assert label is not None
+    _, label_lines = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    metadata = get_path(obj, (*spec_path[:-1], "metadata")) or {}
+    raw = (metadata.get("labels") or {}).get(label)
+    if isinstance(raw, str) and not _LABEL_VALUE.fullmatch(raw):
+        return ACK_PODS  # the API server refuses it after the webhook has said its line
+    mutated = get_path(mutate(obj, policy, spec_path).obj, spec_path)
+    managed = counted_label = False  # a container holds a managed resource; the label among its limits
+    holding = 0  # the app containers that hold memory
     for section in SECTIONS:
-        for body in spec.get(section) or ():
-            limits = (body.get("resources") or {}).get("limits") or {}
-            if ACK_COUNT in limits:
-                return ACK_PODS
-            if limits:
-                held.append((body.get("name"), limits))
-                if section == "containers":
-                    apps.append((body.get("name"), limits))
-    if memshare.ack_modes(held, policy) or memshare.ack_pod(1, apps, Rules.of(policy).max_per_pod, policy):
+        for body in mutated.get(section) or ():
+            resources = body.get("resources") or {}
+            limits = resources.get("limits") or {}
+            counted_label |= label in limits
+            managed |= any(is_managed(name) for which in ("requests", "limits") for name in resources.get(which) or ())
+            amount = quantity_or_none(limits[spec.memory]) if spec.memory in limits else None
+            holding += section == "containers" and amount is not None and amount > 0
+    if (counted_label or label_lines) and not managed:
         return ACK_PODS
-    whole = whole_requirements(policy)
-    return ACK_PODS if whole and pod_requirements(spec, policy) == whole else None
+    gpu_mib, unit_mib = memshare.units_of(spec, policy)
+    if gpu_mib is not None and gpu_mib < unit_mib and holding > 1:
+        return ACK_PODS  # ack_pod divides by the GPU's whole GiB, none (spreads._over_gpus)
+    return None
+
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")  # apimachinery IsValidLabelValue
 
 
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
     """What of steering (steering.steer) the compiled set does not carry for a pod the webhook steers (it names no
     node and holds the resource steered, as mutation leaves its containers): a required term's own `In` on the
-    product label, and its own expression on a label the policy requires, where nodes.product_judged and
-    nodes.judged say the compiled policies cannot tell whether it leaves a node of the pool."""
-    wanted = requirements(policy)
-    if not wanted or bound_node(spec):
+    product label, and its own expressions on a label the policy requires, where gaps.product_judged and
+    nodes.judged say the compiled policies cannot tell whether they leave a node of the pool."""
+    if not requirements(policy) or bound_node(spec):
         return None
-    if not pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy):
+    gpus, _ = backend_of(policy).pod_gpus(obj, spec_path, policy)
+    wanted = pod_requirements(get_path(mutate(obj, policy, spec_path).obj, spec_path), policy, gpus)
+    if not wanted:
         return None
     affinity = spec.get("affinity") or {}
     required = (affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}
@@ -229,18 +238,13 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
         copied = [*(term.get("matchExpressions") or ()), *(term.get("matchFields") or ())]
         if any(isinstance(v, str) and "\x00" in v for e in copied for v in (e.get("values") or ())):
             return NUL_VALUES  # steering copies the term's values joined and split at NUL (nodes._copied)
-        own: dict[str, int] = {}  # a required label's expressions of the term's own
-        for expression in term.get("matchExpressions") or ():
-            key = expression.get("key")
-            if key == PRODUCT and expression.get("operator") == "In" and not product_judged(policy):
-                return STEERED_PRODUCT
-            ours = [r for r in wanted if r.key == key]
-            if not ours or any(restates(expression, r) for r in ours):
-                continue
-            own[key] = own.get(key, 0) + 1
-            several = own[key] > 1 and any(r.operator == "NotIn" for r in ours)
-            spaced = any(" " in value for value in expression.get("values") or ())
-            if several or spaced or not all(judged(r) for r in ours) or expression.get("operator") in ("Gt", "Lt"):
+        expressions = term.get("matchExpressions") or ()
+        product_in = any(e.get("key") == PRODUCT and e.get("operator") == "In" for e in expressions)
+        if product_in and not product_judged(policy):
+            return STEERED_PRODUCT
+        for r in wanted:
+            own = [e for e in expressions if e.get("key") == r.key and not restates(e, r)]
+            if own and not judged(r, own):
                 return STEERED_LABELS  # a satisfiability check nodes.py does not write
     return None
 

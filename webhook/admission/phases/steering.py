@@ -173,7 +173,7 @@ def matches(expression: dict[str, Any], labels: Mapping[str, str]) -> bool:
     if operator == "DoesNotExist":
         return not present
     if operator in ("Gt", "Lt") and present and len(values) == 1:
-        label, bound = _integer(labels[key]), _integer(values[0])
+        label, bound = label_integer(labels[key]), label_integer(values[0])
         if label is None or bound is None:
             return False
         return label > bound if operator == "Gt" else label < bound
@@ -190,20 +190,25 @@ def term_matches(term: Any, labels: dict[str, str]) -> bool:
     return all(type(e) is dict and matches(e, labels) for e in expressions)
 
 
-def _integer(text: Any) -> int | None:
+def label_integer(text: Any) -> int | None:
+    """A label value (or a `Gt`/`Lt` bound) as an integer, or None where it reads as none (Python's int(): the
+    native policies keep outside a bound it reads otherwise than CEL's)."""
     try:
         return int(text) if type(text) is str else None
     except ValueError:
         return None
 
 
+UNNAMED = "\x00 none of them"  # a label value no expression names, and no integer (`_satisfiable` tries it)
+
+
 def _satisfiable(expressions: list[dict[str, Any]]) -> bool:
     """Whether one label value (or its absence) satisfies every expression, all on the same key: tried on
     every value that can decide it (each value named, integers just past each bound, one named by none)."""
     named = [str(v) for e in expressions for v in (e.get("values") or [])]
-    candidates: list[str | None] = [None, "\x00 none of them", *named]
+    candidates: list[str | None] = [None, UNNAMED, *named]
     for expression in expressions:
-        bound = _integer((expression.get("values") or [None])[0])
+        bound = label_integer((expression.get("values") or [None])[0])
         if expression.get("operator") in ("Gt", "Lt") and bound is not None:
             step = 1 if expression["operator"] == "Gt" else -1
             candidates += [str(bound + step * n) for n in range(1, len(named) + 2)]

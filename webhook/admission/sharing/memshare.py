@@ -105,6 +105,12 @@ class BackendSpec:
         return self.backend is Backend.ACK
 
     @property
+    def spread_label(self) -> str | None:
+        """The pod label that names the GPUs a pod's memory spreads over (spreads_pods), which is no container's
+        resource: ACK's `aliyun.com/gpu-count`; None elsewhere."""
+        return ACK_COUNT if self.spreads_pods else None
+
+    @property
     def counts_one_by_default(self) -> bool:
         """Whether a container asking memory or percent without a count holds one vGPU, and `nvidia.com/gpu`
         beside counts as whole GPUs: Volcano's vGPU device plugin (its defaultGPUNum; held)."""
@@ -455,23 +461,15 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     assert spec is not None
     gpu_mib, unit_mib = units_of(spec, policy)
     problems: list[tuple[str, str]] = []
-    where = f'policy "{policy.name}"'
     model = policy.gpu.model or "GPU"
     memory = _amount(limits, spec.memory)
     if spec.backend is Backend.ACK and ACK_COUNT in limits:
-        problems.append((
-            f"{ACK_COUNT} is a node's number of GPUs, not a container's request: ACK reads the GPUs a pod's "
-            f"memory spreads over from the pod label {ACK_COUNT} ({where}); remove it from resources and set the "
-            f'label, such as {ACK_COUNT}: "2"',
-            f"{ACK_COUNT} is no request; set it as a pod label",
-        ))  # fmt: skip
+        problems.append((count_request_line(policy.name), f"{ACK_COUNT} is no request; set it as a pod label"))
     if spec.backend is Backend.ACK and gpus > 1 and gpu_mib is not None:
         most = gpus * (gpu_mib // unit_mib)
         if memory > most:
             problems.append((
-                f"{spec.memory} {memory} (GiB) is more than the memory of the {gpus} GPUs that the pod label "
-                f"{ACK_COUNT} spreads it over ({most} GiB of {model}s, {where}); request at most {most}, or "
-                "name more GPUs in the label",
+                over_spread_line(str(memory), str(gpus), str(most), model, policy.name),
                 f"{spec.memory} {memory}: more than {gpus} GPUs' memory; ask for at most {most}",
             ))  # fmt: skip
     elif gpu_mib is not None and memory * unit_mib > gpu_mib:
@@ -499,6 +497,25 @@ def held(limits: dict[str, Any], policy: Policy, gpus: int = 1) -> Held:
     else:
         each = Fraction(1)  # no memory asked: the backend's default is all of it
     return Held(count * min(each, Fraction(1)) + count_whole, problems)
+
+
+def over_spread_line(memory: str, gpus: str, most: str, model: str, policy: str) -> str:
+    """ACK: a container's memory over the memory of the GPUs its pod label spreads it over (template: the native
+    policies fill it)."""
+    return (
+        f"{ACK_MEMORY} {memory} (GiB) is more than the memory of the {gpus} GPUs that the pod label {ACK_COUNT} "
+        f'spreads it over ({most} GiB of {model}s, policy "{policy}"); request at most {most}, or name more GPUs '
+        "in the label"
+    )
+
+
+def count_request_line(policy: str) -> str:
+    """ACK: `aliyun.com/gpu-count` among a container's limits (template: the native policies say it too)."""
+    return (
+        f"{ACK_COUNT} is a node's number of GPUs, not a container's request: ACK reads the GPUs a pod's memory "
+        f'spreads over from the pod label {ACK_COUNT} (policy "{policy}"); remove it from resources and set the '
+        f'label, such as {ACK_COUNT}: "2"'
+    )
 
 
 def over_one_gpu(spec: BackendSpec, policy: Policy, memory: int | str) -> tuple[str, str]:
@@ -566,14 +583,26 @@ def pod_gpus(
     raw = labels.get(ACK_COUNT) if type(labels) is dict else None
     if raw is None:
         return _ONE_GPU
-    if type(raw) is str and raw.isascii() and raw.isdigit() and len(raw) <= 6 and int(raw) >= 1:
+    if type(raw) is str and raw.isascii() and raw.isdigit() and len(raw) <= MOST_LABEL_DIGITS and int(raw) >= 1:
         return int(raw), ()
-    shown = str(raw)[:20]
+    shown = str(raw)[:SHOWN_LABEL]
     return 1, ((
-        f'label {ACK_COUNT} "{shown}" is not a whole number of GPUs: ACK spreads the pod\'s {ACK_MEMORY} over '
-        f'that many GPUs of one node (policy "{policy.name}"); set a number such as "2", or remove it',
+        label_not_number_line(shown, policy.name),
         f'label {ACK_COUNT} "{shown}": not a number of GPUs; set one such as "2"',
     ),)  # fmt: skip
+
+
+SHOWN_LABEL = 20  # the characters of a label value that no number that a line shows
+MOST_LABEL_DIGITS = 6  # the longest label value pod_gpus reads as a number
+
+
+def label_not_number_line(shown: str, policy: str) -> str:
+    """ACK: the pod label aliyun.com/gpu-count is no whole number of GPUs (`shown`: its first SHOWN_LABEL
+    characters); template: the native policies say it too."""
+    return (
+        f'label {ACK_COUNT} "{shown}" is not a whole number of GPUs: ACK spreads the pod\'s {ACK_MEMORY} over '
+        f'that many GPUs of one node (policy "{policy}"); set a number such as "2", or remove it'
+    )
 
 
 _ONE_GPU: tuple[int, Lines] = (1, ())
@@ -588,31 +617,52 @@ def ack_modes(holders: list[tuple[str, dict[str, Any]]], policy: Policy) -> list
         return []
     shares = [(name, limits) for name, limits in holders if ACK_MEMORY in limits and _amount(limits, ACK_MEMORY)]
     both = next((held for held in shares if NVIDIA_GPU in held[1] and _amount(held[1], NVIDIA_GPU)), None)
-    why = (
-        f"which no ACK node serves together: a node runs one {ACK_SCHEDULE_LABEL} mode, shares or whole GPUs "
-        f'(policy "{policy.name}")'
-    )
     if both is not None:
         name, limits = both
         memory, gpus = _amount(limits, ACK_MEMORY), _amount(limits, NVIDIA_GPU)
         return [(
-            f'container "{name}" holds {ACK_MEMORY} {memory} and whole {NVIDIA_GPU} {gpus}, {why}; request '
-            f"{ACK_MEMORY} alone (more than one GPU's memory with the pod label {ACK_COUNT}) or whole "
-            f"{NVIDIA_GPU} alone, or split the pod",
+            both_modes_line(name, str(memory), str(gpus), policy.name),
             f"{ACK_MEMORY} {memory} beside whole {NVIDIA_GPU} {gpus} in one container: no ACK node serves both",
         )]  # fmt: skip
     whole = [name for name, limits in holders if _amount(limits, NVIDIA_GPU)]
     if not shares or not whole:
         return []
     return [(
-        f'holds {ACK_MEMORY} (container "{shares[0][0]}") and whole {NVIDIA_GPU} (container "{whole[0]}"), {why}; '
-        "ask for shares in every container or whole GPUs in every one, or split the pod",
+        two_modes_line(shares[0][0], whole[0], policy.name),
         f"{ACK_MEMORY} beside whole {NVIDIA_GPU}: no ACK node serves both; split the pod",
     )]  # fmt: skip
 
 
+def _modes_why(policy: str) -> str:
+    return (
+        f"which no ACK node serves together: a node runs one {ACK_SCHEDULE_LABEL} mode, shares or whole GPUs "
+        f'(policy "{policy}")'
+    )
+
+
+def both_modes_line(name: str, memory: str, gpus: str, policy: str) -> str:
+    """ACK: one container holds a share and whole GPUs (template: the native policies say it too)."""
+    return (
+        f'container "{name}" holds {ACK_MEMORY} {memory} and whole {NVIDIA_GPU} {gpus}, {_modes_why(policy)}; '
+        f"request {ACK_MEMORY} alone (more than one GPU's memory with the pod label {ACK_COUNT}) or whole "
+        f"{NVIDIA_GPU} alone, or split the pod"
+    )
+
+
+def two_modes_line(share: str, whole: str, policy: str) -> str:
+    """ACK: one container holds a share, another whole GPUs, the first of each named (template: the native
+    policies say it too)."""
+    return (
+        f'holds {ACK_MEMORY} (container "{share}") and whole {NVIDIA_GPU} (container "{whole}"), '
+        f"{_modes_why(policy)}; ask for shares in every container or whole GPUs in every one, or split the pod"
+    )
+
+
 def _spread_over(total: int, gib: int) -> int | None:
-    """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few)."""
+    """The fewest GPUs of `gib` GiB that take `total` GiB in equal whole GiB, or None (none among the first few,
+    or a GPU under 1 GiB, which holds no whole GiB)."""
+    if gib < 1:
+        return None
     least = -(-total // gib)
     return next((m for m in range(least, min(total, least + 64) + 1) if total % m == 0), None)
 
@@ -630,19 +680,15 @@ def ack_pod(
     total = sum(amount for _, amount in amounts)
     if not total:
         return []
-    where = f'policy "{policy.name}"'
-    label = f'the pod label {ACK_COUNT} "{gpus}"'
     problems: list[tuple[str, str]] = []
     if gpus > maximum:
         problems.append((
-            f"{label} spreads its memory over {gpus} GPUs, more than the per-pod maximum of {maximum} GPUs "
-            f'({where}); set at most "{maximum}"',
+            spread_over_maximum_line(str(gpus), maximum, policy.name),
             f"{ACK_COUNT} {gpus}: at most {maximum} GPUs per pod",
         ))  # fmt: skip
     if total % gpus:
         problems.append((
-            f"{ACK_MEMORY} {total} GiB in all over {gpus} GPUs ({label}) is not a whole number of GiB from each: "
-            f"ACK takes an equal whole number of GiB from each GPU ({where}); request a multiple of {gpus} in all",
+            uneven_spread_line(str(total), str(gpus), policy.name),
             f"{ACK_MEMORY} {total} over {gpus} GPUs: ask for a multiple of {gpus}",
         ))  # fmt: skip
         return problems
@@ -650,23 +696,70 @@ def ack_pod(
     gib = gpu_mib // 1024 if gpu_mib else None
     if gib is None or total // gpus <= gib or len(amounts) == 1:
         return problems
-    named = ", ".join(f'"{name}"={amount}' for name, amount in amounts)
+    named = ", ".join(held_entry(name, str(amount)) for name, amount in amounts)
     model = policy.gpu.model or "GPU"
     more = _spread_over(total, gib)
-    instead = f', or spread it with the pod label {ACK_COUNT}: "{more}"' if more and more <= maximum else ""
+    instead = spread_instead(str(more)) if more and more <= maximum else ""
     if gpus == 1:
-        line = (
-            f"{ACK_MEMORY} {total} GiB in all (containers {named}) is more than one {model}'s memory ({gib} GiB): "
-            f"ACK places a pod's memory on one GPU ({where}); request at most {gib} in all{instead}"
-        )
+        line = one_gpu_total_line(str(total), named, model, gib, policy.name, instead)
     else:
-        line = (
-            f"{ACK_MEMORY} {total} GiB in all (containers {named}) over {gpus} GPUs ({label}) is {total // gpus} "
-            f"GiB from each, more than one {model}'s memory ({gib} GiB, {where}); request at most {gib * gpus} in "
-            f"all{instead}"
-        )
+        each, most = str(total // gpus), str(gib * gpus)
+        line = spread_total_line(str(total), named, str(gpus), each, most, model, gib, policy.name, instead)
     problems.append((line, f"{ACK_MEMORY} {total} in all: more than {gpus} GPUs' memory; ask for less"))
     return problems
+
+
+# ACK's pod lines: templates the native policies fill too (each value as text, a CEL slot there)
+
+
+def _label(gpus: str) -> str:
+    return f'the pod label {ACK_COUNT} "{gpus}"'
+
+
+def spread_over_maximum_line(gpus: str, maximum: int, policy: str) -> str:
+    """The pod label spreads the pod's memory over more GPUs than the per-pod maximum."""
+    return (
+        f"{_label(gpus)} spreads its memory over {gpus} GPUs, more than the per-pod maximum of {maximum} GPUs "
+        f'(policy "{policy}"); set at most "{maximum}"'
+    )
+
+
+def uneven_spread_line(total: str, gpus: str, policy: str) -> str:
+    """The pod's memory is no multiple of the GPUs its label spreads it over."""
+    return (
+        f"{ACK_MEMORY} {total} GiB in all over {gpus} GPUs ({_label(gpus)}) is not a whole number of GiB from "
+        f'each: ACK takes an equal whole number of GiB from each GPU (policy "{policy}"); request a multiple of '
+        f"{gpus} in all"
+    )
+
+
+def held_entry(name: str, amount: str) -> str:
+    """One container of those whose memory a pod line adds up."""
+    return f'"{name}"={amount}'
+
+
+def spread_instead(more: str) -> str:
+    """The advice to spread the pod's memory over `more` GPUs (within the per-pod maximum)."""
+    return f', or spread it with the pod label {ACK_COUNT}: "{more}"'
+
+
+def one_gpu_total_line(total: str, named: str, model: str, gib: int, policy: str, instead: str) -> str:
+    """Several containers' memory, placed on one GPU, over its memory."""
+    return (
+        f"{ACK_MEMORY} {total} GiB in all (containers {named}) is more than one {model}'s memory ({gib} GiB): "
+        f'ACK places a pod\'s memory on one GPU (policy "{policy}"); request at most {gib} in all{instead}'
+    )
+
+
+def spread_total_line(
+    total: str, named: str, gpus: str, each: str, most: str, model: str, gib: int, policy: str, instead: str
+) -> str:
+    """Several containers' memory, spread over the label's GPUs, over each GPU's memory."""
+    return (
+        f"{ACK_MEMORY} {total} GiB in all (containers {named}) over {gpus} GPUs ({_label(gpus)}) is {each} "
+        f'GiB from each, more than one {model}\'s memory ({gib} GiB, policy "{policy}"); request at most '
+        f"{most} in all{instead}"
+    )
 
 
 def vgpus(limits: dict[str, Any], policy: Policy) -> tuple[int, int] | None:
