@@ -62,6 +62,7 @@ OWN_TEMPLATE = (
 ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
 LINES = "lines"
 SAID = "said"
+INLINE = 2_000  # the most characters of a list of lines written into `lines` itself (each variable costs a little)
 # The API server shows a messageExpression's result only when it is one line of at most 5 KiB, trimmed
 # (k8s.io/apiserver validating/validator.go: celconfig.MaxEvaluatedMessageExpressionSizeBytes); past that it
 # shows the validation's `message`. The webhook's lines are joined with SEPARATOR where the webhook joins them
@@ -194,10 +195,13 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict
         # the pod's variables first: a container's rule may read them (the pod's GPUs, say)
         declared = [*(line.variables for line in pod), *(line.variables for line in containers)]
         variables = [*spec, *({"name": n, "expression": e} for pairs in declared for n, e in pairs)]
-        # each list of lines a variable of its own (`said0`, ...), so that no expression holds every family's
-        variables += [{"name": f"{SAID}{index}", "expression": line.lines} for index, line in enumerate(lines)]
-        said = " + ".join(f"variables.{SAID}{index}" for index in range(len(lines)))
-        variables.append({"name": LINES, "expression": said})
+        # a long list of lines is a variable of its own (`said0`, ...), so that no expression holds every family's
+        said = []
+        for index, line in enumerate(lines):
+            if len(line.lines) > INLINE:
+                variables.append({"name": f"{SAID}{index}", "expression": line.lines})
+            said.append(f"variables.{SAID}{index}" if len(line.lines) > INLINE else f"({line.lines})")
+        variables.append({"name": LINES, "expression": " + ".join(said)})
         objects += [
             {
                 "apiVersion": API_VERSION,

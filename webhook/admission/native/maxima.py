@@ -234,10 +234,11 @@ def _field(entry: str, index: int) -> str:
 
 def _prefixed_variables(rules: Rules) -> tuple[tuple[str, str], ...]:
     """The variables of the prefixed pod totals: `prefixedEntries` (one per container and such limit above 0, in
-    start order: `name kind count container`, none of them holding a space), `prefixedPeaks` (each with its peak
-    appended: a regular init container's count with the sidecars' before it, another's own count),
-    `prefixedNames` (each name once, in the order first held), `prefixedSorted` (the names sorted: each one's rank
-    is the number of names below it), `prefixedLines` (each sorted name's line, or '')."""
+    start order: `name kind count container`, none of them holding a space; joined by commas, then split),
+    `prefixedPeaks` (each with its peak appended: a regular init container's count with the sidecars' before it,
+    another's own count), `prefixedNames` (each name once, at its first entry, in the order first held),
+    `prefixedSorted` (the names sorted: each one's rank is the number of names below it), `prefixedLines` (each
+    sorted name's line, or '')."""
     policy = rules.policy
     held = any_of([prefixed(policy), _intel_device()])
     keep = all_of([held, f"quantity({key_limit()}).isInteger()", f"{key_count()} > 0"])
@@ -259,12 +260,10 @@ def _prefixed_variables(rules: Rules) -> tuple[tuple[str, str], ...]:
     )
     sidecars = f"{v}Entries.filter(s, {before}).map(s, int({_field('s', _COUNT)})).sum()"
     peak = f"{_field('e', _KIND)} == {lit(INIT)} ? int({_field('e', _COUNT)}) + {sidecars} : int({_field('e', _COUNT)})"
-    first = f"{v}Keys.indexOf({_field('e', _KEY)}) == {v}Peaks.indexOf(e)"
+    first = f"{v}Peaks.filter(f, {_field('f', _KEY)} == {_field('e', _KEY)})[0] == e"  # the name's first entry
     return (
-        (f"{PREFIXED}Held", f"{joined}.join(',')"),
-        (f"{PREFIXED}Entries", f"{v}Held == '' ? [] : {v}Held.split(',')"),
+        (f"{PREFIXED}Entries", bind(f"{joined}.join(',')", "held", "held == '' ? [] : held.split(',')")),
         (f"{PREFIXED}Peaks", f"{v}Entries.map(e, e + ' ' + string({peak}))"),
-        (f"{PREFIXED}Keys", f"{v}Peaks.map(e, {_field('e', _KEY)})"),
         (f"{PREFIXED}Names", f"{v}Peaks.filter(e, {first}).map(e, {_field('e', _KEY)})"),
         (f"{PREFIXED}Ranks", f"{v}Names.map(n, size({v}Names.filter(m, m < n)))"),
         (f"{PREFIXED}Sorted", f"{v}Names.map(n, {v}Names[{v}Ranks.indexOf({v}Names.indexOf(n))])"),
