@@ -299,6 +299,7 @@ SHARED = "nvidia.com/gpu.shared"
 MIG_1G = "nvidia.com/mig-1g.10gb"
 MIG_2G = "nvidia.com/mig-2g.20gb"
 AMD, INTEL_GPU, INTEL_MILLICORES = "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/millicores"
+INTEL_XE, MIG_3G = "gpu.intel.com/xe", "nvidia.com/mig-3g.40gb"
 DEVICE_CLASS = "deviceclass.resource.kubernetes.io/"
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
@@ -706,10 +707,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "default",
         pod(container(limits={MIG_2G: 1}), init=(container("log", limits={MIG_2G: 1}, restartPolicy="Always"),)),
     ),
-    # not covered
     "mig-listed: an unoffered profile over the pod maximum": (
         "mig-listed", pod(container("a", limits={MIG_2G: 2}), container("b", limits={MIG_2G: 2})),
     ),
+    "mig-listed: another profile's total said between the pool's own": (
+        "mig-listed", pod(*(container(f"c{i}", limits={name: 2}) for i, name in enumerate(
+            (MIG_3G, MIG_2G, MIG_1G, MIG_3G, MIG_2G, MIG_1G),
+        ))),
+    ),
+    "mig-frac: a slice's replica over the pod maximum": (
+        "mig-frac", pod(*(container(f"c{i}", limits={MIG_1G + ".shared": 1}) for i in range(3))),
+    ),
+    "mig-any: any profile over the pod maximum": (
+        "mig-any", pod(container("a", limits={MIG_2G: 5}), container("b", limits={MIG_2G: 5})),
+    ),
+    # not covered
     "mig: a profile outside the pool's names, requests only": ("mig", pod(container(requests={MIG_2G + ".me": 1}))),
     "mig: both names": ("mig", pod(container(limits={GPU_: 1, MIG_1G: "0"}))),
     "shared: user's memory variable": (
@@ -1276,6 +1288,17 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "research", pod(container("a", limits={AMD: 2}), container("b", limits={AMD: 2})),
     ),
     "whole: a zero of AMD's beside a GPU": ("research", pod(container(limits={GPU_: 1, AMD: 0}))),
+    "whole: AMD and nvidia.com/gpu each over the container maximum, said by name": (
+        "research", pod(container(limits={GPU_: 3, AMD: 3})),
+    ),
+    "whole: another pool's memory slice, the least name, beside GPUs over the maximum": (
+        "research", pod(container(limits={GPU_: 3, AMD: 3, ACK_MEM: 5})),
+    ),
+    "whole: another pool's replica, not the least name, beside GPUs over the maximum": (
+        "research", pod(container(limits={GPU_: 3, AMD: 3, SHARED: 1})),
+    ),
+    "mig: nvidia.com/gpu over one slice beside AMD over its maximum": ("mig", pod(container(limits={GPU_: 2, AMD: 9}))),
+    "shared: two replicas beside AMD over its maximum": ("shared", pod(container(limits={SHARED: 2, AMD: 9}))),
     "shared: a memory-sliced resource": ("shared", pod(container(limits={"nvidia.com/gpumem": 1000}))),
     "mig: Volcano's vGPU number, over the maximum": ("mig", pod(container(limits={"volcano.sh/vgpu-number": 9}))),
     "whole: Intel's millicores": ("research", pod(container(limits={INTEL_MILLICORES: 100}))),
@@ -1285,6 +1308,23 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: an Intel GPU over the container maximum": ("research", pod(container(limits={INTEL_GPU: 3}))),
     "whole: Intel GPUs over the pod maximum": (
         "research", pod(container("a", limits={INTEL_GPU: 2}), container("b", limits={INTEL_GPU: 2})),
+    ),
+    "whole: one container over its maximum holds the Intel GPUs' total": (
+        "research", pod(container("a", limits={INTEL_GPU: 4})),
+    ),
+    "whole: five totals, said in the order of their names": (
+        "research", pod(
+            container("a", limits={INTEL_XE: 2, MIG_2G: 2, GPU_: 2}),
+            container("b", limits={INTEL_GPU: 2, INTEL_XE: 2, AMD: 2}),
+            container("c", limits={INTEL_GPU: 2, MIG_2G: 2, GPU_: 2, AMD: 2}),
+        ),
+    ),
+    "whole: Intel GPUs peak in an init container, with the sidecars started before it": (
+        "research", pod(container("a", limits={INTEL_GPU: 1}), init=(
+            container("s1", limits={INTEL_GPU: 1}, restartPolicy="Always"), container("i1", limits={INTEL_GPU: 2}),
+            container("s2", limits={INTEL_GPU: 1}, restartPolicy="Always"), container("i2", limits={INTEL_GPU: 2}),
+            container("i3", limits={INTEL_GPU: 2}),
+        )),
     ),
     "whole: a DeviceClass of no GPU": ("research", pod(container(limits={DEVICE_CLASS + "fpga.example.com": 1}))),
     "whole: NVIDIA_VISIBLE_DEVICES beside a memory slice (no GPU to validation)": (
@@ -1434,8 +1474,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: Intel's millicores, requests only": gaps.PREFIXED_LIMITS,
-    "whole: Intel GPUs over the pod maximum": gaps.PREFIXED_TOTALS,
     "whole: two zeros beside a GPU": gaps.BOTH_NAMES,
+    "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
     "whole: a ten-millionth below one GPU": gaps.NEAR_WHOLE,
@@ -1448,7 +1488,6 @@ NOT_COVERED = {
     "whole: negative": gaps.BUILT_IN_REFUSAL,
     "mig: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
-    "mig-listed: an unoffered profile over the pod maximum": gaps.PREFIXED_TOTALS,
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
     "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
@@ -1487,7 +1526,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (228, 39, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (240, 38, 5)
 
 
 @pytest.mark.parametrize(

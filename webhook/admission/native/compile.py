@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.base.podspec import POD_SPEC_PATHS, container_label, resources_by_group
-from webhook.admission.native.cel import fill, lit, slot
-from webhook.admission.native.containers import KIND, each, spec_variables
+from webhook.admission.native.cel import bind, fill, lit, slot
+from webhook.admission.native.containers import KIND, every, spec_variables
 from webhook.admission.native.family import SECTIONS, ContainerRule, Gap, Lines, Mutation
 from webhook.admission.native.gaps import EVERY_POLICY
 from webhook.admission.native.registry import FAMILIES
@@ -61,6 +61,8 @@ OWN_TEMPLATE = (
 )
 ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
 LINES = "lines"
+SAID = "said"
+INLINE = 2_000  # the most characters of a list of lines written into `lines` itself (each variable costs a little)
 # The API server shows a messageExpression's result only when it is one line of at most 5 KiB, trimmed
 # (k8s.io/apiserver validating/validator.go: celconfig.MaxEvaluatedMessageExpressionSizeBytes); past that it
 # shows the validation's `message`. The webhook's lines are joined with SEPARATOR where the webhook joins them
@@ -110,23 +112,36 @@ def compile_native(policies: PolicySet, excluded: Sequence[str], beside_webhook:
     return NativeSet(compiled)
 
 
-def _container_lines(rules: list[ContainerRule]) -> list[Lines]:
+def _container_lines(groups: list[list[ContainerRule]]) -> list[Lines]:
     """Each section's containers that break a rule, one element each: its lines, each with the container's
-    label in front, joined with SEPARATOR as the denial's lines are (so the message reads the webhook's)."""
-    if not rules:
+    label in front, joined with SEPARATOR as the denial's lines are (so the message reads the webhook's).
+
+    `groups` are the rules, a family's each, in the registry's order. A group's lines are a variable of their
+    own (a list with one element per container of the section, its lines of the group), so that no expression
+    grows with every family's rules (cel-go's parser refuses one over 100,000 characters); each container's
+    lines are then joined group by group, the container found in each group's list by its place among the
+    section's names (the API server refuses a pod spec whose names repeat or are missing)."""
+    groups = [group for group in groups if group]
+    if not groups:
         return []
     found = []
     for section in SECTIONS:
         prefix = fill(labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
-        said = " + ".join(
-            f"(({rule.condition}) ? "
-            + (f"({rule.sentence}).map(s, {prefix} + s)" if rule.many else f"[{prefix} + {rule.sentence}]")
-            + " : [])"
-            for rule in rules
-        )
-        broken = " || ".join(f"({rule.condition})" for rule in rules)
-        lines = each(section, broken, f"({said}).join({lit(SEPARATOR)})")
-        found.append(Lines(f"{lines}.filter(s, s != '')" if any(rule.maybe_empty for rule in rules) else lines))
+        names = f"{section}Names"
+        variables = [(names, every(section, "has(c.name) ? c.name : ''"))]
+        for index, rules in enumerate(groups):
+            said = " + ".join(
+                f"(({rule.condition}) ? "
+                + (f"({rule.sentence}).map(s, {prefix} + s)" if rule.many else f"[{prefix} + {rule.sentence}]")
+                + " : [])"
+                for rule in rules
+            )
+            broken = " || ".join(f"({rule.condition})" for rule in rules)
+            variables.append((f"{section}Said{index}", every(section, f"({broken}) ? ({said}) : []")))
+        joined = " + ".join(f"variables.{section}Said{index}[i]" for index in range(len(groups)))
+        per_container = bind(f"variables.{names}.indexOf(n)", "i", f"({joined}).join({lit(SEPARATOR)})")
+        lines = f"variables.{names}.map(n, {per_container}).filter(s, s != '')"
+        found.append(Lines(lines, tuple(variables)))
     return found
 
 
@@ -141,8 +156,10 @@ def too_long(policy: Policy) -> str:
 def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:
     name = PREFIX + policy.name
     mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
-    rules = [rule for family in FAMILIES for rule in family.container_rules(policy)]
-    lines = [*_container_lines(rules), *(line for family in FAMILIES for line in family.lines(policy))]
+    groups = [family.container_rules(policy) for family in FAMILIES]
+    containers = _container_lines(groups)
+    pod = [line for family in FAMILIES for line in family.lines(policy)]
+    lines = [*containers, *pod]
     gaps = [gap for family in FAMILIES for gap in family.gaps(policy)]
     match = [
         {"name": "namespace-policy", "expression": condition},
@@ -175,8 +192,16 @@ def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict
         },
     ]
     if lines:
-        variables = [*spec, *({"name": n, "expression": e} for line in lines for n, e in line.variables)]
-        variables.append({"name": LINES, "expression": " + ".join(f"({line.lines})" for line in lines)})
+        # the pod's variables first: a container's rule may read them (the pod's GPUs, say)
+        declared = [*(line.variables for line in pod), *(line.variables for line in containers)]
+        variables = [*spec, *({"name": n, "expression": e} for pairs in declared for n, e in pairs)]
+        # a long list of lines is a variable of its own (`said0`, ...), so that no expression holds every family's
+        said = []
+        for index, line in enumerate(lines):
+            if len(line.lines) > INLINE:
+                variables.append({"name": f"{SAID}{index}", "expression": line.lines})
+            said.append(f"variables.{SAID}{index}" if len(line.lines) > INLINE else f"({line.lines})")
+        variables.append({"name": LINES, "expression": " + ".join(said)})
         objects += [
             {
                 "apiVersion": API_VERSION,

@@ -69,6 +69,12 @@ def each(section: str, keep: str, make: str) -> str:
     return f"(has({spec}) ? {spec}.filter(c, {keep}).map(c, {make}) : [])"
 
 
+def every(section: str, make: str) -> str:
+    """One element (`make`, of the container `c`) per container of `section`, in its order."""
+    spec = f"{SPEC}.{section}"
+    return f"(has({spec}) ? {spec}.map(c, {make}) : [])"
+
+
 def path(section: str, tail: str) -> str:
     """The JSON Pointer of `c` and `tail`: its place, found by its name (the API server refuses a pod spec whose
     names repeat or are missing). Comparing names, not whole containers, keeps the search cheap: indexOf(c)

@@ -50,20 +50,15 @@ PREFIXED_LIMITS = Gap(
     "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys (the "
     "API server then refuses the request without a limit, where the webhook copies it and says its own lines)",
 )
-PREFIXED_TOTALS = Gap(
-    "the per-pod maximum of a MIG resource outside the pool's names (another pool's profile or replica, any "
-    "profile where the model is unknown), or of an Intel GPU device (gpu.intel.com/i915, xe), whose pod total is "
-    "over it",
-    "the pod totals are compiled per resource name, and these names are not known in advance (each container's "
-    "lines for them, its pool's and its maximum's, are compiled)",
-)
 BOTH_NAMES = Gap(
-    "two GPU resources in one container that each say a line of their own (another pool's resource beside "
-    f"{NVIDIA_GPU} left unmapped, say), or several zeros beside a GPU; under mode memory, another pool's resource "
+    "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "
+    f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, a name "
+    "judged by prefix beside another, say; or several zeros beside a GPU; under mode memory, another pool's resource "
     "beside any other, or two counts of devices",
-    "the webhook says a container's lines resource by resource in the order of its limits, the compiled policies "
-    "rule by rule; and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the "
-    "webhook's (sorting a list is Kubernetes 1.34's CEL)",
+    "the webhook says a container's lines resource by resource in the order of its limits (by name), the compiled "
+    "policies rule by rule (another pool's resources first, then the maxima by name, then those judged by prefix); "
+    "and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the webhook's (sorting "
+    "a list is Kubernetes 1.34's CEL)",
 )
 MEMORY_COUNTS = Gap(
     "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",
@@ -200,8 +195,6 @@ class Unsupported(Family):
         found = [BUILT_IN_REFUSAL, NEAR_WHOLE, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
         if shape(policy) is None:
             found.append(mode_gap(policy))
-        elif shape(policy) != "memory":  # mode memory has no per-resource pod totals (validate._memory_pod_total)
-            found.append(PREFIXED_TOTALS)
         if shape(policy) == "shared":
             found += [USER_VALUES, USER_CONFIG, ENGINE_FLAGS, COMMAND_LINES, SPACED_PRODUCT]
         if policy.steering:

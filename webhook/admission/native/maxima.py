@@ -1,10 +1,12 @@
 """The per-container and per-pod maxima (validate.py: `_resource`, `_over_mapped_maximum`, `_pod_total`), with
 validation's own sentences (its templates, filled with slots): one line per container over its maximum, one
-per resource whose pod total is over the per-pod maximum."""
+per resource whose pod total is over the per-pod maximum, the resources judged by name and those judged by
+prefix (whose names are the pod's, found in CEL) in the order of their names."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
@@ -14,11 +16,11 @@ from webhook.admission.base.resources import (
     NVIDIA_GPU,
     SHARED_SUFFIX,
 )
-from webhook.admission.native.cel import all_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, count, counted, has_map, value, whole_limit
+from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
+from webhook.admission.native.containers import SPEC, count, counted, every, has_map, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named
+from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named, prefixed
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -47,7 +49,9 @@ class Maxima(Family):
         rules = Rules.of(policy)
         if rules.counts_memory:
             return []  # the pod's maximum counts GPUs' worth of memory there (memshares.py)
-        return [_pod_rule(index, name, rules) for index, name in enumerate(device_counts(policy))]
+        names = device_counts(policy)
+        totals = [_pod_rule(index, name, rules) for index, name in enumerate(names)]
+        return _with_prefixed(rules, names, totals) if shape(policy) is not None else totals
 
 
 def device_counts(policy: Policy) -> list[str]:
@@ -137,20 +141,12 @@ def _prefixed_rule(replica: bool, rules: Rules) -> ContainerRule:
 
 def _intel_rule(rules: Rules) -> ContainerRule:
     """Each of Intel's GPU devices (`gpu.intel.com/i915`, `xe`: any `gpu.intel.com/*` limit but its amounts of one
-    GPU, which validation does not count) over the whole-GPU maximum, as validation judges any such name. Their
-    pod totals are per name, and the names are not known in advance (scope.py: gaps.PREFIXED_TOTALS)."""
+    GPU, which validation does not count) over the whole-GPU maximum, as validation judges any such name (their
+    pod totals: `_prefixed_variables`)."""
     example = INTEL_PREFIX + "example"
     assert not rules.is_replica(example)
     maximum, sentence = _over_maximum(example, NAME, rules)
-    keep = all_of(
-        [
-            f"{KEY}.startsWith({lit(INTEL_PREFIX)})",
-            f"!({KEY} in {strings(sorted(DEVICE_AMOUNTS))})",
-            f"!{KEY}.endsWith({lit(SHARED_SUFFIX)})",  # a replica's name: outside (scope.py)
-            f"quantity({key_limit()}).isInteger()",
-            f"{key_count()} > {maximum}",
-        ]
-    )
+    keep = all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
     condition, sentences = each_key(keep, fill(sentence, exprs))
     return ContainerRule(condition, sentences, many=True)
@@ -200,16 +196,144 @@ def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
     variables = effective_total(k, f"{whole_limit(name)} && {count(name)} > 0", lambda var: count(name, var))
     running, total = f"variables.running{k}", f"variables.total{k}"
     shown = validate.mapped_shown(name, policy.sharing.mode) if name == rules.mapping_target else name
-    entry = fill(validate.running_entry(NAME, COUNT), {"name": "c.name", "count": f"string({count(name)})"})
-    together = f"size({running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
-    sentence = validate.labelled(
-        "pod",
-        validate.pod_total_line(shown, slot("total"), slot("together"), slot("named"), rules.max_per_pod, policy.name),
-    )
-    line = fill(
-        sentence,
-        {"total": f"string({total})", "together": together, "named": f"{running}.map(c, {entry}).join(', ')"},
-    )
+    line = _total_line(rules, lit(shown), total, running, ("c.name", f"string({count(name)})"))
     alone = f"size({running}) == 1 && {total} > {rules.container_maximum(name)}"
     over = f"{total} > {rules.max_per_pod} && !({alone})"
     return Lines(f"({over}) ? [{line}] : []", variables)
+
+
+def _total_line(rules: Rules, shown: str, total: str, running: str, entry: tuple[str, str]) -> str:
+    """CEL of validation's line for a pod total (`_pod_total`): `shown` (CEL, the resource as the line names it),
+    `total` (a CEL int), `running` (a CEL list of those that run together at the peak), `entry` (CEL strings of
+    the name and count of one of them, `c`)."""
+    together = f"size({running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
+    sentence = validate.labelled(
+        "pod",
+        validate.pod_total_line(
+            slot("shown"), slot("total"), slot("together"), slot("named"), rules.max_per_pod, rules.policy.name
+        ),
+    )
+    named = fill(validate.running_entry(NAME, COUNT), {"name": entry[0], "count": entry[1]})
+    exprs = {"shown": shown, "total": f"string({total})", "together": together, "named": f"{running}.map(c, {named})"}
+    exprs["named"] += ".join(', ')"
+    return fill(sentence, exprs)
+
+
+# The pod totals of the resources judged by prefix (another pool's MIG resources, Intel's devices), whose names
+# are the pod's: each container's such limits as entries of text, in start order, each of fields joined by a
+# space (none holds one: a resource's name, a container's, a kind, a number), then each name's effective total
+# from its entries.
+PREFIXED = "prefixed"
+SIDECAR, INIT, APP = "s", "i", "a"  # an entry's kind: its container's
+_KEY, _KIND, _COUNT, _NAME, _PEAK = range(5)  # an entry's fields, by place
+
+
+def _field(entry: str, index: int) -> str:
+    return f"{entry}.split(' ')[{index}]"
+
+
+def _prefixed_variables(rules: Rules) -> tuple[tuple[str, str], ...]:
+    """The variables of the prefixed pod totals: `prefixedEntries` (one per container and such limit above 0, in
+    start order: `name kind count container`, none of them holding a space; joined by commas, then split),
+    `prefixedPeaks` (each with its peak appended: a regular init container's count with the sidecars' before it,
+    another's own count), `prefixedNames` (each name once, at its first entry, in the order first held),
+    `prefixedSorted` (the names sorted: each one's rank is the number of names below it), `prefixedLines` (each
+    sorted name's line, or '')."""
+    policy = rules.policy
+    held = any_of([prefixed(policy), _intel_device()])
+    keep = all_of([held, f"quantity({key_limit()}).isInteger()", f"{key_count()} > 0"])
+    v = f"variables.{PREFIXED}"
+
+    def entries(section: str, kind: str) -> str:
+        text = f"{KEY} + ' ' + ({kind}) + ' ' + string({key_count()}) + ' ' + c.name"
+        listed = f"c.resources.limits.filter({KEY}, {keep}).map({KEY}, {text}).join(',')"
+        return every(section, f"{has_map('limits')} ? {listed} : ''")
+
+    sidecar = f"has(c.restartPolicy) && c.restartPolicy == 'Always' ? {lit(SIDECAR)} : {lit(INIT)}"
+    joined = f"({entries('initContainers', sidecar)} + {entries('containers', lit(APP))}).filter(s, s != '')"
+    before = all_of(
+        [
+            f"{_field('s', _KIND)} == {lit(SIDECAR)}",
+            f"{_field('s', _KEY)} == {_field('e', _KEY)}",
+            f"{v}Entries.indexOf(s) < {v}Entries.indexOf(e)",
+        ]
+    )
+    sidecars = f"{v}Entries.filter(s, {before}).map(s, int({_field('s', _COUNT)})).sum()"
+    peak = f"{_field('e', _KIND)} == {lit(INIT)} ? int({_field('e', _COUNT)}) + {sidecars} : int({_field('e', _COUNT)})"
+    first = f"{v}Peaks.filter(f, {_field('f', _KEY)} == {_field('e', _KEY)})[0] == e"  # the name's first entry
+    return (
+        (f"{PREFIXED}Entries", bind(f"{joined}.join(',')", "held", "held == '' ? [] : held.split(',')")),
+        (f"{PREFIXED}Peaks", f"{v}Entries.map(e, e + ' ' + string({peak}))"),
+        (f"{PREFIXED}Names", f"{v}Peaks.filter(e, {first}).map(e, {_field('e', _KEY)})"),
+        (f"{PREFIXED}Ranks", f"{v}Names.map(n, size({v}Names.filter(m, m < n)))"),
+        (f"{PREFIXED}Sorted", f"{v}Names.map(n, {v}Names[{v}Ranks.indexOf({v}Names.indexOf(n))])"),
+        (f"{PREFIXED}Lines", f"{v}Sorted.map(n, {_prefixed_line(rules)})"),
+    )
+
+
+def _prefixed_line(rules: Rules) -> str:
+    """CEL of the line of one prefixed name `n` (or ''), as validate._pod_total says it: its effective total from
+    its entries `h` (each split into its fields), as validate.effective_total counts it."""
+    v = f"variables.{PREFIXED}"
+    mine = f"{v}Peaks.filter(e, {_field('e', _KEY)} == n).map(e, e.split(' '))"
+    together = f"h.filter(f, f[{_KIND}] != {lit(INIT)}).map(f, int(f[{_COUNT}])).sum()"
+    inits = f"h.filter(f, f[{_KIND}] == {lit(INIT)})"
+    peak = f"size({inits}) > 0 ? {inits}.map(f, int(f[{_PEAK}])).max() : 0"
+    # the first regular init container at the peak, with the sidecars started before it; else every sidecar and
+    # app container
+    at_peak = bind(
+        f"{inits}.filter(f, int(f[{_PEAK}]) == p)[0]",
+        "i",
+        f"h.filter(f, f[{_KIND}] == {lit(SIDECAR)} && h.indexOf(f) < h.indexOf(i)) + [i]",
+    )
+    running = f"p > t ? {at_peak} : h.filter(f, f[{_KIND}] != {lit(INIT)})"
+    # the name's per-container maximum: a MIG slice's replica's, a MIG slice's, or an Intel device's (whole GPUs)
+    replica, mig, intel = (
+        rules.container_maximum(name)
+        for name in (MIG_PREFIX + "x" + SHARED_SUFFIX, MIG_PREFIX + "x", INTEL_PREFIX + "x")
+    )
+    most = f"(n.endsWith({lit(SHARED_SUFFIX)}) ? {replica} : n.startsWith({lit(MIG_PREFIX)}) ? {mig} : {intel})"
+    line = _total_line(rules, "n", "total", "r", (f"c[{_NAME}]", f"c[{_COUNT}]"))
+    said = f"total > {rules.max_per_pod} && !(size(r) == 1 && total > {most}) ? {line} : ''"
+    with_total = bind("p > t ? p : t", "total", said)
+    return bind(mine, "h", bind(together, "t", bind(peak, "p", bind(running, "r", with_total))))
+
+
+def _intel_device(key: str = KEY) -> str:
+    """`key` is one of Intel's GPU devices as validation counts one (not an amount of one GPU, not a replica's
+    name: outside, scope.py)."""
+    return all_of(
+        [
+            f"{key}.startsWith({lit(INTEL_PREFIX)})",
+            f"!({key} in {strings(sorted(DEVICE_AMOUNTS))})",
+            f"!{key}.endsWith({lit(SHARED_SUFFIX)})",
+        ]
+    )
+
+
+def _can_hold(low: str | None, high: str | None) -> bool:
+    """Whether a name judged by prefix (a MIG resource's, an Intel device's) can sort between `low` and `high`."""
+    return any(
+        (high is None or start < high) and (low is None or low < start or low.startswith(start))
+        for start in (MIG_PREFIX, INTEL_PREFIX)
+    )
+
+
+def _with_prefixed(rules: Rules, names: list[str], totals: list[Lines]) -> list[Lines]:
+    """`totals` (the pod totals of `names`, judged by name) with the prefixed names' lines where they sort among
+    them, as validation sorts every name it says a total of: a list before each of `names` and one after the
+    last, where such a name can sort there; the prefixed variables with the first."""
+    v = f"variables.{PREFIXED}"
+    found: list[Lines] = []
+    variables = _prefixed_variables(rules)
+    bounds: list[str | None] = [None, *names, None]
+    for index, (low, high) in enumerate(pairwise(bounds)):
+        if _can_hold(low, high):
+            within = all_of([*([f"{lit(low)} < n"] if low else []), *([f"n < {lit(high)}"] if high else [])])
+            said = f"{v}Sorted.filter(n, {within}).map(n, {v}Lines[{v}Sorted.indexOf(n)]).filter(s, s != '')"
+            found.append(Lines(said, variables))
+            variables = ()
+        if index < len(totals):
+            found.append(totals[index])
+    assert not variables, "no name judged by prefix sorts among the names"
+    return found

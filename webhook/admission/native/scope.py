@@ -57,7 +57,6 @@ from webhook.admission.native.gaps import (
     NUL_VALUES,
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
-    PREFIXED_TOTALS,
     RECORDED,
     SPACED_PRODUCT,
     STEERED_LABELS,
@@ -66,9 +65,10 @@ from webhook.admission.native.gaps import (
     product_judged,
     shape,
 )
+from webhook.admission.native.maxima import device_counts
 from webhook.admission.native.migslices import slice_names
 from webhook.admission.native.nodes import judged
-from webhook.admission.native.pools import judged_names
+from webhook.admission.native.pools import judged_names, other_pools
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
 from webhook.admission.phases.reapply import RECORD
 from webhook.admission.phases.steering import (
@@ -78,7 +78,7 @@ from webhook.admission.phases.steering import (
     requirements,
     restates,
 )
-from webhook.admission.phases.validate import Holders, Rules, container_counts, effective_total
+from webhook.admission.phases.validate import Rules, container_counts
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing import memshare
 from webhook.admission.sharing.memshare import BackendSpec
@@ -130,7 +130,7 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
     if carried == "memory":
         spec = memshare.spec_of(policy)
         return _ack_pod(obj, spec_path, policy, spec) if spec is not None and spec.spread_label else None
-    return _prefixed_total(spec, policy, by_name)
+    return None
 
 
 def _several(body: dict[str, Any]) -> bool:
@@ -153,18 +153,37 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     """BOTH_NAMES for a container (as mutation leaves it) whose lines the compiled policies would say in another
     order: validation says them resource by resource, in the order of its limits (the API server sends a map's
     keys sorted), the compiled rules rule by rule, so two resources that each say a line of their own are
-    outside; and several zeros beside a GPU, whose lines a CEL map's keys (in no order) cannot order. The line
-    of one zero names the first resource held, which the compiled rule reads as the least name."""
+    outside unless the rules say them by name too (`_said_by_name`); and several zeros beside a GPU, whose
+    lines a CEL map's keys (in no order) cannot order. The line of one zero names the first resource held, which
+    the compiled rule reads as the least name."""
     rules = Rules.of(policy)
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-    saying = sum(_says_line(name, requests, limits, policy) for name in limits if is_managed(name))
+    saying = [name for name in limits if is_managed(name) and _says_line(name, requests, limits, policy)]
     counts = container_counts(ContainerRef("containers", 0, body), rules, [])
     held = [name for name, count in counts.items() if count]
     zeros = [name for name, count in counts.items() if not count]
-    if saying > 1 or (held and zeros and (len(zeros) > 1 or held[0] != min(held))):
+    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (
+        held and zeros and (len(zeros) > 1 or held[0] != min(held))
+    ):
         return BOTH_NAMES
     return None
+
+
+def _said_by_name(saying: list[str], policy: Policy) -> bool:
+    """Whether the compiled rules say the lines of the resources `saying` in the order of their names, as
+    validation does: each is a count judged by name (maxima.device_counts: one rule each, in the order of the
+    names, the lines of `nvidia.com/gpu` left unmapped right after its own) but for at most one of another pool's,
+    the least of them (pools.py says its line before every maximum, and its own maximum is then the first); none
+    judged by prefix; and the mode is not `memory` (whose counts of devices have rules of their own:
+    memshares.py)."""
+    if shape(policy) == "memory":
+        return False
+    others = set(other_pools(policy))
+    foreign = [name for name in saying if name in others]
+    own = [name for name in saying if name not in others]
+    counted = device_counts(policy)
+    return all(name in counted for name in own) and (not foreign or foreign == [min(saying)])
 
 
 def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, spec: BackendSpec) -> Gap | None:
@@ -200,28 +219,6 @@ def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, sp
 
 
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")  # apimachinery IsValidLabelValue
-
-
-def _prefixed_total(spec: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
-    """PREFIXED_TOTALS where a resource judged by prefix has a pod total validation says (`_pod_total`: its
-    effective total over the per-pod maximum, unless one container over its own maximum holds it all)."""
-    rules = Rules.of(policy)
-    holders: Holders = []
-    for section in SECTIONS:
-        for index, body in enumerate(spec.get(section) or ()):
-            limits = (body.get("resources") or {}).get("limits") or {}
-            counts: dict[str, int | Fraction] = {}
-            for name, raw in limits.items():
-                amount = quantity_or_none(raw) if _by_prefix(name) and name not in by_name else None
-                if amount is not None and amount > 0 and Fraction(amount).denominator == 1:
-                    counts[name] = amount
-            if counts:
-                holders.append((ContainerRef(section, index, body), counts))
-    for name in sorted({name for _, counts in holders for name in counts}):
-        total, running = effective_total(holders, name)
-        if total > rules.max_per_pod and not (len(running) == 1 and total > rules.container_maximum(name)):
-            return PREFIXED_TOTALS
-    return None
 
 
 def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> Gap | None:
@@ -276,12 +273,6 @@ def _resolved_otherwise(spec: dict[str, Any]) -> bool:
                 if (DEVICE_LIST_MARK in path and is_device_list_mount(path)) != device_list_path(path):
                     return True
     return False
-
-
-def _by_prefix(name: str) -> bool:
-    """A resource the compiled rules judge by prefix: a MIG resource (pools.py), one of Intel's devices
-    (maxima.py), counted by validation (not an amount of one GPU)."""
-    return name.startswith(MIG_PREFIX) or (name.startswith(INTEL_PREFIX) and name not in DEVICE_AMOUNTS)
 
 
 def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
