@@ -384,6 +384,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: a ten-millionth below one GPU": ("research", pod(container(limits={GPU_: "0.9999999"}))),
     "shared: a nano below two GPUs": ("shared", pod(container(limits={GPU_: "1999999999n"}))),
     "fractions: a ten-millionth below one GPU, converted": ("frac", pod(container(limits={GPU_: "0.9999999"}))),
+    # ... as the API server sends it (its canonical form): the compiled line refuses it as the webhook does
+    "whole: 999999900n, a ten-millionth below one GPU": ("research", pod(container(limits={GPU_: "999999900n"}))),
+    "whole: 999500u, written with an exponent": ("ml-train", pod(container(limits={GPU_: "999500e-6"}))),
+    "whole: AMD's 1999999999n": ("research", pod(container(limits={AMD: "1999999999n"}))),
+    "default: Intel's 12345999999900n, in an init container": (
+        "default", pod(container(limits={GPU_: 1}), init=(container("setup", limits={INTEL_GPU: "12345999999900n"}),)),
+    ),
+    "whole-tie: 999999900n, steered": ("team-a", pod(container(limits={GPU_: "999999900n"}))),
+    "shared-tie: a replica of 999999900n": ("a-team", pod(container(limits={SHARED: "999999900n"}))),
+    "fractions: 1999999999n, more than one GPU": ("frac", pod(container(limits={GPU_: "1999999999n"}))),
+    "mps: 999999999e-9, warned": ("mps-1", pod(container(limits={GPU_: "999999999e-9"}))),
+    "mig: a MIG slice of 999999u": ("mig", pod(container(limits={MIG_1G: "999999u"}))),
+    "mig-any: 999999900n, no model to advise by": ("mig-any", pod(container(limits={GPU_: "999999900n"}))),
+    "mig-frac: 999999900n, advised by the model's slices": ("mig-frac", pod(container(limits={GPU_: "999999900n"}))),
+    "hami: 999999900n beside its own memory": ("hami-a", pod(container(limits={GPU_: "999999900n", HAMI_MEM: 100}))),
     "fractions: 500m, more than one replica's share": ("frac", pod(container(limits={GPU_: "500m"}))),
     "fractions: 250m, one replica's share, requests only": ("frac", pod(container(requests={GPU_: "250m"}))),
     "fractions: 0.1 written plainly, beside a variable of the user's": (
@@ -1376,7 +1391,8 @@ NOT_COVERED = {
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
     "whole: a ten-millionth below one GPU": gaps.NEAR_WHOLE,
-    "shared: a nano below two GPUs": gaps.NEAR_WHOLE,
+    "mig-frac: 999999900n, advised by the model's slices": gaps.NEAR_WHOLE,
+    "hami: 999999900n beside its own memory": gaps.NEAR_WHOLE,
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "fractions: request differs from limit": gaps.BUILT_IN_REFUSAL,
@@ -1427,7 +1443,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (220, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (231, 43, 5)
 
 
 @pytest.mark.parametrize(

@@ -23,11 +23,13 @@ BUILT_IN_REFUSAL = Gap(
     "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
 )
 NEAR_WHOLE = Gap(
-    "a GPU quantity within a thousandth below a whole number (nvidia.com/gpu: 0.9999999, 1999999999n) that mutation "
-    "does not convert",
+    "a GPU quantity within a thousandth below a whole number that mutation does not convert, written otherwise "
+    "than the API server writes it (0.9999999, which it sends as 999999900n), under mode memory, or as "
+    f"{NVIDIA_GPU} where the policy's advice turns on the value (MIG slices of a known model)",
     "the API server's own validation reads milli-units rounded up and takes it as whole, so no refusal of its own "
-    "comes first; the webhook refuses it as fractional with its advice: not compiled (the native set lets it "
-    "through, as the API server does)",
+    "comes first; the webhook refuses it as fractional with its advice, the compiled line reads the canonical text "
+    "(nanos or micros) and says advice that does not turn on the value: not compiled there (the native set lets "
+    "it through, as the API server does)",
 )
 FRACTION_VARIABLES = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "
