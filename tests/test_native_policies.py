@@ -36,7 +36,7 @@ from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sha
 from tests.native_admission import Outcome, admit
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
-from webhook.admission.native import commandline, gaps, userenv
+from webhook.admission.native import commandline, gaps, memshares, userenv
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
@@ -174,6 +174,9 @@ NAMESPACES = (
     "capped", "hami-a", "vgpu", "ack", "ack-plain", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
+# The least count the compiled integers do not hold (gaps.MEMORY_COUNTS), of Volcano's vGPUs and ACK's GiB.
+VGPU_MOST = memshares.most_count(POLICIES.for_namespace("vgpu"))
+ACK_MOST = memshares.most_count(POLICIES.for_namespace("ack-plain"))
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
 
 
@@ -1299,6 +1302,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
     ),
     "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
+    # the most the compiled integers hold (memshares.most_count), in three containers, and one more
+    "volcano: the most vGPUs, three containers": (
+        "vgpu", pod(*(container(f"c{i}", limits={VOLCANO_NUM: VGPU_MOST - 1}) for i in range(3))),
+    ),
+    "volcano: one vGPU more than the compiled integers hold": ("vgpu", pod(container(limits={VOLCANO_NUM: VGPU_MOST}))),
+    "ack-plain: the most GiB the compiled integers hold": ("ack-plain", pod(container(limits={ACK_MEM: ACK_MOST - 1}))),
+    "ack-plain: one GiB more": ("ack-plain", pod(container(limits={ACK_MEM: ACK_MOST}))),
     "ack: 0.3 of an A10 becomes 7 GiB, steered to the spread pools that cap memory": (
         "ack", pod(container(limits={GPU_: "0.3"}), nodeSelector={"zone": "a"}),
     ),
@@ -1425,7 +1435,8 @@ NOT_COVERED = {
     "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
     "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
     "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
-    "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
+    "volcano: one vGPU more than the compiled integers hold": gaps.MEMORY_COUNTS,
+    "ack-plain: one GiB more": gaps.MEMORY_COUNTS,
     "ack: the label on a pod of no GPU but its device path's variable": gaps.ACK_PODS,
 }
 
@@ -1443,7 +1454,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (231, 43, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (234, 44, 5)
 
 
 @pytest.mark.parametrize(

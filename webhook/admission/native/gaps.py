@@ -68,8 +68,10 @@ BOTH_NAMES = Gap(
     "webhook's (sorting a list is Kubernetes 1.34's CEL)",
 )
 MEMORY_COUNTS = Gap(
-    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",
-    "the compiled lines weigh GPUs' worth of memory in CEL integers, which such a count could overflow: judged by "
+    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, in one container past what the compiled integers "
+    "hold (millions: memshares.most_count, by the GPU's memory)",
+    "the compiled lines weigh GPUs' worth of memory in CEL integers, units of 1/D of a GPU summed over a pod of "
+    "as many containers as the API server's 3 MiB request holds, which such a count could overflow: judged by "
     "the webhook alone",
 )
 ACK_PODS = Gap(

@@ -340,9 +340,10 @@ def _memory_container(
     amounts = {**requests, **limits}
     if _near_whole(policy, amounts, False) and not memshares.converts(requests, limits, policy):
         return NEAR_WHOLE
+    most = memshares.most_count(policy)
     for name in sorted({*counts, *(managed & memshares.unbounded(policy))}):
         value = quantity_or_none(amounts[name])
-        if value is not None and value >= memshares.MOST_COUNT:
+        if value is not None and value >= most:
             return MEMORY_COUNTS
     return None
 
