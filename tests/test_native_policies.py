@@ -1132,6 +1132,35 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]},
         ]}}}),
     ),
+    "whole-tie: an In, a NotIn and an Exists of its own that leave a value": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "NotIn", "values": ["x", "mps"]},
+                {"key": STRATEGY, "operator": "In", "values": ["mps", "x", "none"]},
+                {"key": STRATEGY, "operator": "Exists"},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": ["none"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["none"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: an In and a NotIn of its own past the pairs compared": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": [f"v{i}" for i in range(40)]},
+                {"key": STRATEGY, "operator": "NotIn", "values": [f"v{i}" for i in range(30)]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: two Ins of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": ["mps", "none"]},
+                {"key": STRATEGY, "operator": "In", "values": ["mps"]},
+            ]},
+        ]}}}),
+    ),
     "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {"matchExpressions": [
@@ -1426,7 +1455,8 @@ NOT_COVERED = {
     "shared: the user's flag with spaces": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "whole-tie: an In and a NotIn of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: two Ins of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: an In and a NotIn of its own past the pairs compared": gaps.STEERED_LABELS,
     "whole-tie: a bound with an underscore": gaps.STEERED_LABELS,
     "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": gaps.STEERED_LABELS,
     "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
@@ -1454,7 +1484,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (234, 44, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (236, 45, 5)
 
 
 @pytest.mark.parametrize(

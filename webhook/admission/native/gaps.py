@@ -129,11 +129,14 @@ STEERED_PRODUCT = Gap(
 STEERED_LABELS = Gap(
     "a steered pod's required node affinity term with several expressions of its own on a label where the policy "
     "admits values it does not name (NotIn: whole GPUs' sharing strategy; Exists: MIG single's slices where no "
-    "profile is set), an In among them, or a NotIn beside a Gt or Lt; or a Gt or Lt bound that is an integer to "
-    "Python but not plain ASCII digits of at most 18 (an underscore, a space, another script's digits)",
+    "profile is set), an In among them beside another In, a Gt, Lt or DoesNotExist, or beside NotIns that exclude "
+    "other values when its values times theirs are more than 1024; or a NotIn beside a Gt or Lt; or a Gt or Lt "
+    "bound that is an integer to Python but not plain ASCII digits of at most 18 (an underscore, a space, another "
+    "script's digits)",
     "whether some node satisfies them all then turns on a value of the term's own that every other expression "
-    "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions); CEL "
-    "reads a bound as Go's ParseInt does: not compiled",
+    "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions; one "
+    "In's values less its NotIns' are compared by sets.contains, whose cost is their product); CEL reads a bound "
+    "as Go's ParseInt does: not compiled",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",

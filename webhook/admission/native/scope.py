@@ -246,8 +246,9 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
         if product_in and not product_judged(policy):
             return STEERED_PRODUCT
         for r in wanted:
-            own = [e for e in expressions if e.get("key") == r.key and not restates(e, r)]
-            if own and not judged(r, own):
+            on_key = [e for e in expressions if e.get("key") == r.key]
+            own = [e for e in on_key if not restates(e, r)]
+            if own and not judged(r, own, on_key):
                 return STEERED_LABELS  # a satisfiability check nodes.py does not write
     return None
 
