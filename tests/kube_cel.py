@@ -10,6 +10,8 @@ language: cel-go's semantics): the Kubernetes libraries the native policies use,
   (cel-go ext/strings.go): `join`, `replace` (every occurrence), `split` (Go's strings.Split: a separator
   that is not there gives the string whole) and `substring(start, end)` (code points, within the string);
 - `jsonpatch.escapeKey` (the MutatingAdmissionPolicy's JSON Patch library: `~` -> `~0`, `/` -> `~1`);
+- sets library (cel-go ext/sets.go, Kubernetes 1.29+): `sets.contains(list, sublist)` (every element of the
+  sublist in the list; an empty one is), `sets.intersects(list, other)`, read as `sets__NAME` (the same scanner);
 - `JSONPatch{op: ..., path: ..., value: ...}`: written as the map the MAP turns it into (field names quoted),
   by a scanner that skips string literals;
 - `variables.NAME` read as the top-level `variables__NAME` (the same scanner), so that each variable is
@@ -90,6 +92,8 @@ FUNCTIONS = {
     "split": lambda text, separator: text.split(separator),
     "substring": lambda text, start, end: text[start:end],  # code points; an index out of range: no ACK label's
     "escapeKey": lambda _library, key: key.replace("~", "~0").replace("/", "~1"),
+    "sets__contains": lambda items, sublist: all(item in items for item in sublist),
+    "sets__intersects": lambda items, other: any(item in items for item in other),
 }
 
 
@@ -144,6 +148,7 @@ def string_end(source: str, i: int) -> int:
 
 VARIABLES = "variables."
 VARIABLE_PREFIX = "variables__"
+SETS, SETS_PREFIX = "sets.", "sets__"  # `sets.contains` as a function of its own (a string's `contains` stays)
 
 
 def _in_name(ch: str) -> bool:
@@ -152,12 +157,15 @@ def _in_name(ch: str) -> bool:
 
 # What `plain` rewrites, found by one regular expression instead of a character at a time (the compiled
 # expressions run to tens of thousands of characters): a string literal (copied whole), `JSONPatch{`, and
-# `variables.` where it starts a name.
-_PLAIN_TOKENS = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|JSONPatch\{|(?<![\w.])variables\.""", re.DOTALL)
+# `variables.` and `sets.` where they start a name.
+_PLAIN_TOKENS = re.compile(
+    r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|JSONPatch\{|(?<![\w.])variables\.|(?<![\w.])sets\.""", re.DOTALL
+)
 
 
 def plain(source: str) -> str:
-    """`source` with every `JSONPatch{...}` written as a map literal, and `variables.NAME` as `variables__NAME`."""
+    """`source` with every `JSONPatch{...}` written as a map literal, `variables.NAME` as `variables__NAME` and
+    `sets.NAME` as `sets__NAME`."""
     out: list[str] = []
     i = 0
     while match := _PLAIN_TOKENS.search(source, i):
@@ -167,7 +175,7 @@ def plain(source: str) -> str:
             inner, i = _quoted_fields(source, match.end())
             out.append("{" + plain(inner) + "}")
             continue
-        out.append(VARIABLE_PREFIX if token == VARIABLES else token)
+        out.append(VARIABLE_PREFIX if token == VARIABLES else SETS_PREFIX if token == SETS else token)
         i = match.end()
     out.append(source[i:])
     return "".join(out)

@@ -36,7 +36,7 @@ from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sha
 from tests.native_admission import Outcome, admit
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
-from webhook.admission.native import commandline, gaps, userenv
+from webhook.admission.native import commandline, gaps, memshares, userenv
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import outside
 from webhook.admission.phases import engines
@@ -174,6 +174,9 @@ NAMESPACES = (
     "capped", "hami-a", "vgpu", "ack", "ack-plain", "default", "kube-system",
 )  # fmt: skip
 NATIVE = compile_native(POLICIES, EXCLUDED)
+# The least count the compiled integers do not hold (gaps.MEMORY_COUNTS), of Volcano's vGPUs and ACK's GiB.
+VGPU_MOST = memshares.most_count(POLICIES.for_namespace("vgpu"))
+ACK_MOST = memshares.most_count(POLICIES.for_namespace("ack-plain"))
 BESIDE = compile_native(POLICIES, EXCLUDED, beside_webhook=True)  # for a cluster that runs the webhook too
 
 
@@ -385,6 +388,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: a ten-millionth below one GPU": ("research", pod(container(limits={GPU_: "0.9999999"}))),
     "shared: a nano below two GPUs": ("shared", pod(container(limits={GPU_: "1999999999n"}))),
     "fractions: a ten-millionth below one GPU, converted": ("frac", pod(container(limits={GPU_: "0.9999999"}))),
+    # ... as the API server sends it (its canonical form): the compiled line refuses it as the webhook does
+    "whole: 999999900n, a ten-millionth below one GPU": ("research", pod(container(limits={GPU_: "999999900n"}))),
+    "whole: 999500u, written with an exponent": ("ml-train", pod(container(limits={GPU_: "999500e-6"}))),
+    "whole: AMD's 1999999999n": ("research", pod(container(limits={AMD: "1999999999n"}))),
+    "default: Intel's 12345999999900n, in an init container": (
+        "default", pod(container(limits={GPU_: 1}), init=(container("setup", limits={INTEL_GPU: "12345999999900n"}),)),
+    ),
+    "whole-tie: 999999900n, steered": ("team-a", pod(container(limits={GPU_: "999999900n"}))),
+    "shared-tie: a replica of 999999900n": ("a-team", pod(container(limits={SHARED: "999999900n"}))),
+    "fractions: 1999999999n, more than one GPU": ("frac", pod(container(limits={GPU_: "1999999999n"}))),
+    "mps: 999999999e-9, warned": ("mps-1", pod(container(limits={GPU_: "999999999e-9"}))),
+    "mig: a MIG slice of 999999u": ("mig", pod(container(limits={MIG_1G: "999999u"}))),
+    "mig-any: 999999900n, no model to advise by": ("mig-any", pod(container(limits={GPU_: "999999900n"}))),
+    "mig-frac: 999999900n, advised by the model's slices": ("mig-frac", pod(container(limits={GPU_: "999999900n"}))),
+    "hami: 999999900n beside its own memory": ("hami-a", pod(container(limits={GPU_: "999999900n", HAMI_MEM: 100}))),
     "fractions: 500m, more than one replica's share": ("frac", pod(container(limits={GPU_: "500m"}))),
     "fractions: 250m, one replica's share, requests only": ("frac", pod(container(requests={GPU_: "250m"}))),
     "fractions: 0.1 written plainly, beside a variable of the user's": (
@@ -1189,6 +1207,35 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             ]},
         ]}}}),
     ),
+    "whole-tie: an In, a NotIn and an Exists of its own that leave a value": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "NotIn", "values": ["x", "mps"]},
+                {"key": STRATEGY, "operator": "In", "values": ["mps", "x", "none"]},
+                {"key": STRATEGY, "operator": "Exists"},
+            ]},
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": ["none"]},
+                {"key": STRATEGY, "operator": "NotIn", "values": ["none"]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: an In and a NotIn of its own past the pairs compared": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": [f"v{i}" for i in range(40)]},
+                {"key": STRATEGY, "operator": "NotIn", "values": [f"v{i}" for i in range(30)]},
+            ]},
+        ]}}}),
+    ),
+    "whole-tie: two Ins of its own on the sharing strategy": (
+        "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": STRATEGY, "operator": "In", "values": ["mps", "none"]},
+                {"key": STRATEGY, "operator": "In", "values": ["mps"]},
+            ]},
+        ]}}}),
+    ),
     "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": (
         "team-a", pod(container(limits={GPU_: 1}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
             {"matchExpressions": [
@@ -1387,6 +1434,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
     ),
     "volcano: a million vGPUs": ("vgpu", pod(container(limits={VOLCANO_NUM: 10**6}))),
+    # the most the compiled integers hold (memshares.most_count), in three containers, and one more
+    "volcano: the most vGPUs, three containers": (
+        "vgpu", pod(*(container(f"c{i}", limits={VOLCANO_NUM: VGPU_MOST - 1}) for i in range(3))),
+    ),
+    "volcano: one vGPU more than the compiled integers hold": ("vgpu", pod(container(limits={VOLCANO_NUM: VGPU_MOST}))),
+    "ack-plain: the most GiB the compiled integers hold": ("ack-plain", pod(container(limits={ACK_MEM: ACK_MOST - 1}))),
+    "ack-plain: one GiB more": ("ack-plain", pod(container(limits={ACK_MEM: ACK_MOST}))),
     "ack: 0.3 of an A10 becomes 7 GiB, steered to the spread pools that cap memory": (
         "ack", pod(container(limits={GPU_: "0.3"}), nodeSelector={"zone": "a"}),
     ),
@@ -1479,7 +1533,8 @@ NOT_COVERED = {
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
     "whole: a ten-millionth below one GPU": gaps.NEAR_WHOLE,
-    "shared: a nano below two GPUs": gaps.NEAR_WHOLE,
+    "mig-frac: 999999900n, advised by the model's slices": gaps.NEAR_WHOLE,
+    "hami: 999999900n beside its own memory": gaps.NEAR_WHOLE,
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "fractions: request differs from limit": gaps.BUILT_IN_REFUSAL,
@@ -1499,7 +1554,8 @@ NOT_COVERED = {
     "shared: the user's flag with a tab": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
-    "whole-tie: an In and a NotIn of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: two Ins of its own on the sharing strategy": gaps.STEERED_LABELS,
+    "whole-tie: an In and a NotIn of its own past the pairs compared": gaps.STEERED_LABELS,
     "whole-tie: a bound with an underscore": gaps.STEERED_LABELS,
     "whole-tie: a NotIn of its own beside a Gt on the sharing strategy": gaps.STEERED_LABELS,
     "whole-tie: a NUL in a value of its own": gaps.NUL_VALUES,
@@ -1508,7 +1564,8 @@ NOT_COVERED = {
     "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
     "hami: a Volcano vGPU beside its own": gaps.BOTH_NAMES,
     "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
-    "volcano: a million vGPUs": gaps.MEMORY_COUNTS,
+    "volcano: one vGPU more than the compiled integers hold": gaps.MEMORY_COUNTS,
+    "ack-plain: one GiB more": gaps.MEMORY_COUNTS,
     "ack: the label on a pod of no GPU but its device path's variable": gaps.ACK_PODS,
 }
 
@@ -1526,7 +1583,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (240, 38, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (256, 41, 5)
 
 
 @pytest.mark.parametrize(

@@ -23,11 +23,13 @@ BUILT_IN_REFUSAL = Gap(
     "must be equal to the limit), with its own message; a MutatingAdmissionPolicy cannot deny",
 )
 NEAR_WHOLE = Gap(
-    "a GPU quantity within a thousandth below a whole number (nvidia.com/gpu: 0.9999999, 1999999999n) that mutation "
-    "does not convert",
+    "a GPU quantity within a thousandth below a whole number that mutation does not convert, written otherwise "
+    "than the API server writes it (0.9999999, which it sends as 999999900n), under mode memory, or as "
+    f"{NVIDIA_GPU} where the policy's advice turns on the value (MIG slices of a known model)",
     "the API server's own validation reads milli-units rounded up and takes it as whole, so no refusal of its own "
-    "comes first; the webhook refuses it as fractional with its advice: not compiled (the native set lets it "
-    "through, as the API server does)",
+    "comes first; the webhook refuses it as fractional with its advice, the compiled line reads the canonical text "
+    "(nanos or micros) and says advice that does not turn on the value: not compiled there (the native set lets "
+    "it through, as the API server does)",
 )
 FRACTION_VARIABLES = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "
@@ -61,8 +63,10 @@ BOTH_NAMES = Gap(
     "a list is Kubernetes 1.34's CEL)",
 )
 MEMORY_COUNTS = Gap(
-    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, of a million or more in one container",
-    "the compiled lines weigh GPUs' worth of memory in CEL integers, which such a count could overflow: judged by "
+    "a memory backend's count of vGPUs or GPUs, or ACK's GiB, in one container past what the compiled integers "
+    "hold (millions: memshares.most_count, by the GPU's memory)",
+    "the compiled lines weigh GPUs' worth of memory in CEL integers, units of 1/D of a GPU summed over a pod of "
+    "as many containers as the API server's 3 MiB request holds, which such a count could overflow: judged by "
     "the webhook alone",
 )
 ACK_PODS = Gap(
@@ -123,11 +127,14 @@ STEERED_PRODUCT = Gap(
 STEERED_LABELS = Gap(
     "a steered pod's required node affinity term with several expressions of its own on a label where the policy "
     "admits values it does not name (NotIn: whole GPUs' sharing strategy; Exists: MIG single's slices where no "
-    "profile is set), an In among them, or a NotIn beside a Gt or Lt; or a Gt or Lt bound that is an integer to "
-    "Python but not plain ASCII digits of at most 18 (an underscore, a space, another script's digits)",
+    "profile is set), an In among them beside another In, a Gt, Lt or DoesNotExist, or beside NotIns that exclude "
+    "other values when its values times theirs are more than 1024; or a NotIn beside a Gt or Lt; or a Gt or Lt "
+    "bound that is an integer to Python but not plain ASCII digits of at most 18 (an underscore, a space, another "
+    "script's digits)",
     "whether some node satisfies them all then turns on a value of the term's own that every other expression "
-    "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions); CEL "
-    "reads a bound as Go's ParseInt does: not compiled",
+    "admits, one iteration deeper than the compiled policies go (the pod's terms, then a term's expressions; one "
+    "In's values less its NotIns' are compared by sets.contains, whose cost is their product); CEL reads a bound "
+    "as Go's ParseInt does: not compiled",
 )
 SPACED_PRODUCT = Gap(
     "a required node affinity value on the GPU product label that holds a space (no label value does)",

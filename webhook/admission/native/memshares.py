@@ -53,9 +53,12 @@ from webhook.admission.sharing.memshare import (
 from webhook.admission.sharing.registry import backend_of
 
 COUNT, AMOUNT = slot("count"), slot("amount")
-# A count of (v)GPUs (or ACK's GiB) below this keeps every GPUs' worth of memory, in units of 1/D, within CEL's
-# int64 (scope.py leaves a larger one to the webhook: gaps.MEMORY_COUNTS).
-MOST_COUNT = 10**6
+INT64_MAX = 2**63 - 1
+# The most containers of a pod that hold an amount: the API server takes a request body of at most 3 MiB
+# (MaxRequestBodyBytes, JSON, YAML and protobuf alike), and such a container takes more than 24 bytes of it (in
+# protobuf, the most compact: its entry, its name's field, its resources' and one limit's, a resource name of
+# at least 11 characters and its quantity's string).
+MOST_CONTAINERS = 3 * 2**20 // 24
 
 
 def converts(requests: dict[str, Any], limits: dict[str, Any], policy: Policy) -> bool:
@@ -344,8 +347,24 @@ class MemoryShares(Family):
         return [MEMORY_COUNTS, ACK_PODS] if spec.spreads_pods else [MEMORY_COUNTS]
 
 
+def most_count(policy: Policy) -> int:
+    """A count of (v)GPUs or ACK's GiB in one container below this keeps every integer of the compiled lines
+    within CEL's int64 (scope.py leaves a larger one to the webhook: gaps.MEMORY_COUNTS). A container's GPUs'
+    worth (`worth`) is at most two `unbounded` amounts, each times at most `m` (D, or ACK's units of 1/D per
+    GiB), every other amount capped first; the pod's total (`_pod_total`) sums at most MOST_CONTAINERS of them;
+    its text (`worth_text`) is at most total / D * 10^4 + D * 10^4. The other lines read the amounts alone, or
+    their sum (spreads.py), which is less."""
+    spec = compiled_spec(policy)
+    assert spec is not None
+    gpu_mib, unit_mib = units_of(spec, policy)
+    d, places = denominator(policy), int(10**PLACES)
+    m = max(d, unit_mib * d // gpu_mib if gpu_mib and spec.count is None else 0)
+    room = INT64_MAX - d * places  # the text's remainder part
+    return max(0, room // (2 * MOST_CONTAINERS * max(m, m * places // d + 1)))
+
+
 def unbounded(policy: Policy) -> frozenset[str]:
-    """The amounts a GPUs' worth multiplies without a cap (kept below MOST_COUNT: scope.py): the counts of
+    """The amounts a GPUs' worth multiplies without a cap (kept below most_count: scope.py): the counts of
     devices, and ACK's GiB."""
     spec = compiled_spec(policy)
     assert spec is not None

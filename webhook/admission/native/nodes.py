@@ -213,21 +213,41 @@ LIVE = any_of(f"has(t.{part}) && size(t.{part}) > 0" for part in ("matchExpressi
 PLAIN_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
 NAMING = ("In", "Gt", "Lt")  # the operators that name the present values a node may have
 RANGE = ("Gt", "Lt", "Exists", "DoesNotExist")  # a term's own that leave a range of integers, or none
+# The most pairs of an `In`'s values and the values excluded beside it that `_own_witness` compares in one term
+# (`sets.contains` costs their product): more is left to the webhook (`judged`), so that a hostile term cannot
+# run a policy past its runtime cost budget.
+MOST_PAIRS = 1024
 NUL = "\\x00"  # a NUL character as an escape (written in a CEL string literal, or read by a regular expression)
 
 
-def judged(r: steering.Requirement, own: list[dict[str, Any]]) -> bool:
+def judged(r: steering.Requirement, own: list[dict[str, Any]], on_key: list[dict[str, Any]]) -> bool:
     """Whether the compiled policies tell when a term's own expressions `own` on `r`'s label (those that do not
     restate `r`) leave no node that `r` admits (`_term_fits`): always, but where `r` admits values no expression
-    names (`NotIn`, `Exists`) and several of its own, an `In`, or a `NotIn` beside a `Gt` or `Lt`, narrow the
-    values a node may have (the witness would be among the term's own values, one iteration deeper), and where a
-    `Gt` or `Lt` bound reads otherwise in CEL (gaps.STEERED_LABELS)."""
+    names (`NotIn`, `Exists`) and several of its own, an `In` beside another, a `Gt`, `Lt` or `DoesNotExist`, or
+    a `NotIn` beside a `Gt` or `Lt`, narrow the values a node may have (the witness would be among the term's own
+    values, tested against each other expression: one iteration deeper), and where a
+    `Gt` or `Lt` bound reads otherwise in CEL (gaps.STEERED_LABELS). `on_key`: the term's expressions on the
+    label, restatements of `r` among them (`_pairs`: past MOST_PAIRS the webhook's)."""
     if r.operator != "DoesNotExist" and any(_odd_bound(e) for e in own):
         return False
     unnamed = steering.matches(r.expression, {r.key: steering.UNNAMED})
     if not unnamed or len(own) <= 1 or not any(e.get("operator") in NAMING for e in own):
         return True
-    return all(e.get("operator") in RANGE for e in own)  # a range of integers (`_range_fits`)
+    operators = [e.get("operator") for e in own]
+    if operators.count("In") == 1 and all(op in ("In", "NotIn", "Exists") for op in operators):
+        notins = [e for e in on_key if e.get("operator") == "NotIn"]
+        if all(set(e.get("values") or ()) <= set(r.values) for e in notins):
+            return True  # they exclude nothing `r` does not (`_one_in`)
+        return _pairs(on_key, r) <= MOST_PAIRS  # the In's values less the NotIns' (`_own_witness`)
+    return all(op in RANGE for op in operators)  # a range of integers (`_range_fits`)
+
+
+def _pairs(on_key: list[dict[str, Any]], r: steering.Requirement) -> int:
+    """The pairs `_own_witness` compares in a term whose expressions on `r`'s label are `on_key` (restatements
+    of `r` among them): the `In`'s values times the values excluded beside it, the `NotIn`s' and `r`'s."""
+    named = sum(len(e.get("values") or ()) for e in on_key if e.get("operator") == "In")
+    excluded = sum(len(e.get("values") or ()) for e in on_key if e.get("operator") == "NotIn")
+    return named * (excluded + len(r.values))
 
 
 def _odd_bound(expression: dict[str, Any]) -> bool:
@@ -243,7 +263,8 @@ def _term_fits(r: steering.Requirement) -> str:
     """Some value of `r`'s label, or its absence, satisfies every expression of the term `t` on that label, `r`'s
     own among them (steering._satisfiable): each candidate the engine tries that `r` admits, tested in one pass
     over the term's expressions: the label's absence, a value none names, each value `r` names; and where `r`
-    admits values it does not name, a value of the term's one own `In` there, or an integer within its own `Gt`
+    admits values it does not name, a value of the term's one own `In` there that its `NotIn`s leave, or an
+    integer within its own `Gt`
     and `Lt` bounds (`judged` keeps the rest outside)."""
     on = f"e.key == {lit(r.key)}"
     ways = []
@@ -256,7 +277,7 @@ def _term_fits(r: steering.Requirement) -> str:
         if steering.matches(r.expression, {r.key: named}):
             ways.append(f"t.matchExpressions.all(e, !({on}) || ({_admits(named)}))")
     if unnamed:
-        ways += [f"t.matchExpressions.exists(e, {on} && ({_own_witness(r)}))", _range_fits(r)]
+        ways += [_one_in(r), _own_witness(r), _range_fits(r)]
     return f"!has(t.matchExpressions) || {any_of(ways)}"
 
 
@@ -298,16 +319,34 @@ def _admits(value: str) -> str:
     )
 
 
+def _one_in(r: steering.Requirement) -> str:
+    """The term `t`'s expressions on `r`'s label are `In`, `Exists` and `NotIn`s that exclude no value `r` does
+    not (restatements of `r` among them), and an `In` names a value `r` does not exclude, read from its values
+    joined at NUL (scope.py keeps NUL out of every value): in one pass, however many values."""
+    on = f"x.key == {lit(r.key)}"
+    joined = f"('{NUL}' + x.values.join('{NUL}') + '{NUL}')"
+    pattern = "^(" + NUL + "(" + "|".join(re.escape(v) for v in r.values) + "))+" + NUL + "$"
+    excluded = f"has(x.values) && size(x.values) > 0 && {joined}.matches({lit(pattern)})" if r.values else "false"
+    harmless = f"x.operator in ['In', 'Exists'] || (x.operator == 'NotIn' && {excluded})"
+    kinds = f"t.matchExpressions.all(x, !({on}) || {harmless})"
+    named = f"has(x.values) && size(x.values) > 0 && !({excluded})"
+    return f"({kinds}) && t.matchExpressions.exists(x, {on} && x.operator == 'In' && {named})"
+
+
 def _own_witness(r: steering.Requirement) -> str:
-    """The expression `e` (on `r`'s label, the term's one own there that names values) admits a value that `r`
-    admits: an `In` naming one `r` does not exclude (read from the values joined at NUL, which scope.py keeps
-    out of every value). A `Gt` or `Lt`: `_range_fits`."""
-    named = "has(e.values) && size(e.values) > 0"
-    if r.values:  # NotIn: not every value one it excludes
-        pattern = "^(" + NUL + "(" + "|".join(re.escape(v) for v in r.values) + "))+" + NUL + "$"
-        joined = f"('{NUL}' + e.values.join('{NUL}') + '{NUL}')"
-        named += f" && !{joined}.matches({lit(pattern)})"
-    return f"e.operator == 'In' && {named}"
+    """The term `t`'s expressions on `r`'s label (which admits values it does not name) are one `In`, `NotIn`s and
+    `Exists` (restatements of `r` among them), and the `In` names a value that no `NotIn` there excludes, nor `r`:
+    `sets.contains` (Kubernetes 1.29's CEL) of the excluded values, the `NotIn`s' joined and split at NUL (which
+    scope.py keeps out of every value), and `r`'s. A `Gt` or `Lt`: `_range_fits`."""
+    on = f"x.key == {lit(r.key)}"
+    kinds = f"t.matchExpressions.all(x, !({on}) || x.operator in ['In', 'NotIn', 'Exists'])"
+    ins = f"t.matchExpressions.filter(x, {on} && x.operator == 'In')"
+    notins = f"t.matchExpressions.filter(x, {on} && x.operator == 'NotIn' && has(x.values) && size(x.values) > 0)"
+    joined = f"n.map(x, x.values.join('{NUL}')).join('{NUL}').split('{NUL}')"
+    excluded = bind(notins, "n", f"size(n) == 0 ? {strings(r.values)} : {joined} + {strings(r.values)}")
+    within = f"size(i[0].values) * size(z) <= {MOST_PAIRS}"
+    named = f"size(i) == 1 && has(i[0].values) && {bind(excluded, 'z', f'{within} && !sets.contains(z, i[0].values)')}"
+    return f"({kinds}) && {bind(ins, 'i', named)}"
 
 
 def _term_clash(r: steering.Requirement) -> str:

@@ -18,9 +18,11 @@ from webhook.admission.native.migslices import MigSlices
 from webhook.admission.native.nodes import KeptNamePin, Steering
 from webhook.admission.native.pools import Pools
 from webhook.admission.native.replicas import SharedReplicas
+from webhook.admission.native.wholes import NearWhole
 
 FAMILIES: tuple[Family, ...] = (
     LimitsFromRequests(),
+    NearWhole(),  # a fractional resource says its line alone (scope.py: BOTH_NAMES)
     SharedReplicas(),
     MigSlices(),
     Pools(),

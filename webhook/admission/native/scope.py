@@ -41,7 +41,7 @@ from webhook.admission.base.resources import (
 from webhook.admission.base.violation import Violation
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
-from webhook.admission.native import engineflags, memshares, userenv
+from webhook.admission.native import engineflags, memshares, userenv, wholes
 from webhook.admission.native.devices import device_list_path, device_nodes_path
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
@@ -243,8 +243,9 @@ def _steering(obj: dict[str, Any], spec: dict[str, Any], spec_path: tuple[str, .
         if product_in and not product_judged(policy):
             return STEERED_PRODUCT
         for r in wanted:
-            own = [e for e in expressions if e.get("key") == r.key and not restates(e, r)]
-            if own and not judged(r, own):
+            on_key = [e for e in expressions if e.get("key") == r.key]
+            own = [e for e in on_key if not restates(e, r)]
+            if own and not judged(r, own, on_key):
                 return STEERED_LABELS  # a satisfiability check nodes.py does not write
     return None
 
@@ -303,7 +304,7 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
         return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
     if shape(policy) == "memory":
         return _memory_container(requests, limits, managed, policy)
-    if _near_whole(policy, {**requests, **limits}):
+    if _near_whole(policy, {**requests, **limits}, wholes.gpu_line(policy) is not None):
         return NEAR_WHOLE
     if shape(policy) == "shared":
         user = userenv.outside(body.get("env") or [], policy) if names & WATCHED_ENV else None
@@ -329,23 +330,28 @@ def _memory_container(
     if len(managed) > 1 and (not managed <= served or len(counts) > 1):
         return BOTH_NAMES
     amounts = {**requests, **limits}
-    if _near_whole(policy, amounts) and not memshares.converts(requests, limits, policy):
+    if _near_whole(policy, amounts, False) and not memshares.converts(requests, limits, policy):
         return NEAR_WHOLE
+    most = memshares.most_count(policy)
     for name in sorted({*counts, *(managed & memshares.unbounded(policy))}):
         value = quantity_or_none(amounts[name])
-        if value is not None and value >= memshares.MOST_COUNT:
+        if value is not None and value >= most:
             return MEMORY_COUNTS
     return None
 
 
-def _near_whole(policy: Policy, amounts: dict[str, Any]) -> bool:
-    """A value the API server takes as whole and the webhook refuses as fractional: within a thousandth below a
-    whole number, and not a fraction below 1 of `nvidia.com/gpu` that the policy converts to a shared replica
-    (both convert it; a MIG slice may hold none of it)."""
+def _near_whole(policy: Policy, amounts: dict[str, Any], gpu_compiled: bool) -> bool:
+    """A value the API server takes as whole and the webhook refuses as fractional (within a thousandth below a
+    whole number, and not a fraction below 1 of `nvidia.com/gpu` that the policy converts to a shared replica:
+    both convert it; a MIG slice may hold none of it) whose line the compiled set does not say (wholes.py): its
+    text is not the API server's canonical form, or it is `nvidia.com/gpu` and not `gpu_compiled`. `amounts`:
+    the container's requests and limits, a limit's text for a name in both (the text mutation keeps)."""
     for name, raw in amounts.items():
         value = quantity_or_none(raw)
         if value is None or Fraction(value).denominator == 1 or not whole_to_the_api_server(value):
             continue
-        if not (name == NVIDIA_GPU and value < 1 and policy.fractional is Fractional.SHARED):
+        if name == NVIDIA_GPU and value < 1 and policy.fractional is Fractional.SHARED:
+            continue
+        if not wholes.fractional_text(raw) or (name == NVIDIA_GPU and not gpu_compiled):
             return True
     return False

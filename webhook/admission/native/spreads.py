@@ -3,7 +3,7 @@ spreads its memory over several GPUs (memshare.pod_gpus), read once into variabl
 about it (memshare.ack_pod, ack_modes), each said with the engine's own template.
 
 The label is a number of at most MOST_LABEL_DIGITS digits, as pod_gpus reads it; the rest is CEL integers on the
-containers' amounts (each below memshares.MOST_COUNT: scope.py), the backend's memory per GPU and the per-pod
+containers' amounts (each below memshares.most_count: scope.py), the backend's memory per GPU and the per-pod
 maximum written in as constants. Steering reads the label too (`several_gpus`: native/nodes.py), for a share
 spread over several GPUs (ACK's multi-GPU sharing, which not every pool serves).
 """

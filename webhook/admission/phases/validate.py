@@ -526,12 +526,9 @@ def _resource(
         # Within a thousandth below a whole number the API server takes it as whole: refused here alone.
         refused = not whole_to_the_api_server(value)
         if name == NVIDIA_GPU:
-            line, short = _fraction_advice(_amount(name, limit_raw, value), value, rules, shown, refused)
+            line, short = fraction_advice(_amount(name, limit_raw, value), value, rules, shown, refused)
         else:
-            line = (
-                f"{name} {_amount(name, limit_raw, value)} is fractional, but GPUs are whole devices"
-                f"{f' ({APISERVER_TOO})' if refused else ''}; request a whole number"
-            )
+            line = fractional_line(name, _amount(name, limit_raw, value), refused, WHOLE_NUMBER)
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
         _add(ref, problems, line, short, Refusal if refused else Violation)
         return None
@@ -604,10 +601,25 @@ def _over_container_maximum(
 
 def _amount(name: str, raw: Any, value: int | Fraction) -> str:
     """A quantity as written and, where the text does not say it plainly, its value: `"500m" (0.5 GPU)`."""
-    return quantity_shown(raw, value, " GPU" if name in (NVIDIA_GPU, AMD_GPU) else "")
+    return quantity_shown(raw, value, amount_unit(name))
 
 
-def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: str, refused: bool) -> tuple[str, str]:
+def amount_unit(name: str) -> str:
+    """What a value of `name` is counted in, after its number in a message (the native policies write it too)."""
+    return " GPU" if name in (NVIDIA_GPU, AMD_GPU) else ""
+
+
+WHOLE_NUMBER = "request a whole number"  # the advice for a fractional resource but nvidia.com/gpu
+
+
+def fractional_line(name: str, shown: str, refused: bool, advice: str) -> str:
+    """A fractional quantity of `name` (`shown`: as written, and its value), with `advice`; `refused`: the API
+    server refuses it too (template: the native policies fill it too, for a value it takes as whole)."""
+    too = f" ({APISERVER_TOO})" if refused else ""
+    return f"{name} {shown} is fractional, but GPUs are whole devices{too}; {advice}"
+
+
+def fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: str, refused: bool) -> tuple[str, str]:
     """The line and short form for `nvidia.com/gpu: <fraction>` that mutation could not convert: `shown` for the
     line (`"500m" (0.5 GPU)`), `written` (the text alone) for the short form; `refused`: the API server refuses
     it too (it does not within a thousandth below a whole number)."""
@@ -637,8 +649,7 @@ def _fraction_advice(shown: str, value: int | Fraction, rules: Rules, written: s
             f"{NVIDIA_GPU} {_brief(written, 10)}: no offered MIG slice is that big; ask for {NVIDIA_GPU}: 1",
         )
     return (
-        f"{NVIDIA_GPU} {shown} is fractional, but GPUs are whole devices{f' ({APISERVER_TOO})' if refused else ''}; "
-        f"{backend.offer(policy)}",
+        fractional_line(NVIDIA_GPU, shown, refused, backend.offer(policy)),
         f"{NVIDIA_GPU} {_brief(written, 10)} is fractional; {backend.short_offer(policy)}",
     )
 

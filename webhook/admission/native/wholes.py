@@ -1,0 +1,116 @@
+"""A quantity within a thousandth below a whole number (`nvidia.com/gpu: 0.9999999`) that mutation leaves as
+written: the API server's own validation reads milli-units rounded up and takes it as whole, so the object
+reaches the ValidatingAdmissionPolicy, whose line refuses it as fractional as validation does (validate._resource,
+fractional_line; for `nvidia.com/gpu` the policy's advice, fraction_advice, where it does not depend on the value).
+
+The API server sends a quantity in its canonical form: such a value as digits of nanos or micros (`999999900n`,
+`999500u`; `999999900e-9` where it was written with an exponent). CEL reads the text, not quantity's
+`isInteger()` (false for any value of a negative scale, a whole `1000000000n` among them): it is fractional where
+a digit among its last 9 (6) is not 0, and its value is written as format_fraction writes it to 9 places (exact
+to 1n), its trailing zeros dropped. Another text (`0.9999999`, which the API server never sends), and mode memory
+(the memory backends' advice turns on the value), are outside (scope.py).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from webhook.admission.base.quantity import NANO, format_fraction, quantity_shown
+from webhook.admission.base.resources import MANAGED_NAMES, NVIDIA_GPU
+from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
+from webhook.admission.native.containers import has_map, managed
+from webhook.admission.native.family import ContainerRule, Family
+from webhook.admission.native.gaps import shape
+from webhook.admission.phases import validate
+from webhook.admission.policy.model import Policy
+
+# The canonical suffixes of a value finer than a milli-unit, and the decimal places they stand for.
+CANONICAL = {"n": 9, "e-9": 9, "u": 6, "e-6": 6}
+PATTERNS = {
+    suffix: f"([1-9][0-9]*)?[1-9][0-9]{{0,{places - 1}}}{re.escape(suffix)}" for suffix, places in CANONICAL.items()
+}
+# Values that probe whether a line depends on the value (the compiled one must not).
+PROBES = (Fraction(999999999, NANO), Fraction(1999999999, NANO), Fraction(12345999999, 10**6))
+_PROBE_TEXT, _PROBE = "999999900n", Fraction(999999900, NANO)
+
+
+def fractional_text(text: object) -> bool:
+    """Whether `text` is a canonical quantity that is not whole (the compiled line reads it)."""
+    return isinstance(text, str) and any(re.fullmatch(pattern, text) for pattern in PATTERNS.values())
+
+
+def _fractional(text: str) -> str:
+    """CEL: the quantity string `text` is one `fractional_text` takes."""
+    return any_of(f"{text}.matches({lit('^' + pattern + '$')})" for pattern in PATTERNS.values())
+
+
+def _decimal(text: str, tail: int, places: int) -> str:
+    """CEL: format_fraction(value, 9) of the canonical `text` whose last `tail` characters are a suffix of
+    `places` decimal places: its digits, a point before the last `places` (zeros in front where fewer), the
+    fraction's trailing zeros dropped (it has a digit that is not 0)."""
+    digits = f"{text}.substring(0, {text}.size() - {tail})"
+    padded = f"d.size() > {places} ? d : {lit('0' * places)}.substring(0, {places + 1} - d.size()) + d"
+    stripped = "f"
+    for zeros in range(1, places):  # each wraps the last: the most zeros are tried first
+        stripped = f"f.endsWith({lit('0' * zeros)}) ? f.substring(0, {places - zeros}) : ({stripped})"
+    split = bind("p.substring(p.size() - " + str(places) + ", p.size())", "f", stripped)
+    whole = bind(f"p.substring(0, p.size() - {places})", "w", f"w + '.' + {split}")
+    return bind(bind(digits, "d", padded), "p", whole)
+
+
+def _value(text: str) -> str:
+    """CEL: the value of the canonical `text` as quantity_shown writes it, by its suffix."""
+    chosen = "''"
+    for suffix, places in CANONICAL.items():
+        chosen = f"{text}.endsWith({lit(suffix)}) ? ({_decimal(text, len(suffix), places)}) : ({chosen})"
+    return chosen
+
+
+def _shown(text: str, unit: str) -> str:
+    """CEL: quantity_shown of the canonical `text` (a CEL string), its unit `unit` (a CEL string): the engine's
+    own form, read at a probe."""
+    written = quantity_shown(_PROBE_TEXT, _PROBE, slot("unit"))
+    template = written.replace(_PROBE_TEXT, slot("text"), 1).replace(format_fraction(_PROBE, 9), slot("value"), 1)
+    assert slot("text") in template and slot("value") in template, written
+    return fill(template, {"text": text, "value": _value(text), "unit": unit})
+
+
+def gpu_line(policy: Policy) -> str | None:
+    """validate.fraction_advice's line for `nvidia.com/gpu` under `policy`, its value shown at the slot `shown`,
+    where it is the same at every probe (None: it depends on the value, as MIG's and the memory backends' do)."""
+    if shape(policy) in (None, "memory"):
+        return None
+    rules = validate.Rules.of(policy)
+    lines = {validate.fraction_advice(slot("shown"), value, rules, "", False)[0] for value in PROBES}
+    line = lines.pop()
+    return line if not lines and slot("shown") in line else None
+
+
+class NearWhole(Family):
+    name = "fractional, whole to the API server"
+
+    def container_rules(self, policy: Policy) -> list[ContainerRule]:
+        if shape(policy) in (None, "memory"):
+            return []
+        key, text = "n", "c.resources.limits[n]"
+        kept = [managed(key), _fractional(text)]
+        gpu = gpu_line(policy)
+        if gpu is None:
+            kept.append(f"{key} != {lit(NVIDIA_GPU)}")
+        units = {name: validate.amount_unit(name) for name in MANAGED_NAMES if validate.amount_unit(name)}
+        (unit,) = set(units.values())  # one unit, of the names that have one
+        shown = _shown(text, f"{key} in {strings(sorted(units))} ? {lit(unit)} : ''")
+        other = fill(
+            validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
+            {"name": key, "shown": shown},
+        )
+        line = other if gpu is None else f"{key} == {lit(NVIDIA_GPU)} ? ({fill(gpu, {'shown': shown})}) : ({other})"
+        keep = all_of(kept)
+        return [
+            ContainerRule(
+                f"{has_map('limits')} && c.resources.limits.exists({key}, {keep})",
+                f"c.resources.limits.filter({key}, {keep}).map({key}, {line})",
+                many=True,
+            )
+        ]
