@@ -69,6 +69,12 @@ MEMORY_COUNTS = Gap(
     "as many containers as the API server's 3 MiB request holds, which such a count could overflow: judged by "
     "the webhook alone",
 )
+HUGE_COUNTS = Gap(
+    "a GPU resource quantity of a trillion or more",
+    "the API server holds a quantity past int64 as an arbitrary-precision decimal, whose CEL isInteger() is false "
+    "even when whole, and the compiled pod totals sum counts in int64, which a pod of such counts could pass (an "
+    "error, not the webhook's line): judged by the webhook alone",
+)
 ACK_PODS = Gap(
     "under ACK GPU sharing: the pod label aliyun.com/gpu-count, or aliyun.com/gpu-count among a container's "
     "limits, on a pod that holds no GPU resource (judged for a device path or variable alone); a label value the "
@@ -199,7 +205,8 @@ class Unsupported(Family):
     name = "not compiled"
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        found = [BUILT_IN_REFUSAL, NEAR_WHOLE, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL, DEVICE_PATHS]
+        found = [BUILT_IN_REFUSAL, NEAR_WHOLE, HUGE_COUNTS, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL]
+        found.append(DEVICE_PATHS)
         if shape(policy) is None:
             found.append(mode_gap(policy))
         if shape(policy) == "shared":

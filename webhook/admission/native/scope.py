@@ -52,6 +52,7 @@ from webhook.admission.native.gaps import (
     DEVICE_PATHS,
     DRA,
     EPHEMERAL,
+    HUGE_COUNTS,
     MEMORY_COUNTS,
     NEAR_WHOLE,
     NUL_VALUES,
@@ -276,6 +277,15 @@ def _resolved_otherwise(spec: dict[str, Any]) -> bool:
     return False
 
 
+# Below this, a count is an int64 to the API server's CEL, and memshares.MOST_CONTAINERS of them sum within int64.
+HUGE_COUNT = 10**12
+
+
+def _huge(value: Any) -> bool:
+    amount = quantity_or_none(value)
+    return amount is not None and not -HUGE_COUNT < amount < HUGE_COUNT
+
+
 def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap | None:
     names = {entry.get("name") for entry in body.get("env") or () if type(entry) is dict}
     resources = body.get("resources") or {}
@@ -283,6 +293,8 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
     managed = {name for name in (*requests, *limits) if is_managed(name)}
     if not managed:
         return None
+    if any(_huge(amounts.get(name)) for amounts in (requests, limits) for name in managed):
+        return HUGE_COUNTS
     classes = Rules.of(policy).class_names
     for name in sorted(managed - by_name):
         if name.startswith(MIG_PREFIX):
