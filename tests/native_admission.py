@@ -71,10 +71,15 @@ def variables_of(policy: dict[str, Any], obj: dict[str, Any], request: dict[str,
 
 
 def mutate_with(policy: dict[str, Any], obj: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """The MAP's mutations in order, each on the object as the ones before left it. The variables are worked out
+    again only after a patch: on an object no patch changed they would come out the same."""
+    scope: kube_cel.Scope | None = None
     for mutation in policy["spec"]["mutations"]:
         assert mutation["patchType"] == "JSONPatch"
-        ops = variables_of(policy, obj, request).evaluate(mutation["jsonPatch"]["expression"])
-        obj = evanphx.apply(obj, ops)
+        scope = scope or variables_of(policy, obj, request)
+        ops = scope.evaluate(mutation["jsonPatch"]["expression"])
+        if ops:
+            obj, scope = evanphx.apply(obj, ops), None
     return obj
 
 
