@@ -241,11 +241,7 @@ class UserFlags(Family):
         sentence = bind(engine_of(), "g", f"g in {strings([e.name for e in applying])} ? ({found}) : []")
         every = strings(sorted({s for e in applying for s in e.spellings}))
         written_flag = f"({ARGV}).exists(o, {every}.exists(s, o == s || o.startsWith(s + '=')))"
-        return [
-            ContainerRule(
-                f"{counts_replica(replica, rules.class_names)} && {written_flag}", sentence, many=True, maybe_empty=True
-            )
-        ]
+        return [ContainerRule(f"{counts_replica(replica, rules.class_names)} && {written_flag}", sentence, many=True)]
 
 
 def _claimed(said: str) -> str:

@@ -53,10 +53,9 @@ class ContainerRule:
 
     condition: str
     sentence: str
-    many: bool = False  # `sentence` is a CEL list of sentences, each a line (one per mount, say)
-    # `sentence` may be an empty list where `condition` holds (a condition that says exactly when is as long as
-    # the list): a container that says no line then is no element of the lines
-    maybe_empty: bool = False
+    many: bool = False  # `sentence` is a CEL list of sentences, each a line (one per mount, say); it may be empty
+    # where `condition` holds (a condition that says exactly when is as long as the list): the compiler keeps no
+    # empty line
 
 
 class Family:

@@ -108,7 +108,7 @@ def _zero_rule(rules: Rules) -> ContainerRule:
     said = f"size({held}) == 0 ? [] : {zeros}.map({KEY}, {fill(sentence, exprs)})"
     nonzero = f"c.resources.limits.filter(j, {counted('j', rules.class_names)} && {key_count('j')} > 0)"
     condition = f"{has_map('limits')} && size(c.resources.limits) > 1"
-    return ContainerRule(condition, bind(nonzero, held, said), many=True, maybe_empty=True)
+    return ContainerRule(condition, bind(nonzero, held, said), many=True)
 
 
 def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:

@@ -153,4 +153,4 @@ class MemoryVariables(Family):
             listed = bind(f"c.env.filter(e, {fractions.RECORDED})", "r", text)
         named = f"has(e.name) && e.name in {strings(names)} && has(e.value)"
         condition = f"{counts_replica(replica, rules.class_names)} && has(c.env) && c.env.exists(e, {named})"
-        return [ContainerRule(condition, listed, many=True, maybe_empty=True)]
+        return [ContainerRule(condition, listed, many=True)]
