@@ -105,11 +105,9 @@ def _quoted_fields(source: str, start: int) -> tuple[str, int]:
     while i < len(source):
         ch = source[i]
         if ch in "'\"":  # a string literal: copied whole
-            j = i + 1
-            while source[j] != ch:
-                j += 2 if source[j] == "\\" else 1
-            out.append(source[i : j + 1])
-            i, field_start = j + 1, False
+            end = string_end(source, i)
+            out.append(source[i:end])
+            i, field_start = end, False
             continue
         if source.startswith("JSONPatch{", i):
             inner, i = _quoted_fields(source, i + len("JSONPatch{"))
@@ -149,10 +147,6 @@ def string_end(source: str, i: int) -> int:
 VARIABLES = "variables."
 VARIABLE_PREFIX = "variables__"
 SETS, SETS_PREFIX = "sets.", "sets__"  # `sets.contains` as a function of its own (a string's `contains` stays)
-
-
-def _in_name(ch: str) -> bool:
-    return ch.isalnum() or ch in "_."
 
 
 # What `plain` rewrites, found by one regular expression instead of a character at a time (the compiled
