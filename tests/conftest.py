@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -288,6 +289,44 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         import compileall
 
         compileall.compile_dir(ROOT / "webhook", quiet=1)
+
+
+# The container image builds (tests/image_builds.py): under xdist, started by the controller in the background
+# once a worker's collection holds an image test, so they run beside the other tests instead of holding a worker.
+_image_builds: dict[str, Any] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        _image_builds["directory"] = Path(tempfile.mkdtemp(prefix="gpu-admission-images-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Each xdist worker is told where the background builds write their results."""
+    if "directory" in _image_builds:
+        node.workerinput["image_builds"] = str(_image_builds["directory"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None:
+    """The builds start once, when the first worker's collection (after -k and -m) holds an image test; the
+    controller schedules no test before every worker has reported its collection."""
+    from tests import image_builds
+
+    directory = _image_builds.get("directory")
+    if directory is None or "builder" in _image_builds or image_builds.MISSING:
+        return
+    if any(nodeid.startswith("tests/test_image.py::") for nodeid in ids):
+        _image_builds["builder"] = image_builds.start(directory)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory = _image_builds.pop("directory", None)
+    if directory is not None:
+        from tests import image_builds
+
+        image_builds.stop(directory, _image_builds.pop("builder", None))
 
 
 @pytest.hookimpl(wrapper=True)

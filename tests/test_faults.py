@@ -815,9 +815,11 @@ def test_silent_and_half_open_connections_are_closed_within_their_limits(start_s
     finally:
         for sock in (silent, half_hello, silent_probe):
             sock.close()
-    assert SILENT_TIMEOUT - 0.1 <= closed["silent"] < SILENT_TIMEOUT + 1.1, closed
-    assert closed["silent probe"] < SILENT_TIMEOUT + 1.1, closed
-    assert HANDSHAKE_TIMEOUT - 0.1 <= closed["half hello"] < HANDSHAKE_TIMEOUT + 1.1, closed
+    # Not before the limit; after it, within what a loaded test machine adds (the suite shares two cores).
+    late = 2.5
+    assert SILENT_TIMEOUT - 0.1 <= closed["silent"] < SILENT_TIMEOUT + late, closed
+    assert closed["silent probe"] < SILENT_TIMEOUT + late, closed
+    assert HANDSHAKE_TIMEOUT - 0.1 <= closed["half hello"] < HANDSHAKE_TIMEOUT + late, closed
     counted = server.metrics()
     assert counted['gpu_admission_connections_closed_total{reason="silent"}'] == 2
     assert counted['gpu_admission_connections_closed_total{reason="handshake"}'] == 1

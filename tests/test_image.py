@@ -5,10 +5,13 @@ No image registry is reachable from the test machines, so the base image is made
 under BASE_IMAGE (`podman rmi` it to make it again). The image is built as a CI system builds it: a fresh copy
 of the tree (what a clone holds) and the plain `podman build .`, which installs the locked set from the package
 index (reached here once the host's CA certificates are mounted into the build); the air-gapped path is built
-too, from `make wheels` with the network off (alongside the plain build, in a thread). The build uses chroot
+too, from `make wheels` with the network off (alongside the plain build). The build uses chroot
 isolation, and the image's entrypoint runs under `buildah run --isolation=chroot` (`podman run` cannot set
 rlimits on these machines; chroot isolation honours USER and shares the host's network, so the host reaches the
 server on loopback).
+
+Under xdist the builds start in the background as soon as the collection shows these tests
+(tests/image_builds.py, the one home of both builds), and the fixtures below wait for them.
 
 Skipped, with the reason, where podman, buildah or mmdebstrap is missing: `.ci/run` installs them.
 """
@@ -21,7 +24,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import tomllib
 from collections.abc import Iterator
@@ -33,27 +35,22 @@ import jsonpatch
 import pytest
 import requests
 
+from tests import image_builds
 from tests.conftest import free_port
 from webhook import __version__
 from webhook.admission.review import make_review
 from webhook.certs import CertPaths
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("podman", "buildah", "mmdebstrap")
-MISSING = [tool for tool in TOOLS if shutil.which(tool) is None]
-BASE_IMAGE = "localhost/gpu-admission-test-base:bookworm-python3"
-# What the base holds: the Python the host's wheels are built for must be the image's (3.11 in Debian 12).
-DEBOOTSTRAP = ["mmdebstrap", "--variant=apt", "--include=python3,python3-venv,ca-certificates", "bookworm"]
 UID = 65532  # the Containerfile's USER and the Deployment's runAsUser
+VENV_PYTHON = "/opt/gpu-admission/bin/python"  # the build stage has no PATH to it; the final stage does
 
 needs_tools = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"{', '.join(MISSING)} not installed (apt-get install -y podman buildah mmdebstrap; .ci/run does)",
+    bool(image_builds.MISSING),
+    reason=f"{', '.join(image_builds.MISSING)} not installed "
+    "(apt-get install -y podman buildah mmdebstrap; .ci/run does)",
 )
-# The host's CA certificates, for the package index from inside the build (pip reads PIP_CERT, which the
-# Containerfile declares as a build argument).
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-CLOSED_INDEX = "http://127.0.0.1:9/simple"  # the discard port: nothing listens there
+run = image_builds.run
 
 
 def test_the_containerfile_builds_on_an_official_python_from_the_lock_alone() -> None:
@@ -64,71 +61,43 @@ def test_the_containerfile_builds_on_an_official_python_from_the_lock_alone() ->
     assert f"USER {UID}:{UID}\n" in text
     assert '"--require-hashes", "--no-deps"' in text  # the locked set only, each file's hash checked
     assert "build/" not in text  # nothing the host prepares is needed
-    assert "python3-venv" in " ".join(DEBOOTSTRAP)  # the tests' base has what the Containerfile runs
+    assert "python3-venv" in " ".join(image_builds.DEBOOTSTRAP)  # the tests' base has what the Containerfile runs
 
 
-def fresh_copy(destination: Path) -> Path:
-    """What a fresh clone of this tree holds: the files git tracks, and those it would (untracked, not ignored)."""
-    listed = run("git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", "-z")
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
-    return destination
-
-
-def run(*command: str, timeout: float = 600) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"{' '.join(command)}: exit {result.returncode}\n{result.stderr[-4000:]}"
-    return result.stdout
+def background(request: pytest.FixtureRequest) -> Path | None:
+    """Where the controller's background builds write their results, where it started them (under xdist)."""
+    directory = getattr(request.config, "workerinput", {}).get("image_builds")
+    return Path(directory) if directory and image_builds.started(Path(directory)) else None
 
 
 @pytest.fixture(scope="module")
-def base_image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Debian 12 with python3, made once and kept: debootstrapping is the slow part (and the only download)."""
-    if subprocess.run(["podman", "image", "exists", BASE_IMAGE]).returncode != 0:
-        tarball = tmp_path_factory.mktemp("base") / "bookworm.tar"
-        run(*DEBOOTSTRAP, str(tarball), timeout=900)
-        run("podman", "import", str(tarball), BASE_IMAGE)
-        tarball.unlink()
-    return BASE_IMAGE
-
-
-def build(context: Path, base_image: str, tag: str, *flags: str) -> None:
-    # --layers=false: no intermediate images are kept (they would only pile up from run to run).
-    run("podman", "build", "--isolation=chroot", "--layers=false", "--build-arg", f"BASE={base_image}",
-        "--tag", tag, *flags, str(context))  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def image(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The plain build command in a fresh copy of the tree, on the Debian base: no host step before it."""
-    tag = f"localhost/gpu-admission:test-{os.getpid()}"
-    context = fresh_copy(tmp_path_factory.mktemp("clone"))
-    ca = [f"--volume={HOST_CA.parent}:{HOST_CA.parent}:ro", f"--build-arg=PIP_CERT={HOST_CA}"]
-    if not HOST_CA.exists():
-        ca = []
-    build(context, base_image, tag, *ca)
+    directory = background(request)
+    if directory is not None:
+        yield image_builds.wait(directory, "plain")  # removed by the controller at the end
+        return
+    scratch = tmp_path_factory.mktemp("plain")
+    tag = image_builds.build_plain(
+        scratch, image_builds.base_image(scratch), f"localhost/gpu-admission:test-{os.getpid()}"
+    )
     yield tag
     subprocess.run(["podman", "rmi", "--force", tag], capture_output=True)
 
 
 @pytest.fixture(scope="module")
-def air_gapped_image(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[str]]:
-    """`make wheels` in a fresh copy of the tree, then the build with the index closed; started at once and
-    carried on in a thread, beside the plain build of `image` when a test asks for both (the test waits)."""
+def air_gapped_image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[str]]:
+    """The air-gapped build stage: started at once and carried on in a thread, beside the plain build of `image`
+    when a test asks for both (the test waits); or the controller's, waited for."""
+    directory = background(request)
+    scratch = tmp_path_factory.mktemp("offline")
     tag = f"localhost/gpu-admission:offline-{os.getpid()}"
-    context = tmp_path_factory.mktemp("offline") / "clone"
-
-    def make_and_build() -> str:
-        fresh_copy(context)
-        run("make", "-C", str(context), "wheels", f"PYTHON={sys.executable}")
-        build(context, base_image, tag, "--build-arg=PIP_NO_INDEX=1", f"--build-arg=PIP_INDEX_URL={CLOSED_INDEX}")
-        return tag
-
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(make_and_build)
+        if directory is not None:
+            yield pool.submit(image_builds.wait, directory, "offline")
+            return
+        base = image_builds.base_image(scratch)  # first, here: the plain build's fixture finds it made
+        future = pool.submit(image_builds.build_offline, scratch, base, tag)
         try:
             yield future
         finally:
@@ -140,7 +109,8 @@ def air_gapped_image(base_image: str, tmp_path_factory: pytest.TempPathFactory) 
 def test_an_air_gapped_build_installs_the_same_locked_set_with_the_network_off(
     air_gapped_image: Future[str], image: str
 ) -> None:
-    """`make wheels` where the index is reachable, then the build without it: the same packages.
+    """`make wheels` where the index is reachable, then the build without it: the same packages (the build
+    stage's venv, which the final stage copies as it is).
 
     Chroot isolation cannot turn the build's network off, so the index it is given is one that answers nothing
     (a closed loopback port) and no CA is mounted: a download would fail the build."""
@@ -150,7 +120,7 @@ def test_an_air_gapped_build_installs_the_same_locked_set_with_the_network_off(
     for name in (tag, image):
         container = run("buildah", "from", name).strip()
         try:
-            listed.append(run("buildah", "run", "--isolation=chroot", container, "--", "python3", "-c", freeze))
+            listed.append(run("buildah", "run", "--isolation=chroot", container, "--", VENV_PYTHON, "-c", freeze))
         finally:
             subprocess.run(["buildah", "rm", container], capture_output=True)
     assert listed[0] == listed[1] and "gpu-admission 0.1.0" in listed[0]
