@@ -17,7 +17,7 @@ largest pod is run through them:
 - a pod of 30 containers with 100 env vars each (whole GPUs, and fractions that become replicas) goes through
   the compiled set, with the webhook's verdict and containers, and its wall time in the test evaluator is
   printed (`pytest -s`);
-- no expression is longer than cel-go's default parser limit (the longest is printed).
+- no expression is longer than a quarter of cel-go's default parser limit (the longest is printed).
 """
 
 from __future__ import annotations
@@ -70,7 +70,11 @@ EXPRESSIONS = list(
         )
     }.values()
 )[::-1]
-LONGEST = 100_000  # cel-go's default parser limit on an expression's size, in code points
+PARSER_LIMIT = 100_000  # cel-go's default parser limit on an expression's size, in code points
+# The most the compiled expressions take, a quarter of the parser's limit: an expression that grows with a policy's
+# variables or rules (a mutation's operations, a group's lines) is split or has its repeated parts bound once
+# before it nears the limit the API server refuses a policy at (on the sets here the longest is about 18,000).
+LONGEST = 25_000
 
 
 @dataclass
@@ -222,7 +226,7 @@ def test_no_expression_is_longer_than_the_parser_takes() -> None:
     """The longest expression (printed with `pytest -s`) is well under cel-go's default parser limit."""
     size, where = max((len(source), where) for where, source in EXPRESSIONS)
     print(f"\nthe longest expression: {where}, {size} characters")
-    assert size < LONGEST
+    assert size <= LONGEST < PARSER_LIMIT
 
 
 def _largest(gpu: int | str) -> dict[str, Any]:

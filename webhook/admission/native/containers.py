@@ -17,9 +17,11 @@ from webhook.admission.base.resources import (
     DEVICE_CLASS_PREFIX,
     MANAGED_NAMES,
     MANAGED_PREFIXES,
+    NVIDIA_GPU,
     SHARED_SUFFIX,
 )
-from webhook.admission.native.cel import any_of, lit, strings
+from webhook.admission.native.cel import any_of, bind, jsonpatch, lit, strings
+from webhook.admission.native.family import SECTIONS
 
 SPEC, AT = "variables.spec", "variables.at"
 KIND = "request.kind.kind"
@@ -67,6 +69,44 @@ def each(section: str, keep: str, make: str) -> str:
     """One element (`make`, of the container `c`) per container of `section` for which `keep` holds."""
     spec = f"{SPEC}.{section}"
     return f"(has({spec}) ? {spec}.filter(c, {keep}).map(c, {make}) : [])"
+
+
+def found_once(section: str, keep: str, name: str, body: str) -> str:
+    """`body` (a CEL list) with `name` bound to the containers of `section` for which `keep` holds, in order; []
+    where there is no section. A mutation that makes several operations of the same containers finds them once
+    (`each_of`): `keep` is written, and evaluated for each container, once rather than per operation, which keeps
+    the expression short (cel-go's parser refuses one over 100,000 characters) and its cost down."""
+    spec = f"{SPEC}.{section}"
+    return f"(has({spec}) ? {bind(f'{spec}.filter(c, {keep})', name, body)} : [])"
+
+
+def each_of(found: str, keep: str, make: str) -> str:
+    """One element (`make`, of the container `c`) per container of the list `found` (`found_once`) for which
+    `keep` holds (every one where `keep` is "true"), in order: the same elements as `each` with both conditions."""
+    kept = found if keep == "true" else f"{found}.filter(c, {keep})"
+    return f"{kept}.map(c, {make})"
+
+
+def replaced(keep: str, added: list[tuple[str, str]], removed: bool = True) -> list[str]:
+    """Each section's operations that replace `nvidia.com/gpu` in each map of `c` that holds it (mutate._rename,
+    memshare._replace): removed (but where `removed` is false: a name the replacement keeps), then `added` (each a
+    resource name and its value, both CEL strings), in every container of the section that keeps `keep`; its
+    requests where it asks for `nvidia.com/gpu` there. The containers are found once (`found_once`)."""
+    parts = []
+    for section in SECTIONS:
+        ops = []
+        for which in ("requests", "limits"):
+            among = "asked" if which == "requests" else "renamed"
+            at = path(section, f"/resources/{which}/")
+            if removed:
+                ops.append(
+                    each_of(among, "true", jsonpatch("remove", f"{at} + jsonpatch.escapeKey({lit(NVIDIA_GPU)})"))
+                )
+            for name, text in added:
+                ops.append(each_of(among, "true", jsonpatch("add", f"{at} + jsonpatch.escapeKey({name})", text)))
+        asked = bind(f"renamed.filter(c, {holds('requests', NVIDIA_GPU)})", "asked", " + ".join(ops))
+        parts.append(found_once(section, keep, "renamed", asked))
+    return parts
 
 
 def every(section: str, make: str) -> str:

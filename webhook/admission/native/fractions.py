@@ -42,10 +42,10 @@ from webhook.admission.base.quantity import NANO, PLACES, format_fraction
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nanos, slot
 from webhook.admission.native.commandline import runs_engine
-from webhook.admission.native.containers import any_managed, each, holds, path, value
+from webhook.admission.native.containers import any_managed, each_of, found_once, holds, path, replaced, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
-from webhook.admission.native.userenv import appends, merges, readings, sets
+from webhook.admission.native.userenv import HELD, HOLDERS, IDLE, appends, merges, readings, sets
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_value
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
@@ -295,8 +295,9 @@ class FractionalShares(Family):
                 text, reads = f"({under}) ? ({text}) : {lit(capped[place].value)}", True
             written.append((name, text, reads))
         listed = bind(nanos(limit), k, "[" + ", ".join(_entry(name, text) for name, text, _ in written) + "]")
-        # Two mutations, run in order on the object as patched so far: the variables while the fraction is there
-        # to read, then the rename. Each passes over a section once per operation, as the replicas' own do.
+        # Three mutations, run in order on the object as patched so far: the variables while the fraction is there
+        # to read, a section's each (a section's operations read its own containers alone: two mutations give
+        # what one would, at half the length), then the rename. Each finds a section's converted containers once.
         # A container that runs an inference engine gets the recorded fraction and the MPS variables alone.
         engine = runs_engine()
         probed = hints_for(policy, policy.memory_fraction or PROBES[0])
@@ -306,26 +307,25 @@ class FractionalShares(Family):
             listed = f"({engine}) ? ({bind(nanos(limit), k, '[' + ', '.join(alone) + ']')}) : ({listed})"
         env = []
         for section in SECTIONS:  # the env list whole where there is none, else each entry appended
-            env.append(each(section, f"({converted}) && !has(c.env)", jsonpatch("add", path(section, "/env"), listed)))
+            # the section's converted containers found once, then those with an env, and of those the ones that
+            # run no engine (replicas.py does the same): the same operations, in the same order
+            ops = [each_of(HOLDERS, "!has(c.env)", jsonpatch("add", path(section, "/env"), listed))]
             for name, text, of_k in written:
                 entry = bind(nanos(limit), k, _entry(name, text)) if of_k else _entry(name, text)
                 added = jsonpatch("add", path(section, "/env/-"), entry)
                 unset = f"!({sets([name])})" if name == RECORDED_FRACTION else appends(name)
-                unset += "" if name in kept else f" && !({engine})"
-                env.append(each(section, f"({converted}) && has(c.env) && {unset}", added))
+                among = HELD if name in kept else IDLE
+                ops.append(each_of(among, unset, added))
                 if name == PYTORCH_CUDA_ALLOC_CONF:  # or merged into the container's own config
-                    keep = f"({converted}) && has(c.env)" + ("" if name in kept else f" && !({engine})")
-                    env.append(merges(section, keep, bind(nanos(limit), k, text) if of_k else text))
-        gpu, replica = f"jsonpatch.escapeKey({lit(NVIDIA_GPU)})", f"jsonpatch.escapeKey({lit(target)})"
-        renamed = []
-        for section in SECTIONS:
-            for which in ("requests", "limits"):  # "1" in each map that held the fraction, as _rename does
-                keep = converted if which == "limits" else f"({converted}) && {holds('requests', NVIDIA_GPU)}"
-                at = path(section, f"/resources/{which}/")
-                renamed.append(each(section, keep, jsonpatch("remove", f"{at} + {gpu}")))
-                renamed.append(each(section, keep, jsonpatch("add", f"{at} + {replica}", "'1'")))
+                    ops.append(merges(section, among, "true", bind(nanos(limit), k, text) if of_k else text))
+            made = " + ".join(ops)
+            if any(name not in kept for name, _, _ in written):
+                made = bind(f"{HELD}.filter(c, !({engine}))", IDLE, made)
+            with_env = bind(f"{HOLDERS}.filter(c, has(c.env))", HELD, made)
+            env.append((section, found_once(section, converted, HOLDERS, with_env)))
+        renamed = replaced(converted, [(lit(target), "'1'")])  # "1" in each map that held it, as _rename does
         return [
-            Mutation(f"the memory variables of {NVIDIA_GPU} below 1", " + ".join(env)),
+            *(Mutation(f"the memory variables of {NVIDIA_GPU} below 1 in {section}", ops) for section, ops in env),
             Mutation(f"{NVIDIA_GPU} below 1 to {target}", " + ".join(renamed)),
         ]
 

@@ -28,7 +28,7 @@ from webhook.admission.base.quantity import NANO, PLACES
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native import spreads
 from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, lit, nanos, slot, strings
-from webhook.admission.native.containers import SPEC, each, has_map, holds, path, pod_metadata, value
+from webhook.admission.native.containers import SPEC, has_map, holds, pod_metadata, replaced, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
 from webhook.admission.native.fractions import formatted
 from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, shape
@@ -152,20 +152,6 @@ def _own_free() -> str:
     )
 
 
-def _replaced(keep: str, resources: list[tuple[str, str]]) -> list[str]:
-    """The operations that replace `nvidia.com/gpu` with `resources` (name, CEL string) in each map of `c` that
-    holds it (memshare._replace), for every container of each section that keeps `keep`."""
-    parts = []
-    for section in SECTIONS:
-        for which in ("requests", "limits"):
-            held = keep if which == "limits" else f"({keep}) && {holds('requests', NVIDIA_GPU)}"
-            at = path(section, f"/resources/{which}/")
-            parts.append(each(section, held, jsonpatch("remove", f"{at} + jsonpatch.escapeKey({lit(NVIDIA_GPU)})")))
-            for name, text in resources:
-                parts.append(each(section, held, jsonpatch("add", f"{at} + jsonpatch.escapeKey({lit(name)})", text)))
-    return parts
-
-
 def _fraction(spec: BackendSpec, policy: Policy) -> Mutation | None:
     """`nvidia.com/gpu` in (0, 1) to one vGPU of its share of the memory and compute, rounded down."""
     least = _least_nanos(spec, policy)
@@ -192,7 +178,8 @@ def _fraction(spec: BackendSpec, policy: Policy) -> Mutation | None:
     probe = share(spec, Fraction(1, 2), gpu_mib, unit_mib).resources
     written = [(name, f"string({numbers[name]})" if name in numbers else lit(text)) for name, text in probe]
     assert [name for name, _ in written] == [n for n in (spec.count, spec.memory, spec.cores) if n is not None]
-    return Mutation(f"{NVIDIA_GPU} below 1 to {spec.title}'s share", " + ".join(_replaced(keep, written)))
+    resources = [(lit(name), text) for name, text in written]
+    return Mutation(f"{NVIDIA_GPU} below 1 to {spec.title}'s share", " + ".join(replaced(keep, resources)))
 
 
 def _whole(spec: BackendSpec, policy: Policy) -> Mutation | None:
@@ -210,11 +197,11 @@ def _whole(spec: BackendSpec, policy: Policy) -> Mutation | None:
             _own_free(),
         ]
     )
-    resources = whole(spec, COUNT)
-    if resources is None:
+    given = whole(spec, COUNT)
+    if given is None:
         return None
-    written = [(name, limit if text == COUNT else lit(text)) for name, text in resources]
-    return Mutation(f"{NVIDIA_GPU}: N to {spec.title}'s whole GPUs", " + ".join(_replaced(keep, written)))
+    resources = [(lit(name), limit if text == COUNT else lit(text)) for name, text in given]
+    return Mutation(f"{NVIDIA_GPU}: N to {spec.title}'s whole GPUs", " + ".join(replaced(keep, resources)))
 
 
 def _placement(policy: Policy) -> Mutation | None:

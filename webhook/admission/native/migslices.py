@@ -17,11 +17,11 @@ from fractions import Fraction
 
 from webhook.admission.base.quantity import NANO
 from webhook.admission.base.resources import GPU_MODELS, NVIDIA_GPU, mig_resource, slices_fractions_become
-from webhook.admission.native.cel import all_of, bind, jsonpatch, lit, nanos
-from webhook.admission.native.containers import each, holds, path, value
-from webhook.admission.native.family import SECTIONS, Family, Mutation
+from webhook.admission.native.cel import all_of, bind, lit, nanos
+from webhook.admission.native.containers import holds, replaced, value
+from webhook.admission.native.family import Family, Mutation
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.replicas import key, mapping
+from webhook.admission.native.replicas import mapping
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Fractional, Policy
 from webhook.admission.sharing.registry import backend_of
@@ -95,12 +95,5 @@ def _fractions(slices: list[tuple[Fraction, str]]) -> Mutation:
         ),
     ]
     converted = all_of(terms)
-    parts = []
-    for section in SECTIONS:
-        for which in ("requests", "limits"):
-            keep = converted if which == "limits" else f"({converted}) && {holds('requests', NVIDIA_GPU)}"
-            at = path(section, f"/resources/{which}/")
-            if renamed:
-                parts.append(each(section, keep, jsonpatch("remove", f"{at} + {key(NVIDIA_GPU)}")))
-            parts.append(each(section, keep, jsonpatch("add", f"{at} + jsonpatch.escapeKey({slice_of})", "'1'")))
+    parts = replaced(converted, [(slice_of, "'1'")], removed=renamed)
     return Mutation(f"{NVIDIA_GPU} below 1 to the smallest MIG slice that holds it", " + ".join(parts))

@@ -8,22 +8,17 @@ from __future__ import annotations
 
 from webhook.admission.base.envnames import PYTORCH_CUDA_ALLOC_CONF
 from webhook.admission.base.resources import NVIDIA_GPU, SHARED_SUFFIX
-from webhook.admission.native.cel import all_of, jsonpatch, lit
+from webhook.admission.native.cel import all_of, bind, jsonpatch, lit
 from webhook.admission.native.commandline import runs_engine
-from webhook.admission.native.containers import any_managed, each, has_map, holds, path, value
+from webhook.admission.native.containers import any_managed, each_of, found_once, has_map, holds, path, replaced, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.userenv import appends, merges, sets
+from webhook.admission.native.userenv import HELD, HOLDERS, IDLE, appends, merges, sets
 from webhook.admission.phases.envhints import hints_for
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.registry import backend_of
-
-
-def key(name: str) -> str:
-    """A resource name as a JSON Pointer token."""
-    return f"jsonpatch.escapeKey({lit(name)})"
 
 
 def mapping(policy: Policy) -> Mutation:
@@ -46,14 +41,8 @@ def mapping(policy: Policy) -> Mutation:
             f"!({holds('requests', NVIDIA_GPU)}) || quantity({value('requests', NVIDIA_GPU)}).compareTo({limit}) == 0",
         ]
     )
-    parts = []
-    for section in SECTIONS:
-        written = value("limits", NVIDIA_GPU)  # the limit's text goes to both maps, as _rename does
-        for which in ("requests", "limits"):
-            keep = renamed if which == "limits" else f"({renamed}) && {holds('requests', NVIDIA_GPU)}"
-            at = path(section, f"/resources/{which}/")
-            parts.append(each(section, keep, jsonpatch("remove", f"{at} + {key(NVIDIA_GPU)}")))
-            parts.append(each(section, keep, jsonpatch("add", f"{at} + {key(target)}", written)))
+    # the limit's text goes to both maps, as _rename does
+    parts = replaced(renamed, [(lit(target), value("limits", NVIDIA_GPU))])
     return Mutation(f"{NVIDIA_GPU} to {target}", " + ".join(parts))
 
 
@@ -82,24 +71,30 @@ class SharedReplicas(Family):
         kept = {hint.name for hint in mps_only(hints_for(policy, fraction))}
         alone = [entry for entry in entries if entry["name"] in kept]
         listed = "[" + ", ".join(_entry(entry) for entry in entries) + "]"
-        whole = f"({holder}) && !has(c.env)"
+        whole = "!has(c.env)"
         if len(alone) < len(entries):
             if alone:
                 listed = f"({engine}) ? [{', '.join(_entry(entry) for entry in alone)}] : {listed}"
             else:
                 whole += f" && !({engine})"
+        # Each section's holders are found once (`found_once`), then those with an env, and of those the ones
+        # that run no engine: the operations are the same, in the same order, as a filter of the section each.
+        unrecorded = f"!({sets([RECORDED_FRACTION])})"
         parts = []
         for section in SECTIONS:
-            parts.append(each(section, whole, jsonpatch("add", path(section, "/env"), listed)))
+            ops = [each_of(HOLDERS, whole, jsonpatch("add", path(section, "/env"), listed))]
             for entry in entries:
+                among = HELD if entry["name"] in kept else IDLE
                 # nothing where it records a fraction of its own (not compiled: userenv.py)
-                keep = f"({holder}) && has(c.env) && {appends(entry['name'], RECORDED_FRACTION)}"
-                keep += "" if entry["name"] in kept else f" && !({engine})"
-                parts.append(each(section, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
+                keep = appends(entry["name"], RECORDED_FRACTION)
+                ops.append(each_of(among, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
                 if entry["name"] == PYTORCH_CUDA_ALLOC_CONF:  # or merged into the container's own config
-                    keep = f"({holder}) && has(c.env) && !({sets([RECORDED_FRACTION])})"
-                    keep += "" if entry["name"] in kept else f" && !({engine})"
-                    parts.append(merges(section, keep, lit(entry["value"])))
+                    ops.append(merges(section, among, unrecorded, lit(entry["value"])))
+            made = " + ".join(ops)
+            if len(alone) < len(entries):
+                made = bind(f"{HELD}.filter(c, !({engine}))", IDLE, made)
+            with_env = bind(f"{HOLDERS}.filter(c, has(c.env))", HELD, made)
+            parts.append(found_once(section, holder, HOLDERS, with_env))
         return [Mutation("memory variables", " + ".join(parts))]
 
 

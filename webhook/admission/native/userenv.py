@@ -33,7 +33,7 @@ from webhook.admission.base.envnames import (
 )
 from webhook.admission.base.quantity import PLACES
 from webhook.admission.native.cel import bind, jsonpatch, lit, strings
-from webhook.admission.native.containers import each, path
+from webhook.admission.native.containers import each_of, path
 from webhook.admission.native.family import Gap
 from webhook.admission.native.gaps import USER_CONFIG, USER_VALUES
 from webhook.admission.phases.envhints import MEBIBYTE, MEMORY_VARIABLES, memory_claim
@@ -68,6 +68,9 @@ SPACES = " {0,9}"
 CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.+]*{SPACES}"
 PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*(,{SPACES})?|{SPACES})$"
 FRACTION_ITEM = f",{PYTORCH_FRACTION_KEY}:"  # the fraction key's item, after the comma before it
+# The names a mutation that writes memory variables binds a section's containers to (containers.found_once):
+# those that get the variables, those of them with an env, and of those the ones that run no inference engine.
+HOLDERS, HELD, IDLE = "holders", "held", "idle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,20 +177,20 @@ def appends(name: str, *also: str) -> str:
     return f"!({sets(names)})"
 
 
-def merges(section: str, keep: str, hint: str) -> str:
+def merges(section: str, found: str, keep: str, hint: str) -> str:
     """The JSON Patch operations of `section` that merge PyTorch's hint (`hint`, the CEL of its value) into the
-    container's own allocator config, as _merge_hints does, in each container `c` where `keep` holds (it gets the
-    hint, and its env is there): the last entry of PYTORCH_CUDA_ALLOC_CONF it sets, else of PYTORCH_ALLOC_CONF,
-    where that has a value and no fraction key (merge_alloc_conf), its value then the config less a comma at its
-    end, a comma and the hint (the hint alone where it is spaces or nothing). Exact for a plain config
-    (`outside`)."""
+    container's own allocator config, as _merge_hints does, in each container `c` of `found` (its containers, as
+    containers.found_once finds them) where `keep` holds (it gets the hint, and its env is there): the last entry
+    of PYTORCH_CUDA_ALLOC_CONF it sets, else of PYTORCH_ALLOC_CONF, where that has a value and no fraction key
+    (merge_alloc_conf), its value then the config less a comma at its end, a comma and the hint (the hint alone
+    where it is spaces or nothing). Exact for a plain config (`outside`)."""
     cuda, alloc = PYTORCH_CONFS
     place = f"c.env.map(e, has(e.name) ? e.name : '').lastIndexOf({sets([cuda])} ? {lit(cuda)} : {lit(alloc)})"
     mergeable = f"has(x.value) && !has(x.valueFrom) && {without_key('x.value')}"
     when = f"({keep}) && {sets(PYTORCH_CONFS)} && {bind(f'c.env[{place}]', 'x', mergeable)}"
     value = bind(f"c.env[{place}].value", "x", merged("x", hint))
     at = f"{path(section, '/env/')} + string({place}) + '/value'"
-    return each(section, when, jsonpatch("replace", at, value))
+    return each_of(found, when, jsonpatch("replace", at, value))
 
 
 def without_key(config: str) -> str:
