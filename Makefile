@@ -42,7 +42,7 @@ test-latest:
 	rm -rf .venv-latest
 	$(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/$(PIP) install --upgrade -e '.[test]'
-	.venv-latest/bin/python -m pytest -n 2 -q
+	.venv-latest/bin/python -m pytest -n 2 --dist worksteal -q
 
 # A development server that shows every sharing mode: the example policies (time-slicing in notebooks and
 # notebook-*, MPS in inference and inference-*, MIG in batch and mig-*); every other namespace gets the
@@ -61,12 +61,13 @@ $(K8S_TOOLS): requirements/k8s-tools.txt $(STAMP)
 	rm -rf $(VENV)/k8s-tools/download
 	touch $(K8S_TOOLS)
 
-# ruff, then mypy ([tool.mypy] in pyproject.toml: webhook/, strict on the core), then the suite.
+# ruff, then mypy ([tool.mypy] in pyproject.toml: webhook/, strict on the core), then the suite. worksteal: a
+# worker that runs out of tests takes some of the other's, so the run does not end on one worker alone.
 test: $(STAMP) $(K8S_TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

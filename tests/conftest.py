@@ -343,7 +343,13 @@ def pytest_collection(session: pytest.Session) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make test` leaves out the long `soak` tests; `make soak` (`-m soak`), or any `-m`, decides itself."""
+    """`make test` leaves out the long `soak` tests; `make soak` (`-m soak`), or any `-m`, decides itself.
+
+    The tests that run a server go first (each module's in its own order): they spend most of their time
+    waiting on the server's timers, and xdist hands out the items in this order, so the run ends on the many
+    short in-process tests, which the two workers share evenly, instead of one worker finishing a module of
+    waits alone."""
+    items.sort(key=lambda item: "start_server" not in getattr(item, "fixturenames", ()))
     for item in items:
         if item.get_closest_marker("soak") or item.path.name == "test_image.py":
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
