@@ -2,9 +2,10 @@
 language: cel-go's semantics): the Kubernetes libraries the native policies use, written once here.
 
 - quantity library (k8s.io/apiserver/pkg/cel/library/quantity.go): `quantity(s)`, `isQuantity(s)`, and on a
-  quantity `isInteger()` (exactly a whole int64), `asInteger()` (an error where it is not), `compareTo(q)`,
-  `asApproximateFloat()` (a float64 near the value: Go multiplies the mantissa by a power of ten, here the
-  nearest float, both far closer than the native policies need: they round a fraction's nanos);
+  quantity `isInteger()` (as Go's `AsInt64()`: a whole int64 held at a scale of zero or more, so not `1000m`),
+  `asInteger()` (an error where it is not), `compareTo(q)`, `asApproximateFloat()` (a float64 near the value:
+  Go multiplies the mantissa by a power of ten, here the nearest float, both far closer than the native
+  policies need: they round a fraction's nanos);
   parsed with the project's resource.Quantity parser (checked against the Go grammar in test_quantity.py);
 - lists library (lists.go): `indexOf`, `lastIndexOf`, `sum`, `max`, `min` (of strings too); strings extension
   (cel-go ext/strings.go): `join`, `replace` (every occurrence), `split` (Go's strings.Split: a separator
@@ -55,9 +56,45 @@ def _is_quantity(text: Any) -> bool:
     return type(text) is str
 
 
+# The suffixes of resource.Quantity: decimal SI and binary SI, as (base, exponent).
+_SUFFIXES = {
+    **{suffix: (10, exponent) for suffix, exponent in zip("num", (-9, -6, -3), strict=True)},
+    "": (10, 0),
+    **{suffix: (10, exponent) for suffix, exponent in zip("kMGTPE", range(3, 19, 3), strict=True)},
+    **{suffix + "i": (2, exponent) for suffix, exponent in zip("KMGTPE", range(10, 61, 10), strict=True)},
+}
+_PARTS = re.compile(r"[+-]?0*(\d*)(?:\.(\d*))?(.*)", re.DOTALL)
+
+
 def _is_integer(q: Any) -> bool:
-    value = _value(q)
-    return value.denominator == 1 and abs(value) <= INT64_MAX
+    """Go's `Quantity.AsInt64()` succeeding on the quantity parsed from its text (quantity.go's ParseQuantity):
+    only a value held as an int64 mantissa with a scale of zero or more is one. So `1000m`, `1.0` and a
+    value of more than 18 digits are not, though whole: ParseQuantity keeps the scale as written (`1000m`: 1000
+    at scale -3) or, past 18 digits, an arbitrary-precision decimal, and AsInt64 refuses both. The API server
+    sends the pod's own quantities in canonical form, where this is the same as being whole."""
+    value = _value(q)  # raises on a string that is no quantity
+    text = q[_TAG]
+    if value == 0 and set(text.lstrip("+-")) <= {"0"}:
+        return True  # "0", or zeros alone: parsed as zero at scale 0
+    parts = _PARTS.fullmatch(text)
+    assert parts is not None
+    num, denom, suffix = parts[1] or "0", parts[2] or "", parts[3]
+    base, exponent = _SUFFIXES[suffix] if suffix in _SUFFIXES else (10, int(suffix[1:]))  # else e3, E-3
+    mantissa, scale = 1, exponent
+    if base == 2:
+        if exponent < 0 or denom:
+            return False  # the arbitrary-precision path
+        mantissa, scale = 1 << exponent, 0
+        precision = 15 - len(num) - int(exponent * 3 / 10) - 1
+    else:
+        precision = 18 - len(num + denom)
+    scale -= len(denom)
+    if precision < 0 or scale < -9:
+        return False
+    amount = int(num + denom) * mantissa
+    if amount > INT64_MAX or scale < 0:
+        return False
+    return amount * 10**scale <= INT64_MAX
 
 
 def _as_integer(q: Any) -> int:

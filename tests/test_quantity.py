@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from tests import apiserver_rules
+from tests import apiserver_rules, kube_cel
 from tests.engine_support import Enforcement, container, pod
 from webhook.admission.base.quantity import (
     QuantityError,
@@ -164,3 +164,22 @@ def test_a_value_the_api_server_takes_as_whole_is_refused_as_fractional_without_
     assert "refuses it anyway" not in near.violations[0]
     half = evaluate(pod(container("a", limits={"nvidia.com/gpu": "500m"})), "team", policies)
     assert half.verdict == "deny" and "(the API server refuses it anyway)" in half.violations[0]
+
+
+# What Go's apimachinery answers for `resource.ParseQuantity(text).AsInt64()` succeeding (read from quantity.go
+# and checked against it): the CEL quantity library's isInteger() in the API server.
+GO_AS_INT64 = {
+    "1": True, "0": True, "000": True, "-0": True, "+3": True, "-3": True, "1k": True, "1.5k": True,
+    "1.000k": True, "1.": True, "1e3": True, "2E1": True, "0e3": True, "9E": True, "50000000G": True,
+    "1Ki": True, "1Mi": True, "999Gi": True, "1Ti": True, "123456789012345678": True,
+    "1000m": False, "1.0": False, "0.0": False, "00.000": False, "500m": False, "0.5": False, ".5": False,
+    "1n": False, "1E-3": False, "1.0001k": False, "1.5Ki": False, "1Pi": False, "7Ei": False,
+    "1234567890123456789": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "integer"), GO_AS_INT64.items())
+def test_the_tests_cel_says_is_integer_as_go_does(text: str, integer: bool) -> None:
+    """Whole is not enough: a negative scale as written (`1000m`, `1.0`), more than 18 digits, or a binary value
+    too large for ParseQuantity's fast path is held otherwise, and AsInt64 refuses it."""
+    assert kube_cel.evaluate(f"quantity('{text}').isInteger()", {}) is integer
