@@ -25,6 +25,7 @@ import io
 import json
 from fractions import Fraction
 from functools import cache
+from itertools import permutations
 from typing import Any
 
 import pytest
@@ -36,7 +37,7 @@ from tests.engine_support import GPU, Enforcement, Fractional, Limits, Mode, Sha
 from tests.native_admission import Outcome, admit
 from webhook.admission.base.podspec import POD_SPEC_PATHS, get_path
 from webhook.admission.engine import evaluate
-from webhook.admission.native import commandline, gaps, memshares, userenv
+from webhook.admission.native import commandline, gaps, maxima, memshares, userenv
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import HUGE_COUNT, outside
 from webhook.admission.phases import engines
@@ -1396,6 +1397,24 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "research", pod(container(limits={DEVICE_CLASS + "fpga.example.com": "500m"})),
     ),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
+    "whole: three zeros beside a GPU, two judged by prefix": (
+        "research", pod(container(limits={GPU_: 1, INTEL_XE: 0, MIG_3G: 0, AMD: 0})),
+    ),
+    "whole: four zeros beside a GPU": (
+        "research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0, MIG_2G: 0, AMD: 0})),
+    ),
+    "whole: a zero copied from requests, after a zero of a greater name": (
+        "research", pod(container(requests={AMD: 0}, limits={GPU_: 1, SHARED: 0})),
+    ),
+    "whole: a zero copied from requests, after a zero of a lesser name": (
+        "research", pod(container(requests={SHARED: 0}, limits={AMD: 0, GPU_: 1})),
+    ),
+    "mig: two zeros of other profiles beside its slice": (
+        "mig", pod(container(limits={MIG_1G: 1, MIG_3G: 0, MIG_2G: 0})),
+    ),
+    "mig: nvidia.com/gpu renamed to the slice beside three zeros": (
+        "mig", pod(container(limits={GPU_: 1, AMD: 0, SHARED: 0, INTEL_GPU: 0})),
+    ),
     "shared: both names, a replica held": ("shared", pod(container(limits={GPU_: 1, SHARED: 1}))),
     "shared: both names, over the maximum": ("shared", pod(container(limits={GPU_: 2, SHARED: 0}))),
     "mig: a zero beside two slices": ("mig", pod(container(limits={GPU_: 0, MIG_1G: 1, MIG_2G: 1}))),
@@ -1534,7 +1553,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: Intel's millicores, requests only": gaps.PREFIXED_LIMITS,
-    "whole: two zeros beside a GPU": gaps.BOTH_NAMES,
+    "whole: four zeros beside a GPU": gaps.BOTH_NAMES,
+    "whole: a zero copied from requests, after a zero of a greater name": gaps.BOTH_NAMES,
     "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
@@ -1591,7 +1611,16 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (256, 43, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (261, 44, 5)
+
+
+@pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
+def test_the_zeros_are_put_in_the_order_of_their_names(size: int) -> None:
+    """A CEL map's keys come in any order: the zero rule's comparisons (maxima.in_order) put every arrangement
+    of up to MOST_ZEROS names in the webhook's order (a name before a longer one it begins)."""
+    names = sorted((GPU_, SHARED, MIG_1G)[:size])
+    for arrangement in permutations(names):
+        assert kube_cel.evaluate(maxima.in_order("z"), {"z": list(arrangement)}) == names
 
 
 @pytest.mark.parametrize(

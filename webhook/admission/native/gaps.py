@@ -17,6 +17,10 @@ from webhook.admission.sharing.registry import backend_of
 
 Shape = Literal["whole", "shared", "mig", "memory"] | None
 
+# The most zeros beside a GPU in one container whose lines the compiled rule puts in the webhook's order, by
+# comparing them (maxima.in_order); more are outside the compiled set (BOTH_NAMES).
+MOST_ZEROS = 3
+
 BUILT_IN_REFUSAL = Gap(
     "fractional, negative or request != limit GPU quantities (e.g. nvidia.com/gpu: 500m)",
     "the API server's own validation refuses them before any ValidatingAdmissionPolicy runs (must be an integer, "
@@ -55,12 +59,14 @@ PREFIXED_LIMITS = Gap(
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "
     f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, a name "
-    "judged by prefix beside another, say; or several zeros beside a GPU; under mode memory, another pool's resource "
-    "beside any other, or two counts of devices",
+    f"judged by prefix beside another, say; or more than {MOST_ZEROS} zeros beside a GPU, or zeros that mutation "
+    "leaves out of the order of their names (one copied from a request comes last); under mode memory, another "
+    "pool's resource beside any other, or two counts of devices",
     "the webhook says a container's lines resource by resource in the order of its limits (by name), the compiled "
     "policies rule by rule (another pool's resources first, then the maxima by name, then those judged by prefix); "
-    "and a CEL map's keys come in no order, so the lines of several zeros cannot be put in the webhook's (sorting "
-    "a list is Kubernetes 1.34's CEL)",
+    f"and a CEL map's keys come in no order: the compiled rule puts up to {MOST_ZEROS} zeros' lines in the order "
+    "of their names by comparing them, and more would need a list sorted (Kubernetes 1.34's CEL) or a third "
+    "iteration",
 )
 MEMORY_COUNTS = Gap(
     "a memory backend's count of vGPUs or GPUs, or ACK's GiB, in one container past what the compiled integers "

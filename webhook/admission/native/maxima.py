@@ -19,7 +19,7 @@ from webhook.admission.base.resources import (
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
 from webhook.admission.native.containers import SPEC, count, counted, every, has_map, value, whole_limit
 from webhook.admission.native.family import ContainerRule, Family, Lines
-from webhook.admission.native.gaps import shape
+from webhook.admission.native.gaps import MOST_ZEROS, shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named, prefixed
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
@@ -95,20 +95,34 @@ def _unmapped_rule(rules: Rules) -> ContainerRule:
 
 
 def _zero_rule(rules: Rules) -> ContainerRule:
-    """A managed resource at 0 beside one the container holds (validate._zero_companions): one line per zero,
-    naming the first it holds (the least name: the API server sends a map's keys sorted). Several zeros in one
-    container are outside the compiled set (scope.py): a CEL map's keys come in no order. The condition is only
-    that there are two limits (the list may be empty), so that the counted test is written twice, not four times."""
-    held = "h"
+    """A managed resource at 0 beside one the container holds (validate._zero_companions): one line per zero, in
+    the order of their names, naming the first it holds (the least name: the API server sends a map's keys
+    sorted). A CEL map's keys come in no order, and sorting a list is Kubernetes 1.34's CEL: the zeros are bound
+    and put in order by comparisons, up to MOST_ZEROS of them (`in_order`; more are outside the compiled set,
+    scope.py). The condition is only that there are two limits (the list may be empty), so that the counted
+    test is written twice, not four times."""
+    held, zeros = "h", "z"
     sentence = validate.zero_companion_line(
         NAME, quantity_text(SHOWN), HELD, quantity_text(slot("heldshown")), rules.policy.name
     )
     exprs = {"name": KEY, "shown": key_limit(), "held": f"{held}.min()", "heldshown": key_limit(f"{held}.min()")}
-    zeros = f"c.resources.limits.filter({KEY}, {counted(KEY, rules.class_names)} && {key_count()} == 0)"
-    said = f"size({held}) == 0 ? [] : {zeros}.map({KEY}, {fill(sentence, exprs)})"
+    found = f"c.resources.limits.filter({KEY}, {counted(KEY, rules.class_names)} && {key_count()} == 0)"
+    lines = bind(found, zeros, f"({in_order(zeros)}).map({KEY}, {fill(sentence, exprs)})")
     nonzero = f"c.resources.limits.filter(j, {counted('j', rules.class_names)} && {key_count('j')} > 0)"
     condition = f"{has_map('limits')} && size(c.resources.limits) > 1"
-    return ContainerRule(condition, bind(nonzero, held, said), many=True)
+    return ContainerRule(condition, bind(nonzero, held, f"size({held}) == 0 ? [] : {lines}"), many=True)
+
+
+def in_order(names: str) -> str:
+    """CEL: the list `names` (distinct strings) in order, where it holds at most MOST_ZEROS: compared element by
+    element (string `<` compares code points, as the API server sorts a map's keys), with no iteration over it,
+    so that the rule stays two iterations deep (the containers, then their limits)."""
+    a, b, c = (f"{names}[{index}]" for index in range(MOST_ZEROS))
+    two = f"{a} < {b} ? {names} : [{b}, {a}]"
+    below_b = f"{b} < {c} ? {names} : {a} < {c} ? [{a}, {c}, {b}] : [{c}, {a}, {b}]"  # a < b
+    below_a = f"{a} < {c} ? [{b}, {a}, {c}] : {b} < {c} ? [{b}, {c}, {a}] : [{c}, {b}, {a}]"  # b < a
+    three = f"{a} < {b} ? ({below_b}) : ({below_a})"
+    return f"size({names}) == 2 ? ({two}) : size({names}) == 3 ? ({three}) : {names}"
 
 
 def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:

@@ -54,6 +54,7 @@ from webhook.admission.native.gaps import (
     EPHEMERAL,
     HUGE_COUNTS,
     MEMORY_COUNTS,
+    MOST_ZEROS,
     NEAR_WHOLE,
     NUL_VALUES,
     OTHER_RESOURCES,
@@ -154,9 +155,10 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     """BOTH_NAMES for a container (as mutation leaves it) whose lines the compiled policies would say in another
     order: validation says them resource by resource, in the order of its limits (the API server sends a map's
     keys sorted), the compiled rules rule by rule, so two resources that each say a line of their own are
-    outside unless the rules say them by name too (`_said_by_name`); and several zeros beside a GPU, whose
-    lines a CEL map's keys (in no order) cannot order. The line of one zero names the first resource held, which
-    the compiled rule reads as the least name."""
+    outside unless the rules say them by name too (`_said_by_name`). The lines of zeros beside a GPU come in the
+    order of their names in the compiled rule, and only up to MOST_ZEROS of them: outside where there are
+    more, or where validation reads them otherwise (in the order mutation leaves the limits: a limit copied from
+    a request comes last). Each names the first resource held, which the compiled rule reads as the least name."""
     rules = Rules.of(policy)
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
@@ -165,7 +167,7 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     held = [name for name, count in counts.items() if count]
     zeros = [name for name, count in counts.items() if not count]
     if (len(saying) > 1 and not _said_by_name(saying, policy)) or (
-        held and zeros and (len(zeros) > 1 or held[0] != min(held))
+        held and zeros and (len(zeros) > MOST_ZEROS or zeros != sorted(zeros) or held[0] != min(held))
     ):
         return BOTH_NAMES
     return None
