@@ -78,8 +78,9 @@ MEMORY_COUNTS = Gap(
 HUGE_COUNTS = Gap(
     "a GPU resource quantity of a trillion or more",
     "the API server holds a quantity of more than 18 digits (or a large binary one, such as 1Pi) as an "
-    "arbitrary-precision decimal, whose CEL isInteger() is false even when whole, and the compiled pod totals sum counts in int64, which a pod of such counts could pass (an "
-    "error, not the webhook's line): judged by the webhook alone",
+    "arbitrary-precision decimal, whose CEL isInteger() is false even when whole, and the compiled pod totals "
+    "sum counts in int64, which a pod of such counts could pass (an error, not the webhook's line): judged by the "
+    "webhook alone",
 )
 ACK_PODS = Gap(
     "under ACK GPU sharing: the pod label aliyun.com/gpu-count, or aliyun.com/gpu-count among a container's "
