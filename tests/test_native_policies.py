@@ -758,6 +758,31 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's memory variable with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "9e-1"}])),
     ),
+    # an exponent after a plain decimal: the CEL moves its power of ten onto the digits or the power they are over
+    "shared: the user's memory variables with exponents within the share": (
+        "shared", pod(container(limits={GPU_: 1}, env=[
+            {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "2E-1"},
+            {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "2.5e1%"},
+            {"name": "GPU_MEMORY_FRACTION", "value": " +.025e+01 "},
+        ])),
+    ),
+    "shared: the user's memory variables with exponents over the share": (
+        "shared", pod(container(limits={GPU_: 1}, env=[
+            {"name": "CUPY_GPU_MEMORY_LIMIT", "value": "3e01%"},
+            {"name": "CUDA_MEMORY_FRACTION", "value": "1e-0"},
+            {"name": "GPU_MEMORY_FRACTION", "value": "2.6E-1"},
+        ])),
+    ),
+    "mps-frac: 100m, CuPy's byte count with an exponent": (
+        "mps-frac", pod(container(limits={GPU_: "100m"}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": "9e+9"}])),
+    ),
+    # past the digit budget (its mantissa and its exponent's size more than 12), and a byte count that is no whole
+    "shared: the user's memory variable with an exponent past the digit budget": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.5e-11"}])),
+    ),
+    "mps-frac: 100m, CuPy's byte count with a negative exponent": (
+        "mps-frac", pod(container(limits={GPU_: "100m"}, env=[{"name": "CUPY_GPU_MEMORY_LIMIT", "value": "9e-1"}])),
+    ),
     # a `+` before a plain decimal and ASCII spaces around it: stripped by the webhook, dropped by the CEL
     "shared: the user's memory variables with a sign and spaces": (
         "shared", pod(
@@ -939,6 +964,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: an allocator config's fraction with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
             "per_process_memory_fraction:9e1"
+        )}])),
+    ),
+    "shared: an allocator config's fraction with a negative exponent": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+            "expandable_segments:True, per_process_memory_fraction: 5e-1 ,"
         )}])),
     ),
     # init containers and sidecars: the pod's effective total as the scheduler counts it
@@ -1572,12 +1602,11 @@ NOT_COVERED = {
     "mig: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
     "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
-    "capped: the user's GPU_MEMORY_FRACTION over the share": gaps.USER_VALUES,
-    "shared: the user's memory variable with an exponent": gaps.USER_VALUES,
     "shared: the user's memory variable with a space before its percent sign": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
+    "shared: the user's memory variable with an exponent past the digit budget": gaps.USER_VALUES,
+    "mps-frac: 100m, CuPy's byte count with a negative exponent": gaps.USER_VALUES,
     "shared-tie: an allocator config with a tab": gaps.USER_CONFIG,
-    "shared: an allocator config's fraction with an exponent": gaps.USER_VALUES,
     "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
     "shared: the user's flag with a tab": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
@@ -1611,7 +1640,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (261, 44, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (268, 43, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1780,12 +1809,13 @@ def test_a_pod_with_an_engines_own_flag_agrees_with_the_webhook(
 CONF_ITEMS = (
     "expandable_segments:True", "max_split_size_mb:128", "backend:native", "k:", "per_process_memory_fraction:0.9",
     "per_process_memory_fraction:.25", "per_process_memory_fraction:0.05", "per_process_memory_fraction:1.",
-    "per_process_memory_fraction:x", "per_process_memory_fraction_x:0.9",
+    "per_process_memory_fraction:x", "per_process_memory_fraction_x:0.9", "per_process_memory_fraction:9e1",
+    "per_process_memory_fraction:2.5E-1",
 )  # fmt: skip
 # Not read (a fraction key's number in another form: the webhook's) or not plain (a tab, more spaces than a plain
 # config holds, brackets, an empty item: the webhook's)
 OTHER_CONF_ITEMS = (
-    "per_process_memory_fraction:9e1", "\tbackend:native", "per_process_memory_fraction:          0.9",
+    "per_process_memory_fraction:5e-12", "\tbackend:native", "per_process_memory_fraction:          0.9",
     "roundup_power2_divisions:[256:1]", "",
 )  # fmt: skip
 
@@ -1843,7 +1873,8 @@ def test_an_allocator_configs_key_is_read_and_merged_as_the_webhook_does(config:
     number = kube_cel.evaluate(userenv.conf_number_cel("v"), {"v": config})
     pattern = userenv.readings(policy)[name].pattern
     claim = memory_claim(name, config, None)
-    if kube_cel.evaluate(f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(pattern)})", {"v": number}):
+    read = f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(pattern)}) && {memvars.scaled_cel('v')}"
+    if kube_cel.evaluate(read, {"v": number}):
         n, d = kube_cel.evaluate(memvars.parts("v"), {"v": number})
         assert Fraction(n, d) == claim
     else:
@@ -2152,6 +2183,7 @@ def test_every_fraction_agrees_with_the_webhook(
 # A container's own memory variable: plain decimals of every shape up to 12 characters, and the shares' neighbours
 # (1/4, 1/2 and the converted fractions' 0.1, 0.3, 0.005), where a claim just over is written as the share.
 NEIGHBOURS = ("0.25", "0.2500", "0.2499", "0.2501", "0.250000001", ".1", "0.0999", "0.1000001", "0.00501", "0.3001")
+NEIGHBOURS += ("2.5e-1", "25E-2", "2.501e-01", ".2499E0", "1e-1", "0.01e+1", "1.000001e-1", "3e-1")
 OWN_VARIABLES = (
     "GPU_MEMORY_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION", "CUDA_MEMORY_FRACTION",
     "CUPY_GPU_MEMORY_LIMIT",
@@ -2186,13 +2218,22 @@ def own_variables(draw: st.DrawFn) -> dict[str, str]:
         st.tuples(
             st.text(" \t+", max_size=2), plain_decimals(), st.sampled_from(("", "  ", "\t", "%", "% ", " %"))
         ).map("".join),
-        st.text(" \t+-0123456789._e%", max_size=15),
+        st.text(" \t+-0123456789._eE%", max_size=15),
+        st.tuples(
+            st.sampled_from(("", " ", "+", " +")),
+            plain_decimals(),
+            st.sampled_from(("e", "E")),
+            st.sampled_from(("", "+", "-")),
+            st.text("0123456789", min_size=1, max_size=3),
+            st.sampled_from(("", " ", "%", "\t", "_0", "%e1")),
+        ).map("".join),
     )
 )
 def test_a_number_as_written_is_read_as_the_webhook_reads_it(text: str) -> None:
-    """A value the CEL reads (userenv.SHORT and a Reading's pattern, in RE2) holds the number the webhook reads,
-    its spaces and `+` dropped (memvars.parts): a memory variable's (memory_claim), CuPy's percent, an engine's
-    flag's (engines.find); the Python mirror (`Reading.reads`) says the same of it."""
+    """A value the CEL reads (userenv.SHORT, a Reading's pattern in RE2, within userenv.scaled's digit budget)
+    holds the number the webhook reads, its spaces and `+` dropped, its exponent's power moved (memvars.parts): a
+    memory variable's (memory_claim), CuPy's percent or bytes, an engine's flag's (engines.find); the Python mirror
+    (`Reading.reads`) says the same of it."""
     from webhook.admission.native import memvars
     from webhook.admission.native.cel import lit
     from webhook.admission.phases.envhints import memory_claim
@@ -2202,7 +2243,8 @@ def test_a_number_as_written_is_read_as_the_webhook_reads_it(text: str) -> None:
         (userenv.DECIMAL, memory_claim("GPU_MEMORY_FRACTION", text, None)),
         (cupy, memory_claim("CUPY_GPU_MEMORY_LIMIT", text, 81920)),
     ):
-        read = kube_cel.evaluate(f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(reading.pattern)})", {"v": text})
+        form = f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(reading.pattern)}) && {memvars.scaled_cel('v')}"
+        read = kube_cel.evaluate(form, {"v": text})
         assert read == reading.reads(text)
         if read:
             n, d = kube_cel.evaluate(

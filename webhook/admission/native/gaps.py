@@ -91,18 +91,20 @@ ACK_PODS = Gap(
 )
 EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook on the subresource only")
 USER_VALUES = Gap(
-    "a container's own memory variable whose value is not a plain decimal of at most 12 digits and points, ASCII "
-    "spaces around it and a `+` before it allowed (CuPy's: a percent of one, or a whole byte count where the GPU's "
-    "memory is known; PyTorch's: its allocator config's fraction key's value)",
-    "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: exponents, a/b, "
-    "underscores, other whitespace, any script's digits; CuPy's bytes as a decimal); CEL parses the plain decimal "
-    "only (ASCII digits and one point, as integers: a longer one, or any under a share whose integers are past "
-    "int64's reach, could overflow them); the native set keeps the container's value and adds each of its "
-    "variables the container does not set",
+    "a container's own memory variable whose value is not a plain decimal (ASCII digits, at most one point) with "
+    "an exponent or none (`e` or `E`, a sign, one or two digits), of at most 12 characters, its mantissa's "
+    "characters and its exponent's size at most 12 together, ASCII spaces around it and a `+` before it allowed "
+    "(CuPy's: a percent of one, or a whole byte count, no `-` in its exponent, where the GPU's memory is known; "
+    "PyTorch's: its allocator config's fraction key's value)",
+    "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: a/b, underscores, "
+    "other whitespace, any script's digits, any exponent; CuPy's bytes as a decimal); CEL parses the plain "
+    "decimal and its exponent only (ASCII digits and one point, as integers: a longer one or a larger exponent, or "
+    "any under a share whose integers are past int64's reach, could overflow them); the native set keeps the "
+    "container's value and adds each of its variables the container does not set",
 )
 USER_CONFIG = Gap(
     "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits and `_`, "
-    "values `.` and `+` too, joined by commas, ASCII spaces around them, a comma at the end: no other whitespace, "
+    "values `.`, `+` and `-` too, joined by commas, ASCII spaces around them, a comma at the end: no other whitespace, "
     "brackets, empty items), or a recorded fraction of its own",
     "the webhook parses the config's items as free-form text (each key stripped of any whitespace) and reads a "
     "recorded fraction as the container's share: not compiled",
@@ -120,8 +122,8 @@ ENGINE_FLAGS = Gap(
     "decimal of at most 12 digits and points, ASCII spaces around it and a `+` before it allowed (an exponent, a/b, "
     "a tab, more digits)",
     "the webhook parses the value as Python's Fraction reads a decimal and judges it against the share; CEL parses "
-    "the plain decimal only, as a memory variable's (any, under a share whose integers are past int64's reach, or "
-    "at a converted fraction whose argument the native set does not write): not compiled",
+    "the plain decimal only, as a memory variable's without an exponent (any, under a share whose integers are past "
+    "int64's reach, or at a converted fraction whose argument the native set does not write): not compiled",
 )
 COMMAND_LINES = Gap(
     "a GPU container's command or args that is no list of strings, or an image that is no string",

@@ -4,9 +4,10 @@ from the recorded fraction as fractions.py writes it), said in the engine's line
 
 Validation judges the container's variables in env order, those not the policy's own values first (the
 container's, and those mutation appended or merged into: every one the native set judges is a plain decimal,
-CuPy's percent or a plain allocator config's fraction key, userenv.readings), then, below one replica's share,
-the policy's own values (a constant claim each). A value is parsed in integers, exactly: its digits `n` and the
-power of ten after its point (times 100 for a percent, the GPU's bytes for a CuPy byte count) `d`; the claim n/d
+an exponent after it allowed, CuPy's percent or a plain allocator config's fraction key, userenv.readings), then,
+below one replica's share, the policy's own values (a constant claim each). A value is parsed in integers,
+exactly: its digits `n` and the power of ten after its point (times 100 for a percent, the GPU's bytes for a CuPy
+byte count) `d`, its exponent's power of ten multiplying the one or dividing out of the other; the claim n/d
 is over a share p/q where n*q > p*d, and over a recorded fraction of `a` units of 10^-PLACES where
 n*10^PLACES > a*d. The claim is written as format_fraction writes it (rounded down to PLACES places), the value
 to write instead is the engine's (envhints.memory_value) for one replica's share, or at the recorded fraction
@@ -49,15 +50,37 @@ def owned(policy: Policy) -> dict[str, tuple[int, int]]:
     return found
 
 
-def parts(text: str, scale: str = "") -> str:
-    """CEL of [n, d] for the CEL string `text`, a plain decimal (userenv.plain, its spaces and `+` dropped; CuPy's
-    percent with its `%`): its digits as an int and the power of ten after its point, times `scale` (CEL text
-    after the power, or none)."""
-    powers = [10**i for i in range(LONGEST)]  # a number of LONGEST characters has fewer digits after its point
+def _mantissa_exponent(text: str) -> str:
+    """CEL of the number `text` (a CEL string, in a Reading's form), its spaces and `+` dropped, without CuPy's
+    `%`, split at its exponent's `e`: [mantissa] or [mantissa, exponent]."""
+    return f"{text}.replace(' ', '').replace('+', '').split('%')[0].replace('E', 'e').split('e')"
+
+
+def scaled_cel(text: str) -> str:
+    """CEL of userenv.scaled: the number `text` stays within the digit budget with its exponent."""
     return bind(
-        f"{text}.replace(' ', '').replace('+', '').split('%')[0].split('.')",
-        "parts",
-        f"[int('0' + parts.join('')), {powers}[size(parts) > 1 ? size(parts[1]) : 0]{scale}]",
+        _mantissa_exponent(text), "me", f"size(me) < 2 || size(me[0]) + int(me[1].replace('-', '')) <= {LONGEST}"
+    )
+
+
+def parts(text: str, scale: str = "") -> str:
+    """CEL of [n, d] for the CEL string `text`, a number in a Reading's form within the digit budget
+    (userenv.scaled; its spaces and `+` dropped, CuPy's percent with its `%`): its digits as an int over the power of
+    ten after its point, the exponent's power moved to the one side or the other, times `scale` (CEL text after the
+    power over, or none)."""
+    powers = [10**i for i in range(LONGEST)]  # each power either side is below 10^LONGEST (userenv.scaled)
+    return bind(
+        _mantissa_exponent(text),
+        "me",
+        bind(
+            "me[0].split('.')",
+            "parts",
+            bind(
+                "(size(me) > 1 ? int(me[1]) : 0) - (size(parts) > 1 ? size(parts[1]) : 0)",
+                "sh",
+                f"[int('0' + parts.join('')) * {powers}[sh > 0 ? sh : 0], {powers}[sh < 0 ? -sh : 0]{scale}]",
+            ),
+        ),
     )
 
 
@@ -74,11 +97,11 @@ def _plain(read: dict[str, Reading], own: dict[str, tuple[int, int]], index: str
     if confs:  # each as [its name, the text of its number] first: an allocator config's fraction key's value
         text = f"e.name in {strings(confs)} ? ({conf_number_cel('e.value')}) : e.value"
         scale = f" * (y[1].contains('%') ? 100 : {scales}[y[0]])" if CUPY_LIMIT in read else ""
-        number = f"y[1].matches({lit(SHORT)}) && y[1].matches({forms}[y[0]])"
+        number = f"y[1].matches({lit(SHORT)}) && y[1].matches({forms}[y[0]]) && {scaled_cel('y[1]')}"
         found = f"c.env.filter(e, {named}).map(e, [e.name, {text}])"
         return f"{found}.filter(y, {number}).map(y, [{index}[y[0]]] + {parts('y[1]', scale)})"
     scale = f" * (e.value.contains('%') ? 100 : {scales}[e.name])" if CUPY_LIMIT in read else ""
-    kept = f"{named} && e.value.matches({lit(SHORT)}) && e.value.matches({forms}[e.name])"
+    kept = f"{named} && e.value.matches({lit(SHORT)}) && e.value.matches({forms}[e.name]) && {scaled_cel('e.value')}"
     return f"c.env.filter(e, {kept}).map(e, [{index}[e.name]] + {parts('e.value', scale)})"
 
 

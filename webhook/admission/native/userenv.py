@@ -1,15 +1,17 @@
 """A container's own memory variables, as mutation's env step treats them (mutate._env, _merge_hints): a name the
 container sets is never written again and its value is kept; JAX's pair is skipped whole where the container sets
 either of JAX's fraction variables; PyTorch's hint is merged into the container's own allocator config where that
-has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_`, `.`
-and `+`, spaces around them, a comma at the end; the last entry where the container sets the name twice; scope.py
+has no fraction key of its own (`merges`: exact for a plain config, `key:value` items of letters, digits, `_`, `.`,
+`+` and `-`, spaces around them, a comma at the end; the last entry where the container sets the name twice; scope.py
 leaves any other to the webhook, as it does a recorded fraction the container sets itself).
 
 Validation parses a memory variable's value as free-form text (as Python's Fraction reads a decimal) and judges it
-against the container's share (validate._memory_variables). The native set reads the common case, a plain decimal
-(`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point, ASCII spaces around it and a `+` before it; CuPy's
-a percent of one, `90%`, or a whole byte count where the GPU's memory is known; in a PyTorch allocator config the
-fraction key's first value), exactly in CEL integers (memvars.py); `readings` says which form each variable takes.
+against the container's share (validate._memory_variables). The native set reads the common cases, a plain decimal
+(`0.9`, `.5`, `1.`, `007.50`: ASCII digits and at most one point, ASCII spaces around it and a `+` before it) and
+one with an exponent (`9e-1`, `5E+1`, `.5e01`: `e` or `E`, a sign, one or two digits; within the digit budget,
+`scaled`); CuPy's a percent of one, `90%`, or a whole byte count (`8e9`) where the GPU's memory is known; in a
+PyTorch allocator config the fraction key's first value, exactly in CEL integers (memvars.py); `readings` says
+which form each variable takes.
 `outside` says where the native set stops: a value the engine reads that is in no such form, an allocator config
 that is not plain, or a recorded fraction. A value the engine reads as nothing (not a number), a variable the mode
 does not judge, one of the policy's own values and one from a ConfigMap or Secret (`valueFrom`) are covered: the
@@ -47,8 +49,15 @@ PYTORCH_CONFS = (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF)
 # A plain decimal: ASCII digits with at most one point, a digit on either side of it (what Python's Fraction reads
 # of such text is its digits over a power of ten). RE2 (CEL's `matches`) and Python read these patterns alike.
 PLAIN = r"[0-9]+[.]?[0-9]*|[.][0-9]+"
+# A memory variable's number may have an exponent after it (Fraction reads `9e-1` as 9/10): `e` or `E`, a sign and
+# one or two digits; a whole one (CuPy's byte count) only a `+`, its value stays whole. RE2 and Python alike.
+EXPONENT = r"[eE][+-]?[0-9]{1,2}"
+NUMBER = rf"({PLAIN})({EXPONENT})?"
+WHOLE = r"[0-9]+([eE][+]?[0-9]{1,2})?"
 LONGEST = 12  # the most digits and points of a compiled number: its integers, times a share's, stay within int64
-SHORT = rf"^ *[+]?[0-9.]{{1,{LONGEST}}}%? *$"
+# A number's length: at most LONGEST characters, its exponent among them, after a `+` (a plain decimal's digits
+# and points; the number of a plain allocator config, with its spaces, stays within the webhook's 32 characters)
+SHORT = rf"^ *[+]?[0-9.eE+-]{{1,{LONGEST}}}%? *$"
 INT64 = 2**63
 
 
@@ -59,13 +68,13 @@ def written(pattern: str) -> str:
 
 
 # A plain PyTorch allocator config: `key:value` items joined by commas, keys of letters, digits and `_`, values of
-# those, `.` and `+` (`expandable_segments:True, max_split_size_mb:128`), ASCII spaces around a key, a value or an item
-# (at most SPACES on a side: a value the CEL reads, with its spaces, stays within the 32 characters the webhook
-# reads), a comma at the end; or spaces alone. Such a config without its spaces is its items as the webhook reads
-# them (each key stripped): there the fraction key's first item is found by splitting, and mutation's merge is the
-# config less its last comma, a comma and its item appended.
+# those, `.`, `+` and `-` (`expandable_segments:True, max_split_size_mb:128`), ASCII spaces around a key, a value
+# or an item (at most SPACES on a side: a value the CEL reads, with its spaces, stays within the 32 characters the
+# webhook reads), a comma at the end; or spaces alone. Such a config without its spaces is its items as the
+# webhook reads them (each key stripped): there the fraction key's first item is found by splitting, and mutation's
+# merge is the config less its last comma, a comma and its item appended.
 SPACES = " {0,9}"
-CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.+]*{SPACES}"
+CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.+-]*{SPACES}"
 PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*(,{SPACES})?|{SPACES})$"
 FRACTION_ITEM = f",{PYTORCH_FRACTION_KEY}:"  # the fraction key's item, after the comma before it
 # The names a mutation that writes memory variables binds a section's containers to (containers.found_once):
@@ -76,7 +85,8 @@ HOLDERS, HELD, IDLE = "holders", "held", "idle"
 @dataclass(frozen=True, slots=True)
 class Reading:
     """How a variable's compiled value is read: `pattern` (anchored) says which values; the claim is the number's
-    digits over 10^(digits after the point), over 100 where it ends with `%`, else over `scale`. In a PyTorch
+    digits over 10^(digits after the point), scaled by 10^(its exponent), over 100 where it ends with `%`, else
+    over `scale`. In a PyTorch
     allocator config (`conf`) the number is its fraction key's first value."""
 
     pattern: str
@@ -85,7 +95,16 @@ class Reading:
 
     def reads(self, value: str) -> bool:
         text = conf_number(value) if self.conf else value
-        return re.fullmatch(SHORT, text) is not None and re.fullmatch(self.pattern, text) is not None
+        return re.fullmatch(SHORT, text) is not None and re.fullmatch(self.pattern, text) is not None and scaled(text)
+
+
+def scaled(text: str) -> bool:
+    """The number `text` (SHORT, in a Reading's form) stays within the digit budget with its exponent: its
+    mantissa's characters and the exponent's size at most LONGEST together, so its digits times the power of ten
+    stay below 10^LONGEST and the power of ten it is over at most 10^(LONGEST - 1) (userenv.fits). As
+    memvars.scaled_cel reads it."""
+    mantissa, *exponent = text.replace(" ", "").replace("+", "").split("%")[0].replace("E", "e").split("e")
+    return not exponent or len(mantissa) + abs(int(exponent[0])) <= LONGEST
 
 
 def conf_number(value: str) -> str:
@@ -110,7 +129,8 @@ def plain_conf(entry: dict[str, Any]) -> bool:
     return "valueFrom" not in entry and type(value) is str and re.fullmatch(PLAIN_CONF, value) is not None
 
 
-DECIMAL = Reading(written(PLAIN), 1)  # a plain decimal, as itself
+DECIMAL = Reading(written(PLAIN), 1)  # a plain decimal, as itself (an engine's flag's)
+VALUE = Reading(written(NUMBER), 1)  # a memory variable's: a plain decimal, an exponent after it allowed
 
 
 def readings(policy: Policy) -> dict[str, Reading]:
@@ -149,13 +169,13 @@ def _readings(policy: Policy) -> dict[str, Reading]:
     for name in MEMORY_VARIABLES:
         if not backend.judges_variable(name):
             continue
-        if name in PYTORCH_CONFS:  # the fraction key's value, a plain decimal
-            found[name] = Reading(DECIMAL.pattern, 1, conf=True)
-        elif name == CUPY_LIMIT:  # a percent; a byte count over the GPU's memory, where it is known
-            counts = f"|{written('[0-9]+')}" if memory else ""
-            found[name] = Reading(written(f"({PLAIN})%") + counts, bytes_scale or 1)
+        if name in PYTORCH_CONFS:  # the fraction key's value, a number
+            found[name] = Reading(VALUE.pattern, 1, conf=True)
+        elif name == CUPY_LIMIT:  # a percent; a whole byte count over the GPU's memory, where it is known
+            counts = f"|{written(WHOLE)}" if memory else ""
+            found[name] = Reading(written(f"({NUMBER})%") + counts, bytes_scale or 1)
         else:
-            found[name] = DECIMAL
+            found[name] = VALUE
     return found
 
 
