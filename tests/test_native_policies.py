@@ -410,6 +410,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mig-any: 999999900n, no model to advise by": ("mig-any", pod(container(limits={GPU_: "999999900n"}))),
     "mig-frac: 999999900n, advised by the model's slices": ("mig-frac", pod(container(limits={GPU_: "999999900n"}))),
     "hami: 999999900n beside its own memory": ("hami-a", pod(container(limits={GPU_: "999999900n", HAMI_MEM: 100}))),
+    "hami: its memory 99999999900n beside a whole GPU": (
+        "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: "99999999900n"})),
+    ),
+    "vgpu: a vGPU count of 999999900n beside its memory": (
+        "vgpu", pod(container(limits={VOLCANO_MEM: 100, VOLCANO_NUM: "999999900n"})),
+    ),
     "fractions: 500m, more than one replica's share": ("frac", pod(container(limits={GPU_: "500m"}))),
     "fractions: 250m, one replica's share, requests only": ("frac", pod(container(requests={GPU_: "250m"}))),
     "fractions: 0.1 written plainly, beside a variable of the user's": (
@@ -1640,7 +1646,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (268, 43, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (270, 43, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -2020,13 +2026,15 @@ def test_a_terms_own_expressions_on_a_required_label_agree_with_the_webhook(
 
 
 # Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
-# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent), a pod's own placement.
+# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent, and just below a whole
+# number), a pod's own placement.
 MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
 MEMORY_OWN = (
     HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM,
     "aliyun.com/gpu-count",
 )  # fmt: skip
 MEMORY_AMOUNTS = ("0", "1", "7", "24", "25", "100", "101", "4000", "8156", "90000", "122881")
+MEMORY_AMOUNTS += ("999999900n", "100999999900n")  # within a thousandth below a whole number: refused as fractional
 MEMORY_RESOURCES = st.one_of(
     st.builds(
         lambda which, q: {which: {GPU_: q}}, st.sampled_from(("limits", "requests")), st.sampled_from(MEMORY_GPUS)

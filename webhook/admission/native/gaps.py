@@ -28,8 +28,8 @@ BUILT_IN_REFUSAL = Gap(
 )
 NEAR_WHOLE = Gap(
     "a GPU quantity within a thousandth below a whole number that mutation does not convert, written otherwise "
-    "than the API server writes it (0.9999999, which it sends as 999999900n), under mode memory, or as "
-    f"{NVIDIA_GPU} where the policy's advice turns on the value (MIG slices of a known model)",
+    f"than the API server writes it (0.9999999, which it sends as 999999900n), or as {NVIDIA_GPU} where the "
+    "policy's advice turns on the value (MIG slices of a known model, mode memory's shares)",
     "the API server's own validation reads milli-units rounded up and takes it as whole, so no refusal of its own "
     "comes first; the webhook refuses it as fractional with its advice, the compiled line reads the canonical text "
     "(nanos or micros) and says advice that does not turn on the value: not compiled there (the native set lets "

@@ -338,7 +338,9 @@ def _memory_container(
     """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
     the compiled set says them (another pool's resource beside any other, or two counts of devices: validation
     says each resource's lines in the order of its limits); NEAR_WHOLE where the API server takes a value as
-    whole that mutation does not convert; MEMORY_COUNTS for a count past the compiled integers."""
+    whole that mutation does not convert and the compiled set does not refuse (`nvidia.com/gpu`, whose advice
+    turns on the value, or a text not canonical; the backend's own resources are wholes.py's); MEMORY_COUNTS
+    for a count past the compiled integers."""
     served = Rules.of(policy).served
     counts = [name for name in managed if name not in DEVICE_AMOUNTS]
     if len(managed) > 1 and (not managed <= served or len(counts) > 1):
@@ -358,8 +360,9 @@ def _near_whole(policy: Policy, amounts: dict[str, Any], gpu_compiled: bool) -> 
     """A value the API server takes as whole and the webhook refuses as fractional (within a thousandth below a
     whole number, and not a fraction below 1 of `nvidia.com/gpu` that the policy converts to a shared replica:
     both convert it; a MIG slice may hold none of it) whose line the compiled set does not say (wholes.py): its
-    text is not the API server's canonical form, or it is `nvidia.com/gpu` and not `gpu_compiled`. `amounts`:
-    the container's requests and limits, a limit's text for a name in both (the text mutation keeps)."""
+    text is not the API server's canonical form, or it is `nvidia.com/gpu` and not `gpu_compiled` (never under mode
+    memory, MIG slices of a known model). `amounts`: the container's requests and limits, a limit's text for a
+    name in both (the text mutation keeps)."""
     for name, raw in amounts.items():
         value = quantity_or_none(raw)
         if value is None or Fraction(value).denominator == 1 or not whole_to_the_api_server(value):

@@ -2,13 +2,16 @@
 written: the API server's own validation reads milli-units rounded up and takes it as whole, so the object
 reaches the ValidatingAdmissionPolicy, whose line refuses it as fractional as validation does (validate._resource,
 fractional_line; for `nvidia.com/gpu` the policy's advice, fraction_advice, where it does not depend on the value).
+Under mode memory that is every managed name but `nvidia.com/gpu`: the backend's own counts and amounts (vGPUs,
+memory, percentages), whose line is fractional_line whatever the backend.
 
 The API server sends a quantity in its canonical form: such a value as digits of nanos or micros (`999999900n`,
 `999500u`; `999999900e-9` where it was written with an exponent). CEL reads the text, not quantity's
 `isInteger()` (false for any value of a negative scale, a whole `1000000000n` among them): it is fractional where
 a digit among its last 9 (6) is not 0, and its value is written as format_fraction writes it to 9 places (exact
-to 1n), its trailing zeros dropped. Another text (`0.9999999`, which the API server never sends), and mode memory
-(the memory backends' advice turns on the value), are outside (scope.py).
+to 1n), its trailing zeros dropped. Another text (`0.9999999`, which the API server never sends), and
+`nvidia.com/gpu` where the advice turns on the value (MIG slices of a known model, the memory backends' shares),
+are outside (scope.py).
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ class NearWhole(Family):
     name = "fractional, whole to the API server"
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
-        if shape(policy) in (None, "memory"):
+        if shape(policy) is None:
             return []
         key, text = "n", "c.resources.limits[n]"
         kept = [managed(key), _fractional(text)]
