@@ -42,10 +42,10 @@ from webhook.admission.base.quantity import NANO, PLACES, format_fraction
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.cel import all_of, bind, fill, jsonpatch, lit, nanos, slot
 from webhook.admission.native.commandline import runs_engine
-from webhook.admission.native.containers import any_managed, each_of, found_once, holds, path, replaced, value
+from webhook.admission.native.containers import any_managed, each_of, holds, path, replaced, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.gaps import FRACTION_VARIABLES, shape
-from webhook.admission.native.userenv import HELD, HOLDERS, IDLE, appends, merges, readings, sets
+from webhook.admission.native.userenv import HELD, HOLDERS, IDLE, appends, merges, over_holders, readings, sets
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, hints_for, jax_fraction, memory_value
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
@@ -308,7 +308,7 @@ class FractionalShares(Family):
         env = []
         for section in SECTIONS:  # the env list whole where there is none, else each entry appended
             # the section's converted containers found once, then those with an env, and of those the ones that
-            # run no engine (replicas.py does the same): the same operations, in the same order
+            # run no engine (userenv.over_holders, as replicas.py does)
             ops = [each_of(HOLDERS, "!has(c.env)", jsonpatch("add", path(section, "/env"), listed))]
             for name, text, of_k in written:
                 entry = bind(nanos(limit), k, _entry(name, text)) if of_k else _entry(name, text)
@@ -318,11 +318,8 @@ class FractionalShares(Family):
                 ops.append(each_of(among, unset, added))
                 if name == PYTORCH_CUDA_ALLOC_CONF:  # or merged into the container's own config
                     ops.append(merges(section, among, "true", bind(nanos(limit), k, text) if of_k else text))
-            made = " + ".join(ops)
-            if any(name not in kept for name, _, _ in written):
-                made = bind(f"{HELD}.filter(c, !({engine}))", IDLE, made)
-            with_env = bind(f"{HOLDERS}.filter(c, has(c.env))", HELD, made)
-            env.append((section, found_once(section, converted, HOLDERS, with_env)))
+            idle = engine if any(name not in kept for name, _, _ in written) else None
+            env.append((section, over_holders(section, converted, ops, idle)))
         renamed = replaced(converted, [(lit(target), "'1'")])  # "1" in each map that held it, as _rename does
         return [
             *(Mutation(f"the memory variables of {NVIDIA_GPU} below 1 in {section}", ops) for section, ops in env),

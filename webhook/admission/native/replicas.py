@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from webhook.admission.base.envnames import PYTORCH_CUDA_ALLOC_CONF
 from webhook.admission.base.resources import NVIDIA_GPU, SHARED_SUFFIX
-from webhook.admission.native.cel import all_of, bind, jsonpatch, lit
+from webhook.admission.native.cel import all_of, jsonpatch, lit
 from webhook.admission.native.commandline import runs_engine
-from webhook.admission.native.containers import any_managed, each_of, found_once, has_map, holds, path, replaced, value
+from webhook.admission.native.containers import any_managed, each_of, has_map, holds, path, replaced, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.userenv import HELD, HOLDERS, IDLE, appends, merges, sets
+from webhook.admission.native.userenv import HELD, HOLDERS, IDLE, appends, merges, over_holders, sets
 from webhook.admission.phases.envhints import hints_for
 from webhook.admission.phases.mutate import RECORDED_FRACTION, mps_only
 from webhook.admission.phases.validate import Rules
@@ -77,8 +77,8 @@ class SharedReplicas(Family):
                 listed = f"({engine}) ? [{', '.join(_entry(entry) for entry in alone)}] : {listed}"
             else:
                 whole += f" && !({engine})"
-        # Each section's holders are found once (`found_once`), then those with an env, and of those the ones
-        # that run no engine: the operations are the same, in the same order, as a filter of the section each.
+        # Each section's holders are found once, then those with an env, and of those the ones that run no
+        # engine (userenv.over_holders).
         unrecorded = f"!({sets([RECORDED_FRACTION])})"
         parts = []
         for section in SECTIONS:
@@ -90,11 +90,7 @@ class SharedReplicas(Family):
                 ops.append(each_of(among, keep, jsonpatch("add", path(section, "/env/-"), _entry(entry))))
                 if entry["name"] == PYTORCH_CUDA_ALLOC_CONF:  # or merged into the container's own config
                     ops.append(merges(section, among, unrecorded, lit(entry["value"])))
-            made = " + ".join(ops)
-            if len(alone) < len(entries):
-                made = bind(f"{HELD}.filter(c, !({engine}))", IDLE, made)
-            with_env = bind(f"{HOLDERS}.filter(c, has(c.env))", HELD, made)
-            parts.append(found_once(section, holder, HOLDERS, with_env))
+            parts.append(over_holders(section, holder, ops, engine if len(alone) < len(entries) else None))
         return [Mutation("memory variables", " + ".join(parts))]
 
 

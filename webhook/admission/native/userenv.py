@@ -35,7 +35,7 @@ from webhook.admission.base.envnames import (
 )
 from webhook.admission.base.quantity import PLACES
 from webhook.admission.native.cel import bind, jsonpatch, lit, strings
-from webhook.admission.native.containers import each_of, path
+from webhook.admission.native.containers import each_of, found_once, path
 from webhook.admission.native.family import Gap
 from webhook.admission.native.gaps import USER_CONFIG, USER_VALUES
 from webhook.admission.phases.envhints import MEBIBYTE, MEMORY_VARIABLES, memory_claim
@@ -195,6 +195,17 @@ def appends(name: str, *also: str) -> str:
     if name in PYTORCH_CONFS:
         names |= set(PYTORCH_CONFS)  # merged into the container's own (`merges`)
     return f"!({sets(names)})"
+
+
+def over_holders(section: str, keep: str, ops: list[str], engine: str | None) -> str:
+    """CEL: a section's memory-variable operations `ops` (each over HOLDERS, HELD or IDLE), with the section's
+    containers that keep `keep` found once as HOLDERS, those of them with an env as HELD, and, where `engine` is
+    given (a variable that a container running an inference engine does not get), those of HELD that run none as
+    IDLE: the same operations, in the same order, as each filtering the section itself."""
+    made = " + ".join(ops)
+    if engine is not None:
+        made = bind(f"{HELD}.filter(c, !({engine}))", IDLE, made)
+    return found_once(section, keep, HOLDERS, bind(f"{HOLDERS}.filter(c, has(c.env))", HELD, made))
 
 
 def merges(section: str, found: str, keep: str, hint: str) -> str:
