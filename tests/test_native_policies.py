@@ -1395,6 +1395,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: Intel's millicores, requests only": (
         "research", pod(container(requests={INTEL_MILLICORES: 100}, limits={"cpu": 1})),
     ),
+    "whole: Intel GPUs in requests only, over the maximum": ("research", pod(container(requests={INTEL_GPU: 3}))),
+    "whole: resources judged by prefix in requests only, one with a limit": (
+        "research",
+        pod(
+            container("a", requests={INTEL_GPU: 1, DEVICE_CLASS + "fpga.example.com": 2, GPU_: 1}),
+            container("b", requests={INTEL_MILLICORES: 200, MIG_1G: 1}, limits={INTEL_MILLICORES: 200}),
+            init=(container("setup", requests={INTEL_GPU: 1}, limits={"cpu": 1}),),
+        ),
+    ),
+    "whole: a DeviceClass of no GPU in requests only, fractional": (
+        "research", pod(container(requests={DEVICE_CLASS + "fpga.example.com": "500m"})),
+    ),
+    "whole: a name judged by prefix with a space, in requests only": (
+        "research", pod(container(requests={"gpu.intel.com/i 915": 1})),
+    ),
     "whole: an Intel GPU over the container maximum": ("research", pod(container(limits={INTEL_GPU: 3}))),
     "whole: Intel GPUs over the pod maximum": (
         "research", pod(container("a", limits={INTEL_GPU: 2}), container("b", limits={INTEL_GPU: 2})),
@@ -1588,7 +1603,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
-    "whole: Intel's millicores, requests only": gaps.PREFIXED_LIMITS,
+    "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
+    "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
     "whole: four zeros beside a GPU": gaps.BOTH_NAMES,
     "whole: a zero copied from requests, after a zero of a greater name": gaps.BOTH_NAMES,
     "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
@@ -1607,7 +1623,6 @@ NOT_COVERED = {
     "whole: negative": gaps.BUILT_IN_REFUSAL,
     "mig: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "mig-single: 0.6 more than the slice": gaps.BUILT_IN_REFUSAL,
-    "mig: a profile outside the pool's names, requests only": gaps.PREFIXED_LIMITS,
     "shared: the user's memory variable with a space before its percent sign": gaps.USER_VALUES,
     "fractions: 100m, the user's memory variable longer than 12 characters": gaps.USER_VALUES,
     "shared: the user's memory variable with an exponent past the digit budget": gaps.USER_VALUES,
@@ -1646,7 +1661,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (270, 43, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (274, 43, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1910,7 +1925,9 @@ RESOURCES = st.one_of(
         {},
         optional={
             "requests": st.dictionaries(
-                st.sampled_from((GPU_, SHARED, MIG_1G, "cpu")), st.sampled_from(QUANTITIES), max_size=2
+                st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, INTEL_GPU, "cpu")),
+                st.sampled_from(QUANTITIES),
+                max_size=2,
             )
         },
     ),

@@ -51,10 +51,10 @@ OTHER_RESOURCES = Gap(
     "resource of no GPU are)",
 )
 PREFIXED_LIMITS = Gap(
-    "limits copied from requests for Intel, DeviceClass and MIG profile resources (but a MIG pool's own): a MIG "
-    "profile outside the pool's names asked in requests only",
-    "their names are not known in advance, and CEL in a JSON Patch cannot build a map from a list of keys (the "
-    "API server then refuses the request without a limit, where the webhook copies it and says its own lines)",
+    "a resource judged by prefix (a MIG profile, Intel's, a DeviceClass's) asked in requests only whose name holds "
+    "a space or a comma",
+    "the compiled limits from requests carry each such name as text, split at those characters, so its limit is "
+    "not copied; the API server refuses the name either way, with its own message (no name it accepts holds one)",
 )
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "

@@ -43,10 +43,9 @@ def fraction_slices(policy: Policy) -> list[tuple[Fraction, str]]:
 
 def slice_names(policy: Policy) -> list[str]:
     """The MIG resources of the policy's pool, by name (the backend's `serves`: the mapping's target, the model's
-    profiles or those the nodes offer, which hold every slice a fraction becomes), whose limits the native set
-    copies from requests and whose maxima it judges; none outside MIG. A profile asked for by another name (one
-    the model does not have, one the nodes do not offer, any where the model is unknown) is judged by prefix
-    (pools.py, maxima.py): its limit is not copied, nor its pod total judged (gaps.py)."""
+    profiles or those the nodes offer, which hold every slice a fraction becomes), whose maxima the native set
+    judges by name; none outside MIG. A profile asked for by another name (one the model does not have, one the
+    nodes do not offer, any where the model is unknown) is judged by prefix (pools.py, maxima.py)."""
     if shape(policy) != "mig":
         return []
     served = Rules.of(policy).served

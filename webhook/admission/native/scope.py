@@ -30,7 +30,6 @@ from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
     DEVICE_CLASS_PREFIX,
     INTEL_PREFIX,
-    MANAGED_NAMES,
     MIG_PREFIX,
     MIG_RESOURCE_RE2,
     NVIDIA_GPU,
@@ -67,8 +66,8 @@ from webhook.admission.native.gaps import (
     product_judged,
     shape,
 )
+from webhook.admission.native.limits import copyable
 from webhook.admission.native.maxima import device_counts
-from webhook.admission.native.migslices import slice_names
 from webhook.admission.native.nodes import judged
 from webhook.admission.native.pools import judged_names, other_pools
 from webhook.admission.phases.mutate import WATCHED_ENV, mutate
@@ -298,6 +297,11 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
     if any(_huge(amounts.get(name)) for amounts in (requests, limits) for name in managed):
         return HUGE_COUNTS
     classes = Rules.of(policy).class_names
+    # the limits as mutation leaves them, each managed request without a limit copied (limits.py)
+    copied = {name: requests[name] for name in managed if name in requests and limits.get(name) is None}
+    if not all(map(copyable, copied)):
+        return PREFIXED_LIMITS  # not copied by the MAP; the API server refuses such a name either way
+    limits = {**limits, **copied}
     for name in sorted(managed - by_name):
         if name.startswith(MIG_PREFIX):
             # read by CEL's pattern as by resources.mig_profile_of
@@ -313,9 +317,6 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
             # a fraction, or a request that differs, which the API server takes (a name of "kubernetes.io/" is
             # no extended resource to it)
             return OTHER_RESOURCES
-    copied = {*MANAGED_NAMES, *slice_names(policy)}  # the MAP's limits from requests (limits.py)
-    if any(name not in limits for name in managed - copied):
-        return PREFIXED_LIMITS  # the webhook copies its request into limits; the API server refuses it as written
     if shape(policy) == "memory":
         return _memory_container(requests, limits, managed, policy)
     if _near_whole(policy, {**requests, **limits}, wholes.gpu_line(policy) is not None):
