@@ -426,8 +426,8 @@ def test_nvidia_gpu_and_the_device_class_resource_add_up():
     """A DeviceClass with extendedResourceName nvidia.com/gpu serves both names from the same GPUs."""
     decision = run(pod(container(limits={"nvidia.com/gpu": "1", CLASS_GPU: "2"})), CAPPED)
     assert decision.violations == [
-        f'container "app": nvidia.com/gpu 1 and {CLASS_GPU} 2 are 3 GPUs, more than the per-container maximum of 2 '
-        '(policy "team"): both names ask for the same GPUs; request at most 2 in all',
+        f'container "app": {CLASS_GPU} 2 and nvidia.com/gpu 1 are 3 GPUs, more than the per-container maximum of 2 '
+        '(policy "team"): both names ask for the same GPUs; request at most 2 in all',  # by name, as sent
     ]
     decision = run(pod(container("a", limits={"nvidia.com/gpu": 2}), container("b", limits={CLASS_GPU: 1})),
                    CAPPED)  # fmt: skip

@@ -229,14 +229,27 @@ def test_a_quantity_the_api_server_rewrote_is_named_with_its_value():
         "overcommitted (the API server refuses it anyway): set request and limit to the same whole number"
     ]
     decision = run(pod(container(limits={"nvidia.com/gpu": "5e-1", "amd.com/gpu": "500m"})))
-    assert decision.violations == [
+    assert decision.violations == [  # by name, as the API server sends the maps
+        'container "app": amd.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API server '
+        "refuses it anyway); request a whole number",
         'container "app": nvidia.com/gpu "5e-1" (0.5 GPU) is fractional, but GPUs are whole devices (the API '
         'server refuses it anyway); request a whole number of GPUs (policy "team" gives whole GPUs only; ask for '
         "a namespace with sharing)",
-        'container "app": amd.com/gpu "500m" (0.5 GPU) is fractional, but GPUs are whole devices (the API server '
-        "refuses it anyway); request a whole number",
     ]
     assert decision.warnings == []  # the short forms name the text alone (under enforce: no warnings)
+
+
+def test_a_containers_lines_come_by_resource_name_whatever_the_order_written():
+    """The API server sends a Pod's resource maps with their keys sorted; a file (the CLI's dry run) or the webhook's
+    own mutation (a limit copied from a request) may hold them in another order, and the lines are the same."""
+    written = [{"nvidia.com/gpu": "5e-1", "amd.com/gpu": "500m"}, {"amd.com/gpu": "500m", "nvidia.com/gpu": "5e-1"}]
+    said = [run(pod(container(limits=limits))).violations for limits in written]
+    assert said[0] == said[1] and [line.split(": ")[1].split()[0] for line in said[0]] == [
+        "amd.com/gpu",
+        "nvidia.com/gpu",
+    ]
+    copied = run(pod(container(requests={"amd.com/gpu": "500m"}, limits={"nvidia.com/gpu": "5e-1"}))).violations
+    assert copied == said[0]
 
 
 # --- mapping --------------------------------------------------------------------------------------------

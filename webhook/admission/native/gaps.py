@@ -59,10 +59,9 @@ PREFIXED_LIMITS = Gap(
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "
     f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, a name "
-    f"judged by prefix beside another, say; or more than {MOST_ZEROS} zeros beside a GPU, or zeros that mutation "
-    "leaves out of the order of their names (one copied from a request comes last); under mode memory, another "
-    "pool's resource beside any other, or two counts of devices",
-    "the webhook says a container's lines resource by resource in the order of its limits (by name), the compiled "
+    f"judged by prefix beside another, say; or more than {MOST_ZEROS} zeros beside a GPU; under mode memory, "
+    "another pool's resource beside any other, or two counts of devices",
+    "the webhook says a container's lines resource by resource, by name, the compiled "
     "policies rule by rule (another pool's resources first, then the maxima by name, then those judged by prefix); "
     f"and a CEL map's keys come in no order: the compiled rule puts up to {MOST_ZEROS} zeros' lines in the order "
     "of their names by comparing them, and more would need a list sorted (Kubernetes 1.34's CEL) or a third "

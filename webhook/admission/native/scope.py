@@ -152,22 +152,19 @@ def _says_line(name: str, requests: dict[str, Any], limits: dict[str, Any], poli
 
 def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     """BOTH_NAMES for a container (as mutation leaves it) whose lines the compiled policies would say in another
-    order: validation says them resource by resource, in the order of its limits (the API server sends a map's
-    keys sorted), the compiled rules rule by rule, so two resources that each say a line of their own are
+    order: validation says them resource by resource, by name (the order in which the API server sends a map's
+    keys), the compiled rules rule by rule, so two resources that each say a line of their own are
     outside unless the rules say them by name too (`_said_by_name`). The lines of zeros beside a GPU come in the
-    order of their names in the compiled rule, and only up to MOST_ZEROS of them: outside where there are
-    more, or where validation reads them otherwise (in the order mutation leaves the limits: a limit copied from
-    a request comes last). Each names the first resource held, which the compiled rule reads as the least name."""
+    order of their names, in both, but the compiled rule orders only up to MOST_ZEROS of them: outside where
+    there are more."""
     rules = Rules.of(policy)
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     saying = [name for name in limits if is_managed(name) and _says_line(name, requests, limits, policy)]
     counts = container_counts(ContainerRef("containers", 0, body), rules, [])
-    held = [name for name, count in counts.items() if count]
+    held = any(counts.values())
     zeros = [name for name, count in counts.items() if not count]
-    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (
-        held and zeros and (len(zeros) > MOST_ZEROS or zeros != sorted(zeros) or held[0] != min(held))
-    ):
+    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (held and len(zeros) > MOST_ZEROS):
         return BOTH_NAMES
     return None
 
@@ -338,7 +335,7 @@ def _memory_container(
 ) -> Gap | None:
     """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
     the compiled set says them (another pool's resource beside any other, or two counts of devices: validation
-    says each resource's lines in the order of its limits); NEAR_WHOLE where the API server takes a value as
+    says each resource's lines by name); NEAR_WHOLE where the API server takes a value as
     whole that mutation does not convert and the compiled set does not refuse (`nvidia.com/gpu`, whose advice
     turns on the value, or a text not canonical; the backend's own resources are wholes.py's); MEMORY_COUNTS
     for a count past the compiled integers."""

@@ -411,14 +411,13 @@ def container_counts(ref: ContainerRef, rules: Rules, problems: Problems) -> dic
         return {}
     requests, limits = requests or {}, limits or {}
     counts: dict[str, int | Fraction] = {}
-    for name, limit in limits.items():
-        if is_managed(name):
-            count = _resource(ref, name, requests.get(name, NO_REQUEST), limit, rules, problems)
-            if count is not None:
-                counts[name] = count
-    for name in requests:
-        if name not in limits and is_managed(name):
-            _resource(ref, name, requests[name], None, rules, problems)  # no limit: never a count
+    # By name, as the API server sends the maps (sorted keys), whatever order a file or mutation left them in.
+    for name in sorted(name for name in limits if is_managed(name)):
+        count = _resource(ref, name, requests.get(name, NO_REQUEST), limits[name], rules, problems)
+        if count is not None:
+            counts[name] = count
+    for name in sorted(name for name in requests if name not in limits and is_managed(name)):
+        _resource(ref, name, requests[name], None, rules, problems)  # no limit: never a count
     if len(counts) > 1 and not all(counts.values()) and any(counts.values()):
         _zero_companions(ref, counts, limits, rules, problems)
     return counts
