@@ -944,6 +944,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             container("d", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "a:1, "}]),
         ),
     ),
+    "shared-tie: allocator configs with a bracketed list, merged into and judged": (
+        "a-team", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
+                "expandable_segments:True,roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"
+            )}]),
+            container("b", limits={GPU_: "300m"}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": (
+                "roundup_power2_divisions: [ 256 : 1 , > : 8 ] , per_process_memory_fraction:0.9,"
+            )}]),
+        ),
+    ),
     "shared-tie: an allocator config with a tab": (
         "a-team", pod(container(limits={GPU_: 1}, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": (
             "expandable_segments:\tTrue"
@@ -1660,7 +1670,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (275, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (276, 42, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1828,6 +1838,7 @@ def test_a_pod_with_an_engines_own_flag_agrees_with_the_webhook(
 
 CONF_ITEMS = (
     "expandable_segments:True", "max_split_size_mb:128", "backend:native", "k:", "per_process_memory_fraction:0.9",
+    "roundup_power2_divisions:[256:1,512:2,>:8]", "roundup_power2_divisions:[ > : 4 ]",
     "per_process_memory_fraction:.25", "per_process_memory_fraction:0.05", "per_process_memory_fraction:1.",
     "per_process_memory_fraction:x", "per_process_memory_fraction_x:0.9", "per_process_memory_fraction:9e1",
     "per_process_memory_fraction:2.5E-1",
@@ -1836,7 +1847,7 @@ CONF_ITEMS = (
 # config holds, brackets, an empty item: the webhook's)
 OTHER_CONF_ITEMS = (
     "per_process_memory_fraction:5e-12", "\tbackend:native", "per_process_memory_fraction:          0.9",
-    "roundup_power2_divisions:[256:1]", "",
+    "roundup_power2_divisions:[256:1", "roundup_power2_divisions:[per_process_memory_fraction:0.9]", "",
 )  # fmt: skip
 
 

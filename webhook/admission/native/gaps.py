@@ -103,8 +103,9 @@ USER_VALUES = Gap(
 )
 USER_CONFIG = Gap(
     "a container's own PyTorch allocator config that is not plain (`key:value` items of letters, digits and `_`, "
-    "values `.`, `+` and `-` too, joined by commas, ASCII spaces around them, a comma at the end: no other whitespace, "
-    "brackets, empty items), or a recorded fraction of its own",
+    "values `.`, `+` and `-` too, or a bracketed list of sizes, or `>`, each with its count, joined by commas, ASCII "
+    "spaces around them, a comma at the end: no other whitespace, other brackets, empty items), or a recorded "
+    "fraction of its own",
     "the webhook parses the config's items as free-form text (each key stripped of any whitespace) and reads a "
     "recorded fraction as the container's share: not compiled",
 )

@@ -68,13 +68,17 @@ def written(pattern: str) -> str:
 
 
 # A plain PyTorch allocator config: `key:value` items joined by commas, keys of letters, digits and `_`, values of
-# those, `.`, `+` and `-` (`expandable_segments:True, max_split_size_mb:128`), ASCII spaces around a key, a value
-# or an item (at most SPACES on a side: a value the CEL reads, with its spaces, stays within the 32 characters the
-# webhook reads), a comma at the end; or spaces alone. Such a config without its spaces is its items as the
-# webhook reads them (each key stripped): there the fraction key's first item is found by splitting, and mutation's
-# merge is the config less its last comma, a comma and its item appended.
+# those, `.`, `+` and `-` (`expandable_segments:True, max_split_size_mb:128`) or a bracketed list of sizes, or `>`,
+# each with its count (`roundup_power2_divisions:[256:1,512:2,>:8]`, as PyTorch reads it), ASCII spaces around a
+# key, a value, an item or a list's part (at most SPACES on a side: a value the CEL reads, with its spaces, stays
+# within the 32 characters the webhook reads), a comma at the end; or spaces alone. Such a config without its
+# spaces is its items as the webhook reads them (each key stripped; a list's parts, split at its commas, are items
+# whose keys are sizes or `>`, never the fraction key): there the fraction key's first item is found by splitting,
+# and mutation's merge is the config less its last comma, a comma and its item appended.
 SPACES = " {0,9}"
-CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}[A-Za-z0-9_.+-]*{SPACES}"
+LIST_PART = rf"{SPACES}([0-9]+|>){SPACES}:{SPACES}[0-9]+{SPACES}"
+CONF_VALUE = rf"([A-Za-z0-9_.+-]*|\[{LIST_PART}(,{LIST_PART})*\])"
+CONF_ITEM = rf"{SPACES}[A-Za-z0-9_]+{SPACES}:{SPACES}{CONF_VALUE}{SPACES}"
 PLAIN_CONF = rf"^({CONF_ITEM}(,{CONF_ITEM})*(,{SPACES})?|{SPACES})$"
 FRACTION_ITEM = f",{PYTORCH_FRACTION_KEY}:"  # the fraction key's item, after the comma before it
 # The names a mutation that writes memory variables binds a section's containers to (containers.found_once):
