@@ -877,6 +877,17 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's flag with an exponent": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization", "9e-1"])),
     ),
+    "capped: the user's flags with an exponent, within and over their fractions": (
+        "capped", pod(
+            container("a", limits={GPU_: "100m"}, command=["vllm", "serve", "--gpu-memory-utilization=5E-2"]),
+            container("b", limits={GPU_: "100m"}, command=["python", "-m", "sglang.launch_server"], args=[
+                "--mem-fraction-static", " +.25e0 "
+            ]),
+        ),
+    ),
+    "shared: the user's flag with an exponent past the digit budget": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization", "5e-12"])),
+    ),
     "shared: the user's flags with spaces and a sign": (
         "shared", pod(
             container("a", limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization= 0.9"]),
@@ -1637,7 +1648,7 @@ NOT_COVERED = {
     "shared: the user's memory variable with an exponent past the digit budget": gaps.USER_VALUES,
     "mps-frac: 100m, CuPy's byte count with a negative exponent": gaps.USER_VALUES,
     "shared-tie: an allocator config with a tab": gaps.USER_CONFIG,
-    "shared: the user's flag with an exponent": gaps.ENGINE_FLAGS,
+    "shared: the user's flag with an exponent past the digit budget": gaps.ENGINE_FLAGS,
     "shared: the user's flag with a tab": gaps.ENGINE_FLAGS,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
@@ -1670,7 +1681,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (276, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (278, 42, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1763,8 +1774,8 @@ def test_the_engine_is_told_as_the_webhook_tells_it(
 
 
 FLAG_VALUES = (
-    "0.9", ".2", "1.", "0.25", "0.2500001", "007.50", "0.000000001", "0.0000000001", "9e-1", " 0.2", "1/8", "-0.5",
-    "+.1", "x", "", "0.9=1",
+    "0.9", ".2", "1.", "0.25", "0.2500001", "007.50", "0.000000001", "0.0000000001", "9e-1", "25E-2", "5e-12",
+    " 0.2", "1/8", "-0.5", "+.1", "x", "", "0.9=1",
 )  # fmt: skip
 FLAG_TOKENS = (
     *(spelling for engine in engines.ENGINES for spelling in engine.spellings),
@@ -2275,7 +2286,7 @@ def test_a_number_as_written_is_read_as_the_webhook_reads_it(text: str) -> None:
 
     cupy = userenv.readings(POLICIES.for_namespace("mps-frac"))["CUPY_GPU_MEMORY_LIMIT"]
     for reading, claim in (
-        (userenv.DECIMAL, memory_claim("GPU_MEMORY_FRACTION", text, None)),
+        (userenv.VALUE, memory_claim("GPU_MEMORY_FRACTION", text, None)),
         (cupy, memory_claim("CUPY_GPU_MEMORY_LIMIT", text, 81920)),
     ):
         form = f"v.matches({lit(userenv.SHORT)}) && v.matches({lit(reading.pattern)}) && {memvars.scaled_cel('v')}"

@@ -36,9 +36,9 @@ from webhook.admission.native.containers import counts_replica, each, path, valu
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Mutation
 from webhook.admission.native.fractions import PROBES, compiled, converts, headroom
 from webhook.admission.native.gaps import COMMAND_LINES, ENGINE_FLAGS, ENGINES, shape
-from webhook.admission.native.memvars import parts
+from webhook.admission.native.memvars import parts, scaled_cel
 from webhook.admission.native.replicas import holds_replica
-from webhook.admission.native.userenv import DECIMAL, SHORT, fits, plain
+from webhook.admission.native.userenv import SHORT, VALUE, fits, plain
 from webhook.admission.phases import engines, validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -233,7 +233,7 @@ class UserFlags(Family):
             units = bind(f"({written}) ? {fractions.recorded_units('r[0]')} : -1", "a", below)
             text = bind(f"({written}) ? r[0].value : ''", "t", units)
             judge = bind(f"has(c.env) ? c.env.filter(e, {fractions.RECORDED}) : []", "r", text)
-        number = f"w[1].matches({lit(SHORT)}) && w[1].matches({lit(DECIMAL.pattern)})"
+        number = f"w[1].matches({lit(SHORT)}) && w[1].matches({lit(VALUE.pattern)}) && {scaled_cel('w[1]')}"
         valued = f"size(w) == 2 && {number} ? {bind(parts('w[1]'), 'x', judge)} : []"
         last = f"size(f) == 0 ? [] : {bind('f[size(f) - 1]', 'o', _spelled(f'{spellings}[g]'))}"
         matching = f"v.filter(o, {spellings}[g].exists(s, o == s || o.startsWith(s + '=')))"

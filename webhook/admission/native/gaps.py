@@ -119,10 +119,10 @@ ENGINES = Gap(
 )
 ENGINE_FLAGS = Gap(
     "an inference engine's memory flag in the container's own command line whose value is a number but not a plain "
-    "decimal of at most 12 digits and points, ASCII spaces around it and a `+` before it allowed (an exponent, a/b, "
-    "a tab, more digits)",
+    "decimal with a short exponent or none, as a memory variable's (at most 12 characters, ASCII spaces around it "
+    "and a `+` before it allowed: a/b, a tab, more digits, a longer exponent)",
     "the webhook parses the value as Python's Fraction reads a decimal and judges it against the share; CEL parses "
-    "the plain decimal only, as a memory variable's without an exponent (any, under a share whose integers are past "
+    "the plain decimal and its exponent only, as a memory variable's (any, under a share whose integers are past "
     "int64's reach, or at a converted fraction whose argument the native set does not write): not compiled",
 )
 COMMAND_LINES = Gap(

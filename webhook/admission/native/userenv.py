@@ -133,8 +133,7 @@ def plain_conf(entry: dict[str, Any]) -> bool:
     return "valueFrom" not in entry and type(value) is str and re.fullmatch(PLAIN_CONF, value) is not None
 
 
-DECIMAL = Reading(written(PLAIN), 1)  # a plain decimal, as itself (an engine's flag's)
-VALUE = Reading(written(NUMBER), 1)  # a memory variable's: a plain decimal, an exponent after it allowed
+VALUE = Reading(written(NUMBER), 1)  # a memory variable's or an engine's flag's: a plain decimal, an exponent allowed
 
 
 def readings(policy: Policy) -> dict[str, Reading]:
@@ -158,9 +157,9 @@ def fits(policy: Policy) -> bool:
 
 
 def plain(value: str) -> bool:
-    """`value` is a plain decimal of at most LONGEST digits and points (spaces around it, a `+` before it), which
-    the native set reads exactly."""
-    return DECIMAL.reads(value)
+    """`value` is a plain decimal, with an exponent or none, within the digit budget (spaces around it, a `+`
+    before it), which the native set reads exactly."""
+    return VALUE.reads(value)
 
 
 def _readings(policy: Policy) -> dict[str, Reading]:
