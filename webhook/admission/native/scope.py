@@ -359,7 +359,7 @@ def _near_whole(policy: Policy, amounts: dict[str, Any], gpu_compiled: bool) -> 
     whole number, and not a fraction below 1 of `nvidia.com/gpu` that the policy converts to a shared replica:
     both convert it; a MIG slice may hold none of it) whose line the compiled set does not say (wholes.py): its
     text is not the API server's canonical form, or it is `nvidia.com/gpu` and not `gpu_compiled` (never under mode
-    memory, MIG slices of a known model). `amounts`: the container's requests and limits, a limit's text for a
+    memory). `amounts`: the container's requests and limits, a limit's text for a
     name in both (the text mutation keeps)."""
     for name, raw in amounts.items():
         value = quantity_or_none(raw)

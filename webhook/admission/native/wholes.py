@@ -1,7 +1,8 @@
 """A quantity within a thousandth below a whole number (`nvidia.com/gpu: 0.9999999`) that mutation leaves as
 written: the API server's own validation reads milli-units rounded up and takes it as whole, so the object
 reaches the ValidatingAdmissionPolicy, whose line refuses it as fractional as validation does (validate._resource,
-fractional_line; for `nvidia.com/gpu` the policy's advice, fraction_advice, where it does not depend on the value).
+fractional_line; for `nvidia.com/gpu` the policy's advice, fraction_advice, where it depends on the value only as
+MIG's on a known model does: how much of the GPU, to 4 places).
 Under mode memory that is every managed name but `nvidia.com/gpu`: the backend's own counts and amounts (vGPUs,
 memory, percentages), whose line is fractional_line whatever the backend.
 
@@ -10,8 +11,8 @@ The API server sends a quantity in its canonical form: such a value as digits of
 `isInteger()` (false for any value of a negative scale, a whole `1000000000n` among them): it is fractional where
 a digit among its last 9 (6) is not 0, and its value is written as format_fraction writes it to 9 places (exact
 to 1n), its trailing zeros dropped. Another text (`0.9999999`, which the API server never sends), and
-`nvidia.com/gpu` where the advice turns on the value (MIG slices of a known model, the memory backends' shares),
-are outside (scope.py).
+`nvidia.com/gpu` where the advice turns on the value otherwise (the memory backends' shares), are outside
+(scope.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from webhook.admission.base.quantity import NANO, format_fraction, quantity_shown
+from webhook.admission.base.quantity import NANO, PLACES, format_fraction, quantity_shown
 from webhook.admission.base.resources import MANAGED_NAMES, NVIDIA_GPU
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
 from webhook.admission.native.containers import has_map, managed
@@ -80,14 +81,29 @@ def _shown(text: str, unit: str) -> str:
 
 
 def gpu_line(policy: Policy) -> str | None:
-    """validate.fraction_advice's line for `nvidia.com/gpu` under `policy`, its value shown at the slot `shown`,
-    where it is the same at every probe (None: it depends on the value, as MIG's and the memory backends' do)."""
+    """validate.fraction_advice's line for `nvidia.com/gpu` under `policy`, its value shown at the slot `shown` and
+    written as format_fraction writes it at the slot `held` (MIG's advice on a known model says how much of the
+    GPU no slice holds), where it is the same at every probe otherwise (None: it depends on the value, as the
+    memory backends' do)."""
     if shape(policy) in (None, "memory"):
         return None
     rules = validate.Rules.of(policy)
-    lines = {validate.fraction_advice(slot("shown"), value, rules, "", False)[0] for value in PROBES}
+    lines = {
+        validate.fraction_advice(slot("shown"), value, rules, "", False)[0].replace(
+            format_fraction(value), slot("held")
+        )
+        for value in PROBES
+    }
     line = lines.pop()
     return line if not lines and slot("shown") in line else None
+
+
+def _held(text: str) -> str:
+    """CEL: format_fraction(value) (4 places, rounded down) of the canonical `text` (`fractional_text`, within a
+    thousandth below a whole number: its first 3 places are 9s, so only the 4th can be a trailing zero)."""
+    four = f"(size(h[1]) > {PLACES} ? h[1].substring(0, {PLACES}) : h[1])"
+    places = bind(four, "f", f"f.endsWith('0') ? f.substring(0, {PLACES - 1}) : f")
+    return bind(f"({_value(text)}).split('.')", "h", f"h[0] + '.' + {places}")
 
 
 class NearWhole(Family):
@@ -108,7 +124,8 @@ class NearWhole(Family):
             validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
             {"name": key, "shown": shown},
         )
-        line = other if gpu is None else f"{key} == {lit(NVIDIA_GPU)} ? ({fill(gpu, {'shown': shown})}) : ({other})"
+        gpu_said = None if gpu is None else fill(gpu, {"shown": shown, "held": _held(text)})
+        line = other if gpu_said is None else f"{key} == {lit(NVIDIA_GPU)} ? ({gpu_said}) : ({other})"
         keep = all_of(kept)
         return [
             ContainerRule(
