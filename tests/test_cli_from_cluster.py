@@ -441,3 +441,22 @@ def test_lint_from_a_cluster_that_hides_its_admission_policies_says_so_and_lints
     (note,) = [line for line in out.splitlines() if line.startswith("note: ")]
     assert note.startswith("note: whether native policies are installed is not known (forbidden (403) to list ")
     assert note.endswith("; --native warns regardless")
+
+
+def test_lint_logs_in_once_for_all_its_reads_of_the_cluster(capsys, api, tmp_path) -> None:
+    """`policy lint --from-cluster --cluster` reads the policies, whether native policies are installed, and the
+    nodes, namespaces and budgets through one connection: a cloud kubeconfig's exec credential plugin (a login,
+    often a second or more) runs once."""
+    runs = tmp_path / "runs"
+    answer = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential"}
+    script = tmp_path / "login-plugin"
+    script.write_text(
+        f"#!/bin/sh\necho run >> {runs}\necho '{json.dumps({**answer, 'status': {'token': api.token}})}'\n"
+    )
+    script.chmod(0o755)
+    user = {"exec": {"command": str(script), "apiVersion": answer["apiVersion"]}}
+    config = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=user))
+    code, out, err = run(capsys, "policy", "lint", "--from-cluster", "--cluster", "--kubeconfig", config)
+    assert code in (0, 1), err
+    assert "drift" in out.lower() or "no drift" in out.lower(), out
+    assert runs.read_text().splitlines() == ["run"]

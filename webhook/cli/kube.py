@@ -138,6 +138,34 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
+class OneCluster:
+    """One KubeClient for the several reads of one command (`policy lint --from-cluster --cluster`: the policies,
+    whether native policies are installed, the nodes and budgets), made at the first and closed at the end, so that
+    a kubeconfig's exec credential plugin (a cloud login) runs once, not once per read. A kubeconfig that cannot be
+    loaded raises the same error at every use."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        self._kubeconfig, self._context = kubeconfig, context
+        self._client: KubeClient | None = None
+        self._error: ClusterError | None = None
+
+    def client(self) -> KubeClient:
+        if self._error is not None:
+            raise self._error
+        if self._client is None:
+            try:
+                self._client = KubeClient(kubeconfig=self._kubeconfig, context=self._context)
+            except ClusterError as exc:
+                self._error = exc
+                raise
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
 class KubeClient:
     """A connection to one cluster (kubeconfig context or in-cluster service account)."""
 

@@ -26,6 +26,7 @@ from webhook.cli.policysource import PolicyRead, PolicySource, load_policy_set, 
 if TYPE_CHECKING:
     from webhook.admission.engine import Decision
     from webhook.admission.policy.model import Policy, PolicySet
+    from webhook.cli.kube import OneCluster
 
 EXPLAIN_QUANTITIES = ("1", "0.5")
 
@@ -192,15 +193,23 @@ def run(args: argparse.Namespace) -> int:
         if args.output != "table" and not args.cluster:
             return fail("policy lint", "-o/--output only applies with --cluster")
         args.policies = args.policies or args.directory
+        from webhook.cli.kube import OneCluster
+
+        cluster = OneCluster(args.kubeconfig, args.context)  # made at its first read, if any
         try:
-            read = read_policies(PolicySource.of(args))
-        except CommandError as exc:
-            return fail("policy lint", str(exc))
-        said = sys.stdout if args.output == "table" else sys.stderr
-        code, policies = lint(read, said)
-        if policies is not None and (args.native or (args.from_cluster and native_installed(args, said))):
-            lint_native(policies, said)
-        return lint_cluster(args, policies, sys.stdout, sys.stderr) if args.cluster and policies is not None else code
+            try:
+                read = read_policies(PolicySource.of(args), cluster)
+            except CommandError as exc:
+                return fail("policy lint", str(exc))
+            said = sys.stdout if args.output == "table" else sys.stderr
+            code, policies = lint(read, said)
+            if policies is not None and (args.native or (args.from_cluster and native_installed(cluster, said))):
+                lint_native(policies, said)
+            if args.cluster and policies is not None:
+                return lint_cluster(args, policies, sys.stdout, sys.stderr, cluster)
+            return code
+        finally:
+            cluster.close()
     if args.policy_command == "schema":
         from webhook.admission.policy.schema import schema_text
 
@@ -371,26 +380,22 @@ def lint(read: PolicyRead, out: TextIO) -> tuple[int, PolicySet | None]:
     return 0, policies
 
 
-def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO) -> int:
-    """The drift between the policies lint loaded and the cluster's nodes, the policies' namespace entries
-    that match no namespace, and the namespaces' GPU budgets (budgets.py): 0 when no drift, no unmatched entry
-    and no GPU quota entry that neither the API server nor the webhook holds, else 1; 2 when the nodes or
-    namespaces cannot be listed (ResourceQuotas and Pods that may not be listed are said, and left out)."""
+def lint_cluster(args: argparse.Namespace, policies: PolicySet, out: TextIO, err: TextIO, shared: OneCluster) -> int:
+    """Through the command's one connection (`shared`): the drift between the policies lint loaded and the
+    cluster's nodes, the policies' namespace entries that match no namespace, and the namespaces' GPU budgets
+    (budgets.py): 0 when no drift, no unmatched entry and no GPU quota entry that neither the API server nor the
+    webhook holds, else 1; 2 when the nodes or namespaces cannot be listed (ResourceQuotas and Pods that may not
+    be listed are said, and left out)."""
     from webhook.admission.checks.clusterdrift import drift_of, unmatched_namespaces
     from webhook.cli.budgets import budget_report, budgets_json, list_budget_objects, print_budgets
     from webhook.cli.common import CommandError
     from webhook.cli.drift import drift_json, list_namespaces, list_view, print_drift, print_unmatched, unmatched_json
 
     try:
-        from webhook.cli.kube import KubeClient
-
-        cluster = KubeClient(kubeconfig=args.kubeconfig, context=args.context)
-        try:
-            view = list_view(cluster)
-            namespaces = list_namespaces(cluster)
-            objects = list_budget_objects(cluster, err)
-        finally:
-            cluster.close()
+        cluster = shared.client()
+        view = list_view(cluster)
+        namespaces = list_namespaces(cluster)
+        objects = list_budget_objects(cluster, err)
     except CommandError as exc:
         err.write(f"gpu-webhook policy lint: {exc}\n")
         return 2
@@ -642,7 +647,7 @@ def export(directory: str, source: PolicySource, out: TextIO, err: TextIO) -> in
     return code
 
 
-def native_installed(args: argparse.Namespace, out: TextIO) -> bool:
+def native_installed(shared: OneCluster, out: TextIO) -> bool:
     """`policy lint --from-cluster`: whether the cluster holds native policies that `policy render native` wrote
     (its component label), so that lint warns what they cannot carry without being asked (`--native`). A
     cluster that cannot say is a note, never a failure: lint's verdict is the policies'."""
@@ -651,11 +656,7 @@ def native_installed(args: argparse.Namespace, out: TextIO) -> bool:
 
     component = "app.kubernetes.io/component"
     try:
-        cluster = kube.KubeClient(kubeconfig=args.kubeconfig, context=args.context)
-        try:
-            listed = cluster.list_objects(kube.VALIDATING_ADMISSION_POLICIES, None)
-        finally:
-            cluster.close()
+        listed = shared.client().list_objects(kube.VALIDATING_ADMISSION_POLICIES, None)
     except CommandError as exc:
         print(f"note: whether native policies are installed is not known ({exc}); --native warns regardless", file=out)
         return False

@@ -19,6 +19,7 @@ from webhook.cli.options import missing_policy_directory, policy_directory
 if TYPE_CHECKING:
     from webhook.admission.policy.model import PolicySet
     from webhook.admission.policy.objects import Verdict
+    from webhook.cli.kube import OneCluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +55,17 @@ class PolicyRead:
     objects: int | None = None  # the GPUPolicy objects listed; None for a directory
 
 
-def list_policy_objects(kubeconfig: str | None, context: str | None) -> tuple[list[dict[str, Any]], str]:
+def list_policy_objects(
+    kubeconfig: str | None, context: str | None, shared: OneCluster | None = None
+) -> tuple[list[dict[str, Any]], str]:
     """Every GPUPolicy object of the cluster, paged as the other lists are, and the kubeconfig context's name; a
-    one-line ClusterError when they cannot be listed (no CRD: says so and names --policies DIR)."""
+    one-line ClusterError when they cannot be listed (no CRD: says so and names --policies DIR). `shared`: the
+    command's one connection, left open for its other reads."""
     from webhook.cli import kube
 
+    if shared is not None:
+        cluster = shared.client()
+        return cluster.list_objects(kube.GPU_POLICIES, None, page_size=kube.PAGE_SIZE), cluster.name
     cluster = kube.KubeClient(kubeconfig=kubeconfig, context=context)
     try:
         return cluster.list_objects(kube.GPU_POLICIES, None, page_size=kube.PAGE_SIZE), cluster.name
@@ -66,13 +73,14 @@ def list_policy_objects(kubeconfig: str | None, context: str | None) -> tuple[li
         cluster.close()
 
 
-def read_policies(source: PolicySource) -> PolicyRead:
+def read_policies(source: PolicySource, shared: OneCluster | None = None) -> PolicyRead:
     """The one place a command's policies come from, whichever the source; a CommandError (one line) when the
-    directory cannot be read or the cluster cannot be listed."""
+    directory cannot be read or the cluster cannot be listed. `shared`: the command's one connection, where it
+    reads the cluster again."""
     if source.from_cluster:
         from webhook.admission.policy.objects import judge_objects
 
-        listed, name = list_policy_objects(source.kubeconfig, source.context)
+        listed, name = list_policy_objects(source.kubeconfig, source.context, shared)
         judged = judge_objects(listed)
         unserved = tuple(verdict for _, verdict in sorted(judged.verdicts.items()) if not verdict.ready)
         problems = tuple(line for verdict in unserved for line in verdict.problems)
