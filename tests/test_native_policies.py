@@ -416,6 +416,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "mig-single", pod(container("a", limits={GPU_: "999999900n"}), container("b", limits={GPU_: "2999999999n"})),
     ),
     "hami: 999999900n beside its own memory": ("hami-a", pod(container(limits={GPU_: "999999900n", HAMI_MEM: 100}))),
+    "hami: near-whole counts past one GPU": (
+        "hami-a", pod(container("a", limits={GPU_: "1999999900n"}), container("b", limits={GPU_: "12345999001u"})),
+    ),
+    "volcano: a near-whole count past one GPU beside a whole one": (
+        "vgpu", pod(container("a", limits={GPU_: "2999999999n"}), container("b", limits={GPU_: 1})),
+    ),
+    "ack: a near-whole count past one GPU, advised in ACK's own form": (
+        "ack-plain", pod(container(limits={GPU_: "1999999900n"})),
+    ),
     "hami: its memory 99999999900n beside a whole GPU": (
         "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: "99999999900n"})),
     ),
@@ -1640,6 +1649,7 @@ NOT_COVERED = {
     "whole: two containers of five quintillion GPUs": gaps.HUGE_COUNTS,
     "shared: a trillion GPUs": gaps.HUGE_COUNTS,
     "hami: 999999900n beside its own memory": gaps.NEAR_WHOLE,
+    "ack: a near-whole count past one GPU, advised in ACK's own form": gaps.NEAR_WHOLE,
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "fractions: request differs from limit": gaps.BUILT_IN_REFUSAL,
@@ -1686,7 +1696,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (281, 41, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (283, 42, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))

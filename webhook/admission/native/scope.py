@@ -344,7 +344,8 @@ def _memory_container(
     if len(managed) > 1 and (not managed <= served or len(counts) > 1):
         return BOTH_NAMES
     amounts = {**requests, **limits}
-    if _near_whole(policy, amounts, False) and not memshares.converts(requests, limits, policy):
+    gpu_compiled = wholes.gpu_line(policy) is not None and _above_one(amounts.get(NVIDIA_GPU))
+    if _near_whole(policy, amounts, gpu_compiled) and not memshares.converts(requests, limits, policy):
         return NEAR_WHOLE
     most = memshares.most_count(policy)
     for name in sorted({*counts, *(managed & memshares.unbounded(policy))}):
@@ -352,6 +353,13 @@ def _memory_container(
         if value is not None and value >= most:
             return MEMORY_COUNTS
     return None
+
+
+def _above_one(raw: Any) -> bool:
+    """`nvidia.com/gpu`'s text is past one GPU (wholes.above_one: where the compiled line says it under mode
+    memory)."""
+    value = quantity_or_none(raw) if raw is not None else None
+    return value is not None and value > 1
 
 
 def _near_whole(policy: Policy, amounts: dict[str, Any], gpu_compiled: bool) -> bool:

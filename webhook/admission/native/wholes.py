@@ -85,17 +85,32 @@ def gpu_line(policy: Policy) -> str | None:
     written as format_fraction writes it at the slot `held` (MIG's advice on a known model says how much of the
     GPU no slice holds), where it is the same at every probe otherwise (None: it depends on the value, as the
     memory backends' do)."""
-    if shape(policy) in (None, "memory"):
+    if shape(policy) is None:
         return None
     rules = validate.Rules.of(policy)
     lines = {
         validate.fraction_advice(slot("shown"), value, rules, "", False)[0].replace(
             format_fraction(value), slot("held")
         )
-        for value in PROBES
+        for value in _probes(policy)
     }
     line = lines.pop()
     return line if not lines and slot("shown") in line else None
+
+
+def _probes(policy: Policy) -> tuple[Fraction, ...]:
+    """The probes of the values whose line the compiled rule says: under mode memory those past one GPU (`above_one`:
+    mutation converts a fraction below 1 to the backend's share, or the webhook advises on the container's own
+    resources, which scope.py leaves out)."""
+    return tuple(value for value in PROBES if value > 1) if shape(policy) == "memory" else PROBES
+
+
+def above_one(text: str) -> str:
+    """CEL: the canonical `text` (`fractional_text`) is past one GPU: a digit before its last places."""
+    return any_of(
+        f"{text}.endsWith({lit(suffix)}) && {text}.size() > {places + len(suffix)}"
+        for suffix, places in CANONICAL.items()
+    )
 
 
 def _held(text: str) -> str:
@@ -117,6 +132,8 @@ class NearWhole(Family):
         gpu = gpu_line(policy)
         if gpu is None:
             kept.append(f"{key} != {lit(NVIDIA_GPU)}")
+        elif shape(policy) == "memory":
+            kept.append(f"({key} != {lit(NVIDIA_GPU)} || {above_one(text)})")
         units = {name: validate.amount_unit(name) for name in MANAGED_NAMES if validate.amount_unit(name)}
         (unit,) = set(units.values())  # one unit, of the names that have one
         shown = _shown(text, f"{key} in {strings(sorted(units))} ? {lit(unit)} : ''")
