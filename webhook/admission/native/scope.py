@@ -336,8 +336,8 @@ def _memory_container(
     """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
     the compiled set says them (another pool's resource beside any other, or two counts of devices: validation
     says each resource's lines by name); NEAR_WHOLE where the API server takes a value as
-    whole that mutation does not convert and the compiled set does not refuse (`nvidia.com/gpu`, whose advice
-    turns on the value, or a text not canonical; the backend's own resources are wholes.py's); MEMORY_COUNTS
+    whole that mutation does not convert and the compiled set does not refuse (`nvidia.com/gpu` but past one GPU
+    where wholes.gpu_line says it, or a text not canonical; the backend's own resources are wholes.py's); MEMORY_COUNTS
     for a count past the compiled integers."""
     served = Rules.of(policy).served
     counts = [name for name in managed if name not in DEVICE_AMOUNTS]

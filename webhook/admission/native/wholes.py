@@ -3,8 +3,9 @@ written: the API server's own validation reads milli-units rounded up and takes 
 reaches the ValidatingAdmissionPolicy, whose line refuses it as fractional as validation does (validate._resource,
 fractional_line; for `nvidia.com/gpu` the policy's advice, fraction_advice, where it depends on the value only as
 MIG's on a known model does: how much of the GPU, to 4 places).
-Under mode memory that is every managed name but `nvidia.com/gpu`: the backend's own counts and amounts (vGPUs,
-memory, percentages), whose line is fractional_line whatever the backend.
+Under mode memory that is the backend's own counts and amounts (vGPUs, memory, percentages), whose line is
+fractional_line whatever the backend, and `nvidia.com/gpu` past one GPU where the backend's advice is the same at
+every such value (HAMi's, Volcano's; below one, mutation converts it).
 
 The API server sends a quantity in its canonical form: such a value as digits of nanos or micros (`999999900n`,
 `999500u`; `999999900e-9` where it was written with an exponent). CEL reads the text, not quantity's
