@@ -913,6 +913,18 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shared: the user's flag with a tab": (
         "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=\t0.9"])),
     ),
+    "shared: the user's flag with a vertical tab": (
+        "shared", pod(container(limits={GPU_: 1}, command=["vllm", "serve", "--gpu-memory-utilization=\v0.9"])),
+    ),
+    "shared: the user's memory variables with a line break or a tab around them (a YAML block scalar's)": (
+        "shared", pod(
+            container("a", limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9\n"}]),
+            container("b", limits={GPU_: 1}, env=[{"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": "\t0.2\r\n"}]),
+        ),
+    ),
+    "shared: the user's memory variable with a vertical tab": (
+        "shared", pod(container(limits={GPU_: 1}, env=[{"name": "GPU_MEMORY_FRACTION", "value": "0.9\v"}])),
+    ),
     # a container's own PyTorch allocator config: PyTorch's hint merged into a plain one, its fraction judged
     "shared-tie: configs merged into (empty, both names), from a ConfigMap, a vLLM's; their fraction keys": (
         "a-team", pod(
@@ -1664,7 +1676,8 @@ NOT_COVERED = {
     "mps-frac: 100m, CuPy's byte count with a negative exponent": gaps.USER_VALUES,
     "shared-tie: an allocator config with a tab": gaps.USER_CONFIG,
     "shared: the user's flag with an exponent past the digit budget": gaps.ENGINE_FLAGS,
-    "shared: the user's flag with a tab": gaps.ENGINE_FLAGS,
+    "shared: the user's flag with a vertical tab": gaps.ENGINE_FLAGS,
+    "shared: the user's memory variable with a vertical tab": gaps.USER_VALUES,
     "whole: a hostPath the node resolves to its device nodes": gaps.DEVICE_PATHS,
     "default: a mount path the node resolves to the device list": gaps.DEVICE_PATHS,
     "whole-tie: two Ins of its own on the sharing strategy": gaps.STEERED_LABELS,
@@ -1696,7 +1709,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (283, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (285, 43, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))

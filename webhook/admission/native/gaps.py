@@ -93,7 +93,8 @@ EPHEMERAL = Gap("ephemeral containers (kubectl debug)", "judged by the webhook o
 USER_VALUES = Gap(
     "a container's own memory variable whose value is not a plain decimal (ASCII digits, at most one point) with "
     "an exponent or none (`e` or `E`, a sign, one or two digits), of at most 12 characters, its mantissa's "
-    "characters and its exponent's size at most 12 together, ASCII spaces around it and a `+` before it allowed "
+    "characters and its exponent's size at most 12 together, blanks around it (ASCII space, tab, line feed, form "
+    "feed, carriage return) and a `+` before it allowed "
     "(CuPy's: a percent of one, or a whole byte count, no `-` in its exponent, where the GPU's memory is known; "
     "PyTorch's: its allocator config's fraction key's value)",
     "the webhook parses the value as free-form text (a decimal as Python's Fraction reads it: a/b, underscores, "
@@ -120,8 +121,8 @@ ENGINES = Gap(
 )
 ENGINE_FLAGS = Gap(
     "an inference engine's memory flag in the container's own command line whose value is a number but not a plain "
-    "decimal with a short exponent or none, as a memory variable's (at most 12 characters, ASCII spaces around it "
-    "and a `+` before it allowed: a/b, a tab, more digits, a longer exponent)",
+    "decimal with a short exponent or none, as a memory variable's (at most 12 characters, blanks around it and a "
+    "`+` before it allowed: a/b, other whitespace, more digits, a longer exponent)",
     "the webhook parses the value as Python's Fraction reads a decimal and judges it against the share; CEL parses "
     "the plain decimal and its exponent only, as a memory variable's (any, under a share whose integers are past "
     "int64's reach, or at a converted fraction whose argument the native set does not write): not compiled",

@@ -23,7 +23,7 @@ from webhook.admission.native.cel import bind, fill, lit, slot, strings
 from webhook.admission.native.containers import counts_replica
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
-from webhook.admission.native.userenv import LONGEST, SHORT, Reading, conf_number_cel, readings
+from webhook.admission.native.userenv import BLANK_ESCAPES, LONGEST, SHORT, Reading, conf_number_cel, readings
 from webhook.admission.phases import validate
 from webhook.admission.phases.envhints import MEMORY_VARIABLES, memory_claim, memory_value
 from webhook.admission.phases.validate import Rules
@@ -51,9 +51,10 @@ def owned(policy: Policy) -> dict[str, tuple[int, int]]:
 
 
 def _mantissa_exponent(text: str) -> str:
-    """CEL of the number `text` (a CEL string, in a Reading's form), its spaces and `+` dropped, without CuPy's
+    """CEL of the number `text` (a CEL string, in a Reading's form), its blanks and `+` dropped, without CuPy's
     `%`, split at its exponent's `e`: [mantissa] or [mantissa, exponent]."""
-    return f"{text}.replace(' ', '').replace('+', '').split('%')[0].replace('E', 'e').split('e')"
+    unblanked = "".join(f".replace('{blank}', '')" for blank in BLANK_ESCAPES)
+    return f"{text}{unblanked}.replace('+', '').split('%')[0].replace('E', 'e').split('e')"
 
 
 def scaled_cel(text: str) -> str:

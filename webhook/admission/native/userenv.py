@@ -55,16 +55,21 @@ EXPONENT = r"[eE][+-]?[0-9]{1,2}"
 NUMBER = rf"({PLAIN})({EXPONENT})?"
 WHOLE = r"[0-9]+([eE][+]?[0-9]{1,2})?"
 LONGEST = 12  # the most digits and points of a compiled number: its integers, times a share's, stay within int64
+# The blanks a value may have around its number (a YAML block scalar's line break, a tab), which the webhook strips
+# as whitespace and the CEL drops (memvars.parts): ASCII space, tab, line feed, form feed, carriage return. RE2's
+# class and Python's alike (not `\s`, which is wider in Python); the CEL escapes of each, for `replace`.
+BLANK = r"[ \t\n\f\r]"
+BLANK_ESCAPES = (" ", "\\t", "\\n", "\\f", "\\r")
 # A number's length: at most LONGEST characters, its exponent among them, after a `+` (a plain decimal's digits
 # and points; the number of a plain allocator config, with its spaces, stays within the webhook's 32 characters)
-SHORT = rf"^ *[+]?[0-9.eE+-]{{1,{LONGEST}}}%? *$"
+SHORT = rf"^{BLANK}*[+]?[0-9.eE+-]{{1,{LONGEST}}}%?{BLANK}*$"
 INT64 = 2**63
 
 
 def written(pattern: str) -> str:
-    """`pattern` (a number's) as a value may write it: ASCII spaces around it and a `+` before it, which the
-    webhook strips and Fraction reads as nothing (the CEL drops them: memvars.parts)."""
-    return rf"^ *[+]?({pattern}) *$"
+    """`pattern` (a number's) as a value may write it: blanks around it and a `+` before it, which the webhook
+    strips and Fraction reads as nothing (the CEL drops them: memvars.parts)."""
+    return rf"^{BLANK}*[+]?({pattern}){BLANK}*$"
 
 
 # A plain PyTorch allocator config: `key:value` items joined by commas, keys of letters, digits and `_`, values of
@@ -107,7 +112,7 @@ def scaled(text: str) -> bool:
     mantissa's characters and the exponent's size at most LONGEST together, so its digits times the power of ten
     stay below 10^LONGEST and the power of ten it is over at most 10^(LONGEST - 1) (userenv.fits). As
     memvars.scaled_cel reads it."""
-    mantissa, *exponent = text.replace(" ", "").replace("+", "").split("%")[0].replace("E", "e").split("e")
+    mantissa, *exponent = re.sub(BLANK, "", text).replace("+", "").split("%")[0].replace("E", "e").split("e")
     return not exponent or len(mantissa) + abs(int(exponent[0])) <= LONGEST
 
 
