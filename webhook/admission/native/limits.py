@@ -12,8 +12,8 @@ quantity's canonical text neither.
 from __future__ import annotations
 
 from webhook.admission.base.resources import MANAGED_NAMES, MANAGED_PREFIXES
-from webhook.admission.native.cel import any_of, bind, jsonpatch, lit, strings
-from webhook.admission.native.containers import each_of, found_once, has_map, holds, path, value
+from webhook.admission.native.cel import bind, jsonpatch, lit, strings
+from webhook.admission.native.containers import by_prefix, each_of, found_once, has_map, holds, path, value
 from webhook.admission.native.family import SECTIONS, Family, Mutation
 from webhook.admission.policy.model import Policy
 
@@ -37,11 +37,6 @@ def copyable(name: str) -> bool:
     return BETWEEN_OPERATIONS not in name and BEFORE_VALUE not in name
 
 
-def _by_prefix(key: str) -> str:
-    """CEL: the resource named by `key` is judged by prefix (resources.MANAGED_PREFIXES)."""
-    return any_of(f"{key}.startsWith({lit(prefix)})" for prefix in MANAGED_PREFIXES)  # no iteration of its own
-
-
 def _copyable(key: str) -> str:
     """CEL of `copyable`."""
     return f"!{key}.contains({lit(BETWEEN_OPERATIONS)}) && !{key}.contains({lit(BEFORE_VALUE)})"
@@ -51,14 +46,14 @@ def _copied() -> str:
     parts = []
     # The keys of `c`'s requests judged by prefix without a limit, which the webhook copies.
     missing = (
-        f"c.resources.requests.filter(k, ({_by_prefix('k')}) && {_copyable('k')} && "
+        f"c.resources.requests.filter(k, ({by_prefix('k')}) && {_copyable('k')} && "
         f"!({has_map('limits')} && k in c.resources.limits))"
     )
     for section in SECTIONS:
         # A container with requests and no limits map gets an empty one first: JSON Patch adds into a map.
         needs_map = (
             f"!has(c.resources.limits) && ({strings(MANAGED_NAMES)}.exists(n, n in c.resources.requests) || "
-            f"c.resources.requests.exists(k, ({_by_prefix('k')}) && {_copyable('k')}))"
+            f"c.resources.requests.exists(k, ({by_prefix('k')}) && {_copyable('k')}))"
         )
         ops = [each_of("asking", needs_map, jsonpatch("add", path(section, "/resources/limits"), "{}"))]
         for name in MANAGED_NAMES:
