@@ -63,14 +63,13 @@ def list_policy_objects(
     command's one connection, left open for its other reads."""
     from webhook.cli import kube
 
-    if shared is not None:
-        cluster = shared.client()
-        return cluster.list_objects(kube.GPU_POLICIES, None, page_size=kube.PAGE_SIZE), cluster.name
-    cluster = kube.KubeClient(kubeconfig=kubeconfig, context=context)
+    connection = shared or kube.OneCluster(kubeconfig, context)
     try:
+        cluster = connection.client()
         return cluster.list_objects(kube.GPU_POLICIES, None, page_size=kube.PAGE_SIZE), cluster.name
     finally:
-        cluster.close()
+        if shared is None:
+            connection.close()
 
 
 def read_policies(source: PolicySource, shared: OneCluster | None = None) -> PolicyRead:
