@@ -425,6 +425,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "ack: a near-whole count past one GPU, advised in ACK's own form": (
         "ack-plain", pod(container(limits={GPU_: "1999999900n"})),
     ),
+    "ack: near-whole counts past one GPU, in micros and over a thousand GPUs, spread by its label": (
+        "ack",
+        spread(pod(container("a", limits={GPU_: "2999999u"}), container("b", limits={GPU_: "1234999999001n"})), "2"),
+    ),
     "hami: its memory 99999999900n beside a whole GPU": (
         "hami-a", pod(container(limits={GPU_: 1, HAMI_MEM: "99999999900n"})),
     ),
@@ -1661,7 +1665,6 @@ NOT_COVERED = {
     "whole: two containers of five quintillion GPUs": gaps.HUGE_COUNTS,
     "shared: a trillion GPUs": gaps.HUGE_COUNTS,
     "hami: 999999900n beside its own memory": gaps.NEAR_WHOLE,
-    "ack: a near-whole count past one GPU, advised in ACK's own form": gaps.NEAR_WHOLE,
     "whole: 500m": gaps.BUILT_IN_REFUSAL,
     "shared: 500m under fractional reject": gaps.BUILT_IN_REFUSAL,
     "fractions: request differs from limit": gaps.BUILT_IN_REFUSAL,
@@ -1709,7 +1712,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (285, 43, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (287, 42, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -2091,10 +2094,10 @@ def test_a_terms_own_expressions_on_a_required_label_agree_with_the_webhook(
     compare(namespace, pod(container(limits={GPU_: gpu}), affinity=affinity), STEERED_POLICIES, *steered_native())
 
 
-# Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts), each backend's own
-# resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent, and just below a whole
-# number), a pod's own placement.
-MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n")
+# Memory slices: nvidia.com/gpu alone (whole, fractions around the least that converts, near-whole past one GPU),
+# each backend's own resource alone or beside whole GPUs (amounts around one GPU's memory and 100 percent, and just
+# below a whole number), a pod's own placement.
+MEMORY_GPUS = ("0", "1", "2", "3", "9", "500m", "333m", "0.1", "10m", "5m", "1n", "1999999900n", "2999999u")
 MEMORY_OWN = (
     HAMI_MEM, HAMI_CORES, "nvidia.com/gpumem-percentage", VOLCANO_NUM, VOLCANO_MEM, VOLCANO_PERCENT, ACK_MEM,
     "aliyun.com/gpu-count",

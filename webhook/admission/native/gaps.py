@@ -29,12 +29,12 @@ BUILT_IN_REFUSAL = Gap(
 NEAR_WHOLE = Gap(
     "a GPU quantity within a thousandth below a whole number that mutation does not convert, written otherwise "
     f"than the API server writes it (0.9999999, which it sends as 999999900n), or as {NVIDIA_GPU} under mode "
-    "memory where its advice turns on the value (ACK's past one GPU: the memory units it comes to) or is left to "
-    "the webhook (below one GPU, beside the backend's own resources)",
+    "memory where its advice turns on what the policy does not know (ACK's past one GPU, where the GPU's memory "
+    "is unknown) or is left to the webhook (below one GPU, beside the backend's own resources)",
     "the API server's own validation reads milli-units rounded up and takes it as whole, so no refusal of its own "
     "comes first; the webhook refuses it as fractional with its advice, the compiled line reads the canonical text "
-    "(nanos or micros) and says advice that turns on the value only as MIG's does (its 4 places): not compiled "
-    "there (the native set lets it through, as the API server does)",
+    "(nanos or micros) and says advice that turns on the value only as MIG's (its 4 places) and ACK's (the GPUs "
+    "and GiB it comes to) do: not compiled there (the native set lets it through, as the API server does)",
 )
 FRACTION_VARIABLES = Gap(
     f"fractional: shared ({NVIDIA_GPU} below 1 as one shared replica) with a memory variable whose value for the "

@@ -23,12 +23,14 @@ from fractions import Fraction
 
 from webhook.admission.base.quantity import NANO, PLACES, format_fraction, quantity_shown
 from webhook.admission.base.resources import MANAGED_NAMES, NVIDIA_GPU
+from webhook.admission.native import memshares
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
 from webhook.admission.native.containers import has_map, managed
 from webhook.admission.native.family import ContainerRule, Family
 from webhook.admission.native.gaps import shape
 from webhook.admission.phases import validate
 from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.memshare import ack_past_one_line, units_of
 
 # The canonical suffixes of a value finer than a milli-unit, and the decimal places they stand for.
 CANONICAL = {"n": 9, "e-9": 9, "u": 6, "e-6": 6}
@@ -84,10 +86,14 @@ def _shown(text: str, unit: str) -> str:
 def gpu_line(policy: Policy) -> str | None:
     """validate.fraction_advice's line for `nvidia.com/gpu` under `policy`, its value shown at the slot `shown` and
     written as format_fraction writes it at the slot `held` (MIG's advice on a known model says how much of the
-    GPU no slice holds), where it is the same at every probe otherwise (None: it depends on the value, as the
-    memory backends' do)."""
+    GPU no slice holds), where it is the same at every probe otherwise; under a backend that spreads a pod's
+    memory over GPUs, its advice in its own form (`_spread_line`). None: it depends on the value otherwise, as a
+    memory backend's does below one GPU."""
     if shape(policy) is None:
         return None
+    spread = _spread_line(policy)
+    if spread is not None:
+        return spread
     rules = validate.Rules.of(policy)
     lines = {
         validate.fraction_advice(slot("shown"), value, rules, "", False)[0].replace(
@@ -97,6 +103,43 @@ def gpu_line(policy: Policy) -> str | None:
     }
     line = lines.pop()
     return line if not lines and slot("shown") in line else None
+
+
+def _spread_line(policy: Policy) -> str | None:
+    """ACK's advice past one GPU (memshare.ack_past_one_line): the same memory as `aliyun.com/gpu-mem` over the
+    value's GPUs rounded up, its numbers at the slots `gpus`, `each` and `total` (`_spread_numbers`); None for
+    another backend, or where the GPU's memory is unknown (the advice is another then)."""
+    spec = memshares.compiled_spec(policy)
+    if spec is None or not spec.spreads_pods or units_of(spec, policy)[0] is None:
+        return None
+    return ack_past_one_line(slot("shown"), slot("held"), slot("gpus"), slot("each"), slot("total"), policy)
+
+
+def _spread_numbers(text: str, policy: Policy) -> dict[str, str]:
+    """CEL: the slots of `_spread_line` for the canonical `text` past one GPU (`fractional_text`, `above_one`):
+    `W` GPUs and a deficit of `D` units of 10^-p below `g = W + 1`, each GPU's share of its memory `q` MiB,
+    floor(value * q / g), is `q - ceil(q * D / (g * 10^p))`, then in whole units (GiB), as memshare.fraction_advice
+    writes it. The integers stay within int64: `g` is below memshares.most_count (scope.py), far below
+    INT64_MAX / 10^9."""
+    spec = memshares.compiled_spec(policy)
+    assert spec is not None
+    gpu_mib, unit_mib = units_of(spec, policy)
+    assert gpu_mib is not None and memshares.most_count(policy) * NANO < memshares.INT64_MAX
+    gpus, each = "0", "0"
+    for suffix, places in CANONICAL.items():
+        scale = 10**places
+        digits = f"{text}.substring(0, {text}.size() - {len(suffix)})"
+        whole = f"int(d.substring(0, d.size() - {places})) + 1"
+        deficit = f"{scale} - int(d.substring(d.size() - {places}, d.size()))"
+        share = f"({gpu_mib} - ({gpu_mib} * ({deficit}) + g * {scale} - 1) / (g * {scale})) / {unit_mib}"
+        chosen = f"{text}.endsWith({lit(suffix)})"
+        gpus = f"{chosen} ? ({bind(digits, 'd', whole)}) : ({gpus})"
+        each = f"{chosen} ? ({bind(digits, 'd', bind(whole, 'g', share))}) : ({each})"
+    return {
+        "gpus": f"string({gpus})",
+        "each": f"string({each})",
+        "total": bind(gpus, "g", bind(each, "e", "string(g * e)")),
+    }
 
 
 def _probes(policy: Policy) -> tuple[Fraction, ...]:
@@ -142,7 +185,8 @@ class NearWhole(Family):
             validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
             {"name": key, "shown": shown},
         )
-        gpu_said = None if gpu is None else fill(gpu, {"shown": shown, "held": _held(text)})
+        numbers = _spread_numbers(text, policy) if slot("gpus") in (gpu or "") else {}
+        gpu_said = None if gpu is None else fill(gpu, {"shown": shown, "held": _held(text), **numbers})
         line = other if gpu_said is None else f"{key} == {lit(NVIDIA_GPU)} ? ({gpu_said}) : ({other})"
         keep = all_of(kept)
         return [

@@ -409,10 +409,7 @@ def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[
         gpus = ceil(value)
         each = int(value * gpu_mib / gpus) // spec.unit_mib
         return (
-            f"{NVIDIA_GPU} {shown} is fractional and more than one GPU ({where}); request a whole number of GPUs, "
-            f"or {format_fraction(Fraction(value))} GPUs' memory in ACK's own form: {spec.memory}: {each * gpus} "
-            "with the pod label "
-            f'{ACK_COUNT}: "{gpus}" ({each} GiB of each of {gpus} GPUs)',
+            ack_past_one_line(shown, format_fraction(Fraction(value)), str(gpus), str(each), str(each * gpus), policy),
             f"{NVIDIA_GPU} {shown}: ask for whole GPUs, or {spec.memory} {each * gpus} over {gpus} GPUs",
         )
     if value > 1:
@@ -437,6 +434,19 @@ def fraction_advice(shown: str, value: int | Fraction, policy: Policy) -> tuple[
         f"{NVIDIA_GPU} {shown} is less than one unit of {spec.title} ({unit}, {where}); request {least} or more",
         f"{NVIDIA_GPU} {shown} is below one {spec.unit if unit_mib == spec.unit_mib else 'unit'} share; ask for "
         f"{least} or more",
+    )
+
+
+def ack_past_one_line(shown: str, held: str, gpus: str, each: str, total: str, policy: Policy) -> str:
+    """ACK's advice for `nvidia.com/gpu` past one GPU that is not whole (fraction_advice): the same memory in its
+    own form, `gpus` GPUs (the value rounded up) of `each` GiB (the value's share of each, rounded down), `total`
+    in all; `held` the value as format_fraction writes it (template: the native policies fill it too)."""
+    spec = spec_of(policy)
+    assert spec is not None
+    return (
+        f'{NVIDIA_GPU} {shown} is fractional and more than one GPU (policy "{policy.name}"); request a whole '
+        f"number of GPUs, or {held} GPUs' memory in ACK's own form: {spec.memory}: {total} with the pod label "
+        f'{ACK_COUNT}: "{gpus}" ({each} GiB of each of {gpus} GPUs)'
     )
 
 
