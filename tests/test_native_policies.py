@@ -26,6 +26,7 @@ import json
 from fractions import Fraction
 from functools import cache
 from itertools import permutations
+from random import Random
 from typing import Any
 
 import pytest
@@ -1506,6 +1507,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: four zeros beside a GPU": (
         "research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0, MIG_2G: 0, AMD: 0})),
     ),
+    "whole: seven zeros beside a GPU, three of MIG slices and two of Intel's": (
+        "research",
+        pod(container(limits={MIG_3G: 0, INTEL_XE: 0, GPU_: 1, SHARED: 0, MIG_1G: 0, INTEL_GPU: 0, MIG_2G: 0, AMD: 0})),
+    ),
+    "whole: four zeros of MIG slices beside a GPU": (
+        "research", pod(container(limits={GPU_: 1, MIG_1G: 0, MIG_2G: 0, MIG_3G: 0, "nvidia.com/mig-7g.80gb": 0})),
+    ),
     "whole: a zero copied from requests, after a zero of a greater name": (
         "research", pod(container(requests={AMD: 0}, limits={GPU_: 1, SHARED: 0})),
     ),
@@ -1657,7 +1665,7 @@ NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
     "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
-    "whole: four zeros beside a GPU": gaps.BOTH_NAMES,
+    "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
     "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
@@ -1712,7 +1720,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (287, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (289, 42, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1722,6 +1730,18 @@ def test_the_zeros_are_put_in_the_order_of_their_names(size: int) -> None:
     names = sorted((GPU_, SHARED, MIG_1G)[:size])
     for arrangement in permutations(names):
         assert kube_cel.evaluate(maxima.in_order("z"), {"z": list(arrangement)}) == names
+
+
+def test_the_zeros_of_names_and_prefixes_are_put_in_the_order_of_their_names() -> None:
+    """The names judged by name in a list written in order, each prefix's names at the prefix's place
+    (maxima.zeros_in_order): whatever order the container's limits come in, the zeros come in the webhook's."""
+    zeros = sorted((MIG_3G, INTEL_XE, SHARED, MIG_1G, INTEL_GPU, MIG_2G, AMD))
+    names = [*zeros, GPU_]
+    random = Random(7)
+    for _ in range(20):
+        random.shuffle(names)
+        limits = {name: "1" if name == GPU_ else "0" for name in names}
+        assert kube_cel.evaluate(maxima.zeros_in_order(()), {"c": {"resources": {"limits": limits}}}) == zeros
 
 
 @pytest.mark.parametrize(

@@ -171,13 +171,19 @@ def counted(key: str, class_names: Collection[str]) -> str:
     whole, but an amount of one GPU (resources.DEVICE_AMOUNTS) or a DeviceClass resource outside `class_names`,
     the policy's GPU classes)."""
     names = [name for name in MANAGED_NAMES if name not in DEVICE_AMOUNTS]
-    prefixes = [prefix for prefix in MANAGED_PREFIXES if prefix != DEVICE_CLASS_PREFIX]
-    amounts = sorted(name for name in DEVICE_AMOUNTS if name.startswith(tuple(prefixes)))
-    by_prefix = f"{strings(prefixes)}.exists(p, {key}.startsWith(p)) && !({key} in {strings(amounts)})"
+    prefixes = counted_prefixes()
+    amounts = sorted(name for name in DEVICE_AMOUNTS if name.startswith(prefixes))
+    by_prefix = f"{strings(list(prefixes))}.exists(p, {key}.startsWith(p)) && !({key} in {strings(amounts)})"
     terms = [f"{key} in {strings(names)}", by_prefix]
     if class_names:
         terms.append(f"{key} in {strings(sorted(class_names))}")
     return f"({any_of(terms)}) && quantity(c.resources.limits[{key}]).isInteger()"
+
+
+def counted_prefixes() -> tuple[str, ...]:
+    """The prefixes of the names validation counts (a DeviceClass resource counts only where it is the policy's
+    own, by name)."""
+    return tuple(prefix for prefix in MANAGED_PREFIXES if prefix != DEVICE_CLASS_PREFIX)
 
 
 def counts_replica(target: str, class_names: Collection[str]) -> str:

@@ -17,8 +17,8 @@ from webhook.admission.sharing.registry import backend_of
 
 Shape = Literal["whole", "shared", "mig", "memory"] | None
 
-# The most zeros beside a GPU in one container whose lines the compiled rule puts in the webhook's order, by
-# comparing them (maxima.in_order); more are outside the compiled set (BOTH_NAMES).
+# The most zeros of names judged by one prefix beside a GPU in one container whose lines the compiled rule puts in
+# the webhook's order, by comparing them (maxima.in_order); more are outside the compiled set (BOTH_NAMES).
 MOST_ZEROS = 3
 
 BUILT_IN_REFUSAL = Gap(
@@ -60,13 +60,14 @@ PREFIXED_LIMITS = Gap(
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "
     f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, a name "
-    f"judged by prefix beside another, say; or more than {MOST_ZEROS} zeros beside a GPU; under mode memory, "
+    f"judged by prefix beside another, say; or more than {MOST_ZEROS} zeros of names judged by one prefix (MIG "
+    "slices, Intel's GPUs) beside a GPU; under mode memory, "
     "another pool's resource beside any other, or two counts of devices",
     "the webhook says a container's lines resource by resource, by name, the compiled "
     "policies rule by rule (another pool's resources first, then the maxima by name, then those judged by prefix); "
-    f"and a CEL map's keys come in no order: the compiled rule puts up to {MOST_ZEROS} zeros' lines in the order "
-    "of their names by comparing them, and more would need a list sorted (Kubernetes 1.34's CEL) or a third "
-    "iteration",
+    "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
+    f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "
+    "them; more would need a list sorted (Kubernetes 1.34's CEL) or a third iteration",
 )
 MEMORY_COUNTS = Gap(
     "a memory backend's count of vGPUs or GPUs, or ACK's GiB, in one container past what the compiled integers "

@@ -5,19 +5,29 @@ prefix (whose names are the pod's, found in CEL) in the order of their names."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from itertools import pairwise
 
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
     INTEL_PREFIX,
+    MANAGED_NAMES,
     MIG_PREFIX,
     NVIDIA_GPU,
     SHARED_SUFFIX,
 )
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import SPEC, count, counted, every, has_map, value, whole_limit
+from webhook.admission.native.containers import (
+    SPEC,
+    count,
+    counted,
+    counted_prefixes,
+    every,
+    has_map,
+    value,
+    whole_limit,
+)
 from webhook.admission.native.family import ContainerRule, Family, Lines
 from webhook.admission.native.gaps import MOST_ZEROS, shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named, prefixed
@@ -96,27 +106,60 @@ def _unmapped_rule(rules: Rules) -> ContainerRule:
 
 def _zero_rule(rules: Rules) -> ContainerRule:
     """A managed resource at 0 beside one the container holds (validate._zero_companions): one line per zero, in
-    the order of their names, naming the first it holds (the least name: the API server sends a map's keys
-    sorted). A CEL map's keys come in no order, and sorting a list is Kubernetes 1.34's CEL: the zeros are bound
-    and put in order by comparisons, up to MOST_ZEROS of them (`in_order`; more are outside the compiled set,
-    scope.py). The condition is only that there are two limits (the list may be empty), so that the counted
-    test is written twice, not four times."""
+    the order of their names (`zeros_in_order`), naming the first it holds (the least name: the API server sends
+    a map's keys sorted). The condition is only that there are two limits (the list may be empty), so that the
+    counted test is written twice, not four times."""
     held, zeros = "h", "z"
     sentence = validate.zero_companion_line(
         NAME, quantity_text(SHOWN), HELD, quantity_text(slot("heldshown")), rules.policy.name
     )
     exprs = {"name": KEY, "shown": key_limit(), "held": f"{held}.min()", "heldshown": key_limit(f"{held}.min()")}
-    found = f"c.resources.limits.filter({KEY}, {counted(KEY, rules.class_names)} && {key_count()} == 0)"
-    lines = bind(found, zeros, f"({in_order(zeros)}).map({KEY}, {fill(sentence, exprs)})")
+    lines = bind(zeros_in_order(rules.class_names), zeros, f"{zeros}.map({KEY}, {fill(sentence, exprs)})")
     nonzero = f"c.resources.limits.filter(j, {counted('j', rules.class_names)} && {key_count('j')} > 0)"
     condition = f"{has_map('limits')} && size(c.resources.limits) > 1"
     return ContainerRule(condition, bind(nonzero, held, f"size({held}) == 0 ? [] : {lines}"), many=True)
 
 
+def zero_groups(class_names: Collection[str]) -> list[str | list[str]]:
+    """The names validation counts (containers.counted), as the groups whose zeros the compiled rule puts in the
+    order of their names: each prefix it counts by (a MIG slice, an Intel GPU), whose names sort together, at
+    the prefix's own place (a name that does not begin with it sorts below them all where it sorts below the
+    prefix, else above them all), and between them the names counted by name (the counts' and the policy's
+    own classes), in order, in lists."""
+    prefixes = counted_prefixes()
+    by_name = {name for name in (*MANAGED_NAMES, *class_names) if name not in DEVICE_AMOUNTS}
+    groups: list[str | list[str]] = []
+    for name in sorted({*prefixes, *(name for name in by_name if not name.startswith(prefixes))}):
+        if name in prefixes:
+            groups.append(name)
+        elif groups and isinstance(groups[-1], list):
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    return groups
+
+
+def zeros_in_order(class_names: Collection[str]) -> str:
+    """CEL: the container's counted limits at 0, in the order of their names. A CEL map's keys come in no order,
+    and sorting a list is Kubernetes 1.34's CEL: the names counted by name are a list written in order and
+    filtered to the container's zeros; those of a prefix are found among its limits and put in order by
+    comparisons, up to MOST_ZEROS of each prefix (`in_order`; more are outside the compiled set, scope.py);
+    the groups joined in the order of `zero_groups`. No expression iterates more than two levels deep (the
+    containers, then a list)."""
+    zero = f"quantity({key_limit()}).isInteger() && {key_count()} == 0"
+    parts = []
+    for group in zero_groups(class_names):
+        if isinstance(group, list):
+            parts.append(f"{strings(group)}.filter({KEY}, {KEY} in c.resources.limits && {zero})")
+        else:
+            keep = f"{KEY}.startsWith({lit(group)}) && {counted(KEY, class_names)} && {key_count()} == 0"
+            parts.append(bind(f"c.resources.limits.filter({KEY}, {keep})", "p", in_order("p")))
+    return " + ".join(parts)
+
+
 def in_order(names: str) -> str:
     """CEL: the list `names` (distinct strings) in order, where it holds at most MOST_ZEROS: compared element by
-    element (string `<` compares code points, as the API server sorts a map's keys), with no iteration over it,
-    so that the rule stays two iterations deep (the containers, then their limits)."""
+    element (string `<` compares code points, as the API server sorts a map's keys), with no iteration over it."""
     a, b, c = (f"{names}[{index}]" for index in range(MOST_ZEROS))
     two = f"{a} < {b} ? {names} : [{b}, {a}]"
     below_b = f"{b} < {c} ? {names} : {a} < {c} ? [{a}, {c}, {b}] : [{c}, {a}, {b}]"  # a < b

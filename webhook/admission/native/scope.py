@@ -41,6 +41,7 @@ from webhook.admission.base.violation import Violation
 from webhook.admission.cluster.nodes import PRODUCT_LABEL as PRODUCT
 from webhook.admission.dra.claimrules import CLAIM_SPEC_PATHS
 from webhook.admission.native import engineflags, memshares, userenv, wholes
+from webhook.admission.native.containers import counted_prefixes
 from webhook.admission.native.devices import device_list_path, device_nodes_path
 from webhook.admission.native.family import SECTIONS, Gap
 from webhook.admission.native.fractions import fraction_gap
@@ -155,8 +156,8 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     order: validation says them resource by resource, by name (the order in which the API server sends a map's
     keys), the compiled rules rule by rule, so two resources that each say a line of their own are
     outside unless the rules say them by name too (`_said_by_name`). The lines of zeros beside a GPU come in the
-    order of their names, in both, but the compiled rule orders only up to MOST_ZEROS of them: outside where
-    there are more."""
+    order of their names, in both, but the compiled rule orders only up to MOST_ZEROS of one prefix
+    (maxima.zeros_in_order): outside where there are more."""
     rules = Rules.of(policy)
     resources = body.get("resources") or {}
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
@@ -164,7 +165,8 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     counts = container_counts(ContainerRef("containers", 0, body), rules, [])
     held = any(counts.values())
     zeros = [name for name, count in counts.items() if not count]
-    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (held and len(zeros) > MOST_ZEROS):
+    crowded = any(sum(name.startswith(prefix) for name in zeros) > MOST_ZEROS for prefix in counted_prefixes())
+    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (held and crowded):
         return BOTH_NAMES
     return None
 
