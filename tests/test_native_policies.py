@@ -307,6 +307,7 @@ MIG_2G = "nvidia.com/mig-2g.20gb"
 AMD, INTEL_GPU, INTEL_MILLICORES = "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/millicores"
 INTEL_XE, MIG_3G = "gpu.intel.com/xe", "nvidia.com/mig-3g.40gb"
 DEVICE_CLASS = "deviceclass.resource.kubernetes.io/"
+DC_GPU, DC_MIG = DEVICE_CLASS + "gpu.nvidia.com", DEVICE_CLASS + "mig.nvidia.com"
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 FROM_MAP = {"configMapKeyRef": {"name": "limits", "key": "fraction"}}
 FROM_SECRET = {"secretKeyRef": {"name": "limits", "key": "fraction"}}
@@ -1514,6 +1515,29 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: four zeros of MIG slices beside a GPU": (
         "research", pod(container(limits={GPU_: 1, MIG_1G: 0, MIG_2G: 0, MIG_3G: 0, "nvidia.com/mig-7g.80gb": 0})),
     ),
+    # NVIDIA's DeviceClasses asked as extended resources (DRA): their maxima by name, unshared under sharing
+    "whole: NVIDIA's GPU DeviceClass over the maximum": ("research", pod(container(limits={DC_GPU: 3}))),
+    "whole: NVIDIA's GPU DeviceClass in two containers over the pod's maximum": (
+        "research", pod(container("a", limits={DC_GPU: 2}), container("b", limits={DC_GPU: 2})),
+    ),
+    "whole: NVIDIA's GPU DeviceClass beside AMD's, both over the maximum": (
+        "research", pod(container(limits={DC_GPU: 3, AMD: 3})),
+    ),
+    "shared: NVIDIA's GPU DeviceClass, unshared under time-slicing": ("shared", pod(container(limits={DC_GPU: 1}))),
+    "shared-tie: NVIDIA's GPU DeviceClass unshared and over the maximum, in requests only": (
+        "a-team", pod(container(requests={DC_GPU: 3})),
+    ),
+    "shared: a zero of NVIDIA's GPU DeviceClass beside a GPU": (
+        "shared", pod(container(limits={GPU_: 1, DC_GPU: 0})),
+    ),
+    "mig: two devices of NVIDIA's MIG DeviceClass, more than one slice": (
+        "mig", pod(container(limits={DC_MIG: 2})),
+    ),
+    "whole: NVIDIA's GPU DeviceClass beside nvidia.com/gpu in another container": (
+        "research", pod(container("a", limits={GPU_: 1}), container("b", limits={DC_GPU: 1})),
+    ),
+    "whole: NVIDIA's GPU DeviceClass of 1500m": ("research", pod(container(limits={DC_GPU: "1500m"}))),
+    "hami: NVIDIA's GPU DeviceClass": ("hami-a", pod(container(limits={DC_GPU: 1}))),
     "whole: a zero copied from requests, after a zero of a greater name": (
         "research", pod(container(requests={AMD: 0}, limits={GPU_: 1, SHARED: 0})),
     ),
@@ -1663,6 +1687,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
+    "whole: NVIDIA's GPU DeviceClass beside nvidia.com/gpu in another container": gaps.SAME_GPUS,
+    "whole: NVIDIA's GPU DeviceClass of 1500m": gaps.OTHER_RESOURCES,
+    "hami: NVIDIA's GPU DeviceClass": gaps.OTHER_RESOURCES,
     "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
     "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
     "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
@@ -1720,7 +1747,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (289, 42, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (296, 45, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -2005,14 +2032,16 @@ RESOURCES = st.one_of(
     ),
     st.builds(
         lambda n, q: {"limits": {n: q}},
-        st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, MIG_1G + ".shared", AMD, INTEL_GPU, "nvidia.com/gpumem")),
+        st.sampled_from(
+            (GPU_, SHARED, MIG_1G, MIG_2G, MIG_1G + ".shared", AMD, INTEL_GPU, "nvidia.com/gpumem", DC_GPU, DC_MIG)
+        ),
         st.sampled_from(QUANTITIES),
     ),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
     st.builds(  # two GPU resources in one container, zeros among them
         lambda limits: {"limits": limits},
         st.dictionaries(
-            st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, AMD, "volcano.sh/vgpu-number")),
+            st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, AMD, "volcano.sh/vgpu-number", DC_GPU)),
             st.sampled_from(("0", "1", "2")),
             min_size=2,
         ),

@@ -42,14 +42,22 @@ FRACTION_VARIABLES = Gap(
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
 )
 OTHER_RESOURCES = Gap(
-    "the policy's own DeviceClass resources (deviceClasses), another DeviceClass resource that is fractional or "
-    "whose request differs from its limit, an Intel resource named as a replica (*.shared), and a nvidia.com/mig-* "
-    "name the compiled pattern reads otherwise than the webhook",
-    "validation counts a DeviceClass's GPUs with nvidia.com/gpu across names and says them unshared under "
-    "time-slicing and MPS, refuses any DeviceClass quantity but a whole request = limit (a name the API server "
-    "takes as written: it holds kubernetes.io/), and holds a *.shared name to the replicas' rules: not compiled "
-    "(AMD's GPUs, the memory-sliced backends' resources, Intel's devices and amounts, and a whole DeviceClass "
-    "resource of no GPU are)",
+    "the policy's own DeviceClass resources under mode memory, a DeviceClass resource that is not a whole number "
+    "or whose request differs from its limit, an Intel resource named as a replica (*.shared), and a "
+    "nvidia.com/mig-* name the compiled pattern reads otherwise than the webhook",
+    "under mode memory the compiled maxima count GPUs' worth of memory, none of it a DeviceClass's; validation "
+    "refuses any DeviceClass quantity but a whole request = limit (a name the API server takes as written: it "
+    "holds kubernetes.io/), and holds a *.shared name to the replicas' rules: not compiled (AMD's GPUs, the "
+    "memory-sliced backends' resources, Intel's devices and amounts, the policy's own DeviceClass resources whole "
+    "under the other modes, and a whole DeviceClass resource of no GPU are)",
+)
+SAME_GPUS = Gap(
+    "the same whole GPUs asked by two names in one pod: nvidia.com/gpu (where it is whole GPUs) beside a GPU "
+    "DeviceClass's resource (deviceclass.resource.kubernetes.io/gpu.nvidia.com), or two GPU DeviceClasses' "
+    "resources",
+    "validation sums them across names against the per-container and per-pod maxima (both names ask for the same "
+    "GPUs, a DeviceClass with extendedResourceName serving both from DRA), with lines of their own: not compiled "
+    "(each name's own maxima are)",
 )
 PREFIXED_LIMITS = Gap(
     "a resource judged by prefix (a MIG profile, Intel's, a DeviceClass's) asked in requests only whose name holds "
@@ -217,7 +225,8 @@ class Unsupported(Family):
     name = "not compiled"
 
     def gaps(self, policy: Policy) -> list[Gap]:
-        found = [BUILT_IN_REFUSAL, NEAR_WHOLE, HUGE_COUNTS, PREFIXED_LIMITS, OTHER_RESOURCES, BOTH_NAMES, EPHEMERAL]
+        found = [BUILT_IN_REFUSAL, NEAR_WHOLE, HUGE_COUNTS, PREFIXED_LIMITS, OTHER_RESOURCES, SAME_GPUS, BOTH_NAMES]
+        found.append(EPHEMERAL)
         found.append(DEVICE_PATHS)
         if shape(policy) is None:
             found.append(mode_gap(policy))

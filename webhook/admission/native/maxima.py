@@ -46,6 +46,8 @@ class Maxima(Family):
         rules = Rules.of(policy)
         found = []
         for name in device_counts(policy):
+            if name in rules.unshared_classes:  # said before its maximum, as validate._resource says it
+                found.append(_unshared_rule(name, rules))
             found.append(_container_rule(name, rules))
             if name == NVIDIA_GPU and rules.mapping_target is not None:
                 found.append(_unmapped_rule(rules))
@@ -89,6 +91,14 @@ def _container_rule(name: str, rules: Rules) -> ContainerRule:
     else:
         maximum, sentence = _over_maximum(name, name, rules)
     return ContainerRule(all_of([whole_limit(name), f"{count(name)} > {maximum}"]), fill(sentence, exprs))
+
+
+def _unshared_rule(name: str, rules: Rules) -> ContainerRule:
+    """NVIDIA's whole-GPU DeviceClass resource under time-slicing or MPS (validate._unshared_class): the claim
+    the scheduler makes for it carries no GpuConfig, so its GPUs are the container's own, unshared."""
+    sentence = validate.unshared_class_line(f"{name} {quantity_text(SHOWN)}", COUNT, rules)
+    exprs = {"shown": value("limits", name), "count": f"string({count(name)})"}
+    return ContainerRule(all_of([whole_limit(name), f"{count(name)} > 0"]), fill(sentence, exprs))
 
 
 def _unmapped_rule(rules: Rules) -> ContainerRule:
@@ -177,7 +187,7 @@ def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:
     if rules.one_shared_replica and rules.is_replica(name):
         many = backend_of(policy).many_replicas(policy, COUNT)
         return maximum, validate.one_share_line(written, shown, policy.sharing.mode, policy.name, many)
-    if rules.one_mig_slice and (name.startswith(MIG_PREFIX) or name == rules.mig_single_resource):
+    if rules.one_mig_slice and rules.is_mig_slice(name):
         return maximum, validate.one_slice_line(f"{written} {shown}", policy.name)
     return maximum, validate.over_container_maximum_line(f"{written} {shown}", maximum, policy.name)
 

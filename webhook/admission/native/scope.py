@@ -60,6 +60,7 @@ from webhook.admission.native.gaps import (
     OTHER_RESOURCES,
     PREFIXED_LIMITS,
     RECORDED,
+    SAME_GPUS,
     SPACED_PRODUCT,
     STEERED_LABELS,
     STEERED_PRODUCT,
@@ -129,10 +130,36 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
                 found = _both_names(mutated[section][index], policy)
             if found is not None:
                 return found
+    if _same_gpus(obj, spec_path, policy):
+        return SAME_GPUS
     if carried == "memory":
         spec = memshare.spec_of(policy)
         return _ack_pod(obj, spec_path, policy, spec) if spec is not None and spec.spread_label else None
     return None
+
+
+def _same_gpus(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> bool:
+    """Whether the pod (as mutation leaves it) holds the same whole GPUs by two names (validate._whole_gpus:
+    `nvidia.com/gpu` beside a GPU DeviceClass's resource, or two classes'), which validation sums across names."""
+    rules = Rules.of(policy)
+    spec = get_path(obj, spec_path)
+    if not any(set(_names(body)) & rules.class_gpus for section in SECTIONS for body in spec.get(section) or ()):
+        return False
+    spec = get_path(mutate(obj, policy, spec_path).obj, spec_path)
+    held = {
+        name
+        for section in SECTIONS
+        for body in spec.get(section) or ()
+        for name, raw in ((body.get("resources") or {}).get("limits") or {}).items()
+        if name in rules.whole_gpus and quantity_or_none(raw) != 0
+    }
+    return len(held) > 1
+
+
+def _names(body: dict[str, Any]) -> list[str]:
+    """The resource names of a container's requests and limits."""
+    resources = body.get("resources") or {}
+    return [name for which in ("requests", "limits") for name in resources.get(which) or ()]
 
 
 def _several(body: dict[str, Any]) -> bool:
@@ -301,6 +328,12 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
     if not all(map(copyable, copied)):
         return PREFIXED_LIMITS  # not copied by the MAP; the API server refuses such a name either way
     limits = {**limits, **copied}
+    for name in sorted(managed & classes):
+        value = quantity_or_none(limits.get(name))
+        asked = quantity_or_none(requests[name]) if name in requests else value
+        if value is None or Fraction(value).denominator != 1 or value < 0 or asked != value:
+            # a name the API server takes as written (it holds kubernetes.io/): validation's own lines
+            return OTHER_RESOURCES
     for name in sorted(managed - by_name):
         if name.startswith(MIG_PREFIX):
             # read by CEL's pattern as by resources.mig_profile_of

@@ -206,11 +206,15 @@ class Rules:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
         return is_shared(resource) or resource == self.shared_resource
 
+    def is_mig_slice(self, resource: str) -> bool:
+        """A MIG slice: `nvidia.com/mig-*`, the single strategy's `nvidia.com/gpu`, a MIG DeviceClass's resource."""
+        return resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs
+
     def container_maximum(self, resource: str) -> int:
         """The most of `resource` one container may hold: shared replicas and MIG slices have their own."""
         if self.is_replica(resource):
             return self.max_per_container
-        if resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs:
+        if self.is_mig_slice(resource):
             return self.max_mig_per_container
         return self.max_whole_per_container
 
@@ -558,9 +562,7 @@ def _resource(
                 ),
                 f"{_brief(name)} {_brief(shown, 8)}: one {policy.sharing.mode} share per container; ask for 1",
             )
-        elif rules.one_mig_slice and (
-            name.startswith(MIG_PREFIX) or name == rules.mig_single_resource or name in rules.class_migs
-        ):
+        elif rules.one_mig_slice and rules.is_mig_slice(name):
             _add(ref, problems, _one_slice_line(f"{name} {shown}", rules), _one_slice_short(_brief(name)))
         else:
             _over_container_maximum(
@@ -578,11 +580,20 @@ def _unshared_class(
     _add(
         ref,
         problems,
-        f"{name} {shown} asks DRA for whole GPUs that nothing shares (the claim made for it carries no GpuConfig), "
-        f'but policy "{rules.policy.name}" shares GPUs by {mode}; ask for {NVIDIA_GPU}: {value} (shared by {mode}), '
-        f"or name a ResourceClaim whose GpuConfig sets sharing.strategy {rules.gpu_config_strategy}",
+        unshared_class_line(f"{name} {shown}", str(value), rules),
         f"{_brief(name[len(DEVICE_CLASS_PREFIX) :])} {_brief(shown, 8)}: whole GPUs, unshared under {mode}; ask "
         f"for {NVIDIA_GPU}",
+    )
+
+
+def unshared_class_line(what: str, count: str, rules: Rules) -> str:
+    """NVIDIA's whole-GPU DeviceClass resource under time-slicing or MPS (`_unshared_class`; template: the native
+    policies fill it too). `what`: the resource and its quantity; `count`: its number of GPUs."""
+    mode = rules.policy.sharing.mode
+    return (
+        f"{what} asks DRA for whole GPUs that nothing shares (the claim made for it carries no GpuConfig), "
+        f'but policy "{rules.policy.name}" shares GPUs by {mode}; ask for {NVIDIA_GPU}: {count} (shared by {mode}), '
+        f"or name a ResourceClaim whose GpuConfig sets sharing.strategy {rules.gpu_config_strategy}"
     )
 
 
