@@ -1536,6 +1536,23 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: NVIDIA's GPU DeviceClass beside nvidia.com/gpu in another container": (
         "research", pod(container("a", limits={GPU_: 1}), container("b", limits={DC_GPU: 1})),
     ),
+    "whole: nvidia.com/gpu and NVIDIA's GPU DeviceClass in one container, over its maximum together": (
+        "research", pod(container(limits={GPU_: 1, DC_GPU: 2})),
+    ),
+    "whole: nvidia.com/gpu and NVIDIA's GPU DeviceClass in two containers, over the pod's maximum together": (
+        "research", pod(container("a", limits={GPU_: 2}), container("b", limits={DC_GPU: 2})),
+    ),
+    "whole: NVIDIA's GPU DeviceClass in a sidecar beside nvidia.com/gpu, over the pod's maximum together": (
+        "research",
+        pod(
+            container("a", limits={GPU_: 2}),
+            container("b", limits={GPU_: 1}),
+            init=(container("proxy", limits={DC_GPU: 1}, restartPolicy="Always"),),
+        ),
+    ),
+    "whole: NVIDIA's GPU DeviceClass beside a near-whole nvidia.com/gpu": (
+        "research", pod(container("a", limits={GPU_: "999999900n"}), container("b", limits={DC_GPU: 1})),
+    ),
     "whole: NVIDIA's GPU DeviceClass of 1500m": ("research", pod(container(limits={DC_GPU: "1500m"}))),
     "hami: NVIDIA's GPU DeviceClass": ("hami-a", pod(container(limits={DC_GPU: 1}))),
     "whole: a zero copied from requests, after a zero of a greater name": (
@@ -1687,7 +1704,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
-    "whole: NVIDIA's GPU DeviceClass beside nvidia.com/gpu in another container": gaps.SAME_GPUS,
+    "whole: NVIDIA's GPU DeviceClass beside a near-whole nvidia.com/gpu": gaps.SAME_GPUS,
     "whole: NVIDIA's GPU DeviceClass of 1500m": gaps.OTHER_RESOURCES,
     "hami: NVIDIA's GPU DeviceClass": gaps.OTHER_RESOURCES,
     "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
@@ -1747,7 +1764,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (296, 45, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (300, 45, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))

@@ -52,12 +52,11 @@ OTHER_RESOURCES = Gap(
     "under the other modes, and a whole DeviceClass resource of no GPU are)",
 )
 SAME_GPUS = Gap(
-    "the same whole GPUs asked by two names in one pod: nvidia.com/gpu (where it is whole GPUs) beside a GPU "
-    "DeviceClass's resource (deviceclass.resource.kubernetes.io/gpu.nvidia.com), or two GPU DeviceClasses' "
-    "resources",
-    "validation sums them across names against the per-container and per-pod maxima (both names ask for the same "
-    "GPUs, a DeviceClass with extendedResourceName serving both from DRA), with lines of their own: not compiled "
-    "(each name's own maxima are)",
+    "the same whole GPUs asked by two names in one pod (nvidia.com/gpu where it is whole GPUs, a GPU DeviceClass's "
+    "resource: deviceclass.resource.kubernetes.io/gpu.nvidia.com) with an amount among them that is not a whole "
+    "number",
+    "validation sums them across names against the maxima (both names ask for the same GPUs), a fraction among "
+    "them; the compiled lines sum whole numbers of devices: not compiled there",
 )
 PREFIXED_LIMITS = Gap(
     "a resource judged by prefix (a MIG profile, Intel's, a DeviceClass's) asked in requests only whose name holds "

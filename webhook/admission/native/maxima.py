@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from itertools import pairwise
 
+from webhook.admission.base.podspec import container_label
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
@@ -28,7 +29,7 @@ from webhook.admission.native.containers import (
     value,
     whole_limit,
 )
-from webhook.admission.native.family import ContainerRule, Family, Lines
+from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Lines
 from webhook.admission.native.gaps import MOST_ZEROS, shape
 from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named, prefixed
 from webhook.admission.phases import validate
@@ -63,7 +64,9 @@ class Maxima(Family):
             return []  # the pod's maximum counts GPUs' worth of memory there (memshares.py)
         names = device_counts(policy)
         totals = [_pod_rule(index, name, rules) for index, name in enumerate(names)]
-        return _with_prefixed(rules, names, totals) if shape(policy) is not None else totals
+        if shape(policy) is None:
+            return totals
+        return [*_with_prefixed(rules, names, totals), *_same_gpus(rules, names)]
 
 
 def device_counts(policy: Policy) -> list[str]:
@@ -267,6 +270,75 @@ def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
     alone = f"size({running}) == 1 && {total} > {rules.container_maximum(name)}"
     over = f"{total} > {rules.max_per_pod} && !({alone})"
     return Lines(f"({over}) ? [{line}] : []", variables)
+
+
+def _same_gpus(rules: Rules, names: list[str]) -> list[Lines]:
+    """The same whole GPUs asked by two names (validate._whole_gpus: `nvidia.com/gpu` where it is whole GPUs, the
+    GPU DeviceClasses' resources), after the pod totals: each container that asks more than its maximum by
+    several names, none over it alone, then the pod's effective total of their sum over the per-pod maximum
+    where no name's own total is, nor one container's alone over its maximum. `names`: the pod totals' (their
+    variables, `total{index}`, read here)."""
+    gpus = sorted(rules.whole_gpus)
+    if len(gpus) < 2:
+        return []
+    policy, maximum, most = rules.policy, rules.max_whole_per_container, rules.max_per_pod
+    asked = f"{strings(gpus)}.filter(n, {_whole_of('n')} && {_count_of('n')} > 0)"
+    what = f"a.map(n, n + ' ' + string({_count_of('n')})).join(' and ')"
+    line = fill(
+        validate.same_gpus_line(slot("what"), slot("total"), maximum, policy.name),
+        {"what": what, "total": f"string({_summed(gpus, 'c')})"},
+    )
+    over = f"size(a) > 1 && {_summed(gpus, 'c')} > {maximum} && a.all(n, {_count_of('n')} <= {maximum})"
+    said = []
+    for section in SECTIONS:
+        label = fill(validate.labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
+        each = every(section, bind(asked, "a", f"{over} ? [{label} + {line}] : []"))
+        said.append(f"{each}.filter(l, size(l) > 0).map(l, l[0])")
+    k = "Same"
+    variables = effective_total(k, f"{_summed(gpus, 'c')} > 0", lambda var: _summed(gpus, var))
+    running, total, present = f"variables.running{k}", f"variables.total{k}", f"variables.present{k}"
+    anywhere = " || ".join(
+        f"(has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {_whole_of('n')}))" for section in SECTIONS
+    )
+    own = [f"variables.total{names.index(name)} > {most}" for name in gpus if name in names]
+    together = f"size({running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
+    named = fill(validate.running_entry(NAME, COUNT), {"name": "c.name", "count": f"string({_summed(gpus, 'c')})"})
+    sentence = validate.same_gpus_pod_line(
+        slot("names"), slot("total"), slot("together"), slot("named"), most, policy.name
+    )
+    pod_line = fill(
+        validate.labelled("pod", sentence),
+        {
+            "names": f"{present}.join(' and ')",
+            "total": f"string({total})",
+            "together": together,
+            "named": f"{running}.map(c, {named}).join(', ')",
+        },
+    )
+    conditions = [f"{total} > {most}", f"size({present}) > 1", f"!({any_of(own)})" if own else "true"]
+    conditions.append(f"!(size({running}) == 1 && {total} > {maximum})")
+    pod = Lines(
+        f"({all_of(conditions)}) ? [{pod_line}] : []",
+        (*variables, (f"present{k}", f"{strings(gpus)}.filter(n, {anywhere})")),
+    )
+    return [Lines(" + ".join(said)), pod]
+
+
+def _whole_of(key: str, var: str = "c") -> str:
+    """CEL: the container `var` has a whole-number limit of the resource named by the CEL string `key`."""
+    limits = f"{var}.resources.limits"
+    return f"has({var}.resources) && has({limits}) && {key} in {limits} && quantity({limits}[{key}]).isInteger()"
+
+
+def _count_of(key: str, var: str = "c") -> str:
+    """CEL: the limit of the resource named by `key` as a number of devices (where `_whole_of` holds)."""
+    return f"quantity({var}.resources.limits[{key}]).asInteger()"
+
+
+def _summed(gpus: list[str], var: str) -> str:
+    """CEL: the GPUs the container `var` asks by any of `gpus`, with no iteration (it is read inside the
+    effective total's)."""
+    return "(" + " + ".join(f"({_whole_of(lit(name), var)} ? {_count_of(lit(name), var)} : 0)" for name in gpus) + ")"
 
 
 def _total_line(rules: Rules, shown: str, total: str, running: str, entry: tuple[str, str]) -> str:

@@ -139,21 +139,24 @@ def outside(obj: dict[str, Any], policy: Policy) -> Gap | None:
 
 
 def _same_gpus(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy) -> bool:
-    """Whether the pod (as mutation leaves it) holds the same whole GPUs by two names (validate._whole_gpus:
-    `nvidia.com/gpu` beside a GPU DeviceClass's resource, or two classes'), which validation sums across names."""
+    """Whether the pod (as mutation leaves it) names the same whole GPUs by two names (validate._whole_gpus:
+    `nvidia.com/gpu` beside a GPU DeviceClass's resource, or two classes') with an amount that is not a whole
+    number among them: validation sums it across names, the compiled lines (maxima._same_gpus) only whole ones."""
     rules = Rules.of(policy)
     spec = get_path(obj, spec_path)
     if not any(set(_names(body)) & rules.class_gpus for section in SECTIONS for body in spec.get(section) or ()):
         return False
     spec = get_path(mutate(obj, policy, spec_path).obj, spec_path)
-    held = {
-        name
+    amounts = [
+        (name, quantity_or_none(raw))
         for section in SECTIONS
         for body in spec.get(section) or ()
         for name, raw in ((body.get("resources") or {}).get("limits") or {}).items()
-        if name in rules.whole_gpus and quantity_or_none(raw) != 0
-    }
-    return len(held) > 1
+        if name in rules.whole_gpus
+    ]
+    return len({name for name, _ in amounts}) > 1 and any(
+        value is None or Fraction(value).denominator != 1 for _, value in amounts
+    )
 
 
 def _names(body: dict[str, Any]) -> list[str]:

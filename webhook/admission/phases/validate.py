@@ -1272,6 +1272,27 @@ def _pod_total(holders: Holders, rules: Rules, problems: Problems) -> None:
         )
 
 
+def same_gpus_line(what: str, total: int | Fraction | str, maximum: int, policy: str) -> str:
+    """One container's GPUs asked by two names over the per-container maximum (`_whole_gpus`; template: the
+    native policies fill it too). `what`: each name and its count, joined with " and "."""
+    return (
+        f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
+        f'(policy "{policy}"): both names ask for the same GPUs; request at most {maximum} in all'
+    )
+
+
+def same_gpus_pod_line(
+    names: str, total: int | Fraction | str, together: str, named: str, maximum: int, policy: str
+) -> str:
+    """The pod's GPUs asked by two names over the per-pod maximum (`_whole_gpus`; template: the native policies
+    fill it too). `names`: the names joined with " and "; `together`, `named` as in pod_total_line."""
+    return (
+        f"GPUs asked as {names} effective total {total} ({together}: {named}) exceeds the "
+        f'per-pod maximum of {maximum} (policy "{policy}"): both names ask for the same GPUs; '
+        "request fewer or split the pod"
+    )
+
+
 def _whole_gpus(holders: Holders, rules: Rules, problems: Problems) -> None:
     """`nvidia.com/gpu` and the GPU DeviceClasses' resources (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`)
     are the same whole GPUs asked two ways (a DeviceClass with `extendedResourceName: nvidia.com/gpu` serves
@@ -1292,8 +1313,7 @@ def _whole_gpus(holders: Holders, rules: Rules, problems: Problems) -> None:
             _add(
                 ref,
                 problems,
-                f"{what} are {total} GPUs, more than the per-container maximum of {maximum} "
-                f'(policy "{policy.name}"): both names ask for the same GPUs; request at most {maximum} in all',
+                same_gpus_line(what, total, maximum, policy.name),
                 f"{total} GPUs across GPU resources: at most {_brief(str(maximum), 8)} per container; ask for fewer",
             )
     total, running = effective_total(merged, "")
@@ -1304,13 +1324,11 @@ def _whole_gpus(holders: Holders, rules: Rules, problems: Problems) -> None:
         return
     if len(running) == 1 and total > maximum:
         return  # one container over its own maximum: its own line says it
-    named = ", ".join(f'"{ref.name}"={value}' for ref, value in running)
-    together = "containers running together" if len(running) > 1 else "container"
+    named = ", ".join(running_entry(ref.name, value) for ref, value in running)
+    together = together_words(len(running))
     problems.append(
         pod_violation(
-            f"GPUs asked as {' and '.join(present)} effective total {total} ({together}: {named}) exceeds the "
-            f'per-pod maximum of {rules.max_per_pod} (policy "{policy.name}"): both names ask for the same GPUs; '
-            "request fewer or split the pod",
+            same_gpus_pod_line(" and ".join(present), total, together, named, rules.max_per_pod, policy.name),
             f"GPU total {_brief(str(total), 8)} across GPU resources: at most {_brief(str(rules.max_per_pod), 8)} "
             "per pod; ask for fewer",
         )
