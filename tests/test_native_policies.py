@@ -1501,6 +1501,15 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: a DeviceClass of no GPU, fractional": (
         "research", pod(container(limits={DEVICE_CLASS + "fpga.example.com": "500m"})),
     ),
+    # Names judged by prefix beside names judged by name, each saying a line: validation says them by name
+    "whole: Intel's device and nvidia.com/gpu each over the maximum": (
+        "research", pod(container(limits={GPU_: 3, INTEL_GPU: 3})),
+    ),
+    "mig: Intel's device and a slice each over the maximum": ("mig", pod(container(limits={MIG_1G: 2, INTEL_GPU: 9}))),
+    "whole: another pool's MIG slice beside Intel's device over the maximum": (
+        "research", pod(container(limits={INTEL_GPU: 3, MIG_1G: 1})),
+    ),
+    "whole: two of Intel's devices over the maximum": ("research", pod(container(limits={INTEL_GPU: 3, INTEL_XE: 3}))),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
     "whole: three zeros beside a GPU, two judged by prefix": (
         "research", pod(container(limits={GPU_: 1, INTEL_XE: 0, MIG_3G: 0, AMD: 0})),
@@ -1710,6 +1719,8 @@ NOT_COVERED = {
     "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
     "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
     "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
+    "whole: another pool's MIG slice beside Intel's device over the maximum": gaps.BOTH_NAMES,
+    "whole: two of Intel's devices over the maximum": gaps.BOTH_NAMES,
     "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
@@ -1764,7 +1775,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (300, 45, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (302, 47, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))

@@ -65,13 +65,14 @@ PREFIXED_LIMITS = Gap(
     "not copied; the API server refuses the name either way, with its own message (no name it accepts holds one)",
 )
 BOTH_NAMES = Gap(
-    "two GPU resources in one container that each say a line of their own, but counts judged by name (with at most "
-    f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, a name "
-    f"judged by prefix beside another, say; or more than {MOST_ZEROS} zeros of names judged by one prefix (MIG "
-    "slices, Intel's GPUs) beside a GPU; under mode memory, "
+    "two GPU resources in one container that each say a line of their own, but counts judged by name and at most "
+    "one judged by prefix beside none of the same prefix (with at most one of another pool's, the least name): "
+    f"another pool's resource beside {NVIDIA_GPU} left unmapped, two names judged by prefix, say; or more than "
+    f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
     "another pool's resource beside any other, or two counts of devices",
     "the webhook says a container's lines resource by resource, by name, the compiled "
-    "policies rule by rule (another pool's resources first, then the maxima by name, then those judged by prefix); "
+    "policies rule by rule (another pool's resources first, then the maxima by name, each prefix's at its place, "
+    "its names found among the container's limits in no order); "
     "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
     f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "
     "them; more would need a list sorted (Kubernetes 1.34's CEL) or a third iteration",

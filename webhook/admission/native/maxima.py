@@ -45,16 +45,25 @@ class Maxima(Family):
 
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         rules = Rules.of(policy)
-        found = []
-        for name in device_counts(policy):
+        found: list[ContainerRule] = []
+        # the names judged by prefix at the prefix's place among those judged by name (their names sort together
+        # there), so that validation's order by name holds where one of them says a line beside others
+        by_prefix = {
+            MIG_PREFIX: [_prefixed_rule(replica, rules) for replica in (False, True)],
+            INTEL_PREFIX: [_intel_rule(rules)],
+        }
+        if shape(policy) is None:
+            by_prefix = {}
+        for name in sorted({*device_counts(policy), *by_prefix}):
+            if name in by_prefix:
+                found += by_prefix[name]
+                continue
             if name in rules.unshared_classes:  # said before its maximum, as validate._resource says it
                 found.append(_unshared_rule(name, rules))
             found.append(_container_rule(name, rules))
             if name == NVIDIA_GPU and rules.mapping_target is not None:
                 found.append(_unmapped_rule(rules))
         if shape(policy) is not None:
-            found += [_prefixed_rule(replica, rules) for replica in (False, True)]
-            found.append(_intel_rule(rules))
             found.append(_zero_rule(rules))  # after every resource's own lines, as container_counts says it
         return found
 

@@ -204,17 +204,29 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
 def _said_by_name(saying: list[str], policy: Policy) -> bool:
     """Whether the compiled rules say the lines of the resources `saying` in the order of their names, as
     validation does: each is a count judged by name (maxima.device_counts: one rule each, in the order of the
-    names, the lines of `nvidia.com/gpu` left unmapped right after its own) but for at most one of another pool's,
-    the least of them (pools.py says its line before every maximum, and its own maximum is then the first); none
-    judged by prefix; and the mode is not `memory` (whose counts of devices have rules of their own:
-    memshares.py)."""
+    names, the lines of `nvidia.com/gpu` left unmapped right after its own), or at most one judged by prefix (a
+    MIG slice's, Intel's: its rule at the prefix's place among them) beside none judged by name that begins with
+    the same prefix; at most one of another pool's, the least of them (pools.py says its line before every
+    maximum, and its own maximum is then the first); and the mode is not `memory` (whose counts of devices have
+    rules of their own: memshares.py)."""
     if shape(policy) == "memory":
         return False
-    others = set(other_pools(policy))
-    foreign = [name for name in saying if name in others]
-    own = [name for name in saying if name not in others]
+    others, served = set(other_pools(policy)), Rules.of(policy).served
     counted = device_counts(policy)
-    return all(name in counted for name in own) and (not foreign or foreign == [min(saying)])
+    prefixed = [name for name in saying if name not in others and name not in counted]
+    if len(prefixed) > 1:
+        return False
+    for name in prefixed:
+        prefix = next((p for p in (MIG_PREFIX, INTEL_PREFIX) if name.startswith(p)), None)
+        if prefix is None or any(other.startswith(prefix) for other in saying if other != name):
+            return False
+    # another pool's: by name, or a MIG slice by prefix where the pool serves none (validate._resource's foreign)
+    foreign = [
+        name
+        for name in saying
+        if name in others or (name in prefixed and name not in served and name.startswith("nvidia.com/"))
+    ]
+    return not foreign or foreign == [min(saying)]
 
 
 def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, spec: BackendSpec) -> Gap | None:
