@@ -170,7 +170,7 @@ def counted(key: str, class_names: Collection[str]) -> str:
     """CEL: the limit `key` of `c` is one of validation's counts (validate.container_counts: a managed resource,
     whole, but an amount of one GPU (resources.DEVICE_AMOUNTS) or a DeviceClass resource outside `class_names`,
     the policy's GPU classes)."""
-    names = [name for name in MANAGED_NAMES if name not in DEVICE_AMOUNTS]
+    names = counted_names()
     prefixes = counted_prefixes()
     amounts = sorted(name for name in DEVICE_AMOUNTS if name.startswith(prefixes))
     by_prefix = f"{strings(list(prefixes))}.exists(p, {key}.startsWith(p)) && !({key} in {strings(amounts)})"
@@ -178,6 +178,11 @@ def counted(key: str, class_names: Collection[str]) -> str:
     if class_names:
         terms.append(f"{key} in {strings(sorted(class_names))}")
     return f"({any_of(terms)}) && quantity(c.resources.limits[{key}]).isInteger()"
+
+
+def counted_names() -> list[str]:
+    """The names validation counts by name, whatever the policy (but its own DeviceClasses' resources)."""
+    return [name for name in MANAGED_NAMES if name not in DEVICE_AMOUNTS]
 
 
 def counted_prefixes() -> tuple[str, ...]:

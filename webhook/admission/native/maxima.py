@@ -13,7 +13,6 @@ from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
     INTEL_PREFIX,
-    MANAGED_NAMES,
     MIG_PREFIX,
     NVIDIA_GPU,
     SHARED_SUFFIX,
@@ -23,6 +22,7 @@ from webhook.admission.native.containers import (
     SPEC,
     count,
     counted,
+    counted_names,
     counted_prefixes,
     every,
     has_map,
@@ -48,12 +48,14 @@ class Maxima(Family):
         found: list[ContainerRule] = []
         # the names judged by prefix at the prefix's place among those judged by name (their names sort together
         # there), so that validation's order by name holds where one of them says a line beside others
-        by_prefix = {
-            MIG_PREFIX: [_prefixed_rule(replica, rules) for replica in (False, True)],
-            INTEL_PREFIX: [_intel_rule(rules)],
-        }
-        if shape(policy) is None:
-            by_prefix = {}
+        by_prefix = (
+            {
+                MIG_PREFIX: [_prefixed_rule(replica, rules) for replica in (False, True)],
+                INTEL_PREFIX: [_intel_rule(rules)],
+            }
+            if shape(policy) is not None
+            else {}
+        )
         for name in sorted({*device_counts(policy), *by_prefix}):
             if name in by_prefix:
                 found += by_prefix[name]
@@ -149,7 +151,7 @@ def zero_groups(class_names: Collection[str]) -> list[str | list[str]]:
     prefix, else above them all), and between them the names counted by name (the counts' and the policy's
     own classes), in order, in lists."""
     prefixes = counted_prefixes()
-    by_name = {name for name in (*MANAGED_NAMES, *class_names) if name not in DEVICE_AMOUNTS}
+    by_name = {*counted_names(), *class_names}
     groups: list[str | list[str]] = []
     for name in sorted({*prefixes, *(name for name in by_name if not name.startswith(prefixes))}):
         if name in prefixes:

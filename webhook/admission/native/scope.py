@@ -211,21 +211,17 @@ def _said_by_name(saying: list[str], policy: Policy) -> bool:
     rules of their own: memshares.py)."""
     if shape(policy) == "memory":
         return False
-    others, served = set(other_pools(policy)), Rules.of(policy).served
+    others, rules = set(other_pools(policy)), Rules.of(policy)
     counted = device_counts(policy)
     prefixed = [name for name in saying if name not in others and name not in counted]
     if len(prefixed) > 1:
         return False
     for name in prefixed:
-        prefix = next((p for p in (MIG_PREFIX, INTEL_PREFIX) if name.startswith(p)), None)
+        prefix = next((p for p in counted_prefixes() if name.startswith(p)), None)
         if prefix is None or any(other.startswith(prefix) for other in saying if other != name):
             return False
     # another pool's: by name, or a MIG slice by prefix where the pool serves none (validate._resource's foreign)
-    foreign = [
-        name
-        for name in saying
-        if name in others or (name in prefixed and name not in served and name.startswith("nvidia.com/"))
-    ]
+    foreign = [name for name in saying if name in others or (name in prefixed and rules.another_pools(name))]
     return not foreign or foreign == [min(saying)]
 
 

@@ -206,6 +206,12 @@ class Rules:
         """A shared replica: `*.shared`, or the policy's replica that keeps another name."""
         return is_shared(resource) or resource == self.shared_resource
 
+    def another_pools(self, resource: str) -> bool:
+        """Another pool's resource: NVIDIA's or a memory-sliced backend's that this pool does not serve."""
+        return resource not in self.served and (
+            resource.startswith("nvidia.com/") or resource in MEMORY_SLICE_RESOURCES
+        )
+
     def is_mig_slice(self, resource: str) -> bool:
         """A MIG slice: `nvidia.com/mig-*`, the single strategy's `nvidia.com/gpu`, a MIG DeviceClass's resource."""
         return resource.startswith(MIG_PREFIX) or resource == self.mig_single_resource or resource in self.class_migs
@@ -535,7 +541,7 @@ def _resource(
             short = f"{_brief(name)} {_brief(shown, 12)} is fractional; request a whole number"
         _add(ref, problems, line, short, Refusal if refused else Violation)
         return None
-    foreign = value and name not in rules.served and (name.startswith("nvidia.com/") or name in MEMORY_SLICE_RESOURCES)
+    foreign = bool(value) and rules.another_pools(name)
     if name in DEVICE_AMOUNTS:
         if foreign:  # another pool's memory slice (memshare.py)
             _served(ref, name, limit_raw, rules, problems)
