@@ -1510,6 +1510,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "research", pod(container(limits={INTEL_GPU: 3, MIG_1G: 1})),
     ),
     "whole: two of Intel's devices over the maximum": ("research", pod(container(limits={INTEL_GPU: 3, INTEL_XE: 3}))),
+    "whole: a near-whole AMD GPU beside nvidia.com/gpu over the maximum": (
+        "research", pod(container(limits={AMD: "1999999999n", GPU_: 3})),
+    ),
+    "whole: a near-whole GPU beside AMD's over the maximum": (
+        "research", pod(container(limits={AMD: 3, GPU_: "999999900n"})),
+    ),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
     "whole: three zeros beside a GPU, two judged by prefix": (
         "research", pod(container(limits={GPU_: 1, INTEL_XE: 0, MIG_3G: 0, AMD: 0})),
@@ -1721,6 +1727,7 @@ NOT_COVERED = {
     "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
     "whole: another pool's MIG slice beside Intel's device over the maximum": gaps.BOTH_NAMES,
     "whole: two of Intel's devices over the maximum": gaps.BOTH_NAMES,
+    "whole: a near-whole GPU beside AMD's over the maximum": gaps.BOTH_NAMES,
     "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
@@ -1775,7 +1782,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (302, 47, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (303, 48, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -2066,11 +2073,11 @@ RESOURCES = st.one_of(
         st.sampled_from(QUANTITIES),
     ),
     st.builds(lambda q: {"requests": {GPU_: q}}, st.sampled_from(QUANTITIES)),
-    st.builds(  # two GPU resources in one container, zeros among them
+    st.builds(  # two GPU resources in one container, zeros and near-whole values among them
         lambda limits: {"limits": limits},
         st.dictionaries(
             st.sampled_from((GPU_, SHARED, MIG_1G, MIG_2G, AMD, "volcano.sh/vgpu-number", DC_GPU)),
-            st.sampled_from(("0", "1", "2")),
+            st.sampled_from(("0", "1", "2", "3", "2999999999n")),
             min_size=2,
         ),
     ),

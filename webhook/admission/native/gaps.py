@@ -67,11 +67,13 @@ PREFIXED_LIMITS = Gap(
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name and at most "
     "one judged by prefix beside none of the same prefix (with at most one of another pool's, the least name): "
-    f"another pool's resource beside {NVIDIA_GPU} left unmapped, two names judged by prefix, say; or more than "
+    f"another pool's resource beside {NVIDIA_GPU} left unmapped, two names judged by prefix, a value within a "
+    "thousandth below a whole number beside a lesser name, say; or more than "
     f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
     "another pool's resource beside any other, or two counts of devices",
     "the webhook says a container's lines resource by resource, by name, the compiled "
-    "policies rule by rule (another pool's resources first, then the maxima by name, each prefix's at its place, "
+    "policies rule by rule (a near-whole value's line first, another pool's resources next, then the maxima by "
+    "name, each prefix's at its place, "
     "its names found among the container's limits in no order); "
     "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
     f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "

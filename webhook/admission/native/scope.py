@@ -196,21 +196,29 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
     held = any(counts.values())
     zeros = [name for name, count in counts.items() if not count]
     crowded = any(sum(name.startswith(prefix) for name in zeros) > MOST_ZEROS for prefix in counted_prefixes())
-    if (len(saying) > 1 and not _said_by_name(saying, policy)) or (held and crowded):
+    fractional = {name for name in saying if Fraction(quantity_or_none(limits[name]) or 0).denominator != 1}
+    if (len(saying) > 1 and not _said_by_name(saying, fractional, policy)) or (held and crowded):
         return BOTH_NAMES
     return None
 
 
-def _said_by_name(saying: list[str], policy: Policy) -> bool:
+def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bool:
     """Whether the compiled rules say the lines of the resources `saying` in the order of their names, as
-    validation does: each is a count judged by name (maxima.device_counts: one rule each, in the order of the
-    names, the lines of `nvidia.com/gpu` left unmapped right after its own), or at most one judged by prefix (a
-    MIG slice's, Intel's: its rule at the prefix's place among them) beside none judged by name that begins with
-    the same prefix; at most one of another pool's, the least of them (pools.py says its line before every
-    maximum, and its own maximum is then the first); and the mode is not `memory` (whose counts of devices have
-    rules of their own: memshares.py)."""
+    validation does: at most one whose value is `fractional` (wholes.py says its line before every other
+    rule's), the least of them; of the others, each is a count judged by name (maxima.device_counts: one rule
+    each, in the order of the names, the lines of `nvidia.com/gpu` left unmapped right after its own), or at most
+    one judged by prefix (a MIG slice's, Intel's: its rule at the prefix's place among them) beside none judged
+    by name that begins with the same prefix; at most one of another pool's, the least of them (pools.py says its
+    line before every maximum, and its own maximum is then the first); and the mode is not `memory` (whose
+    counts of devices have rules of their own: memshares.py)."""
     if shape(policy) == "memory":
         return False
+    first = [name for name in saying if name in fractional]
+    if len(first) > 1 or (first and first != [min(saying)]):
+        return False
+    saying = [name for name in saying if name not in fractional]
+    if not saying:
+        return True
     others, rules = set(other_pools(policy)), Rules.of(policy)
     counted = device_counts(policy)
     prefixed = [name for name in saying if name not in others and name not in counted]
