@@ -145,7 +145,13 @@ def count(name: str, var: str = "c") -> str:
 
 def whole_limit(name: str) -> str:
     """`c` has a whole-number limit of `name`."""
-    return f"{holds('limits', name)} && quantity({value('limits', name)}).isInteger()"
+    return whole_key(lit(name))
+
+
+def whole_key(key: str, var: str = "c") -> str:
+    """The container `var` has a whole-number limit of the resource named by the CEL string `key`."""
+    limits = f"{var}.resources.limits"
+    return f"has({var}.resources) && has({limits}) && {key} in {limits} && quantity({limits}[{key}]).isInteger()"
 
 
 def by_prefix(key: str) -> str:

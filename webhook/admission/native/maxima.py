@@ -27,6 +27,7 @@ from webhook.admission.native.containers import (
     every,
     has_map,
     value,
+    whole_key,
     whole_limit,
 )
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Lines
@@ -293,13 +294,13 @@ def _same_gpus(rules: Rules, names: list[str]) -> list[Lines]:
     if len(gpus) < 2:
         return []
     policy, maximum, most = rules.policy, rules.max_whole_per_container, rules.max_per_pod
-    asked = f"{strings(gpus)}.filter(n, {_whole_of('n')} && {_count_of('n')} > 0)"
-    what = f"a.map(n, n + ' ' + string({_count_of('n')})).join(' and ')"
+    asked = f"{strings(gpus)}.filter(n, {whole_key('n')} && {key_count('n')} > 0)"
+    what = f"a.map(n, n + ' ' + string({key_count('n')})).join(' and ')"
     line = fill(
         validate.same_gpus_line(slot("what"), slot("total"), maximum, policy.name),
         {"what": what, "total": f"string({_summed(gpus, 'c')})"},
     )
-    over = f"size(a) > 1 && {_summed(gpus, 'c')} > {maximum} && a.all(n, {_count_of('n')} <= {maximum})"
+    over = f"size(a) > 1 && {_summed(gpus, 'c')} > {maximum} && a.all(n, {key_count('n')} <= {maximum})"
     said = []
     for section in SECTIONS:
         label = fill(validate.labelled(container_label(section, 0, {"name": slot("name")}), ""), {"name": "c.name"})
@@ -309,7 +310,7 @@ def _same_gpus(rules: Rules, names: list[str]) -> list[Lines]:
     variables = effective_total(k, f"{_summed(gpus, 'c')} > 0", lambda var: _summed(gpus, var))
     running, total, present = f"variables.running{k}", f"variables.total{k}", f"variables.present{k}"
     anywhere = " || ".join(
-        f"(has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {_whole_of('n')}))" for section in SECTIONS
+        f"(has({SPEC}.{section}) && {SPEC}.{section}.exists(c, {whole_key('n')}))" for section in SECTIONS
     )
     own = [f"variables.total{names.index(name)} > {most}" for name in gpus if name in names]
     together = f"size({running}) > 1 ? {lit(validate.together_words(2))} : {lit(validate.together_words(1))}"
@@ -335,21 +336,10 @@ def _same_gpus(rules: Rules, names: list[str]) -> list[Lines]:
     return [Lines(" + ".join(said)), pod]
 
 
-def _whole_of(key: str, var: str = "c") -> str:
-    """CEL: the container `var` has a whole-number limit of the resource named by the CEL string `key`."""
-    limits = f"{var}.resources.limits"
-    return f"has({var}.resources) && has({limits}) && {key} in {limits} && quantity({limits}[{key}]).isInteger()"
-
-
-def _count_of(key: str, var: str = "c") -> str:
-    """CEL: the limit of the resource named by `key` as a number of devices (where `_whole_of` holds)."""
-    return f"quantity({var}.resources.limits[{key}]).asInteger()"
-
-
 def _summed(gpus: list[str], var: str) -> str:
     """CEL: the GPUs the container `var` asks by any of `gpus`, with no iteration (it is read inside the
     effective total's)."""
-    return "(" + " + ".join(f"({_whole_of(lit(name), var)} ? {_count_of(lit(name), var)} : 0)" for name in gpus) + ")"
+    return "(" + " + ".join(f"({whole_key(lit(name), var)} ? {key_count(lit(name), var)} : 0)" for name in gpus) + ")"
 
 
 def _total_line(rules: Rules, shown: str, total: str, running: str, entry: tuple[str, str]) -> str:

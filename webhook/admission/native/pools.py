@@ -80,14 +80,14 @@ def prefixed(policy: Policy, key: str = KEY) -> str:
     return f"{key}.startsWith({lit(MIG_PREFIX)}){outside}"
 
 
-def key_limit(key: str = KEY) -> str:
-    """The container's limit of `key`, a quantity string."""
-    return f"c.resources.limits[{key}]"
+def key_limit(key: str = KEY, var: str = "c") -> str:
+    """The limit of `key` of the container `var`, a quantity string."""
+    return f"{var}.resources.limits[{key}]"
 
 
-def key_count(key: str = KEY) -> str:
-    """The limit of `key` as a number of devices, where it is whole."""
-    return f"quantity({key_limit(key)}).asInteger()"
+def key_count(key: str = KEY, var: str = "c") -> str:
+    """The limit of `key` of the container `var` as a number of devices, where it is whole."""
+    return f"quantity({key_limit(key, var)}).asInteger()"
 
 
 def held(policy: Policy, above: int, key: str = KEY) -> str:
