@@ -6,7 +6,8 @@ process):
 - held:    IDLE TCP connections that send nothing plus HALF_OPEN ones stopped in the middle of a TLS ClientHello,
   kept at that count (any the server closes is opened again at once, as an attacker would); meanwhile, every
   0.2 s, a probe on a NEW connection (`/healthz` over HTTPS on the webhook port, and over plain HTTP on the probe
-  port) and a review on a NEW connection, each with the kubelet's 2 s timeout;
+  port) and a review on a NEW connection, each with the kubelet's 2 s timeout; then the same with ONLY_HALF_OPEN
+  half-open handshakes alone, more than both workers' places, so that no held connection is silent;
 - metrics: HALF_SENT requests on the metrics port, held; then scrapes on new connections, and the threads the
   server process runs meanwhile;
 - large:   six clients that each send a 2 MB review (a GPU pod of 24,000 GPU containers; BENCH_LARGE=annotation:
@@ -42,6 +43,7 @@ from bench.server import Server, Setup, _start, free_port, setup
 from webhook.admission.review import make_review
 
 IDLE, HALF_OPEN, HALF_SENT = 3000, 1000, 200
+ONLY_HALF_OPEN = 3000  # half-open handshakes alone, more than both workers' places: none of them silent
 PROBE_SECONDS = 6.0
 LARGE_SENDERS, LARGE_BYTES, SMALL_RATE, LARGE_SECONDS = 6, 2 * 1024 * 1024, 20.0, 8.0
 PROBE_TIMEOUT = 2.0  # the Deployment's timeoutSeconds
@@ -236,12 +238,12 @@ def summary(name: str, times: list[float | None]) -> list[str]:
             f"{done[-1] * 1000:.0f}" if done else "-"]  # fmt: skip
 
 
-def held(server: Server, probe_port: int | None) -> tuple[list[list[str]], dict[str, Any]]:
+def held(server: Server, probe_port: int | None, idle: int, half_open: int) -> tuple[list[list[str]], dict[str, Any]]:
     probes: dict[str, list[float | None]] = {"probe https /healthz": [], "review (new connection)": []}
     if probe_port:
         probes["probe http /healthz (probe port)"] = []
     body = review("small")
-    with held_connections(server.port, IDLE, HALF_OPEN) as reopened:
+    with held_connections(server.port, idle, half_open) as reopened:
         time.sleep(0.5)
         deadline = time.monotonic() + PROBE_SECONDS
         while time.monotonic() < deadline:
@@ -338,16 +340,17 @@ def main() -> bool:
     with setup() as where:
         server = start(where, probe_port)
         try:
-            rows, results["held"] = held(server, probe_port)
-            print(
-                table(
-                    f"\nheld: {IDLE} idle TCP connections and {HALF_OPEN} half-open TLS handshakes on the webhook "
-                    f"port (re-opened when closed: {results['held']['reopened']}); new connections, "
-                    f"{PROBE_TIMEOUT:g} s timeout",
-                    ["on a new connection", "tries", "failed", "p50 ms", "max ms"],
-                    rows,
+            for name, idle, half_open in (("held", IDLE, HALF_OPEN), ("held_half_open", 0, ONLY_HALF_OPEN)):
+                rows, results[name] = held(server, probe_port, idle, half_open)
+                print(
+                    table(
+                        f"\nheld: {idle} idle TCP connections and {half_open} half-open TLS handshakes on the "
+                        f"webhook port (re-opened when closed: {results[name]['reopened']}); new connections, "
+                        f"{PROBE_TIMEOUT:g} s timeout",
+                        ["on a new connection", "tries", "failed", "p50 ms", "max ms"],
+                        rows,
+                    )
                 )
-            )
             rows, results["metrics"] = metrics_held(server)
             print(
                 table(
@@ -372,6 +375,9 @@ def main() -> bool:
     return check([
         ("every probe and review on a new connection answered within 2 s while connections are held",
          results["held"]["all_answered"], f"{results['held']['reopened']:,} connections closed and opened again"),
+        ("... and while only half-open handshakes are held, more than the workers' places",
+         results["held_half_open"]["all_answered"],
+         f"{results['held_half_open']['reopened']:,} connections closed and opened again"),
         ("small reviews' p90 beside six clients sending 2 MB reviews", results["large"]["p90_beside_ms"] < 100,
          f"{results['large']['p90_beside_ms']:.0f} ms (target < 100 ms)"),
     ])  # fmt: skip

@@ -796,6 +796,26 @@ def test_thousands_of_idle_and_half_open_connections_cost_new_ones_nothing(start
     assert "Traceback" not in server.log()
 
 
+def test_a_worker_full_of_half_open_handshakes_still_answers_new_clients(start_server):
+    """One worker whose every place is held by a connection stopped in its TLS ClientHello, 500 more waiting to
+    be accepted, and each one it closes opened again at once: a new client's connection is the newest, so the
+    next arrivals close older ones, and once its hello is answered it goes only after every half-open one; each
+    of 20 probes is answered within 1 s. (When a silent connection went first, however new, the next arrival
+    closed the client's before the worker read its hello: most probes failed in the handshake.)"""
+    from bench.conns import held_connections
+
+    server = start_server(workers=1, threads=4)
+    port = int(server.url.rsplit(":", 1)[1])
+    with held_connections(port, 0, 1500) as reopened:
+        time.sleep(0.5)
+        for _ in range(20):
+            started = time.monotonic()
+            assert server.get("/healthz", timeout=REVIEW_TIMEOUT).status_code == 200
+            assert time.monotonic() - started < 1.0
+        assert reopened.value > 0, "the server closed none of them: they held its places"
+    assert server.metrics()['gpu_admission_connections_closed_total{reason="full"}'] > 0
+
+
 def test_silent_and_half_open_connections_are_closed_within_their_limits(start_server):
     """A connection that sends nothing is closed after SILENT_TIMEOUT, on the webhook port and on the probe port;
     one stopped in its TLS handshake HANDSHAKE_TIMEOUT after its first byte."""

@@ -20,11 +20,15 @@ response the client does not read as fast as it is written is finished by the ma
 deadline), so a client that stops reading holds no thread either. A closing connection lingers in the poller.
 
 A connection never waits to be accepted: when the worker holds `worker_connections`, a new one makes room by
-closing the oldest that has not sent a request (silent, then in its TLS handshake, then waiting for a first
-request, then kept alive), or else the oldest still sending one; the listener is never switched off. A connection
-that has sent nothing gets SILENT_TIMEOUT, and its TLS handshake HANDSHAKE_TIMEOUT from its first byte: so
-thousands of idle or half-open connections cost each other their places, never a new connection its answer. The
-probe listener (`serve --probe-port`, plain HTTP) answers /healthz and /readyz only, one request a connection.
+closing another that has not sent a request. First the oldest accepted of those that are silent or whose TLS
+ClientHello is not yet whole; then one whose hello was answered, waiting for the client's reply; then one waiting
+for a first request; then a kept-alive one; else the oldest still sending a request. The listener is never switched
+off. A client's new connection is the newest, so the next arrivals close older ones first, and once its hello is
+answered (at once where it was there when accepted, as it is for a connection that waited to be accepted) it goes
+only after every half-open one. A connection that has sent nothing gets SILENT_TIMEOUT, and its TLS handshake
+HANDSHAKE_TIMEOUT from its first byte: so thousands of idle or half-open connections cost each other their places,
+never a new connection its answer. The probe listener (`serve --probe-port`, plain HTTP) answers /healthz and
+/readyz only, one request a connection.
 
 On SIGTERM the listeners are closed at once (new connections are refused rather than queued until the worker
 exits), and connections that have not sent a request yet, those still in their TLS handshake included, get
@@ -174,11 +178,28 @@ def obey_connection_close(app: Any) -> Any:
     return wsgi
 
 
+def _has_sent(client: socket.socket) -> bool:
+    """Whether a just-accepted connection has sent something (or closed), without reading it.
+
+    A TLS client sends its ClientHello as soon as it is connected, so a connection that waited to be accepted
+    has it here already: taken into its handshake at once, its hello is answered before the next arrival, and
+    a full worker then closes it only after every half-open connection.
+    """
+    try:
+        client.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # a byte, or b"" for a closed connection
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        pass  # reset already: the first read says so and drops it
+    return True
+
+
 class _Conn(TConn):
     """A connection that remembers what the main loop read of its next request."""
 
     worker: WebhookWorker
     received: bytearray
+    accepted: float  # time.monotonic() when accepted
     deadline: float
     probe: bool = False  # from the probe listener: plain HTTP
 
@@ -201,7 +222,8 @@ class WebhookWorker(ThreadWorker):
         super().__init__(*args, **kwargs)
         # Each sorted by deadline (insertion order, all with the same timeout), for expiry and eviction alike.
         self.silent: OrderedDict[_Conn, None] = OrderedDict()  # accepted, nothing received yet
-        self.handshaking: OrderedDict[_Conn, None] = OrderedDict()  # TLS handshake under way
+        self.handshaking: OrderedDict[_Conn, None] = OrderedDict()  # TLS handshake under way, hello not answered
+        self.answered: OrderedDict[_Conn, None] = OrderedDict()  # hello answered, the client's reply awaited
         self.reading: OrderedDict[_Conn, None] = OrderedDict()  # part of a request read
         self.lingering: deque[tuple[float, socket.socket]] = deque()
         self.writing: dict[_Conn, Any] = {}  # connection -> its thread's future, while the main loop writes
@@ -251,28 +273,30 @@ class WebhookWorker(ThreadWorker):
             client = ProbeSocket(client.family, client.type, client.proto, fileno=client.detach())
         conn = _Conn(self.cfg, client, address, server)  # non-blocking from here
         conn.worker, conn.received, conn.probe = self, bytearray(), probe
-        conn.deadline = time.monotonic() + SILENT_TIMEOUT
+        conn.accepted = time.monotonic()
+        conn.deadline = conn.accepted + SILENT_TIMEOUT
         if self._stop_deadline is not None:
             conn.deadline = min(conn.deadline, self._stop_deadline)
+        sent = _has_sent(client)
         if probe:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
-            self.silent[conn] = None
-            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_first_bytes, conn))
-            return
-        try:
-            conn.sock = sock.ssl_context(self.cfg).wrap_socket(
-                client,
-                server_side=True,
-                do_handshake_on_connect=False,
-                suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
-            )
-        except (OSError, ValueError) as exc:
-            self.log.debug("TLS wrap failed for %s: %s", address, exc)
-            self.nr_conns -= 1
-            util.close(client)
-            return
+        else:
+            try:
+                conn.sock = sock.ssl_context(self.cfg).wrap_socket(
+                    client,
+                    server_side=True,
+                    do_handshake_on_connect=False,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                )
+            except (OSError, ValueError) as exc:
+                self.log.debug("TLS wrap failed for %s: %s", address, exc)
+                self.nr_conns -= 1
+                util.close(client)
+                return
         self.silent[conn] = None
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_first_bytes, conn))
+        if sent:  # its first bytes are here already: its handshake starts now, not after the next arrivals
+            self._on_first_bytes(conn)
 
     def _on_first_bytes(self, conn: _Conn, _fileobj: Any = None) -> None:
         """A new connection sent something: a TLS handshake starts, with its own deadline; a probe is read."""
@@ -289,11 +313,11 @@ class WebhookWorker(ThreadWorker):
 
     def _make_room(self) -> bool:
         """Close the connection that can best give way to a new one; False when none can."""
-        for waiting in (self.silent, self.handshaking):
-            if waiting:
-                self._drop(next(iter(waiting)))
-                count_closed("full")
-                return True
+        unfinished = [next(iter(waiting)) for waiting in (self.silent, self.handshaking) if waiting]
+        if unfinished or self.answered:
+            self._drop(min(unfinished, key=lambda conn: conn.accepted) if unfinished else next(iter(self.answered)))
+            count_closed("full")
+            return True
         for idle in (self.pending_conns, self.keepalived_conns):
             if idle:
                 self._drop(idle.popleft())
@@ -309,11 +333,11 @@ class WebhookWorker(ThreadWorker):
         """One non-blocking step of the TLS handshake."""
         try:
             conn.sock.do_handshake()
-        except ssl.SSLWantReadError:
-            self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._handshake, conn))
-            return
-        except ssl.SSLWantWriteError:
-            self.poller.modify(conn.sock, selectors.EVENT_WRITE, partial(self._handshake, conn))
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
+            if conn in self.handshaking and conn.sock.cipher() is not None:
+                self._hello_answered(conn)
+            event = selectors.EVENT_READ if isinstance(want, ssl.SSLWantReadError) else selectors.EVENT_WRITE
+            self.poller.modify(conn.sock, event, partial(self._handshake, conn))
             return
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: a bad hello, a reset
             self.log.debug("TLS handshake failed for %s: %s", conn.client, exc)
@@ -333,8 +357,17 @@ class WebhookWorker(ThreadWorker):
         self.pending_conns.append(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
 
+    def _hello_answered(self, conn: _Conn) -> None:
+        """The client's whole ClientHello was read and answered (a cipher is chosen): a client that goes on with
+        its handshake, which a full worker closes only after every connection that never finished its hello.
+        Its deadline stays that of its first byte, so this list is in deadline order but for the few moments
+        between a hello's first byte and its last."""
+        del self.handshaking[conn]
+        self.answered[conn] = None
+
     def _forget_handshake(self, conn: _Conn) -> None:
         self.handshaking.pop(conn, None)
+        self.answered.pop(conn, None)
 
     # ------------------------------------------------------------------------------- reading requests
 
@@ -429,7 +462,7 @@ class WebhookWorker(ThreadWorker):
 
     def _drop(self, conn: _Conn) -> None:
         """Close a connection no thread has (it may still be in the poller, and in a waiting list)."""
-        for waiting in (self.silent, self.handshaking, self.reading):
+        for waiting in (self.silent, self.handshaking, self.answered, self.reading):
             waiting.pop(conn, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
@@ -484,16 +517,17 @@ class WebhookWorker(ThreadWorker):
             self._stop_deadline = now + STOP_KEEPALIVE_LINGER
             for conn in self.pending_conns:
                 conn.timeout = min(conn.timeout, self._stop_deadline)
-            for conn in (*self.silent, *self.handshaking):
+            for conn in (*self.silent, *self.handshaking, *self.answered):
                 conn.deadline = min(conn.deadline, self._stop_deadline)
         while self.silent and (conn := next(iter(self.silent))).deadline <= now:
             self.log.debug("closed %s: nothing sent within %.0f s", conn.client, SILENT_TIMEOUT)
             self._drop(conn)
             count_closed("silent")
-        while self.handshaking and (conn := next(iter(self.handshaking))).deadline <= now:
-            self.log.debug("TLS handshake timed out for %s", conn.client)
-            self._drop(conn)
-            count_closed("handshake")
+        for handshaking in (self.handshaking, self.answered):
+            while handshaking and (conn := next(iter(handshaking))).deadline <= now:
+                self.log.debug("TLS handshake timed out for %s", conn.client)
+                self._drop(conn)
+                count_closed("handshake")
         while self.reading and (conn := next(iter(self.reading))).deadline <= now:
             self.log.info("closed %s: request incomplete after %.0f s", conn.client, BoundedSSLSocket.request_timeout)
             self._drop(conn)
