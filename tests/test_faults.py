@@ -415,11 +415,15 @@ def test_policy_swaps_and_a_certificate_rotation_under_load_fail_nothing_and_nev
                 for c in clients
             )
 
+        def reloaded(count: int) -> bool:  # both workers: a client's answers may all come from one of them
+            return server.metrics().get('gpu_admission_policy_reloads_total{result="ok"}', 0) >= count
+
         time.sleep(0.5)
-        for name, files in (("new", NEW_SET), ("old", OLD_SET), ("new", NEW_SET)):
+        for swaps, (name, files) in enumerate((("new", NEW_SET), ("old", OLD_SET), ("new", NEW_SET)), start=1):
             swapped = time.monotonic()
             swap(files)
             eventually(lambda: serving(name, swapped), 8, f"every client answered from the {name} set")  # noqa: B023
+            eventually(lambda: reloaded(2 * swaps), 8, f"both workers loaded the {name} set")  # noqa: B023
             if name == "old":  # mid-way, the certificate too
                 rotated = certs.reissue_serving_certificate(cert.directory, valid_for=dt.timedelta(days=90))
                 new_serial = certs.load_certificate(rotated.tls_cert).serial_number
