@@ -800,21 +800,31 @@ def test_thousands_of_idle_and_half_open_connections_cost_new_ones_nothing(start
     assert "Traceback" not in server.log()
 
 
-def test_a_worker_full_of_half_open_handshakes_still_answers_new_clients(start_server):
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2], ids=["TLS 1.3", "TLS 1.2"])
+def test_a_worker_full_of_half_open_handshakes_still_answers_new_clients(start_server, version: ssl.TLSVersion):
     """One worker whose every place is held by a connection stopped in its TLS ClientHello, 500 more waiting to
     be accepted, and each one it closes opened again at once: a new client's connection is the newest, so the
     next arrivals close older ones, and once its hello is answered it goes only after every half-open one; each
-    of 20 probes is answered within 1 s. (When a silent connection went first, however new, the next arrival
-    closed the client's before the worker read its hello: most probes failed in the handshake.)"""
+    of 20 probes, from a client of either TLS version, is answered within 1 s. (When a silent connection went
+    first, however new, the next arrival closed the client's before the worker read its hello: most probes
+    failed in the handshake.)"""
     from bench.conns import held_connections
 
     server = start_server(workers=1, threads=4)
     port = int(server.url.rsplit(":", 1)[1])
+    context = ssl.create_default_context(cafile=str(server.ca_file))
+    context.minimum_version = context.maximum_version = version
     with held_connections(port, 0, 1500) as reopened:
         time.sleep(0.5)
         for _ in range(20):
             started = time.monotonic()
-            assert server.get("/healthz", timeout=REVIEW_TIMEOUT).status_code == 200
+            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=REVIEW_TIMEOUT)
+            try:
+                connection.request("GET", "/healthz")
+                assert connection.sock.version() == version.name.replace("_", ".")
+                assert connection.getresponse().status == 200
+            finally:
+                connection.close()
             assert time.monotonic() - started < 1.0
         assert reopened.value > 0, "the server closed none of them: they held its places"
     assert server.metrics()['gpu_admission_connections_closed_total{reason="full"}'] > 0

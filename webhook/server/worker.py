@@ -334,7 +334,7 @@ class WebhookWorker(ThreadWorker):
         try:
             conn.sock.do_handshake()
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
-            if conn in self.handshaking and conn.sock.cipher() is not None:
+            if conn in self.handshaking and conn.sock.shared_ciphers() is not None:  # TLS 1.2 and 1.3 alike
                 self._hello_answered(conn)
             event = selectors.EVENT_READ if isinstance(want, ssl.SSLWantReadError) else selectors.EVENT_WRITE
             self.poller.modify(conn.sock, event, partial(self._handshake, conn))
@@ -358,7 +358,7 @@ class WebhookWorker(ThreadWorker):
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
 
     def _hello_answered(self, conn: _Conn) -> None:
-        """The client's whole ClientHello was read and answered (a cipher is chosen): a client that goes on with
+        """The client's whole ClientHello was read and answered (OpenSSL holds its ciphers): a client that goes on with
         its handshake, which a full worker closes only after every connection that never finished its hello.
         Its deadline stays that of its first byte, so this list is in deadline order but for the few moments
         between a hello's first byte and its last."""
