@@ -245,6 +245,21 @@ def test_the_pod_maximum_counts_gpus_worth_of_memory_not_vgpus() -> None:
     ]
 
 
+@pytest.mark.parametrize("backend", [Backend.ACK, Backend.HAMI, Backend.VOLCANO], ids=["ack", "hami", "volcano"])
+def test_the_pod_maximum_counts_the_device_classes_resources_as_devices(backend: Backend) -> None:
+    """The policy's own DeviceClasses' resources are DRA devices, not memory shares: under a memory backend each
+    name's pod total is held to the per-pod maximum as under every other mode (before, two containers of three
+    whole GPUs asked through NVIDIA's class passed a maximum of 4)."""
+    pol = memory(backend, limits=Limits(max_per_pod=4))
+    gpus = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+    three_each = pod(container("a", limits={gpus: "3"}), container("b", limits={gpus: "3"}))
+    assert run(three_each, pol).denials == [
+        f'pod: {gpus} effective total 6 (containers running together: "a"=3, "b"=3) exceeds the per-pod maximum '
+        'of 4 (policy "team"); request fewer or split the pod'
+    ]
+    assert run(pod(container("a", limits={gpus: "2"}), container("b", limits={gpus: "2"})), pol).verdict == "allow"
+
+
 # --- the namespace's pool -------------------------------------------------------------------------------------
 
 

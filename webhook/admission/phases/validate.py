@@ -356,6 +356,9 @@ def validated(
     # closer look.
     if memory is not None:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
         memory.pod(problems)
+        # The policy's own DeviceClasses' resources are DRA devices, not memory: each name's total, as elsewhere.
+        class_counts = [(ref, {n: v for n, v in c.items() if n in rules.class_names}) for ref, c in holders]
+        _pod_total(class_counts, rules, problems)
     elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
     classes = False  # any DeviceClass's resource counted (only GPU classes are)
