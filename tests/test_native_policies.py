@@ -1570,6 +1570,28 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "whole: NVIDIA's GPU DeviceClass of 1500m": ("research", pod(container(limits={DC_GPU: "1500m"}))),
     "hami: NVIDIA's GPU DeviceClass": ("hami-a", pod(container(limits={DC_GPU: 1}))),
+    "hami: NVIDIA's GPU DeviceClass over the pod's maximum": (
+        "hami-a", pod(container("a", limits={DC_GPU: 3}), container("b", limits={DC_GPU: 3})),
+    ),
+    "hami: NVIDIA's GPU DeviceClass over the container's maximum": ("hami-a", pod(container(limits={DC_GPU: 9}))),
+    "hami: NVIDIA's MIG DeviceClass in a sidecar, over the pod's maximum with the app's": (
+        "hami-a",
+        pod(container("a", limits={DC_MIG: 4}), init=(container("proxy", limits={DC_MIG: 1}, restartPolicy="Always"),)),
+    ),
+    "hami: NVIDIA's GPU DeviceClass beside a vGPU, over the pod's maximum together": (
+        "hami-a", pod(container("a", limits={DC_GPU: 3}), container("b", limits={GPU_: 2})),
+    ),
+    "hami: NVIDIA's GPU DeviceClass beside memory, each over the pod's maximum": (
+        "hami-a",
+        pod(container("a", limits={DC_GPU: 5}), *(container(f"m{i}", limits={GPU_: "0.9"}) for i in range(5))),
+    ),
+    "volcano: NVIDIA's GPU DeviceClass over both maxima": (
+        "vgpu", pod(container("a", limits={DC_GPU: 3}), container("b", limits={DC_GPU: 2})),
+    ),
+    "ack: NVIDIA's GPU DeviceClass beside a share, over the pod's maximum": (
+        "ack-plain", pod(container("a", limits={DC_GPU: 4}), container("b", limits={GPU_: "0.5"}),
+                         container("c", limits={DC_GPU: 1})),
+    ),
     "whole: a zero copied from requests, after a zero of a greater name": (
         "research", pod(container(requests={AMD: 0}, limits={GPU_: 1, SHARED: 0})),
     ),
@@ -1721,7 +1743,6 @@ NOT_COVERED = {
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: NVIDIA's GPU DeviceClass beside a near-whole nvidia.com/gpu": gaps.SAME_GPUS,
     "whole: NVIDIA's GPU DeviceClass of 1500m": gaps.OTHER_RESOURCES,
-    "hami: NVIDIA's GPU DeviceClass": gaps.OTHER_RESOURCES,
     "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
     "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
     "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
@@ -1782,7 +1803,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (303, 48, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (311, 47, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))

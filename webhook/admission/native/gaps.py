@@ -42,14 +42,13 @@ FRACTION_VARIABLES = Gap(
     "not compiled; the native set leaves the fraction as written, and the API server refuses it as not an integer",
 )
 OTHER_RESOURCES = Gap(
-    "the policy's own DeviceClass resources under mode memory, a DeviceClass resource that is not a whole number "
-    "or whose request differs from its limit, an Intel resource named as a replica (*.shared), and a "
-    "nvidia.com/mig-* name the compiled pattern reads otherwise than the webhook",
-    "under mode memory the compiled maxima count GPUs' worth of memory, none of it a DeviceClass's; validation "
-    "refuses any DeviceClass quantity but a whole request = limit (a name the API server takes as written: it "
-    "holds kubernetes.io/), and holds a *.shared name to the replicas' rules: not compiled (AMD's GPUs, the "
-    "memory-sliced backends' resources, Intel's devices and amounts, the policy's own DeviceClass resources whole "
-    "under the other modes, and a whole DeviceClass resource of no GPU are)",
+    "a DeviceClass resource that is not a whole number or whose request differs from its limit, an Intel resource "
+    "named as a replica (*.shared), and a nvidia.com/mig-* name the compiled pattern reads otherwise than the "
+    "webhook",
+    "validation refuses any DeviceClass quantity but a whole request = limit (a name the API server takes as "
+    "written: it holds kubernetes.io/), and holds a *.shared name to the replicas' rules: not compiled (AMD's "
+    "GPUs, the memory-sliced backends' resources, Intel's devices and amounts, the policy's own DeviceClass "
+    "resources whole, and a whole DeviceClass resource of no GPU are)",
 )
 SAME_GPUS = Gap(
     "the same whole GPUs asked by two names in one pod (nvidia.com/gpu where it is whole GPUs, a GPU DeviceClass's "

@@ -73,7 +73,7 @@ class Maxima(Family):
     def lines(self, policy: Policy) -> list[Lines]:
         rules = Rules.of(policy)
         if rules.counts_memory:
-            return []  # the pod's maximum counts GPUs' worth of memory there (memshares.py)
+            return []  # the pod's maximum counts GPUs' worth of memory there: memshares.py, then `class_totals`
         names = device_counts(policy)
         totals = [_pod_rule(index, name, rules) for index, name in enumerate(names)]
         if shape(policy) is None:
@@ -282,6 +282,20 @@ def _pod_rule(index: int, name: str, rules: Rules) -> Lines:
     alone = f"size({running}) == 1 && {total} > {rules.container_maximum(name)}"
     over = f"{total} > {rules.max_per_pod} && !({alone})"
     return Lines(f"({over}) ? [{line}] : []", variables)
+
+
+def class_totals(rules: Rules) -> list[Lines]:
+    """Mode memory, after the pod's GPUs' worth of memory (validate.validate): the pod total of each of the
+    policy's DeviceClasses' resources, which are devices, not memory, then the same GPUs asked by two names.
+    The other names' totals are variables only, which `_same_gpus` reads (a name over the maximum alone)."""
+    if not rules.class_names:
+        return []
+    names = sorted({*rules.class_names, *rules.whole_gpus})
+    totals = []
+    for index, name in enumerate(names):
+        total = _pod_rule(index, name, rules)
+        totals.append(total if name in rules.class_names else Lines("[]", total.variables))
+    return [*totals, *_same_gpus(rules, names)]
 
 
 def _same_gpus(rules: Rules, names: list[str]) -> list[Lines]:

@@ -32,7 +32,7 @@ from webhook.admission.native.containers import SPEC, has_map, holds, pod_metada
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
 from webhook.admission.native.fractions import formatted
 from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, shape
-from webhook.admission.native.maxima import effective_total
+from webhook.admission.native.maxima import class_totals, effective_total
 from webhook.admission.phases import validate
 from webhook.admission.phases.mutate import mutate
 from webhook.admission.phases.validate import Rules
@@ -321,11 +321,12 @@ class MemoryShares(Family):
         spec = compiled_spec(policy)
         if spec is None:
             return []
-        total = _pod_total(spec, policy)
+        total, classes = _pod_total(spec, policy), class_totals(Rules.of(policy))
         if spec.spread_label is None:
-            return [total]
+            return [total, *classes]
         read = spreads.variables(spec, amount)
-        return [Lines(total.lines, (*read, *total.variables)), *spreads.spread_lines(spec, policy, amount)]
+        spread = spreads.spread_lines(spec, policy, amount)
+        return [Lines(total.lines, (*read, *total.variables)), *spread, *classes]
 
     def gaps(self, policy: Policy) -> list[Gap]:
         spec = compiled_spec(policy)

@@ -50,7 +50,7 @@ def other_pools(policy: Policy) -> list[str]:
 def named(policy: Policy) -> list[str]:
     """Every resource the native set counts by name (its maxima, pod totals among them): `nvidia.com/gpu`, the
     pool's replica or slices, AMD's GPUs, `other_pools` but the amounts of one GPU (resources.DEVICE_AMOUNTS,
-    which validation does not count), and but under mode memory the policy's GPU DeviceClasses' resources
+    which validation does not count), and the policy's GPU DeviceClasses' resources
     (`deviceclass.resource.kubernetes.io/gpu.nvidia.com`, ...); none where the policy's shape is not carried."""
     kind = shape(policy)
     if kind is None:
@@ -61,10 +61,8 @@ def named(policy: Policy) -> list[str]:
         own = sorted(Rules.of(policy).served)  # the backend's resources (memshare.served)
     else:
         own = [backend_of(policy).shared_resource(policy.sharing) or NVIDIA_GPU]
-    # under mode memory the maxima count GPUs' worth of memory, with no DeviceClass among them
-    classes = Rules.of(policy).class_names if kind != "memory" else frozenset()
     others = [name for name in other_pools(policy) if name not in DEVICE_AMOUNTS]
-    return sorted({NVIDIA_GPU, AMD_GPU, *own, *others, *classes})
+    return sorted({NVIDIA_GPU, AMD_GPU, *own, *others, *Rules.of(policy).class_names})
 
 
 def judged_names(policy: Policy) -> set[str]:
