@@ -42,6 +42,7 @@ from webhook.admission.native import commandline, gaps, maxima, memshares, usere
 from webhook.admission.native.compile import MESSAGE_LIMIT, PODS, SEPARATOR, NativeSet, compile_native, too_long
 from webhook.admission.native.scope import HUGE_COUNT, outside
 from webhook.admission.phases import engines
+from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Backend, MigStrategy, Placement, Policy, PolicySet
 from webhook.admission.sharing.memshare import HAMI_GPU_POLICY, HAMI_NODE_POLICY
 
@@ -1510,6 +1511,17 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "research", pod(container(limits={INTEL_GPU: 3, MIG_1G: 1})),
     ),
     "whole: two of Intel's devices over the maximum": ("research", pod(container(limits={INTEL_GPU: 3, INTEL_XE: 3}))),
+    "whole: two of Intel's devices over the maximum, the greater name first": (
+        "research", pod(container(limits={INTEL_XE: 4, INTEL_GPU: 3})),
+    ),
+    "whole: three of Intel's devices over the maximum beside nvidia.com/gpu over it": (
+        "research",
+        pod(container(limits={INTEL_XE: 3, GPU_: 3, INTEL_GPU + "_monitoring": 5, INTEL_GPU: 4})),
+    ),
+    "whole: four of Intel's devices over the maximum": (
+        "research",
+        pod(container(limits={INTEL_XE: 3, INTEL_GPU + "_monitoring": 3, INTEL_GPU: 3, "gpu.intel.com/a": 3})),
+    ),
     "whole: a near-whole AMD GPU beside nvidia.com/gpu over the maximum": (
         "research", pod(container(limits={AMD: "1999999999n", GPU_: 3})),
     ),
@@ -1740,6 +1752,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 NOT_COVERED = {
+    "whole: four of Intel's devices over the maximum": gaps.BOTH_NAMES,
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: NVIDIA's GPU DeviceClass beside a near-whole nvidia.com/gpu": gaps.SAME_GPUS,
     "whole: NVIDIA's GPU DeviceClass of 1500m": gaps.OTHER_RESOURCES,
@@ -1747,7 +1760,6 @@ NOT_COVERED = {
     "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
     "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
     "whole: another pool's MIG slice beside Intel's device over the maximum": gaps.BOTH_NAMES,
-    "whole: two of Intel's devices over the maximum": gaps.BOTH_NAMES,
     "whole: a near-whole GPU beside AMD's over the maximum": gaps.BOTH_NAMES,
     "whole: another pool's replica, not the least name, beside GPUs over the maximum": gaps.BOTH_NAMES,
     "mig: another pool's replica beside nvidia.com/gpu left unmapped": gaps.BOTH_NAMES,
@@ -1803,7 +1815,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (311, 47, 5)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (314, 47, 5)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1825,6 +1837,17 @@ def test_the_zeros_of_names_and_prefixes_are_put_in_the_order_of_their_names() -
         random.shuffle(names)
         limits = {name: "1" if name == GPU_ else "0" for name in names}
         assert kube_cel.evaluate(maxima.zeros_in_order(()), {"c": {"resources": {"limits": limits}}}) == zeros
+
+
+def test_intels_devices_over_the_maximum_are_said_in_the_order_of_their_names() -> None:
+    """Up to MOST_ZEROS of Intel's devices over the maximum in one container: whatever order the container's
+    limits come in, the rule's lines come in the webhook's, the order of their names (maxima.intel_rule)."""
+    rule = maxima.intel_rule(Rules.of(POLICIES.for_namespace("research")))
+    devices = [INTEL_GPU, INTEL_GPU + "_monitoring", INTEL_XE]
+    for arrangement in permutations(devices):
+        limits = {name: "3" for name in arrangement} | {GPU_: "1"}
+        lines = kube_cel.evaluate(rule.sentence, {"c": {"name": "app", "resources": {"limits": limits}}})
+        assert [line.split(" ")[0] for line in lines] == devices
 
 
 @pytest.mark.parametrize(

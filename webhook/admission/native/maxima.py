@@ -52,7 +52,7 @@ class Maxima(Family):
         by_prefix = (
             {
                 MIG_PREFIX: [_prefixed_rule(replica, rules) for replica in (False, True)],
-                INTEL_PREFIX: [_intel_rule(rules)],
+                INTEL_PREFIX: [intel_rule(rules)],
             }
             if shape(policy) is not None
             else {}
@@ -190,7 +190,7 @@ def in_order(names: str) -> str:
     below_b = f"{b} < {c} ? {names} : {a} < {c} ? [{a}, {c}, {b}] : [{c}, {a}, {b}]"  # a < b
     below_a = f"{a} < {c} ? [{b}, {a}, {c}] : {b} < {c} ? [{b}, {c}, {a}] : [{c}, {b}, {a}]"  # b < a
     three = f"{a} < {b} ? ({below_b}) : ({below_a})"
-    return f"size({names}) == 2 ? ({two}) : size({names}) == 3 ? ({three}) : {names}"
+    return f"(size({names}) == 2 ? ({two}) : size({names}) == 3 ? ({three}) : {names})"
 
 
 def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:
@@ -221,17 +221,20 @@ def _prefixed_rule(replica: bool, rules: Rules) -> ContainerRule:
     return ContainerRule(condition, sentences, many=True)
 
 
-def _intel_rule(rules: Rules) -> ContainerRule:
+def intel_rule(rules: Rules) -> ContainerRule:
     """Each of Intel's GPU devices (`gpu.intel.com/i915`, `xe`: any `gpu.intel.com/*` limit but its amounts of one
     GPU, which validation does not count) over the whole-GPU maximum, as validation judges any such name (their
-    pod totals: `_prefixed_variables`)."""
+    pod totals: `_prefixed_variables`), in the order of their names, as validation says them: up to MOST_ZEROS
+    put in order by `in_order` (more are outside the compiled set, scope.py)."""
     example = INTEL_PREFIX + "example"
     assert not rules.is_replica(example)
     maximum, sentence = _over_maximum(example, NAME, rules)
     keep = all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
-    condition, sentences = each_key(keep, fill(sentence, exprs))
-    return ContainerRule(condition, sentences, many=True)
+    condition = f"{has_map('limits')} && c.resources.limits.exists({KEY}, {keep})"
+    over = f"c.resources.limits.filter({KEY}, {keep})"
+    in_turn = f"{in_order('p')}.map({KEY}, {fill(sentence, exprs)})"
+    return ContainerRule(condition, bind(over, "p", in_turn), many=True)
 
 
 def effective_total(k: str, held: str, amount: Callable[[str], str]) -> tuple[tuple[str, str], ...]:
