@@ -62,6 +62,7 @@ OWN_TEMPLATE = (
 ACTIONS = {Enforcement.ENFORCE: ["Deny"], Enforcement.WARN: ["Warn"], Enforcement.AUDIT: ["Audit"]}
 LINES = "lines"
 SAID = "said"
+GROUP_MOST = 16_000  # characters of a group of container rules (`_split`): its variable stays under 20,000
 INLINE = 2_000  # the most characters of a list of lines written into `lines` itself (each variable costs a little)
 # The API server shows a messageExpression's result only when it is one line of at most 5 KiB, trimmed
 # (k8s.io/apiserver validating/validator.go: celconfig.MaxEvaluatedMessageExpressionSizeBytes); past that it
@@ -112,6 +113,22 @@ def compile_native(policies: PolicySet, excluded: Sequence[str], beside_webhook:
     return NativeSet(compiled)
 
 
+def _split(rules: list[ContainerRule]) -> list[list[ContainerRule]]:
+    """A family's rules in consecutive groups of at most GROUP_MOST characters of CEL (a rule's condition is
+    written twice in its group's variable, its sentence once), so that no group's variable nears the parser's
+    limit however many names a family judges; the lines keep their order across the groups."""
+    groups: list[list[ContainerRule]] = [[]]
+    size = 0
+    for rule in rules:
+        length = 2 * len(rule.condition) + len(rule.sentence)
+        if groups[-1] and size + length > GROUP_MOST:
+            groups.append([])
+            size = 0
+        groups[-1].append(rule)
+        size += length
+    return groups
+
+
 def _container_lines(groups: list[list[ContainerRule]]) -> list[Lines]:
     """Each section's containers that break a rule, one element each: its lines, each with the container's
     label in front, joined with SEPARATOR as the denial's lines are (so the message reads the webhook's).
@@ -156,7 +173,7 @@ def too_long(policy: Policy) -> str:
 def _one(policy: Policy, condition: str, selector: dict[str, Any], mutated: dict[str, Any]) -> Compiled:
     name = PREFIX + policy.name
     mutations = [mutation for family in FAMILIES for mutation in family.mutations(policy)]
-    groups = [family.container_rules(policy) for family in FAMILIES]
+    groups = [group for family in FAMILIES for group in _split(family.container_rules(policy))]
     containers = _container_lines(groups)
     pod = [line for family in FAMILIES for line in family.lines(policy)]
     lines = [*containers, *pod]

@@ -64,17 +64,16 @@ PREFIXED_LIMITS = Gap(
     "not copied; the API server refuses the name either way, with its own message (no name it accepts holds one)",
 )
 BOTH_NAMES = Gap(
-    "two GPU resources in one container that each say a line of their own, but counts judged by name and at most "
-    f"one judged by prefix, or up to {MOST_ZEROS} of Intel's devices, beside none of the same prefix (with at most "
-    f"one of another pool's, the least name): another pool's resource beside {NVIDIA_GPU} left unmapped, two names "
-    f"judged by prefix (more than {MOST_ZEROS} of Intel's), a value within a thousandth below a whole number "
-    f"beside a lesser name, say; or more than {MOST_ZEROS} zeros of names judged by one prefix (MIG slices, "
-    "Intel's GPUs) beside a GPU; under mode memory, another pool's resource beside any other, or two counts of "
-    "devices",
+    "two GPU resources in one container that each say a line of their own, but counts judged by name, another "
+    f"pool's resources, and at most one judged by each prefix, or up to {MOST_ZEROS} of Intel's devices, beside "
+    f"none judged by name of the same prefix: two names judged by the MIG prefix, more than {MOST_ZEROS} of "
+    "Intel's devices, a value within a thousandth below a whole number beside a lesser name, say; or more than "
+    f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
+    "another pool's resource beside any other, or two counts of devices",
     "the webhook says a container's lines resource by resource, by name, the compiled "
-    "policies rule by rule (a near-whole value's line first, another pool's resources next, then the maxima by "
-    f"name, each prefix's at its place, its names found among the container's limits in no order, up to "
-    f"{MOST_ZEROS} of Intel's devices put in order); "
+    "policies rule by rule (a near-whole value's line first, then by name another pool's line and the maxima, "
+    f"each prefix's at its place, its names found among the container's limits in no order, up to {MOST_ZEROS} "
+    "of Intel's devices put in order); "
     "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
     f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "
     "them; more would need a list sorted (Kubernetes 1.34's CEL) or a third iteration",

@@ -32,7 +32,18 @@ from webhook.admission.native.containers import (
 )
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Lines
 from webhook.admission.native.gaps import MOST_ZEROS, shape
-from webhook.admission.native.pools import KEY, each_key, held, key_count, key_limit, named, prefixed
+from webhook.admission.native.pools import (
+    KEY,
+    each_key,
+    held,
+    key_count,
+    key_limit,
+    named,
+    named_rule,
+    other_pools,
+    prefixed,
+    prefixed_rule,
+)
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -48,22 +59,28 @@ class Maxima(Family):
         rules = Rules.of(policy)
         found: list[ContainerRule] = []
         # the names judged by prefix at the prefix's place among those judged by name (their names sort together
-        # there), so that validation's order by name holds where one of them says a line beside others
+        # there), and another pool's line at its name's place, so that validation's order by name holds where
+        # one of them says a line beside others
         by_prefix = (
             {
-                MIG_PREFIX: [_prefixed_rule(replica, rules) for replica in (False, True)],
+                MIG_PREFIX: [prefixed_rule(policy), *(_prefixed_rule(replica, rules) for replica in (False, True))],
                 INTEL_PREFIX: [intel_rule(rules)],
             }
             if shape(policy) is not None
             else {}
         )
-        for name in sorted({*device_counts(policy), *by_prefix}):
+        counts, others = device_counts(policy), other_pools(policy)
+        for name in sorted({*counts, *others, *by_prefix}):
             if name in by_prefix:
                 found += by_prefix[name]
                 continue
-            if name in rules.unshared_classes:  # said before its maximum, as validate._resource says it
+            # as validate._resource says a name's lines: unshared, another pool's, then its maximum
+            if name in rules.unshared_classes:
                 found.append(_unshared_rule(name, rules))
-            found.append(_container_rule(name, rules))
+            if name in others:
+                found.append(named_rule(policy, name))
+            if name in counts:
+                found.append(_container_rule(name, rules))
             if name == NVIDIA_GPU and rules.mapping_target is not None:
                 found.append(_unmapped_rule(rules))
         if shape(policy) is not None:

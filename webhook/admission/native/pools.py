@@ -4,6 +4,7 @@ MIG slices) and the memory-sliced backends' resources (HAMi's, Volcano's, ACK's)
 by prefix, any `nvidia.com/mig-*` limit outside the pool's names (a profile the model does not have,
 one the nodes' layout does not offer, any MIG slice in a whole-GPU or shared namespace, a MIG slice's replica
 `*.shared`). Its name and quantity are the container's, found in CEL; the rest of each line is fixed per policy.
+The rules are said at their names' places among the maxima (maxima.py), as validation says a name's lines.
 
 Where the model is unknown and `migProfiles` lists none, any profile is the pool's (`served_profile` says True):
 no line, but its maximum (maxima.py).
@@ -24,8 +25,8 @@ from webhook.admission.base.resources import (
     mig_resource,
 )
 from webhook.admission.native.cel import all_of, fill, lit, slot, strings
-from webhook.admission.native.containers import has_map
-from webhook.admission.native.family import ContainerRule, Family
+from webhook.admission.native.containers import has_map, whole_key
+from webhook.admission.native.family import ContainerRule
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.migslices import slice_names
 from webhook.admission.phases import validate
@@ -102,30 +103,16 @@ def each_key(keep: str, make: str) -> tuple[str, str]:
     )
 
 
-class Pools(Family):
-    name = "another pool's resource"
-
-    def container_rules(self, policy: Policy) -> list[ContainerRule]:
-        if shape(policy) is None:
-            return []
-        kinds: dict[str, list[str]] = {}  # other_pools by what served_what calls them, in its order
-        for name in other_pools(policy):
-            kinds.setdefault(validate.served_what(name), []).append(name)
-        return [*(_named_rule(policy, what, names) for what, names in kinds.items()), _prefixed_rule(policy)]
-
-
-def _named_rule(policy: Policy, what: str, names: list[str]) -> ContainerRule:
-    """Each limit above 0 of `names` (another pool's, all `what`): the pool's line for it. One rule for the names
-    of one kind (the memory-sliced backends' eight), the name the container's key."""
+def named_rule(policy: Policy, name: str) -> ContainerRule:
+    """A limit above 0 of `name` (one of `other_pools`): the pool's line for it."""
     gives, instead, _ = backend_of(policy).pool_words(policy, Rules.of(policy).served)
     shown = quantity_text(SHOWN)  # a quantity as the API server serializes it: a short string, quoted
-    sentence = validate.not_served_line(NAME, shown, what, policy.name, gives, instead)
-    keep = all_of([f"{KEY} in {strings(names)}", f"quantity({key_limit()}).isInteger()", f"{key_count()} > 0"])
-    condition, sentences = each_key(keep, fill(sentence, {"name": KEY, "shown": key_limit()}))
-    return ContainerRule(condition, sentences, many=True)
+    sentence = validate.not_served_line(name, shown, validate.served_what(name), policy.name, gives, instead)
+    condition = all_of([whole_key(lit(name)), f"{key_count(lit(name))} > 0"])
+    return ContainerRule(condition, fill(sentence, {"shown": key_limit(lit(name))}))
 
 
-def _prefixed_rule(policy: Policy) -> ContainerRule:
+def prefixed_rule(policy: Policy) -> ContainerRule:
     """Each `nvidia.com/mig-*` limit above 0 outside `named`: the pool's line for it, as `_served` chooses it."""
     rules = Rules.of(policy)
     gives, instead, _ = backend_of(policy).pool_words(policy, rules.served)

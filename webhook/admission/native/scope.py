@@ -207,11 +207,10 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
     validation does: at most one whose value is `fractional` (wholes.py says its line before every other
     rule's), the least of them; of the others, each is a count judged by name (maxima.device_counts: one rule
     each, in the order of the names, the lines of `nvidia.com/gpu` left unmapped right after its own), or at most
-    one judged by prefix (a MIG slice's, Intel's: its rule at the prefix's place among them), or up to MOST_ZEROS
-    of Intel's devices (their rule puts them in order: maxima.intel_rule), beside none judged by name that
-    begins with the same prefix; at most one of another pool's, the least of them (pools.py says its line before
-    every maximum, and its own maximum is then the first); and the mode is not `memory` (whose counts of devices
-    have rules of their own: memshares.py)."""
+    one judged by prefix of each prefix (a MIG slice's, Intel's: its rules at the prefix's place among them), or
+    up to MOST_ZEROS of Intel's devices (their rule puts them in order: maxima.intel_rule), beside none judged by
+    name that begins with the same prefix (another pool's line is said at its name's place too: maxima.py); and
+    the mode is not `memory` (whose counts of devices have rules of their own: memshares.py)."""
     if shape(policy) == "memory":
         return False
     first = [name for name in saying if name in fractional]
@@ -220,19 +219,16 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
     saying = [name for name in saying if name not in fractional]
     if not saying:
         return True
-    others, rules = set(other_pools(policy)), Rules.of(policy)
-    counted = device_counts(policy)
+    others, counted = set(other_pools(policy)), device_counts(policy)
     prefixed = [name for name in saying if name not in others and name not in counted]
-    intel = [name for name in prefixed if name.startswith(INTEL_PREFIX)]
-    if len(prefixed) > 1 and (intel != prefixed or len(intel) > MOST_ZEROS):
+    if not all(name.startswith(counted_prefixes()) for name in prefixed):
         return False
-    for name in prefixed:
-        prefix = next((p for p in counted_prefixes() if name.startswith(p)), None)
-        if prefix is None or any(other.startswith(prefix) for other in saying if other not in prefixed):
+    for prefix in counted_prefixes():  # each prefix's rules at its place: MIG's in no order, Intel's in order
+        mine = [name for name in prefixed if name.startswith(prefix)]
+        most = MOST_ZEROS if prefix == INTEL_PREFIX else 1
+        if len(mine) > most or (mine and any(name.startswith(prefix) for name in saying if name not in mine)):
             return False
-    # another pool's: by name, or a MIG slice by prefix where the pool serves none (validate._resource's foreign)
-    foreign = [name for name in saying if name in others or (name in prefixed and rules.another_pools(name))]
-    return not foreign or foreign == [min(saying)]
+    return True
 
 
 def _ack_pod(obj: dict[str, Any], spec_path: tuple[str, ...], policy: Policy, spec: BackendSpec) -> Gap | None:
