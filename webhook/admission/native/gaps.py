@@ -69,7 +69,7 @@ BOTH_NAMES = Gap(
     f"none judged by name of the same prefix: two names judged by the MIG prefix, more than {MOST_ZEROS} of "
     "Intel's devices, a value within a thousandth below a whole number beside a lesser name, say; or more than "
     f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
-    "another pool's resource beside any other, or two counts of devices",
+    "two counts of devices, or two resources' lines but another pool's alone",
     "the webhook says a container's lines resource by resource, by name, the compiled "
     "policies rule by rule (a near-whole value's line first, then by name another pool's line and the maxima, "
     f"each prefix's at its place, its names found among the container's limits in no order, up to {MOST_ZEROS} "

@@ -210,9 +210,10 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
     one judged by prefix of each prefix (a MIG slice's, Intel's: its rules at the prefix's place among them), or
     up to MOST_ZEROS of Intel's devices (their rule puts them in order: maxima.intel_rule), beside none judged by
     name that begins with the same prefix (another pool's line is said at its name's place too: maxima.py); and
-    the mode is not `memory` (whose counts of devices have rules of their own: memshares.py)."""
-    if shape(policy) == "memory":
-        return False
+    the mode is not `memory` (whose counts of devices have rules of their own: memshares.py), unless every line
+    is another pool's."""
+    if shape(policy) == "memory":  # but another pool's lines alone, each at its name's place
+        return not fractional and set(saying) <= set(other_pools(policy))
     first = [name for name in saying if name in fractional]
     if len(first) > 1 or (first and first != [min(saying)]):
         return False
@@ -386,14 +387,13 @@ def _memory_container(
     requests: dict[str, Any], limits: dict[str, Any], managed: set[str], policy: Policy
 ) -> Gap | None:
     """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
-    the compiled set says them (another pool's resource beside any other, or two counts of devices: validation
-    says each resource's lines by name); NEAR_WHOLE where the API server takes a value as
-    whole that mutation does not convert and the compiled set does not refuse (`nvidia.com/gpu` but past one GPU
-    where wholes.gpu_line says it, or a text not canonical; the backend's own resources are wholes.py's); MEMORY_COUNTS
-    for a count past the compiled integers."""
-    served = Rules.of(policy).served
+    the compiled set says them (two counts of devices: validation says each resource's lines by name; another
+    pool's line is said at its name's place, maxima.py, before every memory line); NEAR_WHOLE where the API
+    server takes a value as whole that mutation does not convert and the compiled set does not refuse
+    (`nvidia.com/gpu` but past one GPU where wholes.gpu_line says it, or a text not canonical; the backend's own
+    resources are wholes.py's); MEMORY_COUNTS for a count past the compiled integers."""
     counts = [name for name in managed if name not in DEVICE_AMOUNTS]
-    if len(managed) > 1 and (not managed <= served or len(counts) > 1):
+    if len(counts) > 1:
         return BOTH_NAMES
     amounts = {**requests, **limits}
     gpu_compiled = wholes.gpu_line(policy) is not None and _above_one(amounts.get(NVIDIA_GPU))
