@@ -354,18 +354,14 @@ def validated(
         _pinned_to_kept_name(spec, holders, rules, problems)
     # The effective total is at most the sum of every count, so a pod under the maximum by that sum needs no
     # closer look.
+    classes = any(not rules.class_names.isdisjoint(counts) for _, counts in holders)  # only GPU classes count
     if memory is not None:  # the pod's maximum counts GPUs' worth of memory: a vGPU of a tenth is not a GPU
         memory.pod(problems)
-        # The policy's own DeviceClasses' resources are DRA devices, not memory: each name's total, as elsewhere.
-        class_counts = [(ref, {n: v for n, v in c.items() if n in rules.class_names}) for ref, c in holders]
-        _pod_total(class_counts, rules, problems)
+        if classes:  # the policy's own DeviceClasses' resources are DRA devices, not memory: each name's total
+            class_counts = [(ref, {n: v for n, v in c.items() if n in rules.class_names}) for ref, c in holders]
+            _pod_total(class_counts, rules, problems)
     elif count_sum > rules.max_per_pod:
         _pod_total(holders, rules, problems)
-    classes = False  # any DeviceClass's resource counted (only GPU classes are)
-    for _, counts in holders:
-        if not rules.class_names.isdisjoint(counts):
-            classes = True
-            break
     if classes:
         _whole_gpus(holders, rules, problems)
     if counted is not None:  # DeviceClasses' resources included: the cluster checks read them from slices
