@@ -34,8 +34,10 @@ from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Lin
 from webhook.admission.native.gaps import MOST_ZEROS, shape
 from webhook.admission.native.pools import (
     KEY,
+    any_key,
     each_key,
     held,
+    kept_keys,
     key_count,
     key_limit,
     named,
@@ -248,10 +250,8 @@ def intel_rule(rules: Rules) -> ContainerRule:
     maximum, sentence = _over_maximum(example, NAME, rules)
     keep = all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
-    condition = f"{has_map('limits')} && c.resources.limits.exists({KEY}, {keep})"
-    over = f"c.resources.limits.filter({KEY}, {keep})"
     in_turn = f"{in_order('p')}.map({KEY}, {fill(sentence, exprs)})"
-    return ContainerRule(condition, bind(over, "p", in_turn), many=True)
+    return ContainerRule(any_key(keep), bind(kept_keys(keep), "p", in_turn), many=True)
 
 
 def effective_total(k: str, held: str, amount: Callable[[str], str]) -> tuple[tuple[str, str], ...]:

@@ -25,7 +25,7 @@ from webhook.admission.base.resources import (
     mig_resource,
 )
 from webhook.admission.native.cel import all_of, fill, lit, slot, strings
-from webhook.admission.native.containers import has_map, whole_key
+from webhook.admission.native.containers import count, has_map, value, whole_limit
 from webhook.admission.native.family import ContainerRule
 from webhook.admission.native.gaps import shape
 from webhook.admission.native.migslices import slice_names
@@ -94,13 +94,19 @@ def held(policy: Policy, above: int, key: str = KEY) -> str:
     return all_of([prefixed(policy, key), f"quantity({key_limit(key)}).isInteger()", f"{key_count(key)} > {above}"])
 
 
+def any_key(keep: str) -> str:
+    """Whether any key of the container's limits keeps `keep`."""
+    return f"{has_map('limits')} && c.resources.limits.exists({KEY}, {keep})"
+
+
+def kept_keys(keep: str) -> str:
+    """The keys of the container's limits that keep `keep`, in the map's order (none)."""
+    return f"c.resources.limits.filter({KEY}, {keep})"
+
+
 def each_key(keep: str, make: str) -> tuple[str, str]:
     """(whether any key of the container's limits keeps `keep`, a list of `make` for each that does)."""
-    limits = has_map("limits")
-    return (
-        f"{limits} && c.resources.limits.exists({KEY}, {keep})",
-        f"c.resources.limits.filter({KEY}, {keep}).map({KEY}, {make})",
-    )
+    return any_key(keep), f"{kept_keys(keep)}.map({KEY}, {make})"
 
 
 def named_rule(policy: Policy, name: str) -> ContainerRule:
@@ -108,8 +114,8 @@ def named_rule(policy: Policy, name: str) -> ContainerRule:
     gives, instead, _ = backend_of(policy).pool_words(policy, Rules.of(policy).served)
     shown = quantity_text(SHOWN)  # a quantity as the API server serializes it: a short string, quoted
     sentence = validate.not_served_line(name, shown, validate.served_what(name), policy.name, gives, instead)
-    condition = all_of([whole_key(lit(name)), f"{key_count(lit(name))} > 0"])
-    return ContainerRule(condition, fill(sentence, {"shown": key_limit(lit(name))}))
+    condition = all_of([whole_limit(name), f"{count(name)} > 0"])
+    return ContainerRule(condition, fill(sentence, {"shown": value("limits", name)}))
 
 
 def prefixed_rule(policy: Policy) -> ContainerRule:
