@@ -315,17 +315,16 @@ class WebhookWorker(ThreadWorker):
         """Close the connection that can best give way to a new one; False when none can."""
         unfinished = [next(iter(waiting)) for waiting in (self.silent, self.handshaking) if waiting]
         if unfinished or self.answered:
-            self._drop(min(unfinished, key=lambda conn: conn.accepted) if unfinished else next(iter(self.answered)))
-            count_closed("full")
+            self._close_early(
+                min(unfinished, key=lambda c: c.accepted) if unfinished else next(iter(self.answered)), "full"
+            )
             return True
         for idle in (self.pending_conns, self.keepalived_conns):
             if idle:
-                self._drop(idle.popleft())
-                count_closed("full")
+                self._close_early(idle.popleft(), "full")
                 return True
         if self.reading:
-            self._drop(next(iter(self.reading)))
-            count_closed("full")
+            self._close_early(next(iter(self.reading)), "full")
             return True
         return False
 
@@ -460,6 +459,11 @@ class WebhookWorker(ThreadWorker):
                 del conn.sock.request_timeout  # the class's again, for a thread
         self.finish_request(conn, future)
 
+    def _close_early(self, conn: _Conn, reason: str) -> None:
+        """Close a connection the worker gave up on, counted first: a client that sees it closed finds it counted."""
+        count_closed(reason)
+        self._drop(conn)
+
     def _drop(self, conn: _Conn) -> None:
         """Close a connection no thread has (it may still be in the poller, and in a waiting list)."""
         for waiting in (self.silent, self.handshaking, self.answered, self.reading):
@@ -521,17 +525,14 @@ class WebhookWorker(ThreadWorker):
                 conn.deadline = min(conn.deadline, self._stop_deadline)
         while self.silent and (conn := next(iter(self.silent))).deadline <= now:
             self.log.debug("closed %s: nothing sent within %.0f s", conn.client, SILENT_TIMEOUT)
-            self._drop(conn)
-            count_closed("silent")
+            self._close_early(conn, "silent")
         for handshaking in (self.handshaking, self.answered):
             while handshaking and (conn := next(iter(handshaking))).deadline <= now:
                 self.log.debug("TLS handshake timed out for %s", conn.client)
-                self._drop(conn)
-                count_closed("handshake")
+                self._close_early(conn, "handshake")
         while self.reading and (conn := next(iter(self.reading))).deadline <= now:
             self.log.info("closed %s: request incomplete after %.0f s", conn.client, BoundedSSLSocket.request_timeout)
-            self._drop(conn)
-            count_closed("incomplete")
+            self._close_early(conn, "incomplete")
         if self.writing:
             for conn in [c for c in self.writing if c.deadline <= now]:
                 self.log.info(
