@@ -1540,6 +1540,21 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: a near-whole GPU beside AMD's over the maximum": (
         "research", pod(container(limits={AMD: 3, GPU_: "999999900n"})),
     ),
+    "whole: a near-whole GPU beside a near-whole AMD GPU": (
+        "research", pod(container(limits={AMD: "999999900n", GPU_: "1999999999n"})),
+    ),
+    "whole: a near-whole shared replica beside AMD's over the maximum": (
+        "research", pod(container(limits={SHARED: "999999900n", AMD: 3})),
+    ),
+    "whole: a near-whole slice of another pool beside AMD's over the maximum": (
+        "research", pod(container(limits={MIG_1G: "999999900n", AMD: 3})),
+    ),
+    "whole: two near-whole slices of another pool": (
+        "research", pod(container(limits={MIG_1G: "999999900n", MIG_3G: "1999999999n"})),
+    ),
+    "whole: a near-whole Intel device beside another over the maximum": (
+        "research", pod(container(limits={INTEL_XE: 4, INTEL_GPU: "999999900n"})),
+    ),
     "whole: two zeros beside a GPU": ("research", pod(container(limits={GPU_: 1, SHARED: 0, MIG_1G: 0}))),
     "whole: three zeros beside a GPU, two judged by prefix": (
         "research", pod(container(limits={GPU_: 1, INTEL_XE: 0, MIG_3G: 0, AMD: 0})),
@@ -1774,6 +1789,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 NOT_COVERED = {
     "whole: two of another pool's MIG slices beside GPUs over the maximum": gaps.BOTH_NAMES,
+    "whole: two near-whole slices of another pool": gaps.BOTH_NAMES,
+    "whole: a near-whole Intel device beside another over the maximum": gaps.BOTH_NAMES,
     "whole: four of Intel's devices over the maximum": gaps.BOTH_NAMES,
     "whole: a DeviceClass of no GPU, fractional": gaps.OTHER_RESOURCES,
     "whole: NVIDIA's GPU DeviceClass beside a near-whole nvidia.com/gpu": gaps.SAME_GPUS,
@@ -1781,7 +1798,6 @@ NOT_COVERED = {
     "whole: a DeviceClass of no GPU in requests only, fractional": gaps.OTHER_RESOURCES,
     "whole: a name judged by prefix with a space, in requests only": gaps.PREFIXED_LIMITS,
     "whole: four zeros of MIG slices beside a GPU": gaps.BOTH_NAMES,
-    "whole: a near-whole GPU beside AMD's over the maximum": gaps.BOTH_NAMES,
     "mig-frac: a fraction beside its slice at 0": gaps.BUILT_IN_REFUSAL,
     "whole: a ten-millionth below one GPU": gaps.NEAR_WHOLE,
     "whole: two containers of five quintillion GPUs": gaps.HUGE_COUNTS,
@@ -1833,7 +1849,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (322, 44, 4)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (326, 45, 4)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -2507,6 +2523,13 @@ def test_the_counts_the_compiled_set_claims_sum_within_int64() -> None:
     """Each count below HUGE_COUNT, a pod's sum of as many as a request can hold stays an int64 (gaps.HUGE_COUNTS
     keeps the rest out)."""
     assert HUGE_COUNT * memshares.MOST_CONTAINERS < 2**63
+
+
+def test_a_near_whole_count_past_one_gpu_is_spread_within_int64() -> None:
+    """ACK's advice past one GPU (wholes._spread_numbers) multiplies the GPUs a claimed count comes to, below
+    memshares.most_count, by 10^9: an int64 still."""
+    for namespace in ("ack", "ack-plain"):
+        assert (memshares.most_count(POLICIES.for_namespace(namespace)) + 1) * 10**9 < memshares.INT64_MAX
 
 
 def test_a_share_past_the_integers_leaves_the_values_and_the_fractions_to_the_webhook() -> None:

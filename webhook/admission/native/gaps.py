@@ -13,6 +13,7 @@ from typing import Literal
 from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.family import Family, Gap
 from webhook.admission.policy.model import Policy
+from webhook.admission.sharing.memshare import BackendSpec, spec_of
 from webhook.admission.sharing.registry import backend_of
 
 Shape = Literal["whole", "shared", "mig", "memory"] | None
@@ -65,15 +66,16 @@ PREFIXED_LIMITS = Gap(
 )
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name, another "
-    f"pool's resources, and at most one judged by each prefix, or up to {MOST_ZEROS} of Intel's devices, beside "
-    f"none judged by name of the same prefix: two names judged by the MIG prefix, more than {MOST_ZEROS} of "
-    "Intel's devices, a value within a thousandth below a whole number beside a lesser name, say; or more than "
+    "pool's resources, values within a thousandth below a whole number of names judged by name, and at most one "
+    f"judged by each prefix, or up to {MOST_ZEROS} of Intel's devices over the maximum, beside none judged by name "
+    f"of the same prefix: two names judged by the MIG prefix, more than {MOST_ZEROS} of Intel's devices, a "
+    "near-whole one beside another, say; or more than "
     f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
     "two counts of devices, or two resources' lines but another pool's alone",
     "the webhook says a container's lines resource by resource, by name, the compiled "
-    "policies rule by rule (a near-whole value's line first, then by name another pool's line and the maxima, "
+    "policies rule by rule (by name a near-whole value's line, another pool's line and the maxima, "
     f"each prefix's at its place, its names found among the container's limits in no order, up to {MOST_ZEROS} "
-    "of Intel's devices put in order); "
+    "of Intel's devices over the maximum put in order); "
     "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
     f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "
     "them; more would need a list sorted (Kubernetes 1.34's CEL) or a third iteration",
@@ -205,6 +207,11 @@ def shape(policy: Policy) -> Shape:
     found = backend_of(policy).native_shape(policy)
     shapes: dict[str | None, Shape] = {"whole": "whole", "shared": "shared", "mig": "mig", "memory": "memory"}
     return shapes.get(found)
+
+
+def compiled_spec(policy: Policy) -> BackendSpec | None:
+    """The policy's memory backend where the native set carries it, else None."""
+    return spec_of(policy) if shape(policy) == "memory" else None
 
 
 def product_judged(policy: Policy) -> bool:

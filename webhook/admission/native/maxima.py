@@ -12,7 +12,9 @@ from webhook.admission.base.podspec import container_label
 from webhook.admission.base.quantity import quantity_text
 from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
+    DEVICE_CLASS_PREFIX,
     INTEL_PREFIX,
+    MANAGED_NAMES,
     MIG_PREFIX,
     NVIDIA_GPU,
     SHARED_SUFFIX,
@@ -46,6 +48,7 @@ from webhook.admission.native.pools import (
     prefixed,
     prefixed_rule,
 )
+from webhook.admission.native.wholes import fractional_named, fractional_prefixed
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -60,23 +63,29 @@ class Maxima(Family):
     def container_rules(self, policy: Policy) -> list[ContainerRule]:
         rules = Rules.of(policy)
         found: list[ContainerRule] = []
+        carried = shape(policy) is not None
         # the names judged by prefix at the prefix's place among those judged by name (their names sort together
-        # there), and another pool's line at its name's place, so that validation's order by name holds where
-        # one of them says a line beside others
+        # there), and a value the API server takes as whole and another pool's line at its name's place, so that
+        # validation's order by name holds where one of them says a line beside others
         by_prefix = (
             {
                 MIG_PREFIX: [prefixed_rule(policy), *(_prefixed_rule(replica, rules) for replica in (False, True))],
                 INTEL_PREFIX: [intel_rule(rules)],
+                DEVICE_CLASS_PREFIX: [],
             }
-            if shape(policy) is not None
+            if carried
             else {}
         )
         counts, others = device_counts(policy), other_pools(policy)
-        for name in sorted({*counts, *others, *by_prefix}):
+        by_name = {*counts, *others, *(MANAGED_NAMES if carried else ())}
+        for name in sorted({*by_name, *by_prefix}):
             if name in by_prefix:
-                found += by_prefix[name]
+                found += [fractional_prefixed(policy, name, by_name), *by_prefix[name]]
                 continue
-            # as validate._resource says a name's lines: unshared, another pool's, then its maximum
+            # as validate._resource says a name's lines: fractional, unshared, another pool's, then its maximum
+            fractional = fractional_named(policy, name) if carried else None
+            if fractional is not None:
+                found.append(fractional)
             if name in rules.unshared_classes:
                 found.append(_unshared_rule(name, rules))
             if name in others:

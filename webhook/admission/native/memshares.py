@@ -31,7 +31,7 @@ from webhook.admission.native.cel import all_of, any_of, bind, fill, jsonpatch, 
 from webhook.admission.native.containers import SPEC, has_map, holds, pod_metadata, replaced, value
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
 from webhook.admission.native.fractions import formatted
-from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, shape
+from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, compiled_spec
 from webhook.admission.native.maxima import class_totals, effective_total
 from webhook.admission.phases import validate
 from webhook.admission.phases.mutate import mutate
@@ -46,7 +46,6 @@ from webhook.admission.sharing.memshare import (
     over_spread_line,
     placement_annotations,
     share,
-    spec_of,
     units_of,
     whole,
 )
@@ -67,11 +66,6 @@ def converts(requests: dict[str, Any], limits: dict[str, Any], policy: Policy) -
     body = {"name": "c", "resources": {"requests": requests, "limits": limits}}
     kinds = mutate({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [body]}}, policy).kinds
     return any(kind.startswith("memory-") for kind in kinds)
-
-
-def compiled_spec(policy: Policy) -> BackendSpec | None:
-    """The policy's memory backend where the native set carries it, else None."""
-    return spec_of(policy) if shape(policy) == "memory" else None
 
 
 def denominator(policy: Policy) -> int:

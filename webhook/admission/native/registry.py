@@ -1,5 +1,6 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
-another pool's resource before its maximum, at its name's place among the maxima: maxima.py; a converted
+a value the API server takes as whole and another pool's resource before its maximum, at its name's place among
+the maxima: maxima.py, wholes.py; a converted
 fraction over one replica's share after both, then its
 memory variables, an engine's own memory flag, a container's device rules last, and a pin to a kept name after
 every container's lines, before the pod's total)."""
@@ -18,11 +19,9 @@ from webhook.admission.native.memvars import MemoryVariables
 from webhook.admission.native.migslices import MigSlices
 from webhook.admission.native.nodes import KeptNamePin, Steering
 from webhook.admission.native.replicas import SharedReplicas
-from webhook.admission.native.wholes import NearWhole
 
 FAMILIES: tuple[Family, ...] = (
     LimitsFromRequests(),
-    NearWhole(),  # a fractional resource says its line alone (scope.py: BOTH_NAMES)
     SharedReplicas(),
     MigSlices(),
     KeptNamePin(),

@@ -30,6 +30,8 @@ from webhook.admission.base.resources import (
     DEVICE_AMOUNTS,
     DEVICE_CLASS_PREFIX,
     INTEL_PREFIX,
+    MANAGED_NAMES,
+    MANAGED_PREFIXES,
     MIG_PREFIX,
     MIG_RESOURCE_RE2,
     NVIDIA_GPU,
@@ -204,30 +206,24 @@ def _both_names(body: dict[str, Any], policy: Policy) -> Gap | None:
 
 def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bool:
     """Whether the compiled rules say the lines of the resources `saying` in the order of their names, as
-    validation does: at most one whose value is `fractional` (wholes.py says its line before every other
-    rule's), the least of them; of the others, each is a count judged by name (maxima.device_counts: one rule
-    each, in the order of the names, the lines of `nvidia.com/gpu` left unmapped right after its own), or at most
-    one judged by prefix of each prefix (a MIG slice's, Intel's: its rules at the prefix's place among them), or
-    up to MOST_ZEROS of Intel's devices (their rule puts them in order: maxima.intel_rule), beside none judged by
-    name that begins with the same prefix (another pool's line is said at its name's place too: maxima.py); and
-    the mode is not `memory` (whose counts of devices have rules of their own: memshares.py), unless every line
-    is another pool's."""
+    validation does: each is judged by name (a count: maxima.device_counts, one rule each, the lines of
+    `nvidia.com/gpu` left unmapped right after its own; another pool's resource; or any managed name at a value
+    the API server takes as whole, `fractional`: wholes.py), or at most one judged by prefix of each prefix
+    (a MIG slice's, Intel's, at such a value a DeviceClass's: its rules at the prefix's place among them), or up
+    to MOST_ZEROS of Intel's devices over the maximum (their rule puts them in order: maxima.intel_rule), beside
+    none judged by name that begins with the same prefix; and the mode is not `memory` (whose counts of devices
+    have rules of their own: memshares.py), unless every line is another pool's."""
     if shape(policy) == "memory":  # but another pool's lines alone, each at its name's place
         return not fractional and set(saying) <= set(other_pools(policy))
-    first = [name for name in saying if name in fractional]
-    if len(first) > 1 or (first and first != [min(saying)]):
+    others, counted = set(other_pools(policy)), set(device_counts(policy))
+    by_name = [name for name in saying if name in others | counted or (name in fractional and name in MANAGED_NAMES)]
+    prefixed = [name for name in saying if name not in by_name]
+    if not all(name.startswith(MANAGED_PREFIXES if name in fractional else counted_prefixes()) for name in prefixed):
         return False
-    saying = [name for name in saying if name not in fractional]
-    if not saying:
-        return True
-    others, counted = set(other_pools(policy)), device_counts(policy)
-    prefixed = [name for name in saying if name not in others and name not in counted]
-    if not all(name.startswith(counted_prefixes()) for name in prefixed):
-        return False
-    for prefix in counted_prefixes():  # each prefix's rules at its place: MIG's in no order, Intel's in order
+    for prefix in MANAGED_PREFIXES:  # each prefix's rules at its place: MIG's in no order, Intel's in order
         mine = [name for name in prefixed if name.startswith(prefix)]
-        most = MOST_ZEROS if prefix == INTEL_PREFIX else 1
-        if len(mine) > most or (mine and any(name.startswith(prefix) for name in saying if name not in mine)):
+        most = MOST_ZEROS if prefix == INTEL_PREFIX and not fractional & set(mine) else 1
+        if len(mine) > most or (mine and any(name.startswith(prefix) for name in by_name)):
             return False
     return True
 

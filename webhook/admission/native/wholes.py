@@ -14,20 +14,24 @@ a digit among its last 9 (6) is not 0, and its value is written as format_fracti
 to 1n), its trailing zeros dropped. Another text (`0.9999999`, which the API server never sends), and
 `nvidia.com/gpu` where the advice turns on the value otherwise (the memory backends' shares), are outside
 (scope.py).
+
+Validation says such a line at the resource's place in the order of the names, before any other of its lines and
+after those of every lesser name: the maxima (maxima.py) say each name's rule here at that place, and each prefix's
+at the prefix's place.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from fractions import Fraction
 
 from webhook.admission.base.quantity import NANO, PLACES, format_fraction, quantity_shown
-from webhook.admission.base.resources import MANAGED_NAMES, NVIDIA_GPU
-from webhook.admission.native import memshares
+from webhook.admission.base.resources import NVIDIA_GPU
 from webhook.admission.native.cel import all_of, any_of, bind, fill, lit, slot, strings
-from webhook.admission.native.containers import has_map, managed
-from webhook.admission.native.family import ContainerRule, Family
-from webhook.admission.native.gaps import shape
+from webhook.admission.native.containers import has_map
+from webhook.admission.native.family import ContainerRule
+from webhook.admission.native.gaps import compiled_spec, shape
 from webhook.admission.phases import validate
 from webhook.admission.policy.model import Policy
 from webhook.admission.sharing.memshare import ack_past_one_line, units_of
@@ -49,29 +53,28 @@ def fractional_text(text: object) -> bool:
 
 def _fractional(text: str) -> str:
     """CEL: the quantity string `text` is one `fractional_text` takes."""
-    return any_of(f"{text}.matches({lit('^' + pattern + '$')})" for pattern in PATTERNS.values())
+    return f"{text}.matches({lit('^(?:' + '|'.join(PATTERNS.values()) + ')$')})"
 
 
-def _decimal(text: str, tail: int, places: int) -> str:
-    """CEL: format_fraction(value, 9) of the canonical `text` whose last `tail` characters are a suffix of
-    `places` decimal places: its digits, a point before the last `places` (zeros in front where fewer), the
-    fraction's trailing zeros dropped (it has a digit that is not 0)."""
-    digits = f"{text}.substring(0, {text}.size() - {tail})"
-    padded = f"d.size() > {places} ? d : {lit('0' * places)}.substring(0, {places + 1} - d.size()) + d"
-    stripped = "f"
-    for zeros in range(1, places):  # each wraps the last: the most zeros are tried first
-        stripped = f"f.endsWith({lit('0' * zeros)}) ? f.substring(0, {places - zeros}) : ({stripped})"
-    split = bind("p.substring(p.size() - " + str(places) + ", p.size())", "f", stripped)
-    whole = bind(f"p.substring(0, p.size() - {places})", "w", f"w + '.' + {split}")
-    return bind(bind(digits, "d", padded), "p", whole)
+def _by_suffix(text: str, numbers: dict[str, int]) -> str:
+    """CEL: the int `numbers` gives the suffix the canonical `text` ends with."""
+    chosen = "0"
+    for suffix, number in numbers.items():
+        chosen = f"{text}.endsWith({lit(suffix)}) ? {number} : ({chosen})"
+    return f"({chosen})"
 
 
 def _value(text: str) -> str:
-    """CEL: the value of the canonical `text` as quantity_shown writes it, by its suffix."""
-    chosen = "''"
-    for suffix, places in CANONICAL.items():
-        chosen = f"{text}.endsWith({lit(suffix)}) ? ({_decimal(text, len(suffix), places)}) : ({chosen})"
-    return chosen
+    """CEL: format_fraction(value, 9) of the canonical `text`, as quantity_shown writes its value: its digits, a
+    point before the last `q` (the suffix's decimal places; zeros in front where fewer), the fraction's trailing
+    zeros dropped (it has a digit that is not 0)."""
+    most = max(CANONICAL.values())
+    digits = f"{text}.substring(0, {text}.size() - {_by_suffix(text, {s: len(s) for s in CANONICAL})})"
+    padded = f"d.size() > q ? d : {lit('0' * most)}.substring(0, q + 1 - d.size()) + d"
+    last = ", ".join(f"f.lastIndexOf({lit(str(digit))})" for digit in range(1, 10))  # of a digit not 0
+    split = bind("p.substring(p.size() - q, p.size())", "f", f"f.substring(0, [{last}].max() + 1)")
+    whole = bind("p.substring(0, p.size() - q)", "w", f"w + '.' + {split}")
+    return bind(_by_suffix(text, CANONICAL), "q", bind(bind(digits, "d", padded), "p", whole))
 
 
 def _shown(text: str, unit: str) -> str:
@@ -109,7 +112,7 @@ def _spread_line(policy: Policy) -> str | None:
     """ACK's advice past one GPU (memshare.ack_past_one_line): the same memory as `aliyun.com/gpu-mem` over the
     value's GPUs rounded up, its numbers at the slots `gpus`, `each` and `total` (`_spread_numbers`); None for
     another backend, or where the GPU's memory is unknown (the advice is another then)."""
-    spec = memshares.compiled_spec(policy)
+    spec = compiled_spec(policy)
     if spec is None or not spec.spreads_pods or units_of(spec, policy)[0] is None:
         return None
     return ack_past_one_line(slot("shown"), slot("held"), slot("gpus"), slot("each"), slot("total"), policy)
@@ -121,10 +124,10 @@ def _spread_numbers(text: str, policy: Policy) -> dict[str, str]:
     floor(value * q / g), is `q - ceil(q * D / (g * 10^p))`, then in whole units (GiB), as memshare.fraction_advice
     writes it. The integers stay within int64: `g` is below memshares.most_count (scope.py), far below
     INT64_MAX / 10^9."""
-    spec = memshares.compiled_spec(policy)
+    spec = compiled_spec(policy)
     assert spec is not None
     gpu_mib, unit_mib = units_of(spec, policy)
-    assert gpu_mib is not None and memshares.most_count(policy) * NANO < memshares.INT64_MAX
+    assert gpu_mib is not None
     gpus, each = "0", "0"
     for suffix, places in CANONICAL.items():
         scale = 10**places
@@ -165,34 +168,38 @@ def _held(text: str) -> str:
     return bind(f"({_value(text)}).split('.')", "h", f"h[0] + '.' + {places}")
 
 
-class NearWhole(Family):
-    name = "fractional, whole to the API server"
+def fractional_named(policy: Policy, name: str) -> ContainerRule | None:
+    """The line of the resource `name` at a value the API server takes as whole (`fractional_text`), said at the
+    name's place among the maxima, as validate._resource says it before any other of the name's lines; None where
+    the compiled set says none (`nvidia.com/gpu` where its advice turns on the value: `gpu_line`)."""
+    limit, text = f"c.resources.limits[{lit(name)}]", "t"  # the limit's text, bound once in the line
+    kept = [has_map("limits"), f"{lit(name)} in c.resources.limits", _fractional(limit)]
+    shown = _shown(text, lit(validate.amount_unit(name)))
+    if name != NVIDIA_GPU:
+        line = fill(validate.fractional_line(name, slot("shown"), False, validate.WHOLE_NUMBER), {"shown": shown})
+        return ContainerRule(all_of(kept), bind(limit, text, line))
+    gpu = gpu_line(policy)
+    if gpu is None:
+        return None
+    if shape(policy) == "memory":
+        kept.append(above_one(limit))
+    numbers = _spread_numbers(text, policy) if slot("gpus") in gpu else {}
+    said = fill(gpu, {"shown": shown, "held": _held(text), **numbers})
+    return ContainerRule(all_of(kept), bind(limit, text, said))
 
-    def container_rules(self, policy: Policy) -> list[ContainerRule]:
-        if shape(policy) is None:
-            return []
-        key, text = "n", "c.resources.limits[n]"
-        kept = [managed(key), _fractional(text)]
-        gpu = gpu_line(policy)
-        if gpu is None:
-            kept.append(f"{key} != {lit(NVIDIA_GPU)}")
-        elif shape(policy) == "memory":
-            kept.append(f"({key} != {lit(NVIDIA_GPU)} || {above_one(text)})")
-        units = {name: validate.amount_unit(name) for name in MANAGED_NAMES if validate.amount_unit(name)}
-        (unit,) = set(units.values())  # one unit, of the names that have one
-        shown = _shown(text, f"{key} in {strings(sorted(units))} ? {lit(unit)} : ''")
-        other = fill(
-            validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
-            {"name": key, "shown": shown},
-        )
-        numbers = _spread_numbers(text, policy) if slot("gpus") in (gpu or "") else {}
-        gpu_said = None if gpu is None else fill(gpu, {"shown": shown, "held": _held(text), **numbers})
-        line = other if gpu_said is None else f"{key} == {lit(NVIDIA_GPU)} ? ({gpu_said}) : ({other})"
-        keep = all_of(kept)
-        return [
-            ContainerRule(
-                f"{has_map('limits')} && c.resources.limits.exists({key}, {keep})",
-                f"c.resources.limits.filter({key}, {keep}).map({key}, {line})",
-                many=True,
-            )
-        ]
+
+def fractional_prefixed(policy: Policy, prefix: str, by_name: Collection[str]) -> ContainerRule:
+    """The lines of the resources named by `prefix` but not `by_name` at a value the API server takes as whole, said
+    at the prefix's place among the maxima (their names sort together there), in the order of the container's keys
+    (scope.py leaves two of one prefix to the webhook)."""
+    key, text = "n", "c.resources.limits[n]"
+    keep = all_of([f"{key}.startsWith({lit(prefix)})", f"!({key} in {strings(sorted(by_name))})", _fractional(text)])
+    line = fill(
+        validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
+        {"name": key, "shown": _shown("t", "''")},
+    )
+    return ContainerRule(
+        f"{has_map('limits')} && c.resources.limits.exists({key}, {keep})",
+        f"c.resources.limits.filter({key}, {keep}).map({key}, {bind(text, 't', line)})",
+        many=True,
+    )
