@@ -215,8 +215,8 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
     have rules of their own: memshares.py), unless every line is another pool's."""
     if shape(policy) == "memory":  # but another pool's lines alone, each at its name's place
         return not fractional and set(saying) <= set(other_pools(policy))
-    others, counted = set(other_pools(policy)), set(device_counts(policy))
-    by_name = [name for name in saying if name in others | counted or (name in fractional and name in MANAGED_NAMES)]
+    judged = {*other_pools(policy), *device_counts(policy)}  # each with rules of its own, at its name's place
+    by_name = [name for name in saying if name in judged or (name in fractional and name in MANAGED_NAMES)]
     prefixed = [name for name in saying if name not in by_name]
     if not all(name.startswith(MANAGED_PREFIXES if name in fractional else counted_prefixes()) for name in prefixed):
         return False

@@ -123,7 +123,7 @@ def _spread_numbers(text: str, policy: Policy) -> dict[str, str]:
     `W` GPUs and a deficit of `D` units of 10^-p below `g = W + 1`, each GPU's share of its memory `q` MiB,
     floor(value * q / g), is `q - ceil(q * D / (g * 10^p))`, then in whole units (GiB), as memshare.fraction_advice
     writes it. The integers stay within int64: `g` is below memshares.most_count (scope.py), far below
-    INT64_MAX / 10^9."""
+    INT64_MAX / 10^9 (a test holds it)."""
     spec = compiled_spec(policy)
     assert spec is not None
     gpu_mib, unit_mib = units_of(spec, policy)
