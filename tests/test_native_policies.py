@@ -734,6 +734,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "mig: a name that is no profile": ("mig", pod(container(limits={"nvidia.com/mig-big": 1}))),
+    "mig: a name that is no profile and a profile the model does not have, the greater first": (
+        "mig", pod(container(limits={"nvidia.com/mig-big": 2, "nvidia.com/mig-2g.10gb": 1})),
+    ),
+    "mig: four MIG names judged by prefix in one container": (
+        "mig",
+        pod(container(limits={"nvidia.com/mig-big": 2, MIG_3G: 9, "nvidia.com/mig-2g.10gb": 1, MIG_2G + ".shared": 3})),
+    ),
     "mig-single: warn, a MIG profile and the shared replica": (
         "mig-single", pod(container("a", limits={MIG_1G: 2}), container("b", limits={SHARED: 2})),
     ),
@@ -1523,6 +1530,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "whole: two of another pool's MIG slices beside GPUs over the maximum": (
         "research", pod(container(limits={MIG_1G: 1, MIG_3G: 2, GPU_: 3})),
     ),
+    "whole: three of another pool's MIG slices and a slice's replica over the maximum, the greatest first": (
+        "research", pod(container(limits={MIG_3G: 2, MIG_1G + ".shared": 9, MIG_2G: 5})),
+    ),
     "whole: two of Intel's devices over the maximum, the greater name first": (
         "research", pod(container(limits={INTEL_XE: 4, INTEL_GPU: 3})),
     ),
@@ -1788,7 +1798,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }  # fmt: skip
 
 NOT_COVERED = {
-    "whole: two of another pool's MIG slices beside GPUs over the maximum": gaps.BOTH_NAMES,
+    "mig: four MIG names judged by prefix in one container": gaps.BOTH_NAMES,
     "whole: two near-whole slices of another pool": gaps.BOTH_NAMES,
     "whole: a near-whole Intel device beside another over the maximum": gaps.BOTH_NAMES,
     "whole: four of Intel's devices over the maximum": gaps.BOTH_NAMES,
@@ -1849,7 +1859,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (326, 45, 4)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (329, 45, 4)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))
@@ -1882,6 +1892,19 @@ def test_intels_devices_over_the_maximum_are_said_in_the_order_of_their_names() 
         limits = {name: "3" for name in arrangement} | {GPU_: "1"}
         lines = kube_cel.evaluate(rule.sentence, {"c": {"name": "app", "resources": {"limits": limits}}})
         assert [line.split(" ")[0] for line in lines] == devices
+
+
+def test_mig_names_judged_by_prefix_are_said_in_the_order_of_their_names() -> None:
+    """Up to MOST_ZEROS MIG names judged by prefix in one container, each with another pool's line and one over the
+    maximum: whatever order the container's limits come in, the rule says them name by name in the order of the
+    names, each name's two lines as validation says them (maxima.mig_rule)."""
+    rule = maxima.mig_rule(Rules.of(POLICIES.for_namespace("research")))
+    names = sorted([MIG_1G, MIG_2G + ".shared", MIG_3G])
+    for arrangement in permutations(names):
+        limits = {name: "9" for name in arrangement}
+        lines = kube_cel.evaluate(rule.sentence, {"c": {"name": "app", "resources": {"limits": limits}}})
+        assert [line.split(" ")[0] for line in lines] == [name for name in names for _ in range(2)]
+        assert ["exceeds the per-container maximum" in line for line in lines] == [False, True] * len(names)
 
 
 @pytest.mark.parametrize(

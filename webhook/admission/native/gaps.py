@@ -66,16 +66,16 @@ PREFIXED_LIMITS = Gap(
 )
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name, another "
-    "pool's resources, values within a thousandth below a whole number of names judged by name, and at most one "
-    f"judged by each prefix, or up to {MOST_ZEROS} of Intel's devices over the maximum, beside none judged by name "
-    f"of the same prefix: two names judged by the MIG prefix, more than {MOST_ZEROS} of Intel's devices, a "
-    "near-whole one beside another, say; or more than "
+    "pool's resources, values within a thousandth below a whole number of names judged by name, and up to "
+    f"{MOST_ZEROS} judged by each prefix (one where one of them is near-whole), beside none judged by name of the "
+    f"same prefix: more than {MOST_ZEROS} MIG names or Intel's devices judged by prefix, a near-whole one beside "
+    "another of its prefix, say; or more than "
     f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
     "two counts of devices, or two resources' lines but another pool's alone",
     "the webhook says a container's lines resource by resource, by name, the compiled "
     "policies rule by rule (by name a near-whole value's line, another pool's line and the maxima, "
-    f"each prefix's at its place, its names found among the container's limits in no order, up to {MOST_ZEROS} "
-    "of Intel's devices over the maximum put in order); "
+    f"each prefix's at its place, up to {MOST_ZEROS} of its names found among the container's limits put in order, "
+    "a near-whole one's line before them); "
     "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
     f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "
     "them; more would need a list sorted (Kubernetes 1.34's CEL) or a third iteration",

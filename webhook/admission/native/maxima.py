@@ -37,7 +37,6 @@ from webhook.admission.native.gaps import MOST_ZEROS, shape
 from webhook.admission.native.pools import (
     KEY,
     any_key,
-    each_key,
     held,
     kept_keys,
     key_count,
@@ -46,7 +45,7 @@ from webhook.admission.native.pools import (
     named_rule,
     other_pools,
     prefixed,
-    prefixed_rule,
+    prefixed_line,
 )
 from webhook.admission.native.wholes import fractional_named, fractional_prefixed
 from webhook.admission.phases import validate
@@ -69,7 +68,7 @@ class Maxima(Family):
         # validation's order by name holds where one of them says a line beside others
         by_prefix = (
             {
-                MIG_PREFIX: [prefixed_rule(policy), *(_prefixed_rule(replica, rules) for replica in (False, True))],
+                MIG_PREFIX: [mig_rule(rules)],
                 INTEL_PREFIX: [intel_rule(rules)],
                 DEVICE_CLASS_PREFIX: [],
             }
@@ -235,18 +234,32 @@ def _over_maximum(name: str, written: str, rules: Rules) -> tuple[int, str]:
     return maximum, validate.over_container_maximum_line(f"{written} {shown}", maximum, policy.name)
 
 
-def _prefixed_rule(replica: bool, rules: Rules) -> ContainerRule:
-    """Each `nvidia.com/mig-*` limit outside the resources judged by name (pools.prefixed) over its maximum: a
-    MIG slice's replica (`*.shared`, `replica`) is held to the replicas' maximum, any other to the slices'. The
-    rule and sentence are those of such a name (`example`), with the container's name and quantity in it."""
+def _over_prefixed(replica: bool, rules: Rules) -> tuple[str, str]:
+    """(whether the key `KEY`, an `nvidia.com/mig-*` limit outside the resources judged by name (pools.prefixed),
+    is over its maximum, its line): a MIG slice's replica (`*.shared`, `replica`) is held to the replicas'
+    maximum, any other to the slices'. The rule and sentence are those of such a name (`example`), with the
+    container's name and quantity in it."""
     example = MIG_PREFIX + "example" + (SHARED_SUFFIX if replica else "")
     assert rules.is_replica(example) == replica and not rules.is_replica(MIG_PREFIX + "example")
     maximum, sentence = _over_maximum(example, NAME, rules)
     suffix = f"{KEY}.endsWith({lit(SHARED_SUFFIX)})"
     keep = f"{held(rules.policy, maximum)} && {'' if replica else '!'}{suffix}"
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
-    condition, sentences = each_key(keep, fill(sentence, exprs))
-    return ContainerRule(condition, sentences, many=True)
+    return keep, fill(sentence, exprs)
+
+
+def mig_rule(rules: Rules) -> ContainerRule:
+    """Each `nvidia.com/mig-*` limit outside the resources judged by name: another pool's line for it
+    (pools.prefixed_line), then its line over the maximum, name by name in the order of their names, as
+    validation says them: up to MOST_ZEROS names put in order by `in_order` (more are outside the compiled set,
+    scope.py). A name's lines are joined by a line break, which no line holds, and the names' split again: one
+    list with no `flatten` (Kubernetes 1.34's CEL)."""
+    parts = [prefixed_line(rules.policy), *(_over_prefixed(replica, rules) for replica in (False, True))]
+    keep = any_of(f"({kept})" for kept, _ in parts)
+    said = ", ".join(f"({kept}) ? ({line}) : ''" for kept, line in parts)
+    lines = f"[{said}].filter(s, s != '').join('\\n')"
+    in_turn = f"{in_order('p')}.map({KEY}, {lines}).join('\\n').split('\\n')"
+    return ContainerRule(any_key(keep), bind(kept_keys(keep), "p", in_turn), many=True)
 
 
 def intel_rule(rules: Rules) -> ContainerRule:

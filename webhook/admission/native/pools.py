@@ -104,11 +104,6 @@ def kept_keys(keep: str) -> str:
     return f"c.resources.limits.filter({KEY}, {keep})"
 
 
-def each_key(keep: str, make: str) -> tuple[str, str]:
-    """(whether any key of the container's limits keeps `keep`, a list of `make` for each that does)."""
-    return any_key(keep), f"{kept_keys(keep)}.map({KEY}, {make})"
-
-
 def named_rule(policy: Policy, name: str) -> ContainerRule:
     """A limit above 0 of `name` (one of `other_pools`): the pool's line for it."""
     gives, instead, _ = backend_of(policy).pool_words(policy, Rules.of(policy).served)
@@ -118,8 +113,9 @@ def named_rule(policy: Policy, name: str) -> ContainerRule:
     return ContainerRule(condition, fill(sentence, {"shown": value("limits", name)}))
 
 
-def prefixed_rule(policy: Policy) -> ContainerRule:
-    """Each `nvidia.com/mig-*` limit above 0 outside `named`: the pool's line for it, as `_served` chooses it."""
+def prefixed_line(policy: Policy) -> tuple[str, str]:
+    """(whether the key `KEY`, an `nvidia.com/mig-*` limit above 0 outside `named`, has a line, the pool's line for
+    it, as `_served` chooses it): maxima.mig_rule says it at its name's place."""
     rules = Rules.of(policy)
     gives, instead, _ = backend_of(policy).pool_words(policy, rules.served)
     valid = f"{KEY}.matches({lit(MIG_RESOURCE_RE2)}) && !{KEY}.endsWith({lit(SHARED_SUFFIX)})"
@@ -144,8 +140,7 @@ def prefixed_rule(policy: Policy) -> ContainerRule:
                 missing = missing_profile_line(NAME, shown, PROFILE, model, policy.name, rules.offered)
                 has = strings(mig_resource(name) for name in model.profile_names())
                 line = f"({valid}) && !({KEY} in {has}) ? {fill(missing, exprs)} : {line}"
-    condition, sentences = each_key(keep, line)
-    return ContainerRule(condition, sentences, many=True)
+    return keep, line
 
 
 def _profile() -> str:
