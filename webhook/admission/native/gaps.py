@@ -67,15 +67,14 @@ PREFIXED_LIMITS = Gap(
 BOTH_NAMES = Gap(
     "two GPU resources in one container that each say a line of their own, but counts judged by name, another "
     "pool's resources, values within a thousandth below a whole number of names judged by name, and up to "
-    f"{MOST_ZEROS} judged by each prefix (one where one of them is near-whole), beside none judged by name of the "
-    f"same prefix: more than {MOST_ZEROS} MIG names or Intel's devices judged by prefix, a near-whole one beside "
-    "another of its prefix, say; or more than "
+    f"{MOST_ZEROS} judged by each prefix (one of a DeviceClass's), beside none judged by name of the same prefix: "
+    f"more than {MOST_ZEROS} MIG names or Intel's devices judged by prefix, say; or more than "
     f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
     "two counts of devices, or two resources' lines but another pool's alone",
     "the webhook says a container's lines resource by resource, by name, the compiled "
     "policies rule by rule (by name a near-whole value's line, another pool's line and the maxima, "
-    f"each prefix's at its place, up to {MOST_ZEROS} of its names found among the container's limits put in order, "
-    "a near-whole one's line before them); "
+    f"each prefix's at its place, up to {MOST_ZEROS} of its names found among the container's limits put in "
+    "order); "
     "and a CEL map's keys come in no order: the compiled rule puts the zeros' lines in the order of their names, "
     f"a list written in order for the names judged by name, and up to {MOST_ZEROS} of one prefix by comparing "
     "them; more would need a list sorted (Kubernetes 1.34's CEL) or a third iteration",

@@ -47,7 +47,7 @@ from webhook.admission.native.pools import (
     prefixed,
     prefixed_line,
 )
-from webhook.admission.native.wholes import fractional_named, fractional_prefixed
+from webhook.admission.native.wholes import fractional_keyed, fractional_named
 from webhook.admission.phases import validate
 from webhook.admission.phases.validate import Rules
 from webhook.admission.policy.model import Policy
@@ -67,19 +67,14 @@ class Maxima(Family):
         # there), and a value the API server takes as whole and another pool's line at its name's place, so that
         # validation's order by name holds where one of them says a line beside others
         by_prefix = (
-            {
-                MIG_PREFIX: [mig_rule(rules)],
-                INTEL_PREFIX: [intel_rule(rules)],
-                DEVICE_CLASS_PREFIX: [],
-            }
+            {MIG_PREFIX: mig_rule(rules), INTEL_PREFIX: intel_rule(rules), DEVICE_CLASS_PREFIX: _class_rule(policy)}
             if carried
             else {}
         )
         counts, others = device_counts(policy), other_pools(policy)
-        by_name = {*counts, *others, *(MANAGED_NAMES if carried else ())}
-        for name in sorted({*by_name, *by_prefix}):
+        for name in sorted({*judged_by_name(policy), *by_prefix}):
             if name in by_prefix:
-                found += [fractional_prefixed(policy, name, by_name), *by_prefix[name]]
+                found.append(by_prefix[name])
                 continue
             # as validate._resource says a name's lines: fractional, unshared, another pool's, then its maximum
             fractional = fractional_named(policy, name) if carried else None
@@ -106,6 +101,13 @@ class Maxima(Family):
         if shape(policy) is None:
             return totals
         return [*_with_prefixed(rules, names, totals), *_same_gpus(rules, names)]
+
+
+def judged_by_name(policy: Policy) -> set[str]:
+    """The names with rules of their own, each at its place among the maxima: the counts, another pool's, and
+    where the policy's GPU rules are carried every managed name, for a value the API server takes as whole."""
+    carried = shape(policy) is not None
+    return {*device_counts(policy), *other_pools(policy), *(MANAGED_NAMES if carried else ())}
 
 
 def device_counts(policy: Policy) -> list[str]:
@@ -249,12 +251,17 @@ def _over_prefixed(replica: bool, rules: Rules) -> tuple[str, str]:
 
 
 def mig_rule(rules: Rules) -> ContainerRule:
-    """Each `nvidia.com/mig-*` limit outside the resources judged by name: another pool's line for it
-    (pools.prefixed_line), then its line over the maximum, name by name in the order of their names, as
-    validation says them: up to MOST_ZEROS names put in order by `in_order` (more are outside the compiled set,
-    scope.py). A name's lines are joined by a line break, which no line holds, and the names' split again: one
-    list with no `flatten` (Kubernetes 1.34's CEL)."""
-    parts = [prefixed_line(rules.policy), *(_over_prefixed(replica, rules) for replica in (False, True))]
+    """Each `nvidia.com/mig-*` limit outside the resources judged by name: a value the API server takes as whole
+    (wholes.py), or another pool's line for it (pools.prefixed_line) then its line over the maximum, name by name
+    in the order of their names, as validation says them: up to MOST_ZEROS names put in order by `in_order` (more
+    are outside the compiled set, scope.py). A name's lines are joined by a line break, which no line holds, and
+    the names' split again: one list with no `flatten` (Kubernetes 1.34's CEL)."""
+    policy = rules.policy
+    parts = [
+        fractional_keyed(MIG_PREFIX, judged_by_name(policy), KEY),  # alone: a value that is not whole
+        prefixed_line(policy),
+        *(_over_prefixed(replica, rules) for replica in (False, True)),
+    ]
     keep = any_of(f"({kept})" for kept, _ in parts)
     said = ", ".join(f"({kept}) ? ({line}) : ''" for kept, line in parts)
     lines = f"[{said}].filter(s, s != '').join('\\n')"
@@ -270,10 +277,19 @@ def intel_rule(rules: Rules) -> ContainerRule:
     example = INTEL_PREFIX + "example"
     assert not rules.is_replica(example)
     maximum, sentence = _over_maximum(example, NAME, rules)
-    keep = all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
+    over = all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
-    in_turn = f"{in_order('p')}.map({KEY}, {fill(sentence, exprs)})"
+    near, near_line = fractional_keyed(INTEL_PREFIX, judged_by_name(rules.policy), KEY)  # a value that is not whole
+    in_turn = f"{in_order('p')}.map({KEY}, ({near}) ? ({near_line}) : ({fill(sentence, exprs)}))"
+    keep = any_of([f"({near})", f"({over})"])
     return ContainerRule(any_key(keep), bind(kept_keys(keep), "p", in_turn), many=True)
+
+
+def _class_rule(policy: Policy) -> ContainerRule:
+    """A DeviceClass's resource judged by prefix (not the policy's GPU class) at a value the API server takes as
+    whole: its line, at the prefix's place (two such are the webhook's: scope.py)."""
+    keep, line = fractional_keyed(DEVICE_CLASS_PREFIX, judged_by_name(policy), KEY)
+    return ContainerRule(any_key(keep), f"{kept_keys(keep)}.map({KEY}, {line})", many=True)
 
 
 def effective_total(k: str, held: str, amount: Callable[[str], str]) -> tuple[tuple[str, str], ...]:

@@ -210,8 +210,8 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
     `nvidia.com/gpu` left unmapped right after its own; another pool's resource; or any managed name at a value
     the API server takes as whole, `fractional`: wholes.py), or at most one judged by prefix of each prefix
     (a MIG slice's, Intel's, at such a value a DeviceClass's: its rules at the prefix's place among them), or up
-    to MOST_ZEROS of MIG's or Intel's names that say no such value (their rule puts them in order:
-    maxima.mig_rule, intel_rule), beside none judged by name that begins with the same prefix; and the mode is
+    to MOST_ZEROS of MIG's or Intel's names (their rule puts them in order: maxima.mig_rule, intel_rule), beside
+    none judged by name that begins with the same prefix; and the mode is
     not `memory` (whose counts of devices have rules of their own: memshares.py), unless every line is another
     pool's."""
     if shape(policy) == "memory":  # but another pool's lines alone, each at its name's place
@@ -223,7 +223,7 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
         return False
     for prefix in MANAGED_PREFIXES:  # each prefix's rules at its place, up to MOST_ZEROS names put in order
         mine = [name for name in prefixed if name.startswith(prefix)]
-        most = MOST_ZEROS if prefix in counted_prefixes() and not fractional & set(mine) else 1
+        most = MOST_ZEROS if prefix in counted_prefixes() else 1
         if len(mine) > most or (mine and any(name.startswith(prefix) for name in by_name)):
             return False
     return True

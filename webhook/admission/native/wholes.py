@@ -188,18 +188,17 @@ def fractional_named(policy: Policy, name: str) -> ContainerRule | None:
     return ContainerRule(all_of(kept), bind(limit, text, said))
 
 
-def fractional_prefixed(policy: Policy, prefix: str, by_name: Collection[str]) -> ContainerRule:
-    """The lines of the resources named by `prefix` but not `by_name` at a value the API server takes as whole, said
-    at the prefix's place among the maxima (their names sort together there), in the order of the container's keys
-    (scope.py leaves two of one prefix to the webhook)."""
-    key, text = "n", "c.resources.limits[n]"
-    keep = all_of([f"{key}.startsWith({lit(prefix)})", f"!({key} in {strings(sorted(by_name))})", _fractional(text)])
+def fractional_keyed(prefix: str, by_name: Collection[str], key: str) -> tuple[str, str]:
+    """(whether the limit of the key `key`, a name of `prefix` but none of `by_name`, is at a value the API server
+    takes as whole, its line): said at the prefix's place among the maxima, in the order of the names where the
+    prefix's rule puts them in order (maxima.py)."""
+    text = f"c.resources.limits[{key}]"
+    kept = [f"{key}.startsWith({lit(prefix)})", _fractional(text)]
+    own = sorted(name for name in by_name if name.startswith(prefix))
+    if own:
+        kept.insert(1, f"!({key} in {strings(own)})")
     line = fill(
         validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
         {"name": key, "shown": _shown("t", "''")},
     )
-    return ContainerRule(
-        f"{has_map('limits')} && c.resources.limits.exists({key}, {keep})",
-        f"c.resources.limits.filter({key}, {keep}).map({key}, {bind(text, 't', line)})",
-        many=True,
-    )
+    return all_of(kept), bind(text, "t", line)
