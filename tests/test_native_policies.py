@@ -1708,6 +1708,18 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "vgpu", pod(container(limits={GPU_: 2, VOLCANO_MEM: 4000})),
     ),
     "volcano: a vGPU count beside nvidia.com/gpu": ("vgpu", pod(container(limits={GPU_: 1, VOLCANO_NUM: 1}))),
+    "volcano: a vGPU count and nvidia.com/gpu, each over the maximum": (
+        "vgpu", pod(container(limits={VOLCANO_NUM: 9, GPU_: 9})),
+    ),
+    "ack-plain: AMD's GPUs over the maximum beside GiB past the container's maximum": (
+        "ack-plain", pod(container(limits={AMD: 100, ACK_MEM: 4000})),
+    ),
+    "ack: NVIDIA's GPU DeviceClass over the maximum beside GiB past the container's maximum": (
+        "ack", pod(container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 9, ACK_MEM: 4000})),
+    ),
+    "hami: another pool's MIG slice over the maximum beside memory past the container's maximum": (
+        "hami-a", pod(container(limits={MIG_1G: 9, HAMI_MEM: 80000, GPU_: 9})),
+    ),
     "volcano: HAMi's cores are another pool's, a percentage over 100": (
         "vgpu", pod(container("a", limits={HAMI_CORES: 50}), container("b", limits={VOLCANO_PERCENT: 101})),
     ),
@@ -1843,7 +1855,6 @@ NOT_COVERED = {
     "shared: a product with a space": gaps.SPACED_PRODUCT,
     "hami: 5m, less than one percent of the compute": gaps.BUILT_IN_REFUSAL,
     "hami: 0.9999999 beside its own memory, whole to the API server": gaps.NEAR_WHOLE,
-    "volcano: a vGPU count beside nvidia.com/gpu": gaps.BOTH_NAMES,
     "volcano: one vGPU more than the compiled integers hold": gaps.MEMORY_COUNTS,
     "ack-plain: one GiB more": gaps.MEMORY_COUNTS,
     "ack: the label on a pod of no GPU but its device path's variable": gaps.ACK_PODS,
@@ -1863,7 +1874,7 @@ def test_the_corpus_counts() -> None:
     """Compared in full (the excluded namespace among them, left alone by both), and not compared, by reason;
     each case in every kind."""
     covered = [case for case in CASES if case not in NOT_COVERED]
-    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (333, 43, 4)
+    assert (len(covered), len(NOT_COVERED), len(KINDS)) == (338, 42, 4)
 
 
 @pytest.mark.parametrize("size", range(gaps.MOST_ZEROS + 1))

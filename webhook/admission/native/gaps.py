@@ -69,8 +69,7 @@ BOTH_NAMES = Gap(
     "pool's resources, values within a thousandth below a whole number of names judged by name, and up to "
     f"{MOST_ZEROS} judged by each prefix (one of a DeviceClass's), beside none judged by name of the same prefix: "
     f"more than {MOST_ZEROS} MIG names or Intel's devices judged by prefix, say; or more than "
-    f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU; under mode memory, "
-    "two counts of devices, or two resources' lines but another pool's alone",
+    f"{MOST_ZEROS} zeros of names judged by one prefix (MIG slices, Intel's GPUs) beside a GPU",
     "the webhook says a container's lines resource by resource, by name, the compiled "
     "policies rule by rule (by name a near-whole value's line, another pool's line and the maxima, "
     f"each prefix's at its place, up to {MOST_ZEROS} of its names found among the container's limits put in "

@@ -277,12 +277,30 @@ def intel_rule(rules: Rules) -> ContainerRule:
     example = INTEL_PREFIX + "example"
     assert not rules.is_replica(example)
     maximum, sentence = _over_maximum(example, NAME, rules)
-    over = all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
+    over = _intel_over(maximum)
     exprs = {"name": KEY, "shown": key_limit(), "count": f"string({key_count()})"}
     near, near_line = fractional_keyed(INTEL_PREFIX, judged_by_name(rules.policy), KEY)  # a value that is not whole
     in_turn = f"{in_order('p')}.map({KEY}, ({near}) ? ({near_line}) : ({fill(sentence, exprs)}))"
     keep = any_of([f"({near})", f"({over})"])
     return ContainerRule(any_key(keep), bind(kept_keys(keep), "p", in_turn), many=True)
+
+
+def _intel_over(maximum: int) -> str:
+    """The key `KEY` is one of Intel's devices whose count is over `maximum`."""
+    return all_of([_intel_device(), f"quantity({key_limit()}).isInteger()", f"{key_count()} > {maximum}"])
+
+
+def any_over_maximum(rules: Rules) -> str:
+    """CEL: a count of the container `c` is over its per-container maximum, as validate._memory_share asks of each
+    one it counts (container_counts): those judged by name, MIG's slices and replicas and Intel's devices by
+    prefix."""
+    named = [
+        f"{whole_limit(name)} && {count(name)} > {rules.container_maximum(name)}"
+        for name in device_counts(rules.policy)
+    ]
+    over_prefixed = [kept for kept, _ in (_over_prefixed(replica, rules) for replica in (False, True))]
+    over_prefixed.append(_intel_over(rules.container_maximum(INTEL_PREFIX + "example")))
+    return any_of([*named, any_key(any_of(f"({over})" for over in over_prefixed))])
 
 
 def _class_rule(policy: Policy) -> ContainerRule:

@@ -32,7 +32,7 @@ from webhook.admission.native.containers import SPEC, has_map, holds, pod_metada
 from webhook.admission.native.family import SECTIONS, ContainerRule, Family, Gap, Lines, Mutation
 from webhook.admission.native.fractions import formatted
 from webhook.admission.native.gaps import ACK_PODS, MEMORY_COUNTS, compiled_spec
-from webhook.admission.native.maxima import class_totals, effective_total
+from webhook.admission.native.maxima import any_over_maximum, class_totals, effective_total
 from webhook.admission.phases import validate
 from webhook.admission.phases.mutate import mutate
 from webhook.admission.phases.validate import Rules
@@ -256,12 +256,11 @@ def _over_memory(spec: BackendSpec, policy: Policy) -> list[ContainerRule]:
 
 
 def _over_container(spec: BackendSpec, policy: Policy) -> ContainerRule:
-    """validate._memory_share: the container's GPUs' worth over the per-container maximum, unless a count of its
-    own is over its maximum (that count's line says it)."""
+    """validate._memory_share: the container's GPUs' worth over the per-container maximum, unless a count it holds
+    is over its maximum (that count's line says it): the backend's, `nvidia.com/gpu`, or any other."""
     rules = Rules.of(policy)
     maximum = rules.max_whole_per_container
-    counts = [name for name in (NVIDIA_GPU, spec.count) if name is not None]
-    over_count = any_of(f"{amount(name)} > {rules.container_maximum(name)}" for name in dict.fromkeys(counts))
+    over_count = any_over_maximum(rules)
     held = worth(policy)
     sentence = validate.memory_container_line(slot("worth"), str(spec.backend), maximum, policy.name)
     condition = f"{held} > {maximum * denominator(policy)} && !({over_count})"

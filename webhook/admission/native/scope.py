@@ -211,11 +211,8 @@ def _said_by_name(saying: list[str], fractional: set[str], policy: Policy) -> bo
     the API server takes as whole, `fractional`: wholes.py), or at most one judged by prefix of each prefix
     (a MIG slice's, Intel's, at such a value a DeviceClass's: its rules at the prefix's place among them), or up
     to MOST_ZEROS of MIG's or Intel's names (their rule puts them in order: maxima.mig_rule, intel_rule), beside
-    none judged by name that begins with the same prefix; and the mode is
-    not `memory` (whose counts of devices have rules of their own: memshares.py), unless every line is another
-    pool's."""
-    if shape(policy) == "memory":  # but another pool's lines alone, each at its name's place
-        return not fractional and set(saying) <= set(other_pools(policy))
+    none judged by name that begins with the same prefix (under mode `memory` too: the memory lines come after
+    every count's, memshares.py, as validation says them)."""
     judged = {*other_pools(policy), *device_counts(policy)}  # each with rules of its own, at its name's place
     by_name = [name for name in saying if name in judged or (name in fractional and name in MANAGED_NAMES)]
     prefixed = [name for name in saying if name not in by_name]
@@ -383,15 +380,11 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
 def _memory_container(
     requests: dict[str, Any], limits: dict[str, Any], managed: set[str], policy: Policy
 ) -> Gap | None:
-    """Mode memory (memshares.py): BOTH_NAMES where the container's lines could be said in another order than
-    the compiled set says them (two counts of devices: validation says each resource's lines by name; another
-    pool's line is said at its name's place, maxima.py, before every memory line); NEAR_WHOLE where the API
+    """Mode memory (memshares.py): NEAR_WHOLE where the API
     server takes a value as whole that mutation does not convert and the compiled set does not refuse
     (`nvidia.com/gpu` but past one GPU where wholes.gpu_line says it, or a text not canonical; the backend's own
     resources are wholes.py's); MEMORY_COUNTS for a count past the compiled integers."""
     counts = [name for name in managed if name not in DEVICE_AMOUNTS]
-    if len(counts) > 1:
-        return BOTH_NAMES
     amounts = {**requests, **limits}
     gpu_compiled = wholes.gpu_line(policy) is not None and _above_one(amounts.get(NVIDIA_GPU))
     if _near_whole(policy, amounts, gpu_compiled) and not memshares.converts(requests, limits, policy):
