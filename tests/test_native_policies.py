@@ -1715,7 +1715,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "ack-plain", pod(container(limits={AMD: 100, ACK_MEM: 4000})),
     ),
     "ack: NVIDIA's GPU DeviceClass over the maximum beside GiB past the container's maximum": (
-        "ack", pod(container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 9, ACK_MEM: 4000})),
+        "ack", pod(container(limits={DC_GPU: 9, ACK_MEM: 4000})),
     ),
     "hami: another pool's MIG slice over the maximum beside memory past the container's maximum": (
         "hami-a", pod(container(limits={MIG_1G: 9, HAMI_MEM: 80000, GPU_: 9})),
@@ -2312,6 +2312,17 @@ MEMORY_RESOURCES = st.one_of(
     st.builds(
         lambda q, name, amount: {"limits": {GPU_: q, name: amount}},
         st.sampled_from(("1", "2", "3")),
+        st.sampled_from(MEMORY_OWN),
+        st.sampled_from(MEMORY_AMOUNTS),
+    ),
+    st.builds(  # two or three counts of devices, an amount among them or not
+        lambda counts, name, amount: {"limits": {**counts, name: amount}},
+        st.dictionaries(
+            st.sampled_from((GPU_, VOLCANO_NUM, SHARED, AMD, DC_GPU, MIG_1G, INTEL_GPU)),
+            st.sampled_from(("0", "1", "3", "9")),
+            min_size=2,
+            max_size=3,
+        ),
         st.sampled_from(MEMORY_OWN),
         st.sampled_from(MEMORY_AMOUNTS),
     ),
