@@ -155,7 +155,7 @@ def test_the_map_and_the_webhook_agree_in_either_order(case: str) -> None:
 
 
 def test_every_covered_case_is_checked() -> None:
-    assert len(COVERED) == 337  # the corpus's 338 covered cases but the excluded namespace
+    assert len(COVERED) == 338  # the corpus's 339 covered cases but the excluded namespace
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
