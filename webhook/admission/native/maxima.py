@@ -88,7 +88,7 @@ class Maxima(Family):
                 found.append(_container_rule(name, rules))
             if name == NVIDIA_GPU and rules.mapping_target is not None:
                 found.append(_unmapped_rule(rules))
-        if shape(policy) is not None:
+        if carried:
             found.append(_zero_rule(rules))  # after every resource's own lines, as container_counts says it
         return found
 

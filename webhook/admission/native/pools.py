@@ -100,7 +100,7 @@ def any_key(keep: str) -> str:
 
 
 def kept_keys(keep: str) -> str:
-    """The keys of the container's limits that keep `keep`, in the map's order (none)."""
+    """The keys of the container's limits that keep `keep`, in the map's order, which is none (maxima.in_order)."""
     return f"c.resources.limits.filter({KEY}, {keep})"
 
 

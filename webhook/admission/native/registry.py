@@ -1,9 +1,8 @@
 """The registry: every rule family, in the order their mutations run and their lines are said (validation says
 a value the API server takes as whole and another pool's resource before its maximum, at its name's place among
-the maxima: maxima.py, wholes.py; a converted
-fraction over one replica's share after both, then its
-memory variables, an engine's own memory flag, a container's device rules last, and a pin to a kept name after
-every container's lines, before the pod's total)."""
+the maxima: maxima.py, wholes.py; a converted fraction over one replica's share after both, then its memory
+variables, an engine's own memory flag, a container's device rules last, and a pin to a kept name after every
+container's lines, before the pod's total)."""
 
 from __future__ import annotations
 

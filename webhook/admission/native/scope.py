@@ -380,10 +380,10 @@ def _container(body: dict[str, Any], policy: Policy, by_name: set[str]) -> Gap |
 def _memory_container(
     requests: dict[str, Any], limits: dict[str, Any], managed: set[str], policy: Policy
 ) -> Gap | None:
-    """Mode memory (memshares.py): NEAR_WHOLE where the API
-    server takes a value as whole that mutation does not convert and the compiled set does not refuse
-    (`nvidia.com/gpu` but past one GPU where wholes.gpu_line says it, or a text not canonical; the backend's own
-    resources are wholes.py's); MEMORY_COUNTS for a count past the compiled integers."""
+    """Mode memory (memshares.py): NEAR_WHOLE where the API server takes a value as whole that mutation does not
+    convert and the compiled set does not refuse (`nvidia.com/gpu` but past one GPU where wholes.gpu_line says it,
+    or a text not canonical; the backend's own resources are wholes.py's); MEMORY_COUNTS for a count past the
+    compiled integers."""
     counts = [name for name in managed if name not in DEVICE_AMOUNTS]
     amounts = {**requests, **limits}
     gpu_compiled = wholes.gpu_line(policy) is not None and _above_one(amounts.get(NVIDIA_GPU))

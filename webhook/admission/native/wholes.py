@@ -176,8 +176,7 @@ def fractional_named(policy: Policy, name: str) -> ContainerRule | None:
     kept = [has_map("limits"), f"{lit(name)} in c.resources.limits", _fractional(limit)]
     shown = _shown(text, lit(validate.amount_unit(name)))
     if name != NVIDIA_GPU:
-        line = fill(validate.fractional_line(name, slot("shown"), False, validate.WHOLE_NUMBER), {"shown": shown})
-        return ContainerRule(all_of(kept), bind(limit, text, line))
+        return ContainerRule(all_of(kept), bind(limit, text, _whole_number_line(name, {"shown": shown})))
     gpu = gpu_line(policy)
     if gpu is None:
         return None
@@ -197,8 +196,11 @@ def fractional_keyed(prefix: str, by_name: Collection[str], key: str) -> tuple[s
     own = sorted(name for name in by_name if name.startswith(prefix))
     if own:
         kept.insert(1, f"!({key} in {strings(own)})")
-    line = fill(
-        validate.fractional_line(slot("name"), slot("shown"), False, validate.WHOLE_NUMBER),
-        {"name": key, "shown": _shown("t", "''")},
-    )
+    line = _whole_number_line(slot("name"), {"name": key, "shown": _shown("t", "''")})
     return all_of(kept), bind(text, "t", line)
+
+
+def _whole_number_line(name: str, exprs: dict[str, str]) -> str:
+    """CEL: validate.fractional_line for a resource but `nvidia.com/gpu` (`name`: the name, or a slot in `exprs`),
+    its value at the slot `shown`, with the advice to request a whole number."""
+    return fill(validate.fractional_line(name, slot("shown"), False, validate.WHOLE_NUMBER), exprs)
